@@ -1,0 +1,48 @@
+# redis-ratelimit: build, run, test, benchmark.   `make help` lists the targets.
+SHELL := /bin/bash
+CARGO ?= cargo
+PORT ?= 6379
+RELEASE_MODULE := target/release/libredis_ratelimit.so
+# Integration tests load a debug build with test-only hooks (a settable clock offset).
+TEST_FEATURES := test-hooks
+
+.PHONY: help prereqs build run test lint unit integration bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+prereqs: ## Check (and on Debian as root, install) redis-server, libclang, rustfmt, clippy
+	@scripts/prereqs.sh
+
+build: prereqs ## Build the release module ($(RELEASE_MODULE))
+	$(CARGO) build --release
+
+run: build ## Build, then run redis-server with the module on 127.0.0.1:$(PORT)
+	@if redis-cli -p $(PORT) ping >/dev/null 2>&1; then \
+	  echo "Port $(PORT) is taken by a running server; try: make run PORT=6390"; exit 1; fi
+	@echo "Starting redis-server with the ratelimit module on 127.0.0.1:$(PORT) (Ctrl-C stops it)."
+	@echo "In another terminal:  redis-cli -p $(PORT) RL.TOKENBUCKET user:42 10 2"
+	@echo "                      (10 tokens, refilled at 2 per second; replies allowed, remaining,"
+	@echo "                       retry_after_ms, reset_after_ms, limit)"
+	redis-server redis.conf.example --port $(PORT)
+
+test: prereqs lint unit integration ## Everything CI runs: format, lints, unit and integration tests
+
+lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --features $(TEST_FEATURES),system-alloc -- -D warnings
+	@! grep -rn 'redis_module' src/core src/args.rs src/error.rs src/limiter.rs src/value.rs \
+	  || { echo "the pure layers must not use redis_module"; exit 1; }
+
+unit: ## Unit and property tests of the pure core
+	$(CARGO) test --lib --features $(TEST_FEATURES)
+
+integration: ## Integration tests against real redis-server processes
+	$(CARGO) build --features $(TEST_FEATURES)
+	$(CARGO) test --test it --features $(TEST_FEATURES)
+
+bench: prereqs ## Criterion benches of the algorithms
+	$(CARGO) bench --features system-alloc --bench algorithms
+
+clean: ## Remove build outputs
+	$(CARGO) clean

@@ -1,0 +1,145 @@
+//! What every limiter decides, independent of the algorithm.
+
+/// When the same call would be admitted, if nothing else happens meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// The call was admitted.
+    Now,
+    /// Denied; admitted if repeated after this many milliseconds (rounded up, at least 1).
+    AfterMs(u64),
+    /// Denied, and no amount of waiting helps: the cost exceeds the limit.
+    Never,
+}
+
+/// The outcome of one call, shared by all algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the call was admitted (and its cost consumed).
+    pub allowed: bool,
+    /// Whole units still available after this call (rounded down).
+    pub remaining: u64,
+    /// When this same call would be admitted.
+    pub retry: Retry,
+    /// Milliseconds (rounded up) until the limiter is back to its initial, unused state.
+    pub reset_after_ms: u64,
+    /// The configured limit (a token bucket's capacity, a window's limit).
+    pub limit: u64,
+}
+
+impl Decision {
+    /// The five integers every `RL.*` command replies with, in wire order:
+    /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
+    ///
+    /// `retry_after_ms` is 0 when admitted and -1 when waiting can never help.
+    pub fn reply_fields(&self) -> [i64; 5] {
+        let retry_after_ms = match self.retry {
+            Retry::Now => 0,
+            Retry::AfterMs(ms) => saturating_i64(ms),
+            Retry::Never => -1,
+        };
+        [
+            i64::from(self.allowed),
+            saturating_i64(self.remaining),
+            retry_after_ms,
+            saturating_i64(self.reset_after_ms),
+            saturating_i64(self.limit),
+        ]
+    }
+}
+
+fn saturating_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// What an algorithm wants stored after an admitted call, and until when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Commit<C> {
+    /// The change to apply to the stored state (or to create it from).
+    pub change: C,
+    /// Unix milliseconds at which the stored state becomes indistinguishable from a missing
+    /// key; the key's expiry is set to this instant.
+    pub expires_at_ms: i64,
+}
+
+/// The result of evaluating a call: the decision, and the write that records it (none when
+/// the call changes nothing, e.g. when it is denied).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evaluation<C> {
+    /// What the client is told.
+    pub decision: Decision,
+    /// What must be stored, if anything.
+    pub commit: Option<Commit<C>>,
+}
+
+/// A rate-limiting algorithm as a pure function of (stored state, parameters, now).
+///
+/// Evaluation is read-only, so a peek is an evaluation whose commit is dropped, and a
+/// check over several keys can evaluate all of them before committing any.
+///
+/// Contract for implementations:
+/// - a missing state (`None`) behaves exactly like a limiter that was never used;
+/// - the commit's `expires_at_ms` is the first instant at which the stored state is
+///   indistinguishable from a missing one (so the key can expire then), rounded up;
+/// - a clock earlier than one already seen never admits more than the later clock would, and
+///   never moves stored instants backwards;
+/// - no input can panic or overflow.
+pub trait Algorithm {
+    /// Validated parameters of one call (limits, durations, cost).
+    type Params;
+    /// What the limiter keeps between calls.
+    type State;
+    /// How an admitted call changes the state.
+    type Change;
+
+    /// Decides a call made at `now_us` (Unix microseconds of the server clock).
+    fn evaluate(
+        state: Option<&Self::State>,
+        params: &Self::Params,
+        now_us: i64,
+    ) -> Evaluation<Self::Change>;
+
+    /// Gives back the params' cost to the limiter (a call that was admitted but not
+    /// performed), never beyond its limit. The decision describes the limiter after the
+    /// refund: `allowed` tells whether anything was given back, the other fields are what a
+    /// call with these parameters would see now. No commit when there is nothing to give back.
+    fn refund(
+        state: Option<&Self::State>,
+        params: &Self::Params,
+        now_us: i64,
+    ) -> Evaluation<Self::Change>;
+
+    /// Applies a committed change to an existing state.
+    fn apply(state: &mut Self::State, change: Self::Change);
+
+    /// Builds the state of a limiter that did not exist yet.
+    fn create(change: Self::Change) -> Self::State;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_fields_follow_the_documented_order() {
+        let decision = Decision {
+            allowed: false,
+            remaining: 3,
+            retry: Retry::AfterMs(250),
+            reset_after_ms: 900,
+            limit: 10,
+        };
+        assert_eq!(decision.reply_fields(), [0, 3, 250, 900, 10]);
+        let never = Decision {
+            retry: Retry::Never,
+            ..decision
+        };
+        assert_eq!(never.reply_fields()[2], -1);
+        let admitted = Decision {
+            allowed: true,
+            retry: Retry::Now,
+            remaining: u64::MAX,
+            ..decision
+        };
+        assert_eq!(admitted.reply_fields(), [1, i64::MAX, 0, 900, 10]);
+    }
+}

@@ -1,0 +1,12 @@
+//! The pure core: rate-limiting algorithms as functions of (state, parameters, now).
+//!
+//! Nothing here knows about Redis or reads a clock. The glue reads the server clock once per
+//! command and passes it in, which makes every algorithm deterministic, unit-testable with a
+//! simulated clock, and safe to run on a primary whose results are replicated as effects.
+
+pub mod decision;
+pub mod number;
+pub mod time;
+pub mod token_bucket;
+
+pub use decision::{Algorithm, Commit, Decision, Evaluation, Retry};

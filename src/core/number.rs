@@ -1,0 +1,361 @@
+//! Exact parsing of the numbers clients send: integers and decimals.
+//!
+//! Client arguments are binary strings. Rust's `str::parse::<f64>` accepts `NaN`, `inf`,
+//! `infinity` and silently turns `1e400` into infinity, and floats cannot represent `0.1`
+//! anyway. Rates and durations are therefore parsed as exact decimals (`digits × 10^exp`)
+//! and converted to integer time units with explicit rounding.
+
+/// Why a client string is not an acceptable number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NumberError {
+    /// Not a number in the accepted syntax (empty, letters, spaces, trailing junk, hex...).
+    Malformed,
+    /// `NaN`, `inf`, `infinity` in any case or sign.
+    NotFinite,
+    /// A number below zero (including `-0`).
+    Negative,
+    /// Exactly zero where a positive number is required.
+    Zero,
+    /// Larger than the type can hold, or more significant digits than are kept exactly.
+    TooLarge,
+}
+
+/// Longest exponent accepted in `1e<exp>`; anything larger is out of every range anyway.
+const MAX_EXPONENT_DIGITS: usize = 6;
+
+/// Parses a strictly positive integer written as ASCII digits only.
+///
+/// Signs, spaces, decimal points and exponents are refused: `"5"` is a count, `"5.0"` is not.
+pub fn parse_positive_integer(text: &[u8]) -> Result<u64, NumberError> {
+    let digits = unsigned_part(text)?;
+    let mut value: u64 = 0;
+    for &byte in digits {
+        let digit = ascii_digit(byte).ok_or(NumberError::Malformed)?;
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(digit)))
+            .ok_or(NumberError::TooLarge)?;
+    }
+    if value == 0 {
+        Err(NumberError::Zero)
+    } else {
+        Ok(value)
+    }
+}
+
+/// A non-negative decimal number held exactly as `digits × 10^exponent`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decimal {
+    digits: u128,
+    exponent: i32,
+}
+
+impl Decimal {
+    /// Parses `[digits][.digits][(e|E)[+|-]digits]`, with at least one digit before the
+    /// exponent, and refuses zero: every decimal argument of this module must be positive.
+    pub fn parse_positive(text: &[u8]) -> Result<Self, NumberError> {
+        let body = unsigned_part(text)?;
+        let (mantissa, exponent_text) = match body.iter().position(|&b| b == b'e' || b == b'E') {
+            Some(at) => {
+                let (mantissa, rest) = body.split_at(at);
+                (mantissa, rest.get(1..))
+            }
+            None => (body, None),
+        };
+        let (whole, fraction) = match mantissa.iter().position(|&b| b == b'.') {
+            Some(at) => {
+                let (whole, rest) = mantissa.split_at(at);
+                (whole, rest.get(1..).unwrap_or_default())
+            }
+            None => (mantissa, &[][..]),
+        };
+        if whole.is_empty() && fraction.is_empty() {
+            return Err(NumberError::Malformed);
+        }
+        let mut digits: u128 = 0;
+        let mut fraction_digits: i32 = 0;
+        for (index, &byte) in whole.iter().chain(fraction).enumerate() {
+            let digit = ascii_digit(byte).ok_or(NumberError::Malformed)?;
+            if index >= whole.len() {
+                fraction_digits = fraction_digits.saturating_add(1);
+            }
+            digits = digits
+                .checked_mul(10)
+                .and_then(|d| d.checked_add(u128::from(digit)))
+                .ok_or(NumberError::TooLarge)?;
+        }
+        let written_exponent = match exponent_text {
+            Some(text) => parse_exponent(text)?,
+            None => 0,
+        };
+        if digits == 0 {
+            return Err(NumberError::Zero);
+        }
+        Ok(Self {
+            digits,
+            exponent: written_exponent.saturating_sub(fraction_digits),
+        })
+    }
+
+    /// `ceil(numerator / self)` when it fits in a `u64`; `None` when it does not.
+    ///
+    /// Used to turn a rate (units per second) into whole nanoseconds per unit.
+    pub fn ceil_reciprocal(self, numerator: u64) -> Option<u64> {
+        // numerator / (digits × 10^exponent) = numerator × 10^-exponent / digits
+        let (top, bottom) = if self.exponent <= 0 {
+            let scale = pow10(self.exponent.unsigned_abs())?;
+            (u128::from(numerator).checked_mul(scale)?, self.digits)
+        } else {
+            let scale = pow10(self.exponent.unsigned_abs())?;
+            (u128::from(numerator), self.digits.checked_mul(scale)?)
+        };
+        u64::try_from(top.div_ceil(bottom)).ok()
+    }
+
+    /// `ceil(self × factor)` when it fits in a `u64`; `None` when it does not.
+    ///
+    /// Used to turn seconds into whole microseconds (`factor = 1_000_000`).
+    pub fn ceil_times(self, factor: u64) -> Option<u64> {
+        let product = self.digits.checked_mul(u128::from(factor))?;
+        let value = if self.exponent >= 0 {
+            product.checked_mul(pow10(self.exponent.unsigned_abs())?)?
+        } else {
+            match pow10(self.exponent.unsigned_abs()) {
+                Some(scale) => product.div_ceil(scale),
+                // 10^-39 or smaller times a u128: a positive value below one, which rounds up.
+                None => 1,
+            }
+        };
+        u64::try_from(value).ok()
+    }
+
+    /// `self > 10^power`, decided exactly.
+    pub fn exceeds_power_of_ten(self, power: u32) -> bool {
+        // digits × 10^exponent > 10^power  ⇔  digits > 10^(power − exponent)
+        let shift = i64::from(power).saturating_sub(i64::from(self.exponent));
+        match u32::try_from(shift) {
+            Ok(shift) => pow10(shift).is_some_and(|limit| self.digits > limit),
+            Err(_) => true, // shift < 0: the bound is below one, and digits ≥ 1.
+        }
+    }
+}
+
+/// Strips nothing but checks for the forms every numeric argument refuses, so both parsers
+/// report NaN/inf and negatives the same way.
+fn unsigned_part(text: &[u8]) -> Result<&[u8], NumberError> {
+    let unsigned = match text.split_first() {
+        Some((b'-', rest)) | Some((b'+', rest)) => rest,
+        _ => text,
+    };
+    if is_non_finite_word(unsigned) {
+        return Err(NumberError::NotFinite);
+    }
+    if text.first() == Some(&b'-') {
+        let numeric = !unsigned.is_empty()
+            && unsigned
+                .iter()
+                .all(|&b| b.is_ascii_digit() || b == b'.' || b == b'e' || b == b'E');
+        return Err(if numeric {
+            NumberError::Negative
+        } else {
+            NumberError::Malformed
+        });
+    }
+    if unsigned.len() != text.len() || text.is_empty() {
+        return Err(NumberError::Malformed);
+    }
+    Ok(text)
+}
+
+fn is_non_finite_word(text: &[u8]) -> bool {
+    [&b"nan"[..], b"inf", b"infinity"]
+        .iter()
+        .any(|word| text.eq_ignore_ascii_case(word))
+}
+
+fn parse_exponent(text: &[u8]) -> Result<i32, NumberError> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > MAX_EXPONENT_DIGITS {
+        return Err(if digits.is_empty() {
+            NumberError::Malformed
+        } else {
+            NumberError::TooLarge
+        });
+    }
+    let mut value: i32 = 0;
+    for &byte in digits {
+        let digit = ascii_digit(byte).ok_or(NumberError::Malformed)?;
+        // At most six digits: cannot overflow an i32.
+        value = value.saturating_mul(10).saturating_add(i32::from(digit));
+    }
+    Ok(if negative {
+        value.saturating_neg()
+    } else {
+        value
+    })
+}
+
+fn ascii_digit(byte: u8) -> Option<u8> {
+    byte.is_ascii_digit().then(|| byte.wrapping_sub(b'0'))
+}
+
+/// 10^power as a u128, or `None` above 10^38.
+fn pow10(power: u32) -> Option<u128> {
+    10u128.checked_pow(power)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_accept_digits_only() {
+        assert_eq!(parse_positive_integer(b"1"), Ok(1));
+        assert_eq!(parse_positive_integer(b"007"), Ok(7));
+        assert_eq!(
+            parse_positive_integer(b"18446744073709551615"),
+            Ok(u64::MAX)
+        );
+        assert_eq!(
+            parse_positive_integer(b"18446744073709551616"),
+            Err(NumberError::TooLarge)
+        );
+        assert_eq!(parse_positive_integer(b"0"), Err(NumberError::Zero));
+        assert_eq!(parse_positive_integer(b"-1"), Err(NumberError::Negative));
+        assert_eq!(parse_positive_integer(b"-0"), Err(NumberError::Negative));
+        for bad in [
+            &b""[..],
+            b" 5",
+            b"5 ",
+            b"5abc",
+            b"0x10",
+            b"1e3",
+            b"5.0",
+            b".",
+            b"+5",
+            b"-",
+        ] {
+            assert_eq!(
+                parse_positive_integer(bad),
+                Err(NumberError::Malformed),
+                "{bad:?}"
+            );
+        }
+        for word in [&b"nan"[..], b"NaN", b"inf", b"-inf", b"+inf", b"Infinity"] {
+            assert_eq!(
+                parse_positive_integer(word),
+                Err(NumberError::NotFinite),
+                "{word:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        let d = |s: &str| Decimal::parse_positive(s.as_bytes());
+        assert_eq!(
+            d("0.5"),
+            Ok(Decimal {
+                digits: 5,
+                exponent: -1
+            })
+        );
+        assert_eq!(
+            d("250000"),
+            Ok(Decimal {
+                digits: 250000,
+                exponent: 0
+            })
+        );
+        assert_eq!(
+            d(".25"),
+            Ok(Decimal {
+                digits: 25,
+                exponent: -2
+            })
+        );
+        assert_eq!(
+            d("5."),
+            Ok(Decimal {
+                digits: 5,
+                exponent: 0
+            })
+        );
+        assert_eq!(
+            d("2.5e-3"),
+            Ok(Decimal {
+                digits: 25,
+                exponent: -4
+            })
+        );
+        assert_eq!(
+            d("1E+3"),
+            Ok(Decimal {
+                digits: 1,
+                exponent: 3
+            })
+        );
+        assert_eq!(d("0"), Err(NumberError::Zero));
+        assert_eq!(d("0.000"), Err(NumberError::Zero));
+        assert_eq!(d("-1"), Err(NumberError::Negative));
+        assert_eq!(d("-0.5"), Err(NumberError::Negative));
+        for bad in [
+            "", ".", "e3", "1e", "1e+", "1.2.3", "1..2", " 1", "1 ", "0x10", "1,5", "--1",
+        ] {
+            assert_eq!(d(bad), Err(NumberError::Malformed), "{bad:?}");
+        }
+        for word in ["nan", "-nan", "inf", "+inf", "-inf", "INFINITY"] {
+            assert_eq!(d(word), Err(NumberError::NotFinite), "{word:?}");
+        }
+        assert_eq!(d("1e1234567"), Err(NumberError::TooLarge));
+        assert_eq!(d(&"9".repeat(40)), Err(NumberError::TooLarge));
+        assert!(
+            d("1e400").is_ok(),
+            "finite but out of every range: the caller decides"
+        );
+    }
+
+    #[test]
+    fn reciprocal_rounds_up() {
+        let d = |s: &str| Decimal::parse_positive(s.as_bytes()).unwrap();
+        const NS: u64 = 1_000_000_000;
+        assert_eq!(d("1").ceil_reciprocal(NS), Some(NS));
+        assert_eq!(d("0.5").ceil_reciprocal(NS), Some(2 * NS));
+        assert_eq!(d("3").ceil_reciprocal(NS), Some(333_333_334));
+        assert_eq!(d("250000").ceil_reciprocal(NS), Some(4_000));
+        assert_eq!(d("1e9").ceil_reciprocal(NS), Some(1));
+        assert_eq!(
+            d("2e9").ceil_reciprocal(NS),
+            Some(1),
+            "below one rounds up to one"
+        );
+        assert_eq!(d("1e-30").ceil_reciprocal(NS), None);
+        assert_eq!(d("1e400").ceil_reciprocal(NS), None);
+    }
+
+    #[test]
+    fn scaling_rounds_up() {
+        let d = |s: &str| Decimal::parse_positive(s.as_bytes()).unwrap();
+        assert_eq!(d("0.25").ceil_times(1_000_000), Some(250_000));
+        assert_eq!(d("86400").ceil_times(1_000_000), Some(86_400_000_000));
+        assert_eq!(d("0.0000001").ceil_times(1_000_000), Some(1));
+        assert_eq!(d("1e-300").ceil_times(1_000_000), Some(1));
+        assert_eq!(d("1e300").ceil_times(1_000_000), None);
+    }
+
+    #[test]
+    fn power_of_ten_comparison_is_exact() {
+        let d = |s: &str| Decimal::parse_positive(s.as_bytes()).unwrap();
+        assert!(!d("999999999").exceeds_power_of_ten(9));
+        assert!(!d("1000000000").exceeds_power_of_ten(9));
+        assert!(!d("1e9").exceeds_power_of_ten(9));
+        assert!(d("1000000000.001").exceeds_power_of_ten(9));
+        assert!(!d("0.0001").exceeds_power_of_ten(0));
+        assert!(d("1e400").exceeds_power_of_ten(9));
+        assert!(!d("1e-400").exceeds_power_of_ten(9));
+    }
+}

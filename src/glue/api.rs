@@ -1,0 +1,417 @@
+//! Thin, safe wrappers over the Redis module API calls this module makes.
+//!
+//! Commands are registered with raw `RedisModule_CreateCommand` rather than through
+//! `redis-module`'s `Vec<RedisString>` wrapper: on the hot path that wrapper allocates a vector
+//! and retains every argument. Everything here reads arguments in place, replies with raw
+//! calls and never allocates on the path of an existing key.
+//!
+//! Every API pointer is an `Option` filled by `RedisModule_Init`. [`missing_apis`] lets
+//! `OnLoad` refuse to load on a server lacking any of those used here, and each wrapper
+//! still handles `None` without panicking (it reports failure instead).
+
+use std::ffi::{CStr, c_char, c_int, c_longlong, c_void};
+use std::ptr::{NonNull, null_mut};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::raw;
+
+/// Reads an API function pointer.
+macro_rules! api {
+    ($name:ident) => {
+        // SAFETY: RedisModule_Init writes these pointers once, during OnLoad, before any
+        // command or callback can run; afterwards they are only read.
+        unsafe { ::redis_module::raw::$name }
+    };
+}
+pub(crate) use api;
+
+/// The name of every API pointer this module calls on servers of all supported versions.
+pub fn missing_apis() -> Vec<&'static str> {
+    let present: [(&'static str, bool); 28] = [
+        ("OpenKey", api!(RedisModule_OpenKey).is_some()),
+        ("CloseKey", api!(RedisModule_CloseKey).is_some()),
+        ("KeyType", api!(RedisModule_KeyType).is_some()),
+        (
+            "ModuleTypeGetType",
+            api!(RedisModule_ModuleTypeGetType).is_some(),
+        ),
+        (
+            "ModuleTypeGetValue",
+            api!(RedisModule_ModuleTypeGetValue).is_some(),
+        ),
+        (
+            "ModuleTypeSetValue",
+            api!(RedisModule_ModuleTypeSetValue).is_some(),
+        ),
+        ("SetAbsExpire", api!(RedisModule_SetAbsExpire).is_some()),
+        ("SetExpire", api!(RedisModule_SetExpire).is_some()),
+        ("StringPtrLen", api!(RedisModule_StringPtrLen).is_some()),
+        ("ReplyWithArray", api!(RedisModule_ReplyWithArray).is_some()),
+        (
+            "ReplyWithLongLong",
+            api!(RedisModule_ReplyWithLongLong).is_some(),
+        ),
+        ("ReplyWithError", api!(RedisModule_ReplyWithError).is_some()),
+        (
+            "ReplyWithSimpleString",
+            api!(RedisModule_ReplyWithSimpleString).is_some(),
+        ),
+        ("WrongArity", api!(RedisModule_WrongArity).is_some()),
+        ("Replicate", api!(RedisModule_Replicate).is_some()),
+        (
+            "ReplicateVerbatim",
+            api!(RedisModule_ReplicateVerbatim).is_some(),
+        ),
+        (
+            "NotifyKeyspaceEvent",
+            api!(RedisModule_NotifyKeyspaceEvent).is_some(),
+        ),
+        (
+            "SignalModifiedKey",
+            api!(RedisModule_SignalModifiedKey).is_some(),
+        ),
+        (
+            "GetContextFlags",
+            api!(RedisModule_GetContextFlags).is_some(),
+        ),
+        ("Milliseconds", api!(RedisModule_Milliseconds).is_some()),
+        ("Log", api!(RedisModule_Log).is_some()),
+        (
+            "SaveStringBuffer",
+            api!(RedisModule_SaveStringBuffer).is_some(),
+        ),
+        (
+            "LoadStringBuffer",
+            api!(RedisModule_LoadStringBuffer).is_some(),
+        ),
+        ("IsIOError", api!(RedisModule_IsIOError).is_some()),
+        ("EmitAOF", api!(RedisModule_EmitAOF).is_some()),
+        (
+            "DigestAddStringBuffer",
+            api!(RedisModule_DigestAddStringBuffer).is_some(),
+        ),
+        (
+            "DigestEndSequence",
+            api!(RedisModule_DigestEndSequence).is_some(),
+        ),
+        ("Free", api!(RedisModule_Free).is_some()),
+    ];
+    present
+        .iter()
+        .filter(|(_, present)| !present)
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// The bytes of a Redis string, valid while the string is (for command arguments: until the
+/// command returns).
+pub fn string_bytes<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
+    let Some(ptr_len) = api!(RedisModule_StringPtrLen) else {
+        return &[];
+    };
+    let mut len = 0usize;
+    // SAFETY: `string` is a live Redis string (a command argument or a key name).
+    let data = unsafe { ptr_len(string, &mut len) };
+    if data.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis guarantees `len` readable bytes at `data` for the string's lifetime.
+    unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
+}
+
+/// One command invocation: its context and arguments.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    ctx: *mut raw::RedisModuleCtx,
+    argv: &'a [*mut raw::RedisModuleString],
+}
+
+impl<'a> Call<'a> {
+    /// Wraps the arguments Redis passes to a command function.
+    ///
+    /// # Safety
+    /// `ctx`, `argv` and `argc` must be those of a command function call in progress.
+    pub unsafe fn new(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: *mut *mut raw::RedisModuleString,
+        argc: c_int,
+    ) -> Self {
+        let count = usize::try_from(argc).unwrap_or(0);
+        let argv = if argv.is_null() || count == 0 {
+            &[][..]
+        } else {
+            // SAFETY: Redis passes `argc` valid argument pointers.
+            unsafe { std::slice::from_raw_parts(argv, count) }
+        };
+        Call { ctx, argv }
+    }
+
+    /// Number of arguments, the command name included.
+    pub fn arg_count(&self) -> usize {
+        self.argv.len()
+    }
+
+    /// Argument `index` (0 is the command name) as a Redis string.
+    pub fn arg(&self, index: usize) -> Option<*mut raw::RedisModuleString> {
+        self.argv.get(index).copied()
+    }
+
+    /// Argument `index` as bytes (empty if absent).
+    pub fn arg_bytes(&self, index: usize) -> &'a [u8] {
+        self.argv
+            .get(index)
+            .map_or(&[], |&string| string_bytes(string))
+    }
+
+    /// The context flags (`REDISMODULE_CTX_FLAGS_*`).
+    pub fn context_flags(&self) -> u32 {
+        let Some(flags) = api!(RedisModule_GetContextFlags) else {
+            return 0;
+        };
+        // SAFETY: the context is live for the duration of the command.
+        let flags = unsafe { flags(self.ctx) };
+        u32::from_ne_bytes(flags.to_ne_bytes())
+    }
+
+    /// Opens a key; closed when the returned handle drops.
+    pub fn open_key(&self, name: *mut raw::RedisModuleString, mode: KeyMode) -> Option<Key> {
+        let open = api!(RedisModule_OpenKey)?;
+        let flags = match mode {
+            KeyMode::Read => raw::REDISMODULE_READ,
+            KeyMode::Write => raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        };
+        // SAFETY: live context and key name; the mode flags are valid constants.
+        let key = unsafe { open(self.ctx, name, c_int::try_from(flags).unwrap_or(0)) };
+        NonNull::new(key).map(|key| Key { key })
+    }
+
+    /// Replies with an array of integers.
+    pub fn reply_integers(&self, values: &[i64]) {
+        let (Some(array), Some(integer)) = (
+            api!(RedisModule_ReplyWithArray),
+            api!(RedisModule_ReplyWithLongLong),
+        ) else {
+            return;
+        };
+        // SAFETY: live context; the array length matches the elements that follow.
+        unsafe {
+            array(self.ctx, values.len().try_into().unwrap_or(0));
+            for &value in values {
+                integer(self.ctx, value);
+            }
+        }
+    }
+
+    /// Replies with a simple string.
+    pub fn reply_simple(&self, text: &CStr) {
+        if let Some(reply) = api!(RedisModule_ReplyWithSimpleString) {
+            // SAFETY: live context, NUL-terminated string.
+            unsafe { reply(self.ctx, text.as_ptr()) };
+        }
+    }
+
+    /// Replies with an error; `message` starts with its error code (`ERR`, `WRONGTYPE`...).
+    pub fn reply_error(&self, message: &str) {
+        let Some(reply) = api!(RedisModule_ReplyWithError) else {
+            return;
+        };
+        let text = c_string(message);
+        // SAFETY: live context, NUL-terminated string.
+        unsafe { reply(self.ctx, text.as_ptr()) };
+    }
+
+    /// Replies with Redis's standard wrong-arity error for this command.
+    pub fn reply_wrong_arity(&self) {
+        if let Some(wrong_arity) = api!(RedisModule_WrongArity) {
+            // SAFETY: live context.
+            unsafe { wrong_arity(self.ctx) };
+        }
+    }
+
+    /// Propagates `command key payload integer` to replicas and the AOF, after this command.
+    pub fn replicate(
+        &self,
+        command: &CStr,
+        key: *mut raw::RedisModuleString,
+        payload: &[u8],
+        integer: i64,
+    ) -> bool {
+        let Some(replicate) = api!(RedisModule_Replicate) else {
+            return false;
+        };
+        // SAFETY: "sbl" = RedisModuleString*, (buffer, length), long long: the arguments that
+        // follow match it; the payload outlives the call (Redis copies it).
+        let status = unsafe {
+            replicate(
+                self.ctx,
+                command.as_ptr(),
+                c"sbl".as_ptr(),
+                key,
+                payload.as_ptr().cast::<c_char>(),
+                payload.len(),
+                c_longlong::from(integer),
+            )
+        };
+        status == raw::REDISMODULE_OK as c_int
+    }
+
+    /// Propagates this command as it was received (for the internal state-setting command).
+    pub fn replicate_verbatim(&self) {
+        if let Some(replicate) = api!(RedisModule_ReplicateVerbatim) {
+            // SAFETY: live context.
+            unsafe { replicate(self.ctx) };
+        }
+    }
+
+    /// Tells WATCH and client-side caching that a key changed, and emits a keyspace event.
+    pub fn announce_write(&self, event: &CStr, key: *mut raw::RedisModuleString) {
+        if let Some(signal) = api!(RedisModule_SignalModifiedKey) {
+            // SAFETY: live context and key name.
+            unsafe { signal(self.ctx, key) };
+        }
+        if let Some(notify) = api!(RedisModule_NotifyKeyspaceEvent) {
+            // SAFETY: live context, NUL-terminated event name, live key name.
+            unsafe {
+                notify(
+                    self.ctx,
+                    raw::REDISMODULE_NOTIFY_MODULE,
+                    event.as_ptr(),
+                    key,
+                )
+            };
+        }
+    }
+}
+
+/// How a key is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMode {
+    /// For reading only.
+    Read,
+    /// For reading and writing.
+    Write,
+}
+
+/// What an open key holds.
+pub enum KeyContent {
+    /// Nothing (missing or expired).
+    Empty,
+    /// A value of this module's type: the raw value pointer.
+    Limiter(*mut c_void),
+    /// A value of another type.
+    Other,
+}
+
+/// An open key, closed on drop.
+pub struct Key {
+    key: NonNull<raw::RedisModuleKey>,
+}
+
+impl Key {
+    /// What the key holds, given this module's type.
+    pub fn content(&self, limiter_type: *mut raw::RedisModuleType) -> KeyContent {
+        let (Some(key_type), Some(get_type), Some(get_value)) = (
+            api!(RedisModule_KeyType),
+            api!(RedisModule_ModuleTypeGetType),
+            api!(RedisModule_ModuleTypeGetValue),
+        ) else {
+            return KeyContent::Other;
+        };
+        let key = self.key.as_ptr();
+        // SAFETY: the key is open.
+        match unsafe { key_type(key) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => KeyContent::Empty,
+            // SAFETY: the key is open and holds a module value.
+            raw::REDISMODULE_KEYTYPE_MODULE if unsafe { get_type(key) } == limiter_type => {
+                // SAFETY: as above.
+                KeyContent::Limiter(unsafe { get_value(key) })
+            }
+            _ => KeyContent::Other,
+        }
+    }
+
+    /// Stores a new value in the key (replacing any), taking ownership of `value`.
+    ///
+    /// On failure the value is handed back so the caller can free it.
+    pub fn set_value(
+        &self,
+        limiter_type: *mut raw::RedisModuleType,
+        value: *mut c_void,
+    ) -> Result<(), *mut c_void> {
+        let Some(set) = api!(RedisModule_ModuleTypeSetValue) else {
+            return Err(value);
+        };
+        // SAFETY: the key is open for writing; Redis takes ownership of `value` on success.
+        let status = unsafe { set(self.key.as_ptr(), limiter_type, value) };
+        if status == raw::REDISMODULE_OK as c_int {
+            Ok(())
+        } else {
+            Err(value)
+        }
+    }
+
+    /// Sets the key's expiry to an absolute Unix time in milliseconds.
+    pub fn expire_at_ms(&self, unix_ms: i64) {
+        if let Some(set) = api!(RedisModule_SetAbsExpire) {
+            // SAFETY: the key is open for writing and not empty.
+            unsafe { set(self.key.as_ptr(), unix_ms) };
+        }
+    }
+
+    /// Removes the key's expiry.
+    pub fn persist(&self) {
+        if let Some(set) = api!(RedisModule_SetExpire) {
+            // SAFETY: the key is open for writing; REDISMODULE_NO_EXPIRE (-1) removes expiry.
+            unsafe { set(self.key.as_ptr(), -1) };
+        }
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if let Some(close) = api!(RedisModule_CloseKey) {
+            // SAFETY: the key was opened by OpenKey and is closed exactly once.
+            unsafe { close(self.key.as_ptr()) };
+        }
+    }
+}
+
+/// A NUL-terminated copy of `text`, with interior NULs replaced (they cannot be sent).
+pub fn c_string(text: &str) -> std::ffi::CString {
+    let bytes: Vec<u8> = text
+        .bytes()
+        .map(|b| if b == 0 { b'?' } else { b })
+        .collect();
+    std::ffi::CString::new(bytes).unwrap_or_default()
+}
+
+/// A context that lives as long as the module, so lines logged from anywhere (type callbacks,
+/// the panic hook) carry the module's name.
+static LOG_CONTEXT: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(null_mut());
+
+/// Creates the logging context; called once from `OnLoad`.
+pub fn init_log_context(ctx: *mut raw::RedisModuleCtx) {
+    if let Some(detached) = api!(RedisModule_GetDetachedThreadSafeContext) {
+        // SAFETY: called during OnLoad with the module's own context.
+        LOG_CONTEXT.store(unsafe { detached(ctx) }, Ordering::Relaxed);
+    }
+}
+
+/// Writes a line to the Redis log at `level` (`c"warning"`, `c"notice"`, ...).
+pub fn log(level: &CStr, message: &str) {
+    let Some(log) = api!(RedisModule_Log) else {
+        return;
+    };
+    let text = c_string(message);
+    // SAFETY: the context is the module's detached context, or NULL before it exists (Redis
+    // then logs under a generic name); "%s" consumes exactly the one NUL-terminated argument
+    // that follows.
+    unsafe {
+        log(
+            LOG_CONTEXT.load(Ordering::Relaxed),
+            level.as_ptr(),
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        )
+    };
+}

@@ -1,0 +1,62 @@
+//! Everything that talks to Redis: registration, the data type, commands, clock, INFO.
+//!
+//! Commands are thin: parse, read the clock once, call the pure core, store, replicate,
+//! reply. All `unsafe` FFI is confined to this module and [`crate::value`].
+
+pub mod api;
+pub mod clock;
+pub mod commands;
+pub mod datatype;
+pub mod limit;
+pub mod stats;
+
+use std::ffi::c_int;
+
+use redis_module::raw;
+
+use api::{api, log};
+
+/// Sets the module up during `OnLoad`: checks the server's API, options, panic logging, the
+/// data type, the commands and the INFO section.
+pub fn on_load(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    api::init_log_context(ctx);
+    let missing = api::missing_apis();
+    if !missing.is_empty() {
+        return Err(format!(
+            "this server lacks module APIs: {}",
+            missing.join(", ")
+        ));
+    }
+    install_panic_hook();
+    if let Some(set_options) = api!(RedisModule_SetModuleOptions) {
+        // HANDLE_IO_ERRORS: a short read while loading fails the load instead of aborting the
+        // server (and allows diskless loading). HANDLE_REPL_ASYNC_LOAD: the module keeps no
+        // state outside keys, so loading into a temporary database is safe.
+        // NO_IMPLICIT_SIGNAL_MODIFIED: keys are signalled only when really written, so a denied
+        // call does not invalidate WATCH or client-side caches.
+        let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+            | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
+            | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+        // SAFETY: called during OnLoad with the module's context; the flags are constants.
+        unsafe { set_options(ctx, c_int::try_from(options).unwrap_or(0)) };
+    }
+    datatype::register(ctx)?;
+    commands::register(ctx)?;
+    if let Some(register_info) = api!(RedisModule_RegisterInfoFunc) {
+        // Replaces the generic callback `redis_module!` registered, which has no fields.
+        // SAFETY: called during OnLoad; the callback lives as long as the module.
+        unsafe { register_info(ctx, Some(stats::info)) };
+    }
+    Ok(())
+}
+
+/// Logs panics through Redis before they are caught, so a bug leaves a trace in the server
+/// log rather than only on stderr.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        log(
+            c"warning",
+            &format!("PANIC in the ratelimit module: {info}"),
+        );
+    }));
+}

@@ -1,0 +1,77 @@
+//! Per-command counters of admitted and denied calls, shown by `INFO ratelimit`.
+
+use std::ffi::{CStr, c_int};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::raw;
+
+use super::api::{api, c_string};
+
+/// Admitted and denied calls of one command.
+pub struct CommandStats {
+    /// Field prefix in `INFO` (`tokenbucket` → `ratelimit_tokenbucket_admitted`).
+    name: &'static str,
+    admitted: AtomicU64,
+    denied: AtomicU64,
+}
+
+impl CommandStats {
+    const fn new(name: &'static str) -> Self {
+        CommandStats {
+            name,
+            admitted: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one decision.
+    pub fn record(&self, allowed: bool) {
+        let counter = if allowed {
+            &self.admitted
+        } else {
+            &self.denied
+        };
+        // Commands run on the main thread only, so a plain load and store (no locked
+        // read-modify-write instruction) is exact; atomics just make INFO's read sound.
+        counter.store(
+            counter.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Counters of `RL.TOKENBUCKET`.
+pub static TOKEN_BUCKET: CommandStats = CommandStats::new("tokenbucket");
+
+static ALL: [&CommandStats; 1] = [&TOKEN_BUCKET];
+
+/// The `INFO` callback: section `ratelimit_stats`.
+///
+/// # Safety
+/// Called by Redis with a live INFO context.
+pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let (Some(section), Some(field)) = (
+        api!(RedisModule_InfoAddSection),
+        api!(RedisModule_InfoAddFieldULongLong),
+    ) else {
+        return;
+    };
+    let add = |name: &str, value: u64| {
+        let name = c_string(name);
+        // SAFETY: `ctx` is the INFO context Redis passed in; the name is NUL-terminated.
+        unsafe { field(ctx, name.as_ptr(), value) };
+    };
+    let stats: &CStr = c"stats";
+    // SAFETY: as above.
+    unsafe { section(ctx, stats.as_ptr()) };
+    for command in ALL {
+        add(
+            &format!("{}_admitted", command.name),
+            command.admitted.load(Ordering::Relaxed),
+        );
+        add(
+            &format!("{}_denied", command.name),
+            command.denied.load(Ordering::Relaxed),
+        );
+    }
+}

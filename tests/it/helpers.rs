@@ -1,0 +1,77 @@
+//! Small helpers shared by the integration tests.
+
+use redis::{Connection, RedisError, RedisResult};
+
+/// `RL.TOKENBUCKET key capacity rate [cost]` → the five reply integers.
+pub fn token_bucket(con: &mut Connection, key: &str, capacity: u64, rate: &str, cost: u64) -> [i64; 5] {
+    try_token_bucket(con, key, capacity, rate, cost).expect("RL.TOKENBUCKET")
+}
+
+/// `RL.TOKENBUCKET`, returning the error if the server sends one.
+pub fn try_token_bucket(
+    con: &mut Connection,
+    key: &str,
+    capacity: u64,
+    rate: &str,
+    cost: u64,
+) -> RedisResult<[i64; 5]> {
+    let reply: Vec<i64> =
+        redis::cmd("RL.TOKENBUCKET").arg(key).arg(capacity).arg(rate).arg(cost).query(con)?;
+    Ok(reply.try_into().expect("five integers"))
+}
+
+/// A server error as it was sent: `CODE detail`.
+pub fn error_text(error: &RedisError) -> String {
+    match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => error.to_string(),
+    }
+}
+
+/// Sends any command and returns the error text it gets (panics if it succeeds).
+pub fn expect_error(con: &mut Connection, args: &[&[u8]]) -> String {
+    let mut command = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+    for arg in &args[1..] {
+        command.arg(*arg);
+    }
+    match command.query::<redis::Value>(con) {
+        Err(error) => error_text(&error),
+        Ok(value) => panic!("{:?} succeeded: {value:?}", String::from_utf8_lossy(args[0])),
+    }
+}
+
+/// `DUMP key` (None if the key does not exist).
+pub fn dump(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
+}
+
+/// `PEXPIRETIME key`: absolute expiry in Unix ms (-1 none, -2 missing).
+pub fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(con).expect("PEXPIRETIME")
+}
+
+/// The exact stored state of some keys: (DUMP, PEXPIRETIME) of each.
+pub fn snapshot(con: &mut Connection, keys: &[String]) -> Vec<(Option<Vec<u8>>, i64)> {
+    keys.iter().map(|key| (dump(con, key), pexpiretime(con, key))).collect()
+}
+
+/// Calls on several keys with varied parameters, some admitted and some denied.
+pub fn mixed_traffic(con: &mut Connection, keys: &[String]) {
+    for (index, key) in keys.iter().enumerate() {
+        let capacity = 3 + index as u64;
+        for cost in [1, 2, 1, 5, 1] {
+            let _ = token_bucket(con, key, capacity, "0.5", cost);
+        }
+    }
+}
+
+/// Key names `prefix:0 .. prefix:n`.
+pub fn keys(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}:{i}")).collect()
+}
+
+/// `WAIT 1 timeout`: returns how many replicas acknowledged.
+pub fn wait_replicas(con: &mut Connection) -> i64 {
+    redis::cmd("WAIT").arg(1).arg(10_000).query(con).expect("WAIT")
+}

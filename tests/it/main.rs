@@ -1,0 +1,14 @@
+//! Integration tests: the module loaded into real `redis-server` processes.
+//!
+//! One test binary (faster to build than one per file); one file per concern. These tests
+//! never link the crate itself: they only load the built module into servers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(clippy::arithmetic_side_effects, missing_docs)]
+
+mod errors;
+mod helpers;
+mod persistence;
+mod protocol;
+mod replication;
+mod server;
+mod token_bucket;

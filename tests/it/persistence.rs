@@ -1,0 +1,158 @@
+//! RDB, AOF, DUMP/RESTORE, COPY and MEMORY USAGE keep limiter state exactly.
+
+use std::time::Duration;
+
+use crate::helpers::{dump, error_text, expect_error, keys, mixed_traffic, snapshot, token_bucket};
+use crate::server::{Server, info_int, wait_until};
+
+#[test]
+fn debug_reload_keeps_state_and_expiry() {
+    let server = Server::start(&[]);
+    let mut con = server.conn();
+    let keys = keys("reload", 20);
+    mixed_traffic(&mut con, &keys);
+    let before = snapshot(&mut con, &keys);
+    assert!(before.iter().all(|(state, expiry)| state.is_some() && *expiry > 0));
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    assert_eq!(snapshot(&mut con, &keys), before);
+    let kind: String = redis::cmd("TYPE").arg(&keys[0]).query(&mut con).unwrap();
+    assert_eq!(kind, "ratelimit");
+}
+
+#[test]
+fn a_restart_from_rdb_keeps_state_and_expiry() {
+    let mut server = Server::start(&[]);
+    let mut con = server.conn();
+    let keys = keys("rdb", 20);
+    mixed_traffic(&mut con, &keys);
+    let before = snapshot(&mut con, &keys);
+    let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
+    server.restart(&[]);
+    let mut con = server.conn();
+    assert_eq!(snapshot(&mut con, &keys), before);
+    let check = std::process::Command::new("redis-check-rdb")
+        .arg(server.dir.join("dump.rdb"))
+        .output()
+        .expect("redis-check-rdb");
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+}
+
+fn aof_replay_is_exact(preamble: &str) {
+    let server = Server::start(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let mut con = server.conn();
+    let keys = keys("aof", 10);
+    mixed_traffic(&mut con, &keys);
+    // Rewrite (exercising rdb_save or aof_rewrite depending on the preamble), then more
+    // traffic that lands in the incremental file.
+    let _: String = redis::cmd("BGREWRITEAOF").query(&mut con).unwrap();
+    assert!(wait_until(Duration::from_secs(20), || {
+        info_int(&mut con, "persistence", "aof_rewrite_in_progress") == 0
+            && info_int(&mut con, "persistence", "aof_rewrite_scheduled") == 0
+    }));
+    mixed_traffic(&mut con, &keys);
+    let before = snapshot(&mut con, &keys);
+    // A real pause: a replay that recomputed with the clock at load time would differ.
+    std::thread::sleep(Duration::from_millis(1100));
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    assert_eq!(snapshot(&mut con, &keys), before);
+
+    let mut logged = String::new();
+    for entry in std::fs::read_dir(server.dir.join("appendonlydir")).unwrap() {
+        logged.push_str(&String::from_utf8_lossy(&std::fs::read(entry.unwrap().path()).unwrap()));
+    }
+    assert!(!logged.to_ascii_lowercase().contains("rl.tokenbucket"), "the AOF must hold effects, not commands");
+    assert!(logged.to_ascii_lowercase().contains("rl.setstate"));
+}
+
+#[test]
+fn aof_with_rdb_preamble_replays_exactly() {
+    aof_replay_is_exact("yes");
+}
+
+#[test]
+fn aof_without_rdb_preamble_replays_exactly() {
+    aof_replay_is_exact("no");
+}
+
+#[test]
+fn dump_restore_copy_and_memory_usage() {
+    let server = Server::start(&[]);
+    let mut con = server.conn();
+    token_bucket(&mut con, "k", 10, "1", 3);
+    let payload = dump(&mut con, "k").unwrap();
+    let _: () = redis::cmd("RESTORE").arg("restored").arg(0).arg(&payload).query(&mut con).unwrap();
+    assert_eq!(dump(&mut con, "restored").as_ref(), Some(&payload));
+    let _: () = redis::cmd("RESTORE").arg("restored").arg(0).arg(&payload).arg("REPLACE").query(&mut con).unwrap();
+    let future_ms = 4_102_444_800_000i64; // 2100-01-01
+    let _: () = redis::cmd("RESTORE").arg("abs").arg(future_ms).arg(&payload).arg("ABSTTL").query(&mut con).unwrap();
+    let expiry: i64 = redis::cmd("PEXPIRETIME").arg("abs").query(&mut con).unwrap();
+    assert_eq!(expiry, future_ms);
+
+    let copied: i64 = redis::cmd("COPY").arg("k").arg("copy").query(&mut con).unwrap();
+    assert_eq!(copied, 1);
+    assert_eq!(dump(&mut con, "copy").as_ref(), Some(&payload));
+    let digests = |con: &mut redis::Connection| -> Vec<String> {
+        redis::cmd("DEBUG").arg("DIGEST-VALUE").arg("k").arg("copy").query(con).unwrap()
+    };
+    let before = digests(&mut con);
+    assert_eq!(before[0], before[1]);
+    // The copy is independent, and the digest covers the state.
+    token_bucket(&mut con, "copy", 10, "1", 5);
+    assert_eq!(dump(&mut con, "k").as_ref(), Some(&payload));
+    let after = digests(&mut con);
+    assert_eq!(after[0], before[0]);
+    assert_ne!(after[1], before[1]);
+
+    let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("k").query(&mut con).unwrap();
+    assert!((16..200).contains(&usage), "MEMORY USAGE {usage}");
+}
+
+#[test]
+fn corrupt_or_forged_restore_payloads_are_refused() {
+    let mut server = Server::start(&[]);
+    let mut con = server.conn();
+    token_bucket(&mut con, "k", 10, "1", 3);
+    let payload = dump(&mut con, "k").unwrap();
+    // Layout: [7 = module type][0x81][8-byte module id, low 10 bits = encver][module stream]
+    //         [2-byte RDB version][8-byte CRC64].
+    let _: () = redis::cmd("DEBUG").arg("SET-SKIP-CHECKSUM-VALIDATION").arg(1).query(&mut con).unwrap();
+
+    // Cut the body short and keep a valid footer: the loader then reads footer bytes as
+    // data. Every attempt must be refused or yield a limiter that works.
+    let mut refused = 0;
+    for cut in 1..payload.len() - 10 {
+        let mut truncated = payload[..cut].to_vec();
+        truncated.extend_from_slice(&payload[payload.len() - 10..]);
+        match redis::cmd("RESTORE").arg("t").arg(0).arg(&truncated).query::<()>(&mut con) {
+            Err(error) => {
+                assert!(error_text(&error).starts_with("ERR Bad data format"), "{}", error_text(&error));
+                refused += 1;
+            }
+            Ok(()) => {
+                let reply = token_bucket(&mut con, "t", 10, "1", 1);
+                assert_eq!(reply[4], 10);
+                let _: () = redis::cmd("DEL").arg("t").query(&mut con).unwrap();
+            }
+        }
+    }
+    assert!(refused >= payload.len() - 13, "only {refused} refused");
+    let mut newer_encver = payload.clone();
+    newer_encver[9] = (newer_encver[9] & !0x03) | 0x02;
+    let message = expect_error(&mut con, &[b"RESTORE", b"t", b"0", &newer_encver]);
+    assert!(message.contains("Bad data format"), "{message}");
+    assert!(server.log().contains("refusing a value with encoding version 2"));
+
+    // Our own version byte and kind byte: the module stream starts with a string opcode (5)
+    // and the state's length (18), then the state.
+    assert_eq!(payload[10..12], [5, 18]);
+    let state_at = 12;
+    for (offset, value) in [(0, 9u8), (1, 200u8)] {
+        let mut forged = payload.clone();
+        forged[state_at + offset] = value;
+        let message = expect_error(&mut con, &[b"RESTORE", b"t", b"0", &forged]);
+        assert!(message.contains("Bad data format"), "{message}");
+    }
+    assert!(server.is_alive());
+    let exists: i64 = redis::cmd("EXISTS").arg("t").query(&mut con).unwrap();
+    assert_eq!(exists, 0);
+}

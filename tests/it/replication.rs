@@ -1,0 +1,113 @@
+//! Replicas and the AOF receive the primary's computed state (effects), never the command.
+
+use std::time::Duration;
+
+use crate::helpers::{error_text, keys, mixed_traffic, snapshot, token_bucket, wait_replicas};
+use crate::server::{Server, info_field, info_int};
+
+fn pair() -> (Server, Server) {
+    let primary = Server::start(&["--repl-ping-replica-period", "3600"]);
+    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
+    replica.replicate_from(&primary);
+    (primary, replica)
+}
+
+fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
+    info_field(con, "commandstats", &format!("cmdstat_{command}"))
+        .and_then(|stats| {
+            stats.split(',').find_map(|part| part.strip_prefix("calls=").and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_lagging_replica_ends_byte_identical() {
+    let (primary, replica) = pair();
+    let keys = keys("lag", 10);
+    // The replica stops processing for 2 s while the primary keeps computing: a replica that
+    // recomputed the command with its own (later) clock would refill more.
+    let port = replica.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("DEBUG").arg("SLEEP").arg(2).query(&mut con).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut con = primary.conn();
+    mixed_traffic(&mut con, &keys);
+    sleeper.join().unwrap();
+    assert_eq!(wait_replicas(&mut con), 1);
+
+    let mut replica_con = replica.conn();
+    assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
+    assert_eq!(commandstat_calls(&mut replica_con, "rl.tokenbucket"), 0, "never re-executed");
+    assert!(commandstat_calls(&mut replica_con, "rl.setstate") > 0);
+    assert_eq!(info_int(&mut replica_con, "stats", "unexpected_error_replies"), 0);
+}
+
+#[test]
+fn denied_calls_propagate_nothing() {
+    let (primary, _replica) = pair();
+    let mut con = primary.conn();
+    token_bucket(&mut con, "k", 2, "0.001", 2);
+    assert_eq!(wait_replicas(&mut con), 1);
+    let offset = info_int(&mut con, "replication", "master_repl_offset");
+    let dirty = info_int(&mut con, "persistence", "rdb_changes_since_last_save");
+    for _ in 0..20 {
+        assert_eq!(token_bucket(&mut con, "k", 2, "0.001", 1)[0], 0);
+        assert_eq!(token_bucket(&mut con, "k", 2, "0.001", 3)[0], 0);
+    }
+    assert_eq!(info_int(&mut con, "replication", "master_repl_offset"), offset);
+    assert_eq!(info_int(&mut con, "persistence", "rdb_changes_since_last_save"), dirty);
+    // An admitted call does propagate, and counts as a change for RDB save points.
+    token_bucket(&mut con, "other", 2, "1", 1);
+    assert!(info_int(&mut con, "replication", "master_repl_offset") > offset);
+    assert_eq!(info_int(&mut con, "persistence", "rdb_changes_since_last_save"), dirty + 1);
+}
+
+#[test]
+fn the_replica_refuses_writes() {
+    let (_primary, replica) = pair();
+    let mut con = replica.conn();
+    let error = redis::cmd("RL.TOKENBUCKET").arg("k").arg(1).arg(1).query::<redis::Value>(&mut con).unwrap_err();
+    assert!(error_text(&error).starts_with("READONLY"), "{}", error_text(&error));
+}
+
+#[test]
+fn multi_exec_and_scripts_replicate_their_effects() {
+    let (primary, replica) = pair();
+    let mut con = primary.conn();
+    let replies: Vec<Vec<i64>> = redis::pipe()
+        .atomic()
+        .cmd("RL.TOKENBUCKET").arg("m").arg(3).arg(1)
+        .cmd("RL.TOKENBUCKET").arg("m").arg(3).arg(1).arg(2)
+        .cmd("RL.TOKENBUCKET").arg("m").arg(3).arg(1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(replies.iter().map(|r| r[0]).collect::<Vec<_>>(), [1, 1, 0]);
+    let scripted: Vec<i64> = redis::cmd("EVAL")
+        .arg("redis.call('RL.TOKENBUCKET', KEYS[1], 5, 1, 2); return redis.call('RL.TOKENBUCKET', KEYS[1], 5, 1, 2)")
+        .arg(1)
+        .arg("s")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(scripted[..2], [1, 1]);
+    assert_eq!(wait_replicas(&mut con), 1);
+    let keys = vec!["m".to_string(), "s".to_string()];
+    let mut replica_con = replica.conn();
+    assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
+    assert_eq!(info_int(&mut replica_con, "stats", "unexpected_error_replies"), 0);
+}
+
+#[test]
+fn a_full_sync_carries_the_state() {
+    let primary = Server::start(&[]);
+    let mut con = primary.conn();
+    let keys = keys("sync", 20);
+    mixed_traffic(&mut con, &keys);
+    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
+    replica.replicate_from(&primary);
+    assert_eq!(wait_replicas(&mut con), 1);
+    let mut replica_con = replica.conn();
+    assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
+    assert!(!replica.log().contains("Skipping diskless-load"));
+}

@@ -1,0 +1,215 @@
+//! Real `redis-server` processes with the module loaded, on free loopback ports, in their own
+//! temporary directories, always stopped (even when a test panics).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The module under test: `$RL_MODULE_PATH`, or the debug build next to the test binary.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("RL_MODULE_PATH") {
+        return PathBuf::from(path);
+    }
+    // target/<profile>/deps/it-<hash> → target/<profile>/libredis_ratelimit.so
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let path = profile_dir.join(format!("libredis_ratelimit.{}", std::env::consts::DLL_EXTENSION));
+    assert!(
+        path.exists(),
+        "{} is missing: build the module first (make test does: cargo build --features test-hooks)",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    // Bind port 0 and release it: racy in theory (another process could take it before the
+    // server binds), so start() retries with a new port if the server cannot bind.
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
+}
+
+fn fresh_dir() -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "redis-ratelimit-it-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A running server, killed and cleaned up on drop.
+pub struct Server {
+    child: Option<Child>,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// Its working directory (RDB, AOF, log).
+    pub dir: PathBuf,
+    args: Vec<String>,
+}
+
+impl Server {
+    /// Starts a server with the module and `extra` arguments (which override the defaults).
+    pub fn start(extra: &[&str]) -> Server {
+        Server::start_in(fresh_dir(), extra)
+    }
+
+    /// Starts a server in an existing directory (to reload its RDB or AOF).
+    pub fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _attempt in 0..5 {
+            let mut server = Server { child: None, port: free_port(), dir: dir.clone(), args: args.clone() };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start; log:\n{}", std::fs::read_to_string(dir.join("log")).unwrap_or_default());
+    }
+
+    fn spawn(&mut self) -> bool {
+        let module = module_path();
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", self.dir.to_str().expect("utf-8 dir"), "--logfile", "log"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--enable-debug-command", "yes", "--protected-mode", "no"])
+            .arg("--loadmodule")
+            .arg(&module)
+            .args(&self.args)
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = command.spawn().expect("redis-server must be installed (make test installs it)");
+        self.child = Some(child);
+        let port = self.port;
+        let ready = wait_until(Duration::from_secs(10), || {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return true; // exited: stop waiting
+                }
+            }
+            ping(port)
+        });
+        let alive = matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
+        if ready && alive {
+            return true;
+        }
+        self.kill();
+        false
+    }
+
+    /// A new connection (RESP2).
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect")
+    }
+
+    /// A new RESP3 connection.
+    pub fn conn_resp3(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}/?protocol=resp3", self.port))
+            .and_then(|c| c.get_connection())
+            .expect("connect (RESP3)")
+    }
+
+    /// A client for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).expect("client")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None))) && ping(self.port)
+    }
+
+    /// Kills the process (SIGKILL) and waits for it, keeping the directory.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server and starts it again on the same port and directory, with `extra`
+    /// arguments replacing the previous ones.
+    pub fn restart(&mut self, extra: &[&str]) {
+        self.kill();
+        self.args = extra.iter().map(|s| s.to_string()).collect();
+        assert!(self.spawn() || self.spawn(), "restart failed; log:\n{}", self.log());
+    }
+
+    /// Makes this server a replica of `primary` and waits until the link is up.
+    pub fn replicate_from(&self, primary: &Server) {
+        let mut con = self.conn();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(primary.port)
+            .query(&mut con)
+            .expect("REPLICAOF");
+        assert!(
+            wait_until(Duration::from_secs(20), || info_field(&mut con, "replication", "master_link_status")
+                .as_deref()
+                == Some("up")),
+            "replica link did not come up; replica log:\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("--- log of server on port {} (last lines) ---", self.port);
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ping(port: u16) -> bool {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+        .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con))
+        .is_ok()
+}
+
+/// One field of an `INFO` section, if present.
+pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(con).ok()?;
+    info.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field).then(|| value.trim().to_string())
+    })
+}
+
+/// An `INFO` field parsed as an integer (0 when absent).
+pub fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
+    info_field(con, section, field).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
