@@ -5,7 +5,11 @@
 //! simulated clock, and safe to run on a primary whose results are replicated as effects.
 
 pub mod decision;
+pub mod fixed_window;
+pub mod gcra;
 pub mod number;
+pub mod sliding_log;
+pub mod sliding_window;
 pub mod time;
 pub mod token_bucket;
 

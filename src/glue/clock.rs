@@ -6,12 +6,6 @@
 //! wall clock at millisecond resolution. Never the client's clock, never a process-local one.
 
 use super::api::api;
-#[cfg(feature = "test-hooks")]
-use std::sync::atomic::{AtomicI64, Ordering};
-
-/// Offset added to the server clock, for tests that simulate a skewed node.
-#[cfg(feature = "test-hooks")]
-pub static TEST_CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
 
 /// Unix time in microseconds according to the server.
 pub fn now_us() -> i64 {
@@ -25,10 +19,6 @@ pub fn now_us() -> i64 {
         0
     };
     #[cfg(feature = "test-hooks")]
-    let now = now.saturating_add(
-        TEST_CLOCK_OFFSET_MS
-            .load(Ordering::Relaxed)
-            .saturating_mul(1_000),
-    );
+    let now = now.saturating_add(super::config::TEST_CLOCK_OFFSET_MS.get().saturating_mul(1_000));
     now
 }

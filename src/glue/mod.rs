@@ -6,6 +6,7 @@
 pub mod api;
 pub mod clock;
 pub mod commands;
+pub mod config;
 pub mod datatype;
 pub mod limit;
 pub mod stats;
@@ -40,6 +41,7 @@ pub fn on_load(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         // SAFETY: called during OnLoad with the module's context; the flags are constants.
         unsafe { set_options(ctx, c_int::try_from(options).unwrap_or(0)) };
     }
+    config::register(ctx)?;
     datatype::register(ctx)?;
     commands::register(ctx)?;
     if let Some(register_info) = api!(RedisModule_RegisterInfoFunc) {
