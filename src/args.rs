@@ -5,7 +5,8 @@
 
 use crate::core::number::{Decimal, parse_positive_integer};
 use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
-use crate::error::{ArgError, Rule};
+use crate::error::{ArgError, CommandError, Rule};
+use crate::limiter::Kind;
 
 /// A positive integer argument.
 pub fn positive_integer(name: &'static str, value: &[u8]) -> Result<u64, ArgError> {
@@ -19,23 +20,41 @@ pub fn positive_decimal(name: &'static str, value: &[u8]) -> Result<Decimal, Arg
         .map_err(|error| ArgError::new(name, Rule::for_number(error, Rule::PositiveDecimal), value))
 }
 
-/// An optional trailing `cost`, 1 when absent.
-fn cost(value: Option<&&[u8]>) -> Result<u64, ArgError> {
-    value.map_or(Ok(1), |value| positive_integer("cost", value))
+/// An optional trailing `cost` (1 when absent); more arguments are an arity error.
+fn optional_cost(rest: &[&[u8]]) -> Result<u64, CommandError> {
+    match rest {
+        [] => Ok(1),
+        [cost] => Ok(positive_integer("cost", cost)?),
+        _ => Err(CommandError::WrongArity),
+    }
+}
+
+/// The algorithm named by `RL.PEEK` / `RL.REFUND` (case-insensitive).
+pub fn algorithm(name: &[u8]) -> Result<Kind, CommandError> {
+    Kind::ALL
+        .into_iter()
+        .find(|kind| {
+            kind.command_name()
+                .is_some_and(|known| name.eq_ignore_ascii_case(known))
+        })
+        .ok_or_else(|| {
+            CommandError::Argument(ArgError::new(
+                "algorithm",
+                Rule::Must("be TOKENBUCKET, SLIDING, FIXED or SLIDINGLOG"),
+                name,
+            ))
+        })
 }
 
 /// `capacity rate [cost]` of `RL.TOKENBUCKET`.
-pub fn token_bucket(args: &[&[u8]]) -> Result<TokenBucketParams, ArgError> {
+pub fn token_bucket(args: &[&[u8]]) -> Result<TokenBucketParams, CommandError> {
     let [capacity_arg, rate_arg, rest @ ..] = args else {
-        return Err(ArgError::combination(
-            "arguments",
-            Rule::Must("be: capacity rate [cost]"),
-        ));
+        return Err(CommandError::WrongArity);
     };
     let capacity = positive_integer("capacity", capacity_arg)?;
     let rate = positive_decimal("rate", rate_arg)?;
-    let cost = cost(rest.first())?;
-    TokenBucketParams::new(capacity, rate, cost).map_err(|error| match error {
+    let cost = optional_cost(rest)?;
+    let params = TokenBucketParams::new(capacity, rate, cost).map_err(|error| match error {
         TokenBucketParamError::RateTooHigh => ArgError::new(
             "rate",
             Rule::AtMost("1000000000 tokens per second"),
@@ -45,7 +64,8 @@ pub fn token_bucket(args: &[&[u8]]) -> Result<TokenBucketParams, ArgError> {
             "capacity / rate",
             Rule::AtMost("100 years (the time an empty bucket takes to refill)"),
         ),
-    })
+    })?;
+    Ok(params)
 }
 
 #[cfg(test)]
@@ -68,6 +88,25 @@ mod tests {
         assert_eq!(
             (params.capacity(), params.interval_ns(), params.cost()),
             (1_000_000_000_000_000, 1_000, 7)
+        );
+    }
+
+    #[test]
+    fn counts_arguments() {
+        assert_eq!(token_bucket(&[b"1"]), Err(CommandError::WrongArity));
+        assert_eq!(
+            token_bucket(&[b"1", b"1", b"1", b"1"]),
+            Err(CommandError::WrongArity)
+        );
+    }
+
+    #[test]
+    fn names_algorithms_case_insensitively() {
+        assert_eq!(algorithm(b"tokenbucket"), Ok(Kind::TokenBucket));
+        assert_eq!(algorithm(b"TokenBucket"), Ok(Kind::TokenBucket));
+        assert_eq!(
+            algorithm(b"leaky").unwrap_err().to_string(),
+            "ERR algorithm must be TOKENBUCKET, SLIDING, FIXED or SLIDINGLOG (got 'leaky')"
         );
     }
 

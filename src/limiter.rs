@@ -8,7 +8,8 @@
 //! Layout, little-endian: `[version: u8][kind: u8][kind-specific fields]`. The version equals
 //! the module type's encoding version (the RDB `encver`).
 
-use crate::core::token_bucket::TokenBucket;
+use crate::core::Algorithm;
+use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm};
 
 /// Version of the encoding written by this build; also the module type's `encver`.
 pub const ENCODING_VERSION: u8 = 1;
@@ -36,6 +37,13 @@ impl Kind {
             Kind::TokenBucket => "a token bucket",
         }
     }
+
+    /// The ALGORITHM name `RL.PEEK` and `RL.REFUND` use for this kind, if they accept it.
+    pub fn command_name(self) -> Option<&'static [u8]> {
+        match self {
+            Kind::TokenBucket => Some(b"TOKENBUCKET"),
+        }
+    }
 }
 
 /// A state type that is stored under one [`Kind`].
@@ -52,6 +60,16 @@ impl KindState for TokenBucket {
         LimiterRef::TokenBucket(self)
     }
 }
+
+/// How an algorithm's commits travel to replicas and the AOF (as `RL.SETSTATE` payloads).
+pub trait Effect: Algorithm<State: KindState, Change: Clone> {
+    /// Writes what records one commit; by default the whole resulting state.
+    fn write_effect(out: &mut Encoded, state_after: &Self::State, _change: &Self::Change) {
+        out.push_limiter(state_after.as_limiter());
+    }
+}
+
+impl Effect for TokenBucketAlgorithm {}
 
 /// An owned limiter of any kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,50 +110,118 @@ impl LimiterRef<'_> {
     }
 }
 
-/// Longest encoding of a fixed-size kind.
-const INLINE_CAPACITY: usize = 32;
+/// Bytes encoded on the stack before spilling to the heap: enough for every fixed-size kind
+/// plus an effect's expiry, so replicating them allocates nothing.
+const INLINE_CAPACITY: usize = 48;
 
-/// An encoded limiter. Fixed-size kinds are encoded on the stack, so replicating a token
-/// bucket allocates nothing.
+/// An encoding under construction or finished.
 pub struct Encoded {
-    bytes: [u8; INLINE_CAPACITY],
+    inline: [u8; INLINE_CAPACITY],
     len: usize,
+    /// Used instead of `inline` once the encoding outgrows it.
+    heap: Option<Vec<u8>>,
 }
 
 impl Encoded {
-    /// The encoded bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        self.bytes.get(..self.len).unwrap_or_default()
+    fn empty() -> Self {
+        Encoded {
+            inline: [0; INLINE_CAPACITY],
+            len: 0,
+            heap: None,
+        }
     }
 
-    fn new(kind: Kind) -> Self {
-        let mut encoded = Encoded {
-            bytes: [0; INLINE_CAPACITY],
-            len: 0,
-        };
-        encoded.push(&[ENCODING_VERSION, kind as u8]);
-        encoded
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.heap {
+            Some(heap) => heap,
+            None => self.inline.get(..self.len).unwrap_or_default(),
+        }
     }
 
     fn push(&mut self, bytes: &[u8]) {
+        if let Some(heap) = self.heap.as_mut() {
+            heap.extend_from_slice(bytes);
+            return;
+        }
         let end = self.len.saturating_add(bytes.len());
-        if let Some(slot) = self.bytes.get_mut(self.len..end) {
-            slot.copy_from_slice(bytes);
-            self.len = end;
+        match self.inline.get_mut(self.len..end) {
+            Some(slot) => {
+                slot.copy_from_slice(bytes);
+                self.len = end;
+            }
+            None => {
+                let mut heap = Vec::with_capacity(end.saturating_mul(2));
+                heap.extend_from_slice(self.inline.get(..self.len).unwrap_or_default());
+                heap.extend_from_slice(bytes);
+                self.heap = Some(heap);
+            }
+        }
+    }
+
+    /// Appends the encoding of a limiter: version, kind, fields.
+    fn push_limiter(&mut self, limiter: LimiterRef<'_>) {
+        self.push(&[ENCODING_VERSION, limiter.kind() as u8]);
+        match limiter {
+            LimiterRef::TokenBucket(state) => {
+                self.push(&state.empty_at_ns().to_le_bytes());
+                self.push(&state.interval_ns().to_le_bytes());
+            }
         }
     }
 }
 
-/// Encodes a limiter.
+/// Encodes a limiter (for RDB, `DUMP`, the AOF rewrite and digests).
 pub fn encode(limiter: LimiterRef<'_>) -> Encoded {
-    let mut encoded = Encoded::new(limiter.kind());
-    match limiter {
-        LimiterRef::TokenBucket(state) => {
-            encoded.push(&state.empty_at_ns().to_le_bytes());
-            encoded.push(&state.interval_ns().to_le_bytes());
-        }
-    }
+    let mut encoded = Encoded::empty();
+    encoded.push_limiter(limiter);
     encoded
+}
+
+/// Encodes an effect: what `RL.SETSTATE` applies on replicas and at AOF load. The absolute
+/// expiry travels inside the payload, so the propagated command has a single argument
+/// besides the key. An expiry of 0 means "no expiry".
+pub fn encode_effect<A: Effect>(
+    expires_at_ms: i64,
+    state_after: &A::State,
+    change: &A::Change,
+) -> Encoded {
+    let mut encoded = Encoded::empty();
+    encoded.push(&expires_at_ms.to_le_bytes());
+    A::write_effect(&mut encoded, state_after, change);
+    encoded
+}
+
+/// Encodes an effect that sets a whole state (used by the AOF rewrite, with no expiry).
+pub fn encode_state_effect(expires_at_ms: i64, limiter: LimiterRef<'_>) -> Encoded {
+    let mut encoded = Encoded::empty();
+    encoded.push(&expires_at_ms.to_le_bytes());
+    encoded.push_limiter(limiter);
+    encoded
+}
+
+/// A decoded `RL.SETSTATE` payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EffectRecord {
+    /// Absolute expiry in Unix milliseconds; 0 for none.
+    pub expires_at_ms: i64,
+    /// The state to store.
+    pub limiter: Limiter,
+}
+
+/// Decodes and validates an `RL.SETSTATE` payload.
+pub fn decode_effect(bytes: &[u8]) -> Result<EffectRecord, DecodeError> {
+    let (expiry, rest) = bytes
+        .split_first_chunk::<8>()
+        .ok_or(DecodeError::BadLength)?;
+    let expires_at_ms = i64::from_le_bytes(*expiry);
+    if expires_at_ms < 0 {
+        return Err(DecodeError::InvalidState);
+    }
+    Ok(EffectRecord {
+        expires_at_ms,
+        limiter: decode(rest)?,
+    })
 }
 
 /// Why bytes are not a valid limiter.
@@ -227,6 +313,42 @@ mod tests {
         assert_eq!(encoded.as_bytes().len(), 18);
         assert_eq!(encoded.as_bytes()[..2], [ENCODING_VERSION, 0]);
         assert_eq!(decode(encoded.as_bytes()), Ok(limiter));
+    }
+
+    #[test]
+    fn effects_carry_the_expiry() {
+        let limiter = bucket();
+        let Limiter::TokenBucket(state) = limiter.clone();
+        let effect = encode_effect::<TokenBucketAlgorithm>(1_234, &state, &state);
+        assert_eq!(effect.as_bytes().len(), 26);
+        assert_eq!(
+            decode_effect(effect.as_bytes()),
+            Ok(EffectRecord {
+                expires_at_ms: 1_234,
+                limiter: limiter.clone()
+            })
+        );
+        let rewrite = encode_state_effect(0, limiter.as_ref());
+        assert_eq!(
+            decode_effect(rewrite.as_bytes()).map(|e| e.expires_at_ms),
+            Ok(0)
+        );
+        assert_eq!(
+            decode_effect(&effect.as_bytes()[..7]),
+            Err(DecodeError::BadLength)
+        );
+        let mut negative = effect.as_bytes().to_vec();
+        negative[7] = 0x80;
+        assert_eq!(decode_effect(&negative), Err(DecodeError::InvalidState));
+    }
+
+    #[test]
+    fn long_encodings_spill_to_the_heap() {
+        let mut encoded = Encoded::empty();
+        for byte in 0..100u8 {
+            encoded.push(&[byte]);
+        }
+        assert_eq!(encoded.as_bytes(), (0..100).collect::<Vec<u8>>());
     }
 
     #[test]

@@ -80,6 +80,21 @@ pub unsafe fn state_mut<'a, S: KindState>(raw: *mut c_void) -> Result<&'a mut S,
     }
 }
 
+/// Borrows the state behind a value pointer if it is of kind `S`; otherwise returns the
+/// kind the key actually holds.
+///
+/// # Safety
+/// `raw` must have been returned by [`into_raw`] or [`boxed`], not yet freed, and not be
+/// mutably borrowed for `'a`.
+pub unsafe fn state_ref<'a, S: KindState>(raw: *const c_void) -> Result<&'a S, Option<Kind>> {
+    match kind_of(raw) {
+        // SAFETY: kinds and state types correspond one to one, so the allocation is a Box<S>;
+        // the caller guarantees no mutable borrow.
+        Some(kind) if kind == S::KIND => Ok(unsafe { &*untagged::<S>(raw) }),
+        other => Err(other),
+    }
+}
+
 /// Replaces the limiter behind a value pointer in place when it is of the same kind;
 /// otherwise hands the limiter back.
 ///

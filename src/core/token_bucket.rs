@@ -188,8 +188,15 @@ impl View {
         let now = i128::from(now_us.clamp(0, MAX_NOW_US)).saturating_mul(i128::from(NS_PER_US));
         let refill = params.refill_ns();
         let full_since = now.saturating_sub(refill);
-        let empty_at = state.map_or(full_since, |s| s.empty_at_for(params, now)).max(full_since);
-        View { now, interval: i128::from(params.interval_ns), refill, empty_at }
+        let empty_at = state
+            .map_or(full_since, |s| s.empty_at_for(params, now))
+            .max(full_since);
+        View {
+            now,
+            interval: i128::from(params.interval_ns),
+            refill,
+            empty_at,
+        }
     }
 
     /// Nanoseconds of refill a call of `params.cost` needs.
@@ -202,17 +209,33 @@ impl View {
         if params.cost > params.capacity {
             return Retry::Never;
         }
-        let missing = self.needed(params).saturating_sub(self.now.saturating_sub(empty_at));
-        if missing <= 0 { Retry::Now } else { Retry::AfterMs(ceil_ms(missing).max(1)) }
+        let missing = self
+            .needed(params)
+            .saturating_sub(self.now.saturating_sub(empty_at));
+        if missing <= 0 {
+            Retry::Now
+        } else {
+            Retry::AfterMs(ceil_ms(missing).max(1))
+        }
     }
 
-    fn decision(&self, params: &TokenBucketParams, allowed: bool, empty_at: i128, retry: Retry) -> Decision {
+    fn decision(
+        &self,
+        params: &TokenBucketParams,
+        allowed: bool,
+        empty_at: i128,
+        retry: Retry,
+    ) -> Decision {
         let available = self.now.saturating_sub(empty_at).max(0);
         Decision {
             allowed,
             remaining: u64::try_from(available.div_euclid(self.interval)).unwrap_or(u64::MAX),
             retry,
-            reset_after_ms: ceil_ms(empty_at.saturating_add(self.refill).saturating_sub(self.now)),
+            reset_after_ms: ceil_ms(
+                empty_at
+                    .saturating_add(self.refill)
+                    .saturating_sub(self.now),
+            ),
             limit: params.capacity,
         }
     }
@@ -230,7 +253,10 @@ impl View {
             .unwrap_or(i64::MAX)
             .saturating_add(i64::from(full_at_ns.rem_euclid(ns_per_ms) != 0))
             .max(1);
-        Commit { change: state, expires_at_ms }
+        Commit {
+            change: state,
+            expires_at_ms,
+        }
     }
 }
 
@@ -270,7 +296,10 @@ impl Algorithm for TokenBucketAlgorithm {
     ) -> Evaluation<TokenBucket> {
         let view = View::new(state, params, now_us);
         let full_since = view.now.saturating_sub(view.refill);
-        let empty_at = view.empty_at.saturating_sub(view.needed(params)).max(full_since);
+        let empty_at = view
+            .empty_at
+            .saturating_sub(view.needed(params))
+            .max(full_since);
         let refunded = state.is_some() && empty_at < view.empty_at;
         let retry = view.retry(params, empty_at);
         Evaluation {
@@ -431,15 +460,23 @@ mod tests {
         let p = params(10, "1", 3);
         let mut bucket = Bucket::default();
         let nothing = TokenBucketAlgorithm::refund(None, &p, T0_US);
-        assert!(nothing.commit.is_none(), "a missing bucket is full: nothing to give back");
+        assert!(
+            nothing.commit.is_none(),
+            "a missing bucket is full: nothing to give back"
+        );
         assert_eq!(nothing.decision.reply_fields(), [0, 10, 0, 0, 10]);
         bucket.call(&p, T0_US); // 7 left
         bucket.call(&p, T0_US); // 4 left
         let refund = TokenBucketAlgorithm::refund(bucket.state.as_ref(), &p, T0_US);
         assert_eq!(refund.decision.reply_fields(), [1, 7, 0, 3000, 10]);
         bucket.state = Some(refund.commit.unwrap().change);
-        let refund = TokenBucketAlgorithm::refund(bucket.state.as_ref(), &params(10, "1", 5), T0_US);
-        assert_eq!(refund.decision.reply_fields(), [1, 10, 0, 0, 10], "clamped to the capacity");
+        let refund =
+            TokenBucketAlgorithm::refund(bucket.state.as_ref(), &params(10, "1", 5), T0_US);
+        assert_eq!(
+            refund.decision.reply_fields(),
+            [1, 10, 0, 0, 10],
+            "clamped to the capacity"
+        );
         let state = refund.commit.unwrap().change;
         let again = TokenBucketAlgorithm::refund(Some(&state), &p, T0_US);
         assert!(again.commit.is_none(), "already full");

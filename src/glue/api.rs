@@ -9,7 +9,7 @@
 //! `OnLoad` refuse to load on a server lacking any of those used here, and each wrapper
 //! still handles `None` without panicking (it reports failure instead).
 
-use std::ffi::{CStr, c_char, c_int, c_longlong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::{NonNull, null_mut};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -163,6 +163,19 @@ impl<'a> Call<'a> {
             .map_or(&[], |&string| string_bytes(string))
     }
 
+    /// Arguments from `start` on, as bytes; `None` when there are more than [`MAX_ARGS`].
+    pub fn args_from(&self, start: usize) -> Option<ArgList<'a>> {
+        let tail = self.argv.get(start..).unwrap_or_default();
+        let mut list = ArgList {
+            items: [&[]; MAX_ARGS],
+            len: tail.len(),
+        };
+        for (slot, &string) in list.items.iter_mut().zip(tail) {
+            *slot = string_bytes(string);
+        }
+        (tail.len() <= MAX_ARGS).then_some(list)
+    }
+
     /// The context flags (`REDISMODULE_CTX_FLAGS_*`).
     pub fn context_flags(&self) -> u32 {
         let Some(flags) = api!(RedisModule_GetContextFlags) else {
@@ -173,7 +186,8 @@ impl<'a> Call<'a> {
         u32::from_ne_bytes(flags.to_ne_bytes())
     }
 
-    /// Opens a key; closed when the returned handle drops.
+    /// Opens a key; closed when the returned handle drops. For reading, a missing key gives
+    /// `None`.
     pub fn open_key(&self, name: *mut raw::RedisModuleString, mode: KeyMode) -> Option<Key> {
         let open = api!(RedisModule_OpenKey)?;
         let flags = match mode {
@@ -228,28 +242,26 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Propagates `command key payload integer` to replicas and the AOF, after this command.
+    /// Propagates `command key payload` to replicas and the AOF, after this command.
     pub fn replicate(
         &self,
         command: &CStr,
         key: *mut raw::RedisModuleString,
         payload: &[u8],
-        integer: i64,
     ) -> bool {
         let Some(replicate) = api!(RedisModule_Replicate) else {
             return false;
         };
-        // SAFETY: "sbl" = RedisModuleString*, (buffer, length), long long: the arguments that
-        // follow match it; the payload outlives the call (Redis copies it).
+        // SAFETY: "sb" = RedisModuleString*, (buffer, length): the arguments that follow match
+        // it; the payload outlives the call (Redis copies it).
         let status = unsafe {
             replicate(
                 self.ctx,
                 command.as_ptr(),
-                c"sbl".as_ptr(),
+                c"sb".as_ptr(),
                 key,
                 payload.as_ptr().cast::<c_char>(),
                 payload.len(),
-                c_longlong::from(integer),
             )
         };
         status == raw::REDISMODULE_OK as c_int
@@ -280,6 +292,22 @@ impl<'a> Call<'a> {
                 )
             };
         }
+    }
+}
+
+/// Most arguments any command takes after its fixed ones.
+pub const MAX_ARGS: usize = 8;
+
+/// A few arguments as byte slices, without allocating.
+pub struct ArgList<'a> {
+    items: [&'a [u8]; MAX_ARGS],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for ArgList<'a> {
+    type Target = [&'a [u8]];
+    fn deref(&self) -> &Self::Target {
+        self.items.get(..self.len).unwrap_or_default()
     }
 }
 

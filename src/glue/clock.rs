@@ -19,6 +19,10 @@ pub fn now_us() -> i64 {
         0
     };
     #[cfg(feature = "test-hooks")]
-    let now = now.saturating_add(super::config::TEST_CLOCK_OFFSET_MS.get().saturating_mul(1_000));
+    let now = now.saturating_add(
+        super::config::TEST_CLOCK_OFFSET_MS
+            .get()
+            .saturating_mul(1_000),
+    );
     now
 }

@@ -11,11 +11,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use redis_module::raw;
 
 use super::api::{Call, KeyContent, KeyMode, api, log};
-use super::{datatype, limit, stats};
+use super::limit::{self, LimiterCommand, Operation};
+use super::reply::ReplyShape;
+use super::{datatype, stats};
 use crate::args;
 use crate::core::token_bucket::TokenBucketAlgorithm;
 use crate::error::CommandError;
-use crate::limiter;
+use crate::limiter::{self, Kind};
 use crate::value;
 
 /// The internal command that carries replicated and AOF-rewritten state.
@@ -26,6 +28,8 @@ pub const SET_STATE: &CStr = c"rl.setstate";
 enum KeyAccess {
     /// Reads and updates the key's value.
     ReadWrite,
+    /// Only reads the key's value.
+    ReadOnly,
 }
 
 /// A module command's registration.
@@ -60,9 +64,11 @@ macro_rules! entry_point {
 }
 
 entry_point!(token_bucket_entry => token_bucket);
+entry_point!(peek_entry => peek);
+entry_point!(refund_entry => refund);
 entry_point!(set_state_entry => set_state);
 
-const COMMANDS: [CommandSpec; 2] = [
+const COMMANDS: [CommandSpec; 4] = [
     CommandSpec {
         name: c"rl.tokenbucket",
         handler: token_bucket_entry,
@@ -73,12 +79,30 @@ const COMMANDS: [CommandSpec; 2] = [
         complexity: c"O(1)",
     },
     CommandSpec {
+        name: c"rl.peek",
+        handler: peek_entry,
+        flags: c"readonly fast",
+        arity: -5,
+        key_access: KeyAccess::ReadOnly,
+        summary: c"Returns what a limiter call would return now, changing nothing",
+        complexity: c"O(1); O(log N) for SLIDINGLOG",
+    },
+    CommandSpec {
+        name: c"rl.refund",
+        handler: refund_entry,
+        flags: c"write fast",
+        arity: -5,
+        key_access: KeyAccess::ReadWrite,
+        summary: c"Gives back the cost of a call that was admitted but not performed",
+        complexity: c"O(1); O(cost) for SLIDINGLOG",
+    },
+    CommandSpec {
         name: SET_STATE,
         handler: set_state_entry,
         flags: c"write deny-oom",
-        arity: 4,
+        arity: 3,
         key_access: KeyAccess::ReadWrite,
-        summary: c"Internal: stores a limiter state computed by the primary",
+        summary: c"Internal: applies a limiter state computed by the primary",
         complexity: c"O(1)",
     },
 ];
@@ -112,30 +136,69 @@ fn key_name(call: &Call<'_>) -> Result<*mut raw::RedisModuleString, CommandError
     call.arg(1).ok_or(CommandError::WrongArity)
 }
 
-/// `RL.TOKENBUCKET key capacity rate [cost]`
-fn token_bucket(call: &Call<'_>) -> Result<(), CommandError> {
-    check_arity(call, 4, 5)?;
-    let arguments = [call.arg_bytes(2), call.arg_bytes(3), call.arg_bytes(4)];
-    let given = call.arg_count().saturating_sub(2);
-    let params = args::token_bucket(arguments.get(..given).unwrap_or_default())?;
-    limit::acquire::<TokenBucketAlgorithm>(
-        call,
-        c"rl.tokenbucket",
-        &stats::TOKEN_BUCKET,
-        key_name(call)?,
-        &params,
-    )
+/// The arguments after `skip` fixed ones.
+fn args_after<'a>(call: &Call<'a>, skip: usize) -> Result<super::api::ArgList<'a>, CommandError> {
+    call.args_from(skip).ok_or(CommandError::WrongArity)
 }
 
-/// `RL.SETSTATE key state expire_at_ms`: stores a state computed elsewhere.
+/// `RL.TOKENBUCKET key capacity rate [cost]`
+fn token_bucket(call: &Call<'_>) -> Result<(), CommandError> {
+    const COMMAND: LimiterCommand = LimiterCommand {
+        event: c"rl.tokenbucket",
+        stats: &stats::TOKEN_BUCKET,
+        shape: ReplyShape::RateLimit,
+    };
+    let params = args::token_bucket(&args_after(call, 2)?)?;
+    limit::run::<TokenBucketAlgorithm>(call, &COMMAND, Operation::Acquire, key_name(call)?, &params)
+}
+
+/// `RL.PEEK key ALGORITHM args...`: the reply the real call would get now; changes nothing.
+fn peek(call: &Call<'_>) -> Result<(), CommandError> {
+    const COMMAND: LimiterCommand = LimiterCommand {
+        event: c"rl.peek",
+        stats: &stats::PEEK,
+        shape: ReplyShape::RateLimit,
+    };
+    run_named(call, &COMMAND, Operation::Peek)
+}
+
+/// `RL.REFUND key ALGORITHM args...`: gives back `cost` units, never beyond the limit.
+fn refund(call: &Call<'_>) -> Result<(), CommandError> {
+    const COMMAND: LimiterCommand = LimiterCommand {
+        event: c"rl.refund",
+        stats: &stats::REFUND,
+        shape: ReplyShape::RateLimit,
+    };
+    run_named(call, &COMMAND, Operation::Refund)
+}
+
+/// Runs `operation` with the algorithm named in argument 2 and its arguments after it.
+///
+/// This is the one place that maps an algorithm name to its parser and implementation.
+fn run_named(
+    call: &Call<'_>,
+    command: &LimiterCommand,
+    operation: Operation,
+) -> Result<(), CommandError> {
+    let key = key_name(call)?;
+    let rest = args_after(call, 3)?;
+    match args::algorithm(call.arg_bytes(2))? {
+        Kind::TokenBucket => {
+            let params = args::token_bucket(&rest)?;
+            limit::run::<TokenBucketAlgorithm>(call, command, operation, key, &params)
+        }
+    }
+}
+
+/// `RL.SETSTATE key effect`: applies an effect computed by the primary.
 ///
 /// Only the replication link and AOF loading may call it: on Redis before 8.0 there is no
 /// way to hide a module command from clients, so it checks who is calling. It validates the
-/// state as strictly as an RDB load, and propagates itself verbatim so a replica's own AOF
-/// and sub-replicas get it too. `expire_at_ms` is absolute Unix milliseconds; 0 means no
-/// expiry (the AOF rewrite follows it with Redis's own `PEXPIREAT`).
+/// payload as strictly as an RDB load, and propagates itself verbatim so a replica's own AOF
+/// and sub-replicas get it too. The payload carries the absolute expiry (Unix ms; 0 means
+/// none: the AOF rewrite follows it with Redis's own `PEXPIREAT`).
 fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
-    check_arity(call, 4, 4)?;
+    check_arity(call, 3, 3)?;
     let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
     if call.context_flags() & trusted == 0 {
         return Err(CommandError::Message(
@@ -143,26 +206,19 @@ fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
         ));
     }
     let key_name = key_name(call)?;
-    let limiter = limiter::decode(call.arg_bytes(2))
+    let effect = limiter::decode_effect(call.arg_bytes(2))
         .map_err(|error| CommandError::Dynamic(format!("ERR invalid limiter state: {error}")))?;
-    let expire_arg = call.arg_bytes(3);
-    let expires_at_ms = match expire_arg {
-        b"0" => 0,
-        other => args::positive_integer("expire_at_ms", other).and_then(|ms| {
-            i64::try_from(ms).map_err(|_| {
-                crate::error::ArgError::new("expire_at_ms", crate::error::Rule::TooLarge, other)
-            })
-        })?,
-    };
     let key = call
         .open_key(key_name, KeyMode::Write)
         .ok_or(CommandError::Message("ERR the key could not be opened"))?;
     let limiter_type = datatype::limiter_type();
     let leftover = match key.content(limiter_type) {
         KeyContent::Other => return Err(CommandError::WrongType),
-        // SAFETY: the value belongs to this module's type and is not borrowed elsewhere.
-        KeyContent::Limiter(raw_value) => unsafe { value::overwrite(raw_value, limiter) }.err(),
-        KeyContent::Empty => Some(limiter),
+        KeyContent::Limiter(raw_value) => {
+            // SAFETY: the value belongs to this module's type and is not borrowed elsewhere.
+            unsafe { value::overwrite(raw_value, effect.limiter) }.err()
+        }
+        KeyContent::Empty => Some(effect.limiter),
     };
     if let Some(limiter) = leftover {
         if let Err(raw_value) = key.set_value(limiter_type, value::into_raw(limiter)) {
@@ -171,8 +227,8 @@ fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
             return Err(CommandError::Message("ERR the limiter could not be stored"));
         }
     }
-    if expires_at_ms > 0 {
-        key.expire_at_ms(expires_at_ms);
+    if effect.expires_at_ms > 0 {
+        key.expire_at_ms(effect.expires_at_ms);
     } else {
         key.persist();
     }
@@ -244,6 +300,7 @@ impl CommandInfo {
                     | raw::REDISMODULE_CMD_KEY_ACCESS
                     | raw::REDISMODULE_CMD_KEY_UPDATE
             }
+            KeyAccess::ReadOnly => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
         };
         let mut key_specs = Box::new([key_spec_at_index_1(u64::from(flags)), terminator()]);
         let info = raw::RedisModuleCommandInfo {

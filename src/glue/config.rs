@@ -19,7 +19,13 @@ pub struct NumericConfig {
 
 impl NumericConfig {
     const fn new(name: &'static CStr, default: i64, min: i64, max: i64) -> Self {
-        NumericConfig { name, value: AtomicI64::new(default), default, min, max }
+        NumericConfig {
+            name,
+            value: AtomicI64::new(default),
+            default,
+            min,
+            max,
+        }
     }
 
     /// The current value.
@@ -36,8 +42,12 @@ pub static MAX_LOG_ENTRIES: NumericConfig =
 /// Milliseconds added to the clock the module reads: lets tests simulate a node whose clock
 /// is skewed. Redis's own expiry clock is not shifted. Only in builds with `test-hooks`.
 #[cfg(feature = "test-hooks")]
-pub static TEST_CLOCK_OFFSET_MS: NumericConfig =
-    NumericConfig::new(c"test-clock-offset-ms", 0, -315_576_000_000, 315_576_000_000);
+pub static TEST_CLOCK_OFFSET_MS: NumericConfig = NumericConfig::new(
+    c"test-clock-offset-ms",
+    0,
+    -315_576_000_000,
+    315_576_000_000,
+);
 
 #[cfg(not(feature = "test-hooks"))]
 const CONFIGS: [&NumericConfig; 1] = [&MAX_LOG_ENTRIES];
@@ -65,9 +75,10 @@ unsafe extern "C" fn set_numeric(
 /// Registers the settings and applies values from the server's configuration. Must run
 /// during `OnLoad`.
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
-    let (Some(register), Some(load)) =
-        (api!(RedisModule_RegisterNumericConfig), api!(RedisModule_LoadConfigs))
-    else {
+    let (Some(register), Some(load)) = (
+        api!(RedisModule_RegisterNumericConfig),
+        api!(RedisModule_LoadConfigs),
+    ) else {
         return Err("the server lacks the module configuration API".into());
     };
     for config in CONFIGS {
@@ -89,7 +100,10 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
             )
         };
         if status != raw::REDISMODULE_OK as c_int {
-            return Err(format!("could not register ratelimit.{}", config.name.to_string_lossy()));
+            return Err(format!(
+                "could not register ratelimit.{}",
+                config.name.to_string_lossy()
+            ));
         }
     }
     // SAFETY: called during OnLoad, after every configuration is registered.

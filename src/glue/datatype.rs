@@ -150,20 +150,19 @@ unsafe extern "C" fn aof_rewrite(
         let Some(limiter) = (unsafe { value::borrow(value) }) else {
             return;
         };
-        let encoded = limiter::encode(limiter);
-        let bytes = encoded.as_bytes();
+        // Expiry 0 means "none here": Redis appends PEXPIREAT for keys with a TTL itself.
+        let effect = limiter::encode_state_effect(0, limiter);
+        let bytes = effect.as_bytes();
         if let Some(emit) = api!(RedisModule_EmitAOF) {
-            // SAFETY: "sbl" = key string, (buffer, length), long long, matching the arguments.
-            // Expiry 0 means "none here": Redis appends PEXPIREAT for keys with a TTL itself.
+            // SAFETY: "sb" = key string, (buffer, length), matching the arguments.
             unsafe {
                 emit(
                     io,
                     SET_STATE.as_ptr(),
-                    c"sbl".as_ptr(),
+                    c"sb".as_ptr(),
                     key,
                     bytes.as_ptr(),
                     bytes.len(),
-                    0 as std::ffi::c_longlong,
                 )
             };
         }

@@ -9,6 +9,7 @@ pub mod commands;
 pub mod config;
 pub mod datatype;
 pub mod limit;
+pub mod reply;
 pub mod stats;
 
 use std::ffi::c_int;

@@ -42,8 +42,12 @@ impl CommandStats {
 
 /// Counters of `RL.TOKENBUCKET`.
 pub static TOKEN_BUCKET: CommandStats = CommandStats::new("tokenbucket");
+/// Counters of `RL.PEEK`: calls that would have been admitted or denied.
+pub static PEEK: CommandStats = CommandStats::new("peek");
+/// Counters of `RL.REFUND`: "admitted" when something was given back.
+pub static REFUND: CommandStats = CommandStats::new("refund");
 
-static ALL: [&CommandStats; 1] = [&TOKEN_BUCKET];
+static ALL: [&CommandStats; 3] = [&TOKEN_BUCKET, &PEEK, &REFUND];
 
 /// The `INFO` callback: section `ratelimit_stats`.
 ///

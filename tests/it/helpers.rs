@@ -3,7 +3,13 @@
 use redis::{Connection, RedisError, RedisResult};
 
 /// `RL.TOKENBUCKET key capacity rate [cost]` → the five reply integers.
-pub fn token_bucket(con: &mut Connection, key: &str, capacity: u64, rate: &str, cost: u64) -> [i64; 5] {
+pub fn token_bucket(
+    con: &mut Connection,
+    key: &str,
+    capacity: u64,
+    rate: &str,
+    cost: u64,
+) -> [i64; 5] {
     try_token_bucket(con, key, capacity, rate, cost).expect("RL.TOKENBUCKET")
 }
 
@@ -15,8 +21,12 @@ pub fn try_token_bucket(
     rate: &str,
     cost: u64,
 ) -> RedisResult<[i64; 5]> {
-    let reply: Vec<i64> =
-        redis::cmd("RL.TOKENBUCKET").arg(key).arg(capacity).arg(rate).arg(cost).query(con)?;
+    let reply: Vec<i64> = redis::cmd("RL.TOKENBUCKET")
+        .arg(key)
+        .arg(capacity)
+        .arg(rate)
+        .arg(cost)
+        .query(con)?;
     Ok(reply.try_into().expect("five integers"))
 }
 
@@ -37,7 +47,10 @@ pub fn expect_error(con: &mut Connection, args: &[&[u8]]) -> String {
     }
     match command.query::<redis::Value>(con) {
         Err(error) => error_text(&error),
-        Ok(value) => panic!("{:?} succeeded: {value:?}", String::from_utf8_lossy(args[0])),
+        Ok(value) => panic!(
+            "{:?} succeeded: {value:?}",
+            String::from_utf8_lossy(args[0])
+        ),
     }
 }
 
@@ -48,12 +61,17 @@ pub fn dump(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
 
 /// `PEXPIRETIME key`: absolute expiry in Unix ms (-1 none, -2 missing).
 pub fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(con).expect("PEXPIRETIME")
+    redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .expect("PEXPIRETIME")
 }
 
 /// The exact stored state of some keys: (DUMP, PEXPIRETIME) of each.
 pub fn snapshot(con: &mut Connection, keys: &[String]) -> Vec<(Option<Vec<u8>>, i64)> {
-    keys.iter().map(|key| (dump(con, key), pexpiretime(con, key))).collect()
+    keys.iter()
+        .map(|key| (dump(con, key), pexpiretime(con, key)))
+        .collect()
 }
 
 /// Calls on several keys with varied parameters, some admitted and some denied.
@@ -73,5 +91,9 @@ pub fn keys(prefix: &str, n: usize) -> Vec<String> {
 
 /// `WAIT 1 timeout`: returns how many replicas acknowledged.
 pub fn wait_replicas(con: &mut Connection) -> i64 {
-    redis::cmd("WAIT").arg(1).arg(10_000).query(con).expect("WAIT")
+    redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(con)
+        .expect("WAIT")
 }

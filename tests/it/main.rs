@@ -2,11 +2,17 @@
 //!
 //! One test binary (faster to build than one per file); one file per concern. These tests
 //! never link the crate itself: they only load the built module into servers.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
 mod errors;
 mod helpers;
+mod peek_refund;
 mod persistence;
 mod protocol;
 mod replication;

@@ -12,7 +12,11 @@ fn debug_reload_keeps_state_and_expiry() {
     let keys = keys("reload", 20);
     mixed_traffic(&mut con, &keys);
     let before = snapshot(&mut con, &keys);
-    assert!(before.iter().all(|(state, expiry)| state.is_some() && *expiry > 0));
+    assert!(
+        before
+            .iter()
+            .all(|(state, expiry)| state.is_some() && *expiry > 0)
+    );
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
     assert_eq!(snapshot(&mut con, &keys), before);
     let kind: String = redis::cmd("TYPE").arg(&keys[0]).query(&mut con).unwrap();
@@ -34,11 +38,22 @@ fn a_restart_from_rdb_keeps_state_and_expiry() {
         .arg(server.dir.join("dump.rdb"))
         .output()
         .expect("redis-check-rdb");
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
 }
 
 fn aof_replay_is_exact(preamble: &str) {
-    let server = Server::start(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let server = Server::start(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ]);
     let mut con = server.conn();
     let keys = keys("aof", 10);
     mixed_traffic(&mut con, &keys);
@@ -58,9 +73,14 @@ fn aof_replay_is_exact(preamble: &str) {
 
     let mut logged = String::new();
     for entry in std::fs::read_dir(server.dir.join("appendonlydir")).unwrap() {
-        logged.push_str(&String::from_utf8_lossy(&std::fs::read(entry.unwrap().path()).unwrap()));
+        logged.push_str(&String::from_utf8_lossy(
+            &std::fs::read(entry.unwrap().path()).unwrap(),
+        ));
     }
-    assert!(!logged.to_ascii_lowercase().contains("rl.tokenbucket"), "the AOF must hold effects, not commands");
+    assert!(
+        !logged.to_ascii_lowercase().contains("rl.tokenbucket"),
+        "the AOF must hold effects, not commands"
+    );
     assert!(logged.to_ascii_lowercase().contains("rl.setstate"));
 }
 
@@ -80,19 +100,48 @@ fn dump_restore_copy_and_memory_usage() {
     let mut con = server.conn();
     token_bucket(&mut con, "k", 10, "1", 3);
     let payload = dump(&mut con, "k").unwrap();
-    let _: () = redis::cmd("RESTORE").arg("restored").arg(0).arg(&payload).query(&mut con).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("restored")
+        .arg(0)
+        .arg(&payload)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(dump(&mut con, "restored").as_ref(), Some(&payload));
-    let _: () = redis::cmd("RESTORE").arg("restored").arg(0).arg(&payload).arg("REPLACE").query(&mut con).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("restored")
+        .arg(0)
+        .arg(&payload)
+        .arg("REPLACE")
+        .query(&mut con)
+        .unwrap();
     let future_ms = 4_102_444_800_000i64; // 2100-01-01
-    let _: () = redis::cmd("RESTORE").arg("abs").arg(future_ms).arg(&payload).arg("ABSTTL").query(&mut con).unwrap();
-    let expiry: i64 = redis::cmd("PEXPIRETIME").arg("abs").query(&mut con).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("abs")
+        .arg(future_ms)
+        .arg(&payload)
+        .arg("ABSTTL")
+        .query(&mut con)
+        .unwrap();
+    let expiry: i64 = redis::cmd("PEXPIRETIME")
+        .arg("abs")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(expiry, future_ms);
 
-    let copied: i64 = redis::cmd("COPY").arg("k").arg("copy").query(&mut con).unwrap();
+    let copied: i64 = redis::cmd("COPY")
+        .arg("k")
+        .arg("copy")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(copied, 1);
     assert_eq!(dump(&mut con, "copy").as_ref(), Some(&payload));
     let digests = |con: &mut redis::Connection| -> Vec<String> {
-        redis::cmd("DEBUG").arg("DIGEST-VALUE").arg("k").arg("copy").query(con).unwrap()
+        redis::cmd("DEBUG")
+            .arg("DIGEST-VALUE")
+            .arg("k")
+            .arg("copy")
+            .query(con)
+            .unwrap()
     };
     let before = digests(&mut con);
     assert_eq!(before[0], before[1]);
@@ -103,7 +152,11 @@ fn dump_restore_copy_and_memory_usage() {
     assert_eq!(after[0], before[0]);
     assert_ne!(after[1], before[1]);
 
-    let usage: i64 = redis::cmd("MEMORY").arg("USAGE").arg("k").query(&mut con).unwrap();
+    let usage: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("k")
+        .query(&mut con)
+        .unwrap();
     assert!((16..200).contains(&usage), "MEMORY USAGE {usage}");
 }
 
@@ -115,7 +168,11 @@ fn corrupt_or_forged_restore_payloads_are_refused() {
     let payload = dump(&mut con, "k").unwrap();
     // Layout: [7 = module type][0x81][8-byte module id, low 10 bits = encver][module stream]
     //         [2-byte RDB version][8-byte CRC64].
-    let _: () = redis::cmd("DEBUG").arg("SET-SKIP-CHECKSUM-VALIDATION").arg(1).query(&mut con).unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-SKIP-CHECKSUM-VALIDATION")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
 
     // Cut the body short and keep a valid footer: the loader then reads footer bytes as
     // data. Every attempt must be refused or yield a limiter that works.
@@ -123,9 +180,18 @@ fn corrupt_or_forged_restore_payloads_are_refused() {
     for cut in 1..payload.len() - 10 {
         let mut truncated = payload[..cut].to_vec();
         truncated.extend_from_slice(&payload[payload.len() - 10..]);
-        match redis::cmd("RESTORE").arg("t").arg(0).arg(&truncated).query::<()>(&mut con) {
+        match redis::cmd("RESTORE")
+            .arg("t")
+            .arg(0)
+            .arg(&truncated)
+            .query::<()>(&mut con)
+        {
             Err(error) => {
-                assert!(error_text(&error).starts_with("ERR Bad data format"), "{}", error_text(&error));
+                assert!(
+                    error_text(&error).starts_with("ERR Bad data format"),
+                    "{}",
+                    error_text(&error)
+                );
                 refused += 1;
             }
             Ok(()) => {
@@ -140,7 +206,11 @@ fn corrupt_or_forged_restore_payloads_are_refused() {
     newer_encver[9] = (newer_encver[9] & !0x03) | 0x02;
     let message = expect_error(&mut con, &[b"RESTORE", b"t", b"0", &newer_encver]);
     assert!(message.contains("Bad data format"), "{message}");
-    assert!(server.log().contains("refusing a value with encoding version 2"));
+    assert!(
+        server
+            .log()
+            .contains("refusing a value with encoding version 2")
+    );
 
     // Our own version byte and kind byte: the module stream starts with a string opcode (5)
     // and the state's length (18), then the state.

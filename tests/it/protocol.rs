@@ -18,13 +18,21 @@ fn keys_are_declared_for_acl_and_cluster_routing() {
         .query(&mut con)
         .unwrap();
     assert_eq!(keys, ["the-key"]);
-    let info: redis::Value = redis::cmd("COMMAND").arg("INFO").arg("rl.tokenbucket").query(&mut con).unwrap();
+    let info: redis::Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("rl.tokenbucket")
+        .query(&mut con)
+        .unwrap();
     let text = format!("{info:?}");
     for expected in ["write", "denyoom", "fast", "RW", "access", "update"] {
         assert!(text.contains(expected), "{expected} missing from {text}");
     }
-    let redis::Value::Array(outer) = info else { panic!() };
-    let redis::Value::Array(fields) = &outer[0] else { panic!() };
+    let redis::Value::Array(outer) = info else {
+        panic!()
+    };
+    let redis::Value::Array(fields) = &outer[0] else {
+        panic!()
+    };
     assert_eq!(fields[1], redis::Value::Int(-4), "arity");
 }
 
@@ -36,8 +44,14 @@ fn info_counts_admitted_and_denied_calls() {
         token_bucket(&mut con, "k", 2, "0.001", 1);
     }
     let field = |con: &mut redis::Connection, name: &str| info_field(con, "ratelimit", name);
-    assert_eq!(field(&mut con, "ratelimit_tokenbucket_admitted").as_deref(), Some("2"));
-    assert_eq!(field(&mut con, "ratelimit_tokenbucket_denied").as_deref(), Some("1"));
+    assert_eq!(
+        field(&mut con, "ratelimit_tokenbucket_admitted").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        field(&mut con, "ratelimit_tokenbucket_denied").as_deref(),
+        Some("1")
+    );
 }
 
 #[test]
@@ -46,7 +60,9 @@ fn writes_emit_keyspace_events_and_signal_watchers() {
     let mut subscriber = server.conn();
     let mut pubsub = subscriber.as_pubsub();
     pubsub.psubscribe("__keyevent@0__:*").unwrap();
-    pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let mut con = server.conn();
     token_bucket(&mut con, "k", 1, "0.001", 1);
     let message = pubsub.get_message().unwrap();
@@ -57,11 +73,25 @@ fn writes_emit_keyspace_events_and_signal_watchers() {
     let mut watcher = server.conn();
     let _: () = redis::cmd("WATCH").arg("k").query(&mut watcher).unwrap();
     assert_eq!(token_bucket(&mut con, "k", 1, "0.001", 1)[0], 0);
-    let committed: Option<Vec<String>> = redis::pipe().atomic().cmd("PING").query(&mut watcher).unwrap();
-    assert!(committed.is_some(), "a denied call must not invalidate WATCH");
+    let committed: Option<Vec<String>> = redis::pipe()
+        .atomic()
+        .cmd("PING")
+        .query(&mut watcher)
+        .unwrap();
+    assert!(
+        committed.is_some(),
+        "a denied call must not invalidate WATCH"
+    );
     // ...while an admitted one does.
     let _: () = redis::cmd("WATCH").arg("k2").query(&mut watcher).unwrap();
     assert_eq!(token_bucket(&mut con, "k2", 1, "0.001", 1)[0], 1);
-    let committed: Option<Vec<String>> = redis::pipe().atomic().cmd("PING").query(&mut watcher).unwrap();
-    assert!(committed.is_none(), "an admitted call must invalidate WATCH");
+    let committed: Option<Vec<String>> = redis::pipe()
+        .atomic()
+        .cmd("PING")
+        .query(&mut watcher)
+        .unwrap();
+    assert!(
+        committed.is_none(),
+        "an admitted call must invalidate WATCH"
+    );
 }

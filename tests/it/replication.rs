@@ -15,7 +15,9 @@ fn pair() -> (Server, Server) {
 fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
     info_field(con, "commandstats", &format!("cmdstat_{command}"))
         .and_then(|stats| {
-            stats.split(',').find_map(|part| part.strip_prefix("calls=").and_then(|n| n.parse().ok()))
+            stats
+                .split(',')
+                .find_map(|part| part.strip_prefix("calls=").and_then(|n| n.parse().ok()))
         })
         .unwrap_or(0)
 }
@@ -28,8 +30,15 @@ fn a_lagging_replica_ends_byte_identical() {
     // recomputed the command with its own (later) clock would refill more.
     let port = replica.port;
     let sleeper = std::thread::spawn(move || {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
-        let _: () = redis::cmd("DEBUG").arg("SLEEP").arg(2).query(&mut con).unwrap();
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(2)
+            .query(&mut con)
+            .unwrap();
     });
     std::thread::sleep(Duration::from_millis(300));
     let mut con = primary.conn();
@@ -39,9 +48,16 @@ fn a_lagging_replica_ends_byte_identical() {
 
     let mut replica_con = replica.conn();
     assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
-    assert_eq!(commandstat_calls(&mut replica_con, "rl.tokenbucket"), 0, "never re-executed");
+    assert_eq!(
+        commandstat_calls(&mut replica_con, "rl.tokenbucket"),
+        0,
+        "never re-executed"
+    );
     assert!(commandstat_calls(&mut replica_con, "rl.setstate") > 0);
-    assert_eq!(info_int(&mut replica_con, "stats", "unexpected_error_replies"), 0);
+    assert_eq!(
+        info_int(&mut replica_con, "stats", "unexpected_error_replies"),
+        0
+    );
 }
 
 #[test]
@@ -56,20 +72,38 @@ fn denied_calls_propagate_nothing() {
         assert_eq!(token_bucket(&mut con, "k", 2, "0.001", 1)[0], 0);
         assert_eq!(token_bucket(&mut con, "k", 2, "0.001", 3)[0], 0);
     }
-    assert_eq!(info_int(&mut con, "replication", "master_repl_offset"), offset);
-    assert_eq!(info_int(&mut con, "persistence", "rdb_changes_since_last_save"), dirty);
+    assert_eq!(
+        info_int(&mut con, "replication", "master_repl_offset"),
+        offset
+    );
+    assert_eq!(
+        info_int(&mut con, "persistence", "rdb_changes_since_last_save"),
+        dirty
+    );
     // An admitted call does propagate, and counts as a change for RDB save points.
     token_bucket(&mut con, "other", 2, "1", 1);
     assert!(info_int(&mut con, "replication", "master_repl_offset") > offset);
-    assert_eq!(info_int(&mut con, "persistence", "rdb_changes_since_last_save"), dirty + 1);
+    assert_eq!(
+        info_int(&mut con, "persistence", "rdb_changes_since_last_save"),
+        dirty + 1
+    );
 }
 
 #[test]
 fn the_replica_refuses_writes() {
     let (_primary, replica) = pair();
     let mut con = replica.conn();
-    let error = redis::cmd("RL.TOKENBUCKET").arg("k").arg(1).arg(1).query::<redis::Value>(&mut con).unwrap_err();
-    assert!(error_text(&error).starts_with("READONLY"), "{}", error_text(&error));
+    let error = redis::cmd("RL.TOKENBUCKET")
+        .arg("k")
+        .arg(1)
+        .arg(1)
+        .query::<redis::Value>(&mut con)
+        .unwrap_err();
+    assert!(
+        error_text(&error).starts_with("READONLY"),
+        "{}",
+        error_text(&error)
+    );
 }
 
 #[test]
@@ -78,9 +112,19 @@ fn multi_exec_and_scripts_replicate_their_effects() {
     let mut con = primary.conn();
     let replies: Vec<Vec<i64>> = redis::pipe()
         .atomic()
-        .cmd("RL.TOKENBUCKET").arg("m").arg(3).arg(1)
-        .cmd("RL.TOKENBUCKET").arg("m").arg(3).arg(1).arg(2)
-        .cmd("RL.TOKENBUCKET").arg("m").arg(3).arg(1)
+        .cmd("RL.TOKENBUCKET")
+        .arg("m")
+        .arg(3)
+        .arg(1)
+        .cmd("RL.TOKENBUCKET")
+        .arg("m")
+        .arg(3)
+        .arg(1)
+        .arg(2)
+        .cmd("RL.TOKENBUCKET")
+        .arg("m")
+        .arg(3)
+        .arg(1)
         .query(&mut con)
         .unwrap();
     assert_eq!(replies.iter().map(|r| r[0]).collect::<Vec<_>>(), [1, 1, 0]);
@@ -95,7 +139,10 @@ fn multi_exec_and_scripts_replicate_their_effects() {
     let keys = vec!["m".to_string(), "s".to_string()];
     let mut replica_con = replica.conn();
     assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
-    assert_eq!(info_int(&mut replica_con, "stats", "unexpected_error_replies"), 0);
+    assert_eq!(
+        info_int(&mut replica_con, "stats", "unexpected_error_replies"),
+        0
+    );
 }
 
 #[test]

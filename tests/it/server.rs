@@ -28,8 +28,14 @@ pub fn module_path() -> PathBuf {
     }
     // target/<profile>/deps/it-<hash> → target/<profile>/libredis_ratelimit.so
     let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-    let path = profile_dir.join(format!("libredis_ratelimit.{}", std::env::consts::DLL_EXTENSION));
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let path = profile_dir.join(format!(
+        "libredis_ratelimit.{}",
+        std::env::consts::DLL_EXTENSION
+    ));
     assert!(
         path.exists(),
         "{} is missing: build the module first (make test does: cargo build --features test-hooks)",
@@ -41,7 +47,10 @@ pub fn module_path() -> PathBuf {
 fn free_port() -> u16 {
     // Bind port 0 and release it: racy in theory (another process could take it before the
     // server binds), so start() retries with a new port if the server cannot bind.
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
 }
 
 fn fresh_dir() -> PathBuf {
@@ -76,12 +85,20 @@ impl Server {
     pub fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _attempt in 0..5 {
-            let mut server = Server { child: None, port: free_port(), dir: dir.clone(), args: args.clone() };
+            let mut server = Server {
+                child: None,
+                port: free_port(),
+                dir: dir.clone(),
+                args: args.clone(),
+            };
             if server.spawn() {
                 return server;
             }
         }
-        panic!("redis-server did not start; log:\n{}", std::fs::read_to_string(dir.join("log")).unwrap_or_default());
+        panic!(
+            "redis-server did not start; log:\n{}",
+            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+        );
     }
 
     fn spawn(&mut self) -> bool {
@@ -89,7 +106,12 @@ impl Server {
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", self.dir.to_str().expect("utf-8 dir"), "--logfile", "log"])
+            .args([
+                "--dir",
+                self.dir.to_str().expect("utf-8 dir"),
+                "--logfile",
+                "log",
+            ])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--enable-debug-command", "yes", "--protected-mode", "no"])
             .arg("--loadmodule")
@@ -98,7 +120,9 @@ impl Server {
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = command.spawn().expect("redis-server must be installed (make test installs it)");
+        let child = command
+            .spawn()
+            .expect("redis-server must be installed (make test installs it)");
         self.child = Some(child);
         let port = self.port;
         let ready = wait_until(Duration::from_secs(10), || {
@@ -157,7 +181,11 @@ impl Server {
     pub fn restart(&mut self, extra: &[&str]) {
         self.kill();
         self.args = extra.iter().map(|s| s.to_string()).collect();
-        assert!(self.spawn() || self.spawn(), "restart failed; log:\n{}", self.log());
+        assert!(
+            self.spawn() || self.spawn(),
+            "restart failed; log:\n{}",
+            self.log()
+        );
     }
 
     /// Makes this server a replica of `primary` and waits until the link is up.
@@ -169,8 +197,12 @@ impl Server {
             .query(&mut con)
             .expect("REPLICAOF");
         assert!(
-            wait_until(Duration::from_secs(20), || info_field(&mut con, "replication", "master_link_status")
-                .as_deref()
+            wait_until(Duration::from_secs(20), || info_field(
+                &mut con,
+                "replication",
+                "master_link_status"
+            )
+            .as_deref()
                 == Some("up")),
             "replica link did not come up; replica log:\n{}",
             self.log()
@@ -211,5 +243,7 @@ pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Op
 
 /// An `INFO` field parsed as an integer (0 when absent).
 pub fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
-    info_field(con, section, field).and_then(|v| v.parse().ok()).unwrap_or(0)
+    info_field(con, section, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

@@ -11,7 +11,10 @@ fn a_fresh_key_is_a_full_bucket() {
     let mut con = server.conn();
     let [allowed, remaining, retry, reset, limit] = token_bucket(&mut con, "k", 10, "2", 3);
     assert_eq!((allowed, remaining, retry, limit), (1, 7, 0, 10));
-    assert!((1490..=1500).contains(&reset), "3 tokens at 2/s refill in 1500 ms, got {reset}");
+    assert!(
+        (1490..=1500).contains(&reset),
+        "3 tokens at 2/s refill in 1500 ms, got {reset}"
+    );
 }
 
 #[test]
@@ -22,7 +25,10 @@ fn drains_then_denies_and_waiting_retry_after_is_enough() {
     assert_eq!(token_bucket(&mut con, "k", 2, "5", 1)[..2], [1, 0]);
     let [allowed, remaining, retry, reset, _] = token_bucket(&mut con, "k", 2, "5", 1);
     assert_eq!((allowed, remaining), (0, 0));
-    assert!((1..=200).contains(&retry), "one token at 5/s: at most 200 ms, got {retry}");
+    assert!(
+        (1..=200).contains(&retry),
+        "one token at 5/s: at most 200 ms, got {retry}"
+    );
     assert!(reset >= retry);
     // The behaviour under test is the wait itself: a client that waits retry_after_ms and
     // calls again must be admitted.
@@ -45,17 +51,30 @@ fn the_key_expires_exactly_when_the_bucket_is_full_again() {
     let mut con = server.conn();
     let [_, _, _, reset, _] = token_bucket(&mut con, "k", 4, "1", 2);
     let now_ms: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
-    let now_ms = now_ms[0].parse::<i64>().unwrap() * 1000 + now_ms[1].parse::<i64>().unwrap() / 1000;
+    let now_ms =
+        now_ms[0].parse::<i64>().unwrap() * 1000 + now_ms[1].parse::<i64>().unwrap() / 1000;
     let expire_at = pexpiretime(&mut con, "k");
-    assert!((expire_at - (now_ms + reset)).abs() <= 2, "expiry {expire_at} vs now+reset {}", now_ms + reset);
+    assert!(
+        (expire_at - (now_ms + reset)).abs() <= 2,
+        "expiry {expire_at} vs now+reset {}",
+        now_ms + reset
+    );
 
     // An idle limiter disappears by itself once full (active expiry).
     let [_, _, _, reset, _] = token_bucket(&mut con, "short", 1, "20", 1);
     assert!(reset <= 50);
     assert!(wait_until(Duration::from_secs(5), || {
-        redis::cmd("EXISTS").arg("short").query::<i64>(&mut con).unwrap() == 0
+        redis::cmd("EXISTS")
+            .arg("short")
+            .query::<i64>(&mut con)
+            .unwrap()
+            == 0
     }));
-    assert_eq!(token_bucket(&mut con, "short", 1, "20", 1)[..2], [1, 0], "indistinguishable from full");
+    assert_eq!(
+        token_bucket(&mut con, "short", 1, "20", 1)[..2],
+        [1, 0],
+        "indistinguishable from full"
+    );
 }
 
 #[test]
@@ -64,16 +83,26 @@ fn changed_parameters_clamp_tokens_to_the_new_capacity() {
     let mut con = server.conn();
     assert_eq!(token_bucket(&mut con, "k", 10, "0.001", 1)[..2], [1, 9]);
     assert_eq!(token_bucket(&mut con, "k", 5, "0.001", 1)[..2], [1, 4]);
-    assert_eq!(token_bucket(&mut con, "k", 50, "0.001", 1)[..2], [1, 3], "no tokens appear");
+    assert_eq!(
+        token_bucket(&mut con, "k", 50, "0.001", 1)[..2],
+        [1, 3],
+        "no tokens appear"
+    );
 }
 
 #[test]
 fn resp3_clients_get_the_same_array() {
     let server = Server::start(&[]);
     let mut con = server.conn_resp3();
-    let reply: redis::Value =
-        redis::cmd("RL.TOKENBUCKET").arg("k").arg(3).arg(1).query(&mut con).unwrap();
-    let redis::Value::Array(items) = reply else { panic!("expected an array, got {reply:?}") };
+    let reply: redis::Value = redis::cmd("RL.TOKENBUCKET")
+        .arg("k")
+        .arg(3)
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    let redis::Value::Array(items) = reply else {
+        panic!("expected an array, got {reply:?}")
+    };
     let integers: Vec<i64> = items
         .iter()
         .map(|item| match item {
@@ -91,8 +120,12 @@ fn any_key_bytes_work() {
     let binary: &[u8] = b"k\0\r\n\xff";
     let big = vec![b'x'; 512 * 1024];
     for key in [binary, &big[..], "clé-ü".as_bytes()] {
-        let reply: Vec<i64> =
-            redis::cmd("RL.TOKENBUCKET").arg(key).arg(2).arg(1).query(&mut con).unwrap();
+        let reply: Vec<i64> = redis::cmd("RL.TOKENBUCKET")
+            .arg(key)
+            .arg(2)
+            .arg(1)
+            .query(&mut con)
+            .unwrap();
         assert_eq!(reply[..2], [1, 1]);
         let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
         assert!(ttl > 0);
