@@ -123,6 +123,7 @@ pub struct Encoded {
 }
 
 impl Encoded {
+    #[inline]
     fn empty() -> Self {
         Encoded {
             inline: [0; INLINE_CAPACITY],
@@ -132,6 +133,7 @@ impl Encoded {
     }
 
     /// The encoded bytes.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         match &self.heap {
             Some(heap) => heap,
@@ -139,27 +141,35 @@ impl Encoded {
         }
     }
 
+    #[inline]
     fn push(&mut self, bytes: &[u8]) {
-        if let Some(heap) = self.heap.as_mut() {
-            heap.extend_from_slice(bytes);
-            return;
-        }
-        let end = self.len.saturating_add(bytes.len());
-        match self.inline.get_mut(self.len..end) {
-            Some(slot) => {
+        if self.heap.is_none() {
+            let end = self.len.saturating_add(bytes.len());
+            if let Some(slot) = self.inline.get_mut(self.len..end) {
                 slot.copy_from_slice(bytes);
                 self.len = end;
-            }
-            None => {
-                let mut heap = Vec::with_capacity(end.saturating_mul(2));
-                heap.extend_from_slice(self.inline.get(..self.len).unwrap_or_default());
-                heap.extend_from_slice(bytes);
-                self.heap = Some(heap);
+                return;
             }
         }
+        self.push_to_heap(bytes);
+    }
+
+    /// Moves the encoding to the heap (variable-size kinds) and appends there.
+    #[cold]
+    #[inline(never)]
+    fn push_to_heap(&mut self, bytes: &[u8]) {
+        let inline = self.inline.get(..self.len).unwrap_or_default();
+        let heap = self.heap.get_or_insert_with(|| {
+            let mut heap =
+                Vec::with_capacity(inline.len().saturating_add(bytes.len()).saturating_mul(2));
+            heap.extend_from_slice(inline);
+            heap
+        });
+        heap.extend_from_slice(bytes);
     }
 
     /// Appends the encoding of a limiter: version, kind, fields.
+    #[inline]
     fn push_limiter(&mut self, limiter: LimiterRef<'_>) {
         self.push(&[ENCODING_VERSION, limiter.kind() as u8]);
         match limiter {

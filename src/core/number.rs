@@ -54,40 +54,34 @@ impl Decimal {
     /// Parses `[digits][.digits][(e|E)[+|-]digits]`, with at least one digit before the
     /// exponent, and refuses zero: every decimal argument of this module must be positive.
     pub fn parse_positive(text: &[u8]) -> Result<Self, NumberError> {
-        let body = unsigned_part(text)?;
-        let (mantissa, exponent_text) = match body.iter().position(|&b| b == b'e' || b == b'E') {
-            Some(at) => {
-                let (mantissa, rest) = body.split_at(at);
-                (mantissa, rest.get(1..))
-            }
-            None => (body, None),
-        };
-        let (whole, fraction) = match mantissa.iter().position(|&b| b == b'.') {
-            Some(at) => {
-                let (whole, rest) = mantissa.split_at(at);
-                (whole, rest.get(1..).unwrap_or_default())
-            }
-            None => (mantissa, &[][..]),
-        };
-        if whole.is_empty() && fraction.is_empty() {
-            return Err(NumberError::Malformed);
-        }
+        let mut rest = unsigned_part(text)?;
         let mut digits: u128 = 0;
         let mut fraction_digits: i32 = 0;
-        for (index, &byte) in whole.iter().chain(fraction).enumerate() {
-            let digit = ascii_digit(byte).ok_or(NumberError::Malformed)?;
-            if index >= whole.len() {
-                fraction_digits = fraction_digits.saturating_add(1);
+        let mut written_exponent = 0;
+        let mut seen_digit = false;
+        let mut in_fraction = false;
+        while let Some((&byte, tail)) = rest.split_first() {
+            match byte {
+                b'0'..=b'9' => {
+                    digits = digits
+                        .checked_mul(10)
+                        .and_then(|d| d.checked_add(u128::from(byte.wrapping_sub(b'0'))))
+                        .ok_or(NumberError::TooLarge)?;
+                    fraction_digits = fraction_digits.saturating_add(i32::from(in_fraction));
+                    seen_digit = true;
+                }
+                b'.' if !in_fraction => in_fraction = true,
+                b'e' | b'E' if seen_digit => {
+                    written_exponent = parse_exponent(tail)?;
+                    break;
+                }
+                _ => return Err(NumberError::Malformed),
             }
-            digits = digits
-                .checked_mul(10)
-                .and_then(|d| d.checked_add(u128::from(digit)))
-                .ok_or(NumberError::TooLarge)?;
+            rest = tail;
         }
-        let written_exponent = match exponent_text {
-            Some(text) => parse_exponent(text)?,
-            None => 0,
-        };
+        if !seen_digit {
+            return Err(NumberError::Malformed);
+        }
         if digits == 0 {
             return Err(NumberError::Zero);
         }
@@ -109,7 +103,11 @@ impl Decimal {
             let scale = pow10(self.exponent.unsigned_abs())?;
             (u128::from(numerator), self.digits.checked_mul(scale)?)
         };
-        u64::try_from(top.div_ceil(bottom)).ok()
+        // Both usually fit in 64 bits, where division is several times cheaper.
+        match (u64::try_from(top), u64::try_from(bottom)) {
+            (Ok(top), Ok(bottom)) => Some(top.div_ceil(bottom)),
+            _ => u64::try_from(top.div_ceil(bottom)).ok(),
+        }
     }
 
     /// `ceil(self × factor)` when it fits in a `u64`; `None` when it does not.
@@ -143,6 +141,12 @@ impl Decimal {
 /// Strips nothing but checks for the forms every numeric argument refuses, so both parsers
 /// report NaN/inf and negatives the same way.
 fn unsigned_part(text: &[u8]) -> Result<&[u8], NumberError> {
+    if text
+        .first()
+        .is_some_and(|b| b.is_ascii_digit() || *b == b'.')
+    {
+        return Ok(text); // the common case: nothing to strip or refuse up front
+    }
     let unsigned = match text.split_first() {
         Some((b'-', rest)) | Some((b'+', rest)) => rest,
         _ => text,
@@ -203,9 +207,24 @@ fn ascii_digit(byte: u8) -> Option<u8> {
     byte.is_ascii_digit().then(|| byte.wrapping_sub(b'0'))
 }
 
+/// 10^0 ..= 10^38: every power of ten a u128 holds.
+// Evaluated at compile time, where an out-of-range index or an overflow fails the build.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+const POWERS_OF_TEN: [u128; 39] = {
+    let mut table = [1u128; 39];
+    let mut index = 1;
+    while index < table.len() {
+        table[index] = table[index - 1] * 10;
+        index += 1;
+    }
+    table
+};
+
 /// 10^power as a u128, or `None` above 10^38.
 fn pow10(power: u32) -> Option<u128> {
-    10u128.checked_pow(power)
+    usize::try_from(power)
+        .ok()
+        .and_then(|index| POWERS_OF_TEN.get(index).copied())
 }
 
 #[cfg(test)]

@@ -20,11 +20,16 @@ pub const MAX_NOW_US: i64 = (1 << 62) / 1_000;
 /// Milliseconds in `ns` nanoseconds, rounded up; 0 for zero or negative durations.
 ///
 /// Every duration a client is told to wait is rounded up, so that waiting it is enough.
-pub fn ceil_ms(ns: i128) -> u64 {
+pub fn ceil_ms(ns: impl Into<i128>) -> u64 {
+    let ns: i128 = ns.into();
     if ns <= 0 {
         return 0;
     }
-    u64::try_from(ns.div_ceil_positive(i128::from(NS_PER_MS))).unwrap_or(u64::MAX)
+    match u64::try_from(ns) {
+        // The usual case: a 64-bit division by a constant, which compiles to a multiplication.
+        Ok(small) => small.div_ceil(NS_PER_MS),
+        Err(_) => u64::try_from(ns.div_ceil_positive(i128::from(NS_PER_MS))).unwrap_or(u64::MAX),
+    }
 }
 
 /// `div_ceil` for a positive divisor (the std method is not yet stable for signed integers).

@@ -33,7 +33,7 @@
 
 use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
 use super::number::Decimal;
-use super::time::{MAX_NOW_US, NS_PER_MS, NS_PER_SECOND, NS_PER_US, ceil_ms};
+use super::time::{MAX_NOW_US, NS_PER_SECOND, NS_PER_US, ceil_ms};
 
 /// Longest time an empty bucket may take to refill: 100 Julian years, in nanoseconds.
 ///
@@ -101,14 +101,19 @@ impl TokenBucketParams {
         self.interval_ns
     }
 
+    /// [`Self::interval_ns`] as an i64 (it is at most [`MAX_REFILL_NS`]).
+    fn interval_i64(&self) -> i64 {
+        i64::try_from(self.interval_ns).unwrap_or(i64::MAX)
+    }
+
     /// Tokens this call asks for.
     pub fn cost(&self) -> u64 {
         self.cost
     }
 
-    /// Nanoseconds an empty bucket takes to refill completely.
-    fn refill_ns(&self) -> i128 {
-        i128::from(self.capacity).saturating_mul(i128::from(self.interval_ns))
+    /// Nanoseconds an empty bucket takes to refill completely (at most [`MAX_REFILL_NS`]).
+    fn refill_ns(&self) -> i64 {
+        i64::try_from(self.capacity.saturating_mul(self.interval_ns)).unwrap_or(i64::MAX)
     }
 }
 
@@ -149,43 +154,48 @@ impl TokenBucket {
     /// When the rate changed since the last admitted call, the tokens held at `now_ns` under
     /// the old rate (clamped to the new capacity) are kept, rounded down to the new interval,
     /// and refill continues at the new rate.
-    fn empty_at_for(&self, params: &TokenBucketParams, now_ns: i128) -> i128 {
-        let empty_at = i128::from(self.empty_at_ns);
+    fn empty_at_for(&self, params: &TokenBucketParams, now_ns: i64) -> i64 {
         if self.interval_ns == params.interval_ns {
-            return empty_at;
+            return self.empty_at_ns;
         }
+        // Rare (the rate changed), so computed in i128: |elapsed| < 2^64 and capacity ×
+        // old_interval < 2^124, so no product below can overflow.
+        let now = i128::from(now_ns);
         let old_interval = i128::from(self.interval_ns);
-        let new_interval = i128::from(params.interval_ns);
-        // Bounds: |elapsed| < 2^74 and capacity × old_interval < 2^124, so no product below
-        // can overflow an i128.
-        let elapsed = now_ns.saturating_sub(empty_at);
+        let elapsed = now.saturating_sub(i128::from(self.empty_at_ns));
         let old_full = i128::from(params.capacity).saturating_mul(old_interval);
         let rescaled = if elapsed >= old_full {
-            params.refill_ns()
+            i128::from(params.refill_ns())
         } else {
             elapsed
-                .saturating_mul(new_interval)
+                .saturating_mul(i128::from(params.interval_ns))
                 .div_euclid(old_interval)
         };
-        now_ns.saturating_sub(rescaled)
+        saturating_i64(now.saturating_sub(rescaled))
     }
 }
 
-/// A bucket seen at one instant, in i128 nanoseconds.
+fn saturating_i64(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// A bucket seen at one instant, in i64 nanoseconds.
 ///
-/// Bounds: now < 2^63, refill < 2^62, cost × interval < 2^127, so nothing computed here can
-/// overflow; the saturating operations only say so.
+/// Bounds: `0 ≤ now ≤ 2^62` (see [`MAX_NOW_US`]), `1 ≤ refill ≤ MAX_REFILL_NS < 2^62`, and the
+/// clamped empty instant lies in `[now − refill, …]`, so `now − empty_at ≤ 2^63 − 1`; the
+/// cost in nanoseconds is only formed once `cost ≤ capacity`, so it is at most `refill`. The
+/// saturating operations only say so.
 struct View {
-    now: i128,
-    interval: i128,
-    refill: i128,
+    now: i64,
+    interval: i64,
+    refill: i64,
     /// The empty instant, clamped so the bucket holds at most its capacity.
-    empty_at: i128,
+    empty_at: i64,
 }
 
 impl View {
     fn new(state: Option<&TokenBucket>, params: &TokenBucketParams, now_us: i64) -> View {
-        let now = i128::from(now_us.clamp(0, MAX_NOW_US)).saturating_mul(i128::from(NS_PER_US));
+        let now = now_us.clamp(0, MAX_NOW_US).saturating_mul(NS_PER_US as i64);
         let refill = params.refill_ns();
         let full_since = now.saturating_sub(refill);
         let empty_at = state
@@ -193,19 +203,21 @@ impl View {
             .max(full_since);
         View {
             now,
-            interval: i128::from(params.interval_ns),
+            interval: params.interval_i64(),
             refill,
             empty_at,
         }
     }
 
-    /// Nanoseconds of refill a call of `params.cost` needs.
-    fn needed(&self, params: &TokenBucketParams) -> i128 {
-        i128::from(params.cost).saturating_mul(self.interval)
+    /// Nanoseconds of refill a call needs; only meaningful when `cost ≤ capacity`.
+    fn needed(&self, params: &TokenBucketParams) -> i64 {
+        i64::try_from(params.cost)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(self.interval)
     }
 
     /// When a call of `params.cost` is admitted, for a bucket empty at `empty_at`.
-    fn retry(&self, params: &TokenBucketParams, empty_at: i128) -> Retry {
+    fn retry(&self, params: &TokenBucketParams, empty_at: i64) -> Retry {
         if params.cost > params.capacity {
             return Retry::Never;
         }
@@ -223,13 +235,15 @@ impl View {
         &self,
         params: &TokenBucketParams,
         allowed: bool,
-        empty_at: i128,
+        empty_at: i64,
         retry: Retry,
     ) -> Decision {
         let available = self.now.saturating_sub(empty_at).max(0);
         Decision {
             allowed,
-            remaining: u64::try_from(available.div_euclid(self.interval)).unwrap_or(u64::MAX),
+            remaining: available
+                .checked_div(self.interval)
+                .map_or(0, |tokens| tokens.unsigned_abs()),
             retry,
             reset_after_ms: ceil_ms(
                 empty_at
@@ -240,22 +254,17 @@ impl View {
         }
     }
 
-    /// The state to store for a bucket now empty at `empty_at` (which lies in
-    /// `[now − refill, now]`, so it fits an i64; see [`MAX_NOW_US`]), expiring when full.
-    fn commit(&self, params: &TokenBucketParams, empty_at: i128) -> Commit<TokenBucket> {
-        let state = TokenBucket {
-            empty_at_ns: i64::try_from(empty_at).unwrap_or(i64::MAX),
-            interval_ns: params.interval_ns,
-        };
+    /// The state to store for a bucket now empty at `empty_at` (in `[now − refill, now]`),
+    /// expiring when it is full again.
+    fn commit(&self, params: &TokenBucketParams, empty_at: i64) -> Commit<TokenBucket> {
         let full_at_ns = empty_at.saturating_add(self.refill);
-        let ns_per_ms = i128::from(NS_PER_MS);
-        let expires_at_ms = i64::try_from(full_at_ns.div_euclid(ns_per_ms))
-            .unwrap_or(i64::MAX)
-            .saturating_add(i64::from(full_at_ns.rem_euclid(ns_per_ms) != 0))
-            .max(1);
+        let expires_at_ms = ceil_ms(full_at_ns).max(1);
         Commit {
-            change: state,
-            expires_at_ms,
+            change: TokenBucket {
+                empty_at_ns: empty_at,
+                interval_ns: params.interval_ns,
+            },
+            expires_at_ms: i64::try_from(expires_at_ms).unwrap_or(i64::MAX),
         }
     }
 }

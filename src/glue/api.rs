@@ -296,7 +296,7 @@ impl<'a> Call<'a> {
 }
 
 /// Most arguments any command takes after its fixed ones.
-pub const MAX_ARGS: usize = 8;
+pub const MAX_ARGS: usize = 4;
 
 /// A few arguments as byte slices, without allocating.
 pub struct ArgList<'a> {
