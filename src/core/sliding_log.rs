@@ -1,1 +1,1509 @@
-//! (being written)
+//! Sliding log: the exact sliding window, for contracts that cannot tolerate approximation.
+//!
+//! A call of `cost` units at `now` is admitted iff the units admitted in the half-open
+//! interval `(now − window, now]`, plus `cost`, do not exceed `limit`. A unit admitted at `t`
+//! therefore counts until `t + window` exclusive and has left the window at exactly
+//! `t + window`.
+//!
+//! # Representation
+//!
+//! The state is the log itself: one `i64` timestamp (Unix µs) **per admitted unit**, oldest
+//! first, in a ring buffer (`VecDeque<i64>`), plus `as_of`, the latest instant a change was
+//! computed at (see *Clock*). A call of cost 5 pushes five equal timestamps. Packing
+//! `(timestamp, count)` pairs into the same 8 bytes would save memory for costly calls, but
+//! the two questions every evaluation asks — "how many units are in the window" and "when
+//! does the k-th oldest of them leave" — would then need a scan or a prefix-sum structure;
+//! with one entry per unit they are a binary search and an index:
+//!
+//! ```text
+//! start      = number of entries with t ≤ at − window   (partition_point, O(log n))
+//! in window  = len − start
+//! k-th oldest unit in the window = entries[start + k − 1]  (O(1))
+//! ```
+//!
+//! Timestamps never depend on the window or the limit, so both may change between calls on
+//! the same key: each call simply re-evaluates the stored timestamps with its own parameters
+//! (see *Parameter changes*).
+//!
+//! # Cost per call
+//!
+//! - [`SlidingLogAlgorithm::evaluate`] and [`SlidingLogAlgorithm::refund`] only read: a
+//!   binary search over the stored timestamps, O(log n), never linear in the number of
+//!   expired entries, no allocation. Denied calls and peeks stop there.
+//! - [`SlidingLogAlgorithm::apply`] drops the expired entries from the front of the ring
+//!   buffer (O(1) for `i64`: the head moves) and pushes `cost` entries (O(cost)), or drops
+//!   the refunded entries from the back (O(1)). Reallocations are amortised O(1) per entry
+//!   pushed or dropped (see *Memory*).
+//!
+//! # Memory
+//!
+//! Exactly 8 bytes per stored entry, plus a fixed header of [`SlidingLog::HEADER_BYTES`]
+//! (40 on 64-bit targets: the ring buffer's pointer, capacity, head and length, and `as_of`;
+//! 8-byte aligned). After every [`apply`](SlidingLogAlgorithm::apply),
+//! [`create`](SlidingLogAlgorithm::create) and [`SlidingLog::from_entries`], the buffer's
+//! capacity is at most `2 × len + 8` entries: growth doubles the capacity only when the
+//! entries no longer fit (so it stays below `2 × len`), and when the capacity exceeds
+//! `2 × len + 8` the buffer is shrunk to `1.5 × len + 4`. After a shrink, at least a quarter
+//! of the entries must be dropped, or half as many pushed, before the next reallocation, so
+//! reallocation copies are amortised O(1) per entry. [`SlidingLog::allocated_bytes`] reports
+//! header plus capacity.
+//!
+//! After an admitted call every stored entry is in the window (the expired ones are dropped
+//! by the same change), and the window holds at most `limit` units, so a log never stores
+//! more than the largest `limit` used on it, which is bounded by the server setting
+//! `ratelimit.max-log-entries` (at most [`MAX_STORED_ENTRIES`]). Entries that expire while no
+//! call is admitted stay stored until the next admitted call or refund, or until the key
+//! expires, which it does exactly when the newest entry leaves the window.
+//!
+//! # Clock
+//!
+//! `now` comes from the server, clamped to `[0, MAX_NOW_US]`. The log remembers `as_of`, the
+//! latest instant any change (admission or refund) was computed at; it is never below a
+//! stored timestamp. A call is evaluated at `at = max(now, as_of)`: if the clock stepped
+//! back, the call is decided as if made at `as_of`, where every stored entry counts, so it
+//! never sees more room than at any later instant; an admitted call is recorded at `at`, so
+//! timestamps stay sorted and never move back, and the recorded instants form an exact log
+//! even across backward steps. (The newest timestamp alone would not do: a refund can remove
+//! the newest entries after an admission dropped entries that had expired relative to them;
+//! a clock then stepping back would reopen room those dropped entries still occupied.)
+//! Durations the client is told (`retry_after_ms`, `reset_after_ms`) are measured from the
+//! real `now`, so they stay exact: a call at `now + retry_after` is admitted even though the
+//! clock was behind.
+//!
+//! # Parameter changes
+//!
+//! The limit is only compared against, so lowering it below the units in the window simply
+//! denies calls (with an exact retry) until enough units have left. The window is applied to
+//! the stored timestamps at each call: widening it brings back into the count any stored
+//! entry that falls in the wider window, but an admitted call drops the entries expired
+//! under *its* window for good, and the key's expiry follows the window of the last admitted
+//! call (or refund). A later, wider window therefore never counts units that an earlier,
+//! narrower window already forgot.
+//!
+//! # Replication
+//!
+//! What an admitted call or refund changes is a [`SlidingLogChange`]: a few integers
+//! ("at `at_us`, drop the `expired` oldest entries, then push `units` entries" or "... then
+//! drop the `units` newest entries"), not the log. Applying the same change to identical
+//! logs yields identical logs; applying it to a log that does not match (a diverged replica)
+//! saturates instead of panicking and keeps the log sorted and bounded.
+
+use std::collections::VecDeque;
+use std::iter;
+use std::mem::size_of;
+
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+use super::time::{MAX_NOW_US, NS_PER_US, US_PER_MS, US_PER_SECOND, ceil_ms};
+
+/// Shortest accepted window: one millisecond, in microseconds.
+pub const MIN_LOG_WINDOW_US: u64 = US_PER_MS;
+
+/// Longest accepted window: 100 Julian years, in microseconds.
+pub const MAX_LOG_WINDOW_US: u64 = 100 * 31_557_600 * US_PER_SECOND;
+
+/// Most entries a log ever stores, and the largest value `ratelimit.max-log-entries` may take.
+pub const MAX_STORED_ENTRIES: u64 = 10_000_000;
+
+/// [`MAX_STORED_ENTRIES`] as a length.
+const MAX_LEN: usize = 10_000_000;
+
+/// Capacity slack (in entries) allowed on top of twice the length, so small logs do not
+/// reallocate on every call.
+const SLACK: usize = 8;
+
+/// Why sliding log parameters are refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlidingLogParamError {
+    /// A window shorter than [`MIN_LOG_WINDOW_US`].
+    WindowTooShort,
+    /// A window longer than [`MAX_LOG_WINDOW_US`].
+    WindowTooLong,
+    /// A limit above the server's `ratelimit.max-log-entries`.
+    LimitAboveMaxEntries {
+        /// The largest limit accepted (the setting, capped at [`MAX_STORED_ENTRIES`]).
+        max_entries: u64,
+    },
+}
+
+/// Validated parameters of one sliding log call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingLogParams {
+    limit: u64,
+    window_us: u64,
+    /// `window_us` as an `i64` (it is at most [`MAX_LOG_WINDOW_US`]).
+    window: i64,
+    cost: u64,
+}
+
+impl SlidingLogParams {
+    /// Validates at most `limit` (≥ 1) units per sliding window of `window_us` microseconds,
+    /// for a call costing `cost` (≥ 1) units, on a server whose `ratelimit.max-log-entries`
+    /// is `max_entries` (values above [`MAX_STORED_ENTRIES`] are capped to it).
+    ///
+    /// A cost above the limit is valid: such a call is always denied and writes nothing.
+    /// Zero limits and costs are read as 1 (the argument parser refuses them).
+    pub fn new(
+        limit: u64,
+        window_us: u64,
+        cost: u64,
+        max_entries: u64,
+    ) -> Result<Self, SlidingLogParamError> {
+        if window_us < MIN_LOG_WINDOW_US {
+            return Err(SlidingLogParamError::WindowTooShort);
+        }
+        let window = match i64::try_from(window_us) {
+            Ok(window) if window_us <= MAX_LOG_WINDOW_US => window,
+            _ => return Err(SlidingLogParamError::WindowTooLong),
+        };
+        let max_entries = max_entries.clamp(1, MAX_STORED_ENTRIES);
+        if limit > max_entries {
+            return Err(SlidingLogParamError::LimitAboveMaxEntries { max_entries });
+        }
+        Ok(Self {
+            limit: limit.max(1),
+            window_us,
+            window,
+            cost: cost.max(1),
+        })
+    }
+
+    /// Units admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Length of the sliding window, in microseconds.
+    pub fn window_us(&self) -> u64 {
+        self.window_us
+    }
+
+    /// Units this call asks for.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+}
+
+/// What a sliding log stores between calls: the timestamp (Unix µs) of every admitted unit
+/// still stored, oldest first, and the latest instant a change was computed at.
+///
+/// Invariants (kept by every constructor and by [`SlidingLogAlgorithm::apply`]): timestamps
+/// are non-decreasing, within `[0, as_of]`, and `as_of` within `[0, MAX_NOW_US]`; there are
+/// at most [`MAX_STORED_ENTRIES`] entries, and the capacity is at most `2 × len + 8`.
+#[repr(align(8))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlidingLog {
+    entries: VecDeque<i64>,
+    as_of_us: i64,
+}
+
+impl SlidingLog {
+    /// Bytes of the fixed part of a log, wherever it is stored.
+    pub const HEADER_BYTES: usize = size_of::<SlidingLog>();
+
+    /// Rebuilds a stored log (decoding RDB, `RESTORE` or replicated payloads) from its
+    /// [`as_of_us`](Self::as_of_us) and `len` timestamps, refusing what no evaluation can
+    /// produce: `as_of_us` outside `[0, MAX_NOW_US]`, more than [`MAX_STORED_ENTRIES`]
+    /// entries, an iterator that yields fewer or more than `len`, timestamps outside
+    /// `[0, as_of_us]`, or timestamps out of order.
+    ///
+    /// The buffer is reserved with `try_reserve_exact` after the length check, so a forged
+    /// length can neither exceed the bound nor abort the process on allocation failure.
+    pub fn from_entries<I: IntoIterator<Item = i64>>(
+        as_of_us: i64,
+        len: u64,
+        entries: I,
+    ) -> Option<Self> {
+        if !(0..=MAX_NOW_US).contains(&as_of_us) || len > MAX_STORED_ENTRIES {
+            return None;
+        }
+        let len = usize::try_from(len).ok()?;
+        let mut log = VecDeque::new();
+        log.try_reserve_exact(len).ok()?;
+        let mut entries = entries.into_iter();
+        let mut previous = 0;
+        for _ in 0..len {
+            let at = entries.next()?;
+            if at < previous || at > as_of_us {
+                return None;
+            }
+            log.push_back(at);
+            previous = at;
+        }
+        if entries.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            entries: log,
+            as_of_us,
+        })
+    }
+
+    /// The stored timestamps (Unix µs), oldest first: what an encoder writes and
+    /// [`from_entries`](Self::from_entries) reads back.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = i64> + DoubleEndedIterator + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// The latest instant (Unix µs) a change to this log was computed at: calls made
+    /// earlier are evaluated at this instant instead (see the module documentation).
+    pub fn as_of_us(&self) -> i64 {
+        self.as_of_us
+    }
+
+    /// Number of stored entries (units), including any that have expired since the last
+    /// change.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log stores no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The newest stored timestamp, if any.
+    pub fn newest_us(&self) -> Option<i64> {
+        self.entries.back().copied()
+    }
+
+    /// Bytes this log occupies: the header plus the buffer's capacity, for `MEMORY USAGE`.
+    pub fn allocated_bytes(&self) -> usize {
+        self.entries
+            .capacity()
+            .saturating_mul(size_of::<i64>())
+            .saturating_add(Self::HEADER_BYTES)
+    }
+
+    fn drop_oldest(&mut self, count: usize) {
+        let count = count.min(self.entries.len());
+        self.entries.drain(..count);
+    }
+
+    fn drop_newest(&mut self, count: usize) {
+        self.entries
+            .truncate(self.entries.len().saturating_sub(count));
+    }
+
+    /// Pushes `units` entries at `as_of` (never below a stored timestamp), never beyond
+    /// [`MAX_STORED_ENTRIES`] entries in total.
+    fn push(&mut self, units: u32) {
+        let room = MAX_LEN.saturating_sub(self.entries.len());
+        let units = usize::try_from(units).unwrap_or(usize::MAX).min(room);
+        self.entries.extend(iter::repeat_n(self.as_of_us, units));
+    }
+
+    /// Shrinks the buffer to `1.5 × len + 4` when its capacity exceeds `2 × len + 8`.
+    fn trim_slack(&mut self) {
+        let len = self.entries.len();
+        if self.entries.capacity() > len.saturating_mul(2).saturating_add(SLACK) {
+            let target = len.saturating_add(len / 2).saturating_add(SLACK / 2);
+            self.entries.shrink_to(target);
+        }
+    }
+}
+
+/// What a change does after dropping the expired entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlidingLogAction {
+    /// Push `units` entries at the change's instant (an admitted call).
+    Admit {
+        /// Units admitted, in `1..=MAX_STORED_ENTRIES`.
+        units: u32,
+    },
+    /// Drop the `units` newest entries (a refund).
+    Refund {
+        /// Units given back, in `1..=MAX_STORED_ENTRIES`.
+        units: u32,
+    },
+}
+
+/// How an admitted call or a refund changes a log: what is stored and replicated, a few
+/// integers rather than the log.
+///
+/// Applying it raises the log's `as_of` to `at_us`, drops the `expired` oldest entries, then
+/// performs the action. Every value of this type has passed [`SlidingLogChange::new`]'s
+/// validation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingLogChange {
+    at_us: i64,
+    expired: u32,
+    action: SlidingLogAction,
+}
+
+impl SlidingLogChange {
+    /// Validates a change (as decoded from a replicated payload): `at_us` within
+    /// `[0, MAX_NOW_US]`, `expired` at most [`MAX_STORED_ENTRIES`], the action's `units` in
+    /// `1..=MAX_STORED_ENTRIES`.
+    pub fn new(at_us: i64, expired: u32, action: SlidingLogAction) -> Option<Self> {
+        let units = match action {
+            SlidingLogAction::Admit { units } | SlidingLogAction::Refund { units } => units,
+        };
+        let valid = (0..=MAX_NOW_US).contains(&at_us)
+            && u64::from(expired) <= MAX_STORED_ENTRIES
+            && (1..=MAX_STORED_ENTRIES).contains(&u64::from(units));
+        valid.then_some(Self {
+            at_us,
+            expired,
+            action,
+        })
+    }
+
+    /// Unix µs the change was computed at; admitted units are recorded at this instant.
+    pub fn at_us(&self) -> i64 {
+        self.at_us
+    }
+
+    /// Oldest entries to drop before the action (those that left the window).
+    pub fn expired(&self) -> u32 {
+        self.expired
+    }
+
+    /// What to do once the expired entries are dropped.
+    pub fn action(&self) -> SlidingLogAction {
+        self.action
+    }
+}
+
+/// The log a missing key stands for.
+static EMPTY: VecDeque<i64> = VecDeque::new();
+
+/// A log seen by one call at one instant.
+///
+/// Bounds: every timestamp and `now` lie in `[0, MAX_NOW_US]` (< 2^53) and the window is at
+/// most [`MAX_LOG_WINDOW_US`] (< 2^52), so no sum below can overflow an `i64`; the
+/// saturating operations only say so.
+struct View<'a> {
+    entries: &'a VecDeque<i64>,
+    /// The clamped clock.
+    now: i64,
+    window: i64,
+    /// The instant the call is evaluated and recorded at: `max(now, as_of)`.
+    at: i64,
+    /// Index of the oldest entry in the window `(at − window, at]`; also the number of
+    /// expired entries.
+    start: usize,
+}
+
+impl<'a> View<'a> {
+    fn new(state: Option<&'a SlidingLog>, params: &SlidingLogParams, now_us: i64) -> Self {
+        let entries = state.map_or(&EMPTY, |log| &log.entries);
+        let now = now_us.clamp(0, MAX_NOW_US);
+        let at = state.map_or(now, |log| log.as_of_us.max(now));
+        let cutoff = at.saturating_sub(params.window);
+        let start = entries.partition_point(|&t| t <= cutoff);
+        View {
+            entries,
+            now,
+            window: params.window,
+            at,
+            start,
+        }
+    }
+
+    /// Units in the window.
+    fn in_window(&self) -> u64 {
+        let count = self.entries.len().saturating_sub(self.start);
+        u64::try_from(count).unwrap_or(u64::MAX)
+    }
+
+    /// A change made by this call.
+    fn change(&self, action: SlidingLogAction) -> SlidingLogChange {
+        SlidingLogChange {
+            at_us: self.at,
+            expired: u32::try_from(self.start).unwrap_or(u32::MAX),
+            action,
+        }
+    }
+
+    /// Timestamp of the `k`-th oldest unit in the window (1-based).
+    fn nth_in_window(&self, k: u64) -> Option<i64> {
+        let index = usize::try_from(k)
+            .ok()?
+            .checked_sub(1)?
+            .checked_add(self.start)?;
+        self.entries.get(index).copied()
+    }
+
+    /// Milliseconds (rounded up) from now until a unit stored at `t` leaves the window.
+    fn ms_until_gone(&self, t: i64) -> u64 {
+        let micros = t.saturating_add(self.window).saturating_sub(self.now);
+        ceil_ms(i128::from(micros).saturating_mul(i128::from(NS_PER_US)))
+    }
+
+    /// When a call of `params.cost` is admitted, with `in_window` units (the oldest of those
+    /// currently in the window) still there.
+    ///
+    /// The oldest `needed = in_window + cost − limit` units must leave, the needed-th oldest
+    /// last. A call at `now + d` is decided at `max(now + d, as_of)`, and that unit is in the
+    /// window at `as_of`, so it leaves exactly when `now + d` reaches its departure.
+    fn retry(&self, params: &SlidingLogParams, in_window: u64) -> Retry {
+        if params.cost > params.limit {
+            return Retry::Never;
+        }
+        let needed = in_window
+            .saturating_add(params.cost)
+            .saturating_sub(params.limit);
+        if needed == 0 {
+            return Retry::Now;
+        }
+        // needed ≤ in_window because cost ≤ limit; the fallback (everything has left) is
+        // unreachable and only errs on the side of waiting.
+        let last_to_leave = self.nth_in_window(needed).unwrap_or(self.at);
+        Retry::AfterMs(self.ms_until_gone(last_to_leave).max(1))
+    }
+
+    /// The decision for a log holding (in its window) its `in_window` oldest units.
+    fn decision(&self, params: &SlidingLogParams, allowed: bool, in_window: u64) -> Decision {
+        Decision {
+            allowed,
+            remaining: params.limit.saturating_sub(in_window),
+            retry: self.retry(params, in_window),
+            reset_after_ms: self
+                .nth_in_window(in_window)
+                .map_or(0, |newest| self.ms_until_gone(newest)),
+            limit: params.limit,
+        }
+    }
+}
+
+/// The Unix millisecond (rounded up, at least 1) of the Unix microsecond `us`.
+fn ceil_unix_ms(us: i64) -> i64 {
+    let ms = i64::try_from(US_PER_MS).unwrap_or(i64::MAX);
+    us.div_euclid(ms)
+        .saturating_add(i64::from(us.rem_euclid(ms) != 0))
+        .max(1)
+}
+
+/// The sliding log algorithm.
+pub struct SlidingLogAlgorithm;
+
+impl Algorithm for SlidingLogAlgorithm {
+    type Params = SlidingLogParams;
+    type State = SlidingLog;
+    type Change = SlidingLogChange;
+
+    fn evaluate(
+        state: Option<&SlidingLog>,
+        params: &SlidingLogParams,
+        now_us: i64,
+    ) -> Evaluation<SlidingLogChange> {
+        let view = View::new(state, params, now_us);
+        let in_window = view.in_window();
+        let admitted =
+            params.cost <= params.limit && in_window.saturating_add(params.cost) <= params.limit;
+        if !admitted {
+            return Evaluation {
+                decision: view.decision(params, false, in_window),
+                commit: None,
+            };
+        }
+        // cost ≤ limit ≤ MAX_STORED_ENTRIES, so the conversion cannot fail.
+        let units = u32::try_from(params.cost).unwrap_or(u32::MAX);
+        Evaluation {
+            decision: Decision {
+                allowed: true,
+                remaining: params
+                    .limit
+                    .saturating_sub(in_window.saturating_add(params.cost)),
+                retry: Retry::Now,
+                reset_after_ms: view.ms_until_gone(view.at),
+                limit: params.limit,
+            },
+            commit: Some(Commit {
+                change: view.change(SlidingLogAction::Admit { units }),
+                expires_at_ms: ceil_unix_ms(view.at.saturating_add(view.window)),
+            }),
+        }
+    }
+
+    /// Removes the `cost` newest units in the window (fewer if the window holds fewer). A
+    /// refund that empties the log expires at the instant it was computed at: from then on
+    /// the log is indistinguishable from a missing key.
+    fn refund(
+        state: Option<&SlidingLog>,
+        params: &SlidingLogParams,
+        now_us: i64,
+    ) -> Evaluation<SlidingLogChange> {
+        let view = View::new(state, params, now_us);
+        let in_window = view.in_window();
+        let given_back = params.cost.min(in_window);
+        let after = in_window.saturating_sub(given_back);
+        let decision = view.decision(params, given_back > 0, after);
+        let commit = u32::try_from(given_back)
+            .ok()
+            .filter(|&units| units > 0)
+            .map(|units| Commit {
+                change: view.change(SlidingLogAction::Refund { units }),
+                expires_at_ms: ceil_unix_ms(
+                    view.nth_in_window(after)
+                        .map_or(view.at, |newest| newest.saturating_add(view.window)),
+                ),
+            });
+        Evaluation { decision, commit }
+    }
+
+    /// Raises the log's `as_of` to the change's instant, drops the change's expired entries,
+    /// then pushes its units (at `as_of`) or drops its newest units; finally trims excess
+    /// capacity. On a log that does not match the one the change was computed from it
+    /// saturates: it drops at most what is stored, records admitted units at the log's own
+    /// `as_of` if that is later than the change's instant (so the log stays sorted), and
+    /// stores at most [`MAX_STORED_ENTRIES`] entries.
+    fn apply(state: &mut SlidingLog, change: SlidingLogChange) {
+        state.as_of_us = state.as_of_us.max(change.at_us).clamp(0, MAX_NOW_US);
+        state.drop_oldest(usize::try_from(change.expired).unwrap_or(usize::MAX));
+        match change.action {
+            SlidingLogAction::Admit { units } => state.push(units),
+            SlidingLogAction::Refund { units } => {
+                state.drop_newest(usize::try_from(units).unwrap_or(usize::MAX));
+            }
+        }
+        state.trim_slack();
+    }
+
+    /// An empty log with the change applied (a refund leaves it empty).
+    fn create(change: SlidingLogChange) -> SlidingLog {
+        let mut log = SlidingLog::default();
+        Self::apply(&mut log, change);
+        log
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0_US: i64 = 1_700_000_000_000_000; // an ordinary Unix time, in µs
+    const MS: i64 = 1_000;
+    const SECOND: i64 = 1_000_000;
+    const DEFAULT_MAX_ENTRIES: u64 = 10_000;
+
+    fn params(limit: u64, window_us: i64, cost: u64) -> SlidingLogParams {
+        SlidingLogParams::new(limit, window_us as u64, cost, MAX_STORED_ENTRIES).unwrap()
+    }
+
+    fn log_of(entries: &[i64]) -> SlidingLog {
+        let as_of = entries.last().copied().unwrap_or(0);
+        SlidingLog::from_entries(as_of, entries.len() as u64, entries.iter().copied()).unwrap()
+    }
+
+    fn is_sorted(log: &SlidingLog) -> bool {
+        let entries: Vec<i64> = log.entries().collect();
+        entries.windows(2).all(|pair| pair[0] <= pair[1])
+    }
+
+    fn within_memory_bound(log: &SlidingLog) -> bool {
+        log.allocated_bytes() <= SlidingLog::HEADER_BYTES + 8 * (2 * log.len() + SLACK)
+    }
+
+    /// A log driven through a sequence of calls, as the glue would drive it.
+    #[derive(Default)]
+    struct Key {
+        state: Option<SlidingLog>,
+        expires_at_ms: Option<i64>,
+    }
+
+    impl Key {
+        fn expire(&mut self, now_us: i64) {
+            if let Some(expiry) = self.expires_at_ms {
+                if now_us.div_euclid(MS) >= expiry {
+                    // Redis deletes the key once its expiry has passed.
+                    *self = Key::default();
+                }
+            }
+        }
+
+        fn commit(&mut self, commit: Option<Commit<SlidingLogChange>>) {
+            if let Some(commit) = commit {
+                match &mut self.state {
+                    Some(state) => SlidingLogAlgorithm::apply(state, commit.change),
+                    None => self.state = Some(SlidingLogAlgorithm::create(commit.change)),
+                }
+                self.expires_at_ms = Some(commit.expires_at_ms);
+            }
+        }
+
+        fn call(&mut self, params: &SlidingLogParams, now_us: i64) -> Decision {
+            self.expire(now_us);
+            let evaluation = SlidingLogAlgorithm::evaluate(self.state.as_ref(), params, now_us);
+            self.commit(evaluation.commit);
+            evaluation.decision
+        }
+
+        fn refund(&mut self, params: &SlidingLogParams, now_us: i64) -> Decision {
+            self.expire(now_us);
+            let evaluation = SlidingLogAlgorithm::refund(self.state.as_ref(), params, now_us);
+            self.commit(evaluation.commit);
+            evaluation.decision
+        }
+
+        fn entries(&self) -> Vec<i64> {
+            self.state
+                .as_ref()
+                .map_or(Vec::new(), |log| log.entries().collect())
+        }
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn admits_exactly_the_limit_per_sliding_window() {
+        // limit 3 per second
+        let p = params(3, SECOND, 1);
+        let mut key = Key::default();
+        let cases: &[(i64, bool, u64, i64, u64)] = &[
+            // (now offset µs, allowed, remaining, retry_after_ms, reset_after_ms)
+            (0,                 true,  2, 0,   1000),
+            (200 * MS,          true,  1, 0,   1000),
+            (400 * MS,          true,  0, 0,   1000),
+            (400 * MS,          false, 0, 600, 1000),
+            (999 * MS,          false, 0, 1,   401),
+            (SECOND - 1,        false, 0, 1,   401),  // the first unit leaves at exactly +1 s
+            (SECOND,            true,  0, 0,   1000),
+            (SECOND + 100 * MS, false, 0, 100, 900),
+            (SECOND + 400 * MS, true,  1, 0,   1000), // the units of +200 ms and +400 ms left
+            (5 * SECOND,        true,  2, 0,   1000), // expired key: a fresh log
+        ];
+        for &(offset, allowed, remaining, retry, reset) in cases {
+            let d = key.call(&p, T0_US + offset);
+            assert_eq!(
+                d.reply_fields(),
+                [i64::from(allowed), remaining as i64, retry, reset as i64, 3],
+                "at +{offset}µs"
+            );
+        }
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn costly_calls_wait_for_enough_units_to_leave() {
+        // limit 10 per 10 s
+        let mut key = Key::default();
+        let cases: &[(i64, u64, bool, u64, i64)] = &[
+            // (now offset s, cost, allowed, remaining, retry_after_ms)
+            (0, 4,  true,  6, 0),
+            (1, 3,  true,  3, 0),
+            (2, 3,  true,  0, 0),
+            (3, 5,  false, 0, 8000),  // needs 5 to leave: the 4 of +0 s and the oldest of +1 s
+            (3, 11, false, 0, -1),    // above the limit: never
+            (10, 4, true,  0, 0),     // the 4 of +0 s left at +10 s: 6 in window, 4 fit
+        ];
+        for &(offset, cost, allowed, remaining, retry) in cases {
+            let d = key.call(&params(10, 10 * SECOND, cost), T0_US + offset * SECOND);
+            assert_eq!(
+                (d.allowed, d.remaining, d.reply_fields()[2]),
+                (allowed, remaining, retry),
+                "at +{offset}s, cost {cost}"
+            );
+        }
+        assert_eq!(key.state.as_ref().unwrap().len(), 10, "3 + 3 + 4 units, one entry each");
+    }
+
+    #[test]
+    fn cost_above_limit_is_never_admitted_and_writes_nothing() {
+        let p = params(5, SECOND, 6);
+        let evaluation = SlidingLogAlgorithm::evaluate(None, &p, T0_US);
+        assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
+        assert!(evaluation.commit.is_none());
+        let huge = params(5, SECOND, u64::MAX);
+        let evaluation = SlidingLogAlgorithm::evaluate(None, &huge, T0_US);
+        assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
+        assert!(evaluation.commit.is_none());
+    }
+
+    #[test]
+    fn a_missing_log_is_empty_and_expires_when_its_newest_unit_leaves() {
+        let p = params(10, 2 * SECOND, 4);
+        let evaluation = SlidingLogAlgorithm::evaluate(None, &p, T0_US);
+        assert_eq!(evaluation.decision.reply_fields(), [1, 6, 0, 2000, 10]);
+        let commit = evaluation.commit.unwrap();
+        assert_eq!(commit.expires_at_ms, T0_US / MS + 2000);
+        assert_eq!(
+            (
+                commit.change.at_us(),
+                commit.change.expired(),
+                commit.change.action()
+            ),
+            (T0_US, 0, SlidingLogAction::Admit { units: 4 })
+        );
+        let log = SlidingLogAlgorithm::create(commit.change);
+        assert_eq!(log.entries().collect::<Vec<_>>(), vec![T0_US; 4]);
+        assert_eq!(log.as_of_us(), T0_US);
+    }
+
+    #[test]
+    fn expiry_and_reset_round_up_to_the_millisecond() {
+        let p = params(1, 1_500, 1); // a 1.5 ms window
+        let now = T0_US + 250;
+        let evaluation = SlidingLogAlgorithm::evaluate(None, &p, now);
+        // The unit leaves at T0 + 1750 µs: the key may expire at T0 + 2 ms.
+        assert_eq!(evaluation.commit.unwrap().expires_at_ms, T0_US / MS + 2);
+        assert_eq!(evaluation.decision.reset_after_ms, 2);
+    }
+
+    #[test]
+    fn the_window_is_half_open() {
+        let p = params(1, SECOND, 1);
+        let log = log_of(&[T0_US]);
+        let at = |now| {
+            SlidingLogAlgorithm::evaluate(Some(&log), &p, now)
+                .decision
+                .allowed
+        };
+        assert!(!at(T0_US + SECOND - 1), "still in (now − W, now]");
+        assert!(at(T0_US + SECOND), "gone at exactly t + W");
+    }
+
+    #[test]
+    fn lowering_the_limit_denies_until_enough_units_leave() {
+        let mut key = Key::default();
+        for i in 0..8 {
+            assert!(
+                key.call(&params(10, 10 * SECOND, 1), T0_US + i * SECOND)
+                    .allowed
+            );
+        }
+        // 8 units at +0..+7 s; the limit drops to 5: 4 must leave for one more unit.
+        let d = key.call(&params(5, 10 * SECOND, 1), T0_US + 8 * SECOND);
+        assert_eq!(d.reply_fields(), [0, 0, 5000, 9000, 5]);
+        let d = key.call(&params(5, 10 * SECOND, 1), T0_US + 13 * SECOND);
+        assert_eq!((d.allowed, d.remaining), (true, 0));
+        // Raising it again counts the same stored units against the new limit.
+        let d = key.call(&params(20, 10 * SECOND, 1), T0_US + 13 * SECOND);
+        assert_eq!((d.allowed, d.remaining), (true, 14));
+    }
+
+    #[test]
+    fn changing_the_window_reevaluates_the_stored_timestamps() {
+        let mut key = Key::default();
+        for i in 0..5 {
+            assert!(
+                key.call(&params(5, 10 * SECOND, 1), T0_US + i * SECOND)
+                    .allowed
+            );
+        }
+        // With a 2 s window at +5 s, only the unit of +4 s is in the window (3 s, 5 s].
+        let peek = SlidingLogAlgorithm::evaluate(
+            key.state.as_ref(),
+            &params(5, 2 * SECOND, 1),
+            T0_US + 5 * SECOND,
+        );
+        assert_eq!(peek.decision.remaining, 3);
+        assert_eq!(
+            peek.commit.unwrap().change.expired(),
+            4,
+            "admitting would drop +0..+3 s"
+        );
+        // A peek writes nothing: the wide window still sees all five.
+        let wide = SlidingLogAlgorithm::evaluate(
+            key.state.as_ref(),
+            &params(5, 10 * SECOND, 1),
+            T0_US + 5 * SECOND,
+        );
+        assert!(!wide.decision.allowed);
+        // Admitting under the narrow window forgets the old units for good.
+        assert!(
+            key.call(&params(5, 2 * SECOND, 1), T0_US + 5 * SECOND)
+                .allowed
+        );
+        assert_eq!(key.entries(), vec![T0_US + 4 * SECOND, T0_US + 5 * SECOND]);
+        let d = key.call(&params(5, 10 * SECOND, 1), T0_US + 5 * SECOND);
+        assert_eq!((d.allowed, d.remaining), (true, 2));
+        assert_eq!(
+            key.expires_at_ms,
+            Some((T0_US + 15 * SECOND) / MS),
+            "follows the last window"
+        );
+    }
+
+    #[test]
+    fn clock_going_backwards_neither_rewinds_nor_admits_more() {
+        let p = params(2, 10 * SECOND, 1);
+        let mut key = Key::default();
+        assert!(key.call(&p, T0_US).allowed);
+        assert!(key.call(&p, T0_US + 5 * SECOND).allowed);
+        let stored = key.entries();
+        // An hour back: every stored unit counts; retry is measured from the real clock.
+        let d = key.call(&p, T0_US - 3600 * SECOND);
+        assert!(!d.allowed);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.retry, Retry::AfterMs(3_610_000));
+        assert_eq!(d.reset_after_ms, 3_615_000);
+        assert_eq!(key.entries(), stored, "a denied call writes nothing");
+        // Behind the newest unit, an admitted call is recorded at it, not before it.
+        let evaluation =
+            SlidingLogAlgorithm::evaluate(key.state.as_ref(), &params(3, 10 * SECOND, 1), T0_US);
+        assert_eq!(
+            evaluation.commit.unwrap().change.at_us(),
+            T0_US + 5 * SECOND
+        );
+        // Forward again: the unit of T0 leaves at exactly T0 + 10 s.
+        let d = key.call(&p, T0_US + 10 * SECOND - 1);
+        assert!(!d.allowed, "the unit of T0 is still in the window");
+        let d = key.call(&p, T0_US + 20 * SECOND);
+        assert!(d.allowed, "both units left");
+        assert_eq!(key.entries(), vec![T0_US + 20 * SECOND]);
+        // A refund removes that unit, but the log remembers it was at +20 s, where the units
+        // it dropped had left the window: a clock stepping back to +12 s (where the dropped
+        // unit of +5 s would still count) is decided, and recorded, at +20 s.
+        let d = key.refund(&p, T0_US + 20 * SECOND);
+        assert_eq!(d.reply_fields(), [1, 2, 0, 0, 2]);
+        assert_eq!(key.state.as_ref().unwrap().as_of_us(), T0_US + 20 * SECOND);
+        let d = key.call(&params(1, 10 * SECOND, 1), T0_US + 12 * SECOND);
+        assert_eq!(
+            d.reply_fields(),
+            [1, 0, 0, 18_000, 1],
+            "decided and recorded at +20 s"
+        );
+        assert_eq!(key.entries(), vec![T0_US + 20 * SECOND]);
+    }
+
+    #[test]
+    fn refund_gives_back_the_newest_units_in_the_window() {
+        let p = params(10, 10 * SECOND, 3);
+        let nothing = SlidingLogAlgorithm::refund(None, &p, T0_US);
+        assert!(
+            nothing.commit.is_none(),
+            "a missing log is empty: nothing to give back"
+        );
+        assert_eq!(nothing.decision.reply_fields(), [0, 10, 0, 0, 10]);
+        let mut key = Key::default();
+        key.call(&p, T0_US); // 7 left
+        key.call(&p, T0_US + SECOND); // 4 left
+        key.call(&params(10, 10 * SECOND, 4), T0_US + 2 * SECOND); // 0 left
+        let d = key.refund(&p, T0_US + 3 * SECOND);
+        assert_eq!(d.reply_fields(), [1, 3, 0, 9000, 10]);
+        assert_eq!(
+            key.entries(),
+            [
+                vec![T0_US; 3],
+                vec![T0_US + SECOND; 3],
+                vec![T0_US + 2 * SECOND]
+            ]
+            .concat()
+        );
+        assert_eq!(key.expires_at_ms, Some((T0_US + 12 * SECOND) / MS));
+        // After the first three units left, a refund of 5 only gives back the 4 in window.
+        let d = key.refund(&params(10, 10 * SECOND, 5), T0_US + 10 * SECOND);
+        assert_eq!(d.reply_fields(), [1, 10, 0, 0, 10]);
+        assert!(key.entries().is_empty());
+        assert_eq!(
+            key.expires_at_ms,
+            Some((T0_US + 10 * SECOND) / MS),
+            "empty: may go now"
+        );
+        let again = SlidingLogAlgorithm::refund(key.state.as_ref(), &p, T0_US + 10 * SECOND);
+        assert!(again.commit.is_none(), "already empty");
+        assert!(!again.decision.allowed);
+    }
+
+    #[test]
+    fn refund_reports_when_a_call_of_that_cost_fits() {
+        let mut key = Key::default();
+        key.call(&params(5, 10 * SECOND, 5), T0_US);
+        // Giving back 1 of the 5 units leaves room for one.
+        let d = key.refund(&params(5, 10 * SECOND, 1), T0_US + SECOND);
+        assert_eq!(d.reply_fields(), [1, 1, 0, 9000, 5]);
+        let d = key.refund(&params(5, 10 * SECOND, 0), T0_US + SECOND);
+        assert_eq!(d.remaining, 2, "a zero cost is read as 1");
+        let cost_3 = SlidingLogAlgorithm::refund(
+            key.state.as_ref(),
+            &params(5, 10 * SECOND, 3),
+            T0_US + SECOND,
+        );
+        assert_eq!(cost_3.decision.reply_fields(), [1, 5, 0, 0, 5]);
+        let none_left = key.state.as_ref().map(|log| {
+            SlidingLogAlgorithm::refund(Some(log), &params(1, 10 * SECOND, 2), T0_US + SECOND)
+        });
+        // Limit 1, 3 units in window, refund of 2: 1 unit stays, a cost-2 call never fits.
+        assert_eq!(
+            none_left.unwrap().decision.reply_fields(),
+            [1, 0, -1, 9000, 1]
+        );
+    }
+
+    #[test]
+    fn parameters_are_validated() {
+        use SlidingLogParamError::*;
+        let new = |limit, window, cost, max| SlidingLogParams::new(limit, window, cost, max);
+        assert_eq!(new(1, 999, 1, 10), Err(WindowTooShort));
+        assert!(new(1, MIN_LOG_WINDOW_US, 1, 10).is_ok());
+        assert!(new(1, MAX_LOG_WINDOW_US, 1, 10).is_ok());
+        assert_eq!(new(1, MAX_LOG_WINDOW_US + 1, 1, 10), Err(WindowTooLong));
+        assert_eq!(new(1, u64::MAX, 1, 10), Err(WindowTooLong));
+        assert_eq!(MAX_LOG_WINDOW_US, 3_155_760_000_000_000);
+        assert!(new(10_000, SECOND as u64, 1, DEFAULT_MAX_ENTRIES).is_ok());
+        assert_eq!(
+            new(10_001, SECOND as u64, 1, DEFAULT_MAX_ENTRIES),
+            Err(LimitAboveMaxEntries {
+                max_entries: 10_000
+            })
+        );
+        assert_eq!(
+            new(MAX_STORED_ENTRIES + 1, SECOND as u64, 1, u64::MAX),
+            Err(LimitAboveMaxEntries {
+                max_entries: MAX_STORED_ENTRIES
+            })
+        );
+        assert!(
+            new(
+                MAX_STORED_ENTRIES,
+                SECOND as u64,
+                u64::MAX,
+                MAX_STORED_ENTRIES
+            )
+            .is_ok()
+        );
+        let p = new(0, SECOND as u64, 0, 0).unwrap();
+        assert_eq!((p.limit(), p.window_us(), p.cost()), (1, 1_000_000, 1));
+    }
+
+    #[test]
+    fn changes_are_validated_when_decoded() {
+        let admit = |expired, at_us, units| {
+            SlidingLogChange::new(at_us, expired, SlidingLogAction::Admit { units })
+        };
+        let refund = |expired, units| {
+            SlidingLogChange::new(T0_US, expired, SlidingLogAction::Refund { units })
+        };
+        let change = admit(3, T0_US, 2).unwrap();
+        assert_eq!(
+            (change.at_us(), change.expired(), change.action()),
+            (T0_US, 3, SlidingLogAction::Admit { units: 2 })
+        );
+        assert!(admit(0, 0, 1).is_some());
+        assert!(admit(10_000_000, MAX_NOW_US, 10_000_000).is_some());
+        assert!(admit(0, -1, 1).is_none());
+        assert!(admit(0, MAX_NOW_US + 1, 1).is_none());
+        assert!(admit(0, T0_US, 0).is_none());
+        assert!(admit(0, T0_US, 10_000_001).is_none());
+        assert!(admit(10_000_001, T0_US, 1).is_none());
+        assert!(refund(0, 1).is_some());
+        assert!(refund(0, 0).is_none());
+        assert!(refund(u32::MAX, 1).is_none());
+        assert!(refund(0, u32::MAX).is_none());
+        assert!(SlidingLogChange::new(-1, 0, SlidingLogAction::Refund { units: 1 }).is_none());
+    }
+
+    #[test]
+    fn decoding_refuses_logs_no_evaluation_produces() {
+        let from = |len: u64, entries: &[i64]| {
+            SlidingLog::from_entries(MAX_NOW_US, len, entries.iter().copied())
+        };
+        let log_as_of = |as_of: i64, entries: &[i64]| {
+            SlidingLog::from_entries(as_of, entries.len() as u64, entries.iter().copied())
+        };
+        assert_eq!(log_as_of(0, &[]), Some(SlidingLog::default()));
+        assert!(log_as_of(T0_US, &[T0_US - 1, T0_US]).is_some());
+        assert!(
+            log_as_of(T0_US, &[T0_US, T0_US + 1]).is_none(),
+            "after as_of"
+        );
+        assert!(log_as_of(-1, &[]).is_none());
+        assert!(log_as_of(MAX_NOW_US + 1, &[]).is_none());
+        assert!(from(3, &[0, T0_US, T0_US]).is_some());
+        assert!(from(3, &[0, MAX_NOW_US, MAX_NOW_US]).is_some());
+        assert!(from(2, &[T0_US, T0_US - 1]).is_none(), "out of order");
+        assert!(from(1, &[-1]).is_none(), "before 1970");
+        assert!(from(1, &[MAX_NOW_US + 1]).is_none(), "beyond MAX_NOW_US");
+        assert!(from(1, &[i64::MIN]).is_none());
+        assert!(from(3, &[1, 2]).is_none(), "fewer than announced");
+        assert!(from(1, &[1, 2]).is_none(), "more than announced");
+        assert!(
+            from(MAX_STORED_ENTRIES + 1, &[]).is_none(),
+            "too many, before allocating"
+        );
+        assert!(from(u64::MAX, &[]).is_none());
+        let log = from(2, &[5, 7]).unwrap();
+        assert_eq!(
+            log.allocated_bytes(),
+            SlidingLog::HEADER_BYTES + 16,
+            "reserved exactly"
+        );
+    }
+
+    #[test]
+    fn the_state_is_small_and_eight_byte_aligned() {
+        assert_eq!(std::mem::align_of::<SlidingLog>(), 8);
+        const { assert!(SlidingLog::HEADER_BYTES <= 40) };
+        assert_eq!(
+            SlidingLog::default().allocated_bytes(),
+            SlidingLog::HEADER_BYTES
+        );
+    }
+
+    #[test]
+    fn huge_limits_cost_nothing_until_used() {
+        let p = SlidingLogParams::new(
+            MAX_STORED_ENTRIES,
+            MAX_LOG_WINDOW_US,
+            MAX_STORED_ENTRIES,
+            MAX_STORED_ENTRIES,
+        )
+        .unwrap();
+        let evaluation = SlidingLogAlgorithm::evaluate(None, &p, i64::MAX);
+        assert!(evaluation.decision.allowed);
+        let commit = evaluation.commit.unwrap();
+        assert_eq!(
+            (commit.change.at_us(), commit.change.action()),
+            (MAX_NOW_US, SlidingLogAction::Admit { units: 10_000_000 })
+        );
+        assert_eq!(
+            commit.expires_at_ms,
+            ceil_div(MAX_NOW_US + MAX_LOG_WINDOW_US as i64, MS)
+        );
+        let small = log_of(&[MAX_NOW_US; 3]);
+        let refund = SlidingLogAlgorithm::refund(Some(&small), &p, i64::MIN);
+        assert_eq!(refund.decision.reply_fields()[..2], [1, 10_000_000]);
+    }
+
+    #[test]
+    fn apply_saturates_on_a_mismatched_log() {
+        let mut log = log_of(&[T0_US, T0_US + 1]);
+        let drop_all =
+            SlidingLogChange::new(T0_US, 10, SlidingLogAction::Refund { units: 10 }).unwrap();
+        SlidingLogAlgorithm::apply(&mut log, drop_all);
+        assert!(log.is_empty());
+        let mut log = log_of(&[T0_US, T0_US + SECOND]);
+        let stale = SlidingLogChange::new(T0_US, 0, SlidingLogAction::Admit { units: 2 }).unwrap();
+        SlidingLogAlgorithm::apply(&mut log, stale);
+        assert_eq!(
+            log.entries().collect::<Vec<_>>(),
+            vec![T0_US, T0_US + SECOND, T0_US + SECOND, T0_US + SECOND],
+            "an earlier instant is raised to the log's as_of"
+        );
+        assert_eq!(log.as_of_us(), T0_US + SECOND);
+        let created = SlidingLogAlgorithm::create(
+            SlidingLogChange::new(T0_US, 5, SlidingLogAction::Refund { units: 1 }).unwrap(),
+        );
+        assert!(created.is_empty());
+        assert_eq!(created.as_of_us(), T0_US);
+    }
+
+    #[test]
+    fn capacity_shrinks_after_a_burst_expires() {
+        let mut key = Key::default();
+        let burst = params(1000, SECOND, 1000);
+        assert!(key.call(&burst, T0_US).allowed);
+        let big = key.state.as_ref().unwrap().allocated_bytes();
+        assert!(big >= SlidingLog::HEADER_BYTES + 8 * 1000);
+        assert!(key.call(&params(1000, SECOND, 1), T0_US + SECOND).allowed);
+        let log = key.state.as_ref().unwrap();
+        assert_eq!(log.len(), 1);
+        assert!(log.allocated_bytes() <= SlidingLog::HEADER_BYTES + 8 * (2 + SLACK));
+    }
+
+    // ----- property tests -----
+
+    /// `a / b` rounded up, for `b > 0`.
+    fn ceil_div(a: i64, b: i64) -> i64 {
+        a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)
+    }
+
+    /// An independent model: every admitted unit's timestamp in a `Vec`, scanned linearly.
+    #[derive(Default)]
+    struct Naive {
+        log: Vec<i64>,
+    }
+
+    impl Naive {
+        /// The instant a call at `now` is made at: with a backwards clock, the newest unit.
+        fn at(&self, now: i64) -> i64 {
+            self.log.iter().copied().fold(now, i64::max)
+        }
+
+        /// Units in the window `(at − window, at]`.
+        fn used(&self, window: i64, now: i64) -> u64 {
+            let at = self.at(now);
+            self.log
+                .iter()
+                .filter(|&&t| at - window < t && t <= at)
+                .count() as u64
+        }
+
+        fn admits(&self, limit: u64, window: i64, cost: u64, now: i64) -> bool {
+            cost <= limit && self.used(window, now) + cost <= limit
+        }
+
+        fn call(&mut self, limit: u64, window: i64, cost: u64, now: i64) -> Decision {
+            let used = self.used(window, now);
+            let allowed = self.admits(limit, window, cost, now);
+            let retry = if allowed {
+                Retry::Now
+            } else if cost > limit {
+                Retry::Never
+            } else {
+                // The first whole millisecond at which the call would be admitted: only an
+                // instant a unit leaves can change the answer, so try those.
+                let first_ms = self
+                    .log
+                    .iter()
+                    .map(|&t| ceil_div((t + window - now).max(1), MS))
+                    .filter(|&ms| self.admits(limit, window, cost, now + ms * MS))
+                    .min()
+                    .unwrap();
+                Retry::AfterMs(first_ms as u64)
+            };
+            let at = self.at(now);
+            if allowed {
+                self.log.extend(std::iter::repeat_n(at, cost as usize));
+            }
+            let reset = self
+                .log
+                .iter()
+                .filter(|&&t| at - window < t)
+                .map(|&t| ceil_div(t + window - now, MS))
+                .max()
+                .unwrap_or(0);
+            Decision {
+                allowed,
+                remaining: if allowed {
+                    limit - used - cost
+                } else {
+                    limit.saturating_sub(used)
+                },
+                retry,
+                reset_after_ms: reset as u64,
+                limit,
+            }
+        }
+    }
+
+    fn arb_params() -> impl Strategy<Value = (u64, i64)> {
+        // (limit, window µs): tiny to large limits, 1 ms to minutes windows.
+        prop_oneof![
+            (1u64..5, 1_000i64..50_000),
+            (1u64..20, 1_000i64..5_000_000),
+            (1u64..200, 100_000i64..100_000_000),
+        ]
+    }
+
+    fn arb_calls() -> impl Strategy<Value = Vec<(i64, u64)>> {
+        // (µs elapsed since the previous call, cost as a share of the limit in ‰)
+        prop::collection::vec(
+            (
+                prop_oneof![Just(0i64), 0i64..5_000, 0i64..10_000_000],
+                0u64..1200,
+            ),
+            1..60,
+        )
+    }
+
+    fn cost_of(limit: u64, per_mille: u64) -> u64 {
+        (limit * per_mille / 1000).max(1)
+    }
+
+    /// Any decodable log: sorted timestamps, and an as_of at or after the newest.
+    fn arb_log() -> impl Strategy<Value = SlidingLog> {
+        (
+            prop::collection::vec(
+                prop_oneof![0i64..=MAX_NOW_US, T0_US - 10 * SECOND..T0_US + 10 * SECOND],
+                0..40,
+            ),
+            prop_oneof![Just(0i64), 0i64..20 * SECOND, 0i64..=MAX_NOW_US],
+        )
+            .prop_map(|(mut entries, later)| {
+                entries.sort_unstable();
+                let newest = entries.last().copied().unwrap_or(0);
+                let as_of = newest.saturating_add(later).min(MAX_NOW_US);
+                SlidingLog::from_entries(as_of, entries.len() as u64, entries).unwrap()
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_naive_log((limit, window) in arb_params(), calls in arb_calls()) {
+            let mut key = Key::default();
+            let mut model = Naive::default();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += elapsed;
+                let cost = cost_of(limit, per_mille);
+                let decision = key.call(&params(limit, window, cost), now);
+                prop_assert_eq!(decision, model.call(limit, window, cost, now));
+            }
+        }
+
+        #[test]
+        fn never_admits_more_than_the_limit_in_any_window(
+            (limit, window) in arb_params(),
+            calls in arb_calls(),
+        ) {
+            let mut key = Key::default();
+            let mut admitted: Vec<(i64, u64)> = Vec::new();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += elapsed;
+                let cost = cost_of(limit, per_mille);
+                if key.call(&params(limit, window, cost), now).allowed {
+                    admitted.push((now, cost));
+                }
+            }
+            // The count over (t − W, t] only grows at admission instants: checking those
+            // right ends covers every interval.
+            for &(t, _) in &admitted {
+                let total: u64 = admitted.iter().filter(|(s, _)| t - window < *s && *s <= t).map(|(_, c)| c).sum();
+                prop_assert!(total <= limit, "{} units in ({}, {}]", total, t - window, t);
+            }
+        }
+
+        #[test]
+        fn waiting_retry_after_is_enough_and_necessary((limit, window) in arb_params(), calls in arb_calls()) {
+            let mut key = Key::default();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += elapsed;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                let decision = key.call(&p, now);
+                if let Retry::AfterMs(wait_ms) = decision.retry {
+                    let wait_us = wait_ms as i64 * MS;
+                    let state = key.state.as_ref();
+                    let too_early = SlidingLogAlgorithm::evaluate(state, &p, now + wait_us - MS);
+                    prop_assert!(!too_early.decision.allowed);
+                    let on_time = SlidingLogAlgorithm::evaluate(state, &p, now + wait_us);
+                    prop_assert!(on_time.decision.allowed);
+                }
+                let refund = SlidingLogAlgorithm::refund(key.state.as_ref(), &p, now);
+                if let (Retry::AfterMs(wait_ms), Some(commit)) = (refund.decision.retry, refund.commit) {
+                    let mut after = key.state.clone().unwrap();
+                    SlidingLogAlgorithm::apply(&mut after, commit.change);
+                    let wait_us = wait_ms as i64 * MS;
+                    prop_assert!(!SlidingLogAlgorithm::evaluate(Some(&after), &p, now + wait_us - MS).decision.allowed);
+                    prop_assert!(SlidingLogAlgorithm::evaluate(Some(&after), &p, now + wait_us).decision.allowed);
+                }
+            }
+        }
+
+        #[test]
+        fn reset_after_and_expiry_are_when_the_log_is_empty(
+            (limit, window) in arb_params(),
+            calls in arb_calls(),
+            refunds in prop::collection::vec(prop::bool::weighted(0.25), 60),
+        ) {
+            // A call costing the whole limit is admitted exactly when the window is empty.
+            let drain = params(limit, window, limit);
+            let empty_at = |state: Option<&SlidingLog>, at_us: i64| {
+                SlidingLogAlgorithm::evaluate(state, &drain, at_us).decision.allowed
+            };
+            let mut key = Key::default();
+            let mut now = T0_US;
+            for ((elapsed, per_mille), refund) in calls.into_iter().zip(refunds) {
+                now += elapsed;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                let decision = if refund { key.refund(&p, now) } else { key.call(&p, now) };
+                if let Some(expiry) = key.expires_at_ms {
+                    let state = key.state.as_ref();
+                    prop_assert!(empty_at(state, expiry * MS), "empty at expiry");
+                    if state.is_some_and(|log| !log.is_empty()) {
+                        prop_assert!(!empty_at(state, (expiry - 1) * MS), "not empty 1 ms before");
+                    } else {
+                        prop_assert!(expiry * MS - now < MS, "an empty log may go now");
+                    }
+                }
+                let reset_us = decision.reset_after_ms as i64 * MS;
+                prop_assert!(empty_at(key.state.as_ref(), now + reset_us), "empty at reset_after");
+                if reset_us > 0 {
+                    prop_assert!(!empty_at(key.state.as_ref(), now + reset_us - MS), "not empty before");
+                }
+            }
+        }
+
+        #[test]
+        fn peeking_between_calls_changes_nothing((limit, window) in arb_params(), calls in arb_calls()) {
+            let mut plain = Key::default();
+            let mut peeked = Key::default();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                let p = params(limit, window, cost_of(limit, per_mille));
+                let before = peeked.state.clone();
+                let _ = SlidingLogAlgorithm::evaluate(peeked.state.as_ref(), &p, now + elapsed / 2);
+                let _ = SlidingLogAlgorithm::refund(peeked.state.as_ref(), &p, now + elapsed / 3);
+                prop_assert_eq!(&peeked.state, &before);
+                now += elapsed;
+                prop_assert_eq!(plain.call(&p, now), peeked.call(&p, now));
+            }
+        }
+
+        #[test]
+        fn a_backwards_clock_never_admits_more(
+            (limit, window) in arb_params(),
+            calls in prop::collection::vec((-20_000_000i64..20_000_000, 0u64..1200, any::<bool>()), 1..60),
+        ) {
+            // A call whose cost exceeds the limit is denied and reports limit − units in window.
+            let probe = params(limit, window, limit + 1);
+            let used = |state: Option<&SlidingLog>, at: i64| {
+                limit - SlidingLogAlgorithm::evaluate(state, &probe, at).decision.remaining
+            };
+            let mut key = Key::default();
+            let mut recorded: Vec<(i64, u64)> = Vec::new();
+            let mut now = T0_US;
+            for (step, per_mille, refund) in calls {
+                now += step;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                key.expires_at_ms = None; // the log itself, not key expiry, is under test
+                let state = key.state.as_ref();
+                let as_of = state.map(SlidingLog::as_of_us);
+                // A later clock never sees less room than this one.
+                let here = SlidingLogAlgorithm::evaluate(state, &p, now).decision;
+                for later in [now + 1, now + window / 2, as_of.unwrap_or(now).max(now) + 1] {
+                    let there = SlidingLogAlgorithm::evaluate(state, &p, later).decision;
+                    prop_assert!(!here.allowed || there.allowed);
+                    prop_assert!(used(state, now) >= used(state, later));
+                }
+                // Behind the log's as_of, a call is decided as if made at as_of.
+                if let Some(as_of) = as_of.filter(|&a| a > now) {
+                    prop_assert!(state.and_then(SlidingLog::newest_us).is_none_or(|n| n <= as_of));
+                    let at_as_of = SlidingLogAlgorithm::evaluate(state, &p, as_of);
+                    let here = SlidingLogAlgorithm::evaluate(state, &p, now);
+                    prop_assert_eq!(here.commit, at_as_of.commit);
+                    prop_assert_eq!((here.decision.allowed, here.decision.remaining), (at_as_of.decision.allowed, at_as_of.decision.remaining));
+                }
+                let evaluation = if refund {
+                    SlidingLogAlgorithm::refund(state, &p, now)
+                } else {
+                    SlidingLogAlgorithm::evaluate(state, &p, now)
+                };
+                if let Some(commit) = &evaluation.commit {
+                    let at_us = commit.change.at_us();
+                    prop_assert!(at_us >= now, "recorded no earlier than the clock");
+                    prop_assert!(as_of.is_none_or(|a| at_us >= a), "never before the log's as_of");
+                    match commit.change.action() {
+                        SlidingLogAction::Admit { units } => {
+                            recorded.push((at_us, u64::from(units)));
+                        }
+                        SlidingLogAction::Refund { units } => {
+                            // The refunded units are the newest recorded ones.
+                            let mut units = u64::from(units);
+                            while units > 0 {
+                                let last = recorded.last_mut().unwrap();
+                                let taken = last.1.min(units);
+                                last.1 -= taken;
+                                units -= taken;
+                                if last.1 == 0 {
+                                    recorded.pop();
+                                }
+                            }
+                        }
+                    }
+                }
+                key.commit(evaluation.commit);
+                if let Some(log) = &key.state {
+                    prop_assert!(is_sorted(log));
+                    let tail: Vec<i64> = recorded.iter().flat_map(|&(t, c)| std::iter::repeat_n(t, c as usize)).collect();
+                    prop_assert!(tail.ends_with(&log.entries().collect::<Vec<_>>()), "the log is the recorded units not yet dropped");
+                }
+                // Exact over the recorded instants: no (t − W, t] holds more than the limit.
+                for &(t, _) in &recorded {
+                    let total: u64 = recorded.iter().filter(|(s, _)| t - window < *s && *s <= t).map(|(_, c)| c).sum();
+                    prop_assert!(total <= limit);
+                }
+            }
+        }
+
+        #[test]
+        fn decoding_round_trips_what_the_iterator_yields(log in arb_log()) {
+            let entries: Vec<i64> = log.entries().collect();
+            let decoded = SlidingLog::from_entries(log.as_of_us(), entries.len() as u64, entries.iter().copied());
+            prop_assert_eq!(decoded.as_ref(), Some(&log));
+            prop_assert_eq!(log.entries().rev().count(), log.len());
+        }
+
+        #[test]
+        fn decoding_refuses_bad_input(entries in prop::collection::vec(any::<i64>(), 0..20), extra in 0u64..3) {
+            let valid = entries.windows(2).all(|pair| pair[0] <= pair[1])
+                && entries.iter().all(|t| (0..=MAX_NOW_US).contains(t));
+            let len = entries.len() as u64;
+            let decoded = SlidingLog::from_entries(MAX_NOW_US, len, entries.iter().copied());
+            prop_assert_eq!(decoded.is_some(), valid);
+            if extra > 0 {
+                prop_assert!(SlidingLog::from_entries(MAX_NOW_US, len + extra, entries.iter().copied()).is_none());
+                prop_assert!(len < extra || SlidingLog::from_entries(MAX_NOW_US, len - extra, entries.iter().copied()).is_none());
+            }
+            // And every timestamp must be at most as_of.
+            if let Some(&newest) = entries.last().filter(|_| valid && !entries.is_empty()) {
+                prop_assert!(SlidingLog::from_entries(newest, len, entries.iter().copied()).is_some());
+                prop_assert!(newest == 0 || SlidingLog::from_entries(newest - 1, len, entries.iter().copied()).is_none());
+            }
+        }
+
+        #[test]
+        fn memory_stays_within_twice_the_entries(
+            calls in prop::collection::vec(
+                (0i64..3_000_000, 1u64..300, 1_000i64..2_000_000, 0u64..1200, 0u8..4),
+                1..300,
+            ),
+        ) {
+            // Random traffic with changing limits and windows, and refunds.
+            let mut key = Key::default();
+            let mut now = T0_US;
+            for (elapsed, limit, window, per_mille, op) in calls {
+                now += elapsed;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                if op == 0 { key.refund(&p, now); } else { key.call(&p, now); }
+                if let Some(log) = &key.state {
+                    prop_assert!(within_memory_bound(log), "{} bytes for {} entries", log.allocated_bytes(), log.len());
+                    prop_assert!(is_sorted(log));
+                    prop_assert!(log.len() <= 300);
+                }
+            }
+        }
+
+        #[test]
+        fn identical_changes_on_identical_logs_give_identical_logs(
+            log in arb_log(),
+            expired in 0u32..50,
+            at_us in 0i64..=MAX_NOW_US,
+            units in 1u32..50,
+            refund in any::<bool>(),
+        ) {
+            // Any valid change, even one that does not match the log, applies without
+            // panicking, deterministically, keeping the invariants.
+            let action = if refund {
+                SlidingLogAction::Refund { units }
+            } else {
+                SlidingLogAction::Admit { units }
+            };
+            let change = SlidingLogChange::new(at_us, expired, action).unwrap();
+            let (mut a, mut b) = (log.clone(), log.clone());
+            SlidingLogAlgorithm::apply(&mut a, change);
+            SlidingLogAlgorithm::apply(&mut b, change);
+            prop_assert_eq!(&a, &b);
+            prop_assert!(is_sorted(&a));
+            prop_assert!(within_memory_bound(&a));
+            prop_assert!(SlidingLog::from_entries(a.as_of_us(), a.len() as u64, a.entries()).is_some());
+            prop_assert!(a.as_of_us() >= log.as_of_us().max(at_us));
+        }
+
+        #[test]
+        fn extremes_never_panic(
+            limit in 1u64..=MAX_STORED_ENTRIES,
+            window in MIN_LOG_WINDOW_US..=MAX_LOG_WINDOW_US,
+            cost in prop_oneof![Just(u64::MAX), Just(MAX_STORED_ENTRIES), 1u64..=u64::MAX, 1u64..100],
+            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(MAX_NOW_US), Just(i64::MAX), any::<i64>()],
+            log in arb_log(),
+        ) {
+            let p = SlidingLogParams::new(limit, window, cost, MAX_STORED_ENTRIES).unwrap();
+            for evaluation in [
+                SlidingLogAlgorithm::evaluate(Some(&log), &p, now),
+                SlidingLogAlgorithm::evaluate(None, &p, now),
+                SlidingLogAlgorithm::refund(Some(&log), &p, now),
+            ] {
+                prop_assert!(evaluation.decision.remaining <= limit);
+                if let Some(commit) = evaluation.commit {
+                    prop_assert!(commit.expires_at_ms >= 1);
+                    let action = commit.change.action();
+                    prop_assert_eq!(SlidingLogChange::new(commit.change.at_us(), commit.change.expired(), action), Some(commit.change));
+                    let small = match action {
+                        SlidingLogAction::Admit { units } | SlidingLogAction::Refund { units } => units <= 1000,
+                    };
+                    if small {
+                        let mut after = log.clone();
+                        SlidingLogAlgorithm::apply(&mut after, commit.change);
+                        prop_assert!(is_sorted(&after));
+                        prop_assert!(SlidingLog::from_entries(after.as_of_us(), after.len() as u64, after.entries()).is_some());
+                    }
+                }
+            }
+        }
+    }
+}
