@@ -4,6 +4,8 @@
 //! Arity is checked by the glue before these run.
 
 use crate::core::number::{Decimal, parse_positive_integer};
+use crate::core::sliding_log::{SlidingLogParamError, SlidingLogParams};
+use crate::core::time::US_PER_SECOND;
 use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
 use crate::error::{ArgError, CommandError, Rule};
 use crate::limiter::Kind;
@@ -18,6 +20,24 @@ pub fn positive_integer(name: &'static str, value: &[u8]) -> Result<u64, ArgErro
 pub fn positive_decimal(name: &'static str, value: &[u8]) -> Result<Decimal, ArgError> {
     Decimal::parse_positive(value)
         .map_err(|error| ArgError::new(name, Rule::for_number(error, Rule::PositiveDecimal), value))
+}
+
+/// Shortest window: 1 ms.
+const MIN_WINDOW_US: u64 = 1_000;
+/// Longest window: 100 Julian years.
+const MAX_WINDOW_US: u64 = 100 * 31_557_600 * US_PER_SECOND;
+
+/// A duration argument: seconds as a decimal (`0.25`, `60`, `86400`), at least 1 ms and at
+/// most 100 years, in microseconds (a sub-microsecond remainder rounds up).
+pub fn duration_us(name: &'static str, value: &[u8]) -> Result<u64, ArgError> {
+    let seconds = positive_decimal(name, value)?;
+    match seconds.ceil_times(US_PER_SECOND) {
+        Some(us) if us < MIN_WINDOW_US => {
+            Err(ArgError::new(name, Rule::AtLeast("0.001 seconds (1 ms)"), value))
+        }
+        Some(us) if us <= MAX_WINDOW_US => Ok(us),
+        _ => Err(ArgError::new(name, Rule::AtMost("3155760000 seconds (100 years)"), value)),
+    }
 }
 
 /// An optional trailing `cost` (1 when absent); more arguments are an arity error.
@@ -68,6 +88,28 @@ pub fn token_bucket(args: &[&[u8]]) -> Result<TokenBucketParams, CommandError> {
     Ok(params)
 }
 
+/// `limit window [cost]` of `RL.SLIDINGLOG`, with the server's `max-log-entries`.
+pub fn sliding_log(args: &[&[u8]], max_entries: u64) -> Result<SlidingLogParams, CommandError> {
+    let [limit_arg, window_arg, rest @ ..] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let limit = positive_integer("limit", limit_arg)?;
+    let window_us = duration_us("window", window_arg)?;
+    let cost = optional_cost(rest)?;
+    SlidingLogParams::new(limit, window_us, cost, max_entries).map_err(|error| match error {
+        SlidingLogParamError::LimitAboveMaxEntries { max_entries } => {
+            CommandError::Argument(ArgError::new("limit", Rule::AtMostSetting {
+                bound: max_entries,
+                setting: "ratelimit.max-log-entries",
+            }, limit_arg))
+        }
+        // Already refused by duration_us, whose bounds are the same.
+        SlidingLogParamError::WindowTooShort | SlidingLogParamError::WindowTooLong => {
+            CommandError::Argument(ArgError::new("window", Rule::AtMost("3155760000 seconds (100 years)"), window_arg))
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +130,36 @@ mod tests {
         assert_eq!(
             (params.capacity(), params.interval_ns(), params.cost()),
             (1_000_000_000_000_000, 1_000, 7)
+        );
+    }
+
+    #[test]
+    fn durations_are_seconds_in_microseconds() {
+        assert_eq!(duration_us("window", b"0.25"), Ok(250_000));
+        assert_eq!(duration_us("window", b"86400"), Ok(86_400_000_000));
+        assert_eq!(duration_us("window", b"0.001"), Ok(1_000));
+        assert_eq!(duration_us("window", b"0.0010001"), Ok(1_001), "rounded up to the µs");
+        assert_eq!(
+            duration_us("window", b"0.0005").unwrap_err().to_string(),
+            "ERR window must be at least 0.001 seconds (1 ms) (got '0.0005')"
+        );
+        assert_eq!(
+            duration_us("window", b"1e10").unwrap_err().to_string(),
+            "ERR window must be at most 3155760000 seconds (100 years) (got '1e10')"
+        );
+        assert_eq!(
+            duration_us("window", b"-1").unwrap_err().to_string(),
+            "ERR window must be greater than 0 (got '-1')"
+        );
+    }
+
+    #[test]
+    fn sliding_log_limits_are_bounded_by_the_setting() {
+        let params = sliding_log(&[b"100", b"60", b"3"], 10_000).unwrap();
+        assert_eq!((params.limit(), params.window_us(), params.cost()), (100, 60_000_000, 3));
+        assert_eq!(
+            sliding_log(&[b"10001", b"60"], 10_000).unwrap_err().to_string(),
+            "ERR limit must be at most 10000 (the ratelimit.max-log-entries setting) (got '10001')"
         );
     }
 

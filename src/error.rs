@@ -21,8 +21,17 @@ pub enum Rule {
     GreaterThanZero,
     /// Does not fit the type.
     TooLarge,
-    /// A documented bound, completing "must be ...".
+    /// A documented lower bound, completing "must be at least ...".
+    AtLeast(&'static str),
+    /// A documented bound, completing "must be at most ...".
     AtMost(&'static str),
+    /// A bound set by a server setting.
+    AtMostSetting {
+        /// The setting's current value.
+        bound: u64,
+        /// The setting's name.
+        setting: &'static str,
+    },
     /// A rule spanning several arguments, completing "must ...".
     Must(&'static str),
 }
@@ -96,7 +105,11 @@ impl fmt::Display for ArgError {
             Rule::Finite => f.write_str("must be a finite number")?,
             Rule::GreaterThanZero => f.write_str("must be greater than 0")?,
             Rule::TooLarge => f.write_str("is too large")?,
+            Rule::AtLeast(bound) => write!(f, "must be at least {bound}")?,
             Rule::AtMost(bound) => write!(f, "must be at most {bound}")?,
+            Rule::AtMostSetting { bound, setting } => {
+                write!(f, "must be at most {bound} (the {setting} setting)")?
+            }
             Rule::Must(rule) => write!(f, "must {rule}")?,
         }
         match &self.got {
