@@ -1,1 +1,817 @@
-//! (being written)
+//! Fixed window: at most `limit` units in each epoch-aligned window of `window_us`.
+//!
+//! # Windows
+//!
+//! Window `k` is `[k × W, (k + 1) × W)` in Unix microseconds (see [`window_start_us`]): a
+//! 60 s window resets at every whole minute, a 86400 s window at midnight UTC. Every node,
+//! replica and client derives the same boundaries from the clock alone, so a client can
+//! predict the reset and a failover does not shift it.
+//!
+//! # Representation
+//!
+//! The state is the start of the window its count belongs to, and the units admitted in
+//! that window (16 bytes). A stored window that is over counts as empty, so nothing is ever
+//! reset in place: the key expires when its window ends, which is exactly when it becomes
+//! indistinguishable from a missing key.
+//!
+//! # Precision
+//!
+//! Exact: instants are integer microseconds and counts integers, and every decision is one
+//! comparison, `count + cost ≤ limit`. Each aligned window admits at most `limit` units.
+//! The price of fixed windows is the boundary burst: `limit` units in the last microsecond
+//! of one window and `limit` more in the first microsecond of the next, so `W` consecutive
+//! microseconds can hold up to `2 × limit`, and that bound is attained. The sliding window
+//! counter ([`super::sliding_window`]) smooths it out for the same 16 bytes.
+//!
+//! # Clock
+//!
+//! `now` comes from the server and is clamped to `[0, MAX_NOW_US]`. If it steps back into
+//! an earlier window, the stored window is kept and keeps counting (the conservative
+//! choice: the units it holds were admitted, so they are not forgotten) and its start is
+//! never moved back. A clock that goes back never admits more than the latest clock would.
+//!
+//! # Changing parameters
+//!
+//! A new `limit` applies at once to the stored count (a lowered limit can leave nothing
+//! remaining until the window ends). A new `window` maps the stored start onto the new grid:
+//! the count is kept if and only if the new-size window holding the stored start is the
+//! current one (or a later one, when the clock went back). Those units were admitted between
+//! the stored start and now, so they all lie in the current window and keeping them is
+//! exact. Otherwise the count is forgotten: a window change can thus forget units admitted
+//! in the current window under the old size (at most one old window's count), but never
+//! counts units from outside it. The stored start is then re-aligned to the new grid.
+
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+use super::time::{
+    MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, NS_PER_US, US_PER_MS, ceil_ms, window_start_us,
+};
+
+/// Largest limit of a windowed limiter: counts are stored as `u32`, which keeps each state
+/// at 16 bytes.
+pub const MAX_WINDOW_LIMIT: u64 = u32::MAX as u64;
+
+/// Why the parameters of a windowed limiter (fixed or sliding) are refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowParamError {
+    /// The limit is above [`MAX_WINDOW_LIMIT`].
+    LimitTooLarge,
+    /// The window is shorter than [`MIN_WINDOW_US`].
+    WindowTooShort,
+    /// The window is longer than [`MAX_WINDOW_US`].
+    WindowTooLong,
+}
+
+/// Validated parameters of one windowed call (`RL.FIXED` and `RL.SLIDING` share them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowParams {
+    limit: u64,
+    window_us: u64,
+    cost: u64,
+}
+
+impl WindowParams {
+    /// Validates at most `limit` units per window of `window_us` microseconds, for a call
+    /// costing `cost` units. A cost above the limit is valid: it is always denied.
+    ///
+    /// Precondition (checked in debug builds only, like the token bucket's): `limit ≥ 1`
+    /// and `cost ≥ 1`; the argument parser already refuses zero. Release builds treat a zero
+    /// as 1 rather than fail.
+    pub fn new(limit: u64, window_us: u64, cost: u64) -> Result<Self, WindowParamError> {
+        debug_assert!(limit >= 1 && cost >= 1);
+        if limit > MAX_WINDOW_LIMIT {
+            return Err(WindowParamError::LimitTooLarge);
+        }
+        if window_us < MIN_WINDOW_US {
+            return Err(WindowParamError::WindowTooShort);
+        }
+        if window_us > MAX_WINDOW_US {
+            return Err(WindowParamError::WindowTooLong);
+        }
+        Ok(Self {
+            limit: limit.max(1),
+            window_us,
+            cost: cost.max(1),
+        })
+    }
+
+    /// Units admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Length of a window, in microseconds.
+    pub fn window_us(&self) -> u64 {
+        self.window_us
+    }
+
+    /// Units this call asks for.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+}
+
+/// What a fixed window stores between calls: 16 bytes (the `u32` leaves 4 bytes of padding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedWindow {
+    window_start_us: i64,
+    count: u32,
+}
+
+impl FixedWindow {
+    /// Rebuilds a stored state, refusing values no evaluation can produce (corrupt or forged
+    /// payloads): the start must lie in `[0, MAX_NOW_US]`, where clamped clocks put it.
+    ///
+    /// Any count is accepted: every `u32` is reachable with a large enough limit, and 0 is
+    /// what a refund of everything leaves (the key then expires at once).
+    pub fn from_parts(window_start_us: i64, count: u32) -> Option<Self> {
+        (0..=MAX_NOW_US).contains(&window_start_us).then_some(Self {
+            window_start_us,
+            count,
+        })
+    }
+
+    /// Unix microseconds at which the window holding the count starts.
+    pub fn window_start_us(&self) -> i64 {
+        self.window_start_us
+    }
+
+    /// Units admitted in that window.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+}
+
+/// Unix milliseconds of the instant `instant_us`, rounded up so a key never expires before
+/// it is indistinguishable from a missing one; at least 1, since 0 means "no expiry".
+pub(crate) fn expiry_ms(instant_us: i128) -> i64 {
+    let per_ms = i128::from(US_PER_MS);
+    let ms = instant_us
+        .div_euclid(per_ms)
+        .saturating_add(i128::from(instant_us.rem_euclid(per_ms) != 0));
+    i64::try_from(ms).unwrap_or(i64::MAX).max(1)
+}
+
+/// Whole milliseconds, rounded up, in a duration of `us` microseconds (0 if not positive).
+pub(crate) fn ceil_ms_from_us(us: i128) -> u64 {
+    ceil_ms(us.saturating_mul(i128::from(NS_PER_US)))
+}
+
+/// A fixed window seen at one instant, in i128 microseconds.
+///
+/// Bounds: `now ≤ MAX_NOW_US < 2^53`, `window ≤ MAX_WINDOW_US < 2^52`, so no sum below can
+/// overflow; the saturating operations only say so.
+struct View {
+    now: i128,
+    /// Start of the window the count belongs to: the current window, or a later one when
+    /// the clock went back.
+    start: i128,
+    window: i128,
+    /// Units admitted in that window (0 for a missing or stale state).
+    count: u64,
+}
+
+impl View {
+    fn new(state: Option<&FixedWindow>, params: &WindowParams, now_us: i64) -> View {
+        let now_us = now_us.clamp(0, MAX_NOW_US);
+        let current = window_start_us(now_us, params.window_us);
+        let (start, count) = match state {
+            Some(stored) => {
+                // The new-size window holding the stored start (itself, if the size is
+                // unchanged); it still counts unless the clock has moved past it.
+                let stored_start = window_start_us(stored.window_start_us, params.window_us);
+                if stored_start >= current {
+                    (stored_start, u64::from(stored.count))
+                } else {
+                    (current, 0)
+                }
+            }
+            None => (current, 0),
+        };
+        View {
+            now: i128::from(now_us),
+            start: i128::from(start),
+            window: i128::from(params.window_us),
+            count,
+        }
+    }
+
+    /// The first instant (µs) at which the counted window is over.
+    fn end(&self) -> i128 {
+        self.start.saturating_add(self.window)
+    }
+
+    /// When a call of `params.cost` is admitted, with `count` units used.
+    fn retry(&self, params: &WindowParams, count: u64) -> Retry {
+        if params.cost > params.limit {
+            Retry::Never
+        } else if count.saturating_add(params.cost) <= params.limit {
+            Retry::Now
+        } else {
+            // Nothing but the end of the window frees units.
+            Retry::AfterMs(ceil_ms_from_us(self.end().saturating_sub(self.now)).max(1))
+        }
+    }
+
+    fn decision(&self, params: &WindowParams, allowed: bool, count: u64, retry: Retry) -> Decision {
+        let reset_after_ms = if count == 0 {
+            0
+        } else {
+            ceil_ms_from_us(self.end().saturating_sub(self.now))
+        };
+        Decision {
+            allowed,
+            remaining: params.limit.saturating_sub(count),
+            retry,
+            reset_after_ms,
+            limit: params.limit,
+        }
+    }
+
+    /// The state to store with `count` units used, expiring when the window ends (at once
+    /// when the count is 0: such a state is already indistinguishable from a missing one).
+    fn commit(&self, count: u64) -> Commit<FixedWindow> {
+        let state = FixedWindow {
+            window_start_us: i64::try_from(self.start).unwrap_or(MAX_NOW_US),
+            // Never truncates: counts never exceed the limit, and limits fit a u32.
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+        };
+        let expires_at_ms = if count == 0 {
+            expiry_ms(self.now)
+        } else {
+            expiry_ms(self.end())
+        };
+        Commit {
+            change: state,
+            expires_at_ms,
+        }
+    }
+}
+
+/// The fixed window algorithm (`RL.FIXED`).
+pub struct FixedWindowAlgorithm;
+
+impl Algorithm for FixedWindowAlgorithm {
+    type Params = WindowParams;
+    type State = FixedWindow;
+    type Change = FixedWindow;
+
+    fn evaluate(
+        state: Option<&FixedWindow>,
+        params: &WindowParams,
+        now_us: i64,
+    ) -> Evaluation<FixedWindow> {
+        let view = View::new(state, params, now_us);
+        match view.retry(params, view.count) {
+            Retry::Now => {
+                let count = view.count.saturating_add(params.cost);
+                Evaluation {
+                    decision: view.decision(params, true, count, Retry::Now),
+                    commit: Some(view.commit(count)),
+                }
+            }
+            denied => Evaluation {
+                decision: view.decision(params, false, view.count, denied),
+                commit: None,
+            },
+        }
+    }
+
+    /// Gives back up to `cost` units of the window that still counts; a missing or stale
+    /// state has nothing to give back.
+    fn refund(
+        state: Option<&FixedWindow>,
+        params: &WindowParams,
+        now_us: i64,
+    ) -> Evaluation<FixedWindow> {
+        let view = View::new(state, params, now_us);
+        let count = view.count.saturating_sub(params.cost);
+        let refunded = count < view.count;
+        let retry = view.retry(params, count);
+        Evaluation {
+            decision: view.decision(params, refunded, count, retry),
+            commit: refunded.then(|| view.commit(count)),
+        }
+    }
+
+    fn apply(state: &mut FixedWindow, change: FixedWindow) {
+        *state = change;
+    }
+
+    fn create(change: FixedWindow) -> FixedWindow {
+        change
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const T0_US: i64 = 1_700_000_040_000_000; // 2023-11-14T22:14:00Z, a whole minute
+    const MS: i64 = 1_000;
+    const SECOND: i64 = 1_000_000;
+
+    fn params(limit: u64, window_us: i64, cost: u64) -> WindowParams {
+        WindowParams::new(limit, window_us as u64, cost).unwrap()
+    }
+
+    /// A key driven through a sequence of calls, as the glue would drive it.
+    #[derive(Default)]
+    struct Key {
+        state: Option<FixedWindow>,
+        expires_at_ms: Option<i64>,
+    }
+
+    impl Key {
+        fn expire(&mut self, now_us: i64) {
+            if let Some(expiry) = self.expires_at_ms {
+                if now_us.div_euclid(MS) >= expiry {
+                    // Redis deletes the key once its expiry has passed.
+                    *self = Key::default();
+                }
+            }
+        }
+
+        fn call(&mut self, params: &WindowParams, now_us: i64) -> Decision {
+            self.expire(now_us);
+            let evaluation = FixedWindowAlgorithm::evaluate(self.state.as_ref(), params, now_us);
+            self.store(evaluation)
+        }
+
+        fn refund(&mut self, params: &WindowParams, now_us: i64) -> Decision {
+            self.expire(now_us);
+            let evaluation = FixedWindowAlgorithm::refund(self.state.as_ref(), params, now_us);
+            self.store(evaluation)
+        }
+
+        fn store(&mut self, evaluation: Evaluation<FixedWindow>) -> Decision {
+            if let Some(commit) = evaluation.commit {
+                self.state = Some(commit.change);
+                self.expires_at_ms = Some(commit.expires_at_ms);
+            }
+            evaluation.decision
+        }
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn counts_within_epoch_aligned_windows() {
+        // 3 per second; T0 is on a second boundary.
+        let p = params(3, SECOND, 1);
+        let mut key = Key::default();
+        let cases: &[(i64, bool, u64, i64, u64)] = &[
+            // (now offset µs, allowed, remaining, retry_after_ms, reset_after_ms)
+            (0,                      true,  2, 0,    1000),
+            (400 * MS,               true,  1, 0,    600),
+            (999 * MS,               true,  0, 0,    1),
+            (999 * MS + 1,           false, 0, 1,    1),
+            (SECOND,                 true,  2, 0,    1000),
+            (SECOND + 1,             true,  1, 0,    1000),
+            (SECOND + 2,             true,  0, 0,    1000),
+            (SECOND + 250 * MS,      false, 0, 750,  750),
+            (SECOND + 250 * MS + 1,  false, 0, 750,  750),
+            (5 * SECOND + 999 * MS,  true,  2, 0,    1),
+        ];
+        for &(offset, allowed, remaining, retry, reset) in cases {
+            let d = key.call(&p, T0_US + offset);
+            assert_eq!(
+                d.reply_fields(),
+                [i64::from(allowed), remaining as i64, retry, reset as i64, 3],
+                "at +{offset}µs"
+            );
+        }
+    }
+
+    #[test]
+    fn windows_reset_on_the_epoch_grid() {
+        // A minute window resets at the whole minute, whenever the first call came.
+        let p = params(1, 60 * SECOND, 1);
+        let mut key = Key::default();
+        let first = T0_US + 59 * SECOND;
+        assert!(key.call(&p, first).allowed);
+        let d = key.call(&p, first + 500 * MS);
+        assert_eq!((d.allowed, d.retry), (false, Retry::AfterMs(500)));
+        assert_eq!(key.expires_at_ms, Some((T0_US + 60 * SECOND) / MS));
+        assert!(key.call(&p, T0_US + 60 * SECOND).allowed);
+        // A day window resets at midnight UTC: T0 is 22:14:00.
+        let day = params(1, 86_400 * SECOND, 1);
+        let d = FixedWindowAlgorithm::evaluate(None, &day, T0_US).decision;
+        assert_eq!(d.reset_after_ms, ((86_400 - 80_040) * SECOND / MS) as u64);
+    }
+
+    #[test]
+    fn cost_above_limit_is_never_admitted_and_writes_nothing() {
+        let p = params(5, SECOND, 6);
+        let evaluation = FixedWindowAlgorithm::evaluate(None, &p, T0_US);
+        assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
+        assert!(evaluation.commit.is_none());
+        let state = FixedWindow::from_parts(T0_US, 2).unwrap();
+        let evaluation = FixedWindowAlgorithm::evaluate(Some(&state), &p, T0_US + MS);
+        assert_eq!(evaluation.decision.reply_fields(), [0, 3, -1, 999, 5]);
+        let huge = params(5, SECOND, u64::MAX);
+        assert_eq!(
+            FixedWindowAlgorithm::evaluate(Some(&state), &huge, T0_US)
+                .decision
+                .retry,
+            Retry::Never
+        );
+    }
+
+    #[test]
+    fn expiry_is_the_end_of_the_window_rounded_up() {
+        let p = params(10, 1_500, 4); // windows of 1.5 ms: ends fall between milliseconds
+        let at = T0_US + 100; // in the window [T0, T0 + 1500)
+        let evaluation = FixedWindowAlgorithm::evaluate(None, &p, at);
+        assert_eq!(evaluation.decision.reply_fields(), [1, 6, 0, 2, 10]);
+        let commit = evaluation.commit.unwrap();
+        assert_eq!(commit.change, FixedWindow::from_parts(T0_US, 4).unwrap());
+        assert_eq!(
+            commit.expires_at_ms,
+            T0_US / MS + 2,
+            "1.5 ms rounds up to 2"
+        );
+    }
+
+    #[test]
+    fn clock_going_backwards_keeps_counting_in_the_stored_window() {
+        let p = params(2, SECOND, 1);
+        let mut key = Key::default();
+        assert!(key.call(&p, T0_US + 10 * SECOND).allowed);
+        let stored = key.state.unwrap();
+        // An hour back: still the stored window, with its count.
+        let d = key.call(&p, T0_US - 3600 * SECOND);
+        assert_eq!((d.allowed, d.remaining), (true, 0));
+        assert_eq!(
+            key.state.unwrap().window_start_us(),
+            stored.window_start_us(),
+            "not rewound"
+        );
+        let d = key.call(&p, T0_US - 3600 * SECOND);
+        assert!(!d.allowed);
+        // Until the stored window is over, however far back the clock went.
+        assert_eq!(d.retry, Retry::AfterMs(3611 * 1000));
+        assert!(key.call(&p, T0_US + 11 * SECOND).allowed);
+    }
+
+    #[test]
+    fn a_changed_window_keeps_the_count_only_inside_the_current_window() {
+        let mut key = Key::default();
+        let second = params(5, SECOND, 2);
+        assert!(key.call(&second, T0_US + 30 * SECOND).allowed); // 2 in [T0+30 s, T0+31 s)
+        // Growing to a minute: those 2 units lie in the current minute, so they count, and
+        // the stored start moves to the minute's start.
+        let minute = params(5, 60 * SECOND, 2);
+        let d = key.call(&minute, T0_US + 30 * SECOND + 500 * MS);
+        assert_eq!(
+            (d.allowed, d.remaining, d.reset_after_ms),
+            (true, 1, 29_500)
+        );
+        assert_eq!(key.state.unwrap().window_start_us(), T0_US);
+        // Shrinking back to a second: the minute's units cannot be placed in the current
+        // second, so they are forgotten.
+        let d = key.call(&second, T0_US + 40 * SECOND);
+        assert_eq!((d.allowed, d.remaining), (true, 3));
+    }
+
+    #[test]
+    fn a_changed_limit_applies_to_the_stored_count() {
+        let mut key = Key::default();
+        assert!(key.call(&params(10, SECOND, 6), T0_US).allowed);
+        let d = key.call(&params(5, SECOND, 1), T0_US);
+        assert_eq!(
+            (d.allowed, d.remaining, d.retry),
+            (false, 0, Retry::AfterMs(1000))
+        );
+        let d = key.call(&params(8, SECOND, 1), T0_US);
+        assert_eq!((d.allowed, d.remaining), (true, 1));
+    }
+
+    #[test]
+    fn refund_gives_back_units_of_the_window_that_still_counts() {
+        let p = params(10, SECOND, 3);
+        let nothing = FixedWindowAlgorithm::refund(None, &p, T0_US);
+        assert!(
+            nothing.commit.is_none(),
+            "a missing window has nothing to give back"
+        );
+        assert_eq!(nothing.decision.reply_fields(), [0, 10, 0, 0, 10]);
+        let mut key = Key::default();
+        key.call(&p, T0_US); // 7 left
+        key.call(&p, T0_US); // 4 left
+        let d = key.refund(&p, T0_US + 100 * MS);
+        assert_eq!(d.reply_fields(), [1, 7, 0, 900, 10]);
+        let d = key.refund(&params(10, SECOND, 5), T0_US + 100 * MS);
+        assert_eq!(
+            d.reply_fields(),
+            [1, 10, 0, 0, 10],
+            "saturates at an empty window"
+        );
+        assert_eq!(key.state.unwrap().count(), 0);
+        assert_eq!(
+            key.expires_at_ms,
+            Some(T0_US / MS + 100),
+            "empty: expires at once"
+        );
+        key.state = FixedWindow::from_parts(T0_US, 1);
+        key.expires_at_ms = None;
+        let d = key.refund(&p, T0_US + SECOND);
+        assert!(!d.allowed, "the window is over: nothing to give back");
+        assert_eq!(
+            key.state,
+            FixedWindow::from_parts(T0_US, 1),
+            "nothing written"
+        );
+        // Over a lowered limit, a refund gives back but the same call still waits.
+        key.state = FixedWindow::from_parts(T0_US, 10);
+        let d = key.refund(&params(5, SECOND, 3), T0_US + 200 * MS);
+        assert_eq!(d.reply_fields(), [1, 0, 800, 800, 5]);
+        let d = FixedWindowAlgorithm::refund(key.state.as_ref(), &params(10, SECOND, 12), T0_US);
+        assert_eq!(d.decision.retry, Retry::Never);
+    }
+
+    #[test]
+    fn parameters_are_validated() {
+        assert!(WindowParams::new(MAX_WINDOW_LIMIT, MIN_WINDOW_US, u64::MAX).is_ok());
+        assert!(WindowParams::new(1, MAX_WINDOW_US, 1).is_ok());
+        assert_eq!(
+            WindowParams::new(MAX_WINDOW_LIMIT + 1, SECOND as u64, 1),
+            Err(WindowParamError::LimitTooLarge)
+        );
+        assert_eq!(
+            WindowParams::new(1, MIN_WINDOW_US - 1, 1),
+            Err(WindowParamError::WindowTooShort)
+        );
+        assert_eq!(
+            WindowParams::new(1, MAX_WINDOW_US + 1, 1),
+            Err(WindowParamError::WindowTooLong)
+        );
+        let p = params(7, 1_500, 3);
+        assert_eq!((p.limit(), p.window_us(), p.cost()), (7, 1_500, 3));
+    }
+
+    #[test]
+    fn decoding_refuses_unreachable_states() {
+        assert!(FixedWindow::from_parts(-1, 1).is_none());
+        assert!(FixedWindow::from_parts(MAX_NOW_US + 1, 1).is_none());
+        assert!(FixedWindow::from_parts(i64::MIN, 1).is_none());
+        assert!(FixedWindow::from_parts(i64::MAX, 1).is_none());
+        let state = FixedWindow::from_parts(T0_US, u32::MAX).unwrap();
+        assert_eq!((state.window_start_us(), state.count()), (T0_US, u32::MAX));
+        assert!(FixedWindow::from_parts(0, 0).is_some());
+        assert!(FixedWindow::from_parts(MAX_NOW_US, 0).is_some());
+    }
+
+    #[test]
+    fn state_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<FixedWindow>(), 16);
+        assert_eq!(std::mem::align_of::<FixedWindow>(), 8);
+    }
+
+    /// An independent model: units admitted per window index, never forgotten.
+    struct PerWindow {
+        window: i64,
+        used: BTreeMap<i64, u64>,
+    }
+
+    impl PerWindow {
+        fn call(&mut self, limit: u64, cost: u64, now_us: i64) -> (bool, u64) {
+            let used = self.used.entry(now_us.div_euclid(self.window)).or_insert(0);
+            let allowed = *used + cost <= limit;
+            if allowed {
+                *used += cost;
+            }
+            (allowed, limit.saturating_sub(*used))
+        }
+    }
+
+    fn arb_params() -> impl Strategy<Value = (u64, i64)> {
+        // (limit, window µs): tiny to huge limits, windows of a millisecond to a day, some
+        // not a whole number of milliseconds.
+        prop_oneof![
+            (
+                1u64..20,
+                prop_oneof![
+                    Just(1_000i64),
+                    Just(1_500),
+                    Just(SECOND),
+                    1_000i64..3_000_000
+                ]
+            ),
+            (
+                1u64..100_000,
+                prop_oneof![Just(60 * SECOND), 1_000i64..100_000_000]
+            ),
+            (
+                1_000_000u64..=MAX_WINDOW_LIMIT,
+                prop_oneof![Just(86_400 * SECOND), 1_000i64..10_000]
+            ),
+        ]
+    }
+
+    fn arb_calls() -> impl Strategy<Value = Vec<(u64, u64)>> {
+        // (µs elapsed since the previous call as a share of the window in ‰, cost as a share
+        // of the limit in ‰): mostly within a window, sometimes across one or several.
+        prop::collection::vec(
+            (
+                prop_oneof![Just(0u64), 0u64..100, 0u64..1_200, 0u64..5_000],
+                0u64..1_200,
+            ),
+            1..60,
+        )
+    }
+
+    fn share(total: u64, per_mille: u64) -> u64 {
+        (u128::from(total) * u128::from(per_mille) / 1000) as u64
+    }
+
+    fn cost_of(limit: u64, per_mille: u64) -> u64 {
+        share(limit, per_mille).max(1)
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_per_window_model((limit, window) in arb_params(), calls in arb_calls()) {
+            let mut key = Key::default();
+            let mut model = PerWindow { window, used: BTreeMap::new() };
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += share(window as u64, elapsed) as i64;
+                let cost = cost_of(limit, per_mille);
+                let p = params(limit, window, cost);
+                let decision = key.call(&p, now);
+                prop_assert_eq!((decision.allowed, decision.remaining), model.call(limit, cost, now));
+                prop_assert_eq!(decision.retry == Retry::Never, cost > limit);
+            }
+        }
+
+        #[test]
+        fn never_admits_more_than_the_limit_per_window_or_twice_per_interval(
+            (limit, window) in arb_params(),
+            calls in arb_calls(),
+        ) {
+            let mut key = Key::default();
+            let mut admitted: Vec<(i64, u64)> = Vec::new();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += share(window as u64, elapsed) as i64;
+                let cost = cost_of(limit, per_mille);
+                if key.call(&params(limit, window, cost), now).allowed {
+                    admitted.push((now, cost));
+                }
+            }
+            let mut per_window: BTreeMap<i64, u64> = BTreeMap::new();
+            for &(at, cost) in &admitted {
+                *per_window.entry(at.div_euclid(window)).or_insert(0) += cost;
+            }
+            prop_assert!(per_window.values().all(|&used| used <= limit));
+            // Any W consecutive microseconds: the densest start at an admitted call.
+            for &(from, _) in &admitted {
+                let total: u64 = admitted.iter().filter(|(at, _)| (from..from + window).contains(at)).map(|(_, c)| c).sum();
+                prop_assert!(total <= 2 * limit);
+            }
+        }
+
+        #[test]
+        fn waiting_retry_after_is_enough_and_necessary((limit, window) in arb_params(), calls in arb_calls()) {
+            let mut key = Key::default();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += share(window as u64, elapsed) as i64;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                let decision = key.call(&p, now);
+                if let Retry::AfterMs(wait_ms) = decision.retry {
+                    let wait_us = wait_ms as i64 * MS;
+                    let state = key.state;
+                    let on_time = FixedWindowAlgorithm::evaluate(state.as_ref(), &p, now + wait_us);
+                    prop_assert!(on_time.decision.allowed);
+                    let too_early = FixedWindowAlgorithm::evaluate(state.as_ref(), &p, now + wait_us - MS);
+                    prop_assert!(!too_early.decision.allowed);
+                    // The true earliest instant is the next window's start.
+                    let next_window = (now.div_euclid(window) + 1) * window;
+                    prop_assert_eq!(wait_us, (next_window - now + MS - 1) / MS * MS);
+                }
+            }
+        }
+
+        #[test]
+        fn reset_after_and_expiry_are_when_the_window_is_empty((limit, window) in arb_params(), calls in arb_calls()) {
+            // A call costing the whole limit is admitted exactly when nothing counts any more.
+            let drain = params(limit, window, limit);
+            let empty_at = |state: &Option<FixedWindow>, at_us: i64| {
+                FixedWindowAlgorithm::evaluate(state.as_ref(), &drain, at_us).decision.allowed
+            };
+            let mut key = Key::default();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += share(window as u64, elapsed) as i64;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                let evaluation = FixedWindowAlgorithm::evaluate(key.state.as_ref(), &p, now);
+                if let Some(commit) = &evaluation.commit {
+                    let after = Some(commit.change);
+                    prop_assert!(empty_at(&after, commit.expires_at_ms * MS), "empty at expiry");
+                    prop_assert!(!empty_at(&after, (commit.expires_at_ms - 1) * MS), "not empty 1 ms before");
+                }
+                key.call(&p, now);
+                let reset_us = evaluation.decision.reset_after_ms as i64 * MS;
+                prop_assert!(empty_at(&key.state, now + reset_us), "empty at reset_after");
+                if reset_us > 0 {
+                    prop_assert!(!empty_at(&key.state, now + reset_us - MS), "not empty before");
+                }
+            }
+        }
+
+        #[test]
+        fn peeking_between_calls_changes_nothing((limit, window) in arb_params(), calls in arb_calls()) {
+            let mut plain = Key::default();
+            let mut peeked = Key::default();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                let elapsed = share(window as u64, elapsed) as i64;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                let _ = FixedWindowAlgorithm::evaluate(peeked.state.as_ref(), &p, now + elapsed / 2);
+                now += elapsed;
+                prop_assert_eq!(plain.call(&p, now), peeked.call(&p, now));
+            }
+        }
+
+        #[test]
+        fn refunding_an_admitted_call_undoes_it((limit, window) in arb_params(), calls in arb_calls()) {
+            let mut key = Key::default();
+            let mut now = T0_US;
+            for (elapsed, per_mille) in calls {
+                now += share(window as u64, elapsed) as i64;
+                let p = params(limit, window, cost_of(limit, per_mille));
+                let before = FixedWindowAlgorithm::evaluate(key.state.as_ref(), &p, now).decision;
+                if key.call(&p, now).allowed {
+                    let refund = key.refund(&p, now);
+                    prop_assert!(refund.allowed);
+                    prop_assert_eq!(refund.remaining, before.remaining + p.cost());
+                    // The same call then sees exactly what it saw before (and takes it again).
+                    prop_assert_eq!(key.call(&p, now), before);
+                }
+            }
+        }
+
+        #[test]
+        fn a_backwards_clock_never_admits_more(
+            (limit, window) in arb_params(),
+            calls in prop::collection::vec((-2_000i64..2_000, 0u64..1200), 1..60),
+        ) {
+            // With a clock that jumps back and forth (steps in ‰ of the window), the stored
+            // start never moves back, each stored window admits at most the limit, and a
+            // call at an earlier clock never sees more room than at the latest clock.
+            let mut key = Key::default();
+            let (mut now, mut latest) = (T0_US, i64::MIN);
+            let mut used: BTreeMap<i64, u64> = BTreeMap::new();
+            for (step, per_mille) in calls {
+                now += step * window / 1000;
+                latest = latest.max(now);
+                let p = params(limit, window, cost_of(limit, per_mille));
+                key.expires_at_ms = None; // the state itself, not key expiry, is under test
+                let before = key.state;
+                let at_latest = FixedWindowAlgorithm::evaluate(before.as_ref(), &p, latest).decision;
+                let decision = key.call(&p, now);
+                prop_assert!(!decision.allowed || at_latest.allowed);
+                if decision.allowed == at_latest.allowed {
+                    prop_assert!(decision.remaining <= at_latest.remaining);
+                }
+                if decision.allowed {
+                    let after = key.state.unwrap();
+                    if let Some(before) = before {
+                        prop_assert!(after.window_start_us() >= before.window_start_us());
+                    }
+                    let total = used.entry(after.window_start_us()).or_insert(0);
+                    *total += p.cost();
+                    prop_assert!(*total <= limit);
+                    prop_assert_eq!(*total, u64::from(after.count()));
+                }
+            }
+        }
+
+        #[test]
+        fn extremes_never_overflow(
+            limit in 1u64..=MAX_WINDOW_LIMIT,
+            window in MIN_WINDOW_US..=MAX_WINDOW_US,
+            cost in prop_oneof![1u64..=u64::MAX, Just(u64::MAX)],
+            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(i64::MAX), Just(MAX_NOW_US), any::<i64>()],
+            start in prop_oneof![Just(0i64), Just(MAX_NOW_US), any::<i64>()],
+            count in any::<u32>(),
+        ) {
+            let p = WindowParams::new(limit, window, cost).unwrap();
+            let state = FixedWindow::from_parts(start, count);
+            for evaluation in [
+                FixedWindowAlgorithm::evaluate(state.as_ref(), &p, now),
+                FixedWindowAlgorithm::refund(state.as_ref(), &p, now),
+            ] {
+                prop_assert!(evaluation.decision.remaining <= limit);
+                if let Some(commit) = evaluation.commit {
+                    let change = commit.change;
+                    prop_assert!(FixedWindow::from_parts(change.window_start_us(), change.count()).is_some());
+                    prop_assert!(commit.expires_at_ms >= 1);
+                }
+            }
+        }
+    }
+}

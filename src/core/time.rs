@@ -48,6 +48,29 @@ impl DivCeilPositive for i128 {
     }
 }
 
+/// Shortest window a windowed limiter accepts: one millisecond.
+///
+/// Replies are in whole milliseconds, so a shorter window could not be waited out honestly.
+pub const MIN_WINDOW_US: u64 = US_PER_MS;
+
+/// Longest window a windowed limiter accepts: 100 Julian years, in microseconds.
+///
+/// With it, every instant a window computes (`MAX_NOW_US` plus two windows) stays far
+/// inside an `i64` of microseconds and of milliseconds.
+pub const MAX_WINDOW_US: u64 = 100 * 31_557_600 * US_PER_SECOND;
+
+/// Start of the epoch-aligned window of `window_us` holding `now_us` (both in µs).
+///
+/// Windows are `[k × window_us, (k + 1) × window_us)` in Unix time, so a 60 s window starts
+/// at every whole minute and a 86400 s window at midnight UTC: every node and client derives
+/// the same boundaries from the clock alone, with nothing to agree on. A zero window is
+/// treated as 1 µs; results below `i64::MIN` (only for negative `now_us`) saturate.
+pub fn window_start_us(now_us: i64, window_us: u64) -> i64 {
+    let window = i128::from(window_us.max(1));
+    let start = i128::from(now_us).div_euclid(window).saturating_mul(window);
+    i64::try_from(start).unwrap_or(i64::MIN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +83,36 @@ mod tests {
         assert_eq!(ceil_ms(1_000_000), 1);
         assert_eq!(ceil_ms(1_000_001), 2);
         assert_eq!(ceil_ms(i128::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn windows_align_to_the_epoch() {
+        const SECOND: i64 = 1_000_000;
+        assert_eq!(MAX_WINDOW_US, 3_155_760_000_000_000);
+        let t = 1_700_000_000 * SECOND + 123_456; // 2023-11-14T22:13:20.123456Z
+        assert_eq!(
+            window_start_us(t, 60 * SECOND as u64),
+            1_699_999_980 * SECOND
+        );
+        assert_eq!(
+            window_start_us(t, 86_400 * SECOND as u64),
+            1_699_920_000 * SECOND
+        );
+        assert_eq!(window_start_us(t, 1_000), t - 456);
+        assert_eq!(window_start_us(1_500, 1_500), 1_500);
+        assert_eq!(window_start_us(1_499, 1_500), 0);
+        assert_eq!(window_start_us(0, MAX_WINDOW_US), 0);
+        assert_eq!(
+            window_start_us(-1, 1_000),
+            -1_000,
+            "negative times round down"
+        );
+        assert_eq!(window_start_us(7, 0), 7, "a zero window is one microsecond");
+        assert_eq!(window_start_us(i64::MIN, 1_000), i64::MIN, "saturates");
+        assert_eq!(window_start_us(i64::MAX, u64::MAX), 0);
+        assert_eq!(
+            window_start_us(MAX_NOW_US, MAX_WINDOW_US),
+            MAX_WINDOW_US as i64
+        );
     }
 }
