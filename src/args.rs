@@ -3,9 +3,10 @@
 //! Pure functions over byte slices, so every error message is unit-tested without a server.
 //! Arity is checked by the glue before these run.
 
+use crate::core::fixed_window::{WindowParamError, WindowParams};
 use crate::core::number::{Decimal, parse_positive_integer};
 use crate::core::sliding_log::{SlidingLogParamError, SlidingLogParams};
-use crate::core::time::US_PER_SECOND;
+use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
 use crate::error::{ArgError, CommandError, Rule};
 use crate::limiter::Kind;
@@ -22,21 +23,22 @@ pub fn positive_decimal(name: &'static str, value: &[u8]) -> Result<Decimal, Arg
         .map_err(|error| ArgError::new(name, Rule::for_number(error, Rule::PositiveDecimal), value))
 }
 
-/// Shortest window: 1 ms.
-const MIN_WINDOW_US: u64 = 1_000;
-/// Longest window: 100 Julian years.
-const MAX_WINDOW_US: u64 = 100 * 31_557_600 * US_PER_SECOND;
-
 /// A duration argument: seconds as a decimal (`0.25`, `60`, `86400`), at least 1 ms and at
 /// most 100 years, in microseconds (a sub-microsecond remainder rounds up).
 pub fn duration_us(name: &'static str, value: &[u8]) -> Result<u64, ArgError> {
     let seconds = positive_decimal(name, value)?;
     match seconds.ceil_times(US_PER_SECOND) {
-        Some(us) if us < MIN_WINDOW_US => {
-            Err(ArgError::new(name, Rule::AtLeast("0.001 seconds (1 ms)"), value))
-        }
+        Some(us) if us < MIN_WINDOW_US => Err(ArgError::new(
+            name,
+            Rule::AtLeast("0.001 seconds (1 ms)"),
+            value,
+        )),
         Some(us) if us <= MAX_WINDOW_US => Ok(us),
-        _ => Err(ArgError::new(name, Rule::AtMost("3155760000 seconds (100 years)"), value)),
+        _ => Err(ArgError::new(
+            name,
+            Rule::AtMost("3155760000 seconds (100 years)"),
+            value,
+        )),
     }
 }
 
@@ -52,7 +54,8 @@ fn optional_cost(rest: &[&[u8]]) -> Result<u64, CommandError> {
 /// The algorithm named by `RL.PEEK` / `RL.REFUND` (case-insensitive).
 pub fn algorithm(name: &[u8]) -> Result<Kind, CommandError> {
     Kind::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .find(|kind| {
             kind.command_name()
                 .is_some_and(|known| name.eq_ignore_ascii_case(known))
@@ -88,6 +91,29 @@ pub fn token_bucket(args: &[&[u8]]) -> Result<TokenBucketParams, CommandError> {
     Ok(params)
 }
 
+/// `limit window [cost]` of `RL.SLIDING` and `RL.FIXED`.
+pub fn window(args: &[&[u8]]) -> Result<WindowParams, CommandError> {
+    let [limit_arg, window_arg, rest @ ..] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let limit = positive_integer("limit", limit_arg)?;
+    let window_us = duration_us("window", window_arg)?;
+    let cost = optional_cost(rest)?;
+    WindowParams::new(limit, window_us, cost).map_err(|error| {
+        CommandError::Argument(match error {
+            WindowParamError::LimitTooLarge => {
+                ArgError::new("limit", Rule::AtMost("4294967295"), limit_arg)
+            }
+            // Already refused by duration_us, whose bounds are the same.
+            WindowParamError::WindowTooShort | WindowParamError::WindowTooLong => ArgError::new(
+                "window",
+                Rule::AtMost("3155760000 seconds (100 years)"),
+                window_arg,
+            ),
+        })
+    })
+}
+
 /// `limit window [cost]` of `RL.SLIDINGLOG`, with the server's `max-log-entries`.
 pub fn sliding_log(args: &[&[u8]], max_entries: u64) -> Result<SlidingLogParams, CommandError> {
     let [limit_arg, window_arg, rest @ ..] = args else {
@@ -98,14 +124,22 @@ pub fn sliding_log(args: &[&[u8]], max_entries: u64) -> Result<SlidingLogParams,
     let cost = optional_cost(rest)?;
     SlidingLogParams::new(limit, window_us, cost, max_entries).map_err(|error| match error {
         SlidingLogParamError::LimitAboveMaxEntries { max_entries } => {
-            CommandError::Argument(ArgError::new("limit", Rule::AtMostSetting {
-                bound: max_entries,
-                setting: "ratelimit.max-log-entries",
-            }, limit_arg))
+            CommandError::Argument(ArgError::new(
+                "limit",
+                Rule::AtMostSetting {
+                    bound: max_entries,
+                    setting: "ratelimit.max-log-entries",
+                },
+                limit_arg,
+            ))
         }
         // Already refused by duration_us, whose bounds are the same.
         SlidingLogParamError::WindowTooShort | SlidingLogParamError::WindowTooLong => {
-            CommandError::Argument(ArgError::new("window", Rule::AtMost("3155760000 seconds (100 years)"), window_arg))
+            CommandError::Argument(ArgError::new(
+                "window",
+                Rule::AtMost("3155760000 seconds (100 years)"),
+                window_arg,
+            ))
         }
     })
 }
@@ -138,7 +172,11 @@ mod tests {
         assert_eq!(duration_us("window", b"0.25"), Ok(250_000));
         assert_eq!(duration_us("window", b"86400"), Ok(86_400_000_000));
         assert_eq!(duration_us("window", b"0.001"), Ok(1_000));
-        assert_eq!(duration_us("window", b"0.0010001"), Ok(1_001), "rounded up to the µs");
+        assert_eq!(
+            duration_us("window", b"0.0010001"),
+            Ok(1_001),
+            "rounded up to the µs"
+        );
         assert_eq!(
             duration_us("window", b"0.0005").unwrap_err().to_string(),
             "ERR window must be at least 0.001 seconds (1 ms) (got '0.0005')"
@@ -156,9 +194,14 @@ mod tests {
     #[test]
     fn sliding_log_limits_are_bounded_by_the_setting() {
         let params = sliding_log(&[b"100", b"60", b"3"], 10_000).unwrap();
-        assert_eq!((params.limit(), params.window_us(), params.cost()), (100, 60_000_000, 3));
         assert_eq!(
-            sliding_log(&[b"10001", b"60"], 10_000).unwrap_err().to_string(),
+            (params.limit(), params.window_us(), params.cost()),
+            (100, 60_000_000, 3)
+        );
+        assert_eq!(
+            sliding_log(&[b"10001", b"60"], 10_000)
+                .unwrap_err()
+                .to_string(),
             "ERR limit must be at most 10000 (the ratelimit.max-log-entries setting) (got '10001')"
         );
     }

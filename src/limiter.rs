@@ -7,57 +7,247 @@
 //!
 //! Layout, little-endian: `[version: u8][kind: u8][kind-specific fields]`. The version equals
 //! the module type's encoding version (the RDB `encver`).
+//!
+//! Adding an algorithm means one line in the [`kinds!`] table below, a [`Fields`] impl for
+//! its state, and an [`Effect`] impl for its algorithm.
 
 use crate::core::Algorithm;
+use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
+use crate::core::sliding_log::{
+    SlidingLog, SlidingLogAction, SlidingLogAlgorithm, SlidingLogChange,
+};
+use crate::core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
 use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm};
 
 /// Version of the encoding written by this build; also the module type's `encver`.
 pub const ENCODING_VERSION: u8 = 1;
 
-/// The algorithm a key holds. The discriminant is the kind byte of the encoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Kind {
-    /// [`TokenBucket`], written by `RL.TOKENBUCKET`.
-    TokenBucket = 0,
-}
-
-impl Kind {
-    /// All kinds, in discriminant order.
-    pub const ALL: [Kind; 1] = [Kind::TokenBucket];
-
-    /// The kind with this discriminant, if any.
-    pub fn from_byte(byte: u8) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|kind| *kind as u8 == byte)
-    }
-
-    /// How error messages name this kind ("key holds a token bucket").
-    pub fn describe(self) -> &'static str {
-        match self {
-            Kind::TokenBucket => "a token bucket",
-        }
-    }
-
-    /// The ALGORITHM name `RL.PEEK` and `RL.REFUND` use for this kind, if they accept it.
-    pub fn command_name(self) -> Option<&'static [u8]> {
-        match self {
-            Kind::TokenBucket => Some(b"TOKENBUCKET"),
-        }
-    }
-}
+/// Set in the kind byte of an effect that carries a change rather than a whole state.
+const CHANGE_FLAG: u8 = 0x80;
 
 /// A state type that is stored under one [`Kind`].
-pub trait KindState: Sized {
+pub trait KindState: Sized + Clone + 'static {
     /// The kind tag of keys holding this state.
     const KIND: Kind;
     /// Borrows the state as a limiter of its kind.
     fn as_limiter(&self) -> LimiterRef<'_>;
+    /// Wraps the state as a limiter of its kind.
+    fn into_limiter(self) -> Limiter;
+    /// Bytes the state occupies in memory, allocations it owns included (`MEMORY USAGE`).
+    fn allocated_bytes(&self) -> usize;
 }
 
-impl KindState for TokenBucket {
-    const KIND: Kind = Kind::TokenBucket;
-    fn as_limiter(&self) -> LimiterRef<'_> {
-        LimiterRef::TokenBucket(self)
+/// Something done with a state of a statically known type (see [`Limiter::visit`]).
+pub trait StateVisitor {
+    /// What the visit produces.
+    type Output;
+    /// Called with the limiter's state.
+    fn visit<S: KindState>(self, state: S) -> Self::Output;
+}
+
+/// Something done with the state type of a kind (see [`Kind::visit_type`]).
+pub trait TypeVisitor {
+    /// What the visit produces.
+    type Output;
+    /// Called with the kind's state type.
+    fn visit<S: KindState>(self) -> Self::Output;
+}
+
+/// Declares every kind once: its discriminant (the encoding's kind byte), its state type,
+/// how errors name it, and the ALGORITHM name `RL.PEEK`/`RL.REFUND` accept.
+macro_rules! kinds {
+    ($($variant:ident($state:ty) = $byte:literal, $description:literal, $name:expr;)*) => {
+        /// The algorithm a key holds. The discriminant is the kind byte of the encoding.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum Kind {
+            $(
+                #[doc = concat!("A key holding ", $description, ".")]
+                $variant = $byte,
+            )*
+        }
+
+        impl Kind {
+            /// All kinds, in discriminant order.
+            pub const ALL: &[Kind] = &[$(Kind::$variant),*];
+
+            /// How error messages name this kind ("key holds a token bucket").
+            pub fn describe(self) -> &'static str {
+                match self { $(Kind::$variant => $description,)* }
+            }
+
+            /// The ALGORITHM name `RL.PEEK` and `RL.REFUND` use for this kind, if any.
+            pub fn command_name(self) -> Option<&'static [u8]> {
+                match self { $(Kind::$variant => $name,)* }
+            }
+
+            /// Calls `visitor` with this kind's state type.
+            pub fn visit_type<V: TypeVisitor>(self, visitor: V) -> V::Output {
+                match self { $(Kind::$variant => visitor.visit::<$state>(),)* }
+            }
+        }
+
+        /// An owned limiter of any kind.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Limiter {
+            $(
+                #[doc = concat!("A key holding ", $description, ".")]
+                $variant($state),
+            )*
+        }
+
+        /// A borrowed limiter of any kind.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum LimiterRef<'a> {
+            $(
+                #[doc = concat!("A key holding ", $description, ".")]
+                $variant(&'a $state),
+            )*
+        }
+
+        impl Limiter {
+            /// Borrows the limiter.
+            pub fn as_ref(&self) -> LimiterRef<'_> {
+                match self { $(Limiter::$variant(state) => LimiterRef::$variant(state),)* }
+            }
+
+            /// Calls `visitor` with the state, statically typed.
+            pub fn visit<V: StateVisitor>(self, visitor: V) -> V::Output {
+                match self { $(Limiter::$variant(state) => visitor.visit(state),)* }
+            }
+        }
+
+        impl LimiterRef<'_> {
+            /// The kind of this limiter.
+            pub fn kind(self) -> Kind {
+                match self { $(LimiterRef::$variant(_) => Kind::$variant,)* }
+            }
+
+            /// A deep copy (for `COPY`).
+            pub fn to_owned(self) -> Limiter {
+                match self { $(LimiterRef::$variant(state) => Limiter::$variant(state.clone()),)* }
+            }
+
+            /// Bytes the limiter occupies in memory.
+            pub fn allocated_bytes(self) -> usize {
+                match self { $(LimiterRef::$variant(state) => KindState::allocated_bytes(state),)* }
+            }
+
+            fn write_fields(self, out: &mut Encoded) {
+                match self { $(LimiterRef::$variant(state) => state.write(out),)* }
+            }
+        }
+
+        fn read_fields(kind: Kind, reader: &mut Reader<'_>) -> Result<Limiter, DecodeError> {
+            match kind { $(Kind::$variant => <$state as Fields>::read(reader).map(Limiter::$variant),)* }
+        }
+
+        $(
+            impl KindState for $state {
+                const KIND: Kind = Kind::$variant;
+                fn as_limiter(&self) -> LimiterRef<'_> {
+                    LimiterRef::$variant(self)
+                }
+                fn into_limiter(self) -> Limiter {
+                    Limiter::$variant(self)
+                }
+                fn allocated_bytes(&self) -> usize {
+                    <$state as Fields>::allocated_bytes(self)
+                }
+            }
+        )*
+    };
+}
+
+kinds! {
+    TokenBucket(TokenBucket) = 0, "a token bucket", Some(b"TOKENBUCKET");
+    SlidingWindow(SlidingWindow) = 1, "a sliding window", Some(b"SLIDING");
+    FixedWindow(FixedWindow) = 2, "a fixed window", Some(b"FIXED");
+    SlidingLog(SlidingLog) = 3, "a sliding log", Some(b"SLIDINGLOG");
+}
+
+impl Kind {
+    /// The kind with this discriminant, if any.
+    pub fn from_byte(byte: u8) -> Option<Kind> {
+        Kind::ALL.iter().copied().find(|kind| *kind as u8 == byte)
+    }
+}
+
+/// How one state type is written and read back.
+trait Fields: Sized {
+    fn write(&self, out: &mut Encoded);
+    /// Reads and validates the fields (refusing states no evaluation can produce).
+    fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError>;
+    fn allocated_bytes(&self) -> usize {
+        size_of::<Self>()
+    }
+}
+
+impl Fields for TokenBucket {
+    fn write(&self, out: &mut Encoded) {
+        out.push(&self.empty_at_ns().to_le_bytes());
+        out.push(&self.interval_ns().to_le_bytes());
+    }
+    fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let empty_at_ns = reader.i64()?;
+        let interval_ns = reader.u64()?;
+        TokenBucket::from_parts(empty_at_ns, interval_ns).ok_or(DecodeError::InvalidState)
+    }
+}
+
+impl Fields for SlidingWindow {
+    fn write(&self, out: &mut Encoded) {
+        out.push(&self.window_start_us().to_le_bytes());
+        out.push(&self.previous().to_le_bytes());
+        out.push(&self.current().to_le_bytes());
+    }
+    fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let window_start_us = reader.i64()?;
+        let previous = reader.u32()?;
+        let current = reader.u32()?;
+        SlidingWindow::from_parts(window_start_us, previous, current)
+            .ok_or(DecodeError::InvalidState)
+    }
+}
+
+impl Fields for FixedWindow {
+    fn write(&self, out: &mut Encoded) {
+        out.push(&self.window_start_us().to_le_bytes());
+        out.push(&self.count().to_le_bytes());
+    }
+    fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let window_start_us = reader.i64()?;
+        let count = reader.u32()?;
+        FixedWindow::from_parts(window_start_us, count).ok_or(DecodeError::InvalidState)
+    }
+}
+
+impl Fields for SlidingLog {
+    fn write(&self, out: &mut Encoded) {
+        out.push(&self.as_of_us().to_le_bytes());
+        out.push(&u32::try_from(self.len()).unwrap_or(u32::MAX).to_le_bytes());
+        for at in self.entries() {
+            out.push(&at.to_le_bytes());
+        }
+    }
+    fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let as_of_us = reader.i64()?;
+        let len = reader.u32()?;
+        // Check the bytes are there before anything is allocated for them.
+        let needed = usize::try_from(len).ok().and_then(|n| n.checked_mul(8));
+        if needed.is_none_or(|needed| needed > reader.rest.len()) {
+            return Err(DecodeError::BadLength);
+        }
+        let entries = std::iter::from_fn(|| reader.i64().ok());
+        SlidingLog::from_entries(
+            as_of_us,
+            u64::from(len),
+            entries.take(usize::try_from(len).unwrap_or(0)),
+        )
+        .ok_or(DecodeError::InvalidState)
+    }
+    fn allocated_bytes(&self) -> usize {
+        SlidingLog::allocated_bytes(self)
     }
 }
 
@@ -70,44 +260,36 @@ pub trait Effect: Algorithm<State: KindState, Change: Clone> {
 }
 
 impl Effect for TokenBucketAlgorithm {}
+impl Effect for SlidingWindowAlgorithm {}
+impl Effect for FixedWindowAlgorithm {}
 
-/// An owned limiter of any kind.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Limiter {
-    /// A token bucket.
-    TokenBucket(TokenBucket),
-}
-
-/// A borrowed limiter of any kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LimiterRef<'a> {
-    /// A token bucket.
-    TokenBucket(&'a TokenBucket),
-}
-
-impl Limiter {
-    /// Borrows the limiter.
-    pub fn as_ref(&self) -> LimiterRef<'_> {
-        match self {
-            Limiter::TokenBucket(state) => LimiterRef::TokenBucket(state),
-        }
+/// A log replicates its change (a few integers), not the log: a hot log with a large limit
+/// would otherwise copy up to `limit` entries to every replica on every call.
+impl Effect for SlidingLogAlgorithm {
+    fn write_effect(out: &mut Encoded, _state_after: &SlidingLog, change: &SlidingLogChange) {
+        out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::SlidingLog as u8]);
+        out.push(&change.at_us().to_le_bytes());
+        out.push(&change.expired().to_le_bytes());
+        let (action, units) = match change.action() {
+            SlidingLogAction::Admit { units } => (0u8, units),
+            SlidingLogAction::Refund { units } => (1u8, units),
+        };
+        out.push(&[action]);
+        out.push(&units.to_le_bytes());
     }
 }
 
-impl LimiterRef<'_> {
-    /// The kind of this limiter.
-    pub fn kind(self) -> Kind {
-        match self {
-            LimiterRef::TokenBucket(_) => Kind::TokenBucket,
-        }
-    }
-
-    /// A deep copy (for `COPY`).
-    pub fn to_owned(self) -> Limiter {
-        match self {
-            LimiterRef::TokenBucket(state) => Limiter::TokenBucket(*state),
-        }
-    }
+fn read_log_change(reader: &mut Reader<'_>) -> Result<SlidingLogChange, DecodeError> {
+    let at_us = reader.i64()?;
+    let expired = reader.u32()?;
+    let action = reader.byte()?;
+    let units = reader.u32()?;
+    let action = match action {
+        0 => SlidingLogAction::Admit { units },
+        1 => SlidingLogAction::Refund { units },
+        _ => return Err(DecodeError::InvalidState),
+    };
+    SlidingLogChange::new(at_us, expired, action).ok_or(DecodeError::InvalidState)
 }
 
 /// Bytes encoded on the stack before spilling to the heap: enough for every fixed-size kind
@@ -172,12 +354,7 @@ impl Encoded {
     #[inline]
     fn push_limiter(&mut self, limiter: LimiterRef<'_>) {
         self.push(&[ENCODING_VERSION, limiter.kind() as u8]);
-        match limiter {
-            LimiterRef::TokenBucket(state) => {
-                self.push(&state.empty_at_ns().to_le_bytes());
-                self.push(&state.interval_ns().to_le_bytes());
-            }
-        }
+        limiter.write_fields(self);
     }
 }
 
@@ -210,27 +387,42 @@ pub fn encode_state_effect(expires_at_ms: i64, limiter: LimiterRef<'_>) -> Encod
     encoded
 }
 
+/// What an effect does to its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EffectBody {
+    /// Store this state (replacing whatever the key holds).
+    State(Limiter),
+    /// Apply this change to the key's sliding log (creating it if missing).
+    SlidingLogChange(SlidingLogChange),
+}
+
 /// A decoded `RL.SETSTATE` payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EffectRecord {
     /// Absolute expiry in Unix milliseconds; 0 for none.
     pub expires_at_ms: i64,
-    /// The state to store.
-    pub limiter: Limiter,
+    /// What to do.
+    pub body: EffectBody,
 }
 
 /// Decodes and validates an `RL.SETSTATE` payload.
 pub fn decode_effect(bytes: &[u8]) -> Result<EffectRecord, DecodeError> {
-    let (expiry, rest) = bytes
-        .split_first_chunk::<8>()
-        .ok_or(DecodeError::BadLength)?;
-    let expires_at_ms = i64::from_le_bytes(*expiry);
+    let mut reader = Reader { rest: bytes };
+    let expires_at_ms = reader.i64()?;
     if expires_at_ms < 0 {
         return Err(DecodeError::InvalidState);
     }
+    let [version, kind_byte] = reader.array()?;
+    check_version(version)?;
+    let body = if kind_byte == CHANGE_FLAG | Kind::SlidingLog as u8 {
+        EffectBody::SlidingLogChange(read_log_change(&mut reader)?)
+    } else {
+        EffectBody::State(read_limiter(kind_byte, &mut reader)?)
+    };
+    reader.finish()?;
     Ok(EffectRecord {
         expires_at_ms,
-        limiter: decode(rest)?,
+        body,
     })
 }
 
@@ -262,27 +454,26 @@ impl std::fmt::Display for DecodeError {
     }
 }
 
+fn check_version(version: u8) -> Result<(), DecodeError> {
+    if version == ENCODING_VERSION {
+        Ok(())
+    } else {
+        Err(DecodeError::UnsupportedVersion(version))
+    }
+}
+
+fn read_limiter(kind_byte: u8, reader: &mut Reader<'_>) -> Result<Limiter, DecodeError> {
+    let kind = Kind::from_byte(kind_byte).ok_or(DecodeError::UnknownKind(kind_byte))?;
+    read_fields(kind, reader)
+}
+
 /// Decodes and validates a limiter.
 pub fn decode(bytes: &[u8]) -> Result<Limiter, DecodeError> {
     let mut reader = Reader { rest: bytes };
-    let version = reader.byte()?;
-    if version != ENCODING_VERSION {
-        return Err(DecodeError::UnsupportedVersion(version));
-    }
-    let kind_byte = reader.byte()?;
-    let kind = Kind::from_byte(kind_byte).ok_or(DecodeError::UnknownKind(kind_byte))?;
-    let limiter = match kind {
-        Kind::TokenBucket => {
-            let empty_at_ns = i64::from_le_bytes(reader.array()?);
-            let interval_ns = u64::from_le_bytes(reader.array()?);
-            TokenBucket::from_parts(empty_at_ns, interval_ns)
-                .map(Limiter::TokenBucket)
-                .ok_or(DecodeError::InvalidState)?
-        }
-    };
-    if !reader.rest.is_empty() {
-        return Err(DecodeError::BadLength);
-    }
+    let [version, kind_byte] = reader.array()?;
+    check_version(version)?;
+    let limiter = read_limiter(kind_byte, &mut reader)?;
+    reader.finish()?;
     Ok(limiter)
 }
 
@@ -291,10 +482,6 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, DecodeError> {
-        self.array::<1>().map(|[byte]| byte)
-    }
-
     fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         let (head, tail) = self
             .rest
@@ -303,45 +490,159 @@ impl Reader<'_> {
         self.rest = tail;
         Ok(*head)
     }
+
+    fn byte(&mut self) -> Result<u8, DecodeError> {
+        self.array::<1>().map(|[byte]| byte)
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        self.array().map(u64::from_le_bytes)
+    }
+
+    fn i64(&mut self) -> Result<i64, DecodeError> {
+        self.array().map(i64::from_le_bytes)
+    }
+
+    /// Refuses bytes left over after the fields.
+    fn finish(&self) -> Result<(), DecodeError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::BadLength)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::fixed_window::WindowParams;
+    use crate::core::sliding_log::SlidingLogParams;
+    use crate::core::{Algorithm, Commit};
     use proptest::prelude::*;
 
-    fn bucket() -> Limiter {
-        Limiter::TokenBucket(
-            TokenBucket::from_parts(1_700_000_000_000_000_000, 333_333_334).unwrap(),
-        )
+    const NOW_US: i64 = 1_700_000_000_000_000;
+
+    fn one_of_each() -> Vec<Limiter> {
+        let window = WindowParams::new(10, 60_000_000, 3).unwrap();
+        let log_params = SlidingLogParams::new(10, 60_000_000, 3, 100).unwrap();
+        let sliding = SlidingWindowAlgorithm::evaluate(None, &window, NOW_US)
+            .commit
+            .unwrap();
+        let fixed = FixedWindowAlgorithm::evaluate(None, &window, NOW_US)
+            .commit
+            .unwrap();
+        let log = SlidingLogAlgorithm::evaluate(None, &log_params, NOW_US)
+            .commit
+            .unwrap();
+        vec![
+            Limiter::TokenBucket(TokenBucket::from_parts(NOW_US * 1000, 333_333_334).unwrap()),
+            Limiter::SlidingWindow(sliding.change),
+            Limiter::FixedWindow(fixed.change),
+            Limiter::SlidingLog(SlidingLogAlgorithm::create(log.change)),
+        ]
     }
 
     #[test]
-    fn round_trips() {
-        let limiter = bucket();
-        let encoded = encode(limiter.as_ref());
-        assert_eq!(encoded.as_bytes().len(), 18);
-        assert_eq!(encoded.as_bytes()[..2], [ENCODING_VERSION, 0]);
-        assert_eq!(decode(encoded.as_bytes()), Ok(limiter));
+    fn every_kind_round_trips() {
+        for limiter in one_of_each() {
+            let encoded = encode(limiter.as_ref());
+            assert_eq!(
+                encoded.as_bytes()[..2],
+                [ENCODING_VERSION, limiter.as_ref().kind() as u8]
+            );
+            assert_eq!(decode(encoded.as_bytes()), Ok(limiter.clone()));
+            let effect = encode_state_effect(42, limiter.as_ref());
+            assert_eq!(
+                decode_effect(effect.as_bytes()),
+                Ok(EffectRecord {
+                    expires_at_ms: 42,
+                    body: EffectBody::State(limiter)
+                })
+            );
+        }
+        assert_eq!(encode(one_of_each()[0].as_ref()).as_bytes().len(), 18);
+    }
+
+    #[test]
+    fn a_log_replicates_its_change_not_its_entries() {
+        let params = SlidingLogParams::new(1000, 60_000_000, 1, 10_000).unwrap();
+        let mut log = SlidingLog::default();
+        for step in 0..500 {
+            let Commit { change, .. } =
+                SlidingLogAlgorithm::evaluate(Some(&log), &params, NOW_US + step)
+                    .commit
+                    .unwrap();
+            SlidingLogAlgorithm::apply(&mut log, change);
+        }
+        let Commit {
+            change,
+            expires_at_ms,
+        } = SlidingLogAlgorithm::evaluate(Some(&log), &params, NOW_US + 500)
+            .commit
+            .unwrap();
+        let effect = encode_effect::<SlidingLogAlgorithm>(expires_at_ms, &log, &change);
+        assert!(
+            effect.as_bytes().len() < 40,
+            "a few integers, not 500 entries"
+        );
+        let record = decode_effect(effect.as_bytes()).unwrap();
+        assert_eq!(
+            record,
+            EffectRecord {
+                expires_at_ms,
+                body: EffectBody::SlidingLogChange(change)
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_did_not_write() {
+        let good = encode(one_of_each()[0].as_ref()).as_bytes().to_vec();
+        let mut newer = good.clone();
+        newer[0] = ENCODING_VERSION + 1;
+        assert_eq!(
+            decode(&newer),
+            Err(DecodeError::UnsupportedVersion(ENCODING_VERSION + 1))
+        );
+        let mut alien = good.clone();
+        alien[1] = 200;
+        assert_eq!(decode(&alien), Err(DecodeError::UnknownKind(200)));
+        assert_eq!(decode(&good[..good.len() - 1]), Err(DecodeError::BadLength));
+        assert_eq!(
+            decode(&[good.clone(), vec![0]].concat()),
+            Err(DecodeError::BadLength)
+        );
+        assert_eq!(decode(&[]), Err(DecodeError::BadLength));
+        let mut zero_interval = good.clone();
+        zero_interval[10..18].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode(&zero_interval), Err(DecodeError::InvalidState));
+        let mut log = encode(one_of_each()[3].as_ref()).as_bytes().to_vec();
+        log[10..14].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            decode(&log),
+            Err(DecodeError::BadLength),
+            "a forged length allocates nothing"
+        );
     }
 
     #[test]
     fn effects_carry_the_expiry() {
-        let limiter = bucket();
-        let Limiter::TokenBucket(state) = limiter.clone();
+        let Limiter::TokenBucket(state) = one_of_each()[0].clone() else {
+            unreachable!()
+        };
         let effect = encode_effect::<TokenBucketAlgorithm>(1_234, &state, &state);
         assert_eq!(effect.as_bytes().len(), 26);
         assert_eq!(
             decode_effect(effect.as_bytes()),
             Ok(EffectRecord {
                 expires_at_ms: 1_234,
-                limiter: limiter.clone()
+                body: EffectBody::State(Limiter::TokenBucket(state))
             })
-        );
-        let rewrite = encode_state_effect(0, limiter.as_ref());
-        assert_eq!(
-            decode_effect(rewrite.as_bytes()).map(|e| e.expires_at_ms),
-            Ok(0)
         );
         assert_eq!(
             decode_effect(&effect.as_bytes()[..7]),
@@ -361,35 +662,26 @@ mod tests {
         assert_eq!(encoded.as_bytes(), (0..100).collect::<Vec<u8>>());
     }
 
-    #[test]
-    fn refuses_what_it_did_not_write() {
-        let good = encode(bucket().as_ref()).as_bytes().to_vec();
-        let mut newer = good.clone();
-        newer[0] = ENCODING_VERSION + 1;
-        assert_eq!(
-            decode(&newer),
-            Err(DecodeError::UnsupportedVersion(ENCODING_VERSION + 1))
-        );
-        let mut alien = good.clone();
-        alien[1] = 200;
-        assert_eq!(decode(&alien), Err(DecodeError::UnknownKind(200)));
-        assert_eq!(decode(&good[..good.len() - 1]), Err(DecodeError::BadLength));
-        assert_eq!(
-            decode(&[good.clone(), vec![0]].concat()),
-            Err(DecodeError::BadLength)
-        );
-        assert_eq!(decode(&[]), Err(DecodeError::BadLength));
-        let mut zero_interval = good.clone();
-        zero_interval[10..18].copy_from_slice(&0u64.to_le_bytes());
-        assert_eq!(decode(&zero_interval), Err(DecodeError::InvalidState));
-    }
-
     proptest! {
         #[test]
-        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..40)) {
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..80)) {
             if let Ok(limiter) = decode(&bytes) {
                 let encoded = encode(limiter.as_ref());
                 prop_assert_eq!(encoded.as_bytes(), &bytes[..]);
+            }
+            let _ = decode_effect(&bytes);
+        }
+
+        #[test]
+        fn corrupted_encodings_are_refused_or_valid(index in any::<prop::sample::Index>(), byte in any::<u8>()) {
+            for limiter in one_of_each() {
+                let mut bytes = encode(limiter.as_ref()).as_bytes().to_vec();
+                let at = index.index(bytes.len());
+                bytes[at] = byte;
+                if let Ok(decoded) = decode(&bytes) {
+                    let encoded = encode(decoded.as_ref());
+                    prop_assert_eq!(encoded.as_bytes(), &bytes[..]);
+                }
             }
         }
     }

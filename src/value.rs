@@ -7,13 +7,17 @@
 //! is at least 8-byte aligned (checked at compile time below). A tag inside the allocation
 //! would instead push a 16-byte state into the allocator's 32-byte size class.
 //!
-//! This is the only module that turns raw value pointers into references.
+//! This is the only module that turns raw value pointers into references. It has no code per
+//! kind: the kinds table in [`crate::limiter`] dispatches to the generic functions here.
 
 use std::ffi::c_void;
-use std::mem::{align_of, size_of};
+use std::mem::align_of;
 
+use crate::core::fixed_window::FixedWindow;
+use crate::core::sliding_log::SlidingLog;
+use crate::core::sliding_window::SlidingWindow;
 use crate::core::token_bucket::TokenBucket;
-use crate::limiter::{Kind, KindState, Limiter, LimiterRef};
+use crate::limiter::{Kind, KindState, Limiter, LimiterRef, StateVisitor, TypeVisitor};
 
 const TAG_MASK: usize = 0b111;
 
@@ -21,24 +25,30 @@ const _: () = assert!(
     Kind::ALL.len() <= TAG_MASK + 1,
     "kinds must fit in the pointer tag"
 );
-const _: () = assert!(
-    align_of::<TokenBucket>() > TAG_MASK,
-    "tag bits must be free"
-);
+// Every state type must leave the tag bits of its address free.
+const _: () = assert!(align_of::<TokenBucket>() > TAG_MASK);
+const _: () = assert!(align_of::<SlidingWindow>() > TAG_MASK);
+const _: () = assert!(align_of::<FixedWindow>() > TAG_MASK);
+const _: () = assert!(align_of::<SlidingLog>() > TAG_MASK);
 
-/// Moves a limiter to the heap and returns the tagged pointer Redis will hold.
-pub fn into_raw(limiter: Limiter) -> *mut c_void {
-    match limiter {
-        Limiter::TokenBucket(state) => boxed(state),
-    }
-}
-
-/// Boxes one state of a known kind.
+/// Boxes one state of a known kind and returns the tagged pointer Redis will hold.
 pub fn boxed<S: KindState>(state: S) -> *mut c_void {
     let pointer = Box::into_raw(Box::new(state));
     pointer
         .map_addr(|address| address | S::KIND as usize)
         .cast()
+}
+
+/// Moves a limiter of any kind to the heap and returns the tagged pointer Redis will hold.
+pub fn into_raw(limiter: Limiter) -> *mut c_void {
+    struct Boxer;
+    impl StateVisitor for Boxer {
+        type Output = *mut c_void;
+        fn visit<S: KindState>(self, state: S) -> *mut c_void {
+            boxed(state)
+        }
+    }
+    limiter.visit(Boxer)
 }
 
 fn kind_of(raw: *const c_void) -> Option<Kind> {
@@ -58,10 +68,29 @@ fn untagged<T>(raw: *const c_void) -> *mut T {
 /// `raw` must have been returned by [`into_raw`] or [`boxed`], not yet freed, and not be
 /// mutably borrowed for `'a`.
 pub unsafe fn borrow<'a>(raw: *const c_void) -> Option<LimiterRef<'a>> {
-    match kind_of(raw)? {
-        // SAFETY: the tag says the allocation is a Box<TokenBucket>; the caller guarantees it
-        // is live and not mutably borrowed.
-        Kind::TokenBucket => Some(LimiterRef::TokenBucket(unsafe { &*untagged(raw) })),
+    struct Borrower(*const c_void);
+    impl TypeVisitor for Borrower {
+        type Output = LimiterRef<'static>;
+        fn visit<S: KindState>(self) -> LimiterRef<'static> {
+            // SAFETY: the tag says the allocation is a Box<S>; the caller guarantees it is
+            // live and not mutably borrowed for the lifetime it picks.
+            unsafe { &*untagged::<S>(self.0) }.as_limiter()
+        }
+    }
+    Some(kind_of(raw)?.visit_type(Borrower(raw)))
+}
+
+/// Borrows the state behind a value pointer if it is of kind `S`; otherwise returns the
+/// kind the key actually holds.
+///
+/// # Safety
+/// As for [`borrow`].
+pub unsafe fn state_ref<'a, S: KindState>(raw: *const c_void) -> Result<&'a S, Option<Kind>> {
+    match kind_of(raw) {
+        // SAFETY: kinds and state types correspond one to one, so the allocation is a Box<S>;
+        // the caller guarantees no mutable borrow.
+        Some(kind) if kind == S::KIND => Ok(unsafe { &*untagged::<S>(raw) }),
+        other => Err(other),
     }
 }
 
@@ -80,46 +109,27 @@ pub unsafe fn state_mut<'a, S: KindState>(raw: *mut c_void) -> Result<&'a mut S,
     }
 }
 
-/// Borrows the state behind a value pointer if it is of kind `S`; otherwise returns the
-/// kind the key actually holds.
-///
-/// # Safety
-/// `raw` must have been returned by [`into_raw`] or [`boxed`], not yet freed, and not be
-/// mutably borrowed for `'a`.
-pub unsafe fn state_ref<'a, S: KindState>(raw: *const c_void) -> Result<&'a S, Option<Kind>> {
-    match kind_of(raw) {
-        // SAFETY: kinds and state types correspond one to one, so the allocation is a Box<S>;
-        // the caller guarantees no mutable borrow.
-        Some(kind) if kind == S::KIND => Ok(unsafe { &*untagged::<S>(raw) }),
-        other => Err(other),
-    }
-}
-
 /// Replaces the limiter behind a value pointer in place when it is of the same kind;
 /// otherwise hands the limiter back.
 ///
 /// # Safety
 /// As for [`state_mut`].
 pub unsafe fn overwrite(raw: *mut c_void, limiter: Limiter) -> Result<(), Limiter> {
-    /// Writes `state` over the value if the kinds match.
-    unsafe fn put<S: KindState>(
-        raw: *mut c_void,
-        state: S,
-        wrap: fn(S) -> Limiter,
-    ) -> Result<(), Limiter> {
-        // SAFETY: forwarded from the caller.
-        match unsafe { state_mut::<S>(raw) } {
-            Ok(slot) => {
-                *slot = state;
-                Ok(())
+    struct Overwriter(*mut c_void);
+    impl StateVisitor for Overwriter {
+        type Output = Result<(), Limiter>;
+        fn visit<S: KindState>(self, state: S) -> Result<(), Limiter> {
+            // SAFETY: forwarded from the caller of `overwrite`.
+            match unsafe { state_mut::<S>(self.0) } {
+                Ok(slot) => {
+                    *slot = state;
+                    Ok(())
+                }
+                Err(_) => Err(state.into_limiter()),
             }
-            Err(_) => Err(wrap(state)),
         }
     }
-    match limiter {
-        // SAFETY: forwarded from the caller.
-        Limiter::TokenBucket(state) => unsafe { put(raw, state, Limiter::TokenBucket) },
-    }
+    limiter.visit(Overwriter(raw))
 }
 
 /// Frees a value pointer.
@@ -128,10 +138,16 @@ pub unsafe fn overwrite(raw: *mut c_void, limiter: Limiter) -> Result<(), Limite
 /// `raw` must have been returned by [`into_raw`] or [`boxed`] and not freed; it is dangling
 /// afterwards.
 pub unsafe fn free(raw: *mut c_void) {
-    match kind_of(raw) {
-        // SAFETY: the allocation is a Box<TokenBucket> owned by the caller.
-        Some(Kind::TokenBucket) => drop(unsafe { Box::from_raw(untagged::<TokenBucket>(raw)) }),
-        None => {}
+    struct Freer(*mut c_void);
+    impl TypeVisitor for Freer {
+        type Output = ();
+        fn visit<S: KindState>(self) {
+            // SAFETY: the allocation is a Box<S> owned by the caller of `free`.
+            drop(unsafe { Box::from_raw(untagged::<S>(self.0)) });
+        }
+    }
+    if let Some(kind) = kind_of(raw) {
+        kind.visit_type(Freer(raw));
     }
 }
 
@@ -141,10 +157,7 @@ pub unsafe fn free(raw: *mut c_void) {
 /// As for [`borrow`].
 pub unsafe fn allocated_bytes(raw: *const c_void) -> usize {
     // SAFETY: forwarded from the caller.
-    match unsafe { borrow(raw) } {
-        Some(LimiterRef::TokenBucket(_)) => size_of::<TokenBucket>(),
-        None => 0,
-    }
+    unsafe { borrow(raw) }.map_or(0, LimiterRef::allocated_bytes)
 }
 
 #[cfg(test)]
@@ -167,7 +180,19 @@ mod tests {
                 borrow(raw).map(LimiterRef::to_owned),
                 Some(Limiter::TokenBucket(bucket(43)))
             );
+            assert_eq!(
+                state_ref::<SlidingLog>(raw).unwrap_err(),
+                Some(Kind::TokenBucket)
+            );
             assert_eq!(allocated_bytes(raw), 16);
+            let log = Limiter::SlidingLog(SlidingLog::default());
+            assert_eq!(
+                overwrite(raw, log.clone()),
+                Err(log),
+                "different kinds are not mixed"
+            );
+            assert_eq!(overwrite(raw, Limiter::TokenBucket(bucket(44))), Ok(()));
+            assert_eq!(state_ref::<TokenBucket>(raw), Ok(&bucket(44)));
             free(raw);
         }
     }

@@ -93,13 +93,7 @@ use std::iter;
 use std::mem::size_of;
 
 use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
-use super::time::{MAX_NOW_US, NS_PER_US, US_PER_MS, US_PER_SECOND, ceil_ms};
-
-/// Shortest accepted window: one millisecond, in microseconds.
-pub const MIN_LOG_WINDOW_US: u64 = US_PER_MS;
-
-/// Longest accepted window: 100 Julian years, in microseconds.
-pub const MAX_LOG_WINDOW_US: u64 = 100 * 31_557_600 * US_PER_SECOND;
+use super::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, NS_PER_US, US_PER_MS, ceil_ms};
 
 /// Most entries a log ever stores, and the largest value `ratelimit.max-log-entries` may take.
 pub const MAX_STORED_ENTRIES: u64 = 10_000_000;
@@ -114,9 +108,9 @@ const SLACK: usize = 8;
 /// Why sliding log parameters are refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlidingLogParamError {
-    /// A window shorter than [`MIN_LOG_WINDOW_US`].
+    /// A window shorter than [`MIN_WINDOW_US`].
     WindowTooShort,
-    /// A window longer than [`MAX_LOG_WINDOW_US`].
+    /// A window longer than [`MAX_WINDOW_US`].
     WindowTooLong,
     /// A limit above the server's `ratelimit.max-log-entries`.
     LimitAboveMaxEntries {
@@ -130,7 +124,7 @@ pub enum SlidingLogParamError {
 pub struct SlidingLogParams {
     limit: u64,
     window_us: u64,
-    /// `window_us` as an `i64` (it is at most [`MAX_LOG_WINDOW_US`]).
+    /// `window_us` as an `i64` (it is at most [`MAX_WINDOW_US`]).
     window: i64,
     cost: u64,
 }
@@ -148,11 +142,11 @@ impl SlidingLogParams {
         cost: u64,
         max_entries: u64,
     ) -> Result<Self, SlidingLogParamError> {
-        if window_us < MIN_LOG_WINDOW_US {
+        if window_us < MIN_WINDOW_US {
             return Err(SlidingLogParamError::WindowTooShort);
         }
         let window = match i64::try_from(window_us) {
-            Ok(window) if window_us <= MAX_LOG_WINDOW_US => window,
+            Ok(window) if window_us <= MAX_WINDOW_US => window,
             _ => return Err(SlidingLogParamError::WindowTooLong),
         };
         let max_entries = max_entries.clamp(1, MAX_STORED_ENTRIES);
@@ -370,7 +364,7 @@ static EMPTY: VecDeque<i64> = VecDeque::new();
 /// A log seen by one call at one instant.
 ///
 /// Bounds: every timestamp and `now` lie in `[0, MAX_NOW_US]` (< 2^53) and the window is at
-/// most [`MAX_LOG_WINDOW_US`] (< 2^52), so no sum below can overflow an `i64`; the
+/// most [`MAX_WINDOW_US`] (< 2^52), so no sum below can overflow an `i64`; the
 /// saturating operations only say so.
 struct View<'a> {
     entries: &'a VecDeque<i64>,
@@ -927,11 +921,11 @@ mod tests {
         use SlidingLogParamError::*;
         let new = |limit, window, cost, max| SlidingLogParams::new(limit, window, cost, max);
         assert_eq!(new(1, 999, 1, 10), Err(WindowTooShort));
-        assert!(new(1, MIN_LOG_WINDOW_US, 1, 10).is_ok());
-        assert!(new(1, MAX_LOG_WINDOW_US, 1, 10).is_ok());
-        assert_eq!(new(1, MAX_LOG_WINDOW_US + 1, 1, 10), Err(WindowTooLong));
+        assert!(new(1, MIN_WINDOW_US, 1, 10).is_ok());
+        assert!(new(1, MAX_WINDOW_US, 1, 10).is_ok());
+        assert_eq!(new(1, MAX_WINDOW_US + 1, 1, 10), Err(WindowTooLong));
         assert_eq!(new(1, u64::MAX, 1, 10), Err(WindowTooLong));
-        assert_eq!(MAX_LOG_WINDOW_US, 3_155_760_000_000_000);
+        assert_eq!(MAX_WINDOW_US, 3_155_760_000_000_000);
         assert!(new(10_000, SECOND as u64, 1, DEFAULT_MAX_ENTRIES).is_ok());
         assert_eq!(
             new(10_001, SECOND as u64, 1, DEFAULT_MAX_ENTRIES),
@@ -1036,7 +1030,7 @@ mod tests {
     fn huge_limits_cost_nothing_until_used() {
         let p = SlidingLogParams::new(
             MAX_STORED_ENTRIES,
-            MAX_LOG_WINDOW_US,
+            MAX_WINDOW_US,
             MAX_STORED_ENTRIES,
             MAX_STORED_ENTRIES,
         )
@@ -1050,7 +1044,7 @@ mod tests {
         );
         assert_eq!(
             commit.expires_at_ms,
-            ceil_div(MAX_NOW_US + MAX_LOG_WINDOW_US as i64, MS)
+            ceil_div(MAX_NOW_US + MAX_WINDOW_US as i64, MS)
         );
         let small = log_of(&[MAX_NOW_US; 3]);
         let refund = SlidingLogAlgorithm::refund(Some(&small), &p, i64::MIN);
@@ -1477,7 +1471,7 @@ mod tests {
         #[test]
         fn extremes_never_panic(
             limit in 1u64..=MAX_STORED_ENTRIES,
-            window in MIN_LOG_WINDOW_US..=MAX_LOG_WINDOW_US,
+            window in MIN_WINDOW_US..=MAX_WINDOW_US,
             cost in prop_oneof![Just(u64::MAX), Just(MAX_STORED_ENTRIES), 1u64..=u64::MAX, 1u64..100],
             now in prop_oneof![Just(i64::MIN), Just(0i64), Just(MAX_NOW_US), Just(i64::MAX), any::<i64>()],
             log in arb_log(),

@@ -10,14 +10,18 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::raw;
 
-use super::api::{Call, KeyContent, KeyMode, api, log};
+use super::api::{Call, Key, KeyContent, KeyMode, api, log};
 use super::limit::{self, LimiterCommand, Operation};
 use super::reply::ReplyShape;
-use super::{datatype, stats};
+use super::{config, datatype, stats};
 use crate::args;
+use crate::core::Algorithm;
+use crate::core::fixed_window::FixedWindowAlgorithm;
+use crate::core::sliding_log::SlidingLogAlgorithm;
+use crate::core::sliding_window::SlidingWindowAlgorithm;
 use crate::core::token_bucket::TokenBucketAlgorithm;
 use crate::error::CommandError;
-use crate::limiter::{self, Kind};
+use crate::limiter::{self, EffectBody, Kind, KindState};
 use crate::value;
 
 /// The internal command that carries replicated and AOF-rewritten state.
@@ -64,11 +68,14 @@ macro_rules! entry_point {
 }
 
 entry_point!(token_bucket_entry => token_bucket);
+entry_point!(sliding_entry => sliding);
+entry_point!(fixed_entry => fixed);
+entry_point!(sliding_log_entry => sliding_log);
 entry_point!(peek_entry => peek);
 entry_point!(refund_entry => refund);
 entry_point!(set_state_entry => set_state);
 
-const COMMANDS: [CommandSpec; 4] = [
+const COMMANDS: [CommandSpec; 7] = [
     CommandSpec {
         name: c"rl.tokenbucket",
         handler: token_bucket_entry,
@@ -77,6 +84,33 @@ const COMMANDS: [CommandSpec; 4] = [
         key_access: KeyAccess::ReadWrite,
         summary: c"Takes cost tokens from a token bucket if it holds enough",
         complexity: c"O(1)",
+    },
+    CommandSpec {
+        name: c"rl.sliding",
+        handler: sliding_entry,
+        flags: c"write deny-oom fast",
+        arity: -4,
+        key_access: KeyAccess::ReadWrite,
+        summary: c"Counts cost units in a sliding window (weighted previous + current window)",
+        complexity: c"O(1)",
+    },
+    CommandSpec {
+        name: c"rl.fixed",
+        handler: fixed_entry,
+        flags: c"write deny-oom fast",
+        arity: -4,
+        key_access: KeyAccess::ReadWrite,
+        summary: c"Counts cost units in fixed windows aligned to the Unix epoch",
+        complexity: c"O(1)",
+    },
+    CommandSpec {
+        name: c"rl.slidinglog",
+        handler: sliding_log_entry,
+        flags: c"write deny-oom",
+        arity: -4,
+        key_access: KeyAccess::ReadWrite,
+        summary: c"Counts cost units in an exact sliding window (a log of admitted units)",
+        complexity: c"O(log N + cost), amortised",
     },
     CommandSpec {
         name: c"rl.peek",
@@ -103,7 +137,7 @@ const COMMANDS: [CommandSpec; 4] = [
         arity: 3,
         key_access: KeyAccess::ReadWrite,
         summary: c"Internal: applies a limiter state computed by the primary",
-        complexity: c"O(1)",
+        complexity: c"O(1); O(N) for a whole SLIDINGLOG",
     },
 ];
 
@@ -141,51 +175,115 @@ fn args_after<'a>(call: &Call<'a>, skip: usize) -> Result<super::api::ArgList<'a
     call.args_from(skip).ok_or(CommandError::WrongArity)
 }
 
+/// The limiter commands: their keyspace event names and counters.
+const TOKEN_BUCKET: LimiterCommand = LimiterCommand {
+    event: c"rl.tokenbucket",
+    stats: &stats::TOKEN_BUCKET,
+    shape: ReplyShape::RateLimit,
+};
+const SLIDING: LimiterCommand = LimiterCommand {
+    event: c"rl.sliding",
+    stats: &stats::SLIDING,
+    shape: ReplyShape::RateLimit,
+};
+const FIXED: LimiterCommand = LimiterCommand {
+    event: c"rl.fixed",
+    stats: &stats::FIXED,
+    shape: ReplyShape::RateLimit,
+};
+const SLIDING_LOG: LimiterCommand = LimiterCommand {
+    event: c"rl.slidinglog",
+    stats: &stats::SLIDING_LOG,
+    shape: ReplyShape::RateLimit,
+};
+const PEEK: LimiterCommand = LimiterCommand {
+    event: c"rl.peek",
+    stats: &stats::PEEK,
+    shape: ReplyShape::RateLimit,
+};
+const REFUND: LimiterCommand = LimiterCommand {
+    event: c"rl.refund",
+    stats: &stats::REFUND,
+    shape: ReplyShape::RateLimit,
+};
+
 /// `RL.TOKENBUCKET key capacity rate [cost]`
 fn token_bucket(call: &Call<'_>) -> Result<(), CommandError> {
-    const COMMAND: LimiterCommand = LimiterCommand {
-        event: c"rl.tokenbucket",
-        stats: &stats::TOKEN_BUCKET,
-        shape: ReplyShape::RateLimit,
-    };
-    let params = args::token_bucket(&args_after(call, 2)?)?;
-    limit::run::<TokenBucketAlgorithm>(call, &COMMAND, Operation::Acquire, key_name(call)?, &params)
+    acquire(call, Kind::TokenBucket, &TOKEN_BUCKET)
+}
+
+/// `RL.SLIDING key limit window [cost]`
+fn sliding(call: &Call<'_>) -> Result<(), CommandError> {
+    acquire(call, Kind::SlidingWindow, &SLIDING)
+}
+
+/// `RL.FIXED key limit window [cost]`
+fn fixed(call: &Call<'_>) -> Result<(), CommandError> {
+    acquire(call, Kind::FixedWindow, &FIXED)
+}
+
+/// `RL.SLIDINGLOG key limit window [cost]`
+fn sliding_log(call: &Call<'_>) -> Result<(), CommandError> {
+    acquire(call, Kind::SlidingLog, &SLIDING_LOG)
 }
 
 /// `RL.PEEK key ALGORITHM args...`: the reply the real call would get now; changes nothing.
 fn peek(call: &Call<'_>) -> Result<(), CommandError> {
-    const COMMAND: LimiterCommand = LimiterCommand {
-        event: c"rl.peek",
-        stats: &stats::PEEK,
-        shape: ReplyShape::RateLimit,
-    };
-    run_named(call, &COMMAND, Operation::Peek)
+    let kind = args::algorithm(call.arg_bytes(2))?;
+    run(call, &PEEK, Operation::Peek, kind, &args_after(call, 3)?)
 }
 
 /// `RL.REFUND key ALGORITHM args...`: gives back `cost` units, never beyond the limit.
 fn refund(call: &Call<'_>) -> Result<(), CommandError> {
-    const COMMAND: LimiterCommand = LimiterCommand {
-        event: c"rl.refund",
-        stats: &stats::REFUND,
-        shape: ReplyShape::RateLimit,
-    };
-    run_named(call, &COMMAND, Operation::Refund)
+    let kind = args::algorithm(call.arg_bytes(2))?;
+    run(
+        call,
+        &REFUND,
+        Operation::Refund,
+        kind,
+        &args_after(call, 3)?,
+    )
 }
 
-/// Runs `operation` with the algorithm named in argument 2 and its arguments after it.
+/// The algorithm commands: arguments after the key.
+fn acquire(call: &Call<'_>, kind: Kind, command: &LimiterCommand) -> Result<(), CommandError> {
+    run(
+        call,
+        command,
+        Operation::Acquire,
+        kind,
+        &args_after(call, 2)?,
+    )
+}
+
+/// Runs `operation` of the algorithm of `kind` with its arguments.
 ///
-/// This is the one place that maps an algorithm name to its parser and implementation.
-fn run_named(
+/// The one place that maps an algorithm to its argument parser and implementation.
+fn run(
     call: &Call<'_>,
     command: &LimiterCommand,
     operation: Operation,
+    kind: Kind,
+    arguments: &[&[u8]],
 ) -> Result<(), CommandError> {
     let key = key_name(call)?;
-    let rest = args_after(call, 3)?;
-    match args::algorithm(call.arg_bytes(2))? {
+    match kind {
         Kind::TokenBucket => {
-            let params = args::token_bucket(&rest)?;
+            let params = args::token_bucket(arguments)?;
             limit::run::<TokenBucketAlgorithm>(call, command, operation, key, &params)
+        }
+        Kind::SlidingWindow => {
+            let params = args::window(arguments)?;
+            limit::run::<SlidingWindowAlgorithm>(call, command, operation, key, &params)
+        }
+        Kind::FixedWindow => {
+            let params = args::window(arguments)?;
+            limit::run::<FixedWindowAlgorithm>(call, command, operation, key, &params)
+        }
+        Kind::SlidingLog => {
+            let max_entries = u64::try_from(config::MAX_LOG_ENTRIES.get()).unwrap_or(1);
+            let params = args::sliding_log(arguments, max_entries)?;
+            limit::run::<SlidingLogAlgorithm>(call, command, operation, key, &params)
         }
     }
 }
@@ -211,21 +309,9 @@ fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
     let key = call
         .open_key(key_name, KeyMode::Write)
         .ok_or(CommandError::Message("ERR the key could not be opened"))?;
-    let limiter_type = datatype::limiter_type();
-    let leftover = match key.content(limiter_type) {
-        KeyContent::Other => return Err(CommandError::WrongType),
-        KeyContent::Limiter(raw_value) => {
-            // SAFETY: the value belongs to this module's type and is not borrowed elsewhere.
-            unsafe { value::overwrite(raw_value, effect.limiter) }.err()
-        }
-        KeyContent::Empty => Some(effect.limiter),
-    };
-    if let Some(limiter) = leftover {
-        if let Err(raw_value) = key.set_value(limiter_type, value::into_raw(limiter)) {
-            // SAFETY: Redis refused the value, so it is still ours to free.
-            unsafe { value::free(raw_value) };
-            return Err(CommandError::Message("ERR the limiter could not be stored"));
-        }
+    match effect.body {
+        EffectBody::State(limiter) => store(&key, limiter)?,
+        EffectBody::SlidingLogChange(change) => apply_change::<SlidingLogAlgorithm>(&key, change)?,
     }
     if effect.expires_at_ms > 0 {
         key.expire_at_ms(effect.expires_at_ms);
@@ -236,6 +322,59 @@ fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
     call.announce_write(SET_STATE, key_name);
     call.reply_simple(c"OK");
     Ok(())
+}
+
+/// Stores a whole limiter in `key`, in place when it holds the same kind.
+fn store(key: &Key, limiter: limiter::Limiter) -> Result<(), CommandError> {
+    let limiter_type = datatype::limiter_type();
+    let leftover = match key.content(limiter_type) {
+        KeyContent::Other => return Err(CommandError::WrongType),
+        KeyContent::Limiter(raw_value) => {
+            // SAFETY: the value belongs to this module's type and is not borrowed elsewhere.
+            unsafe { value::overwrite(raw_value, limiter) }.err()
+        }
+        KeyContent::Empty => Some(limiter),
+    };
+    match leftover {
+        Some(limiter) => set_new(key, value::into_raw(limiter)),
+        None => Ok(()),
+    }
+}
+
+/// Applies a replicated change to the state in `key` (creating it if the key is empty).
+fn apply_change<A: Algorithm<State: KindState>>(
+    key: &Key,
+    change: A::Change,
+) -> Result<(), CommandError> {
+    match key.content(datatype::limiter_type()) {
+        KeyContent::Other => Err(CommandError::WrongType),
+        KeyContent::Empty => set_new(key, value::boxed(A::create(change))),
+        KeyContent::Limiter(raw_value) => {
+            // SAFETY: the value belongs to this module's type and is not borrowed elsewhere.
+            let state =
+                unsafe { value::state_mut::<A::State>(raw_value) }.map_err(|held| match held {
+                    Some(held) => CommandError::KindMismatch {
+                        held,
+                        wanted: A::State::KIND,
+                    },
+                    None => {
+                        CommandError::Message("ERR the key holds a limiter this module cannot read")
+                    }
+                })?;
+            A::apply(state, change);
+            Ok(())
+        }
+    }
+}
+
+/// Puts a new value into an empty (or replaced) key, freeing it if Redis refuses it.
+fn set_new(key: &Key, raw_value: *mut std::ffi::c_void) -> Result<(), CommandError> {
+    key.set_value(datatype::limiter_type(), raw_value)
+        .map_err(|refused| {
+            // SAFETY: Redis refused the value, so it is still ours to free.
+            unsafe { value::free(refused) };
+            CommandError::Message("ERR the limiter could not be stored")
+        })
 }
 
 /// Registers every command with its flags, arity and key spec. Must run during `OnLoad`.

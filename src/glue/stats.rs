@@ -42,12 +42,25 @@ impl CommandStats {
 
 /// Counters of `RL.TOKENBUCKET`.
 pub static TOKEN_BUCKET: CommandStats = CommandStats::new("tokenbucket");
+/// Counters of `RL.SLIDING`.
+pub static SLIDING: CommandStats = CommandStats::new("sliding");
+/// Counters of `RL.FIXED`.
+pub static FIXED: CommandStats = CommandStats::new("fixed");
+/// Counters of `RL.SLIDINGLOG`.
+pub static SLIDING_LOG: CommandStats = CommandStats::new("slidinglog");
 /// Counters of `RL.PEEK`: calls that would have been admitted or denied.
 pub static PEEK: CommandStats = CommandStats::new("peek");
 /// Counters of `RL.REFUND`: "admitted" when something was given back.
 pub static REFUND: CommandStats = CommandStats::new("refund");
 
-static ALL: [&CommandStats; 3] = [&TOKEN_BUCKET, &PEEK, &REFUND];
+static ALL: [&CommandStats; 6] = [
+    &TOKEN_BUCKET,
+    &SLIDING,
+    &FIXED,
+    &SLIDING_LOG,
+    &PEEK,
+    &REFUND,
+];
 
 /// The `INFO` callback: section `ratelimit_stats`.
 ///

@@ -74,12 +74,28 @@ pub fn snapshot(con: &mut Connection, keys: &[String]) -> Vec<(Option<Vec<u8>>, 
         .collect()
 }
 
-/// Calls on several keys with varied parameters, some admitted and some denied.
+/// The limiter commands with arguments `limit rate_or_window`, for traffic over every kind.
+pub const LIMITER_COMMANDS: [(&str, &str); 4] = [
+    ("RL.TOKENBUCKET", "0.5"),
+    ("RL.SLIDING", "30"),
+    ("RL.FIXED", "30"),
+    ("RL.SLIDINGLOG", "30"),
+];
+
+/// Calls on several keys with varied parameters, some admitted and some denied; key `i`
+/// gets the algorithm `i mod 4`, so every kind is covered.
 pub fn mixed_traffic(con: &mut Connection, keys: &[String]) {
     for (index, key) in keys.iter().enumerate() {
-        let capacity = 3 + index as u64;
+        let (command, rate_or_window) = LIMITER_COMMANDS[index % LIMITER_COMMANDS.len()];
+        let limit = 3 + index as u64;
         for cost in [1, 2, 1, 5, 1] {
-            let _ = token_bucket(con, key, capacity, "0.5", cost);
+            let _: Vec<i64> = redis::cmd(command)
+                .arg(key)
+                .arg(limit)
+                .arg(rate_or_window)
+                .arg(cost)
+                .query(con)
+                .expect(command);
         }
     }
 }

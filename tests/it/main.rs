@@ -10,6 +10,7 @@
 )]
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
+mod algorithms;
 mod errors;
 mod helpers;
 mod peek_refund;
