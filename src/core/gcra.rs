@@ -1,1 +1,1245 @@
-//! (being written)
+//! GCRA (generic cell rate algorithm), reply for reply compatible with redis-cell's
+//! `CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]`.
+//!
+//! # Reference
+//!
+//! brandur/redis-cell 0.4.0 (time 0.3.36): `src/cell/mod.rs` (`Rate::per_period`,
+//! `RateLimiter::new`, `RateLimiter::rate_limit`), `src/lib.rs` (argument parsing and the
+//! rounding of the reply to whole seconds, PR #58), `src/cell/store.rs` (the key's TTL). The
+//! arithmetic below is redis-cell's, transcribed to integer nanoseconds; where redis-cell uses
+//! floating point, this module either does the same float operations or uses integer
+//! operations proven to give the same result within the accepted parameters (see
+//! `cell_remaining`). The tests drive a line-by-line port of redis-cell against this module.
+//!
+//! # Algorithm (as redis-cell computes it)
+//!
+//! ```text
+//! interval  = trunc(f64(period × 1e9) / f64(count))    ns between two units ("emission interval")
+//! tolerance = interval × (max_burst + 1)                "delay variation tolerance"
+//! increment = interval × quantity
+//! tat       = stored TAT if the key exists, else now   (theoretical arrival time)
+//! new_tat   = max(tat, now) + increment
+//! diff      = now − (new_tat − tolerance)
+//! diff < 0  → limited:  ttl = tat − now; retry_after = −diff if increment ≤ tolerance, else −1 s
+//! diff ≥ 0  → allowed:  ttl = new_tat − now; store new_tat with a TTL of ttl
+//! next      = tolerance − ttl
+//! remaining = trunc(f64(whole_µs(next)) / f64(whole_µs(interval))) if next > −interval, else 0
+//! reply     = [limited, max_burst + 1, remaining, seconds(retry_after), seconds(ttl)]
+//! seconds(d)= (d.as_seconds_f64() as i64) + (1 if d.subsec_milliseconds() > 0)
+//! ```
+//!
+//! # Representation, precision, clock
+//!
+//! The state is the TAT in integer Unix nanoseconds (8 bytes). The clock is the server's
+//! (`now_us`, microseconds; milliseconds on Redis 7.0), used as `now_ns = now_us × 1000`
+//! wherever redis-cell reads the host's nanosecond clock. A stored TAT at or before `now` is
+//! the same as a missing key (`max(tat, now)`), so the state expires at `ceil_ms(TAT)`.
+//!
+//! An earlier clock than one already seen only makes `max(tat, now) + increment − tolerance`
+//! later relative to `now`, so it never admits more than the later clock would; an admitted
+//! call with a positive quantity always moves the TAT forward.
+//!
+//! # Rounding of the reply
+//!
+//! redis-cell's whole seconds are *not* `ceil(ceil_ms(d) / 1000)`: it truncates the fraction
+//! to milliseconds before rounding up (1.0005 s → 1, while `ceil_ms` gives 1001 ms → 2 s), and
+//! adds `as_seconds_f64() as i64`, which for durations of 2^24 s (194 days) or more can round a
+//! fraction just below one second up to the next second, making the reply one higher still.
+//! Durations here carry arbitrary nanoseconds (the interval is not a whole number of
+//! milliseconds, and the clock has microseconds), so the millisecond fields of [`Decision`]
+//! cannot reproduce the reply. [`GcraAlgorithm::throttle`] therefore also returns a
+//! [`CellOutcome`] with redis-cell's exact values, and [`cell_reply`] renders it.
+//!
+//! # Arguments, as redis-cell takes them (for the glue to mirror)
+//!
+//! `CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]`, quantity 1 by
+//! default. Any other number of arguments: `Usage: cl.throttle <key> <max_burst> <count per
+//! period> <period> [<quantity>]`. Each number is parsed with Rust's `str::parse::<i64>`
+//! (an optional `+` or `-`, ASCII digits, within `i64`; no spaces, decimals or exponents),
+//! in argument order, failing with `Couldn't parse as integer: <argument>`. Then a zero
+//! interval fails with [`ZERO_RATE_MESSAGE`] ([`GcraParamError::ZeroRate`]). Every error is
+//! sent with `RedisModule_ReplyWithError("Cell error: <message>")`, so the wire text is
+//! `-Cell error: ...` (error code `Cell`, no `ERR`). All other values are accepted by
+//! redis-cell; the ones refused here are listed below.
+//!
+//! # Intentional differences from redis-cell
+//!
+//! - **Clock.** The server's clock (the command's cached time), not the host's
+//!   `OffsetDateTime::now_utc()`; one reading per command.
+//! - **Replication.** The glue replicates the resulting state (effects), not the command:
+//!   redis-cell's `RedisModule_ReplicateVerbatim` makes each replica re-run the command with
+//!   its own clock, which can diverge.
+//! - **Writes.** A denied call writes nothing (as in redis-cell). A quantity of 0 writes
+//!   nothing either, where redis-cell rewrites `max(TAT, now)` with a fresh TTL: that value is
+//!   equivalent to the old state for every later call, so no reply differs.
+//! - **Expiry.** The key expires at `ceil_ms(TAT)` (absolute), the first millisecond at which
+//!   the state equals a missing key. redis-cell sets a relative TTL of `trunc_ms(TAT − host
+//!   now)` from the server's command time, so its key can disappear up to about a millisecond
+//!   before the TAT (the call then sees a full burst) or linger about a millisecond after it
+//!   (a limited call then computes `ttl = TAT − now < 0`). Those sub-millisecond races depend
+//!   on two unsynchronised clocks; this module implements the intended behaviour, a key that
+//!   exists exactly while its TAT is in the future.
+//! - **Refused parameters** (redis-cell accepts them and misbehaves): `max_burst < 0` (limits
+//!   of zero or below), a negative rate (`count` and `period` of opposite signs; both negative
+//!   is a positive rate, accepted as redis-cell does), and a tolerance
+//!   `interval × (max_burst + 1)` above [`MAX_TOLERANCE_NS`] (100 years), beyond which
+//!   redis-cell's `i64` products can wrap.
+//! - **Huge quantities.** redis-cell computes `interval × quantity` in an `i64` that wraps in
+//!   its release build when the product exceeds `i64::MAX` ns (292 years), which can admit a
+//!   huge request. Here the product is exact: such a call is denied with retry −1.
+//! - **Negative quantities** move the TAT back (the "return tokens" use of issue #22) but
+//!   never before `now`. redis-cell lets the TAT go into the past: its TTL is then negative,
+//!   which Redis 7's `RedisModule_SetExpire` refuses below −1 ms, so it replies `Cell error:
+//!   Error while setting key expire` after having written the TAT (without expiry); within
+//!   2 ms of `now`, or on older servers, it succeeds with `remaining` computed from the past
+//!   TAT. Here the limiter is simply full, with the same reply as a missing key.
+//! - **Remaining below zero.** When a stored TAT lies further ahead than the current
+//!   tolerance (the parameters shrank, or the clock went back) and the interval is not a whole
+//!   number of microseconds, redis-cell can reply `remaining = -1`. [`CellOutcome`] carries it;
+//!   [`Decision::remaining`] is unsigned and says 0.
+
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+use super::time::{MAX_NOW_US, NS_PER_MS, NS_PER_SECOND, NS_PER_US, ceil_ms};
+
+/// Largest accepted tolerance `interval × (max_burst + 1)`: 100 Julian years, in nanoseconds.
+///
+/// It keeps every TAT within an `i64` of nanoseconds until [`MAX_NOW_US`], and keeps
+/// redis-cell's own `i64` products from wrapping for every accepted parameter.
+pub const MAX_TOLERANCE_NS: i64 = 100 * 31_557_600 * 1_000_000_000;
+
+/// Latest TAT any evaluation can produce: the latest clock plus the largest tolerance.
+pub const MAX_TAT_NS: i64 = MAX_NOW_US * 1_000 + MAX_TOLERANCE_NS;
+
+/// The message redis-cell replies with (after `Cell error: `) when the interval is zero.
+pub const ZERO_RATE_MESSAGE: &str = "Zero rates are not supported";
+
+/// Why GCRA parameters are refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GcraParamError {
+    /// `count` or `period` is 0, or `count > period × 1e9` so that the interval truncates to
+    /// 0 ns. redis-cell refuses these too, with [`ZERO_RATE_MESSAGE`].
+    ZeroRate,
+    /// `count` and `period` have opposite signs (redis-cell accepts a negative interval).
+    NegativeRate,
+    /// `max_burst < 0` (redis-cell accepts it: a limit of zero or less).
+    NegativeBurst,
+    /// `interval × (max_burst + 1)` exceeds [`MAX_TOLERANCE_NS`].
+    ToleranceTooLong,
+}
+
+/// Validated parameters of one `CL.THROTTLE` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcraParams {
+    max_burst: i64,
+    interval_ns: i64,
+    quantity: i64,
+}
+
+impl GcraParams {
+    /// Validates redis-cell's arguments, as parsed integers: `max_burst`, `count` units per
+    /// `period` seconds, and the call's `quantity` (redis-cell's default is 1).
+    ///
+    /// Any `quantity` is valid: 0 peeks, a quantity above `max_burst + 1` is always denied, a
+    /// negative one gives units back.
+    pub fn new(
+        max_burst: i64,
+        count: i64,
+        period: i64,
+        quantity: i64,
+    ) -> Result<Self, GcraParamError> {
+        let interval_ns = emission_interval_ns(count, period)?;
+        Self::from_interval(max_burst, interval_ns, quantity)
+    }
+
+    /// Validates parameters given the emission interval directly.
+    pub fn from_interval(
+        max_burst: i64,
+        interval_ns: i64,
+        quantity: i64,
+    ) -> Result<Self, GcraParamError> {
+        match interval_ns.signum() {
+            0 => return Err(GcraParamError::ZeroRate),
+            -1 => return Err(GcraParamError::NegativeRate),
+            _ => {}
+        }
+        if max_burst < 0 {
+            return Err(GcraParamError::NegativeBurst);
+        }
+        let tolerance =
+            i128::from(interval_ns).saturating_mul(i128::from(max_burst).saturating_add(1));
+        if tolerance > i128::from(MAX_TOLERANCE_NS) {
+            return Err(GcraParamError::ToleranceTooLong);
+        }
+        Ok(Self {
+            max_burst,
+            interval_ns,
+            quantity,
+        })
+    }
+
+    /// The same parameters for a call of another quantity.
+    pub fn with_quantity(self, quantity: i64) -> Self {
+        Self { quantity, ..self }
+    }
+
+    /// The burst beyond the first unit (`max_burst`, at least 0).
+    pub fn max_burst(&self) -> i64 {
+        self.max_burst
+    }
+
+    /// The limit redis-cell reports: `max_burst + 1`.
+    pub fn limit(&self) -> u64 {
+        u64::try_from(self.max_burst).unwrap_or(0).saturating_add(1)
+    }
+
+    /// Nanoseconds between two units at the nominal rate (at least 1).
+    pub fn interval_ns(&self) -> i64 {
+        self.interval_ns
+    }
+
+    /// `interval × (max_burst + 1)`, at most [`MAX_TOLERANCE_NS`].
+    pub fn tolerance_ns(&self) -> i64 {
+        self.interval_ns
+            .saturating_mul(self.max_burst.saturating_add(1))
+    }
+
+    /// Units this call asks for (negative: gives back).
+    pub fn quantity(&self) -> i64 {
+        self.quantity
+    }
+
+    fn limit_i64(&self) -> i64 {
+        self.max_burst.saturating_add(1)
+    }
+}
+
+/// redis-cell's emission interval for `count` units per `period` seconds:
+/// `trunc(f64(period × 1e9) / f64(count))` nanoseconds, exactly as `Rate::per_period` computes
+/// it (the float division is part of the observable behaviour: for periods above 2^53 ns it
+/// differs from integer division).
+pub fn emission_interval_ns(count: i64, period: i64) -> Result<i64, GcraParamError> {
+    if count == 0 || period == 0 {
+        return Err(GcraParamError::ZeroRate);
+    }
+    let period_ns = i128::from(period).saturating_mul(i128::from(NS_PER_SECOND));
+    // `as` conversions round to nearest (to f64) and truncate with saturation (to i64), as in
+    // redis-cell.
+    let interval = ((period_ns as f64) / (count as f64)) as i64;
+    match interval.signum() {
+        0 => Err(GcraParamError::ZeroRate),
+        -1 => Err(GcraParamError::NegativeRate),
+        _ => Ok(interval),
+    }
+}
+
+/// What a GCRA key stores between calls: its theoretical arrival time. 8 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    tat_ns: i64,
+}
+
+impl Gcra {
+    /// Rebuilds a stored state, refusing TATs no evaluation can produce (corrupt or forged
+    /// payloads): the TAT must lie in `[0, MAX_TAT_NS]`.
+    pub fn from_parts(tat_ns: i64) -> Option<Self> {
+        (0..=MAX_TAT_NS)
+            .contains(&tat_ns)
+            .then_some(Self { tat_ns })
+    }
+
+    /// The theoretical arrival time, in Unix nanoseconds.
+    pub fn tat_ns(&self) -> i64 {
+        self.tat_ns
+    }
+}
+
+/// redis-cell's result for one call, before `CL.THROTTLE` rounds durations to seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CellOutcome {
+    /// Whether the call was limited (denied).
+    pub limited: bool,
+    /// `max_burst + 1`.
+    pub limit: i64,
+    /// redis-cell's remaining count (can exceed `max_burst`, be `i64::MAX` for intervals
+    /// under 1 µs, or be −1; see the module documentation).
+    pub remaining: i64,
+    /// Nanoseconds until the same call is admitted; `None` where redis-cell leaves its −1 s
+    /// default (the call was admitted, or its quantity exceeds `max_burst + 1`).
+    pub retry_after_ns: Option<i64>,
+    /// Nanoseconds until the TAT (redis-cell's `ttl`).
+    pub reset_after_ns: i64,
+}
+
+/// The `CL.THROTTLE` reply, exactly as redis-cell sends it:
+/// `[limited, limit, remaining, retry_after_s, reset_after_s]`.
+pub fn cell_reply(outcome: &CellOutcome) -> [i64; 5] {
+    [
+        i64::from(outcome.limited),
+        outcome.limit,
+        outcome.remaining,
+        outcome.retry_after_ns.map_or(-1, cell_seconds),
+        cell_seconds(outcome.reset_after_ns),
+    ]
+}
+
+/// redis-cell's whole seconds for a duration of `ns` nanoseconds (`src/lib.rs`):
+/// `d.as_seconds_f64() as i64`, plus one if `d.subsec_milliseconds() > 0`.
+///
+/// For positive durations below 2^24 s this is `ceil(floor_ms(ns) / 1000)`; zero and negative
+/// durations truncate towards zero (−1 s stays −1).
+pub fn cell_seconds(ns: i64) -> i64 {
+    const NS_PER_SECOND_I64: i64 = 1_000_000_000;
+    const NS_PER_MS_I64: i64 = 1_000_000;
+    // time::Duration keeps whole seconds and a sub-second part of the same sign.
+    let seconds = ns.checked_div(NS_PER_SECOND_I64).unwrap_or(0);
+    let nanos = ns.checked_rem(NS_PER_SECOND_I64).unwrap_or(0);
+    // Duration::as_seconds_f64, then a saturating truncation: the same float operations.
+    let whole = (seconds as f64 + nanos as f64 / 1_000_000_000_f64) as i64;
+    if nanos.checked_div(NS_PER_MS_I64).unwrap_or(0) > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
+}
+
+/// redis-cell's `remaining` for a key whose TAT is `ttl` after now:
+/// `trunc(f64(whole_µs(tolerance − ttl)) / f64(whole_µs(interval)))` when
+/// `tolerance − ttl > −interval`, else 0.
+///
+/// Integer division gives the same result as the float division here: both operands are
+/// integers below 2^53 in magnitude (`|next| ≤ MAX_TOLERANCE_NS`, since `ttl ≥ 0` and
+/// `next > −interval`), so they convert exactly, and a correctly rounded quotient `a / b` with
+/// `|a| < 2^53` is within `|a / b| × 2^−53 < 1 / b` of the exact one, closer than any integer
+/// the exact quotient is not equal to: truncation cannot cross an integer. A zero divisor
+/// (an interval under 1 µs) gives ±infinity or NaN in redis-cell, which `as i64` turns into
+/// `i64::MAX`, `i64::MIN` or 0.
+fn cell_remaining(tolerance: i128, interval: i128, ttl: i128) -> i64 {
+    let next = tolerance.saturating_sub(ttl);
+    if next <= interval.saturating_neg() {
+        return 0;
+    }
+    let ns_per_us = i128::from(NS_PER_US);
+    // Duration::whole_microseconds truncates towards zero, as checked_div does.
+    let next_us = next.checked_div(ns_per_us).unwrap_or(0);
+    let interval_us = interval.checked_div(ns_per_us).unwrap_or(0);
+    match next_us.checked_div(interval_us) {
+        Some(quotient) => i64::try_from(quotient).unwrap_or(0),
+        None => match next_us.signum() {
+            1 => i64::MAX,
+            -1 => i64::MIN,
+            _ => 0,
+        },
+    }
+}
+
+/// One call judged at one instant, in i128 nanoseconds.
+struct Judgement {
+    limited: bool,
+    /// The TAT after the call: unchanged when limited.
+    new_tat: i128,
+    /// `Some(−diff)` when limited and `increment ≤ tolerance`.
+    retry_ns: Option<i128>,
+    /// redis-cell's `ttl`: the TAT (new when admitted) minus now; never negative here.
+    ttl: i128,
+}
+
+/// A key seen at one instant, in i128 nanoseconds.
+///
+/// Bounds: `0 ≤ now ≤ 2^62`, `tat ≤ MAX_TAT_NS < 2^63`, `|increment| < 2^62 × 2^63`, so
+/// nothing computed here overflows an i128; the saturating operations only say so.
+struct View {
+    now: i128,
+    interval: i128,
+    tolerance: i128,
+    increment: i128,
+    /// The stored TAT, or `now` when the key is missing or its TAT is not in the future.
+    tat: i128,
+}
+
+impl View {
+    fn new(state: Option<&Gcra>, params: &GcraParams, now_us: i64) -> View {
+        let now = i128::from(now_us.clamp(0, MAX_NOW_US)).saturating_mul(i128::from(NS_PER_US));
+        let interval = i128::from(params.interval_ns);
+        View {
+            now,
+            interval,
+            tolerance: i128::from(params.tolerance_ns()),
+            increment: interval.saturating_mul(i128::from(params.quantity)),
+            tat: state.map_or(now, |s| i128::from(s.tat_ns)).max(now),
+        }
+    }
+
+    /// redis-cell's decision for this call against a TAT `tat ≥ now`.
+    fn judge(&self, tat: i128) -> Judgement {
+        // tat ≥ now, so redis-cell's `if now > tat { now } else { tat }` is `tat`.
+        let new_tat = tat.saturating_add(self.increment);
+        let allow_at = new_tat.saturating_sub(self.tolerance);
+        let diff = self.now.saturating_sub(allow_at);
+        if diff < 0 {
+            Judgement {
+                limited: true,
+                new_tat: tat,
+                retry_ns: (self.increment <= self.tolerance).then(|| diff.saturating_neg()),
+                ttl: tat.saturating_sub(self.now),
+            }
+        } else {
+            // A negative quantity never moves the TAT before now (intentional difference).
+            let new_tat = new_tat.max(self.now);
+            Judgement {
+                limited: false,
+                new_tat,
+                retry_ns: None,
+                ttl: new_tat.saturating_sub(self.now),
+            }
+        }
+    }
+
+    fn cell(&self, params: &GcraParams, judgement: &Judgement) -> CellOutcome {
+        CellOutcome {
+            limited: judgement.limited,
+            limit: params.limit_i64(),
+            remaining: cell_remaining(self.tolerance, self.interval, judgement.ttl),
+            retry_after_ns: judgement.retry_ns.map(saturating_i64),
+            reset_after_ns: saturating_i64(judgement.ttl),
+        }
+    }
+
+    /// The decision for a call judged `judgement`, reporting `remaining` and the reset for
+    /// a key whose TAT is `ttl` after now.
+    fn decision(
+        &self,
+        params: &GcraParams,
+        allowed: bool,
+        judgement: &Judgement,
+        ttl: i128,
+    ) -> Decision {
+        let retry = if !judgement.limited {
+            Retry::Now
+        } else {
+            match judgement.retry_ns {
+                Some(ns) => Retry::AfterMs(ceil_ms(ns).max(1)),
+                None => Retry::Never,
+            }
+        };
+        Decision {
+            allowed,
+            remaining: u64::try_from(cell_remaining(self.tolerance, self.interval, ttl))
+                .unwrap_or(0),
+            retry,
+            reset_after_ms: ceil_ms(ttl),
+            limit: params.limit(),
+        }
+    }
+
+    /// The state to store for a TAT of `tat` (in `[now, MAX_TAT_NS]`), expiring when it is
+    /// no longer in the future.
+    fn commit(tat: i128) -> Commit<Gcra> {
+        let ns_per_ms = i128::from(NS_PER_MS);
+        let expires_at_ms = i64::try_from(tat.div_euclid(ns_per_ms))
+            .unwrap_or(i64::MAX)
+            .saturating_add(i64::from(tat.rem_euclid(ns_per_ms) != 0))
+            .max(1);
+        Commit {
+            change: Gcra {
+                tat_ns: saturating_i64(tat),
+            },
+            expires_at_ms,
+        }
+    }
+}
+
+fn saturating_i64(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// The GCRA algorithm.
+pub struct GcraAlgorithm;
+
+impl GcraAlgorithm {
+    /// Decides a `CL.THROTTLE` call: the evaluation (decision and write) and redis-cell's
+    /// exact outcome, to be rendered with [`cell_reply`].
+    pub fn throttle(
+        state: Option<&Gcra>,
+        params: &GcraParams,
+        now_us: i64,
+    ) -> (Evaluation<Gcra>, CellOutcome) {
+        let view = View::new(state, params, now_us);
+        let judgement = view.judge(view.tat);
+        let cell = view.cell(params, &judgement);
+        let decision = view.decision(params, !judgement.limited, &judgement, judgement.ttl);
+        let commit = (!judgement.limited && judgement.new_tat != view.tat)
+            .then(|| View::commit(judgement.new_tat));
+        (Evaluation { decision, commit }, cell)
+    }
+}
+
+impl Algorithm for GcraAlgorithm {
+    type Params = GcraParams;
+    type State = Gcra;
+    type Change = Gcra;
+
+    fn evaluate(state: Option<&Gcra>, params: &GcraParams, now_us: i64) -> Evaluation<Gcra> {
+        Self::throttle(state, params, now_us).0
+    }
+
+    /// Moves the TAT back by `quantity × interval` (nothing for a quantity of 0 or less), never
+    /// before now: at most back to a full burst.
+    fn refund(state: Option<&Gcra>, params: &GcraParams, now_us: i64) -> Evaluation<Gcra> {
+        let view = View::new(state, params, now_us);
+        let back = view.increment.max(0);
+        let tat = view.tat.saturating_sub(back).max(view.now);
+        let refunded = tat < view.tat;
+        let judgement = view.judge(tat);
+        let ttl = tat.saturating_sub(view.now);
+        Evaluation {
+            decision: view.decision(params, refunded, &judgement, ttl),
+            commit: refunded.then(|| View::commit(tat)),
+        }
+    }
+
+    fn apply(state: &mut Gcra, change: Gcra) {
+        *state = change;
+    }
+
+    fn create(change: Gcra) -> Gcra {
+        change
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0_US: i64 = 1_700_000_000_000_000; // an ordinary Unix time, in µs
+    const MS: i64 = 1_000; // µs
+    const SECOND: i64 = 1_000_000; // µs
+    const NS_PER_S: i64 = 1_000_000_000;
+
+    /// A line-by-line port of redis-cell 0.4.0's `CL.THROTTLE`: `Rate::per_period`,
+    /// `RateLimiter::new` and `RateLimiter::rate_limit` (src/cell/mod.rs), the rounding of the
+    /// reply (src/lib.rs), and the store's TTL (src/cell/store.rs). `time::OffsetDateTime` and
+    /// `time::Duration` are kept as i128 nanoseconds; their accessors are ported from time
+    /// 0.3.36. The release build's wrapping `i64` products are `wrapping_mul`. The store is
+    /// Redis with an ideal expiry: the key exists while its TAT is in the future.
+    mod redis_cell {
+        const NANOS_PER_SECOND: i128 = 1_000_000_000;
+
+        fn as_seconds_f64(d: i128) -> f64 {
+            let seconds = (d / NANOS_PER_SECOND) as i64;
+            let nanoseconds = (d % NANOS_PER_SECOND) as i32;
+            seconds as f64 + nanoseconds as f64 / 1e9
+        }
+
+        fn subsec_milliseconds(d: i128) -> i16 {
+            ((d % NANOS_PER_SECOND) as i32 / 1_000_000) as i16
+        }
+
+        fn whole_microseconds(d: i128) -> i128 {
+            (d / NANOS_PER_SECOND) * 1_000_000 + (d % NANOS_PER_SECOND) / 1_000
+        }
+
+        fn whole_milliseconds(d: i128) -> i128 {
+            (d / NANOS_PER_SECOND) * 1_000 + (d % NANOS_PER_SECOND) / 1_000_000
+        }
+
+        /// `Rate::per_period(n, Duration::seconds(period)).period`, in nanoseconds.
+        pub fn per_period(n: i64, period: i64) -> i64 {
+            let ns: i128 = i128::from(period) * NANOS_PER_SECOND;
+            if n == 0 || ns == 0 {
+                return 0;
+            }
+            ((ns as f64) / (n as f64)) as i64
+        }
+
+        /// One call's result.
+        pub struct Call {
+            /// The reply, or the error text after `Cell error: `.
+            pub reply: Result<[i64; 5], &'static str>,
+            /// An admitted call's TTL was negative (the TAT went before now).
+            pub negative_ttl: bool,
+        }
+
+        #[derive(Default)]
+        pub struct Store {
+            /// The key's value: the TAT in nanoseconds, as `nanoseconds(new_tat)` writes it.
+            pub value: Option<u64>,
+        }
+
+        impl Store {
+            /// `get_with_time`: the key exists while its TAT is in the future.
+            fn get(&self, now: i128) -> Option<u64> {
+                self.value.filter(|&v| now < i128::from(v))
+            }
+
+            /// `CL.THROTTLE key max_burst count period quantity` at `now` (ns).
+            pub fn throttle(
+                &mut self,
+                max_burst: i64,
+                count: i64,
+                period: i64,
+                quantity: i64,
+                now: i128,
+            ) -> Call {
+                // lib.rs / RateLimiter::new
+                let emission_interval = per_period(count, period);
+                let delay_variation_tolerance =
+                    emission_interval.wrapping_mul(max_burst.wrapping_add(1));
+                let limit = max_burst.wrapping_add(1);
+                // rate_limit
+                let mut remaining: i64 = 0;
+                let mut retry_after: i128 = -NANOS_PER_SECOND;
+                if emission_interval == 0 {
+                    return Call {
+                        reply: Err("Zero rates are not supported"),
+                        negative_ttl: false,
+                    };
+                }
+                let increment = i128::from(emission_interval.wrapping_mul(quantity));
+                let dvt = i128::from(delay_variation_tolerance);
+                let tat_val = self.get(now);
+                let tat = match tat_val {
+                    None => now,
+                    Some(v) => i128::from(v),
+                };
+                let new_tat = if now > tat {
+                    now + increment
+                } else {
+                    tat + increment
+                };
+                let allow_at = new_tat - dvt;
+                let diff = now - allow_at;
+                let limited;
+                let ttl;
+                let mut negative_ttl = false;
+                if diff < 0 {
+                    if increment <= dvt {
+                        retry_after = -diff;
+                    }
+                    limited = true;
+                    ttl = tat - now;
+                } else {
+                    let new_tat_ns = new_tat as u64;
+                    ttl = new_tat - now;
+                    // set_if_not_exists_with_ttl / compare_and_swap_with_ttl: write, then
+                    // RedisModule_SetExpire(whole ms), which refuses negatives but -1
+                    // (REDISMODULE_NO_EXPIRE).
+                    self.value = Some(new_tat_ns);
+                    negative_ttl = ttl < 0;
+                    let expire = whole_milliseconds(ttl);
+                    if expire < 0 && expire != -1 {
+                        return Call {
+                            reply: Err("Error while setting key expire"),
+                            negative_ttl,
+                        };
+                    }
+                    limited = false;
+                }
+                let ei = i128::from(emission_interval);
+                let next = dvt - ttl;
+                if next > -ei {
+                    remaining =
+                        (whole_microseconds(next) as f64 / whole_microseconds(ei) as f64) as i64;
+                }
+                let reset_after = ttl;
+                // lib.rs: round partial seconds up
+                let mut retry_after_s = as_seconds_f64(retry_after) as i64;
+                if subsec_milliseconds(retry_after) > 0 {
+                    retry_after_s += 1
+                }
+                let mut reset_after_s = as_seconds_f64(reset_after) as i64;
+                if subsec_milliseconds(reset_after) > 0 {
+                    reset_after_s += 1
+                }
+                Call {
+                    reply: Ok([
+                        i64::from(limited),
+                        limit,
+                        remaining,
+                        retry_after_s,
+                        reset_after_s,
+                    ]),
+                    negative_ttl,
+                }
+            }
+        }
+    }
+
+    fn params(max_burst: i64, count: i64, period: i64, quantity: i64) -> GcraParams {
+        GcraParams::new(max_burst, count, period, quantity).unwrap()
+    }
+
+    /// The evaluation's decision must be the cell outcome, in the Decision's units.
+    fn assert_decision_matches(decision: &Decision, cell: &CellOutcome) {
+        assert_eq!(decision.allowed, !cell.limited);
+        assert_eq!(decision.limit, u64::try_from(cell.limit).unwrap());
+        assert_eq!(
+            decision.remaining,
+            u64::try_from(cell.remaining).unwrap_or(0)
+        );
+        assert_eq!(decision.reset_after_ms, ceil_ms(cell.reset_after_ns.into()));
+        let retry = match (cell.limited, cell.retry_after_ns) {
+            (false, None) => Retry::Now,
+            (true, None) => Retry::Never,
+            (true, Some(ns)) => Retry::AfterMs(ceil_ms(ns.into()).max(1)),
+            (false, Some(_)) => panic!("an admitted call has no retry"),
+        };
+        assert_eq!(decision.retry, retry);
+    }
+
+    /// A key driven through a sequence of calls, as the glue would drive it.
+    #[derive(Default)]
+    struct Key {
+        state: Option<Gcra>,
+        expires_at_ms: Option<i64>,
+    }
+
+    impl Key {
+        fn throttle(&mut self, params: &GcraParams, now_us: i64) -> (Decision, CellOutcome) {
+            if let Some(expiry) = self.expires_at_ms {
+                if now_us.div_euclid(MS) > expiry {
+                    // Redis deletes the key once its expiry has passed.
+                    *self = Key::default();
+                }
+            }
+            let (evaluation, cell) = GcraAlgorithm::throttle(self.state.as_ref(), params, now_us);
+            assert_decision_matches(&evaluation.decision, &cell);
+            assert_eq!(
+                evaluation,
+                GcraAlgorithm::evaluate(self.state.as_ref(), params, now_us)
+            );
+            if let Some(commit) = evaluation.commit {
+                let tat = commit.change.tat_ns();
+                assert_eq!(
+                    commit.expires_at_ms,
+                    (tat + 999_999).div_euclid(1_000_000).max(1)
+                );
+                // At its expiry the state is a missing key; a millisecond earlier it is not.
+                let at = commit.expires_at_ms * MS;
+                assert!(
+                    at <= MAX_NOW_US || tat > MAX_NOW_US * 1000,
+                    "beyond the clamped clock"
+                );
+                if at <= MAX_NOW_US {
+                    assert_eq!(
+                        GcraAlgorithm::throttle(Some(&commit.change), params, at),
+                        GcraAlgorithm::throttle(None, params, at)
+                    );
+                }
+                assert!(i128::from(tat) > i128::from(at - MS) * 1000);
+                self.state = Some(commit.change);
+                self.expires_at_ms = Some(commit.expires_at_ms);
+            }
+            (evaluation.decision, cell)
+        }
+
+        fn reply(&mut self, params: &GcraParams, now_us: i64) -> [i64; 5] {
+            cell_reply(&self.throttle(params, now_us).1)
+        }
+    }
+
+    /// redis-cell's own `it_rate_limits` (src/cell/mod.rs): limit 5, one per second.
+    #[rustfmt::skip]
+    #[test]
+    fn redis_cells_own_table() {
+        let mut key = Key::default();
+        let s = |n: i64| Some(n * NS_PER_S);
+        // (now offset ms, volume, remaining, reset_after ns, retry_after ns, limited)
+        type Case = (i64, i64, i64, i64, Option<i64>, bool);
+        let cases: &[Case] = &[
+            // You can never make a request larger than the maximum.
+            (0,    6, 5, 0,                None, true),
+            // Rate limit normal requests appropriately.
+            (0,    1, 4, NS_PER_S,         None, false),
+            (0,    1, 3, 2 * NS_PER_S,     None, false),
+            (0,    1, 2, 3 * NS_PER_S,     None, false),
+            (0,    1, 1, 4 * NS_PER_S,     None, false),
+            (0,    1, 0, 5 * NS_PER_S,     None, false),
+            (0,    1, 0, 5 * NS_PER_S,     s(1), true),
+            (3000, 1, 2, 3_000_000_000,    None, false),
+            (3100, 1, 1, 3_900_000_000,    None, false),
+            (4000, 1, 1, 4_000_000_000,    None, false),
+            (8000, 1, 4, 1_000_000_000,    None, false),
+            (9500, 1, 4, 1_000_000_000,    None, false),
+            // Zero-volume request just peeks at the state.
+            (9500, 0, 4, NS_PER_S,         None, false),
+            // High-volume request uses up more of the limit.
+            (9500, 2, 2, 3 * NS_PER_S,     None, false),
+            // Large requests cannot exceed limits
+            (9500, 5, 2, 3 * NS_PER_S,     s(3), true),
+        ];
+        for &(offset_ms, volume, remaining, reset_after_ns, retry_after_ns, limited) in cases {
+            let (_, cell) = key.throttle(&params(4, 1, 1, volume), T0_US + offset_ms * MS);
+            assert_eq!(
+                cell,
+                CellOutcome { limited, limit: 5, remaining, retry_after_ns, reset_after_ns },
+                "at +{offset_ms} ms, volume {volume}"
+            );
+        }
+    }
+
+    #[test]
+    fn documented_replies() {
+        // README: CL.THROTTLE user123 15 30 60
+        assert_eq!(
+            Key::default().reply(&params(15, 30, 60, 1), T0_US),
+            [0, 16, 15, -1, 2]
+        );
+        // Issue #37: cl.throttle user123 5 5 3600
+        assert_eq!(
+            Key::default().reply(&params(5, 5, 3600, 1), T0_US),
+            [0, 6, 5, -1, 720]
+        );
+        // Issue #50 (before the round-up of PR #58 the reset read 0)
+        assert_eq!(
+            Key::default().reply(&params(1000, 1000, 60, 1), T0_US),
+            [0, 1001, 1000, -1, 1]
+        );
+        // tests/e2e.rs: CL.THROTTLE user123 0 1 2 1
+        let p = params(0, 1, 2, 1);
+        let mut key = Key::default();
+        assert_eq!(key.reply(&p, T0_US), [0, 1, 0, -1, 2]);
+        assert_eq!(key.reply(&p, T0_US), [1, 1, 0, 2, 2]);
+        assert_eq!(key.reply(&p, T0_US + 2 * SECOND), [0, 1, 0, -1, 2]);
+        // Issue #48: CL.THROTTLE somekey 0 3 60 1, rounded up since PR #58
+        let p = params(0, 3, 60, 1);
+        let mut key = Key::default();
+        assert_eq!(key.reply(&p, T0_US), [0, 1, 0, -1, 20]);
+        assert_eq!(key.reply(&p, T0_US + 500 * MS), [1, 1, 0, 20, 20]);
+        assert_eq!(key.reply(&p, T0_US + 1500 * MS), [1, 1, 0, 19, 19]);
+    }
+
+    #[test]
+    fn replies_round_like_redis_cell() {
+        let two_24 = 1i64 << 24;
+        let cases: &[(i64, i64)] = &[
+            (0, 0),
+            (1, 0), // under a millisecond: 0, where ceil_ms would give 1 ms, so 1 s
+            (999_999, 0),
+            (1_000_000, 1),
+            (999_999_999, 1),
+            (NS_PER_S, 1),
+            (NS_PER_S + 500_000, 1), // 1.0005 s: the sub-millisecond part is dropped
+            (NS_PER_S + 1_000_000, 2),
+            (2 * NS_PER_S - 1, 2),
+            (-1, 0),
+            (-NS_PER_S, -1),
+            (-1_500_000_000, -1),
+            // as_seconds_f64 rounds x.999999999 up to x + 1 from 2^24 s on; the millisecond
+            // check then adds another second.
+            ((two_24 / 2) * NS_PER_S + 999_999_999, two_24 / 2 + 1),
+            (two_24 * NS_PER_S + 999_999_999, two_24 + 2),
+            (two_24 * NS_PER_S + 999_999_000, two_24 + 1),
+        ];
+        for &(ns, seconds) in cases {
+            assert_eq!(cell_seconds(ns), seconds, "{ns} ns");
+        }
+        let outcome = CellOutcome {
+            limited: true,
+            limit: 3,
+            remaining: -1,
+            retry_after_ns: None,
+            reset_after_ns: 1,
+        };
+        assert_eq!(cell_reply(&outcome), [1, 3, -1, -1, 0]);
+    }
+
+    #[test]
+    fn millisecond_ceilings_cannot_reproduce_the_reply() {
+        // Why CellOutcome exists: 1.0005 s and 1.001 s both round up to 1001 ms, but
+        // redis-cell answers 1 and 2.
+        assert_eq!(ceil_ms(1_000_500_000), ceil_ms(1_001_000_000));
+        assert_ne!(cell_seconds(1_000_500_000), cell_seconds(1_001_000_000));
+        // It happens in ordinary use: 3 per second (333,333,333 ns) and a µs clock.
+        let p = params(0, 3, 1, 1);
+        let mut key = Key::default();
+        key.throttle(&p, T0_US);
+        let (decision, cell) = key.throttle(&p, T0_US + 332_833);
+        assert_eq!(cell.retry_after_ns, Some(500_333));
+        assert_eq!(decision.retry, Retry::AfterMs(1));
+        assert_eq!(
+            cell_reply(&cell),
+            [1, 1, 0, 0, 0],
+            "limited, yet retry and reset after 0 s"
+        );
+    }
+
+    #[test]
+    fn parameters_mirror_redis_cell() {
+        use GcraParamError::*;
+        assert_eq!(GcraParams::new(0, 0, 1, 1), Err(ZeroRate));
+        assert_eq!(GcraParams::new(0, 1, 0, 1), Err(ZeroRate));
+        assert_eq!(
+            GcraParams::new(-5, 0, 1, 1),
+            Err(ZeroRate),
+            "redis-cell's error wins"
+        );
+        assert_eq!(
+            GcraParams::new(0, 2_000_000_000, 1, 1),
+            Err(ZeroRate),
+            "0.5 ns truncates to 0"
+        );
+        assert_eq!(
+            GcraParams::new(0, 1_000_000_000, 1, 1)
+                .unwrap()
+                .interval_ns(),
+            1
+        );
+        assert_eq!(GcraParams::new(0, -1, 1, 1), Err(NegativeRate));
+        assert_eq!(GcraParams::new(0, 1, -1, 1), Err(NegativeRate));
+        assert_eq!(
+            GcraParams::new(0, -3, -1, 1).unwrap().interval_ns(),
+            333_333_333
+        );
+        assert_eq!(GcraParams::new(-1, 1, 1, 1), Err(NegativeBurst));
+        assert_eq!(GcraParams::new(i64::MAX, 1, 1, 1), Err(ToleranceTooLong));
+        assert_eq!(
+            GcraParams::new(0, 1, 3_155_760_000, 1)
+                .unwrap()
+                .tolerance_ns(),
+            MAX_TOLERANCE_NS
+        );
+        assert_eq!(
+            GcraParams::new(0, 1, 3_155_760_001, 1),
+            Err(ToleranceTooLong)
+        );
+        assert_eq!(
+            GcraParams::new(1, 1, 1_577_880_001, 1),
+            Err(ToleranceTooLong)
+        );
+        assert!(GcraParams::new(MAX_TOLERANCE_NS - 1, 1_000_000_000, 1, i64::MIN).is_ok());
+        assert_eq!(
+            GcraParams::new(MAX_TOLERANCE_NS, 1_000_000_000, 1, 1),
+            Err(ToleranceTooLong)
+        );
+        assert_eq!(
+            GcraParams::new(5, i64::MAX, i64::MAX, 1)
+                .unwrap()
+                .interval_ns(),
+            1_000_000_000
+        );
+        assert_eq!(GcraParams::new(0, i64::MAX, 1, 1), Err(ZeroRate));
+        let p = params(15, 30, 60, 7);
+        assert_eq!(
+            (p.max_burst(), p.limit(), p.interval_ns(), p.quantity()),
+            (15, 16, 2 * NS_PER_S, 7)
+        );
+        assert_eq!(p.tolerance_ns(), 32 * NS_PER_S);
+        assert_eq!(p.with_quantity(-2).quantity(), -2);
+        // The float division of Rate::per_period, where it differs from integer division:
+        // period × 1e9 above 2^53 loses bits when converted.
+        let (count, period) = (3, 10_000_000_000);
+        assert_eq!(
+            emission_interval_ns(count, period),
+            Ok(redis_cell::per_period(count, period))
+        );
+        assert_ne!(
+            emission_interval_ns(count, period).unwrap(),
+            (i128::from(period) * 1_000_000_000 / i128::from(count)) as i64
+        );
+    }
+
+    #[test]
+    fn peeks_and_denials_write_nothing() {
+        let mut key = Key::default();
+        let (evaluation, _) = GcraAlgorithm::throttle(None, &params(2, 1, 1, 0), T0_US);
+        assert!(evaluation.decision.allowed && evaluation.commit.is_none());
+        key.throttle(&params(2, 1, 1, 3), T0_US); // the whole burst
+        let stored = key.state;
+        let (evaluation, cell) =
+            GcraAlgorithm::throttle(stored.as_ref(), &params(2, 1, 1, 1), T0_US);
+        assert!(evaluation.commit.is_none());
+        assert_eq!(cell_reply(&cell), [1, 3, 0, 1, 3]);
+        let (evaluation, cell) =
+            GcraAlgorithm::throttle(stored.as_ref(), &params(2, 1, 1, 0), T0_US + 500 * MS);
+        assert!(evaluation.commit.is_none(), "a peek changes nothing");
+        assert_eq!(cell_reply(&cell), [0, 3, 0, -1, 3]);
+    }
+
+    #[test]
+    fn quantity_above_the_limit_is_never_admitted() {
+        let (evaluation, cell) = GcraAlgorithm::throttle(None, &params(4, 1, 1, 6), T0_US);
+        assert_eq!(evaluation.decision.retry, Retry::Never);
+        assert_eq!(cell_reply(&cell), [1, 5, 5, -1, 0]);
+        // Exactly the limit: admitted on a fresh key, and told when once partly used.
+        let mut key = Key::default();
+        assert_eq!(key.reply(&params(4, 1, 1, 5), T0_US), [0, 5, 0, -1, 5]);
+        assert_eq!(
+            key.reply(&params(4, 1, 1, 5), T0_US + SECOND),
+            [1, 5, 1, 4, 4]
+        );
+        // A product beyond i64::MAX ns wraps in redis-cell; here it is simply too much.
+        let (evaluation, cell) = GcraAlgorithm::throttle(None, &params(0, 1, 1, i64::MAX), T0_US);
+        assert_eq!(evaluation.decision.retry, Retry::Never);
+        assert_eq!(cell_reply(&cell), [1, 1, 1, -1, 0]);
+    }
+
+    #[test]
+    fn negative_quantities_give_back_but_not_beyond_now() {
+        let p = |q| params(4, 1, 1, q);
+        let mut key = Key::default();
+        key.throttle(&p(4), T0_US);
+        assert_eq!(key.state.unwrap().tat_ns(), (T0_US + 4 * SECOND) * 1000);
+        // As in redis-cell (issue #22): the TAT moves back.
+        let mut reference = redis_cell::Store {
+            value: key.state.map(|s| s.tat_ns() as u64),
+        };
+        let now_ns = i128::from(T0_US) * 1000;
+        assert_eq!(
+            key.reply(&p(-1), T0_US),
+            reference.throttle(4, 1, 1, -1, now_ns).reply.unwrap()
+        );
+        assert_eq!(key.state.unwrap().tat_ns(), (T0_US + 3 * SECOND) * 1000);
+        // Beyond now redis-cell fails (a negative TTL); here the limiter is full.
+        let call = reference.throttle(4, 1, 1, -10, now_ns);
+        assert!(call.negative_ttl);
+        assert_eq!(call.reply, Err("Error while setting key expire"));
+        assert_eq!(key.reply(&p(-10), T0_US), [0, 5, 5, -1, 0]);
+        assert_eq!(key.state.unwrap().tat_ns(), T0_US * 1000);
+        let (evaluation, _) = GcraAlgorithm::throttle(None, &p(-1), T0_US);
+        assert!(
+            evaluation.commit.is_none(),
+            "nothing to give back to a missing key"
+        );
+    }
+
+    #[test]
+    fn remaining_follows_redis_cell_quirks() {
+        // An interval under 1 µs divides by zero microseconds: +inf saturates.
+        let (_, cell) = GcraAlgorithm::throttle(None, &params(10, 2_000_000, 1, 1), T0_US);
+        assert_eq!(cell.remaining, i64::MAX);
+        // An interval that is not whole microseconds truncates both operands: 1,500 ns.
+        let p = params(2, 666_666, 1, 1);
+        assert_eq!(p.interval_ns(), 1_500);
+        let (_, cell) = GcraAlgorithm::throttle(None, &p, T0_US);
+        assert_eq!(cell.remaining, 3, "above max_burst");
+        // After the burst shrinks, remaining can be -1 (2,700 ns interval).
+        let (count, now_ns) = (370_370, |us: i64| i128::from(us) * 1000);
+        assert_eq!(params(0, count, 1, 1).interval_ns(), 2_700);
+        let mut key = Key::default();
+        let mut reference = redis_cell::Store::default();
+        key.throttle(&params(2, count, 1, 3), T0_US);
+        reference.throttle(2, count, 1, 3, now_ns(T0_US));
+        let (decision, cell) = key.throttle(&params(0, count, 1, 0), T0_US + 3);
+        assert_eq!(cell.remaining, -1);
+        assert_eq!(decision.remaining, 0, "Decision::remaining is unsigned");
+        let call = reference.throttle(0, count, 1, 0, now_ns(T0_US + 3));
+        assert_eq!(call.reply, Ok(cell_reply(&cell)));
+        assert_eq!(cell_reply(&cell), [1, 1, -1, 0, 0]);
+    }
+
+    #[test]
+    fn expiry_is_the_tat_rounded_up_to_the_millisecond() {
+        let p = params(0, 3, 1, 1); // 333,333,333 ns
+        let (evaluation, cell) = GcraAlgorithm::throttle(None, &p, T0_US);
+        let commit = evaluation.commit.unwrap();
+        assert_eq!(commit.change.tat_ns(), T0_US * 1000 + 333_333_333);
+        assert_eq!(commit.expires_at_ms, T0_US / MS + 334);
+        assert_eq!(cell.reset_after_ns, 333_333_333);
+        assert_eq!(evaluation.decision.reset_after_ms, 334);
+    }
+
+    #[test]
+    fn refund_moves_the_tat_back_to_at_most_a_full_burst() {
+        let p = |q| params(4, 1, 1, q);
+        let nothing = GcraAlgorithm::refund(None, &p(2), T0_US);
+        assert!(nothing.commit.is_none() && !nothing.decision.allowed);
+        assert_eq!(nothing.decision.reply_fields(), [0, 5, 0, 0, 5]);
+        let mut key = Key::default();
+        key.throttle(&p(3), T0_US); // TAT = now + 3 s
+        let refund = GcraAlgorithm::refund(key.state.as_ref(), &p(2), T0_US);
+        assert_eq!(refund.decision.reply_fields(), [1, 4, 0, 1000, 5]);
+        let commit = refund.commit.unwrap();
+        assert_eq!(commit.change.tat_ns(), (T0_US + SECOND) * 1000);
+        assert_eq!(commit.expires_at_ms, T0_US / MS + 1000);
+        let refund = GcraAlgorithm::refund(Some(&commit.change), &p(5), T0_US);
+        assert_eq!(
+            refund.decision.reply_fields(),
+            [1, 5, 0, 0, 5],
+            "clamped to a full burst"
+        );
+        let full = refund.commit.unwrap().change;
+        let again = GcraAlgorithm::refund(Some(&full), &p(1), T0_US);
+        assert!(
+            again.commit.is_none() && !again.decision.allowed,
+            "already full"
+        );
+        assert!(
+            GcraAlgorithm::refund(key.state.as_ref(), &p(0), T0_US)
+                .commit
+                .is_none()
+        );
+        // The retry is that of a call of the refunded quantity.
+        let refund = GcraAlgorithm::refund(key.state.as_ref(), &p(1), T0_US);
+        assert_eq!(refund.decision.retry, Retry::Now);
+        let refund = GcraAlgorithm::refund(key.state.as_ref(), &params(1, 1, 1, 1), T0_US);
+        assert_eq!(refund.decision.retry, Retry::AfterMs(1000));
+        assert!(refund.decision.allowed);
+    }
+
+    #[test]
+    fn clock_going_backwards_neither_rewinds_nor_admits_more() {
+        let p = params(1, 1, 1, 1);
+        let mut key = Key::default();
+        assert!(key.throttle(&p, T0_US).0.allowed);
+        assert!(key.throttle(&p, T0_US).0.allowed);
+        let stored = key.state.unwrap();
+        let (evaluation, cell) = GcraAlgorithm::throttle(Some(&stored), &p, T0_US - 3600 * SECOND);
+        assert!(!evaluation.decision.allowed && evaluation.commit.is_none());
+        assert_eq!(cell_reply(&cell), [1, 2, 0, 3601, 3602]);
+        assert!(key.throttle(&p, T0_US + SECOND).0.allowed);
+        assert!(key.state.unwrap().tat_ns() > stored.tat_ns());
+    }
+
+    #[test]
+    fn decoding_refuses_unreachable_states() {
+        assert!(Gcra::from_parts(-1).is_none());
+        assert!(Gcra::from_parts(MAX_TAT_NS + 1).is_none());
+        assert!(Gcra::from_parts(i64::MAX).is_none());
+        assert_eq!(Gcra::from_parts(0).map(|s| s.tat_ns()), Some(0));
+        assert!(Gcra::from_parts(MAX_TAT_NS).is_some());
+        assert!(Gcra::from_parts(T0_US * 1000).is_some());
+        assert_eq!(std::mem::size_of::<Gcra>(), 8);
+        assert_eq!(std::mem::align_of::<Gcra>(), 8);
+    }
+
+    /// (max_burst, count, period), spanning everyday limits, fast intervals with
+    /// sub-microsecond parts or below 1 µs, and intervals of years.
+    fn arb_config() -> impl Strategy<Value = (i64, i64, i64)> {
+        prop_oneof![
+            (0i64..5, 1i64..20, 1i64..20),
+            (0i64..200, 1i64..5_000, 1i64..3_600),
+            (0i64..50, 100_000i64..2_000_000_000, 1i64..3),
+            (0i64..3, 1i64..4, 1_000_000i64..1_000_000_000),
+        ]
+        .prop_filter("valid parameters", |&(b, c, p)| {
+            GcraParams::new(b, c, p, 1).is_ok()
+        })
+    }
+
+    /// (use the second configuration, quantity kind, a raw quantity, µs since the last call)
+    fn arb_calls() -> impl Strategy<Value = Vec<(bool, u8, i64, i64)>> {
+        let step = prop_oneof![
+            Just(0i64),
+            0i64..1_000,
+            0i64..3_000_000,
+            (0i64..5_000).prop_map(|ms| ms * MS),
+            0i64..1_000_000_000_000,
+        ];
+        prop::collection::vec((any::<bool>(), 0u8..8, -5i64..1000, step), 1..80)
+    }
+
+    fn quantity_of(kind: u8, raw: i64, max_burst: i64) -> i64 {
+        match kind {
+            0 => 0,
+            1..=3 => 1,
+            4 => max_burst + 1,
+            5 => max_burst + 2,
+            6 => raw,
+            _ => -1,
+        }
+    }
+
+    /// The TAT that matters at `now`: one in the future.
+    fn effective(tat: Option<i128>, now_ns: i128) -> Option<i128> {
+        tat.filter(|&t| t > now_ns)
+    }
+
+    proptest! {
+        #[test]
+        fn replies_and_state_match_redis_cell(
+            first in arb_config(),
+            second in arb_config(),
+            calls in arb_calls(),
+        ) {
+            let mut reference = redis_cell::Store::default();
+            let mut key = Key::default();
+            let mut now = T0_US;
+            for (use_second, kind, raw, step) in calls {
+                now += step;
+                let (max_burst, count, period) = if use_second { second } else { first };
+                let quantity = quantity_of(kind, raw, max_burst);
+                let p = params(max_burst, count, period, quantity);
+                let now_ns = i128::from(now) * 1000;
+                let call = reference.throttle(max_burst, count, period, quantity, now_ns);
+                let (_, cell) = key.throttle(&p, now);
+                let wraps = i64::try_from(i128::from(p.interval_ns()) * i128::from(quantity)).is_err();
+                if call.negative_ttl || wraps {
+                    // The documented differences: follow our state from here on.
+                    reference.value = key.state.map(|s| s.tat_ns() as u64);
+                } else {
+                    prop_assert_eq!(call.reply, Ok(cell_reply(&cell)), "at {} with {:?}", now, (max_burst, count, period, quantity));
+                }
+                prop_assert_eq!(
+                    effective(reference.value.map(i128::from), now_ns),
+                    effective(key.state.map(|s| i128::from(s.tat_ns())), now_ns)
+                );
+            }
+        }
+
+        #[test]
+        fn whole_seconds_are_the_millisecond_floor_rounded_up(ns in 1i64..(1i64 << 24) * NS_PER_S) {
+            let floor_ms = ns / 1_000_000;
+            prop_assert_eq!(cell_seconds(ns), (floor_ms + 999) / 1000);
+        }
+
+        #[test]
+        fn a_backwards_clock_never_admits_more(
+            (max_burst, count, period) in arb_config(),
+            calls in prop::collection::vec((-20_000_000i64..20_000_000, 1i64..4), 1..60),
+        ) {
+            // Everything admitted fits in the burst plus what the rate allows from the first
+            // admission to the latest instant seen, and the TAT only moves forward.
+            let mut key = Key::default();
+            let (mut now, mut latest) = (T0_US, i64::MIN);
+            let mut first = None;
+            let mut admitted = 0i128;
+            for (step, quantity) in calls {
+                now += step;
+                latest = latest.max(now);
+                let p = params(max_burst, count, period, quantity);
+                let before = key.state;
+                key.expires_at_ms = None; // the state itself, not key expiry, is under test
+                if let (Some(state), Some(earlier)) = (before, now.checked_sub(1 + step.abs())) {
+                    // An earlier clock admits no more than this one.
+                    let early = GcraAlgorithm::evaluate(Some(&state), &p, earlier).decision.allowed;
+                    prop_assert!(!early || GcraAlgorithm::evaluate(Some(&state), &p, now).decision.allowed);
+                }
+                if key.throttle(&p, now).0.allowed {
+                    first.get_or_insert(now);
+                    admitted += i128::from(quantity);
+                    if let (Some(b), Some(a)) = (before, key.state) {
+                        prop_assert!(a.tat_ns() > b.tat_ns());
+                    }
+                }
+                if let Some(first) = first {
+                    let rate = i128::from(latest - first) * 1000 / i128::from(p.interval_ns());
+                    prop_assert!(admitted <= i128::from(max_burst) + 1 + rate);
+                }
+            }
+        }
+
+        #[test]
+        fn extremes_never_panic(
+            max_burst in prop_oneof![Just(0i64), Just(i64::MAX), any::<i64>(), 0i64..1000],
+            count in prop_oneof![Just(1i64), Just(i64::MAX), Just(i64::MIN), any::<i64>()],
+            period in prop_oneof![Just(1i64), Just(i64::MAX), Just(-1i64), any::<i64>(), 1i64..1_000_000_000],
+            quantity in prop_oneof![Just(i64::MIN), Just(i64::MAX), Just(0i64), any::<i64>()],
+            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(i64::MAX), any::<i64>()],
+            tat in prop_oneof![Just(0i64), Just(MAX_TAT_NS), 0i64..=MAX_TAT_NS],
+        ) {
+            let Ok(p) = GcraParams::new(max_burst, count, period, quantity) else { return Ok(()) };
+            prop_assert!(p.tolerance_ns() <= MAX_TOLERANCE_NS && p.interval_ns() >= 1);
+            for state in [None, Gcra::from_parts(tat)] {
+                let (evaluation, cell) = GcraAlgorithm::throttle(state.as_ref(), &p, now);
+                assert_decision_matches(&evaluation.decision, &cell);
+                let _ = cell_reply(&cell);
+                for commit in [evaluation.commit, GcraAlgorithm::refund(state.as_ref(), &p, now).commit].into_iter().flatten() {
+                    prop_assert_eq!(Gcra::from_parts(commit.change.tat_ns()), Some(commit.change));
+                    prop_assert!(commit.expires_at_ms >= 1);
+                }
+            }
+        }
+    }
+}
