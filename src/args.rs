@@ -4,7 +4,8 @@
 //! Arity is checked by the glue before these run.
 
 use crate::core::fixed_window::{WindowParamError, WindowParams};
-use crate::core::number::{Decimal, parse_positive_integer};
+use crate::core::gcra::{GcraParamError, GcraParams};
+use crate::core::number::{Decimal, NumberError, parse_integer, parse_positive_integer};
 use crate::core::sliding_log::{SlidingLogParamError, SlidingLogParams};
 use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
@@ -144,6 +145,54 @@ pub fn sliding_log(args: &[&[u8]], max_entries: u64) -> Result<SlidingLogParams,
     })
 }
 
+/// A signed integer argument.
+fn integer(name: &'static str, value: &[u8]) -> Result<i64, ArgError> {
+    parse_integer(value).map_err(|error| {
+        let rule = match error {
+            NumberError::NotFinite => Rule::Finite,
+            NumberError::TooLarge => Rule::TooLarge,
+            _ => Rule::Integer,
+        };
+        ArgError::new(name, rule, value)
+    })
+}
+
+/// `max_burst count period [quantity]` of `CL.THROTTLE`, with redis-cell's syntax: signed
+/// integers, a quantity of 0 (peek) or below (give back) allowed.
+pub fn throttle(args: &[&[u8]]) -> Result<GcraParams, CommandError> {
+    let [burst_arg, count_arg, period_arg, rest @ ..] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let max_burst = integer("max_burst", burst_arg)?;
+    let count = integer("count", count_arg)?;
+    let period = integer("period", period_arg)?;
+    let quantity = match rest {
+        [] => 1,
+        [quantity] => integer("quantity", quantity)?,
+        _ => return Err(CommandError::WrongArity),
+    };
+    GcraParams::new(max_burst, count, period, quantity).map_err(|error| {
+        CommandError::Argument(match error {
+            GcraParamError::ZeroRate => ArgError::combination(
+                "count / period",
+                Rule::Must(
+                    "be a non-zero rate of at most 1e9 per second (zero rates are not supported)",
+                ),
+            ),
+            GcraParamError::NegativeRate => {
+                ArgError::combination("count and period", Rule::Must("have the same sign"))
+            }
+            GcraParamError::NegativeBurst => {
+                ArgError::new("max_burst", Rule::NotNegative, burst_arg)
+            }
+            GcraParamError::ToleranceTooLong => ArgError::combination(
+                "period / count × (max_burst + 1)",
+                Rule::AtMost("100 years"),
+            ),
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +253,42 @@ mod tests {
                 .to_string(),
             "ERR limit must be at most 10000 (the ratelimit.max-log-entries setting) (got '10001')"
         );
+    }
+
+    #[test]
+    fn throttle_takes_redis_cells_arguments() {
+        let params = throttle(&[b"15", b"30", b"60"]).unwrap();
+        assert_eq!(
+            (
+                params.max_burst(),
+                params.limit(),
+                params.interval_ns(),
+                params.quantity()
+            ),
+            (15, 16, 2_000_000_000, 1)
+        );
+        assert_eq!(
+            throttle(&[b"+15", b"30", b"60", b"-2"]).unwrap().quantity(),
+            -2
+        );
+        let message = |args: &[&[u8]]| throttle(args).unwrap_err().to_string();
+        assert_eq!(
+            message(&[b"x", b"30", b"60"]),
+            "ERR max_burst must be an integer (got 'x')"
+        );
+        assert_eq!(
+            message(&[b"-1", b"30", b"60"]),
+            "ERR max_burst must be at least 0 (got '-1')"
+        );
+        assert_eq!(
+            message(&[b"1", b"0", b"60"]),
+            "ERR count / period must be a non-zero rate of at most 1e9 per second (zero rates are not supported)"
+        );
+        assert_eq!(
+            message(&[b"1", b"-1", b"60"]),
+            "ERR count and period must have the same sign"
+        );
+        assert_eq!(throttle(&[b"1", b"1"]), Err(CommandError::WrongArity));
     }
 
     #[test]

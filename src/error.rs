@@ -13,6 +13,10 @@ use crate::limiter::Kind;
 pub enum Rule {
     /// Digits only, no sign or decimal point.
     PositiveInteger,
+    /// An optional sign and digits.
+    Integer,
+    /// Zero or more.
+    NotNegative,
     /// A decimal such as `0.5`, `10`, `2.5e3`.
     PositiveDecimal,
     /// `NaN` and infinities are not numbers of anything.
@@ -102,6 +106,8 @@ impl fmt::Display for ArgError {
         match self.rule {
             Rule::PositiveInteger => f.write_str("must be a positive integer")?,
             Rule::PositiveDecimal => f.write_str("must be a positive decimal number")?,
+            Rule::Integer => f.write_str("must be an integer")?,
+            Rule::NotNegative => f.write_str("must be at least 0")?,
             Rule::Finite => f.write_str("must be a finite number")?,
             Rule::GreaterThanZero => f.write_str("must be greater than 0")?,
             Rule::TooLarge => f.write_str("is too large")?,

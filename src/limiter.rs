@@ -13,6 +13,7 @@
 
 use crate::core::Algorithm;
 use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
+use crate::core::gcra::{Gcra, GcraAlgorithm};
 use crate::core::sliding_log::{
     SlidingLog, SlidingLogAction, SlidingLogAlgorithm, SlidingLogChange,
 };
@@ -164,6 +165,7 @@ kinds! {
     SlidingWindow(SlidingWindow) = 1, "a sliding window", Some(b"SLIDING");
     FixedWindow(FixedWindow) = 2, "a fixed window", Some(b"FIXED");
     SlidingLog(SlidingLog) = 3, "a sliding log", Some(b"SLIDINGLOG");
+    Gcra(Gcra) = 4, "a CL.THROTTLE (GCRA)", None;
 }
 
 impl Kind {
@@ -222,6 +224,15 @@ impl Fields for FixedWindow {
     }
 }
 
+impl Fields for Gcra {
+    fn write(&self, out: &mut Encoded) {
+        out.push(&self.tat_ns().to_le_bytes());
+    }
+    fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Gcra::from_parts(reader.i64()?).ok_or(DecodeError::InvalidState)
+    }
+}
+
 impl Fields for SlidingLog {
     fn write(&self, out: &mut Encoded) {
         out.push(&self.as_of_us().to_le_bytes());
@@ -262,6 +273,7 @@ pub trait Effect: Algorithm<State: KindState, Change: Clone> {
 impl Effect for TokenBucketAlgorithm {}
 impl Effect for SlidingWindowAlgorithm {}
 impl Effect for FixedWindowAlgorithm {}
+impl Effect for GcraAlgorithm {}
 
 /// A log replicates its change (a few integers), not the log: a hot log with a large limit
 /// would otherwise copy up to `limit` entries to every replica on every call.
@@ -544,6 +556,7 @@ mod tests {
             Limiter::SlidingWindow(sliding.change),
             Limiter::FixedWindow(fixed.change),
             Limiter::SlidingLog(SlidingLogAlgorithm::create(log.change)),
+            Limiter::Gcra(Gcra::from_parts(NOW_US * 1000).unwrap()),
         ]
     }
 

@@ -14,6 +14,7 @@ use std::ffi::c_void;
 use std::mem::align_of;
 
 use crate::core::fixed_window::FixedWindow;
+use crate::core::gcra::Gcra;
 use crate::core::sliding_log::SlidingLog;
 use crate::core::sliding_window::SlidingWindow;
 use crate::core::token_bucket::TokenBucket;
@@ -30,6 +31,7 @@ const _: () = assert!(align_of::<TokenBucket>() > TAG_MASK);
 const _: () = assert!(align_of::<SlidingWindow>() > TAG_MASK);
 const _: () = assert!(align_of::<FixedWindow>() > TAG_MASK);
 const _: () = assert!(align_of::<SlidingLog>() > TAG_MASK);
+const _: () = assert!(align_of::<Gcra>() > TAG_MASK);
 
 /// Boxes one state of a known kind and returns the tagged pointer Redis will hold.
 pub fn boxed<S: KindState>(state: S) -> *mut c_void {

@@ -678,11 +678,11 @@ mod tests {
             decision.remaining,
             u64::try_from(cell.remaining).unwrap_or(0)
         );
-        assert_eq!(decision.reset_after_ms, ceil_ms(cell.reset_after_ns.into()));
+        assert_eq!(decision.reset_after_ms, ceil_ms(cell.reset_after_ns));
         let retry = match (cell.limited, cell.retry_after_ns) {
             (false, None) => Retry::Now,
             (true, None) => Retry::Never,
-            (true, Some(ns)) => Retry::AfterMs(ceil_ms(ns.into()).max(1)),
+            (true, Some(ns)) => Retry::AfterMs(ceil_ms(ns).max(1)),
             (false, Some(_)) => panic!("an admitted call has no retry"),
         };
         assert_eq!(decision.retry, retry);

@@ -43,6 +43,38 @@ pub fn parse_positive_integer(text: &[u8]) -> Result<u64, NumberError> {
     }
 }
 
+/// Parses a signed integer: an optional `+` or `-`, then ASCII digits, within an `i64`
+/// (the syntax redis-cell accepts for `CL.THROTTLE`'s arguments).
+pub fn parse_integer(text: &[u8]) -> Result<i64, NumberError> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, text),
+    };
+    if is_non_finite_word(digits) {
+        return Err(NumberError::NotFinite);
+    }
+    if digits.is_empty() {
+        return Err(NumberError::Malformed);
+    }
+    let mut value: i64 = 0;
+    for &byte in digits {
+        let digit = i64::from(ascii_digit(byte).ok_or(NumberError::Malformed)?);
+        // Accumulate towards the sign so that i64::MIN parses.
+        value = value
+            .checked_mul(10)
+            .and_then(|v| {
+                if negative {
+                    v.checked_sub(digit)
+                } else {
+                    v.checked_add(digit)
+                }
+            })
+            .ok_or(NumberError::TooLarge)?;
+    }
+    Ok(value)
+}
+
 /// A non-negative decimal number held exactly as `digits × 10^exponent`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decimal {
@@ -270,6 +302,33 @@ mod tests {
                 Err(NumberError::NotFinite),
                 "{word:?}"
             );
+        }
+    }
+
+    #[test]
+    fn signed_integers() {
+        assert_eq!(parse_integer(b"42"), Ok(42));
+        assert_eq!(parse_integer(b"+42"), Ok(42));
+        assert_eq!(parse_integer(b"-42"), Ok(-42));
+        assert_eq!(parse_integer(b"0"), Ok(0));
+        assert_eq!(parse_integer(b"-9223372036854775808"), Ok(i64::MIN));
+        assert_eq!(
+            parse_integer(b"9223372036854775808"),
+            Err(NumberError::TooLarge)
+        );
+        assert_eq!(parse_integer(b"-inf"), Err(NumberError::NotFinite));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+",
+            b" 1",
+            b"1 ",
+            b"1.0",
+            b"1e3",
+            b"0x1",
+            b"--1",
+        ] {
+            assert_eq!(parse_integer(bad), Err(NumberError::Malformed), "{bad:?}");
         }
     }
 

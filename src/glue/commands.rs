@@ -12,7 +12,6 @@ use redis_module::raw;
 
 use super::api::{Call, Key, KeyContent, KeyMode, api, log};
 use super::limit::{self, LimiterCommand, Operation};
-use super::reply::ReplyShape;
 use super::{config, datatype, stats};
 use crate::args;
 use crate::core::Algorithm;
@@ -71,11 +70,12 @@ entry_point!(token_bucket_entry => token_bucket);
 entry_point!(sliding_entry => sliding);
 entry_point!(fixed_entry => fixed);
 entry_point!(sliding_log_entry => sliding_log);
+entry_point!(throttle_entry => throttle);
 entry_point!(peek_entry => peek);
 entry_point!(refund_entry => refund);
 entry_point!(set_state_entry => set_state);
 
-const COMMANDS: [CommandSpec; 7] = [
+const COMMANDS: [CommandSpec; 8] = [
     CommandSpec {
         name: c"rl.tokenbucket",
         handler: token_bucket_entry,
@@ -111,6 +111,16 @@ const COMMANDS: [CommandSpec; 7] = [
         key_access: KeyAccess::ReadWrite,
         summary: c"Counts cost units in an exact sliding window (a log of admitted units)",
         complexity: c"O(log N + cost), amortised",
+    },
+    CommandSpec {
+        name: c"cl.throttle",
+        handler: throttle_entry,
+        flags: c"write deny-oom fast",
+        arity: -5,
+        key_access: KeyAccess::ReadWrite,
+        summary:
+            c"redis-cell compatible GCRA rate limiting, with server time and effects replication",
+        complexity: c"O(1)",
     },
     CommandSpec {
         name: c"rl.peek",
@@ -179,32 +189,30 @@ fn args_after<'a>(call: &Call<'a>, skip: usize) -> Result<super::api::ArgList<'a
 const TOKEN_BUCKET: LimiterCommand = LimiterCommand {
     event: c"rl.tokenbucket",
     stats: &stats::TOKEN_BUCKET,
-    shape: ReplyShape::RateLimit,
 };
 const SLIDING: LimiterCommand = LimiterCommand {
     event: c"rl.sliding",
     stats: &stats::SLIDING,
-    shape: ReplyShape::RateLimit,
 };
 const FIXED: LimiterCommand = LimiterCommand {
     event: c"rl.fixed",
     stats: &stats::FIXED,
-    shape: ReplyShape::RateLimit,
 };
 const SLIDING_LOG: LimiterCommand = LimiterCommand {
     event: c"rl.slidinglog",
     stats: &stats::SLIDING_LOG,
-    shape: ReplyShape::RateLimit,
+};
+const THROTTLE: LimiterCommand = LimiterCommand {
+    event: c"cl.throttle",
+    stats: &stats::THROTTLE,
 };
 const PEEK: LimiterCommand = LimiterCommand {
     event: c"rl.peek",
     stats: &stats::PEEK,
-    shape: ReplyShape::RateLimit,
 };
 const REFUND: LimiterCommand = LimiterCommand {
     event: c"rl.refund",
     stats: &stats::REFUND,
-    shape: ReplyShape::RateLimit,
 };
 
 /// `RL.TOKENBUCKET key capacity rate [cost]`
@@ -225,6 +233,12 @@ fn fixed(call: &Call<'_>) -> Result<(), CommandError> {
 /// `RL.SLIDINGLOG key limit window [cost]`
 fn sliding_log(call: &Call<'_>) -> Result<(), CommandError> {
     acquire(call, Kind::SlidingLog, &SLIDING_LOG)
+}
+
+/// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command and reply.
+fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
+    let params = args::throttle(&args_after(call, 2)?)?;
+    limit::throttle(call, &THROTTLE, key_name(call)?, &params)
 }
 
 /// `RL.PEEK key ALGORITHM args...`: the reply the real call would get now; changes nothing.
@@ -285,6 +299,10 @@ fn run(
             let params = args::sliding_log(arguments, max_entries)?;
             limit::run::<SlidingLogAlgorithm>(call, command, operation, key, &params)
         }
+        // Only CL.THROTTLE works on these keys; args::algorithm never names them.
+        Kind::Gcra => Err(CommandError::Message(
+            "ERR CL.THROTTLE keys are only used by CL.THROTTLE",
+        )),
     }
 }
 

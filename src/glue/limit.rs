@@ -11,9 +11,10 @@ use redis_module::raw;
 
 use super::api::{Call, Key, KeyContent, KeyMode};
 use super::commands::SET_STATE;
-use super::reply::{self, ReplyShape};
+use super::reply::{self, Reply};
 use super::stats::CommandStats;
 use super::{clock, datatype};
+use crate::core::gcra::{CellOutcome, GcraAlgorithm, GcraParams};
 use crate::core::{Algorithm, Commit, Decision, Evaluation};
 use crate::error::CommandError;
 use crate::limiter::{self, Effect, Kind, KindState};
@@ -36,8 +37,6 @@ pub struct LimiterCommand {
     pub event: &'static CStr,
     /// Its `INFO` counters.
     pub stats: &'static CommandStats,
-    /// The shape of its reply.
-    pub shape: ReplyShape,
 }
 
 /// Runs `operation` of algorithm `A` on `key_name`, then counts and replies.
@@ -50,19 +49,62 @@ pub fn run<A: Effect>(
 ) -> Result<(), CommandError> {
     let decision = match operation {
         Operation::Peek => peek::<A>(call, key_name, params)?,
-        Operation::Acquire => write::<A>(call, command.event, key_name, params, A::evaluate)?,
-        Operation::Refund => write::<A>(call, command.event, key_name, params, A::refund)?,
+        Operation::Acquire => write::<A, _>(call, command.event, key_name, params, decide::<A>)?,
+        Operation::Refund => write::<A, _>(call, command.event, key_name, params, give_back::<A>)?,
     };
-    command.stats.record(decision.allowed);
-    reply::send(call, command.shape, &decision);
+    respond(call, command, &decision);
     Ok(())
 }
 
-type Evaluator<A> = fn(
+/// `CL.THROTTLE`: the GCRA, replying with redis-cell's fields.
+pub fn throttle(
+    call: &Call<'_>,
+    command: &LimiterCommand,
+    key_name: *mut raw::RedisModuleString,
+    params: &GcraParams,
+) -> Result<(), CommandError> {
+    let outcome: CellOutcome = write::<GcraAlgorithm, _>(
+        call,
+        command.event,
+        key_name,
+        params,
+        GcraAlgorithm::throttle,
+    )?;
+    respond(call, command, &outcome);
+    Ok(())
+}
+
+fn respond(call: &Call<'_>, command: &LimiterCommand, outcome: &impl Reply) {
+    command.stats.record(outcome.allowed());
+    reply::send(call, outcome);
+}
+
+/// An evaluation and what the client is told about it.
+type Evaluator<A, R> = fn(
     Option<&<A as Algorithm>::State>,
     &<A as Algorithm>::Params,
     i64,
-) -> Evaluation<<A as Algorithm>::Change>;
+) -> (Evaluation<<A as Algorithm>::Change>, R);
+
+fn decide<A: Algorithm>(
+    state: Option<&A::State>,
+    params: &A::Params,
+    now_us: i64,
+) -> (Evaluation<A::Change>, Decision) {
+    let evaluation = A::evaluate(state, params, now_us);
+    let decision = evaluation.decision;
+    (evaluation, decision)
+}
+
+fn give_back<A: Algorithm>(
+    state: Option<&A::State>,
+    params: &A::Params,
+    now_us: i64,
+) -> (Evaluation<A::Change>, Decision) {
+    let evaluation = A::refund(state, params, now_us);
+    let decision = evaluation.decision;
+    (evaluation, decision)
+}
 
 fn open(
     call: &Call<'_>,
@@ -99,21 +141,22 @@ fn peek<A: Effect>(
     Ok(evaluation.decision)
 }
 
-/// Evaluates with `evaluator` and records the commit, if any.
-fn write<A: Effect>(
+/// Evaluates with `evaluator`, records the commit if any, and returns what the client is
+/// told.
+fn write<A: Effect, R>(
     call: &Call<'_>,
     event: &CStr,
     key_name: *mut raw::RedisModuleString,
     params: &A::Params,
-    evaluator: Evaluator<A>,
-) -> Result<Decision, CommandError> {
+    evaluator: Evaluator<A, R>,
+) -> Result<R, CommandError> {
     let key = open(call, key_name, KeyMode::Write)?;
     let limiter_type = datatype::limiter_type();
     let now_us = clock::now_us();
     match key.content(limiter_type) {
         KeyContent::Other => Err(CommandError::WrongType),
         KeyContent::Empty => {
-            let Evaluation { decision, commit } = evaluator(None, params, now_us);
+            let (Evaluation { commit, .. }, reply) = evaluator(None, params, now_us);
             if let Some(Commit {
                 change,
                 expires_at_ms,
@@ -135,14 +178,14 @@ fn write<A: Effect>(
                     expires_at_ms,
                 );
             }
-            Ok(decision)
+            Ok(reply)
         }
         KeyContent::Limiter(raw_value) => {
             // SAFETY: the value belongs to this module's type and nothing else borrows it
             // while the key is open.
             let state = unsafe { value::state_mut::<A::State>(raw_value) }
                 .map_err(|held| kind_mismatch(held, A::State::KIND))?;
-            let Evaluation { decision, commit } = evaluator(Some(state), params, now_us);
+            let (Evaluation { commit, .. }, reply) = evaluator(Some(state), params, now_us);
             if let Some(Commit {
                 change,
                 expires_at_ms,
@@ -160,7 +203,7 @@ fn write<A: Effect>(
                     expires_at_ms,
                 );
             }
-            Ok(decision)
+            Ok(reply)
         }
     }
 }

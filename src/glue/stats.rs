@@ -48,16 +48,19 @@ pub static SLIDING: CommandStats = CommandStats::new("sliding");
 pub static FIXED: CommandStats = CommandStats::new("fixed");
 /// Counters of `RL.SLIDINGLOG`.
 pub static SLIDING_LOG: CommandStats = CommandStats::new("slidinglog");
+/// Counters of `CL.THROTTLE`.
+pub static THROTTLE: CommandStats = CommandStats::new("throttle");
 /// Counters of `RL.PEEK`: calls that would have been admitted or denied.
 pub static PEEK: CommandStats = CommandStats::new("peek");
 /// Counters of `RL.REFUND`: "admitted" when something was given back.
 pub static REFUND: CommandStats = CommandStats::new("refund");
 
-static ALL: [&CommandStats; 6] = [
+static ALL: [&CommandStats; 7] = [
     &TOKEN_BUCKET,
     &SLIDING,
     &FIXED,
     &SLIDING_LOG,
+    &THROTTLE,
     &PEEK,
     &REFUND,
 ];

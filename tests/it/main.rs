@@ -18,4 +18,5 @@ mod persistence;
 mod protocol;
 mod replication;
 mod server;
+mod throttle;
 mod token_bucket;
