@@ -10,7 +10,9 @@
 )]
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
+mod acl;
 mod algorithms;
+mod concurrency;
 mod errors;
 mod helpers;
 mod peek_refund;
