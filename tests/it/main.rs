@@ -15,6 +15,7 @@ mod algorithms;
 mod concurrency;
 mod errors;
 mod helpers;
+mod keyspace;
 mod peek_refund;
 mod persistence;
 mod protocol;
