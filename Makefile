@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := test-hooks
 
-.PHONY: help prereqs build run test lint unit integration bench clean
+.PHONY: help prereqs build run test lint unit integration bench bench-criterion bench-server clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -41,8 +41,24 @@ integration: ## Integration tests against real redis-server processes
 	$(CARGO) build --features $(TEST_FEATURES)
 	$(CARGO) test --test it --features $(TEST_FEATURES)
 
-bench: prereqs ## Criterion benches of the algorithms
+# Server benchmark knobs. BENCH_REQUESTS: per -P 16 run (-P 1 runs send a quarter).
+# A quick run: make bench-server BENCH_ROUNDS=1 BENCH_REQUESTS=20000
+BENCH_ROUNDS ?= 5
+BENCH_REQUESTS ?= 40000
+BENCH_ARGS ?=
+BENCH_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
+
+bench: ## Criterion benches, then the server benchmark (target/bench/report.md)
+	@$(MAKE) --no-print-directory bench-criterion
+	@$(MAKE) --no-print-directory bench-server
+
+bench-criterion: prereqs ## Criterion benches of the algorithms
 	$(CARGO) bench --features system-alloc --bench algorithms
+
+bench-server: prereqs ## Module vs Lua vs INCR on a private redis-server: target/bench/report.md
+	$(CARGO) build --release
+	python3 bench/server_bench.py --module $(BENCH_MODULE) --out target/bench \
+	  --venv target/bench-venv --rounds $(BENCH_ROUNDS) --requests $(BENCH_REQUESTS) $(BENCH_ARGS)
 
 clean: ## Remove build outputs
 	$(CARGO) clean

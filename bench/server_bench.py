@@ -1,0 +1,878 @@
+#!/usr/bin/env python3
+"""Server-side benchmark: the module's commands against Lua scripts and native INCR.
+
+Starts its own redis-server with the release module (127.0.0.1, a free port, a temp dir),
+measures every approach in one run, interleaved over several rounds, and writes
+`<out>/report.md` (also printed), `<out>/results.json` and, if matplotlib can be had,
+`<out>/chart.png`. Standard library only; the chart runs in a venv (see bench/chart.py).
+
+The figure that matters is *server main-thread CPU per call*: utime+stime of the server's
+main thread (where commands, parsing and socket I/O run) over the calls of the measured
+command, from `INFO commandstats` deltas. Unlike ops/s it does not depend on how fast the
+client is, and it is what a shared Redis pays for every rate-limit check.
+
+See bench/README.md for how to run it and how to read the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+LUA_DIR = BENCH_DIR / "lua"
+
+# Parameters. Windows are in seconds (the Lua scripts and CL.THROTTLE take seconds).
+# Admitted scenarios: a huge limit and a slow refill, so nothing runs out and no key
+# expires during a run (a token bucket missing one token at 0.001 token/s lives 1000 s;
+# 3e6 / 0.001 per second is 95 years, under the module's 100-year refill cap).
+# Denied scenarios: a limit of 1, drained by one call, that stays empty for the run.
+ADMIT_LIMIT = 3_000_000
+MAX_RUN = ADMIT_LIMIT // 2  # no run may exhaust a hot key
+WINDOW_S = 86400
+SLOW_RATE = "0.001"
+GCRA_PERIOD_S = 1000
+
+
+@dataclass(frozen=True)
+class Approach:
+    """One way of limiting, as the benchmark drives it.
+
+    `admit` / `deny` are the arguments after the key for the admitted and the denied
+    scenarios; "{limit}" and "{burst}" stand for ADMIT_LIMIT and ADMIT_LIMIT - 1.
+    `stat` is the `INFO commandstats` name whose calls are counted. `reply` says how to read
+    an answer: "rl" = [allowed, remaining, ...], "cell" = [limited, limit, remaining, ...].
+    """
+
+    name: str
+    kind: str  # "native", "module" or "lua"
+    command: str  # the command (module/native) or the Lua file under bench/lua
+    admit: tuple[str, ...]
+    deny: tuple[str, ...]
+    reply: str | None = "rl"
+    lua_twin: str | None = None  # for module commands: the Lua approach doing the same
+    counter: str | None = None  # module: `INFO ratelimit` counters ratelimit_<counter>_admitted
+
+    @property
+    def stat(self) -> str:
+        return "evalsha" if self.kind == "lua" else self.command.lower()
+
+
+
+# The table of approaches. Module rows are used only if the server knows the command
+# (COMMAND INFO), so adding a command is one line here. Order = order in the report.
+APPROACHES = [
+    Approach("INCR", "native", "INCR", (), (), reply=None),
+    Approach("RL.TOKENBUCKET", "module", "RL.TOKENBUCKET",
+             ("{limit}", SLOW_RATE), ("1", SLOW_RATE), lua_twin="Lua token bucket",
+             counter="tokenbucket"),
+    Approach("Lua token bucket", "lua", "token_bucket.lua",
+             ("{limit}", SLOW_RATE), ("1", SLOW_RATE)),
+    Approach("RL.SLIDING", "module", "RL.SLIDING",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}"), lua_twin="Lua sliding window",
+             counter="sliding"),
+    Approach("Lua sliding window", "lua", "sliding_window.lua",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}")),
+    Approach("RL.FIXED", "module", "RL.FIXED",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}"), lua_twin="Lua fixed window",
+             counter="fixed"),
+    Approach("Lua fixed window", "lua", "fixed_window.lua",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}")),
+    Approach("RL.SLIDINGLOG", "module", "RL.SLIDINGLOG",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}"), lua_twin="Lua sliding log",
+             counter="slidinglog"),
+    Approach("Lua sliding log", "lua", "sliding_log.lua",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}")),
+    Approach("CL.THROTTLE", "module", "CL.THROTTLE",
+             ("{burst}", "1", f"{GCRA_PERIOD_S}"), ("0", "1", f"{GCRA_PERIOD_S}"),
+             reply="cell", lua_twin="Lua GCRA", counter="throttle"),
+    Approach("Lua GCRA", "lua", "gcra.lua",
+             ("{burst}", "1", f"{GCRA_PERIOD_S}"), ("0", "1", f"{GCRA_PERIOD_S}"),
+             reply="cell"),
+]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A key pattern and whether calls are meant to be admitted."""
+
+    name: str
+    label: str
+    admitted: bool
+    random_keys: bool
+
+
+SCENARIOS = [
+    Scenario("hot", "1 hot key, admitted", admitted=True, random_keys=False),
+    Scenario("random", "{keys} random keys, admitted", admitted=True, random_keys=True),
+    Scenario("denied", "1 hot key, denied", admitted=False, random_keys=False),
+]
+PIPELINES = (1, 16)
+
+
+# --------------------------------------------------------------------------------------
+# A minimal RESP2 client: enough for setup, checks and INFO, without a dependency.
+
+
+class RedisError(Exception):
+    """An error reply."""
+
+
+class Client:
+    """One connection; `call` for a command, `pipeline` for many (sent in batches)."""
+
+    def __init__(self, port: int, timeout: float = 60.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+    @staticmethod
+    def encode(args) -> bytes:
+        parts = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            data = arg if isinstance(arg, bytes) else str(arg).encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        return b"".join(parts)
+
+    def read(self):
+        line = self.reader.readline()
+        if not line:
+            raise ConnectionError("the server closed the connection")
+        kind, body = line[:1], line[1:-2]
+        if kind == b"+":
+            return body.decode()
+        if kind == b"-":
+            return RedisError(body.decode())
+        if kind == b":":
+            return int(body)
+        if kind == b"$":
+            size = int(body)
+            if size < 0:
+                return None
+            return self.reader.read(size + 2)[:-2].decode(errors="replace")
+        if kind == b"*":
+            size = int(body)
+            return None if size < 0 else [self.read() for _ in range(size)]
+        raise ConnectionError(f"unexpected reply line {line!r}")
+
+    def call(self, *args):
+        self.sock.sendall(self.encode(args))
+        reply = self.read()
+        if isinstance(reply, RedisError):
+            raise reply
+        return reply
+
+    def pipeline(self, commands, batch: int = 1000) -> list:
+        """Sends commands in batches; returns the replies (errors as RedisError values)."""
+        replies = []
+        for start in range(0, len(commands), batch):
+            chunk = commands[start:start + batch]
+            self.sock.sendall(b"".join(self.encode(c) for c in chunk))
+            replies.extend(self.read() for _ in chunk)
+        return replies
+
+    def info(self, section: str) -> dict[str, str]:
+        text = self.call("INFO", section)
+        pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+        return {k: v for k, v in pairs}
+
+
+# --------------------------------------------------------------------------------------
+# The server we start, and the processes we run: never anything else.
+
+
+def _die_with_parent() -> None:
+    """In a child before exec: get SIGTERM if the benchmark dies, even by SIGKILL (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def pin_prefix(cpus: list[int] | None) -> list[str]:
+    """`taskset -c ...` to pin a child, when we pin and taskset exists."""
+    if not cpus or not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", ",".join(map(str, cpus))]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    """A redis-server with the module, in a temp dir, on a free port; `stop()` ends it.
+
+    The pid we watch is the server itself (taskset execs it), and only that pid is ever
+    signalled.
+    """
+
+    def __init__(self, module: Path, cpus: list[int] | None):
+        self.module = module
+        self.cpus = cpus
+        self.dir = Path(tempfile.mkdtemp(prefix="rl-bench-"))
+        self.process: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self, databases: int) -> None:
+        for _attempt in range(5):
+            self.port = free_port()
+            command = pin_prefix(self.cpus) + [
+                "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log"),
+                "--save", "", "--appendonly", "no", "--daemonize", "no",
+                "--databases", str(databases), "--loadmodule", str(self.module),
+            ]
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            )
+            if self._wait_ready():
+                return
+            self.stop()
+            if "Address already in use" not in self.log_tail():
+                break  # a real failure (e.g. the module did not load), not a port race
+        raise RuntimeError("redis-server did not start; its log:\n" + self.log_tail())
+
+    def _wait_ready(self, seconds: float = 15.0) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                client = Client(self.port, timeout=1)
+                try:
+                    if client.call("PING") == "PONG":
+                        return True
+                finally:
+                    client.close()
+            except (OSError, RedisError, ConnectionError):
+                time.sleep(0.05)
+        return False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def main_thread_cpu_s(self) -> float:
+        """utime + stime of the main thread (the thread whose tid is the pid), in seconds."""
+        with open(f"/proc/{self.pid}/task/{self.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        # After "pid (comm)": field 3 is state, so utime (14) and stime (15) are [11], [12].
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def main_thread_runtime_s(self) -> float:
+        """The same thread's on-CPU time in nanoseconds (schedstat): a finer cross-check."""
+        with open(f"/proc/{self.pid}/task/{self.pid}/schedstat") as stat:
+            return int(stat.read().split()[0]) / 1e9
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "".join((self.dir / "redis.log").read_text().splitlines(True)[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------
+# Running redis-benchmark and reading the server's counters around it.
+
+
+@dataclass
+class Bench:
+    """Everything a measurement needs: the server, a client, and the run's settings."""
+
+    server: Server
+    client: Client
+    args: argparse.Namespace
+    client_cpus: list[int] | None
+    shas: dict[str, str] = field(default_factory=dict)
+    dbs: dict[str, int] = field(default_factory=dict)
+    running: subprocess.Popen | None = None
+    cpu_per_call: dict[tuple, float] = field(default_factory=dict)  # last run of each cell
+
+    def argv(self, approach: Approach, key: str, admitted: bool) -> list[str]:
+        """The command line for one call of `approach` on `key`."""
+        values = {"limit": ADMIT_LIMIT, "burst": ADMIT_LIMIT - 1}
+        params = [p.format(**values) for p in (approach.admit if admitted else approach.deny)]
+        if approach.kind == "lua":
+            return ["EVALSHA", self.shas[approach.name], "1", key, *params]
+        return [approach.command, key, *params]
+
+    def select(self, approach: Approach) -> None:
+        self.client.call("SELECT", self.dbs[approach.name])
+
+    def run_benchmark(self, argv: list[str], db: int, clients: int, requests: int,
+                      pipeline: int, random_keys: bool) -> dict[str, float]:
+        """Runs redis-benchmark once; returns its CSV row (rps, latency percentiles)."""
+        command = pin_prefix(self.client_cpus) + [
+            "redis-benchmark", "-h", "127.0.0.1", "-p", str(self.server.port),
+            "-c", str(clients), "-n", str(requests), "-P", str(pipeline),
+            "--dbnum", str(db), "--csv",
+        ]
+        if random_keys:
+            command += ["-r", str(self.args.keys)]
+        self.running = subprocess.Popen(command + argv, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True,
+                                        preexec_fn=_die_with_parent)
+        out, err = self.running.communicate()
+        code, self.running = self.running.returncode, None
+        rows = list(csv.DictReader(io.StringIO(out)))
+        if code != 0 or not rows:
+            raise RuntimeError(f"redis-benchmark failed ({code}): {err.strip() or out.strip()}")
+        return {k: float(v) for k, v in rows[-1].items() if k != "test"}
+
+    def command_stats(self, stat: str) -> tuple[int, int, int]:
+        """(calls, usec, failed+rejected calls) of one command so far."""
+        line = self.client.info("commandstats").get(f"cmdstat_{stat}", "")
+        values = dict(item.split("=") for item in line.split(",") if "=" in item)
+        failed = int(values.get("failed_calls", 0)) + int(values.get("rejected_calls", 0))
+        return int(values.get("calls", 0)), int(values.get("usec", 0)), failed
+
+    def decisions(self, approach: Approach) -> tuple[int, int] | None:
+        """(admitted, denied) so far from the module's INFO counters, if it has them."""
+        if not approach.counter:
+            return None
+        info = self.client.info("ratelimit")
+        prefix = f"ratelimit_{approach.counter}_"
+        if prefix + "admitted" not in info:
+            return None
+        return int(info[prefix + "admitted"]), int(info[prefix + "denied"])
+
+    def requests_for(self, cell: tuple, pipeline: int) -> int:
+        """The run's size: the configured count, lengthened (up to 10x) once a previous
+        round showed the run would use less than --min-run-cpu of server CPU, so that
+        fast commands are not measured in a handful of 10 ms ticks."""
+        base = self.args.unpipelined_requests if pipeline == 1 else self.args.requests
+        estimate = self.cpu_per_call.get(cell)
+        if not estimate:
+            return base
+        wanted = int(self.args.min_run_cpu / (estimate * 1e-6))
+        return max(base, min(wanted, 10 * base, MAX_RUN))
+
+    def measure(self, approach: Approach, argv: list[str], pipeline: int,
+                scenario: Scenario) -> dict[str, float]:
+        """One timed run: ops/s, main-thread CPU per call and in-command time per call.
+
+        INFO is read outside the CPU window (stats before CPU, CPU before stats), so its
+        own cost is not charged to the command.
+        """
+        cell = (approach.name, scenario.name, pipeline)
+        requests = self.requests_for(cell, pipeline)
+        decided0 = self.decisions(approach)
+        calls0, usec0, failed0 = self.command_stats(approach.stat)
+        cpu0 = self.server.main_thread_cpu_s()
+        ns0 = self.server.main_thread_runtime_s()
+        row = self.run_benchmark(argv, self.dbs[approach.name], self.args.clients,
+                                 requests, pipeline, scenario.random_keys)
+        ns1 = self.server.main_thread_runtime_s()
+        cpu1 = self.server.main_thread_cpu_s()
+        calls1, usec1, failed1 = self.command_stats(approach.stat)
+        decided1 = self.decisions(approach)
+        calls = calls1 - calls0
+        if calls < requests:
+            raise RuntimeError(f"{approach.name}: {calls} calls counted, {requests} sent")
+        self.cpu_per_call[cell] = (ns1 - ns0) * 1e6 / calls
+        return {
+            "requests": requests,
+            "ops": row["rps"],
+            "cpu_us": (cpu1 - cpu0) * 1e6 / calls,
+            "cmd_us": (usec1 - usec0) / calls,
+            "schedstat_us": (ns1 - ns0) * 1e6 / calls,
+            "calls": calls,
+            "failed": failed1 - failed0,
+            "admitted": decided1[0] - decided0[0] if decided0 and decided1 else None,
+            "denied": decided1[1] - decided0[1] if decided0 and decided1 else None,
+        }
+
+
+# --------------------------------------------------------------------------------------
+# Checks: the approach answers as expected, admitted runs admit, denied runs deny.
+
+
+def allowed(approach: Approach, reply) -> bool | None:
+    """Whether a reply admits the call (None for INCR, which never denies)."""
+    if approach.reply is None:
+        return None
+    if not isinstance(reply, list) or len(reply) < 3 or not all(isinstance(v, int) for v in reply):
+        raise RuntimeError(f"{approach.name}: unexpected reply {reply!r}")
+    return reply[0] == 1 if approach.reply == "rl" else reply[0] == 0
+
+
+def remaining(approach: Approach, reply) -> int:
+    return reply[1] if approach.reply == "rl" else reply[2]
+
+
+def expect(approach: Approach, reply, admitted: bool, what: str) -> None:
+    verdict = allowed(approach, reply)
+    if verdict is not None and verdict != admitted:
+        raise RuntimeError(f"{approach.name}: {what}: expected "
+                           f"{'admitted' if admitted else 'denied'}, got {reply!r}")
+
+
+def validate(bench: Bench, approach: Approach) -> str:
+    """One call of each kind on scratch keys, before any timing; returns a sample reply."""
+    c = bench.client
+    bench.select(approach)
+    first = c.call(*bench.argv(approach, "check:admit", admitted=True))
+    if approach.reply is None:
+        if first != 1:
+            raise RuntimeError(f"{approach.name}: expected 1, got {first!r}")
+    else:
+        expect(approach, first, True, "first call on a fresh key")
+        want = ADMIT_LIMIT - 1
+        if remaining(approach, first) != want:
+            raise RuntimeError(f"{approach.name}: remaining should be {want}: {first!r}")
+        expect(approach, c.call(*bench.argv(approach, "check:deny", admitted=False)), True,
+               "first call with limit 1")
+        expect(approach, c.call(*bench.argv(approach, "check:deny", admitted=False)), False,
+               "second call with limit 1")
+    c.call("FLUSHDB")
+    return repr(first)
+
+
+def prepare_hot(bench: Bench, approach: Approach, key: str, admitted: bool) -> None:
+    """A fresh hot key: created by one call (admitted) or drained (denied), then checked."""
+    bench.select(approach)
+    bench.client.call("DEL", *matching_keys(bench.client, key))
+    bench.client.call(*bench.argv(approach, key, admitted))
+    check_sample(bench, approach, key, admitted, "before the run")
+
+
+def check_sample(bench: Bench, approach: Approach, key: str, admitted: bool, when: str):
+    bench.select(approach)
+    expect(approach, bench.client.call(*bench.argv(approach, key, admitted)), admitted,
+           f"sample call on {key} {when}")
+
+
+def matching_keys(client: Client, base: str) -> list[str]:
+    """`base` and the keys a Lua script derives from it (`base:*`)."""
+    keys, cursor = [], "0"
+    while True:
+        cursor, batch = client.call("SCAN", cursor, "MATCH", base + "*", "COUNT", 10000)
+        keys.extend(k for k in batch if k == base or k.startswith(base + ":"))
+        if cursor == "0":
+            return keys or [base]
+
+
+# --------------------------------------------------------------------------------------
+# Setup: commands on the server, scripts, and 100k fresh limiters per approach.
+
+
+def detect(client: Client) -> list[Approach]:
+    """Native and Lua rows always; module rows whose command the server has."""
+    present = []
+    for approach in APPROACHES:
+        if approach.kind == "module":
+            info = client.call("COMMAND", "INFO", approach.command)
+            if not info or info[0] is None:
+                continue
+        present.append(approach)
+    return present
+
+
+def load_scripts(bench: Bench, approaches: list[Approach]) -> None:
+    for approach in approaches:
+        if approach.kind == "lua":
+            source = (LUA_DIR / approach.command).read_text()
+            bench.shas[approach.name] = bench.client.call("SCRIPT", "LOAD", source)
+
+
+# Every approach has its own database, so all use the same key names: equal key lengths
+# keep the bytes-per-limiter figures comparable (jemalloc size classes).
+RANDOM_KEYS = "rl:__rand_int__"
+
+
+def random_key(n: int) -> str:
+    """The key redis-benchmark makes of RANDOM_KEYS for the value n."""
+    return f"rl:{n:012d}"
+
+
+def create_limiters(bench: Bench, approach: Approach) -> dict[str, float]:
+    """Creates the random-key scenario's limiters in the approach's own empty database.
+
+    Doubles as the memory measurement: used_memory before and after, over the key count
+    (keyspace dict and expires dict included, as they are part of what a limiter costs),
+    and MEMORY USAGE of one limiter (summed over its keys for the two-key script).
+    """
+    c, n = bench.client, bench.args.keys
+    bench.select(approach)
+    c.call("FLUSHDB")
+    time.sleep(0.2)
+    before = int(c.info("memory")["used_memory"])
+    replies = c.pipeline([bench.argv(approach, random_key(i), True) for i in range(n)])
+    errors = [r for r in replies if isinstance(r, RedisError)]
+    if errors:
+        raise RuntimeError(f"{approach.name}: {len(errors)} errors creating keys: {errors[0]}")
+    for reply in replies[:: max(1, n // 100)]:
+        expect(approach, reply, True, "creating the limiters")
+    time.sleep(0.5)  # let incremental rehashing of the fresh dict finish
+    after = int(c.info("memory")["used_memory"])
+    sample = sum(int(c.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
+                 for k in matching_keys(c, random_key(0)))
+    return {"bytes_per_limiter": (after - before) / n, "memory_usage_sample": sample,
+            "keys_in_db": c.call("DBSIZE")}
+
+
+# --------------------------------------------------------------------------------------
+# The run: rounds x scenarios x pipelining x approaches, interleaved.
+
+
+def run_round(bench: Bench, approaches: list[Approach], round_no: int, log) -> list[dict]:
+    """Every approach once per (scenario, -P); approaches rotate so none is always first."""
+    results = []
+    shift = round_no % len(approaches)
+    order = approaches[shift:] + approaches[:shift]
+    for scenario in SCENARIOS:
+        for pipeline in PIPELINES:
+            for approach in order:
+                results.append(run_one(bench, approach, scenario, pipeline, round_no))
+                r = results[-1]
+                log(f"  round {round_no + 1} {scenario.name:<6} -P {pipeline:<2} "
+                    f"{approach.name:<20} {r['ops']:>10.0f} ops/s {r['cpu_us']:7.2f} us/call")
+    for approach in order:
+        results.append(run_latency(bench, approach, round_no))
+    return results
+
+
+def run_one(bench: Bench, approach: Approach, scenario: Scenario, pipeline: int,
+            round_no: int) -> dict:
+    if scenario.random_keys:
+        key = RANDOM_KEYS
+        sample = random_key((round_no * 7919 + pipeline) % bench.args.keys)
+        check_sample(bench, approach, sample, True, "before the run")
+    else:
+        key = sample = f"rl:{scenario.name}"
+        prepare_hot(bench, approach, key, scenario.admitted)
+    result = bench.measure(approach, bench.argv(approach, key, scenario.admitted),
+                           pipeline, scenario)
+    check_sample(bench, approach, sample, scenario.admitted, "after the run")
+    if result["failed"]:
+        raise RuntimeError(f"{approach.name}: {result['failed']} failed calls in {scenario.name}")
+    if result["admitted"] is not None:  # the module counts decisions: check every call
+        expected = "admitted" if scenario.admitted else "denied"
+        if result[expected] != result["calls"]:
+            raise RuntimeError(f"{approach.name}: {result[expected]} of {result['calls']} calls "
+                               f"{expected} in {scenario.name}")
+    return {"approach": approach.name, "scenario": scenario.name, "pipeline": pipeline,
+            "round": round_no, **result}
+
+
+def run_latency(bench: Bench, approach: Approach, round_no: int) -> dict:
+    """One client, no pipelining, hot admitted key: redis-benchmark's percentiles."""
+    key = "rl:latency"
+    prepare_hot(bench, approach, key, admitted=True)
+    row = bench.run_benchmark(bench.argv(approach, key, True), bench.dbs[approach.name], 1,
+                              bench.args.latency_requests, 1, False)
+    return {"approach": approach.name, "scenario": "latency", "round": round_no,
+            "p50_ms": row["p50_latency_ms"], "p99_ms": row["p99_latency_ms"],
+            "ops": row["rps"]}
+
+
+# --------------------------------------------------------------------------------------
+# Summaries and the report.
+
+
+def median_of(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def summarize(approaches: list[Approach], runs: list[dict], memory: dict) -> dict:
+    """Medians over the rounds, ratios to INCR and to the Lua twin, and noise figures."""
+    rows = []
+    for scenario in SCENARIOS:
+        for pipeline in PIPELINES:
+            cell = {a.name: [r for r in runs if r["approach"] == a.name and
+                             r["scenario"] == scenario.name and r.get("pipeline") == pipeline]
+                    for a in approaches}
+            cpu = {name: median_of(rs, "cpu_us") for name, rs in cell.items()}
+            for a in approaches:
+                values = [r["cpu_us"] for r in cell[a.name]]
+                rows.append({
+                    "scenario": scenario.name, "pipeline": pipeline, "approach": a.name,
+                    "ops": median_of(cell[a.name], "ops"), "cpu_us": cpu[a.name],
+                    "cmd_us": median_of(cell[a.name], "cmd_us"),
+                    "schedstat_us": median_of(cell[a.name], "schedstat_us"),
+                    "x_incr": cpu[a.name] / cpu["INCR"] if "INCR" in cpu else None,
+                    "x_lua": cpu[a.name] / cpu[a.lua_twin] if a.lua_twin in cpu else None,
+                    "spread": (max(values) - min(values)) / cpu[a.name],
+                    "cpu_us_rounds": values,
+                })
+    per_approach = []
+    for a in approaches:
+        lat = [r for r in runs if r["approach"] == a.name and r["scenario"] == "latency"]
+        per_approach.append({"approach": a.name, "kind": a.kind,
+                             "p50_ms": median_of(lat, "p50_ms"), "p99_ms": median_of(lat, "p99_ms"),
+                             **memory[a.name]})
+    noise = []
+    for row in rows:
+        if row["approach"] == "INCR" and len(row["cpu_us_rounds"]) > 1:
+            v = row["cpu_us_rounds"]
+            noise.append({"scenario": row["scenario"], "pipeline": row["pipeline"],
+                          "min": min(v), "max": max(v),
+                          "cv": statistics.stdev(v) / statistics.mean(v)})
+    return {"rows": rows, "approaches": per_approach, "incr_noise": noise}
+
+
+SCENARIO_LABEL = {s.name: s.label for s in SCENARIOS}
+
+
+def fmt(value, pattern: str = "{:.2f}") -> str:
+    return "–" if value is None else pattern.format(value)
+
+
+def report(meta: dict, summary: dict) -> str:
+    """The markdown report."""
+    keys = meta["keys"]
+    out = [
+        "# Server benchmark: RL commands vs Lua scripts vs INCR", "",
+        f"{meta['date']} · commit `{meta['commit']}` · redis-server {meta['redis_version']} · "
+        f"{meta['cpus']} CPU(s), {meta['pinning']}",
+        f"{meta['rounds']} round(s), interleaved; per run {meta['unpipelined_requests']} requests at "
+        f"-P 1 and {meta['requests']} at -P 16 ({meta['clients']} clients), from round 2 "
+        f"lengthened to use ≥ {meta['min_run_cpu']} s of server CPU (up to 10×); latency: "
+        f"1 client, {meta['latency_requests']} requests. Figures are medians over the rounds.",
+        f"Load average before / after: {meta['load_before']} / {meta['load_after']}. "
+        f"Wall time {meta['wall_s']:.0f} s.", "",
+        "## Throughput and server CPU per call", "",
+        "CPU µs/call = server main-thread utime+stime ÷ calls of the command (INFO commandstats; "
+        "Lua counted as `evalsha` calls); it includes reading, parsing and replying. "
+        "In-command µs = commandstats `usec` per call (the command alone, inner "
+        "`redis.call`s included). × INCR and × Lua compare CPU/call with INCR and with the "
+        "Lua script of the same algorithm in the same scenario. Spread = (max − min) ÷ median "
+        "of CPU/call across rounds.", "",
+        "| Scenario | -P | Approach | ops/s | CPU µs/call | in-command µs | × INCR | × Lua | spread |",
+        "|---|--:|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in summary["rows"]:
+        out.append(
+            f"| {SCENARIO_LABEL[r['scenario']].format(keys=f'{keys // 1000}k')} | {r['pipeline']} "
+            f"| {r['approach']} | {r['ops']:,.0f} | {r['cpu_us']:.2f} | {r['cmd_us']:.2f} "
+            f"| {fmt(r['x_incr'])} | {fmt(r['x_lua'])} | {r['spread']:.0%} |")
+    out += [
+        "", "## Latency (1 client, -P 1, hot key, admitted) and memory per limiter", "",
+        f"Bytes/limiter = used_memory growth ÷ {keys:,} after creating {keys:,} fresh limiters "
+        "(one admitted call each) in an empty database: includes the keyspace and expires "
+        "dicts. MEMORY USAGE = one such limiter (all its keys).", "",
+        "| Approach | p50 ms | p99 ms | bytes/limiter | MEMORY USAGE | keys per 100k limiters |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for a in summary["approaches"]:
+        out.append(f"| {a['approach']} | {a['p50_ms']:.3f} | {a['p99_ms']:.3f} "
+                   f"| {a['bytes_per_limiter']:.0f} | {a['memory_usage_sample']} "
+                   f"| {a['keys_in_db'] * 100_000 // keys:,} |")
+    out += ["", "## Noise", ""]
+    if summary["incr_noise"]:
+        out.append("INCR CPU µs/call across rounds (a floor that should not move):")
+        out.append("")
+        for n in summary["incr_noise"]:
+            out.append(f"- {SCENARIO_LABEL[n['scenario']].format(keys=f'{keys // 1000}k')}, "
+                       f"-P {n['pipeline']}: {n['min']:.2f}–{n['max']:.2f}, CV {n['cv']:.1%}")
+    else:
+        out.append("One round: no spread to report; run more rounds for a noise estimate.")
+    worst = max(abs(r["cpu_us"] / r["schedstat_us"] - 1) for r in summary["rows"])
+    verdict = ("so tick rounding is not what moves the figures" if worst < 0.05 else
+               "so ticks limit precision here: raise BENCH_REQUESTS or BENCH_ROUNDS")
+    out += ["", f"CPU time is read in clock ticks of {1e3 / meta['clk_tck']:.0f} ms; the medians "
+            f"agree with the thread's nanosecond schedstat runtime within {worst:.1%} "
+            f"(worst row), {verdict}.", "",
+            "Admission: a sample call before and after every run checks that admitted "
+            "scenarios admit and denied ones deny; module commands with INFO counters "
+            "(`ratelimit_<name>_admitted/denied`) are checked on every call: "
+            f"{', '.join(meta['counted']) or 'none'}.", "",
+            "Module commands not on this server (not measured): "
+            f"{', '.join(meta['missing']) or 'none'}.", ""]
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------
+# Orchestration.
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def split_cpus() -> tuple[list[int] | None, list[int] | None, str]:
+    """Server on one core, redis-benchmark on the others, if there are two or more."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None, "not pinned (one CPU)"
+    if not shutil.which("taskset"):
+        return None, None, "not pinned (no taskset)"
+    return cpus[:1], cpus[1:], f"server pinned to CPU {cpus[0]}, client to {cpus[1:]}"
+
+
+def draw_chart(out_dir: Path, venv: Path) -> None:
+    """Runs bench/chart.py in a venv with matplotlib (created on first use); never fatal."""
+    python = venv / "bin" / "python"
+    try:
+        if not python.exists() or subprocess.run([str(python), "-c", "import matplotlib"],
+                                                 capture_output=True).returncode != 0:
+            print(f"chart: installing matplotlib into {venv} (first use)", file=sys.stderr)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "matplotlib"], check=True)
+        subprocess.run([str(python), str(BENCH_DIR / "chart.py"), str(out_dir / "results.json"),
+                        str(out_dir / "chart.png")], check=True)
+        print(f"chart: {out_dir / 'chart.png'}", file=sys.stderr)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"chart: skipped ({error}); the report does not need it", file=sys.stderr)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--module", type=Path, required=True, help="the release module (.so)")
+    p.add_argument("--out", type=Path, default=Path("target/bench"), help="output directory")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--requests", type=int, default=40_000,
+                   help="requests per -P 16 run (-P 1 runs send 1/4, about as long)")
+    p.add_argument("--min-run-cpu", type=float, default=0.5,
+                   help="seconds of server CPU a run should use; shorter runs are "
+                        "lengthened from the second round on (0: never)")
+    p.add_argument("--unpipelined-requests", type=int, help="per -P 1 run (--requests / 4)")
+    p.add_argument("--latency-requests", type=int, help="1-client run (--requests / 20)")
+    p.add_argument("--clients", type=int, default=50)
+    p.add_argument("--keys", type=int, default=100_000, help="keys in the random-key scenario")
+    p.add_argument("--only", default="", help="regex: run only matching approaches (+ INCR)")
+    p.add_argument("--venv", type=Path, default=Path("target/bench-venv"))
+    p.add_argument("--no-chart", action="store_true")
+    args = p.parse_args()
+    args.unpipelined_requests = args.unpipelined_requests or max(1000, args.requests // 4)
+    args.latency_requests = args.latency_requests or max(1000, args.requests // 20)
+    if max(args.requests, args.unpipelined_requests) > MAX_RUN:
+        p.error(f"at most {MAX_RUN} requests per run (hot keys must not run out)")
+    if not args.module.is_file():
+        p.error(f"{args.module} not found: build it with `cargo build --release`")
+    return args
+
+
+def prepare(bench: Bench, log) -> tuple[list[Approach], list[str], dict]:
+    """Picks the approaches, loads the scripts, validates each and creates its limiters."""
+    client, only = bench.client, bench.args.only
+    try:  # the sliding log's limit must fit the module's log cap, if it has one
+        client.call("CONFIG", "SET", "ratelimit.max-log-entries", ADMIT_LIMIT)
+    except RedisError:
+        pass
+    approaches = [a for a in detect(client) if a.name == "INCR" or re.search(only, a.name, re.I)]
+    missing = [a.name for a in APPROACHES if a.kind == "module" and a not in approaches
+               and re.search(only, a.name, re.I)]
+    load_scripts(bench, approaches)
+    memory = {}
+    for db, approach in enumerate(approaches, start=1):
+        bench.dbs[approach.name] = db
+        sample = validate(bench, approach)
+        memory[approach.name] = create_limiters(bench, approach)
+        log(f"ready: {approach.name:<20} db {db}, first reply {sample}, "
+            f"{memory[approach.name]['bytes_per_limiter']:.0f} B/limiter")
+    return approaches, missing, memory
+
+
+def describe_run(bench: Bench, runs: list[dict], missing: list[str], pinning: str,
+                 started: float, load_before: tuple) -> dict:
+    """What the report header needs to make the run reproducible and its noise visible."""
+    args = bench.args
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"), "commit": git_commit(),
+        "redis_version": bench.client.info("server")["redis_version"],
+        "cpus": os.cpu_count(), "pinning": pinning, "rounds": args.rounds,
+        "requests": args.requests, "unpipelined_requests": args.unpipelined_requests,
+        "latency_requests": args.latency_requests, "clients": args.clients,
+        "min_run_cpu": args.min_run_cpu,
+        "counted": sorted({r["approach"] for r in runs if r.get("admitted") is not None}),
+        "keys": args.keys, "clk_tck": os.sysconf("SC_CLK_TCK"), "missing": missing,
+        "load_before": " ".join(f"{x:.2f}" for x in load_before),
+        "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "wall_s": time.time() - started, "machine": platform.platform(),
+    }
+
+
+def main() -> int:
+    args = parse_args()
+    args.module = args.module.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    server_cpus, client_cpus, pinning = split_cpus()
+    # Ctrl-C, SIGTERM and SIGHUP become exceptions, so the `finally` below stops the server
+    # (SIGINT explicitly: a shell starting us in the background would have us ignore it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: sys.exit(128 + signum))
+    started, load_before = time.time(), os.getloadavg()
+
+    def log(message: str) -> None:
+        print(f"[{time.time() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    server = Server(args.module, server_cpus)
+    bench = None
+    try:
+        server.start(databases=len(APPROACHES) + 4)
+        bench = Bench(server, Client(server.port), args, client_cpus)
+        log(f"redis-server pid {server.pid} on 127.0.0.1:{server.port} ({pinning})")
+        approaches, missing, memory = prepare(bench, log)
+        runs = []
+        for round_no in range(args.rounds):
+            runs += run_round(bench, approaches, round_no, log)
+        meta = describe_run(bench, runs, missing, pinning, started, load_before)
+    except Exception:
+        log("benchmark failed; server log tail:\n" + server.log_tail())
+        raise
+    finally:
+        if bench and bench.running and bench.running.poll() is None:
+            bench.running.kill()  # the redis-benchmark we started, by its pid
+        server.cleanup()
+    summary = summarize(approaches, runs, memory)
+    text = report(meta, summary)
+    (args.out / "report.md").write_text(text)
+    (args.out / "results.json").write_text(json.dumps(
+        {"meta": meta, "summary": summary, "runs": runs}, indent=1))
+    print(text)
+    log(f"report: {args.out / 'report.md'}")
+    if not args.no_chart:
+        draw_chart(args.out, args.venv)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted; the server was stopped", file=sys.stderr)
+        sys.exit(130)
