@@ -1,2 +1,125 @@
-//! Criterion benches of the pure algorithms (placeholder replaced below).
-fn main() {}
+//! Criterion benches of the pure core: nanoseconds per decision for every algorithm, on a
+//! fresh key (no state), in steady state (an existing limiter admitting calls as the clock
+//! advances) and denied; plus argument parsing and the state codec, which also sit on the
+//! command's hot path.
+//!
+//! Run with `make bench-criterion` (`cargo bench --features system-alloc --bench algorithms`):
+//! the system allocator is needed outside a Redis server.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::arithmetic_side_effects,
+    missing_docs
+)]
+
+use std::hint::black_box;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use redis_ratelimit::args;
+use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
+use redis_ratelimit::core::gcra::GcraAlgorithm;
+use redis_ratelimit::core::sliding_log::SlidingLogAlgorithm;
+use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
+use redis_ratelimit::core::token_bucket::TokenBucketAlgorithm;
+use redis_ratelimit::core::{Algorithm, Commit};
+use redis_ratelimit::limiter::{self, KindState};
+
+const T0_US: i64 = 1_700_000_000_000_000;
+
+/// Benches one algorithm: `admitting` allows every call (steady state), `denying` none.
+fn bench_algorithm<A: Algorithm<State: KindState>>(
+    c: &mut Criterion,
+    name: &str,
+    admitting: &A::Params,
+    denying: &A::Params,
+) {
+    let mut group = c.benchmark_group(name);
+    group.bench_function("fresh key", |b| {
+        b.iter(|| A::evaluate(None, black_box(admitting), black_box(T0_US)))
+    });
+
+    // Steady state: each iteration admits a call 1 µs after the previous one and applies it,
+    // as the glue does for an existing key.
+    let created = A::evaluate(None, admitting, T0_US)
+        .commit
+        .expect("admitted");
+    let mut state = A::create(created.change);
+    let mut now = T0_US;
+    group.bench_function("existing, admitted", |b| {
+        b.iter(|| {
+            now += 1;
+            let evaluation = A::evaluate(Some(&state), black_box(admitting), now);
+            if let Some(Commit { change, .. }) = evaluation.commit {
+                A::apply(&mut state, change);
+            }
+            evaluation.decision
+        })
+    });
+
+    let mut drained = A::create(
+        A::evaluate(None, denying, T0_US)
+            .commit
+            .expect("admitted")
+            .change,
+    );
+    while let Some(commit) = A::evaluate(Some(&drained), denying, T0_US).commit {
+        A::apply(&mut drained, commit.change);
+    }
+    group.bench_function("existing, denied", |b| {
+        b.iter(|| A::evaluate(Some(black_box(&drained)), black_box(denying), T0_US).decision)
+    });
+
+    group.bench_function("encode + decode", |b| {
+        b.iter_batched(
+            || state.clone(),
+            |state| limiter::decode(limiter::encode(state.as_limiter()).as_bytes()).unwrap(),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+fn algorithms(c: &mut Criterion) {
+    let slow = |args: &[&[u8]]| args::token_bucket(args).unwrap();
+    bench_algorithm::<TokenBucketAlgorithm>(
+        c,
+        "token bucket",
+        &slow(&[b"1000000000", b"1000"]),
+        &slow(&[b"1", b"0.001"]),
+    );
+    let window = |args: &[&[u8]]| args::window(args).unwrap();
+    let (admitting, denying) = (window(&[b"1000000000", b"60"]), window(&[b"1", b"60"]));
+    bench_algorithm::<SlidingWindowAlgorithm>(c, "sliding window", &admitting, &denying);
+    bench_algorithm::<FixedWindowAlgorithm>(c, "fixed window", &admitting, &denying);
+    let log = |args: &[&[u8]]| args::sliding_log(args, 10_000_000).unwrap();
+    bench_algorithm::<SlidingLogAlgorithm>(
+        c,
+        "sliding log (1000 in window)",
+        &log(&[b"1000", b"0.001"]),
+        &log(&[b"1", b"60"]),
+    );
+    let throttle = |args: &[&[u8]]| args::throttle(args).unwrap();
+    bench_algorithm::<GcraAlgorithm>(
+        c,
+        "gcra (CL.THROTTLE)",
+        &throttle(&[b"1000000", b"1000000", b"1"]),
+        &throttle(&[b"0", b"1", b"60"]),
+    );
+}
+
+fn parsing(c: &mut Criterion) {
+    let mut group = c.benchmark_group("argument parsing");
+    group.bench_function("token bucket (integer rate)", |b| {
+        b.iter(|| args::token_bucket(black_box(&[b"1000000", b"100", b"1"])).unwrap())
+    });
+    group.bench_function("token bucket (decimal rate)", |b| {
+        b.iter(|| args::token_bucket(black_box(&[b"1000000", b"0.001", b"1"])).unwrap())
+    });
+    group.bench_function("window", |b| {
+        b.iter(|| args::window(black_box(&[b"1000", b"86400", b"1"])).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(benches, algorithms, parsing);
+criterion_main!(benches);
