@@ -11,8 +11,12 @@
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
 mod algorithms;
+mod cluster;
+mod cluster_support;
 mod errors;
+mod failover;
 mod helpers;
+mod limiter_model;
 mod peek_refund;
 mod persistence;
 mod protocol;
