@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := test-hooks
 
-.PHONY: help prereqs build run test lint unit integration bench bench-criterion bench-server clean
+.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,10 @@ unit: ## Unit and property tests of the pure core
 integration: ## Integration tests against real redis-server processes
 	$(CARGO) build --features $(TEST_FEATURES)
 	$(CARGO) test --test it --features $(TEST_FEATURES)
+
+test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
+	$(CARGO) build --features $(TEST_FEATURES)
+	RL_TEST_LONG=1 $(CARGO) test --test it --features $(TEST_FEATURES)
 
 # Server benchmark knobs. BENCH_REQUESTS: per -P 16 run (-P 1 runs send a quarter).
 # A quick run: make bench-server BENCH_ROUNDS=1 BENCH_REQUESTS=20000

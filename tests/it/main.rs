@@ -12,10 +12,14 @@
 
 mod acl;
 mod algorithms;
+mod cluster;
+mod cluster_support;
 mod concurrency;
 mod errors;
+mod failover;
 mod helpers;
 mod keyspace;
+mod limiter_model;
 mod peek_refund;
 mod persistence;
 mod protocol;

@@ -47,10 +47,18 @@ pub fn module_path() -> PathBuf {
 fn free_port() -> u16 {
     // Bind port 0 and release it: racy in theory (another process could take it before the
     // server binds), so start() retries with a new port if the server cannot bind.
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    // A cluster node also listens on port + 10000 (its bus), so only ports up to 55535 whose
+    // bus port is free as well are taken.
+    for _attempt in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        if port <= 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port with a free cluster bus port after 100 attempts")
 }
 
 fn fresh_dir() -> PathBuf {
