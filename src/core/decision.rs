@@ -1,5 +1,7 @@
 //! What every limiter decides, independent of the algorithm.
 
+use super::time::saturating_i64;
+
 /// When the same call would be admitted, if nothing else happens meanwhile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retry {
@@ -45,10 +47,6 @@ impl Decision {
             saturating_i64(self.limit),
         ]
     }
-}
-
-fn saturating_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 /// What an algorithm wants stored after an admitted call, and until when.
@@ -114,6 +112,23 @@ pub trait Algorithm {
     /// Builds the state of a limiter that did not exist yet.
     fn create(change: Self::Change) -> Self::State;
 }
+
+/// Implements [`Algorithm::apply`] and [`Algorithm::create`], inside an `impl Algorithm`, for an
+/// algorithm whose change is the whole new state of type `$state`: applying replaces the state,
+/// creating takes the change as it is. (Every algorithm but the sliding log, whose change is an
+/// edit of the log.)
+macro_rules! change_is_the_new_state {
+    ($state:ty) => {
+        fn apply(state: &mut $state, change: $state) {
+            *state = change;
+        }
+
+        fn create(change: $state) -> $state {
+            change
+        }
+    };
+}
+pub(crate) use change_is_the_new_state;
 
 #[cfg(test)]
 mod tests {

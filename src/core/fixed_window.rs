@@ -41,9 +41,9 @@
 //! in the current window under the old size (at most one old window's count), but never
 //! counts units from outside it. The stored start is then re-aligned to the new grid.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
 use super::time::{
-    MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, NS_PER_US, US_PER_MS, ceil_ms, window_start_us,
+    MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us, window_start_us,
 };
 
 /// Largest limit of a windowed limiter: counts are stored as `u32`, which keeps each state
@@ -81,11 +81,32 @@ impl WindowParams {
         if limit > MAX_WINDOW_LIMIT {
             return Err(WindowParamError::LimitTooLarge);
         }
+        Self::with_window_checked(
+            limit,
+            window_us,
+            cost,
+            WindowParamError::WindowTooShort,
+            WindowParamError::WindowTooLong,
+        )
+    }
+
+    /// The window length check every windowed limiter shares: `window_us` must lie in
+    /// `[MIN_WINDOW_US, MAX_WINDOW_US]`, else the caller's own `too_short` or `too_long`
+    /// error. The limit is the caller's to bound (a fixed or sliding window by
+    /// [`MAX_WINDOW_LIMIT`], a sliding log by its server setting); zero limits and costs are
+    /// read as 1.
+    pub(crate) fn with_window_checked<E>(
+        limit: u64,
+        window_us: u64,
+        cost: u64,
+        too_short: E,
+        too_long: E,
+    ) -> Result<Self, E> {
         if window_us < MIN_WINDOW_US {
-            return Err(WindowParamError::WindowTooShort);
+            return Err(too_short);
         }
         if window_us > MAX_WINDOW_US {
-            return Err(WindowParamError::WindowTooLong);
+            return Err(too_long);
         }
         Ok(Self {
             limit: limit.max(1),
@@ -139,21 +160,6 @@ impl FixedWindow {
     pub fn count(&self) -> u32 {
         self.count
     }
-}
-
-/// Unix milliseconds of the instant `instant_us`, rounded up so a key never expires before
-/// it is indistinguishable from a missing one; at least 1, since 0 means "no expiry".
-pub(crate) fn expiry_ms(instant_us: i128) -> i64 {
-    let per_ms = i128::from(US_PER_MS);
-    let ms = instant_us
-        .div_euclid(per_ms)
-        .saturating_add(i128::from(instant_us.rem_euclid(per_ms) != 0));
-    i64::try_from(ms).unwrap_or(i64::MAX).max(1)
-}
-
-/// Whole milliseconds, rounded up, in a duration of `us` microseconds (0 if not positive).
-pub(crate) fn ceil_ms_from_us(us: i128) -> u64 {
-    ceil_ms(us.saturating_mul(i128::from(NS_PER_US)))
 }
 
 /// A fixed window seen at one instant, in i128 microseconds.
@@ -236,9 +242,9 @@ impl View {
             count: u32::try_from(count).unwrap_or(u32::MAX),
         };
         let expires_at_ms = if count == 0 {
-            expiry_ms(self.now)
+            expiry_ms_from_us(self.now)
         } else {
-            expiry_ms(self.end())
+            expiry_ms_from_us(self.end())
         };
         Commit {
             change: state,
@@ -293,67 +299,19 @@ impl Algorithm for FixedWindowAlgorithm {
         }
     }
 
-    fn apply(state: &mut FixedWindow, change: FixedWindow) {
-        *state = change;
-    }
-
-    fn create(change: FixedWindow) -> FixedWindow {
-        change
-    }
+    change_is_the_new_state!(FixedWindow);
 }
 
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::core::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
-    const T0_US: i64 = 1_700_000_040_000_000; // 2023-11-14T22:14:00Z, a whole minute
-    const MS: i64 = 1_000;
-    const SECOND: i64 = 1_000_000;
-
-    fn params(limit: u64, window_us: i64, cost: u64) -> WindowParams {
-        WindowParams::new(limit, window_us as u64, cost).unwrap()
-    }
-
     /// A key driven through a sequence of calls, as the glue would drive it.
-    #[derive(Default)]
-    struct Key {
-        state: Option<FixedWindow>,
-        expires_at_ms: Option<i64>,
-    }
-
-    impl Key {
-        fn expire(&mut self, now_us: i64) {
-            if let Some(expiry) = self.expires_at_ms {
-                if now_us.div_euclid(MS) >= expiry {
-                    // Redis deletes the key once its expiry has passed.
-                    *self = Key::default();
-                }
-            }
-        }
-
-        fn call(&mut self, params: &WindowParams, now_us: i64) -> Decision {
-            self.expire(now_us);
-            let evaluation = FixedWindowAlgorithm::evaluate(self.state.as_ref(), params, now_us);
-            self.store(evaluation)
-        }
-
-        fn refund(&mut self, params: &WindowParams, now_us: i64) -> Decision {
-            self.expire(now_us);
-            let evaluation = FixedWindowAlgorithm::refund(self.state.as_ref(), params, now_us);
-            self.store(evaluation)
-        }
-
-        fn store(&mut self, evaluation: Evaluation<FixedWindow>) -> Decision {
-            if let Some(commit) = evaluation.commit {
-                self.state = Some(commit.change);
-                self.expires_at_ms = Some(commit.expires_at_ms);
-            }
-            evaluation.decision
-        }
-    }
+    type Key = Driver<FixedWindowAlgorithm>;
 
     #[rustfmt::skip]
     #[test]
@@ -586,61 +544,14 @@ mod tests {
         }
     }
 
-    fn arb_params() -> impl Strategy<Value = (u64, i64)> {
-        // (limit, window µs): tiny to huge limits, windows of a millisecond to a day, some
-        // not a whole number of milliseconds.
-        prop_oneof![
-            (
-                1u64..20,
-                prop_oneof![
-                    Just(1_000i64),
-                    Just(1_500),
-                    Just(SECOND),
-                    1_000i64..3_000_000
-                ]
-            ),
-            (
-                1u64..100_000,
-                prop_oneof![Just(60 * SECOND), 1_000i64..100_000_000]
-            ),
-            (
-                1_000_000u64..=MAX_WINDOW_LIMIT,
-                prop_oneof![Just(86_400 * SECOND), 1_000i64..10_000]
-            ),
-        ]
-    }
-
-    fn arb_calls() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        // (µs elapsed since the previous call as a share of the window in ‰, cost as a share
-        // of the limit in ‰): mostly within a window, sometimes across one or several.
-        prop::collection::vec(
-            (
-                prop_oneof![Just(0u64), 0u64..100, 0u64..1_200, 0u64..5_000],
-                0u64..1_200,
-            ),
-            1..60,
-        )
-    }
-
-    fn share(total: u64, per_mille: u64) -> u64 {
-        (u128::from(total) * u128::from(per_mille) / 1000) as u64
-    }
-
-    fn cost_of(limit: u64, per_mille: u64) -> u64 {
-        share(limit, per_mille).max(1)
-    }
-
     proptest! {
         #[test]
-        fn matches_the_per_window_model((limit, window) in arb_params(), calls in arb_calls()) {
+        fn matches_the_per_window_model((limit, window) in testing::arb_window_params(), calls in testing::arb_window_calls()) {
             let mut key = Key::default();
             let mut model = PerWindow { window, used: BTreeMap::new() };
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let cost = cost_of(limit, per_mille);
-                let p = params(limit, window, cost);
-                let decision = key.call(&p, now);
+            for step in testing::window_steps(limit, window, &calls) {
+                let (cost, now) = (step.params.cost(), step.now_us);
+                let decision = key.call(&step.params, now);
                 prop_assert_eq!((decision.allowed, decision.remaining), model.call(limit, cost, now));
                 prop_assert_eq!(decision.retry == Retry::Never, cost > limit);
             }
@@ -648,146 +559,40 @@ mod tests {
 
         #[test]
         fn never_admits_more_than_the_limit_per_window_or_twice_per_interval(
-            (limit, window) in arb_params(),
-            calls in arb_calls(),
+            (limit, window) in testing::arb_window_params(),
+            calls in testing::arb_window_calls(),
         ) {
-            let mut key = Key::default();
-            let mut admitted: Vec<(i64, u64)> = Vec::new();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let cost = cost_of(limit, per_mille);
-                if key.call(&params(limit, window, cost), now).allowed {
-                    admitted.push((now, cost));
-                }
-            }
-            let mut per_window: BTreeMap<i64, u64> = BTreeMap::new();
-            for &(at, cost) in &admitted {
-                *per_window.entry(at.div_euclid(window)).or_insert(0) += cost;
-            }
+            let steps = testing::window_steps(limit, window, &calls);
+            let admitted = testing::admitted::<FixedWindowAlgorithm>(&steps, WindowParams::cost);
+            let per_window = testing::per_aligned_window(&admitted, window);
             prop_assert!(per_window.values().all(|&used| used <= limit));
-            // Any W consecutive microseconds: the densest start at an admitted call.
-            for &(from, _) in &admitted {
-                let total: u64 = admitted.iter().filter(|(at, _)| (from..from + window).contains(at)).map(|(_, c)| c).sum();
-                prop_assert!(total <= 2 * limit);
-            }
+            prop_assert!(testing::densest(&admitted, window) <= 2 * limit);
         }
 
         #[test]
-        fn waiting_retry_after_is_enough_and_necessary((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut key = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let decision = key.call(&p, now);
+        fn waiting_retry_after_is_enough_and_necessary((limit, window) in testing::arb_window_params(), calls in testing::arb_window_calls()) {
+            let steps = testing::window_steps(limit, window, &calls);
+            let decisions = testing::check_retry_after_is_honest::<FixedWindowAlgorithm>(&steps)?;
+            for (step, decision) in steps.iter().zip(decisions) {
                 if let Retry::AfterMs(wait_ms) = decision.retry {
-                    let wait_us = wait_ms as i64 * MS;
-                    let state = key.state;
-                    let on_time = FixedWindowAlgorithm::evaluate(state.as_ref(), &p, now + wait_us);
-                    prop_assert!(on_time.decision.allowed);
-                    let too_early = FixedWindowAlgorithm::evaluate(state.as_ref(), &p, now + wait_us - MS);
-                    prop_assert!(!too_early.decision.allowed);
                     // The true earliest instant is the next window's start.
+                    let now = step.now_us;
                     let next_window = (now.div_euclid(window) + 1) * window;
-                    prop_assert_eq!(wait_us, (next_window - now + MS - 1) / MS * MS);
+                    prop_assert_eq!(wait_ms as i64 * MS, (next_window - now + MS - 1) / MS * MS);
                 }
             }
         }
 
         #[test]
-        fn reset_after_and_expiry_are_when_the_window_is_empty((limit, window) in arb_params(), calls in arb_calls()) {
-            // A call costing the whole limit is admitted exactly when nothing counts any more.
-            let drain = params(limit, window, limit);
-            let empty_at = |state: &Option<FixedWindow>, at_us: i64| {
-                FixedWindowAlgorithm::evaluate(state.as_ref(), &drain, at_us).decision.allowed
-            };
-            let mut key = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let evaluation = FixedWindowAlgorithm::evaluate(key.state.as_ref(), &p, now);
-                if let Some(commit) = &evaluation.commit {
-                    let after = Some(commit.change);
-                    prop_assert!(empty_at(&after, commit.expires_at_ms * MS), "empty at expiry");
-                    prop_assert!(!empty_at(&after, (commit.expires_at_ms - 1) * MS), "not empty 1 ms before");
-                }
-                key.call(&p, now);
-                let reset_us = evaluation.decision.reset_after_ms as i64 * MS;
-                prop_assert!(empty_at(&key.state, now + reset_us), "empty at reset_after");
-                if reset_us > 0 {
-                    prop_assert!(!empty_at(&key.state, now + reset_us - MS), "not empty before");
-                }
-            }
-        }
-
-        #[test]
-        fn peeking_between_calls_changes_nothing((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut plain = Key::default();
-            let mut peeked = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                let elapsed = share(window as u64, elapsed) as i64;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let _ = FixedWindowAlgorithm::evaluate(peeked.state.as_ref(), &p, now + elapsed / 2);
-                now += elapsed;
-                prop_assert_eq!(plain.call(&p, now), peeked.call(&p, now));
-            }
-        }
-
-        #[test]
-        fn refunding_an_admitted_call_undoes_it((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut key = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let before = FixedWindowAlgorithm::evaluate(key.state.as_ref(), &p, now).decision;
-                if key.call(&p, now).allowed {
-                    let refund = key.refund(&p, now);
-                    prop_assert!(refund.allowed);
-                    prop_assert_eq!(refund.remaining, before.remaining + p.cost());
-                    // The same call then sees exactly what it saw before (and takes it again).
-                    prop_assert_eq!(key.call(&p, now), before);
-                }
-            }
-        }
-
-        #[test]
-        fn a_backwards_clock_never_admits_more(
-            (limit, window) in arb_params(),
-            calls in prop::collection::vec((-2_000i64..2_000, 0u64..1200), 1..60),
+        fn has_the_properties_of_every_windowed_limiter(
+            (limit, window) in testing::arb_window_params(),
+            calls in testing::arb_window_calls(),
+            jumps in testing::arb_window_jumps(),
         ) {
-            // With a clock that jumps back and forth (steps in ‰ of the window), the stored
-            // start never moves back, each stored window admits at most the limit, and a
-            // call at an earlier clock never sees more room than at the latest clock.
-            let mut key = Key::default();
-            let (mut now, mut latest) = (T0_US, i64::MIN);
-            let mut used: BTreeMap<i64, u64> = BTreeMap::new();
-            for (step, per_mille) in calls {
-                now += step * window / 1000;
-                latest = latest.max(now);
-                let p = params(limit, window, cost_of(limit, per_mille));
-                key.expires_at_ms = None; // the state itself, not key expiry, is under test
-                let before = key.state;
-                let at_latest = FixedWindowAlgorithm::evaluate(before.as_ref(), &p, latest).decision;
-                let decision = key.call(&p, now);
-                prop_assert!(!decision.allowed || at_latest.allowed);
-                if decision.allowed == at_latest.allowed {
-                    prop_assert!(decision.remaining <= at_latest.remaining);
-                }
-                if decision.allowed {
-                    let after = key.state.unwrap();
-                    if let Some(before) = before {
-                        prop_assert!(after.window_start_us() >= before.window_start_us());
-                    }
-                    let total = used.entry(after.window_start_us()).or_insert(0);
-                    *total += p.cost();
-                    prop_assert!(*total <= limit);
-                    prop_assert_eq!(*total, u64::from(after.count()));
-                }
-            }
+            // Unused: the window holding the count is over.
+            testing::check_windowed_limiter::<FixedWindowAlgorithm>((limit, window), &calls, &jumps, |state| {
+                (state.window_start_us(), u64::from(state.count()))
+            })?;
         }
 
         #[test]
@@ -795,23 +600,15 @@ mod tests {
             limit in 1u64..=MAX_WINDOW_LIMIT,
             window in MIN_WINDOW_US..=MAX_WINDOW_US,
             cost in prop_oneof![1u64..=u64::MAX, Just(u64::MAX)],
-            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(i64::MAX), Just(MAX_NOW_US), any::<i64>()],
+            now in testing::arb_extreme_now_us(),
             start in prop_oneof![Just(0i64), Just(MAX_NOW_US), any::<i64>()],
             count in any::<u32>(),
         ) {
             let p = WindowParams::new(limit, window, cost).unwrap();
             let state = FixedWindow::from_parts(start, count);
-            for evaluation in [
-                FixedWindowAlgorithm::evaluate(state.as_ref(), &p, now),
-                FixedWindowAlgorithm::refund(state.as_ref(), &p, now),
-            ] {
-                prop_assert!(evaluation.decision.remaining <= limit);
-                if let Some(commit) = evaluation.commit {
-                    let change = commit.change;
-                    prop_assert!(FixedWindow::from_parts(change.window_start_us(), change.count()).is_some());
-                    prop_assert!(commit.expires_at_ms >= 1);
-                }
-            }
+            testing::check_extremes::<FixedWindowAlgorithm>(state.as_ref(), &p, now, limit, |change| {
+                FixedWindow::from_parts(change.window_start_us(), change.count()).is_some()
+            })?;
         }
     }
 }

@@ -98,8 +98,10 @@
 //!   number of microseconds, redis-cell can reply `remaining = -1`. [`CellOutcome`] carries it;
 //!   [`Decision::remaining`] is unsigned and says 0.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
-use super::time::{MAX_NOW_US, NS_PER_MS, NS_PER_SECOND, NS_PER_US, ceil_ms};
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
+use super::time::{
+    MAX_NOW_US, NS_PER_SECOND, NS_PER_US, ceil_ms_from_ns, expiry_ms_from_ns, saturating_i64,
+};
 
 /// Largest accepted tolerance `interval × (max_burst + 1)`: 100 Julian years, in nanoseconds.
 ///
@@ -417,7 +419,7 @@ impl View {
             Retry::Now
         } else {
             match judgement.retry_ns {
-                Some(ns) => Retry::AfterMs(ceil_ms(ns).max(1)),
+                Some(ns) => Retry::AfterMs(ceil_ms_from_ns(ns).max(1)),
                 None => Retry::Never,
             }
         };
@@ -426,7 +428,7 @@ impl View {
             remaining: u64::try_from(cell_remaining(self.tolerance, self.interval, ttl))
                 .unwrap_or(0),
             retry,
-            reset_after_ms: ceil_ms(ttl),
+            reset_after_ms: ceil_ms_from_ns(ttl),
             limit: params.limit(),
         }
     }
@@ -434,22 +436,13 @@ impl View {
     /// The state to store for a TAT of `tat` (in `[now, MAX_TAT_NS]`), expiring when it is
     /// no longer in the future.
     fn commit(tat: i128) -> Commit<Gcra> {
-        let ns_per_ms = i128::from(NS_PER_MS);
-        let expires_at_ms = i64::try_from(tat.div_euclid(ns_per_ms))
-            .unwrap_or(i64::MAX)
-            .saturating_add(i64::from(tat.rem_euclid(ns_per_ms) != 0))
-            .max(1);
         Commit {
             change: Gcra {
                 tat_ns: saturating_i64(tat),
             },
-            expires_at_ms,
+            expires_at_ms: expiry_ms_from_ns(tat),
         }
     }
-}
-
-fn saturating_i64(value: i128) -> i64 {
-    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
 }
 
 /// The GCRA algorithm.
@@ -497,24 +490,16 @@ impl Algorithm for GcraAlgorithm {
         }
     }
 
-    fn apply(state: &mut Gcra, change: Gcra) {
-        *state = change;
-    }
-
-    fn create(change: Gcra) -> Gcra {
-        change
-    }
+    change_is_the_new_state!(Gcra);
 }
 
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::core::testing::{self, Driver, MS, SECOND, Step, T0_US};
     use proptest::prelude::*;
 
-    const T0_US: i64 = 1_700_000_000_000_000; // an ordinary Unix time, in µs
-    const MS: i64 = 1_000; // µs
-    const SECOND: i64 = 1_000_000; // µs
     const NS_PER_S: i64 = 1_000_000_000;
 
     /// A line-by-line port of redis-cell 0.4.0's `CL.THROTTLE`: `Rate::per_period`,
@@ -678,38 +663,34 @@ mod tests {
             decision.remaining,
             u64::try_from(cell.remaining).unwrap_or(0)
         );
-        assert_eq!(decision.reset_after_ms, ceil_ms(cell.reset_after_ns));
+        assert_eq!(
+            decision.reset_after_ms,
+            ceil_ms_from_ns(cell.reset_after_ns)
+        );
         let retry = match (cell.limited, cell.retry_after_ns) {
             (false, None) => Retry::Now,
             (true, None) => Retry::Never,
-            (true, Some(ns)) => Retry::AfterMs(ceil_ms(ns).max(1)),
+            (true, Some(ns)) => Retry::AfterMs(ceil_ms_from_ns(ns).max(1)),
             (false, Some(_)) => panic!("an admitted call has no retry"),
         };
         assert_eq!(decision.retry, retry);
     }
 
     /// A key driven through a sequence of calls, as the glue would drive it.
-    #[derive(Default)]
-    struct Key {
-        state: Option<Gcra>,
-        expires_at_ms: Option<i64>,
-    }
+    type Key = Driver<GcraAlgorithm>;
 
-    impl Key {
+    impl Driver<GcraAlgorithm> {
+        /// A `CL.THROTTLE` call, checking that its decision, write and expiry agree with the
+        /// cell outcome.
         fn throttle(&mut self, params: &GcraParams, now_us: i64) -> (Decision, CellOutcome) {
-            if let Some(expiry) = self.expires_at_ms {
-                if now_us.div_euclid(MS) > expiry {
-                    // Redis deletes the key once its expiry has passed.
-                    *self = Key::default();
-                }
-            }
+            self.expire(now_us);
             let (evaluation, cell) = GcraAlgorithm::throttle(self.state.as_ref(), params, now_us);
             assert_decision_matches(&evaluation.decision, &cell);
             assert_eq!(
                 evaluation,
                 GcraAlgorithm::evaluate(self.state.as_ref(), params, now_us)
             );
-            if let Some(commit) = evaluation.commit {
+            if let Some(commit) = &evaluation.commit {
                 let tat = commit.change.tat_ns();
                 assert_eq!(
                     commit.expires_at_ms,
@@ -728,10 +709,10 @@ mod tests {
                     );
                 }
                 assert!(i128::from(tat) > i128::from(at - MS) * 1000);
-                self.state = Some(commit.change);
-                self.expires_at_ms = Some(commit.expires_at_ms);
             }
-            (evaluation.decision, cell)
+            let decision = evaluation.decision;
+            self.commit(evaluation.commit);
+            (decision, cell)
         }
 
         fn reply(&mut self, params: &GcraParams, now_us: i64) -> [i64; 5] {
@@ -849,7 +830,10 @@ mod tests {
     fn millisecond_ceilings_cannot_reproduce_the_reply() {
         // Why CellOutcome exists: 1.0005 s and 1.001 s both round up to 1001 ms, but
         // redis-cell answers 1 and 2.
-        assert_eq!(ceil_ms(1_000_500_000), ceil_ms(1_001_000_000));
+        assert_eq!(
+            ceil_ms_from_ns(1_000_500_000),
+            ceil_ms_from_ns(1_001_000_000)
+        );
         assert_ne!(cell_seconds(1_000_500_000), cell_seconds(1_001_000_000));
         // It happens in ordinary use: 3 per second (333,333,333 ns) and a µs clock.
         let p = params(0, 3, 1, 1);
@@ -1141,6 +1125,22 @@ mod tests {
         }
     }
 
+    /// Steps from T0 of [`arb_calls`] traffic alternating between two configurations.
+    fn steps(
+        first: (i64, i64, i64),
+        second: (i64, i64, i64),
+        calls: &[(bool, u8, i64, i64)],
+    ) -> Vec<Step<GcraParams>> {
+        testing::steps(
+            T0_US,
+            calls.iter().map(|&(use_second, kind, raw, step)| {
+                let (max_burst, count, period) = if use_second { second } else { first };
+                let quantity = quantity_of(kind, raw, max_burst);
+                (step, params(max_burst, count, period, quantity))
+            }),
+        )
+    }
+
     /// The TAT that matters at `now`: one in the future.
     fn effective(tat: Option<i128>, now_ns: i128) -> Option<i128> {
         tat.filter(|&t| t > now_ns)
@@ -1185,36 +1185,55 @@ mod tests {
         }
 
         #[test]
+        fn waiting_retry_after_is_enough_and_necessary(first in arb_config(), second in arb_config(), calls in arb_calls()) {
+            testing::check_retry_after_is_honest::<GcraAlgorithm>(&steps(first, second, &calls))?;
+        }
+
+        #[test]
+        fn reset_after_and_expiry_are_when_the_tat_has_passed(first in arb_config(), second in arb_config(), calls in arb_calls()) {
+            // A call of a whole burst is admitted exactly when the TAT is not in the future,
+            // whatever the rate.
+            let (max_burst, count, period) = first;
+            let drain = params(max_burst, count, period, max_burst + 1);
+            testing::check_reset_and_expiry_are_when_unused::<GcraAlgorithm>(&steps(first, second, &calls), &drain)?;
+        }
+
+        #[test]
+        fn peeking_between_calls_changes_nothing(first in arb_config(), second in arb_config(), calls in arb_calls()) {
+            testing::check_peeking_changes_nothing::<GcraAlgorithm>(&steps(first, second, &calls))?;
+        }
+
+        #[test]
         fn a_backwards_clock_never_admits_more(
             (max_burst, count, period) in arb_config(),
-            calls in prop::collection::vec((-20_000_000i64..20_000_000, 1i64..4), 1..60),
+            calls in prop::collection::vec((testing::arb_clock_jump_us(), 1i64..4), 1..60),
         ) {
             // Everything admitted fits in the burst plus what the rate allows from the first
             // admission to the latest instant seen, and the TAT only moves forward.
-            let mut key = Key::default();
-            let (mut now, mut latest) = (T0_US, i64::MIN);
+            let steps = testing::steps(T0_US, calls.iter().map(|&(step, quantity)| (step, params(max_burst, count, period, quantity))));
+            let transitions = testing::check_earlier_clocks_never_see_more_room::<GcraAlgorithm>(&steps)?;
             let mut first = None;
             let mut admitted = 0i128;
-            for (step, quantity) in calls {
-                now += step;
-                latest = latest.max(now);
-                let p = params(max_burst, count, period, quantity);
-                let before = key.state;
-                key.expires_at_ms = None; // the state itself, not key expiry, is under test
+            for (transition, &(step, quantity)) in transitions.iter().zip(&calls) {
+                let (p, now, before) = (&transition.step.params, transition.step.now_us, transition.before);
                 if let (Some(state), Some(earlier)) = (before, now.checked_sub(1 + step.abs())) {
                     // An earlier clock admits no more than this one.
-                    let early = GcraAlgorithm::evaluate(Some(&state), &p, earlier).decision.allowed;
-                    prop_assert!(!early || GcraAlgorithm::evaluate(Some(&state), &p, now).decision.allowed);
+                    let early = GcraAlgorithm::evaluate(Some(&state), p, earlier).decision.allowed;
+                    prop_assert!(!early || GcraAlgorithm::evaluate(Some(&state), p, now).decision.allowed);
                 }
-                if key.throttle(&p, now).0.allowed {
+                // The same call through CL.THROTTLE, with its own checks, writes the same.
+                let mut key = Key { state: before, expires_at_ms: None };
+                prop_assert_eq!(key.throttle(p, now).0, transition.decision);
+                prop_assert_eq!(key.state, transition.after);
+                if transition.decision.allowed {
                     first.get_or_insert(now);
                     admitted += i128::from(quantity);
-                    if let (Some(b), Some(a)) = (before, key.state) {
+                    if let (Some(b), Some(a)) = (before, transition.after) {
                         prop_assert!(a.tat_ns() > b.tat_ns());
                     }
                 }
                 if let Some(first) = first {
-                    let rate = i128::from(latest - first) * 1000 / i128::from(p.interval_ns());
+                    let rate = i128::from(transition.latest_us - first) * 1000 / i128::from(p.interval_ns());
                     prop_assert!(admitted <= i128::from(max_burst) + 1 + rate);
                 }
             }
@@ -1226,7 +1245,7 @@ mod tests {
             count in prop_oneof![Just(1i64), Just(i64::MAX), Just(i64::MIN), any::<i64>()],
             period in prop_oneof![Just(1i64), Just(i64::MAX), Just(-1i64), any::<i64>(), 1i64..1_000_000_000],
             quantity in prop_oneof![Just(i64::MIN), Just(i64::MAX), Just(0i64), any::<i64>()],
-            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(i64::MAX), any::<i64>()],
+            now in testing::arb_extreme_now_us(),
             tat in prop_oneof![Just(0i64), Just(MAX_TAT_NS), 0i64..=MAX_TAT_NS],
         ) {
             let Ok(p) = GcraParams::new(max_burst, count, period, quantity) else { return Ok(()) };

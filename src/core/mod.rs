@@ -10,6 +10,9 @@ pub mod gcra;
 pub mod number;
 pub mod sliding_log;
 pub mod sliding_window;
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
+pub(crate) mod testing;
 pub mod time;
 pub mod token_bucket;
 

@@ -91,9 +91,11 @@
 use std::collections::VecDeque;
 use std::iter;
 use std::mem::size_of;
+use std::ops::Deref;
 
 use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
-use super::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, NS_PER_US, US_PER_MS, ceil_ms};
+use super::fixed_window::WindowParams;
+use super::time::{MAX_NOW_US, ceil_ms_from_us, expiry_ms_from_us};
 
 /// Most entries a log ever stores, and the largest value `ratelimit.max-log-entries` may take.
 pub const MAX_STORED_ENTRIES: u64 = 10_000_000;
@@ -108,9 +110,9 @@ const SLACK: usize = 8;
 /// Why sliding log parameters are refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlidingLogParamError {
-    /// A window shorter than [`MIN_WINDOW_US`].
+    /// A window shorter than [`MIN_WINDOW_US`](super::time::MIN_WINDOW_US).
     WindowTooShort,
-    /// A window longer than [`MAX_WINDOW_US`].
+    /// A window longer than [`MAX_WINDOW_US`](super::time::MAX_WINDOW_US).
     WindowTooLong,
     /// A limit above the server's `ratelimit.max-log-entries`.
     LimitAboveMaxEntries {
@@ -119,15 +121,13 @@ pub enum SlidingLogParamError {
     },
 }
 
-/// Validated parameters of one sliding log call.
+/// Validated parameters of one sliding log call: a window's parameters, read through [`Deref`]
+/// ([`limit`](WindowParams::limit), [`window_us`](WindowParams::window_us),
+/// [`cost`](WindowParams::cost)), whose limit is bounded by the server's
+/// `ratelimit.max-log-entries` rather than by
+/// [`MAX_WINDOW_LIMIT`](super::fixed_window::MAX_WINDOW_LIMIT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlidingLogParams {
-    limit: u64,
-    window_us: u64,
-    /// `window_us` as an `i64` (it is at most [`MAX_WINDOW_US`]).
-    window: i64,
-    cost: u64,
-}
+pub struct SlidingLogParams(WindowParams);
 
 impl SlidingLogParams {
     /// Validates at most `limit` (≥ 1) units per sliding window of `window_us` microseconds,
@@ -142,38 +142,26 @@ impl SlidingLogParams {
         cost: u64,
         max_entries: u64,
     ) -> Result<Self, SlidingLogParamError> {
-        if window_us < MIN_WINDOW_US {
-            return Err(SlidingLogParamError::WindowTooShort);
-        }
-        let window = match i64::try_from(window_us) {
-            Ok(window) if window_us <= MAX_WINDOW_US => window,
-            _ => return Err(SlidingLogParamError::WindowTooLong),
-        };
+        let params = WindowParams::with_window_checked(
+            limit,
+            window_us,
+            cost,
+            SlidingLogParamError::WindowTooShort,
+            SlidingLogParamError::WindowTooLong,
+        )?;
         let max_entries = max_entries.clamp(1, MAX_STORED_ENTRIES);
         if limit > max_entries {
             return Err(SlidingLogParamError::LimitAboveMaxEntries { max_entries });
         }
-        Ok(Self {
-            limit: limit.max(1),
-            window_us,
-            window,
-            cost: cost.max(1),
-        })
+        Ok(Self(params))
     }
+}
 
-    /// Units admitted per window.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
+impl Deref for SlidingLogParams {
+    type Target = WindowParams;
 
-    /// Length of the sliding window, in microseconds.
-    pub fn window_us(&self) -> u64 {
-        self.window_us
-    }
-
-    /// Units this call asks for.
-    pub fn cost(&self) -> u64 {
-        self.cost
+    fn deref(&self) -> &WindowParams {
+        &self.0
     }
 }
 
@@ -364,8 +352,8 @@ static EMPTY: VecDeque<i64> = VecDeque::new();
 /// A log seen by one call at one instant.
 ///
 /// Bounds: every timestamp and `now` lie in `[0, MAX_NOW_US]` (< 2^53) and the window is at
-/// most [`MAX_WINDOW_US`] (< 2^52), so no sum below can overflow an `i64`; the
-/// saturating operations only say so.
+/// most [`MAX_WINDOW_US`](super::time::MAX_WINDOW_US) (< 2^52), so no sum below can overflow
+/// an `i64`; the saturating operations only say so.
 struct View<'a> {
     entries: &'a VecDeque<i64>,
     /// The clamped clock.
@@ -383,12 +371,14 @@ impl<'a> View<'a> {
         let entries = state.map_or(&EMPTY, |log| &log.entries);
         let now = now_us.clamp(0, MAX_NOW_US);
         let at = state.map_or(now, |log| log.as_of_us.max(now));
-        let cutoff = at.saturating_sub(params.window);
+        // At most MAX_WINDOW_US, so the conversion cannot fail.
+        let window = i64::try_from(params.window_us()).unwrap_or(i64::MAX);
+        let cutoff = at.saturating_sub(window);
         let start = entries.partition_point(|&t| t <= cutoff);
         View {
             entries,
             now,
-            window: params.window,
+            window,
             at,
             start,
         }
@@ -420,23 +410,22 @@ impl<'a> View<'a> {
 
     /// Milliseconds (rounded up) from now until a unit stored at `t` leaves the window.
     fn ms_until_gone(&self, t: i64) -> u64 {
-        let micros = t.saturating_add(self.window).saturating_sub(self.now);
-        ceil_ms(i128::from(micros).saturating_mul(i128::from(NS_PER_US)))
+        ceil_ms_from_us(t.saturating_add(self.window).saturating_sub(self.now))
     }
 
-    /// When a call of `params.cost` is admitted, with `in_window` units (the oldest of those
+    /// When a call of `params.cost()` is admitted, with `in_window` units (the oldest of those
     /// currently in the window) still there.
     ///
     /// The oldest `needed = in_window + cost − limit` units must leave, the needed-th oldest
     /// last. A call at `now + d` is decided at `max(now + d, as_of)`, and that unit is in the
     /// window at `as_of`, so it leaves exactly when `now + d` reaches its departure.
     fn retry(&self, params: &SlidingLogParams, in_window: u64) -> Retry {
-        if params.cost > params.limit {
+        if params.cost() > params.limit() {
             return Retry::Never;
         }
         let needed = in_window
-            .saturating_add(params.cost)
-            .saturating_sub(params.limit);
+            .saturating_add(params.cost())
+            .saturating_sub(params.limit());
         if needed == 0 {
             return Retry::Now;
         }
@@ -450,22 +439,14 @@ impl<'a> View<'a> {
     fn decision(&self, params: &SlidingLogParams, allowed: bool, in_window: u64) -> Decision {
         Decision {
             allowed,
-            remaining: params.limit.saturating_sub(in_window),
+            remaining: params.limit().saturating_sub(in_window),
             retry: self.retry(params, in_window),
             reset_after_ms: self
                 .nth_in_window(in_window)
                 .map_or(0, |newest| self.ms_until_gone(newest)),
-            limit: params.limit,
+            limit: params.limit(),
         }
     }
-}
-
-/// The Unix millisecond (rounded up, at least 1) of the Unix microsecond `us`.
-fn ceil_unix_ms(us: i64) -> i64 {
-    let ms = i64::try_from(US_PER_MS).unwrap_or(i64::MAX);
-    us.div_euclid(ms)
-        .saturating_add(i64::from(us.rem_euclid(ms) != 0))
-        .max(1)
 }
 
 /// The sliding log algorithm.
@@ -483,8 +464,8 @@ impl Algorithm for SlidingLogAlgorithm {
     ) -> Evaluation<SlidingLogChange> {
         let view = View::new(state, params, now_us);
         let in_window = view.in_window();
-        let admitted =
-            params.cost <= params.limit && in_window.saturating_add(params.cost) <= params.limit;
+        let admitted = params.cost() <= params.limit()
+            && in_window.saturating_add(params.cost()) <= params.limit();
         if !admitted {
             return Evaluation {
                 decision: view.decision(params, false, in_window),
@@ -492,20 +473,20 @@ impl Algorithm for SlidingLogAlgorithm {
             };
         }
         // cost ≤ limit ≤ MAX_STORED_ENTRIES, so the conversion cannot fail.
-        let units = u32::try_from(params.cost).unwrap_or(u32::MAX);
+        let units = u32::try_from(params.cost()).unwrap_or(u32::MAX);
         Evaluation {
             decision: Decision {
                 allowed: true,
                 remaining: params
-                    .limit
-                    .saturating_sub(in_window.saturating_add(params.cost)),
+                    .limit()
+                    .saturating_sub(in_window.saturating_add(params.cost())),
                 retry: Retry::Now,
                 reset_after_ms: view.ms_until_gone(view.at),
-                limit: params.limit,
+                limit: params.limit(),
             },
             commit: Some(Commit {
                 change: view.change(SlidingLogAction::Admit { units }),
-                expires_at_ms: ceil_unix_ms(view.at.saturating_add(view.window)),
+                expires_at_ms: expiry_ms_from_us(view.at.saturating_add(view.window)),
             }),
         }
     }
@@ -520,7 +501,7 @@ impl Algorithm for SlidingLogAlgorithm {
     ) -> Evaluation<SlidingLogChange> {
         let view = View::new(state, params, now_us);
         let in_window = view.in_window();
-        let given_back = params.cost.min(in_window);
+        let given_back = params.cost().min(in_window);
         let after = in_window.saturating_sub(given_back);
         let decision = view.decision(params, given_back > 0, after);
         let commit = u32::try_from(given_back)
@@ -528,7 +509,7 @@ impl Algorithm for SlidingLogAlgorithm {
             .filter(|&units| units > 0)
             .map(|units| Commit {
                 change: view.change(SlidingLogAction::Refund { units }),
-                expires_at_ms: ceil_unix_ms(
+                expires_at_ms: expiry_ms_from_us(
                     view.nth_in_window(after)
                         .map_or(view.at, |newest| newest.saturating_add(view.window)),
                 ),
@@ -566,11 +547,10 @@ impl Algorithm for SlidingLogAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::core::testing::{self, Driver, MS, SECOND, Step, T0_US, cost_of};
+    use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
     use proptest::prelude::*;
 
-    const T0_US: i64 = 1_700_000_000_000_000; // an ordinary Unix time, in µs
-    const MS: i64 = 1_000;
-    const SECOND: i64 = 1_000_000;
     const DEFAULT_MAX_ENTRIES: u64 = 10_000;
 
     fn params(limit: u64, window_us: i64, cost: u64) -> SlidingLogParams {
@@ -592,46 +572,9 @@ mod tests {
     }
 
     /// A log driven through a sequence of calls, as the glue would drive it.
-    #[derive(Default)]
-    struct Key {
-        state: Option<SlidingLog>,
-        expires_at_ms: Option<i64>,
-    }
+    type Key = Driver<SlidingLogAlgorithm>;
 
-    impl Key {
-        fn expire(&mut self, now_us: i64) {
-            if let Some(expiry) = self.expires_at_ms {
-                if now_us.div_euclid(MS) >= expiry {
-                    // Redis deletes the key once its expiry has passed.
-                    *self = Key::default();
-                }
-            }
-        }
-
-        fn commit(&mut self, commit: Option<Commit<SlidingLogChange>>) {
-            if let Some(commit) = commit {
-                match &mut self.state {
-                    Some(state) => SlidingLogAlgorithm::apply(state, commit.change),
-                    None => self.state = Some(SlidingLogAlgorithm::create(commit.change)),
-                }
-                self.expires_at_ms = Some(commit.expires_at_ms);
-            }
-        }
-
-        fn call(&mut self, params: &SlidingLogParams, now_us: i64) -> Decision {
-            self.expire(now_us);
-            let evaluation = SlidingLogAlgorithm::evaluate(self.state.as_ref(), params, now_us);
-            self.commit(evaluation.commit);
-            evaluation.decision
-        }
-
-        fn refund(&mut self, params: &SlidingLogParams, now_us: i64) -> Decision {
-            self.expire(now_us);
-            let evaluation = SlidingLogAlgorithm::refund(self.state.as_ref(), params, now_us);
-            self.commit(evaluation.commit);
-            evaluation.decision
-        }
-
+    impl Driver<SlidingLogAlgorithm> {
         fn entries(&self) -> Vec<i64> {
             self.state
                 .as_ref()
@@ -1172,19 +1115,14 @@ mod tests {
         ]
     }
 
-    fn arb_calls() -> impl Strategy<Value = Vec<(i64, u64)>> {
-        // (µs elapsed since the previous call, cost as a share of the limit in ‰)
-        prop::collection::vec(
-            (
-                prop_oneof![Just(0i64), 0i64..5_000, 0i64..10_000_000],
-                0u64..1200,
-            ),
-            1..60,
+    /// Steps from T0 of calls given as (µs since the previous call, cost in ‰ of the limit).
+    fn steps((limit, window): (u64, i64), calls: &[(i64, u64)]) -> Vec<Step<SlidingLogParams>> {
+        testing::steps(
+            T0_US,
+            calls.iter().map(|&(elapsed, per_mille)| {
+                (elapsed, params(limit, window, cost_of(limit, per_mille)))
+            }),
         )
-    }
-
-    fn cost_of(limit: u64, per_mille: u64) -> u64 {
-        (limit * per_mille / 1000).max(1)
     }
 
     /// Any decodable log: sorted timestamps, and an as_of at or after the newest.
@@ -1206,14 +1144,12 @@ mod tests {
 
     proptest! {
         #[test]
-        fn matches_the_naive_log((limit, window) in arb_params(), calls in arb_calls()) {
+        fn matches_the_naive_log((limit, window) in arb_params(), calls in testing::arb_calls_us()) {
             let mut key = Key::default();
             let mut model = Naive::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += elapsed;
-                let cost = cost_of(limit, per_mille);
-                let decision = key.call(&params(limit, window, cost), now);
+            for step in steps((limit, window), &calls) {
+                let (cost, now) = (step.params.cost(), step.now_us);
+                let decision = key.call(&step.params, now);
                 prop_assert_eq!(decision, model.call(limit, window, cost, now));
             }
         }
@@ -1221,141 +1157,83 @@ mod tests {
         #[test]
         fn never_admits_more_than_the_limit_in_any_window(
             (limit, window) in arb_params(),
-            calls in arb_calls(),
+            calls in testing::arb_calls_us(),
         ) {
-            let mut key = Key::default();
-            let mut admitted: Vec<(i64, u64)> = Vec::new();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += elapsed;
-                let cost = cost_of(limit, per_mille);
-                if key.call(&params(limit, window, cost), now).allowed {
-                    admitted.push((now, cost));
-                }
-            }
-            // The count over (t − W, t] only grows at admission instants: checking those
-            // right ends covers every interval.
-            for &(t, _) in &admitted {
-                let total: u64 = admitted.iter().filter(|(s, _)| t - window < *s && *s <= t).map(|(_, c)| c).sum();
-                prop_assert!(total <= limit, "{} units in ({}, {}]", total, t - window, t);
-            }
+            let steps = steps((limit, window), &calls);
+            let admitted = testing::admitted::<SlidingLogAlgorithm>(&steps, |p| p.cost());
+            let densest = testing::densest(&admitted, window);
+            prop_assert!(densest <= limit, "{} units within {} µs", densest, window);
         }
 
         #[test]
-        fn waiting_retry_after_is_enough_and_necessary((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut key = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += elapsed;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let decision = key.call(&p, now);
-                if let Retry::AfterMs(wait_ms) = decision.retry {
-                    let wait_us = wait_ms as i64 * MS;
-                    let state = key.state.as_ref();
-                    let too_early = SlidingLogAlgorithm::evaluate(state, &p, now + wait_us - MS);
-                    prop_assert!(!too_early.decision.allowed);
-                    let on_time = SlidingLogAlgorithm::evaluate(state, &p, now + wait_us);
-                    prop_assert!(on_time.decision.allowed);
-                }
-                let refund = SlidingLogAlgorithm::refund(key.state.as_ref(), &p, now);
-                if let (Retry::AfterMs(wait_ms), Some(commit)) = (refund.decision.retry, refund.commit) {
-                    let mut after = key.state.clone().unwrap();
-                    SlidingLogAlgorithm::apply(&mut after, commit.change);
-                    let wait_us = wait_ms as i64 * MS;
-                    prop_assert!(!SlidingLogAlgorithm::evaluate(Some(&after), &p, now + wait_us - MS).decision.allowed);
-                    prop_assert!(SlidingLogAlgorithm::evaluate(Some(&after), &p, now + wait_us).decision.allowed);
-                }
-            }
+        fn waiting_retry_after_is_enough_and_necessary((limit, window) in arb_params(), calls in testing::arb_calls_us()) {
+            testing::check_retry_after_is_honest::<SlidingLogAlgorithm>(&steps((limit, window), &calls))?;
         }
 
         #[test]
         fn reset_after_and_expiry_are_when_the_log_is_empty(
             (limit, window) in arb_params(),
-            calls in arb_calls(),
+            calls in testing::arb_calls_us(),
             refunds in prop::collection::vec(prop::bool::weighted(0.25), 60),
         ) {
             // A call costing the whole limit is admitted exactly when the window is empty.
-            let drain = params(limit, window, limit);
-            let empty_at = |state: Option<&SlidingLog>, at_us: i64| {
-                SlidingLogAlgorithm::evaluate(state, &drain, at_us).decision.allowed
-            };
-            let mut key = Key::default();
-            let mut now = T0_US;
-            for ((elapsed, per_mille), refund) in calls.into_iter().zip(refunds) {
-                now += elapsed;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let decision = if refund { key.refund(&p, now) } else { key.call(&p, now) };
-                if let Some(expiry) = key.expires_at_ms {
-                    let state = key.state.as_ref();
-                    prop_assert!(empty_at(state, expiry * MS), "empty at expiry");
-                    if state.is_some_and(|log| !log.is_empty()) {
-                        prop_assert!(!empty_at(state, (expiry - 1) * MS), "not empty 1 ms before");
-                    } else {
-                        prop_assert!(expiry * MS - now < MS, "an empty log may go now");
-                    }
-                }
-                let reset_us = decision.reset_after_ms as i64 * MS;
-                prop_assert!(empty_at(key.state.as_ref(), now + reset_us), "empty at reset_after");
-                if reset_us > 0 {
-                    prop_assert!(!empty_at(key.state.as_ref(), now + reset_us - MS), "not empty before");
-                }
+            let mut steps = steps((limit, window), &calls);
+            for (step, refund) in steps.iter_mut().zip(refunds) {
+                step.refund = refund;
             }
+            testing::check_reset_and_expiry_are_when_unused::<SlidingLogAlgorithm>(&steps, &params(limit, window, limit))?;
         }
 
         #[test]
-        fn peeking_between_calls_changes_nothing((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut plain = Key::default();
-            let mut peeked = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let before = peeked.state.clone();
-                let _ = SlidingLogAlgorithm::evaluate(peeked.state.as_ref(), &p, now + elapsed / 2);
-                let _ = SlidingLogAlgorithm::refund(peeked.state.as_ref(), &p, now + elapsed / 3);
-                prop_assert_eq!(&peeked.state, &before);
-                now += elapsed;
-                prop_assert_eq!(plain.call(&p, now), peeked.call(&p, now));
-            }
+        fn peeking_between_calls_changes_nothing((limit, window) in arb_params(), calls in testing::arb_calls_us()) {
+            testing::check_peeking_changes_nothing::<SlidingLogAlgorithm>(&steps((limit, window), &calls))?;
+        }
+
+        #[test]
+        fn refunding_an_admitted_call_undoes_it((limit, window) in arb_params(), calls in testing::arb_calls_us()) {
+            testing::check_refund_undoes_an_admission::<SlidingLogAlgorithm>(&steps((limit, window), &calls), |p| p.cost())?;
         }
 
         #[test]
         fn a_backwards_clock_never_admits_more(
             (limit, window) in arb_params(),
-            calls in prop::collection::vec((-20_000_000i64..20_000_000, 0u64..1200, any::<bool>()), 1..60),
+            calls in prop::collection::vec((testing::arb_clock_jump_us(), testing::arb_cost_per_mille(), any::<bool>()), 1..60),
         ) {
             // A call whose cost exceeds the limit is denied and reports limit − units in window.
             let probe = params(limit, window, limit + 1);
             let used = |state: Option<&SlidingLog>, at: i64| {
                 limit - SlidingLogAlgorithm::evaluate(state, &probe, at).decision.remaining
             };
-            let mut key = Key::default();
+            let mut steps = steps((limit, window), &calls.iter().map(|&(step, per_mille, _)| (step, per_mille)).collect::<Vec<_>>());
+            for (step, &(_, _, refund)) in steps.iter_mut().zip(&calls) {
+                step.refund = refund;
+            }
+            // The log itself, not key expiry, is under test.
+            let transitions = testing::check_earlier_clocks_never_see_more_room::<SlidingLogAlgorithm>(&steps)?;
             let mut recorded: Vec<(i64, u64)> = Vec::new();
-            let mut now = T0_US;
-            for (step, per_mille, refund) in calls {
-                now += step;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                key.expires_at_ms = None; // the log itself, not key expiry, is under test
-                let state = key.state.as_ref();
+            for transition in &transitions {
+                let (p, now) = (&transition.step.params, transition.step.now_us);
+                let state = transition.before.as_ref();
                 let as_of = state.map(SlidingLog::as_of_us);
                 // A later clock never sees less room than this one.
-                let here = SlidingLogAlgorithm::evaluate(state, &p, now).decision;
+                let here = SlidingLogAlgorithm::evaluate(state, p, now).decision;
                 for later in [now + 1, now + window / 2, as_of.unwrap_or(now).max(now) + 1] {
-                    let there = SlidingLogAlgorithm::evaluate(state, &p, later).decision;
+                    let there = SlidingLogAlgorithm::evaluate(state, p, later).decision;
                     prop_assert!(!here.allowed || there.allowed);
                     prop_assert!(used(state, now) >= used(state, later));
                 }
                 // Behind the log's as_of, a call is decided as if made at as_of.
                 if let Some(as_of) = as_of.filter(|&a| a > now) {
                     prop_assert!(state.and_then(SlidingLog::newest_us).is_none_or(|n| n <= as_of));
-                    let at_as_of = SlidingLogAlgorithm::evaluate(state, &p, as_of);
-                    let here = SlidingLogAlgorithm::evaluate(state, &p, now);
+                    let at_as_of = SlidingLogAlgorithm::evaluate(state, p, as_of);
+                    let here = SlidingLogAlgorithm::evaluate(state, p, now);
                     prop_assert_eq!(here.commit, at_as_of.commit);
                     prop_assert_eq!((here.decision.allowed, here.decision.remaining), (at_as_of.decision.allowed, at_as_of.decision.remaining));
                 }
-                let evaluation = if refund {
-                    SlidingLogAlgorithm::refund(state, &p, now)
+                let evaluation = if transition.step.refund {
+                    SlidingLogAlgorithm::refund(state, p, now)
                 } else {
-                    SlidingLogAlgorithm::evaluate(state, &p, now)
+                    SlidingLogAlgorithm::evaluate(state, p, now)
                 };
                 if let Some(commit) = &evaluation.commit {
                     let at_us = commit.change.at_us();
@@ -1380,17 +1258,13 @@ mod tests {
                         }
                     }
                 }
-                key.commit(evaluation.commit);
-                if let Some(log) = &key.state {
+                if let Some(log) = &transition.after {
                     prop_assert!(is_sorted(log));
                     let tail: Vec<i64> = recorded.iter().flat_map(|&(t, c)| std::iter::repeat_n(t, c as usize)).collect();
                     prop_assert!(tail.ends_with(&log.entries().collect::<Vec<_>>()), "the log is the recorded units not yet dropped");
                 }
                 // Exact over the recorded instants: no (t − W, t] holds more than the limit.
-                for &(t, _) in &recorded {
-                    let total: u64 = recorded.iter().filter(|(s, _)| t - window < *s && *s <= t).map(|(_, c)| c).sum();
-                    prop_assert!(total <= limit);
-                }
+                prop_assert!(testing::densest(&recorded, window) <= limit);
             }
         }
 
@@ -1473,29 +1347,24 @@ mod tests {
             limit in 1u64..=MAX_STORED_ENTRIES,
             window in MIN_WINDOW_US..=MAX_WINDOW_US,
             cost in prop_oneof![Just(u64::MAX), Just(MAX_STORED_ENTRIES), 1u64..=u64::MAX, 1u64..100],
-            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(MAX_NOW_US), Just(i64::MAX), any::<i64>()],
+            now in testing::arb_extreme_now_us(),
             log in arb_log(),
         ) {
             let p = SlidingLogParams::new(limit, window, cost, MAX_STORED_ENTRIES).unwrap();
-            for evaluation in [
-                SlidingLogAlgorithm::evaluate(Some(&log), &p, now),
-                SlidingLogAlgorithm::evaluate(None, &p, now),
-                SlidingLogAlgorithm::refund(Some(&log), &p, now),
-            ] {
-                prop_assert!(evaluation.decision.remaining <= limit);
-                if let Some(commit) = evaluation.commit {
-                    prop_assert!(commit.expires_at_ms >= 1);
-                    let action = commit.change.action();
-                    prop_assert_eq!(SlidingLogChange::new(commit.change.at_us(), commit.change.expired(), action), Some(commit.change));
-                    let small = match action {
-                        SlidingLogAction::Admit { units } | SlidingLogAction::Refund { units } => units <= 1000,
-                    };
-                    if small {
-                        let mut after = log.clone();
-                        SlidingLogAlgorithm::apply(&mut after, commit.change);
-                        prop_assert!(is_sorted(&after));
-                        prop_assert!(SlidingLog::from_entries(after.as_of_us(), after.len() as u64, after.entries()).is_some());
-                    }
+            let decodes = |change: &SlidingLogChange| {
+                SlidingLogChange::new(change.at_us(), change.expired(), change.action()) == Some(*change)
+            };
+            let with_log = testing::check_extremes::<SlidingLogAlgorithm>(Some(&log), &p, now, limit, decodes)?;
+            let without = testing::check_extremes::<SlidingLogAlgorithm>(None, &p, now, limit, decodes)?;
+            for commit in with_log.into_iter().chain(without).filter_map(|evaluation| evaluation.commit) {
+                let small = match commit.change.action() {
+                    SlidingLogAction::Admit { units } | SlidingLogAction::Refund { units } => units <= 1000,
+                };
+                if small {
+                    let mut after = log.clone();
+                    SlidingLogAlgorithm::apply(&mut after, commit.change);
+                    prop_assert!(is_sorted(&after));
+                    prop_assert!(SlidingLog::from_entries(after.as_of_us(), after.len() as u64, after.entries()).is_some());
                 }
             }
         }

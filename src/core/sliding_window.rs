@@ -70,9 +70,8 @@
 //! always aligned to the current size. The stored start can then move back, by less than one
 //! new window; only a changed window does that, never the clock.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
-use super::fixed_window::{ceil_ms_from_us, expiry_ms};
-use super::time::{MAX_NOW_US, window_start_us};
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
+use super::time::{MAX_NOW_US, ceil_div, ceil_ms_from_us, expiry_ms_from_us, window_start_us};
 
 pub use super::fixed_window::{MAX_WINDOW_LIMIT, WindowParamError, WindowParams};
 
@@ -114,16 +113,6 @@ impl SlidingWindow {
     }
 }
 
-/// `⌈numerator / divisor⌉` for a positive divisor.
-fn div_ceil(numerator: i128, divisor: i128) -> i128 {
-    let quotient = numerator.div_euclid(divisor);
-    if numerator.rem_euclid(divisor) == 0 {
-        quotient
-    } else {
-        quotient.saturating_add(1)
-    }
-}
-
 /// The smallest `e ≥ 0` with `weight × (W − e) ≤ room × W`, for `0 ≤ room`: how far into a
 /// window whose previous window held `weight` units there is room for `room` more units
 /// beyond the current count. At most `W`.
@@ -132,7 +121,7 @@ fn earliest_elapsed(weight: i128, room: i128, window: i128) -> i128 {
         return 0;
     }
     // weight × e ≥ (weight − room) × W, with weight > room ≥ 0.
-    div_ceil(weight.saturating_sub(room).saturating_mul(window), weight)
+    ceil_div(weight.saturating_sub(room).saturating_mul(window), weight)
 }
 
 /// A counter seen at one instant, in i128 microseconds and units.
@@ -282,7 +271,7 @@ impl View {
             previous: u32::try_from(previous).unwrap_or(u32::MAX),
             current: u32::try_from(current).unwrap_or(u32::MAX),
         };
-        let expires_at_ms = expiry_ms(self.empty_at(previous, current).unwrap_or(self.now));
+        let expires_at_ms = expiry_ms_from_us(self.empty_at(previous, current).unwrap_or(self.now));
         Commit {
             change: state,
             expires_at_ms,
@@ -342,72 +331,24 @@ impl Algorithm for SlidingWindowAlgorithm {
         }
     }
 
-    fn apply(state: &mut SlidingWindow, change: SlidingWindow) {
-        *state = change;
-    }
-
-    fn create(change: SlidingWindow) -> SlidingWindow {
-        change
-    }
+    change_is_the_new_state!(SlidingWindow);
 }
 
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::core::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
     use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
-
-    const T0_US: i64 = 1_700_000_040_000_000; // 2023-11-14T22:14:00Z, a whole minute
-    const MS: i64 = 1_000;
-    const SECOND: i64 = 1_000_000;
-
-    fn params(limit: u64, window_us: i64, cost: u64) -> WindowParams {
-        WindowParams::new(limit, window_us as u64, cost).unwrap()
-    }
 
     fn state(start: i64, previous: u32, current: u32) -> Option<SlidingWindow> {
         SlidingWindow::from_parts(start, previous, current)
     }
 
     /// A key driven through a sequence of calls, as the glue would drive it.
-    #[derive(Default)]
-    struct Key {
-        state: Option<SlidingWindow>,
-        expires_at_ms: Option<i64>,
-    }
-
-    impl Key {
-        fn expire(&mut self, now_us: i64) {
-            if let Some(expiry) = self.expires_at_ms {
-                if now_us.div_euclid(MS) >= expiry {
-                    // Redis deletes the key once its expiry has passed.
-                    *self = Key::default();
-                }
-            }
-        }
-
-        fn call(&mut self, params: &WindowParams, now_us: i64) -> Decision {
-            self.expire(now_us);
-            let evaluation = SlidingWindowAlgorithm::evaluate(self.state.as_ref(), params, now_us);
-            self.store(evaluation)
-        }
-
-        fn refund(&mut self, params: &WindowParams, now_us: i64) -> Decision {
-            self.expire(now_us);
-            let evaluation = SlidingWindowAlgorithm::refund(self.state.as_ref(), params, now_us);
-            self.store(evaluation)
-        }
-
-        fn store(&mut self, evaluation: Evaluation<SlidingWindow>) -> Decision {
-            if let Some(commit) = evaluation.commit {
-                self.state = Some(commit.change);
-                self.expires_at_ms = Some(commit.expires_at_ms);
-            }
-            evaluation.decision
-        }
-    }
+    type Key = Driver<SlidingWindowAlgorithm>;
 
     #[rustfmt::skip]
     #[test]
@@ -698,75 +639,14 @@ mod tests {
         }
     }
 
-    fn arb_params() -> impl Strategy<Value = (u64, i64)> {
-        // (limit, window µs): tiny to huge limits, windows of a millisecond to a day, some
-        // not a whole number of milliseconds.
-        prop_oneof![
-            (
-                1u64..20,
-                prop_oneof![
-                    Just(1_000i64),
-                    Just(1_500),
-                    Just(SECOND),
-                    1_000i64..3_000_000
-                ]
-            ),
-            (
-                1u64..100_000,
-                prop_oneof![Just(60 * SECOND), 1_000i64..100_000_000]
-            ),
-            (
-                1_000_000u64..=MAX_WINDOW_LIMIT,
-                prop_oneof![Just(86_400 * SECOND), 1_000i64..10_000]
-            ),
-        ]
-    }
-
-    fn arb_calls() -> impl Strategy<Value = Vec<(u64, u64)>> {
-        // (µs elapsed since the previous call as a share of the window in ‰, cost as a share
-        // of the limit in ‰): mostly within a window, sometimes across one or several.
-        prop::collection::vec(
-            (
-                prop_oneof![Just(0u64), 0u64..100, 0u64..1_200, 0u64..3_000],
-                0u64..1_200,
-            ),
-            1..60,
-        )
-    }
-
-    fn share(total: u64, per_mille: u64) -> u64 {
-        (u128::from(total) * u128::from(per_mille) / 1000) as u64
-    }
-
-    fn cost_of(limit: u64, per_mille: u64) -> u64 {
-        share(limit, per_mille).max(1)
-    }
-
-    /// Runs `calls` from T0 and returns the admitted `(instant, cost)` pairs.
-    fn admitted((limit, window): (u64, i64), calls: &[(u64, u64)]) -> Vec<(i64, u64)> {
-        let mut key = Key::default();
-        let mut now = T0_US;
-        let mut admitted = Vec::new();
-        for &(elapsed, per_mille) in calls {
-            now += share(window as u64, elapsed) as i64;
-            let cost = cost_of(limit, per_mille);
-            if key.call(&params(limit, window, cost), now).allowed {
-                admitted.push((now, cost));
-            }
-        }
-        admitted
-    }
-
     proptest! {
         #[test]
-        fn matches_the_per_window_model((limit, window) in arb_params(), calls in arb_calls()) {
+        fn matches_the_per_window_model((limit, window) in testing::arb_window_params(), calls in testing::arb_window_calls()) {
             let mut key = Key::default();
             let mut model = PerWindow { window, used: BTreeMap::new() };
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let cost = cost_of(limit, per_mille);
-                let decision = key.call(&params(limit, window, cost), now);
+            for step in testing::window_steps(limit, window, &calls) {
+                let (cost, now) = (step.params.cost(), step.now_us);
+                let decision = key.call(&step.params, now);
                 prop_assert_eq!((decision.allowed, decision.remaining), model.call(limit, cost, now));
                 prop_assert_eq!(decision.retry == Retry::Never, cost > limit);
             }
@@ -774,34 +654,31 @@ mod tests {
 
         #[test]
         fn never_admits_more_than_the_limit_per_aligned_window(
-            (limit, window) in arb_params(),
-            calls in arb_calls(),
+            (limit, window) in testing::arb_window_params(),
+            calls in testing::arb_window_calls(),
         ) {
-            let mut per_window: BTreeMap<i64, u64> = BTreeMap::new();
-            for (at, cost) in admitted((limit, window), &calls) {
-                *per_window.entry(at.div_euclid(window)).or_insert(0) += cost;
-            }
+            let steps = testing::window_steps(limit, window, &calls);
+            let admitted = testing::admitted::<SlidingWindowAlgorithm>(&steps, WindowParams::cost);
+            let per_window = testing::per_aligned_window(&admitted, window);
             prop_assert!(per_window.values().all(|&used| used <= limit));
         }
 
         #[test]
         fn never_admits_more_than_the_proven_bound_per_interval(
-            (limit, window) in arb_params(),
-            calls in arb_calls(),
+            (limit, window) in testing::arb_window_params(),
+            calls in testing::arb_window_calls(),
         ) {
-            // Any W consecutive microseconds hold at most 2L − ⌈2L/W⌉ < 2L admitted units;
-            // the densest such interval starts at an admitted call.
+            // Any W consecutive microseconds hold at most 2L − ⌈2L/W⌉ < 2L admitted units.
             let bound = 2 * limit - (2 * limit).div_ceil(window as u64);
-            let admitted = admitted((limit, window), &calls);
-            for &(from, _) in &admitted {
-                let total: u64 = admitted.iter().filter(|(at, _)| (from..from + window).contains(at)).map(|(_, c)| c).sum();
-                prop_assert!(total <= bound, "{} > {}", total, bound);
-            }
+            let steps = testing::window_steps(limit, window, &calls);
+            let admitted = testing::admitted::<SlidingWindowAlgorithm>(&steps, WindowParams::cost);
+            let densest = testing::densest(&admitted, window);
+            prop_assert!(densest <= bound, "{} > {}", densest, bound);
         }
 
         #[test]
         fn front_loaded_previous_window_never_admits_what_an_exact_log_denies(
-            (limit, window) in arb_params(),
+            (limit, window) in testing::arb_window_params(),
             calls in prop::collection::vec(
                 (prop_oneof![Just(None), (0u64..1_000).prop_map(Some)], 0u64..2, 0u64..1_200),
                 1..60,
@@ -815,9 +692,9 @@ mod tests {
             let mut now = T0_US;
             for (offset, windows_on, per_mille) in calls {
                 let base = (now.div_euclid(window) + windows_on as i64) * window;
-                let next = base + offset.map_or(0, |o| share(window as u64, o) as i64);
+                let next = base + offset.map_or(0, |o| testing::share(window as u64, o) as i64);
                 now = now.max(next);
-                let cost = cost_of(limit, per_mille);
+                let cost = testing::cost_of(limit, per_mille);
                 let (k, e) = (now.div_euclid(window), now.rem_euclid(window));
                 let previous: Vec<_> = admitted.iter().filter(|(at, _)| at.div_euclid(window) == k - 1).collect();
                 let p: u64 = previous.iter().map(|(_, c)| c).sum();
@@ -839,7 +716,7 @@ mod tests {
 
         #[test]
         fn evenly_spread_traffic_is_estimated_almost_exactly(
-            (limit, window) in arb_params(),
+            (limit, window) in testing::arb_window_params(),
             units in 1u64..2_000,
             e_per_mille in 0u64..1_000,
         ) {
@@ -852,7 +729,7 @@ mod tests {
                 let offset = (j * window as i128 / p as i128) as i64;
                 prop_assert!(key.call(&params(limit, window, 1), start + offset).allowed);
             }
-            let e = share(window as u64, e_per_mille) as i64;
+            let e = testing::share(window as u64, e_per_mille) as i64;
             let now = start + window + e;
             let view = View::new(key.state.as_ref(), &params(limit, window, 1), now);
             let estimate_w = view.weighted(view.previous, view.current); // estimate × W
@@ -863,123 +740,31 @@ mod tests {
         }
 
         #[test]
-        fn retry_after_is_the_true_earliest_instant((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut key = Key::default();
+        fn retry_after_is_the_true_earliest_instant((limit, window) in testing::arb_window_params(), calls in testing::arb_window_calls()) {
+            let steps = testing::window_steps(limit, window, &calls);
+            let decisions = testing::check_retry_after_is_honest::<SlidingWindowAlgorithm>(&steps)?;
             let mut model = PerWindow { window, used: BTreeMap::new() };
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let cost = cost_of(limit, per_mille);
-                let p = params(limit, window, cost);
-                let decision = key.call(&p, now);
+            for (step, decision) in steps.iter().zip(decisions) {
+                let (cost, now) = (step.params.cost(), step.now_us);
                 model.call(limit, cost, now);
                 if let Retry::AfterMs(wait_ms) = decision.retry {
-                    let wait_us = wait_ms as i64 * MS;
-                    let state = key.state;
-                    let on_time = SlidingWindowAlgorithm::evaluate(state.as_ref(), &p, now + wait_us);
-                    prop_assert!(on_time.decision.allowed);
-                    let too_early = SlidingWindowAlgorithm::evaluate(state.as_ref(), &p, now + wait_us - MS);
-                    prop_assert!(!too_early.decision.allowed);
                     // The closed form agrees with a search over every microsecond.
                     let earliest = model.earliest(limit, cost, now);
-                    prop_assert_eq!(wait_us, (earliest - now + MS - 1) / MS * MS);
+                    prop_assert_eq!(wait_ms as i64 * MS, (earliest - now + MS - 1) / MS * MS);
                 }
             }
         }
 
         #[test]
-        fn reset_after_and_expiry_are_when_the_estimate_is_zero((limit, window) in arb_params(), calls in arb_calls()) {
-            // A call costing the whole limit is admitted exactly when the estimate is 0.
-            let drain = params(limit, window, limit);
-            let empty_at = |state: &Option<SlidingWindow>, at_us: i64| {
-                SlidingWindowAlgorithm::evaluate(state.as_ref(), &drain, at_us).decision.allowed
-            };
-            let mut key = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let evaluation = SlidingWindowAlgorithm::evaluate(key.state.as_ref(), &p, now);
-                if let Some(commit) = &evaluation.commit {
-                    let after = Some(commit.change);
-                    prop_assert!(empty_at(&after, commit.expires_at_ms * MS), "empty at expiry");
-                    prop_assert!(!empty_at(&after, (commit.expires_at_ms - 1) * MS), "not empty 1 ms before");
-                }
-                key.call(&p, now);
-                let reset_us = evaluation.decision.reset_after_ms as i64 * MS;
-                prop_assert!(empty_at(&key.state, now + reset_us), "empty at reset_after");
-                if reset_us > 0 {
-                    prop_assert!(!empty_at(&key.state, now + reset_us - MS), "not empty before");
-                }
-            }
-        }
-
-        #[test]
-        fn peeking_between_calls_changes_nothing((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut plain = Key::default();
-            let mut peeked = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                let elapsed = share(window as u64, elapsed) as i64;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let _ = SlidingWindowAlgorithm::evaluate(peeked.state.as_ref(), &p, now + elapsed / 2);
-                now += elapsed;
-                prop_assert_eq!(plain.call(&p, now), peeked.call(&p, now));
-            }
-        }
-
-        #[test]
-        fn refunding_an_admitted_call_undoes_it((limit, window) in arb_params(), calls in arb_calls()) {
-            let mut key = Key::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += share(window as u64, elapsed) as i64;
-                let p = params(limit, window, cost_of(limit, per_mille));
-                let before = SlidingWindowAlgorithm::evaluate(key.state.as_ref(), &p, now).decision;
-                if key.call(&p, now).allowed {
-                    let refund = key.refund(&p, now);
-                    prop_assert!(refund.allowed);
-                    prop_assert_eq!(refund.remaining, before.remaining + p.cost());
-                    // The same call then sees exactly what it saw before (and takes it again).
-                    prop_assert_eq!(key.call(&p, now), before);
-                }
-            }
-        }
-
-        #[test]
-        fn a_backwards_clock_never_admits_more(
-            (limit, window) in arb_params(),
-            calls in prop::collection::vec((-2_000i64..2_000, 0u64..1200), 1..60),
+        fn has_the_properties_of_every_windowed_limiter(
+            (limit, window) in testing::arb_window_params(),
+            calls in testing::arb_window_calls(),
+            jumps in testing::arb_window_jumps(),
         ) {
-            // With a clock that jumps back and forth (steps in ‰ of the window), the stored
-            // start never moves back, each stored window admits at most the limit, and a
-            // call at an earlier clock never sees more room than at the latest clock.
-            let mut key = Key::default();
-            let (mut now, mut latest) = (T0_US, i64::MIN);
-            let mut used: BTreeMap<i64, u64> = BTreeMap::new();
-            for (step, per_mille) in calls {
-                now += step * window / 1000;
-                latest = latest.max(now);
-                let p = params(limit, window, cost_of(limit, per_mille));
-                key.expires_at_ms = None; // the state itself, not key expiry, is under test
-                let before = key.state;
-                let at_latest = SlidingWindowAlgorithm::evaluate(before.as_ref(), &p, latest).decision;
-                let decision = key.call(&p, now);
-                prop_assert!(!decision.allowed || at_latest.allowed);
-                if decision.allowed == at_latest.allowed {
-                    prop_assert!(decision.remaining <= at_latest.remaining);
-                }
-                if decision.allowed {
-                    let after = key.state.unwrap();
-                    if let Some(before) = before {
-                        prop_assert!(after.window_start_us() >= before.window_start_us());
-                    }
-                    let total = used.entry(after.window_start_us()).or_insert(0);
-                    *total += p.cost();
-                    prop_assert!(*total <= limit);
-                    prop_assert_eq!(*total, u64::from(after.current()));
-                }
-            }
+            // Unused: the estimate is zero.
+            testing::check_windowed_limiter::<SlidingWindowAlgorithm>((limit, window), &calls, &jumps, |state| {
+                (state.window_start_us(), u64::from(state.current()))
+            })?;
         }
 
         #[test]
@@ -987,24 +772,18 @@ mod tests {
             limit in 1u64..=MAX_WINDOW_LIMIT,
             window in MIN_WINDOW_US..=MAX_WINDOW_US,
             cost in prop_oneof![1u64..=u64::MAX, 1u64..=MAX_WINDOW_LIMIT, Just(u64::MAX)],
-            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(i64::MAX), Just(MAX_NOW_US), any::<i64>()],
+            now in testing::arb_extreme_now_us(),
             start in prop_oneof![Just(0i64), Just(MAX_NOW_US), any::<i64>()],
             previous in prop_oneof![Just(u32::MAX), any::<u32>()],
             current in prop_oneof![Just(u32::MAX), any::<u32>()],
         ) {
             let p = WindowParams::new(limit, window, cost).unwrap();
             let state = SlidingWindow::from_parts(start, previous, current);
-            for evaluation in [
-                SlidingWindowAlgorithm::evaluate(state.as_ref(), &p, now),
-                SlidingWindowAlgorithm::refund(state.as_ref(), &p, now),
-            ] {
-                prop_assert!(evaluation.decision.remaining <= limit);
+            let evaluations = testing::check_extremes::<SlidingWindowAlgorithm>(state.as_ref(), &p, now, limit, |change| {
+                SlidingWindow::from_parts(change.window_start_us(), change.previous(), change.current()).is_some()
+            })?;
+            for evaluation in evaluations {
                 prop_assert_eq!(evaluation.decision.retry == Retry::Never, cost > limit);
-                if let Some(commit) = evaluation.commit {
-                    let change = commit.change;
-                    prop_assert!(SlidingWindow::from_parts(change.window_start_us(), change.previous(), change.current()).is_some());
-                    prop_assert!(commit.expires_at_ms >= 1);
-                }
             }
         }
     }

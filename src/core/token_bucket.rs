@@ -31,9 +31,11 @@
 //! simply emptier (it never admits more than it would have at the later time) and the state
 //! is not rewound: an admitted call always moves `empty_at_ns` forward.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
 use super::number::Decimal;
-use super::time::{MAX_NOW_US, NS_PER_SECOND, NS_PER_US, ceil_ms};
+use super::time::{
+    MAX_NOW_US, NS_PER_SECOND, NS_PER_US, ceil_ms_from_ns, expiry_ms_from_ns, saturating_i64,
+};
 
 /// Longest time an empty bucket may take to refill: 100 Julian years, in nanoseconds.
 ///
@@ -175,10 +177,6 @@ impl TokenBucket {
     }
 }
 
-fn saturating_i64(value: i128) -> i64 {
-    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
-}
-
 /// A bucket seen at one instant, in i64 nanoseconds.
 ///
 /// Bounds: `0 ≤ now ≤ 2^62` (see [`MAX_NOW_US`]), `1 ≤ refill ≤ MAX_REFILL_NS < 2^62`, and the
@@ -227,7 +225,7 @@ impl View {
         if missing <= 0 {
             Retry::Now
         } else {
-            Retry::AfterMs(ceil_ms(missing).max(1))
+            Retry::AfterMs(ceil_ms_from_ns(missing).max(1))
         }
     }
 
@@ -245,7 +243,7 @@ impl View {
                 .checked_div(self.interval)
                 .map_or(0, |tokens| tokens.unsigned_abs()),
             retry,
-            reset_after_ms: ceil_ms(
+            reset_after_ms: ceil_ms_from_ns(
                 empty_at
                     .saturating_add(self.refill)
                     .saturating_sub(self.now),
@@ -257,14 +255,12 @@ impl View {
     /// The state to store for a bucket now empty at `empty_at` (in `[now − refill, now]`),
     /// expiring when it is full again.
     fn commit(&self, params: &TokenBucketParams, empty_at: i64) -> Commit<TokenBucket> {
-        let full_at_ns = empty_at.saturating_add(self.refill);
-        let expires_at_ms = ceil_ms(full_at_ns).max(1);
         Commit {
             change: TokenBucket {
                 empty_at_ns: empty_at,
                 interval_ns: params.interval_ns,
             },
-            expires_at_ms: i64::try_from(expires_at_ms).unwrap_or(i64::MAX),
+            expires_at_ms: expiry_ms_from_ns(empty_at.saturating_add(self.refill)),
         }
     }
 }
@@ -317,24 +313,15 @@ impl Algorithm for TokenBucketAlgorithm {
         }
     }
 
-    fn apply(state: &mut TokenBucket, change: TokenBucket) {
-        *state = change;
-    }
-
-    fn create(change: TokenBucket) -> TokenBucket {
-        change
-    }
+    change_is_the_new_state!(TokenBucket);
 }
 
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::core::testing::{self, Driver, MS, SECOND, Step, T0_US, cost_of};
     use proptest::prelude::*;
-
-    const T0_US: i64 = 1_700_000_000_000_000; // an ordinary Unix time, in µs
-    const MS: i64 = 1_000;
-    const SECOND: i64 = 1_000_000;
 
     fn params(capacity: u64, rate: &str, cost: u64) -> TokenBucketParams {
         TokenBucketParams::new(
@@ -346,28 +333,7 @@ mod tests {
     }
 
     /// A bucket driven through a sequence of calls, as the glue would drive it.
-    #[derive(Default)]
-    struct Bucket {
-        state: Option<TokenBucket>,
-        expires_at_ms: Option<i64>,
-    }
-
-    impl Bucket {
-        fn call(&mut self, params: &TokenBucketParams, now_us: i64) -> Decision {
-            if let Some(expiry) = self.expires_at_ms {
-                if now_us / MS >= expiry {
-                    // Redis deletes the key once its expiry has passed.
-                    *self = Bucket::default();
-                }
-            }
-            let evaluation = TokenBucketAlgorithm::evaluate(self.state.as_ref(), params, now_us);
-            if let Some(commit) = evaluation.commit {
-                self.state = Some(commit.change);
-                self.expires_at_ms = Some(commit.expires_at_ms);
-            }
-            evaluation.decision
-        }
-    }
+    type Bucket = Driver<TokenBucketAlgorithm>;
 
     #[rustfmt::skip]
     #[test]
@@ -568,50 +534,37 @@ mod tests {
         ]
     }
 
-    fn arb_calls() -> impl Strategy<Value = Vec<(i64, u64)>> {
-        // (µs elapsed since the previous call, cost as a share of capacity in ‰)
-        prop::collection::vec(
-            (
-                prop_oneof![Just(0i64), 0i64..5_000, 0i64..10_000_000],
-                0u64..1200,
-            ),
-            1..60,
+    /// Steps from T0 of calls given as (µs since the previous call, cost in ‰ of the capacity).
+    fn steps(
+        (capacity, interval): (u64, u64),
+        calls: &[(i64, u64)],
+    ) -> Vec<Step<TokenBucketParams>> {
+        testing::steps(
+            T0_US,
+            calls.iter().map(|&(elapsed, per_mille)| {
+                let cost = cost_of(capacity, per_mille);
+                let params = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
+                (elapsed, params)
+            }),
         )
-    }
-
-    fn cost_of(capacity: u64, per_mille: u64) -> u64 {
-        ((u128::from(capacity) * u128::from(per_mille) / 1000) as u64).max(1)
     }
 
     proptest! {
         #[test]
-        fn matches_the_textbook_bucket((capacity, interval) in arb_params(), calls in arb_calls()) {
+        fn matches_the_textbook_bucket((capacity, interval) in arb_params(), calls in testing::arb_calls_us()) {
             let mut bucket = Bucket::default();
             let mut model = Textbook { level: i128::from(capacity) * i128::from(interval), last_ns: i128::from(T0_US) * 1000 };
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += elapsed;
-                let cost = cost_of(capacity, per_mille);
-                let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
-                let decision = bucket.call(&p, now);
-                let (allowed, remaining) = model.call(capacity, interval, cost, now);
+            for step in steps((capacity, interval), &calls) {
+                let decision = bucket.call(&step.params, step.now_us);
+                let (allowed, remaining) = model.call(capacity, interval, step.params.cost(), step.now_us);
                 prop_assert_eq!((decision.allowed, decision.remaining), (allowed, remaining));
             }
         }
 
         #[test]
-        fn never_admits_more_than_capacity_plus_refill((capacity, interval) in arb_params(), calls in arb_calls()) {
-            let mut bucket = Bucket::default();
-            let mut admitted: Vec<(i64, u64)> = Vec::new();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += elapsed;
-                let cost = cost_of(capacity, per_mille);
-                let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
-                if bucket.call(&p, now).allowed {
-                    admitted.push((now, cost));
-                }
-            }
+        fn never_admits_more_than_capacity_plus_refill((capacity, interval) in arb_params(), calls in testing::arb_calls_us()) {
+            let steps = steps((capacity, interval), &calls);
+            let admitted = testing::admitted::<TokenBucketAlgorithm>(&steps, TokenBucketParams::cost);
             // Every window [t_i, t_j] of admitted calls respects capacity + elapsed / interval.
             for i in 0..admitted.len() {
                 let mut total: u128 = 0;
@@ -624,98 +577,53 @@ mod tests {
         }
 
         #[test]
-        fn waiting_retry_after_is_enough_and_necessary((capacity, interval) in arb_params(), calls in arb_calls()) {
-            let mut bucket = Bucket::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += elapsed;
-                let cost = cost_of(capacity, per_mille);
-                let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
-                let decision = bucket.call(&p, now);
-                if let Retry::AfterMs(wait_ms) = decision.retry {
-                    let wait_us = wait_ms as i64 * MS;
-                    let state = bucket.state;
-                    let too_early = TokenBucketAlgorithm::evaluate(state.as_ref(), &p, now + wait_us - MS);
-                    prop_assert!(!too_early.decision.allowed);
-                    let on_time = TokenBucketAlgorithm::evaluate(state.as_ref(), &p, now + wait_us);
-                    prop_assert!(on_time.decision.allowed);
-                }
-            }
+        fn waiting_retry_after_is_enough_and_necessary((capacity, interval) in arb_params(), calls in testing::arb_calls_us()) {
+            testing::check_retry_after_is_honest::<TokenBucketAlgorithm>(&steps((capacity, interval), &calls))?;
         }
 
         #[test]
-        fn reset_after_and_expiry_are_when_the_bucket_is_full((capacity, interval) in arb_params(), calls in arb_calls()) {
+        fn reset_after_and_expiry_are_when_the_bucket_is_full((capacity, interval) in arb_params(), calls in testing::arb_calls_us()) {
             // A call costing the whole capacity is admitted exactly when the bucket is full.
             let drain = TokenBucketParams::from_interval(capacity, interval, capacity).unwrap();
-            let full_at = |state: &Option<TokenBucket>, at_us: i64| {
-                TokenBucketAlgorithm::evaluate(state.as_ref(), &drain, at_us).decision.allowed
-            };
-            let mut bucket = Bucket::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                now += elapsed;
-                let cost = cost_of(capacity, per_mille);
-                let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
-                let evaluation = TokenBucketAlgorithm::evaluate(bucket.state.as_ref(), &p, now);
-                if let Some(commit) = &evaluation.commit {
-                    let after = Some(commit.change);
-                    prop_assert!(full_at(&after, commit.expires_at_ms * MS), "full at expiry");
-                    prop_assert!(!full_at(&after, (commit.expires_at_ms - 1) * MS), "not full 1 ms before");
-                }
-                bucket.call(&p, now);
-                let reset_us = evaluation.decision.reset_after_ms as i64 * MS;
-                prop_assert!(full_at(&bucket.state, now + reset_us), "full at reset_after");
-                if reset_us > 0 {
-                    prop_assert!(!full_at(&bucket.state, now + reset_us - MS), "not full before");
-                }
-            }
+            testing::check_reset_and_expiry_are_when_unused::<TokenBucketAlgorithm>(&steps((capacity, interval), &calls), &drain)?;
         }
 
         #[test]
-        fn peeking_between_calls_changes_nothing((capacity, interval) in arb_params(), calls in arb_calls()) {
+        fn peeking_between_calls_changes_nothing((capacity, interval) in arb_params(), calls in testing::arb_calls_us()) {
             // Evaluating (a peek) at any instant leaves later decisions unchanged: no drift.
-            let mut plain = Bucket::default();
-            let mut peeked = Bucket::default();
-            let mut now = T0_US;
-            for (elapsed, per_mille) in calls {
-                let cost = cost_of(capacity, per_mille);
-                let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
-                let _ = TokenBucketAlgorithm::evaluate(peeked.state.as_ref(), &p, now + elapsed / 2);
-                now += elapsed;
-                prop_assert_eq!(plain.call(&p, now), peeked.call(&p, now));
-            }
+            testing::check_peeking_changes_nothing::<TokenBucketAlgorithm>(&steps((capacity, interval), &calls))?;
+        }
+
+        #[test]
+        fn refunding_an_admitted_call_undoes_it((capacity, interval) in arb_params(), calls in testing::arb_calls_us()) {
+            let steps = steps((capacity, interval), &calls);
+            testing::check_refund_undoes_an_admission::<TokenBucketAlgorithm>(&steps, TokenBucketParams::cost)?;
         }
 
         #[test]
         fn a_backwards_clock_never_admits_more(
             (capacity, interval) in arb_params(),
-            calls in prop::collection::vec((-20_000_000i64..20_000_000, 0u64..1200), 1..60),
+            calls in prop::collection::vec((testing::arb_clock_jump_us(), testing::arb_cost_per_mille()), 1..60),
         ) {
-            // With a clock that jumps back and forth, everything admitted still fits in the
-            // capacity plus the refill from the bucket's creation to the latest instant seen (the
-            // empty instant only moves forward, by exactly what is admitted, and never past
-            // the clock), and an admitted call
-            // never moves the stored empty instant backwards.
-            let mut bucket = Bucket::default();
-            let (mut now, mut latest) = (T0_US, i64::MIN);
+            // With a clock that jumps back and forth, an earlier clock never sees more tokens,
+            // everything admitted still fits in the capacity plus the refill from the first
+            // admission to the latest instant seen (the empty instant only moves forward, by
+            // exactly what is admitted, and never past the clock), and an admitted call never
+            // moves the stored empty instant backwards.
+            let steps = steps((capacity, interval), &calls);
+            let transitions = testing::check_earlier_clocks_never_see_more_room::<TokenBucketAlgorithm>(&steps)?;
             let mut first = None;
             let mut admitted = 0u128;
-            for (step, per_mille) in calls {
-                now += step;
-                latest = latest.max(now);
-                let cost = cost_of(capacity, per_mille);
-                let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
-                let before = bucket.state;
-                bucket.expires_at_ms = None; // the state itself, not key expiry, is under test
-                if bucket.call(&p, now).allowed {
-                    first.get_or_insert(now);
-                    admitted += u128::from(cost);
-                    if let (Some(b), Some(a)) = (before, bucket.state) {
+            for transition in &transitions {
+                if transition.decision.allowed {
+                    first.get_or_insert(transition.step.now_us);
+                    admitted += u128::from(transition.step.params.cost());
+                    if let (Some(b), Some(a)) = (transition.before, transition.after) {
                         prop_assert!(a.empty_at_ns() > b.empty_at_ns());
                     }
                 }
                 if let Some(first) = first {
-                    let refill = (latest - first) as u128 * 1000 / u128::from(interval);
+                    let refill = (transition.latest_us - first) as u128 * 1000 / u128::from(interval);
                     prop_assert!(admitted <= u128::from(capacity) + refill);
                 }
             }
@@ -726,19 +634,16 @@ mod tests {
             capacity in 1u64..=u64::MAX,
             interval in 1u64..=MAX_REFILL_NS,
             cost in 1u64..=u64::MAX,
-            now in prop_oneof![Just(i64::MIN), Just(0i64), Just(i64::MAX), any::<i64>()],
+            now in testing::arb_extreme_now_us(),
             empty_at in any::<i64>(),
             old_interval in 1u64..=MAX_REFILL_NS,
         ) {
             let capacity = capacity.min(MAX_REFILL_NS / interval).max(1);
             let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
             let state = TokenBucket::from_parts(empty_at, old_interval);
-            let evaluation = TokenBucketAlgorithm::evaluate(state.as_ref(), &p, now);
-            prop_assert!(evaluation.decision.remaining <= capacity);
-            if let Some(commit) = evaluation.commit {
-                prop_assert!(TokenBucket::from_parts(commit.change.empty_at_ns, commit.change.interval_ns).is_some());
-                prop_assert!(commit.expires_at_ms >= 1);
-            }
+            testing::check_extremes::<TokenBucketAlgorithm>(state.as_ref(), &p, now, capacity, |change| {
+                TokenBucket::from_parts(change.empty_at_ns, change.interval_ns).is_some()
+            })?;
         }
     }
 }
