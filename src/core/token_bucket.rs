@@ -156,11 +156,15 @@ impl TokenBucket {
     /// When the rate changed since the last admitted call, the tokens held at `now_ns` under
     /// the old rate (clamped to the new capacity) are kept, rounded down to the new interval,
     /// and refill continues at the new rate.
+    ///
+    /// An empty instant ahead of the clock (the clock stepped back) means no tokens at all
+    /// under any rate; that gap is clock skew, not tokens, so it is kept as it is rather than
+    /// rescaled (which could push the instant far beyond any valid state).
     fn empty_at_for(&self, params: &TokenBucketParams, now_ns: i64) -> i64 {
-        if self.interval_ns == params.interval_ns {
+        if self.interval_ns == params.interval_ns || self.empty_at_ns >= now_ns {
             return self.empty_at_ns;
         }
-        // Rare (the rate changed), so computed in i128: |elapsed| < 2^64 and capacity ×
+        // Rare (the rate changed), so computed in i128: 0 < elapsed < 2^64 and capacity ×
         // old_interval < 2^124, so no product below can overflow.
         let now = i128::from(now_ns);
         let old_interval = i128::from(self.interval_ns);
@@ -173,6 +177,7 @@ impl TokenBucket {
                 .saturating_mul(i128::from(params.interval_ns))
                 .div_euclid(old_interval)
         };
+        // rescaled lies in [0, refill], so the result lies in [now − refill, now].
         saturating_i64(now.saturating_sub(rescaled))
     }
 }
@@ -459,6 +464,18 @@ mod tests {
     }
 
     #[test]
+    fn a_refund_after_the_clock_stepped_back_and_the_rate_changed_stays_valid() {
+        // Found by the `decode` fuzz target: the skew gap used to be rescaled by the ratio of
+        // the intervals, storing an instant beyond what the decoder accepts.
+        let empty = TokenBucketAlgorithm::evaluate(None, &params(1_000_000_000, "1e9", 1_000_000_000), T0_US);
+        let state = empty.commit.unwrap().change;
+        let refund = TokenBucketAlgorithm::refund(Some(&state), &params(1, "0.001", 1), T0_US - SECOND);
+        let change = refund.commit.unwrap().change;
+        assert!(TokenBucket::from_parts(change.empty_at_ns, change.interval_ns).is_some());
+        assert!(change.empty_at_ns <= state.empty_at_ns, "the refund gives back, never takes");
+    }
+
+    #[test]
     fn sub_microsecond_rates_round_the_interval_up() {
         let p = params(1_000_000, "300000", 1); // 3333.33 ns per token → 3334
         assert_eq!(p.interval_ns(), 3334);
@@ -627,6 +644,27 @@ mod tests {
                     prop_assert!(admitted <= u128::from(capacity) + refill);
                 }
             }
+        }
+
+        #[test]
+        fn commits_stay_decodable_under_clock_skew_and_rate_changes(
+            empty_at_us in 0i64..=MAX_NOW_US,
+            skew_us in prop_oneof![-10_000_000_000i64..0, 0i64..10_000_000_000, Just(0)],
+            old_interval in prop_oneof![1u64..=10, 1u64..=MAX_REFILL_NS],
+            interval in prop_oneof![1u64..=10, 1u64..=MAX_REFILL_NS],
+            capacity in 1u64..=1_000_000,
+            cost in 1u64..=1_000_000,
+        ) {
+            // A valid stored state, then calls and refunds at a clock on either side of its
+            // empty instant, with another rate: every commit must be a state the decoder
+            // accepts (replicas, RDB and RESTORE go through it).
+            let state = TokenBucket::from_parts(empty_at_us.saturating_mul(1000), old_interval).unwrap();
+            let capacity = capacity.min(MAX_REFILL_NS / interval).max(1);
+            let p = TokenBucketParams::from_interval(capacity, interval, cost).unwrap();
+            let now = empty_at_us.saturating_add(skew_us);
+            testing::check_extremes::<TokenBucketAlgorithm>(Some(&state), &p, now, capacity, |change| {
+                TokenBucket::from_parts(change.empty_at_ns, change.interval_ns).is_some()
+            })?;
         }
 
         #[test]
