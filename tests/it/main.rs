@@ -10,9 +10,11 @@
 )]
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
+mod adversarial;
 mod algorithms;
 mod errors;
 mod helpers;
+mod memory;
 mod peek_refund;
 mod persistence;
 mod protocol;
