@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := test-hooks
 
-.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server clean
+.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -63,6 +63,38 @@ bench-server: prereqs ## Module vs Lua vs INCR on a private redis-server: target
 	$(CARGO) build --release
 	python3 bench/server_bench.py --module $(BENCH_MODULE) --out target/bench \
 	  --venv target/bench-venv --rounds $(BENCH_ROUNDS) --requests $(BENCH_REQUESTS) $(BENCH_ARGS)
+
+# cargo-fuzz on the stable toolchain: without a sanitizer (-Zsanitizer needs nightly), the
+# coverage instrumentation, debug assertions and overflow checks it adds are all stable
+# flags. The fuzzed layers (src/args.rs, src/limiter.rs, src/core) have no unsafe code, so a
+# sanitizer would add little there.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := args decode
+FUZZ_FLAGS := --sanitizer none --target-dir $(CURDIR)/fuzz/target
+
+fuzz: ## Fuzz the argument parsers and the state decoder, FUZZ_SECONDS (default 60) each
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	$(CARGO) fuzz build $(FUZZ_FLAGS)
+	@failed=""; \
+	for target in $(FUZZ_TARGETS); do \
+	  for input in fuzz/regressions/$$target/*; do \
+	    [ -f "$$input" ] || continue; \
+	    echo "== $$target: replaying $$input"; \
+	    $(CARGO) fuzz run $(FUZZ_FLAGS) $$target "$$input" >/dev/null 2>fuzz/last-run.log \
+	      || { echo "   FAILS (still open): $$input"; failed="$$failed $$input"; }; \
+	  done; \
+	  echo "== $$target: fuzzing for $(FUZZ_SECONDS) s"; \
+	  dict=""; [ -f fuzz/$$target.dict ] && dict="-dict=fuzz/$$target.dict"; \
+	  mkdir -p fuzz/corpus/$$target; \
+	  if $(CARGO) fuzz run $(FUZZ_FLAGS) $$target fuzz/corpus/$$target fuzz/seeds/$$target -- \
+	      -max_total_time=$(FUZZ_SECONDS) -timeout=30 $$dict 2>fuzz/last-run.log; then \
+	    grep -E '^Done [0-9]+ runs' fuzz/last-run.log | sed "s/^/   $$target: /"; \
+	  else \
+	    grep -A3 -E 'panicked at|Failing input' fuzz/last-run.log | head -20; \
+	    failed="$$failed $$target"; \
+	  fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed (details above; artifacts in fuzz/artifacts/)"; exit 1; fi
 
 clean: ## Remove build outputs
 	$(CARGO) clean

@@ -11,6 +11,7 @@
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
 mod acl;
+mod adversarial;
 mod algorithms;
 mod cluster;
 mod cluster_support;
@@ -20,6 +21,7 @@ mod failover;
 mod helpers;
 mod keyspace;
 mod limiter_model;
+mod memory;
 mod peek_refund;
 mod persistence;
 mod protocol;

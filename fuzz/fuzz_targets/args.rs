@@ -1,0 +1,186 @@
+//! Every argument parser of `src/args.rs` fed with arbitrary bytes.
+//!
+//! The input is split on 0xFF into command arguments (0xFF is one non-ASCII byte like any
+//! other to the parsers, so nothing is lost by reserving it). Each piece goes through the
+//! single-value parsers, and the whole list through every command's parser. Beyond "no
+//! panic" (overflow checks are on in fuzz builds), each result is checked against what the
+//! README promises: accepted values are in range and agree with an independent parse, and
+//! every error is a one-line `ERR` text that names the argument.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use redis_ratelimit::args;
+use redis_ratelimit::core::sliding_log::MAX_STORED_ENTRIES;
+use redis_ratelimit::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
+use redis_ratelimit::core::token_bucket::MAX_REFILL_NS;
+use redis_ratelimit::error::{ArgError, CommandError};
+
+const SEPARATOR: u8 = 0xFF;
+
+/// `ratelimit.max-log-entries` values: its minimum, default and maximum, and beyond.
+const MAX_LOG_ENTRIES: [u64; 4] = [1, 10_000, 10_000_000, u64::MAX];
+
+fuzz_target!(|data: &[u8]| {
+    let parts: Vec<&[u8]> = data.split(|&byte| byte == SEPARATOR).collect();
+    for part in &parts {
+        single_values(part);
+    }
+    commands(&parts);
+    // The same list behind one more or one fewer argument: every arity with the same bytes.
+    if let Some((_, rest)) = parts.split_first() {
+        commands(rest);
+    }
+});
+
+/// The text as a float, by Rust's own parser (None if not UTF-8 or refused).
+fn as_f64(text: &[u8]) -> Option<f64> {
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
+fn check_arg_error(error: &ArgError, name: &str) {
+    check_message(&error.to_string());
+    assert_eq!(error.name, name);
+}
+
+/// An error reply is one line, starts with an error code, and stays short whatever was sent.
+fn check_message(message: &str) {
+    assert!(message.starts_with("ERR "), "{message:?}");
+    assert!(!message.contains(['\r', '\n']), "{message:?}");
+    assert!(message.len() < 200, "{} bytes: {message:?}", message.len());
+}
+
+fn check_command_error(error: &CommandError) {
+    check_message(&error.to_string());
+}
+
+fn single_values(text: &[u8]) {
+    match args::positive_integer("x", text) {
+        Ok(value) => {
+            assert!(value >= 1);
+            assert!(text.iter().all(u8::is_ascii_digit), "{text:?}");
+            let trimmed = text
+                .iter()
+                .position(|&b| b != b'0')
+                .map_or(&[][..], |at| &text[at..]);
+            assert_eq!(value.to_string().as_bytes(), trimmed);
+        }
+        Err(error) => check_arg_error(&error, "x"),
+    }
+    match args::positive_decimal("x", text) {
+        Ok(_) => {
+            let float = as_f64(text).unwrap_or_else(|| panic!("accepted {text:?}, f64 refuses it"));
+            assert!(float >= 0.0, "{text:?} = {float}"); // 0 only for underflow (1e-400)
+        }
+        Err(error) => check_arg_error(&error, "x"),
+    }
+    match args::duration_us("window", text) {
+        Ok(us) => {
+            assert!((MIN_WINDOW_US..=MAX_WINDOW_US).contains(&us), "{us}");
+            // Exact decimal, rounded up to the µs: within one µs of the float's value.
+            let float = as_f64(text).expect("a decimal");
+            let exact = float * 1e6;
+            let us = us as f64;
+            assert!(
+                us >= exact * (1.0 - 1e-12) && us <= exact * (1.0 + 1e-12) + 1.0,
+                "{text:?}: {us} µs"
+            );
+        }
+        Err(error) => check_arg_error(&error, "window"),
+    }
+    match args::algorithm(text) {
+        Ok(kind) => {
+            let name = kind.command_name().expect("only named kinds");
+            assert!(text.eq_ignore_ascii_case(name));
+        }
+        Err(error) => check_command_error(&error),
+    }
+}
+
+/// The cost argument, as the parsers read it: 1 when absent.
+fn cost_of(rest: &[&[u8]]) -> u64 {
+    match rest {
+        [] => 1,
+        [cost] => args::positive_integer("cost", cost).expect("an accepted cost"),
+        _ => panic!("more than one trailing argument was accepted"),
+    }
+}
+
+fn commands(list: &[&[u8]]) {
+    match args::token_bucket(list) {
+        Ok(params) => {
+            let [capacity, rate, rest @ ..] = list else {
+                panic!("accepted {} arguments", list.len())
+            };
+            assert_eq!(
+                Ok(params.capacity()),
+                args::positive_integer("capacity", capacity)
+            );
+            assert_eq!(params.cost(), cost_of(rest));
+            let interval = params.interval_ns();
+            assert!(interval >= 1);
+            assert!(
+                params
+                    .capacity()
+                    .checked_mul(interval)
+                    .is_some_and(|ns| ns <= MAX_REFILL_NS)
+            );
+            // The interval is 1e9 / rate rounded up: never a faster rate than requested.
+            let rate = as_f64(rate).expect("a decimal");
+            let exact = 1e9 / rate;
+            let interval = interval as f64;
+            assert!(
+                interval >= exact * (1.0 - 1e-12) && interval <= exact * (1.0 + 1e-12) + 1.0,
+                "rate {rate}: interval {interval} ns"
+            );
+        }
+        Err(error) => {
+            check_command_error(&error);
+            if list.len() < 2 {
+                assert_eq!(error, CommandError::WrongArity);
+            }
+        }
+    }
+    match args::window(list) {
+        Ok(params) => {
+            let [limit, window, rest @ ..] = list else {
+                panic!("accepted {} arguments", list.len())
+            };
+            assert_eq!(Ok(params.limit()), args::positive_integer("limit", limit));
+            assert!(params.limit() <= u64::from(u32::MAX));
+            assert_eq!(Ok(params.window_us()), args::duration_us("window", window));
+            assert_eq!(params.cost(), cost_of(rest));
+        }
+        Err(error) => check_command_error(&error),
+    }
+    for max_entries in MAX_LOG_ENTRIES {
+        match args::sliding_log(list, max_entries) {
+            Ok(params) => {
+                let [limit, window, rest @ ..] = list else {
+                    panic!("accepted {} arguments", list.len())
+                };
+                assert_eq!(Ok(params.limit()), args::positive_integer("limit", limit));
+                assert!(params.limit() <= max_entries.clamp(1, MAX_STORED_ENTRIES));
+                assert_eq!(Ok(params.window_us()), args::duration_us("window", window));
+                assert_eq!(params.cost(), cost_of(rest));
+            }
+            Err(error) => check_command_error(&error),
+        }
+    }
+    match args::throttle(list) {
+        Ok(params) => {
+            let [burst, _count, _period, rest @ ..] = list else {
+                panic!("accepted {} arguments", list.len())
+            };
+            assert!(rest.len() <= 1);
+            let burst: i64 = std::str::from_utf8(burst).unwrap().parse().unwrap();
+            assert_eq!(params.max_burst(), burst);
+            assert!(params.max_burst() >= 0);
+            assert!(params.interval_ns() >= 1);
+            let quantity = rest
+                .first()
+                .map_or(1, |q| std::str::from_utf8(q).unwrap().parse().unwrap());
+            assert_eq!(params.quantity(), quantity);
+        }
+        Err(error) => check_command_error(&error),
+    }
+}
