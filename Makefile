@@ -9,15 +9,15 @@ TEST_FEATURES := test-hooks
 .PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server fuzz clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 prereqs: ## Check (and on Debian as root, install) redis-server, libclang, rustfmt, clippy
 	@scripts/prereqs.sh
 
-build: prereqs ## Build the release module ($(RELEASE_MODULE))
+build: prereqs ## Build the release module (target/release/libredis_ratelimit.so)
 	$(CARGO) build --release
 
-run: build ## Build, then run redis-server with the module on 127.0.0.1:$(PORT)
+run: build ## Build, then run redis-server with the module on 127.0.0.1:6379 (PORT=n to change)
 	@if redis-cli -p $(PORT) ping >/dev/null 2>&1; then \
 	  echo "Port $(PORT) is taken by a running server; try: make run PORT=6390"; exit 1; fi
 	@echo "Starting redis-server with the ratelimit module on 127.0.0.1:$(PORT) (Ctrl-C stops it)."

@@ -454,11 +454,17 @@ pub enum DecodeError {
 impl std::fmt::Display for DecodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DecodeError::UnsupportedVersion(version) => write!(
+            DecodeError::UnsupportedVersion(version) if *version > ENCODING_VERSION => write!(
                 f,
-                "encoding version {version} is not supported (this module reads up to \
-                 {ENCODING_VERSION}); upgrade the module"
+                "encoding version {version} was written by a newer module (this one reads up \
+                 to {ENCODING_VERSION}); upgrade the module"
             ),
+            DecodeError::UnsupportedVersion(version) => {
+                write!(
+                    f,
+                    "encoding version {version} is unknown (not written by this module)"
+                )
+            }
             DecodeError::UnknownKind(kind) => write!(f, "unknown limiter kind {kind}"),
             DecodeError::BadLength => f.write_str("wrong payload length"),
             DecodeError::InvalidState => f.write_str("field values out of range"),

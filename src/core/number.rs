@@ -88,17 +88,28 @@ impl Decimal {
     pub fn parse_positive(text: &[u8]) -> Result<Self, NumberError> {
         let mut rest = unsigned_part(text)?;
         let mut digits: u128 = 0;
+        // Zeros read but not yet multiplied in: only needed once a non-zero digit follows,
+        // so trailing zeros ("1.000…", "1000…") never overflow the digits.
+        let mut pending_zeros: u32 = 0;
         let mut fraction_digits: i32 = 0;
         let mut written_exponent = 0;
         let mut seen_digit = false;
         let mut in_fraction = false;
         while let Some((&byte, tail)) = rest.split_first() {
             match byte {
-                b'0'..=b'9' => {
+                b'0' => {
+                    pending_zeros = pending_zeros.saturating_add(1);
+                    fraction_digits = fraction_digits.saturating_add(i32::from(in_fraction));
+                    seen_digit = true;
+                }
+                b'1'..=b'9' => {
+                    let scale =
+                        pow10(pending_zeros.saturating_add(1)).ok_or(NumberError::TooLarge)?;
                     digits = digits
-                        .checked_mul(10)
+                        .checked_mul(scale)
                         .and_then(|d| d.checked_add(u128::from(byte.wrapping_sub(b'0'))))
                         .ok_or(NumberError::TooLarge)?;
+                    pending_zeros = 0;
                     fraction_digits = fraction_digits.saturating_add(i32::from(in_fraction));
                     seen_digit = true;
                 }
@@ -117,10 +128,11 @@ impl Decimal {
         if digits == 0 {
             return Err(NumberError::Zero);
         }
-        Ok(Self {
-            digits,
-            exponent: written_exponent.saturating_sub(fraction_digits),
-        })
+        // The pending zeros were counted as digits of the value: add them to the exponent.
+        let exponent = written_exponent
+            .saturating_add(i32::try_from(pending_zeros).unwrap_or(i32::MAX))
+            .saturating_sub(fraction_digits);
+        Ok(Self { digits, exponent })
     }
 
     /// `ceil(numerator / self)` when it fits in a `u64`; `None` when it does not.
@@ -345,8 +357,8 @@ mod tests {
         assert_eq!(
             d("250000"),
             Ok(Decimal {
-                digits: 250000,
-                exponent: 0
+                digits: 25,
+                exponent: 4
             })
         );
         assert_eq!(
@@ -390,6 +402,42 @@ mod tests {
             assert_eq!(d(word), Err(NumberError::NotFinite), "{word:?}");
         }
         assert_eq!(d("1e1234567"), Err(NumberError::TooLarge));
+        let many_zeros = format!("1.{}", "0".repeat(60));
+        assert_eq!(
+            d(&many_zeros),
+            Ok(Decimal {
+                digits: 1,
+                exponent: 0
+            })
+        );
+        assert_eq!(
+            d(&format!("1{}", "0".repeat(60))),
+            Ok(Decimal {
+                digits: 1,
+                exponent: 60
+            })
+        );
+        assert_eq!(
+            d("100"),
+            Ok(Decimal {
+                digits: 1,
+                exponent: 2
+            })
+        );
+        assert_eq!(
+            d("0.0100"),
+            Ok(Decimal {
+                digits: 1,
+                exponent: -2
+            })
+        );
+        assert_eq!(
+            d("1.05"),
+            Ok(Decimal {
+                digits: 105,
+                exponent: -2
+            })
+        );
         assert_eq!(d(&"9".repeat(40)), Err(NumberError::TooLarge));
         assert!(
             d("1e400").is_ok(),

@@ -467,12 +467,20 @@ mod tests {
     fn a_refund_after_the_clock_stepped_back_and_the_rate_changed_stays_valid() {
         // Found by the `decode` fuzz target: the skew gap used to be rescaled by the ratio of
         // the intervals, storing an instant beyond what the decoder accepts.
-        let empty = TokenBucketAlgorithm::evaluate(None, &params(1_000_000_000, "1e9", 1_000_000_000), T0_US);
+        let empty = TokenBucketAlgorithm::evaluate(
+            None,
+            &params(1_000_000_000, "1e9", 1_000_000_000),
+            T0_US,
+        );
         let state = empty.commit.unwrap().change;
-        let refund = TokenBucketAlgorithm::refund(Some(&state), &params(1, "0.001", 1), T0_US - SECOND);
+        let refund =
+            TokenBucketAlgorithm::refund(Some(&state), &params(1, "0.001", 1), T0_US - SECOND);
         let change = refund.commit.unwrap().change;
         assert!(TokenBucket::from_parts(change.empty_at_ns, change.interval_ns).is_some());
-        assert!(change.empty_at_ns <= state.empty_at_ns, "the refund gives back, never takes");
+        assert!(
+            change.empty_at_ns <= state.empty_at_ns,
+            "the refund gives back, never takes"
+        );
     }
 
     #[test]

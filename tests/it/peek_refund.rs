@@ -48,9 +48,14 @@ fn peek_reports_the_real_reply_and_changes_nothing() {
         let peeked = call(&mut con, "RL.PEEK", &key, Some(algorithm), args);
         let real = call(&mut con, command, &key, None, args);
         assert_eq!(
-            peeked[..3],
-            real[..3],
+            peeked[..2],
+            real[..2],
             "{algorithm}: peek = the real call's reply"
+        );
+        // The real call comes a moment later: its wait may be a millisecond shorter.
+        assert!(
+            (0..=2).contains(&(peeked[2] - real[2])),
+            "{algorithm}: {peeked:?} vs {real:?}"
         );
         assert_eq!(peeked[0], 0);
         assert_eq!(
