@@ -3,6 +3,8 @@
 //! Pure functions over byte slices, so every error message is unit-tested without a server.
 //! Arity is checked by the glue before these run.
 
+use std::cell::RefCell;
+
 use crate::core::fixed_window::{WindowParamError, WindowParams};
 use crate::core::gcra::{GcraParamError, GcraParams};
 use crate::core::number::{Decimal, NumberError, parse_integer, parse_positive_integer};
@@ -193,6 +195,102 @@ pub fn throttle(args: &[&[u8]]) -> Result<GcraParams, CommandError> {
     })
 }
 
+/// Room for the arguments a memo remembers, each with a length byte.
+const MEMO_BYTES: usize = 64;
+
+/// Remembers the last arguments one algorithm parsed successfully, and their parameters.
+///
+/// Services call a limiter with the same limits over and over, and parsing them (a decimal
+/// rate especially) costs about as much as deciding the call. One entry: the arguments
+/// (each prefixed with its length, so `"1" "23"` and `"12" "3"` differ), a `context` value
+/// the parse also depends on (a server setting), and the parameters they gave. Arguments
+/// too long to remember are parsed every time.
+pub struct Memo<P> {
+    last: RefCell<Option<(MemoKey, P)>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct MemoKey {
+    bytes: [u8; MEMO_BYTES],
+    len: usize,
+    context: u64,
+}
+
+impl MemoKey {
+    fn new(args: &[&[u8]], context: u64) -> Option<Self> {
+        let mut key = MemoKey {
+            bytes: [0; MEMO_BYTES],
+            len: 0,
+            context,
+        };
+        for arg in args {
+            let len = u8::try_from(arg.len()).ok()?;
+            let end = key.len.checked_add(1)?.checked_add(arg.len())?;
+            let (length_byte, rest) = key.bytes.get_mut(key.len..end)?.split_first_mut()?;
+            *length_byte = len;
+            rest.copy_from_slice(arg);
+            key.len = end;
+        }
+        Some(key)
+    }
+
+    /// Whether `args` and `context` are what this key remembers (compared in place).
+    fn matches(&self, args: &[&[u8]], context: u64) -> bool {
+        if self.context != context {
+            return false;
+        }
+        let mut rest = self.bytes.get(..self.len).unwrap_or_default();
+        for arg in args {
+            let Some((&len, tail)) = rest.split_first() else {
+                return false;
+            };
+            match tail.split_at_checked(usize::from(len)) {
+                Some((bytes, tail)) if bytes == *arg => rest = tail,
+                _ => return false,
+            }
+        }
+        rest.is_empty()
+    }
+}
+
+impl<P: Copy> Memo<P> {
+    /// An empty memo.
+    pub const fn new() -> Self {
+        Memo {
+            last: RefCell::new(None),
+        }
+    }
+
+    /// The parameters of `args`: remembered if they are the last ones parsed with the same
+    /// `context`, otherwise parsed with `parse` (and remembered if valid).
+    pub fn parse(
+        &self,
+        args: &[&[u8]],
+        context: u64,
+        parse: impl FnOnce(&[&[u8]]) -> Result<P, CommandError>,
+    ) -> Result<P, CommandError> {
+        if let Ok(last) = self.last.try_borrow() {
+            if let Some((key, params)) = last.as_ref() {
+                if key.matches(args, context) {
+                    return Ok(*params);
+                }
+            }
+        }
+        let params = parse(args)?;
+        if let (Some(key), Ok(mut last)) = (MemoKey::new(args, context), self.last.try_borrow_mut())
+        {
+            *last = Some((key, params));
+        }
+        Ok(params)
+    }
+}
+
+impl<P: Copy> Default for Memo<P> {
+    fn default() -> Self {
+        Memo::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,6 +387,41 @@ mod tests {
             "ERR count and period must have the same sign"
         );
         assert_eq!(throttle(&[b"1", b"1"]), Err(CommandError::WrongArity));
+    }
+
+    #[test]
+    fn the_memo_returns_what_parsing_would() {
+        let memo = Memo::new();
+        let parsed = |args: &[&[u8]]| memo.parse(args, 0, token_bucket);
+        let first = parsed(&[b"10", b"0.5"]).unwrap();
+        assert_eq!(parsed(&[b"10", b"0.5"]), Ok(first));
+        assert_eq!(
+            parsed(&[b"1", b"00.5"]).unwrap().capacity(),
+            1,
+            "length-prefixed, not joined"
+        );
+        assert_eq!(parsed(&[b"10", b"0.5", b"2"]).unwrap().cost(), 2);
+        assert_eq!(
+            parsed(&[b"0", b"1"]),
+            token_bucket(&[b"0", b"1"]),
+            "errors are not remembered"
+        );
+        assert_eq!(parsed(&[b"10", b"0.5"]), Ok(first));
+        let log = Memo::new();
+        assert!(
+            log.parse(&[b"100", b"60"], 1000, |a| sliding_log(a, 1000))
+                .is_ok()
+        );
+        assert!(
+            log.parse(&[b"100", b"60"], 10, |a| sliding_log(a, 10))
+                .is_err(),
+            "context counts"
+        );
+        let long = vec![b'1'; 300];
+        assert!(
+            memo.parse(&[&long, b"1"], 0, token_bucket).is_err(),
+            "too long to remember: parsed"
+        );
     }
 
     #[test]

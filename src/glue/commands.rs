@@ -13,12 +13,13 @@ use redis_module::raw;
 use super::api::{Call, Key, KeyContent, KeyMode, api, log};
 use super::limit::{self, LimiterCommand, Operation};
 use super::{config, datatype, stats};
-use crate::args;
+use crate::args::{self, Memo};
 use crate::core::Algorithm;
-use crate::core::fixed_window::FixedWindowAlgorithm;
-use crate::core::sliding_log::SlidingLogAlgorithm;
+use crate::core::fixed_window::{FixedWindowAlgorithm, WindowParams};
+use crate::core::gcra::GcraParams;
+use crate::core::sliding_log::{SlidingLogAlgorithm, SlidingLogParams};
 use crate::core::sliding_window::SlidingWindowAlgorithm;
-use crate::core::token_bucket::TokenBucketAlgorithm;
+use crate::core::token_bucket::{TokenBucketAlgorithm, TokenBucketParams};
 use crate::error::CommandError;
 use crate::limiter::{self, EffectBody, Kind, KindState};
 use crate::value;
@@ -185,6 +186,14 @@ fn args_after<'a>(call: &Call<'a>, skip: usize) -> Result<super::api::ArgList<'a
     call.args_from(skip).ok_or(CommandError::WrongArity)
 }
 
+// The last arguments each algorithm parsed (commands run on the main thread only).
+thread_local! {
+    static TOKEN_BUCKET_ARGS: Memo<TokenBucketParams> = const { Memo::new() };
+    static WINDOW_ARGS: Memo<WindowParams> = const { Memo::new() };
+    static SLIDING_LOG_ARGS: Memo<SlidingLogParams> = const { Memo::new() };
+    static THROTTLE_ARGS: Memo<GcraParams> = const { Memo::new() };
+}
+
 /// The limiter commands: their keyspace event names and counters.
 const TOKEN_BUCKET: LimiterCommand = LimiterCommand {
     event: c"rl.tokenbucket",
@@ -237,7 +246,8 @@ fn sliding_log(call: &Call<'_>) -> Result<(), CommandError> {
 
 /// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command and reply.
 fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
-    let params = args::throttle(&args_after(call, 2)?)?;
+    let arguments = args_after(call, 2)?;
+    let params = THROTTLE_ARGS.with(|memo| memo.parse(&arguments, 0, args::throttle))?;
     limit::throttle(call, &THROTTLE, key_name(call)?, &params)
 }
 
@@ -283,20 +293,25 @@ fn run(
     let key = key_name(call)?;
     match kind {
         Kind::TokenBucket => {
-            let params = args::token_bucket(arguments)?;
+            let params =
+                TOKEN_BUCKET_ARGS.with(|memo| memo.parse(arguments, 0, args::token_bucket))?;
             limit::run::<TokenBucketAlgorithm>(call, command, operation, key, &params)
         }
         Kind::SlidingWindow => {
-            let params = args::window(arguments)?;
+            let params = WINDOW_ARGS.with(|memo| memo.parse(arguments, 0, args::window))?;
             limit::run::<SlidingWindowAlgorithm>(call, command, operation, key, &params)
         }
         Kind::FixedWindow => {
-            let params = args::window(arguments)?;
+            let params = WINDOW_ARGS.with(|memo| memo.parse(arguments, 0, args::window))?;
             limit::run::<FixedWindowAlgorithm>(call, command, operation, key, &params)
         }
         Kind::SlidingLog => {
             let max_entries = u64::try_from(config::MAX_LOG_ENTRIES.get()).unwrap_or(1);
-            let params = args::sliding_log(arguments, max_entries)?;
+            let params = SLIDING_LOG_ARGS.with(|memo| {
+                memo.parse(arguments, max_entries, |args| {
+                    args::sliding_log(args, max_entries)
+                })
+            })?;
             limit::run::<SlidingLogAlgorithm>(call, command, operation, key, &params)
         }
         // Only CL.THROTTLE works on these keys; args::algorithm never names them.
