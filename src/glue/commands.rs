@@ -11,8 +11,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use redis_module::raw;
 
 use super::api::{Call, Key, KeyContent, KeyMode, api, log};
-use super::limit::{self, LimiterCommand, Operation};
-use super::{config, datatype, stats};
+use super::limit::{self, Operation};
+use super::stats::{self, LimiterCommand};
+use super::{config, datatype};
 use crate::args::{self, Memo};
 use crate::core::Algorithm;
 use crate::core::fixed_window::{FixedWindowAlgorithm, WindowParams};
@@ -194,67 +195,43 @@ thread_local! {
     static THROTTLE_ARGS: Memo<GcraParams> = const { Memo::new() };
 }
 
-/// The limiter commands: their keyspace event names and counters.
-const TOKEN_BUCKET: LimiterCommand = LimiterCommand {
-    event: c"rl.tokenbucket",
-    stats: &stats::TOKEN_BUCKET,
-};
-const SLIDING: LimiterCommand = LimiterCommand {
-    event: c"rl.sliding",
-    stats: &stats::SLIDING,
-};
-const FIXED: LimiterCommand = LimiterCommand {
-    event: c"rl.fixed",
-    stats: &stats::FIXED,
-};
-const SLIDING_LOG: LimiterCommand = LimiterCommand {
-    event: c"rl.slidinglog",
-    stats: &stats::SLIDING_LOG,
-};
-const THROTTLE: LimiterCommand = LimiterCommand {
-    event: c"cl.throttle",
-    stats: &stats::THROTTLE,
-};
-const PEEK: LimiterCommand = LimiterCommand {
-    event: c"rl.peek",
-    stats: &stats::PEEK,
-};
-const REFUND: LimiterCommand = LimiterCommand {
-    event: c"rl.refund",
-    stats: &stats::REFUND,
-};
-
 /// `RL.TOKENBUCKET key capacity rate [cost]`
 fn token_bucket(call: &Call<'_>) -> Result<(), CommandError> {
-    acquire(call, Kind::TokenBucket, &TOKEN_BUCKET)
+    acquire(call, Kind::TokenBucket, &stats::TOKEN_BUCKET)
 }
 
 /// `RL.SLIDING key limit window [cost]`
 fn sliding(call: &Call<'_>) -> Result<(), CommandError> {
-    acquire(call, Kind::SlidingWindow, &SLIDING)
+    acquire(call, Kind::SlidingWindow, &stats::SLIDING)
 }
 
 /// `RL.FIXED key limit window [cost]`
 fn fixed(call: &Call<'_>) -> Result<(), CommandError> {
-    acquire(call, Kind::FixedWindow, &FIXED)
+    acquire(call, Kind::FixedWindow, &stats::FIXED)
 }
 
 /// `RL.SLIDINGLOG key limit window [cost]`
 fn sliding_log(call: &Call<'_>) -> Result<(), CommandError> {
-    acquire(call, Kind::SlidingLog, &SLIDING_LOG)
+    acquire(call, Kind::SlidingLog, &stats::SLIDING_LOG)
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command and reply.
 fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
     let arguments = args_after(call, 2)?;
     let params = THROTTLE_ARGS.with(|memo| memo.parse(&arguments, 0, args::throttle))?;
-    limit::throttle(call, &THROTTLE, key_name(call)?, &params)
+    limit::throttle(call, &stats::THROTTLE, key_name(call)?, &params)
 }
 
 /// `RL.PEEK key ALGORITHM args...`: the reply the real call would get now; changes nothing.
 fn peek(call: &Call<'_>) -> Result<(), CommandError> {
     let kind = args::algorithm(call.arg_bytes(2))?;
-    run(call, &PEEK, Operation::Peek, kind, &args_after(call, 3)?)
+    run(
+        call,
+        &stats::PEEK,
+        Operation::Peek,
+        kind,
+        &args_after(call, 3)?,
+    )
 }
 
 /// `RL.REFUND key ALGORITHM args...`: gives back `cost` units, never beyond the limit.
@@ -262,7 +239,7 @@ fn refund(call: &Call<'_>) -> Result<(), CommandError> {
     let kind = args::algorithm(call.arg_bytes(2))?;
     run(
         call,
-        &REFUND,
+        &stats::REFUND,
         Operation::Refund,
         kind,
         &args_after(call, 3)?,

@@ -12,7 +12,7 @@ use redis_module::raw;
 use super::api::{Call, Key, KeyContent, KeyMode};
 use super::commands::SET_STATE;
 use super::reply::{self, Reply};
-use super::stats::CommandStats;
+use super::stats::LimiterCommand;
 use super::{clock, datatype};
 use crate::core::gcra::{CellOutcome, GcraAlgorithm, GcraParams};
 use crate::core::{Algorithm, Commit, Decision, Evaluation};
@@ -29,14 +29,6 @@ pub enum Operation {
     Peek,
     /// Give back a call's cost.
     Refund,
-}
-
-/// How a limiter command presents itself.
-pub struct LimiterCommand {
-    /// Keyspace event name of its writes (also its name in logs).
-    pub event: &'static CStr,
-    /// Its `INFO` counters.
-    pub stats: &'static CommandStats,
 }
 
 /// Runs `operation` of algorithm `A` on `key_name`, then counts and replies.
@@ -75,7 +67,7 @@ pub fn throttle(
 }
 
 fn respond(call: &Call<'_>, command: &LimiterCommand, outcome: &impl Reply) {
-    command.stats.record(outcome.allowed());
+    command.record(outcome.allowed());
     reply::send(call, outcome);
 }
 
@@ -153,32 +145,28 @@ fn write<A: Effect, R>(
     let key = open(call, key_name, KeyMode::Write)?;
     let limiter_type = datatype::limiter_type();
     let now_us = clock::now_us();
-    match key.content(limiter_type) {
-        KeyContent::Other => Err(CommandError::WrongType),
+    // Store the commit, if any, and keep what replicas must apply.
+    let (reply, effect) = match key.content(limiter_type) {
+        KeyContent::Other => return Err(CommandError::WrongType),
         KeyContent::Empty => {
             let (Evaluation { commit, .. }, reply) = evaluator(None, params, now_us);
-            if let Some(Commit {
-                change,
-                expires_at_ms,
-            }) = commit
-            {
-                let state = A::create(change.clone());
-                let effect = limiter::encode_effect::<A>(expires_at_ms, &state, &change);
-                if let Err(raw_value) = key.set_value(limiter_type, value::boxed(state)) {
-                    // SAFETY: Redis refused the value, so it is still ours to free.
-                    unsafe { value::free(raw_value) };
-                    return Err(CommandError::Message("ERR the limiter could not be stored"));
-                }
-                record_write(
-                    call,
-                    &key,
-                    event,
-                    key_name,
-                    effect.as_bytes(),
+            let effect = match commit {
+                Some(Commit {
+                    change,
                     expires_at_ms,
-                );
-            }
-            Ok(reply)
+                }) => {
+                    let state = A::create(change.clone());
+                    let effect = limiter::encode_effect::<A>(expires_at_ms, &state, &change);
+                    if let Err(raw_value) = key.set_value(limiter_type, value::boxed(state)) {
+                        // SAFETY: Redis refused the value, so it is still ours to free.
+                        unsafe { value::free(raw_value) };
+                        return Err(CommandError::Message("ERR the limiter could not be stored"));
+                    }
+                    Some((effect, expires_at_ms))
+                }
+                None => None,
+            };
+            (reply, effect)
         }
         KeyContent::Limiter(raw_value) => {
             // SAFETY: the value belongs to this module's type and nothing else borrows it
@@ -186,26 +174,33 @@ fn write<A: Effect, R>(
             let state = unsafe { value::state_mut::<A::State>(raw_value) }
                 .map_err(|held| kind_mismatch(held, A::State::KIND))?;
             let (Evaluation { commit, .. }, reply) = evaluator(Some(state), params, now_us);
-            if let Some(Commit {
-                change,
-                expires_at_ms,
-            }) = commit
-            {
-                let replicated = change.clone();
-                A::apply(state, change);
-                let effect = limiter::encode_effect::<A>(expires_at_ms, state, &replicated);
-                record_write(
-                    call,
-                    &key,
-                    event,
-                    key_name,
-                    effect.as_bytes(),
-                    expires_at_ms,
-                );
-            }
-            Ok(reply)
+            let effect = commit.map(
+                |Commit {
+                     change,
+                     expires_at_ms,
+                 }| {
+                    let replicated = change.clone();
+                    A::apply(state, change);
+                    (
+                        limiter::encode_effect::<A>(expires_at_ms, state, &replicated),
+                        expires_at_ms,
+                    )
+                },
+            );
+            (reply, effect)
         }
+    };
+    if let Some((effect, expires_at_ms)) = effect {
+        record_write(
+            call,
+            &key,
+            event,
+            key_name,
+            effect.as_bytes(),
+            expires_at_ms,
+        );
     }
+    Ok(reply)
 }
 
 fn kind_mismatch(held: Option<Kind>, wanted: Kind) -> CommandError {

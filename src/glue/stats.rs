@@ -1,4 +1,5 @@
-//! Per-command counters of admitted and denied calls, shown by `INFO ratelimit`.
+//! The limiter commands' identities: the keyspace event their writes emit, and their
+//! counters of admitted and denied calls, shown by `INFO ratelimit`.
 
 use std::ffi::{CStr, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,17 +8,20 @@ use redis_module::raw;
 
 use super::api::{api, c_string};
 
-/// Admitted and denied calls of one command.
-pub struct CommandStats {
+/// One limiter command: its event name and its admitted and denied calls.
+pub struct LimiterCommand {
+    /// Keyspace event name of its writes (`rl.tokenbucket`).
+    pub event: &'static CStr,
     /// Field prefix in `INFO` (`tokenbucket` → `ratelimit_tokenbucket_admitted`).
     name: &'static str,
     admitted: AtomicU64,
     denied: AtomicU64,
 }
 
-impl CommandStats {
-    const fn new(name: &'static str) -> Self {
-        CommandStats {
+impl LimiterCommand {
+    const fn new(event: &'static CStr, name: &'static str) -> Self {
+        LimiterCommand {
+            event,
             name,
             admitted: AtomicU64::new(0),
             denied: AtomicU64::new(0),
@@ -40,22 +44,22 @@ impl CommandStats {
     }
 }
 
-/// Counters of `RL.TOKENBUCKET`.
-pub static TOKEN_BUCKET: CommandStats = CommandStats::new("tokenbucket");
-/// Counters of `RL.SLIDING`.
-pub static SLIDING: CommandStats = CommandStats::new("sliding");
-/// Counters of `RL.FIXED`.
-pub static FIXED: CommandStats = CommandStats::new("fixed");
-/// Counters of `RL.SLIDINGLOG`.
-pub static SLIDING_LOG: CommandStats = CommandStats::new("slidinglog");
-/// Counters of `CL.THROTTLE`.
-pub static THROTTLE: CommandStats = CommandStats::new("throttle");
-/// Counters of `RL.PEEK`: calls that would have been admitted or denied.
-pub static PEEK: CommandStats = CommandStats::new("peek");
-/// Counters of `RL.REFUND`: "admitted" when something was given back.
-pub static REFUND: CommandStats = CommandStats::new("refund");
+/// `RL.TOKENBUCKET`.
+pub static TOKEN_BUCKET: LimiterCommand = LimiterCommand::new(c"rl.tokenbucket", "tokenbucket");
+/// `RL.SLIDING`.
+pub static SLIDING: LimiterCommand = LimiterCommand::new(c"rl.sliding", "sliding");
+/// `RL.FIXED`.
+pub static FIXED: LimiterCommand = LimiterCommand::new(c"rl.fixed", "fixed");
+/// `RL.SLIDINGLOG`.
+pub static SLIDING_LOG: LimiterCommand = LimiterCommand::new(c"rl.slidinglog", "slidinglog");
+/// `CL.THROTTLE`.
+pub static THROTTLE: LimiterCommand = LimiterCommand::new(c"cl.throttle", "throttle");
+/// `RL.PEEK`: calls that would have been admitted or denied.
+pub static PEEK: LimiterCommand = LimiterCommand::new(c"rl.peek", "peek");
+/// `RL.REFUND`: "admitted" when something was given back.
+pub static REFUND: LimiterCommand = LimiterCommand::new(c"rl.refund", "refund");
 
-static ALL: [&CommandStats; 7] = [
+static ALL: [&LimiterCommand; 7] = [
     &TOKEN_BUCKET,
     &SLIDING,
     &FIXED,

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::{dump, error_text, expect_error, keys, mixed_traffic, wait_replicas};
-use crate::server::{Server, info_int};
+use crate::server::{Server, info_int, primary_and_replica};
 
 /// xorshift64*: small, deterministic, good enough to pick bytes.
 struct Rng(u64);
@@ -390,14 +390,7 @@ const THROTTLE: Numeric = Numeric {
 /// write, no key created, nothing propagated, and a healthy replica.
 #[test]
 fn bad_numbers_are_refused_by_every_command_without_side_effects() {
-    let primary = Server::start(&[
-        "--repl-ping-replica-period",
-        "3600",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
-    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
-    replica.replicate_from(&primary);
+    let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
 
     // (command line prefix before the numbers, numeric spec, existing key)
@@ -493,14 +486,7 @@ fn bad_numbers_are_refused_by_every_command_without_side_effects() {
 /// the decoder accepts, so the replica refused the effect and the RDB no longer loaded.
 #[test]
 fn a_refund_after_the_clock_steps_back_and_the_rate_changes_stays_loadable() {
-    let primary = Server::start(&[
-        "--repl-ping-replica-period",
-        "3600",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
-    let mut replica = Server::start(&["--propagation-error-behavior", "panic"]);
-    replica.replicate_from(&primary);
+    let (primary, mut replica) = primary_and_replica();
     let mut con = primary.conn();
     // Take every token of a bucket refilled at 1e9/s: empty now, full (and expired) in 1 s.
     let reply: Vec<i64> = redis::cmd("RL.TOKENBUCKET")

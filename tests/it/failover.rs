@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::cluster_support::role;
 use crate::helpers::{dump, pexpiretime, snapshot, wait_replicas};
 use crate::limiter_model::{Algorithm, Limiter, StoredState, decode_dump, limiters, scaled};
-use crate::server::{Server, info_field, wait_until};
+use crate::server::{Server, wait_until};
 
 /// Every node may serve a full sync (after a promotion): without the delay a diskless one
 /// waits 5 s for more replicas.
@@ -44,19 +44,7 @@ fn rejoin(old: &mut Server, primary: &Server) {
     let mut args = vec!["--replicaof", "127.0.0.1", &port];
     args.extend(REPLICA_ARGS);
     old.restart(&args);
-    let mut con = old.conn();
-    assert!(
-        wait_until(Duration::from_secs(20), || info_field(
-            &mut con,
-            "replication",
-            "master_link_status"
-        )
-        .as_deref()
-            == Some("up")),
-        "{} did not sync from {}",
-        old.port,
-        primary.port
-    );
+    old.wait_for_primary_link();
 }
 
 fn assert_healthy(server: &mut Server) {

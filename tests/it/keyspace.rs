@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::helpers::{dump, error_text, pexpiretime, snapshot, token_bucket, wait_replicas};
-use crate::server::{Server, wait_until};
+use crate::server::{Server, primary_and_replica, wait_until};
 
 #[test]
 fn limiters_are_typed_keys_that_move_intact() {
@@ -87,9 +87,7 @@ fn a_logically_expired_key_is_a_missing_limiter() {
 
 #[test]
 fn other_databases_replicate_too() {
-    let primary = Server::start(&[]);
-    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
-    replica.replicate_from(&primary);
+    let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
     let _: () = redis::cmd("SELECT").arg(3).query(&mut con).unwrap();
     token_bucket(&mut con, "k", 10, "1", 2);

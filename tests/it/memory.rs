@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::helpers::{error_text, wait_replicas};
-use crate::server::{Server, info_field, info_int, wait_until};
+use crate::server::{Server, info_field, info_int, primary_and_replica, wait_until};
 
 fn used_memory(con: &mut redis::Connection) -> i64 {
     info_int(con, "memory", "used_memory")
@@ -176,14 +176,7 @@ fn deny_oom_refuses_limiter_writes_but_not_peeks() {
 /// with the same keys; memory stays within the limit, and evicted limiters start afresh.
 #[test]
 fn eviction_removes_limiters_on_primary_and_replica() {
-    let primary = Server::start(&[
-        "--repl-ping-replica-period",
-        "3600",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
-    let mut replica = Server::start(&["--propagation-error-behavior", "panic"]);
-    replica.replicate_from(&primary);
+    let (primary, mut replica) = primary_and_replica();
     let mut con = primary.conn();
     // Room for a few thousand limiters beyond what the server already uses (the
     // replication backlog included).

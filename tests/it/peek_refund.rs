@@ -1,7 +1,7 @@
 //! `RL.PEEK` and `RL.REFUND`, for every algorithm they can name.
 
 use crate::helpers::{dump, error_text, expect_error, wait_replicas};
-use crate::server::{Server, info_int};
+use crate::server::{Server, info_int, primary_and_replica};
 
 /// (ALGORITHM, its arguments with a limit of 3 units and a slow refill or long window, the
 /// RL command that takes the same arguments).
@@ -25,9 +25,7 @@ fn call(
 
 #[test]
 fn peek_reports_the_real_reply_and_changes_nothing() {
-    let primary = Server::start(&["--repl-ping-replica-period", "3600"]);
-    let replica = Server::start(&[]);
-    replica.replicate_from(&primary);
+    let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
     for (algorithm, args, command) in ALGORITHMS {
         let key = format!("peek:{algorithm}");
@@ -80,9 +78,7 @@ fn peek_reports_the_real_reply_and_changes_nothing() {
 
 #[test]
 fn refund_gives_back_never_beyond_the_limit_and_replicates() {
-    let primary = Server::start(&[]);
-    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
-    replica.replicate_from(&primary);
+    let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
     for (algorithm, args, command) in ALGORITHMS {
         let key = format!("refund:{algorithm}");

@@ -3,14 +3,7 @@
 use std::time::Duration;
 
 use crate::helpers::{error_text, keys, mixed_traffic, snapshot, token_bucket, wait_replicas};
-use crate::server::{Server, info_field, info_int};
-
-fn pair() -> (Server, Server) {
-    let primary = Server::start(&["--repl-ping-replica-period", "3600"]);
-    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
-    replica.replicate_from(&primary);
-    (primary, replica)
-}
+use crate::server::{Server, info_field, info_int, primary_and_replica};
 
 fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
     info_field(con, "commandstats", &format!("cmdstat_{command}"))
@@ -24,7 +17,7 @@ fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
 
 #[test]
 fn a_lagging_replica_ends_byte_identical() {
-    let (primary, replica) = pair();
+    let (primary, replica) = primary_and_replica();
     let keys = keys("lag", 10);
     // The replica stops processing for 2 s while the primary keeps computing: a replica that
     // recomputed the command with its own (later) clock would refill more.
@@ -62,7 +55,7 @@ fn a_lagging_replica_ends_byte_identical() {
 
 #[test]
 fn denied_calls_propagate_nothing() {
-    let (primary, _replica) = pair();
+    let (primary, _replica) = primary_and_replica();
     let mut con = primary.conn();
     token_bucket(&mut con, "k", 2, "0.001", 2);
     assert_eq!(wait_replicas(&mut con), 1);
@@ -91,7 +84,7 @@ fn denied_calls_propagate_nothing() {
 
 #[test]
 fn the_replica_refuses_writes() {
-    let (_primary, replica) = pair();
+    let (_primary, replica) = primary_and_replica();
     let mut con = replica.conn();
     let error = redis::cmd("RL.TOKENBUCKET")
         .arg("k")
@@ -108,7 +101,7 @@ fn the_replica_refuses_writes() {
 
 #[test]
 fn multi_exec_and_scripts_replicate_their_effects() {
-    let (primary, replica) = pair();
+    let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
     let replies: Vec<Vec<i64>> = redis::pipe()
         .atomic()

@@ -204,18 +204,36 @@ impl Server {
             .arg(primary.port)
             .query(&mut con)
             .expect("REPLICAOF");
+        self.wait_for_primary_link();
+    }
+
+    /// Waits until this replica's link to its primary is up (bounded).
+    pub fn wait_for_primary_link(&self) {
+        let mut con = self.conn();
+        let up =
+            || info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up");
         assert!(
-            wait_until(Duration::from_secs(20), || info_field(
-                &mut con,
-                "replication",
-                "master_link_status"
-            )
-            .as_deref()
-                == Some("up")),
+            wait_until(Duration::from_secs(20), up),
             "replica link did not come up; replica log:\n{}",
             self.log()
         );
     }
+}
+
+/// A primary and a replica of it, linked. The replica runs with
+/// `propagation-error-behavior panic`, so any replicated command it refuses kills it
+/// loudly; the primary sends no periodic pings (its replication offset only moves when
+/// something is propagated) and starts full syncs at once.
+pub fn primary_and_replica() -> (Server, Server) {
+    let primary = Server::start(&[
+        "--repl-ping-replica-period",
+        "3600",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
+    replica.replicate_from(&primary);
+    (primary, replica)
 }
 
 impl Drop for Server {

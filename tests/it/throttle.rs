@@ -1,7 +1,7 @@
 //! `CL.THROTTLE`: a drop-in for redis-cell, with the server clock and effects replication.
 
 use crate::helpers::{dump, expect_error, wait_replicas};
-use crate::server::{Server, info_field};
+use crate::server::{Server, info_field, primary_and_replica};
 
 fn throttle(con: &mut redis::Connection, key: &str, args: &[&str]) -> Vec<i64> {
     redis::cmd("CL.THROTTLE")
@@ -50,9 +50,7 @@ fn replies_like_redis_cell() {
 
 #[test]
 fn replicates_effects_and_refuses_bad_input() {
-    let primary = Server::start(&[]);
-    let replica = Server::start(&["--propagation-error-behavior", "panic"]);
-    replica.replicate_from(&primary);
+    let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
     throttle(&mut con, "k", &["5", "10", "1", "3"]);
     assert_eq!(wait_replicas(&mut con), 1);
