@@ -339,32 +339,34 @@ fn huge_cost(position: usize, value: &[u8]) -> bool {
     position == 2 && value == b"9223372036854775808"
 }
 
+// The good values give limiters that live far longer than the test (slow refill, day-long
+// windows), so "no state changed" cannot be confused with a key expiring on its own.
 const RL_COMMANDS: [Numeric; 4] = [
     Numeric {
         algorithm: Some("TOKENBUCKET"),
         command: "RL.TOKENBUCKET",
-        good: &["10", "1", "1"],
+        good: &["10", "0.001", "1"],
         names: &["capacity", "rate", "cost"],
         valid: huge_cost,
     },
     Numeric {
         algorithm: Some("SLIDING"),
         command: "RL.SLIDING",
-        good: &["10", "60", "1"],
+        good: &["10", "86400", "1"],
         names: &["limit", "window", "cost"],
         valid: huge_cost,
     },
     Numeric {
         algorithm: Some("FIXED"),
         command: "RL.FIXED",
-        good: &["10", "60", "1"],
+        good: &["10", "86400", "1"],
         names: &["limit", "window", "cost"],
         valid: huge_cost,
     },
     Numeric {
         algorithm: Some("SLIDINGLOG"),
         command: "RL.SLIDINGLOG",
-        good: &["10", "60", "1"],
+        good: &["10", "86400", "1"],
         names: &["limit", "window", "cost"],
         valid: huge_cost,
     },
@@ -375,7 +377,7 @@ const RL_COMMANDS: [Numeric; 4] = [
 const THROTTLE: Numeric = Numeric {
     algorithm: None,
     command: "CL.THROTTLE",
-    good: &["5", "10", "60", "1"],
+    good: &["5", "10", "86400", "1"],
     names: &["max_burst", "count", "period", "quantity"],
     valid: |position, value| match position {
         0 => value == b"0" || value == b"-0",
