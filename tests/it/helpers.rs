@@ -75,10 +75,10 @@ pub fn snapshot(con: &mut Connection, keys: &[String]) -> Vec<(Option<Vec<u8>>, 
 }
 
 /// The limiter commands with arguments `limit rate_or_window`, for traffic over every kind.
-/// Windows are a day long so no key expires while a test runs (a fixed window ends at
-/// midnight UTC at worst).
+/// Refill is slow and windows are a day long so no key expires while a test runs (a fixed
+/// window ends at midnight UTC at worst).
 pub const LIMITER_COMMANDS: [(&str, &str); 4] = [
-    ("RL.TOKENBUCKET", "0.5"),
+    ("RL.TOKENBUCKET", "0.01"),
     ("RL.SLIDING", "86400"),
     ("RL.FIXED", "86400"),
     ("RL.SLIDINGLOG", "86400"),
