@@ -99,8 +99,8 @@ fn state_span(payload: &[u8]) -> Option<(usize, usize)> {
     Some((at + header, len))
 }
 
-/// One limiter of every kind, with some history: the four RL algorithms through the shared
-/// traffic, and CL.THROTTLE keys. Returns the keys.
+/// One limiter of every kind, with some history: every algorithm through the shared
+/// traffic, and more CL.THROTTLE keys. Returns the keys.
 fn one_of_every_kind(con: &mut redis::Connection) -> Vec<String> {
     let mut all = keys("fuzz", 8);
     mixed_traffic(con, &all);

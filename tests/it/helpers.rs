@@ -85,19 +85,25 @@ pub const LIMITER_COMMANDS: [(&str, &str); 4] = [
 ];
 
 /// Calls on several keys with varied parameters, some admitted and some denied; key `i`
-/// gets the algorithm `i mod 4`, so every kind is covered.
+/// gets the algorithm `i mod 5` (the four `RL.*` ones and `CL.THROTTLE`, with a burst of
+/// `limit - 1` and one unit per 600 s), so every kind is covered.
 pub fn mixed_traffic(con: &mut Connection, keys: &[String]) {
     for (index, key) in keys.iter().enumerate() {
-        let (command, rate_or_window) = LIMITER_COMMANDS[index % LIMITER_COMMANDS.len()];
         let limit = 3 + index as u64;
         for cost in [1, 2, 1, 5, 1] {
-            let _: Vec<i64> = redis::cmd(command)
-                .arg(key)
-                .arg(limit)
-                .arg(rate_or_window)
-                .arg(cost)
-                .query(con)
-                .expect(command);
+            let mut command = match LIMITER_COMMANDS.get(index % 5) {
+                Some((name, rate_or_window)) => {
+                    let mut command = redis::cmd(name);
+                    command.arg(key).arg(limit).arg(*rate_or_window);
+                    command
+                }
+                None => {
+                    let mut command = redis::cmd("CL.THROTTLE");
+                    command.arg(key).arg(limit - 1).arg(1).arg(600);
+                    command
+                }
+            };
+            let _: Vec<i64> = command.arg(cost).query(con).expect("a limiter command");
         }
     }
 }
