@@ -79,7 +79,10 @@ fn aof_replay_is_exact(preamble: &str) {
     }
     let logged = logged.to_ascii_lowercase();
     for command in ["rl.tokenbucket", "rl.sliding", "rl.fixed", "cl.throttle"] {
-        assert!(!logged.contains(command), "the AOF must hold effects, not {command}");
+        assert!(
+            !logged.contains(command),
+            "the AOF must hold effects, not {command}"
+        );
     }
     assert!(logged.contains("rl.setstate"));
 }
