@@ -52,7 +52,7 @@ fn replies_like_redis_cell() {
 fn replicates_effects_and_refuses_bad_input() {
     let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
-    throttle(&mut con, "k", &["5", "10", "1", "3"]);
+    throttle(&mut con, "k", &["5", "10", "3600", "3"]);
     assert_eq!(wait_replicas(&mut con), 1);
     let mut replica_con = replica.conn();
     assert_eq!(dump(&mut replica_con, "k"), dump(&mut con, "k"));
