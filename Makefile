@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := test-hooks
 
-.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server bench-instructions fuzz clean
+.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -95,6 +95,9 @@ fuzz: ## Fuzz the argument parsers and the state decoder, FUZZ_SECONDS (default 
 	  fi; \
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed (details above; artifacts in fuzz/artifacts/)"; exit 1; fi
+
+bench-memory: build ## Memory per limiter over 100k limiters, with short keys
+	python3 bench/memory.py $(RELEASE_MODULE)
 
 bench-instructions: build ## Instructions per call under callgrind (deterministic; needs valgrind)
 	bench/instructions.sh $(RELEASE_MODULE)
