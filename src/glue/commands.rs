@@ -316,9 +316,7 @@ fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
     let key_name = key_name(call)?;
     let effect = limiter::decode_effect(call.arg_bytes(2))
         .map_err(|error| CommandError::Dynamic(format!("ERR invalid limiter state: {error}")))?;
-    let key = call
-        .open_key(key_name, KeyMode::Write)
-        .ok_or(CommandError::Message("ERR the key could not be opened"))?;
+    let key = limit::open(call, key_name, KeyMode::Write)?;
     match effect.body {
         EffectBody::State(limiter) => store(&key, limiter)?,
         EffectBody::SlidingLogChange(change) => apply_change::<SlidingLogAlgorithm>(&key, change)?,
@@ -346,7 +344,7 @@ fn store(key: &Key, limiter: limiter::Limiter) -> Result<(), CommandError> {
         KeyContent::Empty => Some(limiter),
     };
     match leftover {
-        Some(limiter) => set_new(key, value::into_raw(limiter)),
+        Some(limiter) => limit::store_new(key, value::into_raw(limiter)),
         None => Ok(()),
     }
 }
@@ -358,33 +356,15 @@ fn apply_change<A: Algorithm<State: KindState>>(
 ) -> Result<(), CommandError> {
     match key.content(datatype::limiter_type()) {
         KeyContent::Other => Err(CommandError::WrongType),
-        KeyContent::Empty => set_new(key, value::boxed(A::create(change))),
+        KeyContent::Empty => limit::store_new(key, value::boxed(A::create(change))),
         KeyContent::Limiter(raw_value) => {
             // SAFETY: the value belongs to this module's type and is not borrowed elsewhere.
-            let state =
-                unsafe { value::state_mut::<A::State>(raw_value) }.map_err(|held| match held {
-                    Some(held) => CommandError::KindMismatch {
-                        held,
-                        wanted: A::State::KIND,
-                    },
-                    None => {
-                        CommandError::Message("ERR the key holds a limiter this module cannot read")
-                    }
-                })?;
+            let state = unsafe { value::state_mut::<A::State>(raw_value) }
+                .map_err(|held| limit::kind_mismatch(held, A::State::KIND))?;
             A::apply(state, change);
             Ok(())
         }
     }
-}
-
-/// Puts a new value into an empty (or replaced) key, freeing it if Redis refuses it.
-fn set_new(key: &Key, raw_value: *mut std::ffi::c_void) -> Result<(), CommandError> {
-    key.set_value(datatype::limiter_type(), raw_value)
-        .map_err(|refused| {
-            // SAFETY: Redis refused the value, so it is still ours to free.
-            unsafe { value::free(refused) };
-            CommandError::Message("ERR the limiter could not be stored")
-        })
 }
 
 /// Registers every command with its flags, arity and key spec. Must run during `OnLoad`.

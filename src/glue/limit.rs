@@ -5,7 +5,7 @@
 //! the write. Then reply. A denied call, a peek, or a refund with nothing to give back
 //! writes and propagates nothing.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_void};
 
 use redis_module::raw;
 
@@ -98,7 +98,8 @@ fn give_back<A: Algorithm>(
     (evaluation, decision)
 }
 
-fn open(
+/// Opens a key for a command; failing to is an error.
+pub fn open(
     call: &Call<'_>,
     key_name: *mut raw::RedisModuleString,
     mode: KeyMode,
@@ -157,11 +158,7 @@ fn write<A: Effect, R>(
                 }) => {
                     let state = A::create(change.clone());
                     let effect = limiter::encode_effect::<A>(expires_at_ms, &state, &change);
-                    if let Err(raw_value) = key.set_value(limiter_type, value::boxed(state)) {
-                        // SAFETY: Redis refused the value, so it is still ours to free.
-                        unsafe { value::free(raw_value) };
-                        return Err(CommandError::Message("ERR the limiter could not be stored"));
-                    }
+                    store_new(&key, value::boxed(state))?;
                     Some((effect, expires_at_ms))
                 }
                 None => None,
@@ -203,7 +200,18 @@ fn write<A: Effect, R>(
     Ok(reply)
 }
 
-fn kind_mismatch(held: Option<Kind>, wanted: Kind) -> CommandError {
+/// Puts a new value into an empty (or replaced) key, freeing it if Redis refuses it.
+pub fn store_new(key: &Key, raw_value: *mut c_void) -> Result<(), CommandError> {
+    key.set_value(datatype::limiter_type(), raw_value)
+        .map_err(|refused| {
+            // SAFETY: Redis refused the value, so it is still ours to free.
+            unsafe { value::free(refused) };
+            CommandError::Message("ERR the limiter could not be stored")
+        })
+}
+
+/// The error for a key holding another kind of limiter (`held`) than a command works on.
+pub fn kind_mismatch(held: Option<Kind>, wanted: Kind) -> CommandError {
     match held {
         Some(held) => CommandError::KindMismatch { held, wanted },
         None => CommandError::Message("ERR the key holds a limiter this module cannot read"),
