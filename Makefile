@@ -4,7 +4,7 @@ CARGO ?= cargo
 PORT ?= 6379
 RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
-TEST_FEATURES := test-hooks
+TEST_FEATURES := redis-ratelimit/test-hooks
 
 .PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
 
@@ -30,12 +30,12 @@ test: prereqs lint unit integration ## Everything CI runs: format, lints, unit a
 
 lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets --features $(TEST_FEATURES),system-alloc -- -D warnings
-	@! grep -rn 'redis_module' src/core src/args.rs src/error.rs src/limiter.rs src/value.rs \
+	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES),redis-ratelimit/system-alloc -- -D warnings
+	@! grep -rn 'redis_module' core/src src/args.rs src/error.rs src/limiter.rs src/value.rs \
 	  || { echo "the pure layers must not use redis_module"; exit 1; }
 
-unit: ## Unit and property tests of the pure core
-	$(CARGO) test --lib --features $(TEST_FEATURES)
+unit: ## Unit and property tests of the pure core and the module's pure layers
+	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
 
 integration: ## Integration tests against real redis-server processes
 	$(CARGO) build --features $(TEST_FEATURES)

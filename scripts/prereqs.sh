@@ -2,14 +2,44 @@
 # Checks (and on Debian, as root, installs) what building and testing the module needs:
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
 # and the rustfmt/clippy components. Idempotent: installs only what is missing.
+#
+# Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
+# searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components.
 set -euo pipefail
+
+# bindgen loads libclang through clang-sys, which looks for exactly these file names:
+# libclang.so, libclang-N.so, libclang.so.N and libclang-N.so.N (N a version, possibly
+# dotted). libclang-cpp.so.N, shipped with LLVM's runtime, is another library: it must not
+# count. Searched: $LIBCLANG_PATH, the linker cache, and the directories clang-sys tries.
+is_libclang() {
+  [[ $1 =~ ^libclang(-[0-9][0-9.]*)?\.so(\.[0-9][0-9.]*)?$ ]]
+}
+
+libclang_dirs() {
+  if [[ -n ${PREREQS_LIB_DIRS:-} ]]; then
+    tr ':' '\n' <<<"$PREREQS_LIB_DIRS"
+    return
+  fi
+  [[ -n ${LIBCLANG_PATH:-} ]] && echo "$LIBCLANG_PATH"
+  ldconfig -p 2>/dev/null | awk -F' => ' '/libclang/ {print $2}' | xargs -r -n1 dirname
+  printf '%s\n' /usr/lib /usr/lib64 /usr/local/lib /usr/lib/x86_64-linux-gnu \
+    /usr/lib/aarch64-linux-gnu /usr/lib/llvm-*/lib
+}
+
+has_libclang() {
+  local dir file
+  while IFS= read -r dir; do
+    [[ -d $dir ]] || continue
+    for file in "$dir"/libclang*.so*; do
+      [[ -e $file ]] && is_libclang "$(basename "$file")" && return 0
+    done
+  done < <(libclang_dirs | sort -u)
+  return 1
+}
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-if ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so' \
-   && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
-  missing+=(libclang-dev)
-fi
+has_libclang || missing+=(libclang-dev)
 
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
@@ -30,6 +60,7 @@ if [[ -z $version || $version -lt 70 ]]; then
   exit 1
 fi
 
+[[ ${PREREQS_SKIP_RUST:-0} == 1 ]] && exit 0
 for component in rustfmt clippy; do
   if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
     rustup component add "$component" >/dev/null 2>&1 || {

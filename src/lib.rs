@@ -6,7 +6,8 @@
 //! ## Layers
 //!
 //! - [`core`]: the algorithms, pure functions of (stored state, parameters, now). No Redis,
-//!   no clock, integer arithmetic only; property-tested with a simulated clock.
+//!   no clock, integer arithmetic only; property-tested with a simulated clock. A crate of
+//!   its own (`redis-ratelimit-core`), shared with the client library's local fallback.
 //! - [`args`] and [`error`]: argument parsing and the exact error texts, also pure.
 //! - [`limiter`]: the kinds a key can hold and their one binary encoding, shared by RDB,
 //!   `DUMP`/`RESTORE`, AOF rewrite and replication.
@@ -21,7 +22,8 @@
 //! whatever their own clocks say. Denied calls change nothing and propagate nothing.
 
 pub mod args;
-pub mod core;
+/// The pure algorithms (the `redis-ratelimit-core` crate).
+pub use redis_ratelimit_core as core;
 pub mod error;
 mod glue;
 pub mod limiter;

@@ -325,7 +325,7 @@ impl Algorithm for TokenBucketAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
-    use crate::core::testing::{self, Driver, MS, SECOND, Step, T0_US, cost_of};
+    use crate::testing::{self, Driver, MS, SECOND, Step, T0_US, cost_of};
     use proptest::prelude::*;
 
     fn params(capacity: u64, rate: &str, cost: u64) -> TokenBucketParams {

@@ -3,6 +3,12 @@
 //! Nothing here knows about Redis or reads a clock. The glue reads the server clock once per
 //! command and passes it in, which makes every algorithm deterministic, unit-testable with a
 //! simulated clock, and safe to run on a primary whose results are replicated as effects.
+//!
+//! The crate is shared by the Redis module (which runs it on the server's clock) and the
+//! client library (whose local fallback limits use the same exact arithmetic). It has no
+//! dependencies and no `unsafe` code.
+
+#![forbid(unsafe_code)]
 
 pub mod decision;
 pub mod fixed_window;

@@ -306,7 +306,7 @@ impl Algorithm for FixedWindowAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
-    use crate::core::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
+    use crate::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 

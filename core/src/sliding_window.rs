@@ -338,8 +338,8 @@ impl Algorithm for SlidingWindowAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
-    use crate::core::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
-    use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
+    use crate::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
+    use crate::time::{MAX_WINDOW_US, MIN_WINDOW_US};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 

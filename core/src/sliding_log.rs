@@ -547,8 +547,8 @@ impl Algorithm for SlidingLogAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
-    use crate::core::testing::{self, Driver, MS, SECOND, Step, T0_US, cost_of};
-    use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
+    use crate::testing::{self, Driver, MS, SECOND, Step, T0_US, cost_of};
+    use crate::time::{MAX_WINDOW_US, MIN_WINDOW_US};
     use proptest::prelude::*;
 
     const DEFAULT_MAX_ENTRIES: u64 = 10_000;

@@ -497,7 +497,7 @@ impl Algorithm for GcraAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
-    use crate::core::testing::{self, Driver, MS, SECOND, Step, T0_US};
+    use crate::testing::{self, Driver, MS, SECOND, Step, T0_US};
     use proptest::prelude::*;
 
     const NS_PER_S: i64 = 1_000_000_000;
