@@ -10,15 +10,15 @@
 )]
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
+use redis_ratelimit_testkit::{cluster as cluster_support, helpers, server};
+
 mod acl;
 mod adversarial;
 mod algorithms;
 mod cluster;
-mod cluster_support;
 mod concurrency;
 mod errors;
 mod failover;
-mod helpers;
 mod keyspace;
 mod limiter_model;
 mod memory;
@@ -26,6 +26,5 @@ mod peek_refund;
 mod persistence;
 mod protocol;
 mod replication;
-mod server;
 mod throttle;
 mod token_bucket;

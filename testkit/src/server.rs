@@ -21,6 +21,11 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
     }
 }
 
+/// The server binary the tests run: `$REDIS_SERVER`, or `redis-server` on `PATH`.
+pub fn server_binary() -> PathBuf {
+    std::env::var_os("REDIS_SERVER").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+}
+
 /// The module under test: `$RL_MODULE_PATH`, or the debug build next to the test binary.
 pub fn module_path() -> PathBuf {
     if let Ok(path) = std::env::var("RL_MODULE_PATH") {
@@ -111,7 +116,7 @@ impl Server {
 
     fn spawn(&mut self) -> bool {
         let module = module_path();
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(server_binary());
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args([
@@ -128,9 +133,13 @@ impl Server {
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = command
-            .spawn()
-            .expect("redis-server must be installed (make test installs it)");
+        let child = command.spawn().unwrap_or_else(|error| {
+            panic!(
+                "cannot run {} ({error}): make test installs redis-server; \
+                     set REDIS_SERVER to use another binary",
+                server_binary().display()
+            )
+        });
         self.child = Some(child);
         let port = self.port;
         let ready = wait_until(Duration::from_secs(10), || {

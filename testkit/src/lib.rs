@@ -1,0 +1,22 @@
+//! Test support shared by every test suite of the workspace that needs a real server: the
+//! module's integration tests, the container tests and the client library's fleet tests.
+//!
+//! - [`server`]: one `redis-server` with the module, on a free loopback port, in its own
+//!   temporary directory, stopped and removed on drop (even when a test panics);
+//! - [`cluster`]: a loopback Redis Cluster of such servers;
+//! - [`helpers`]: small wrappers over the module's commands and server introspection.
+//!
+//! The server binary is `$REDIS_SERVER` (default: `redis-server` on `PATH`), so the whole
+//! suite runs against another build or Valkey with one variable.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    missing_docs
+)]
+
+pub mod cluster;
+pub mod helpers;
+pub mod server;
