@@ -294,6 +294,7 @@ impl<P: Copy> Default for Memo<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::CallCost;
 
     fn message(args: &[&str]) -> String {
         let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();

@@ -10,6 +10,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::args;
+use redis_ratelimit::core::CallCost;
 use redis_ratelimit::core::sliding_log::MAX_STORED_ENTRIES;
 use redis_ratelimit::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
 use redis_ratelimit::core::token_bucket::MAX_REFILL_NS;
