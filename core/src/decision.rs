@@ -69,6 +69,19 @@ pub struct Evaluation<C> {
     pub commit: Option<Commit<C>>,
 }
 
+impl<C> Evaluation<C> {
+    /// The same evaluation with its change converted (to a type-erased change, say).
+    pub fn map_change<D>(self, convert: impl FnOnce(C) -> D) -> Evaluation<D> {
+        Evaluation {
+            decision: self.decision,
+            commit: self.commit.map(|commit| Commit {
+                change: convert(commit.change),
+                expires_at_ms: commit.expires_at_ms,
+            }),
+        }
+    }
+}
+
 /// The cost of one call: what partial grants and multi-limit calls adjust.
 pub trait CallCost: Copy {
     /// Units the call asks for.

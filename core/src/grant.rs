@@ -33,6 +33,16 @@ pub struct Granted<C> {
     pub evaluation: Evaluation<C>,
 }
 
+impl<C> Granted<C> {
+    /// The same grant with its change converted (to a type-erased change, say).
+    pub fn map_change<D>(self, convert: impl FnOnce(C) -> D) -> Granted<D> {
+        Granted {
+            units: self.units,
+            evaluation: self.evaluation.map_change(convert),
+        }
+    }
+}
+
 /// Evaluates a call of `params.cost()` units under `grant`, at `now_us`.
 pub fn evaluate<A: Algorithm>(
     state: Option<&A::State>,
