@@ -98,6 +98,11 @@ pub fn missing_apis() -> Vec<&'static str> {
         ("CreateString", api!(RedisModule_CreateString).is_some()),
         ("FreeString", api!(RedisModule_FreeString).is_some()),
         ("DeleteKey", api!(RedisModule_DeleteKey).is_some()),
+        (
+            "IsKeysPositionRequest",
+            api!(RedisModule_IsKeysPositionRequest).is_some(),
+        ),
+        ("KeyAtPosWithFlags", api!(RedisModule_KeyAtPosWithFlags).is_some()),
     ];
     present
         .iter()
@@ -206,6 +211,30 @@ impl<'a> Call<'a> {
     /// The arguments in `range`, as Redis strings (empty past the end).
     pub fn arg_strings(&self, range: std::ops::Range<usize>) -> &'a [*mut raw::RedisModuleString] {
         self.argv.get(range).unwrap_or_default()
+    }
+
+    /// Whether Redis is asking where the command's keys are (for a command registered with
+    /// `getkeys-api`) rather than running it.
+    pub fn is_keys_position_request(&self) -> bool {
+        api!(RedisModule_IsKeysPositionRequest).is_some_and(|is_request| {
+            // SAFETY: live context.
+            unsafe { is_request(self.ctx) != 0 }
+        })
+    }
+
+    /// Answers a keys position request: argument `index` is a key that the command reads
+    /// and updates.
+    pub fn report_key_at(&self, index: usize) {
+        let Ok(position) = c_int::try_from(index) else {
+            return;
+        };
+        let flags = raw::REDISMODULE_CMD_KEY_RW
+            | raw::REDISMODULE_CMD_KEY_ACCESS
+            | raw::REDISMODULE_CMD_KEY_UPDATE;
+        if let Some(report) = api!(RedisModule_KeyAtPosWithFlags) {
+            // SAFETY: live context of a keys position request; the flags are key spec flags.
+            unsafe { report(self.ctx, position, c_int::try_from(flags).unwrap_or(0)) };
+        }
     }
 
     /// The context flags (`REDISMODULE_CTX_FLAGS_*`).

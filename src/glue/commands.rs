@@ -156,6 +156,10 @@ pub fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
 /// `RL.MULTI numkeys key [key ...] limit [limit ...] [COST c] [WEIGHTS w1 ... wN]
 /// [PARTIAL [MIN m]]`: every limit admits its cost and all are charged, or none is.
 pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
+    if call.is_keys_position_request() {
+        report_counted_keys(call);
+        return Ok(());
+    }
     let key_count = multi::key_count(call.arg_bytes(1))?;
     let first_limit = key_count.checked_add(2).ok_or(CommandError::WrongArity)?;
     let names = call.arg_strings(2..first_limit);
@@ -190,6 +194,20 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
         first_field(outcome.units, &outcome.bound.decision, grant),
     );
     Ok(())
+}
+
+/// Tells Redis where the keys of `numkeys key [key ...]` are. Redis 7.0's cluster routing
+/// asks the command itself (`getkeys-api`) rather than reading key specs, which only
+/// `COMMAND GETKEYS` and ACLs use there: without this, keys of another node would be
+/// served locally and keys of several slots would not get `CROSSSLOT`.
+fn report_counted_keys(call: &Call<'_>) {
+    let Ok(key_count) = multi::key_count(call.arg_bytes(1)) else {
+        return;
+    };
+    let first_key = 2;
+    for index in (first_key..call.arg_count()).take(key_count) {
+        call.report_key_at(index);
+    }
 }
 
 /// Counts and replies to a single-key call.

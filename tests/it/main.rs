@@ -22,6 +22,8 @@ mod failover;
 mod keyspace;
 mod limiter_model;
 mod memory;
+mod multi;
+mod partial;
 mod peek_refund;
 mod persistence;
 mod protocol;
