@@ -102,7 +102,10 @@ pub fn missing_apis() -> Vec<&'static str> {
             "IsKeysPositionRequest",
             api!(RedisModule_IsKeysPositionRequest).is_some(),
         ),
-        ("KeyAtPosWithFlags", api!(RedisModule_KeyAtPosWithFlags).is_some()),
+        (
+            "KeyAtPosWithFlags",
+            api!(RedisModule_KeyAtPosWithFlags).is_some(),
+        ),
     ];
     present
         .iter()
