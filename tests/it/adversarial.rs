@@ -1,5 +1,5 @@
 //! Hostile input from clients: corrupt and forged `RESTORE` payloads and every
-//! numeric argument of every command at its extremes (I). The server must refuse cleanly,
+//! numeric argument of every command at its extremes. The server must refuse cleanly,
 //! write nothing, propagate nothing, and never die.
 //!
 //! Bounded to a few seconds; `RL_TEST_LONG=1` runs the RESTORE fuzz for 60 s instead, and
