@@ -93,10 +93,7 @@ pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
         memo.with(
             &arguments,
             settings.fingerprint(),
-            |arguments| {
-                let (algorithm, rest) = arguments.split_first().ok_or(CommandError::WrongArity)?;
-                args::call(args::algorithm(algorithm)?, rest, settings)
-            },
+            |arguments| after_algorithm(arguments, |kind, rest| args::call(kind, rest, settings)),
             |parsed| {
                 driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
             },
@@ -117,16 +114,22 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
         memo.with(
             &arguments,
             settings.fingerprint(),
-            |arguments| {
-                let (algorithm, rest) = arguments.split_first().ok_or(CommandError::WrongArity)?;
-                args::refund(args::algorithm(algorithm)?, rest, settings)
-            },
+            |arguments| after_algorithm(arguments, |kind, rest| args::refund(kind, rest, settings)),
             |quota| driver::refund(call, stats::REFUND.event, name, quota, now_us),
         )
     })??;
     stats::REFUND.record(decision.allowed);
     reply::decision(call, &decision);
     Ok(())
+}
+
+/// Parses `ALGORITHM args...` with `parse` for the named algorithm.
+fn after_algorithm<T>(
+    arguments: &[&[u8]],
+    parse: impl FnOnce(Kind, &[&[u8]]) -> Result<T, CommandError>,
+) -> Result<T, CommandError> {
+    let (algorithm, rest) = arguments.split_first().ok_or(CommandError::WrongArity)?;
+    parse(args::algorithm(algorithm)?, rest)
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command and reply.

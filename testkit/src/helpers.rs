@@ -4,6 +4,11 @@ use redis::{Connection, RedisError, RedisResult};
 
 use crate::server::info_field;
 
+/// The words of a command line: `words("2 a b FIXED 5 60")`, for readable arguments.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 /// `RL.TOKENBUCKET key capacity rate [cost]` → the five reply integers.
 pub fn token_bucket(
     con: &mut Connection,

@@ -160,7 +160,7 @@ fn a_wrong_node_redirects_every_command_and_a_cluster_client_spreads_limiters() 
     );
     assert!(!exists(owner, &format!("{tag}:c")));
     let mut multi_cmd = redis::cmd("RL.MULTI");
-    multi_cmd.arg(&as_strs(&same_slot));
+    multi_cmd.arg(as_strs(&same_slot));
     assert_eq!(
         refused(&mut primaries[1].conn(), &multi_cmd),
         format!("MOVED {} 127.0.0.1:{}", keyslot(&tag), owner.port)

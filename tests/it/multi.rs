@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::helpers::{
     commandstat_calls, dump, error_text, expect_error, multi, snapshot, try_multi, wait_replicas,
+    words,
 };
 use crate::server::{Server, info_int, primary_and_replica, wait_until};
 
@@ -27,17 +28,7 @@ fn every_limit_admits_or_none_is_charged() {
     let server = Server::start(&[]);
     let mut con = server.conn();
     // A plan allowing 5 calls a day and a user allowed 3 (refilled once in 1000 s).
-    let call = [
-        "2",
-        "{t}:plan",
-        "{t}:user",
-        "FIXED",
-        "5",
-        "86400",
-        "TOKENBUCKET",
-        "3",
-        "0.001",
-    ];
+    let call = words("2 {t}:plan {t}:user FIXED 5 86400 TOKENBUCKET 3 0.001");
     for user_left in [2, 1, 0] {
         let reply = multi(&mut con, &call);
         assert_eq!(reply.fields[..3], [1, user_left, 0]);
@@ -58,17 +49,7 @@ fn every_limit_admits_or_none_is_charged() {
     );
     assert_eq!(available(&mut con, "{t}:plan", &["FIXED", "5", "86400"]), 2);
     // Another user under the same plan is admitted until the plan runs out.
-    let other = [
-        "2",
-        "{t}:plan",
-        "{t}:other",
-        "FIXED",
-        "5",
-        "86400",
-        "TOKENBUCKET",
-        "3",
-        "0.001",
-    ];
+    let other = words("2 {t}:plan {t}:other FIXED 5 86400 TOKENBUCKET 3 0.001");
     assert_eq!(multi(&mut con, &other).fields[0], 1);
     assert_eq!(multi(&mut con, &other).fields[0], 1);
     let reply = multi(&mut con, &other);
@@ -91,23 +72,7 @@ fn the_reply_follows_the_binding_limit() {
     // to the lowest index); reset is the largest of all.
     let reply = multi(
         &mut con,
-        &[
-            "3",
-            "{a}:1",
-            "{a}:2",
-            "{a}:3",
-            "FIXED",
-            "10",
-            "86400",
-            "TOKENBUCKET",
-            "7",
-            "1",
-            "TOKENBUCKET",
-            "6",
-            "1000",
-            "COST",
-            "2",
-        ],
+        &words("3 {a}:1 {a}:2 {a}:3 FIXED 10 86400 TOKENBUCKET 7 1 TOKENBUCKET 6 1000 COST 2"),
     );
     // Calls of 2 left: 8/2 = 4, 5/2 = 2, 4/2 = 2 → index 1.
     assert_eq!(reply.binding, 1);
@@ -121,23 +86,7 @@ fn the_reply_follows_the_binding_limit() {
     // cost beats any wait.
     let denied = multi(
         &mut con,
-        &[
-            "3",
-            "{b}:1",
-            "{b}:2",
-            "{b}:3",
-            "TOKENBUCKET",
-            "5",
-            "1",
-            "TOKENBUCKET",
-            "5",
-            "0.5",
-            "FIXED",
-            "100",
-            "86400",
-            "COST",
-            "6",
-        ],
+        &words("3 {b}:1 {b}:2 {b}:3 TOKENBUCKET 5 1 TOKENBUCKET 5 0.5 FIXED 100 86400 COST 6"),
     );
     assert_eq!(denied.fields[..3], [0, 5, -1]);
     assert_eq!(
@@ -145,27 +94,11 @@ fn the_reply_follows_the_binding_limit() {
         "never: the first limit that can never admit 6"
     );
     assert!(denied.per_limit[2][0] == 1);
-    multi(
-        &mut con,
-        &["1", "{c}:1", "TOKENBUCKET", "5", "1", "COST", "5"],
-    );
-    multi(
-        &mut con,
-        &["1", "{c}:2", "TOKENBUCKET", "5", "0.5", "COST", "5"],
-    );
+    multi(&mut con, &words("1 {c}:1 TOKENBUCKET 5 1 COST 5"));
+    multi(&mut con, &words("1 {c}:2 TOKENBUCKET 5 0.5 COST 5"));
     let denied = multi(
         &mut con,
-        &[
-            "2",
-            "{c}:1",
-            "{c}:2",
-            "TOKENBUCKET",
-            "5",
-            "1",
-            "TOKENBUCKET",
-            "5",
-            "0.5",
-        ],
+        &words("2 {c}:1 {c}:2 TOKENBUCKET 5 1 TOKENBUCKET 5 0.5"),
     );
     assert_eq!((denied.fields[0], denied.binding), (0, 1));
     assert!((1900..=2000).contains(&denied.fields[2]), "{denied:?}");
@@ -179,22 +112,7 @@ fn cost_and_weights_charge_each_limit_and_algorithms_mix() {
     // Requests and bytes in one call: 2 requests of 10 KB each.
     let reply = multi(
         &mut con,
-        &[
-            "2",
-            "{r}:requests",
-            "{r}:kbytes",
-            "SLIDING",
-            "100",
-            "60",
-            "TOKENBUCKET",
-            "1000",
-            "10",
-            "COST",
-            "2",
-            "WEIGHTS",
-            "1",
-            "10",
-        ],
+        &words("2 {r}:requests {r}:kbytes SLIDING 100 60 TOKENBUCKET 1000 10 COST 2 WEIGHTS 1 10"),
     );
     assert_eq!(reply.per_limit[0][1], 98);
     assert_eq!(reply.per_limit[1][1], 980);
@@ -248,180 +166,87 @@ fn bad_input_is_refused_and_changes_nothing() {
     let before = snapshot(&mut con, &keys.map(String::from));
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
-            vec!["0", "{e}:a", "TOKENBUCKET", "1", "1"],
+            words("0 {e}:a TOKENBUCKET 1 1"),
             "ERR numkeys must be greater than 0 (got '0')",
         ),
         (
-            vec!["-1", "{e}:a", "TOKENBUCKET", "1", "1"],
+            words("-1 {e}:a TOKENBUCKET 1 1"),
             "ERR numkeys must be greater than 0 (got '-1')",
         ),
         (
-            vec!["x", "{e}:a", "TOKENBUCKET", "1", "1"],
+            words("x {e}:a TOKENBUCKET 1 1"),
             "ERR numkeys must be a positive integer (got 'x')",
         ),
         (
-            vec!["17", "{e}:a", "TOKENBUCKET", "1", "1"],
+            words("17 {e}:a TOKENBUCKET 1 1"),
             "ERR numkeys must be at most 16 (got '17')",
         ),
         (
-            vec!["3", "{e}:a", "{e}:b", "TOKENBUCKET", "1"],
+            words("3 {e}:a {e}:b TOKENBUCKET 1"),
             "ERR limit of key '{e}:a': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA (got '1')",
         ),
         (
-            vec!["2", "{e}:a", "{e}:b", "TOKENBUCKET", "1", "1"],
+            words("2 {e}:a {e}:b TOKENBUCKET 1 1"),
             "ERR wrong number of arguments for 'rl.multi' command",
         ),
         (
-            vec![
-                "2",
-                "{e}:a",
-                "{e}:b",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "LEAKY",
-                "1",
-                "1",
-            ],
+            words("2 {e}:a {e}:b TOKENBUCKET 1 1 LEAKY 1 1"),
             "ERR limit of key '{e}:b': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA (got 'LEAKY')",
         ),
         (
-            vec![
-                "2",
-                "{e}:a",
-                "{e}:b",
-                "TOKENBUCKET",
-                "0",
-                "1",
-                "FIXED",
-                "1",
-                "1",
-            ],
+            words("2 {e}:a {e}:b TOKENBUCKET 0 1 FIXED 1 1"),
             "ERR limit of key '{e}:a': capacity must be greater than 0 (got '0')",
         ),
         (
-            vec![
-                "2",
-                "{e}:a",
-                "{e}:b",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "FIXED",
-                "1",
-                "nan",
-            ],
+            words("2 {e}:a {e}:b TOKENBUCKET 1 1 FIXED 1 nan"),
             "ERR limit of key '{e}:b': window must be a finite number (got 'nan')",
         ),
         (
-            vec!["1", "{e}:a", "SLIDINGLOG", "20000", "60"],
+            words("1 {e}:a SLIDINGLOG 20000 60"),
             "ERR limit of key '{e}:a': limit must be at most 10000 (the ratelimit.max-log-entries setting) (got '20000')",
         ),
         (
-            vec!["1", "{e}:a", "GCRA", "-1", "1", "1"],
+            words("1 {e}:a GCRA -1 1 1"),
             "ERR limit of key '{e}:a': max_burst must be at least 0 (got '-1')",
         ),
         (
-            vec!["1", "{e}:a", "TOKENBUCKET", "1", "1", "COST", "0"],
+            words("1 {e}:a TOKENBUCKET 1 1 COST 0"),
             "ERR cost must be greater than 0 (got '0')",
         ),
         (
-            vec!["1", "{e}:a", "TOKENBUCKET", "1", "1", "COST", "1e3"],
+            words("1 {e}:a TOKENBUCKET 1 1 COST 1e3"),
             "ERR cost must be a positive integer (got '1e3')",
         ),
         (
-            vec!["1", "{e}:a", "TOKENBUCKET", "1", "1", "WEIGHTS", "-2"],
+            words("1 {e}:a TOKENBUCKET 1 1 WEIGHTS -2"),
             "ERR weight must be greater than 0 (got '-2')",
         ),
         (
-            vec![
-                "2",
-                "{e}:a",
-                "{e}:b",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "FIXED",
-                "1",
-                "1",
-                "WEIGHTS",
-                "1",
-            ],
+            words("2 {e}:a {e}:b TOKENBUCKET 1 1 FIXED 1 1 WEIGHTS 1"),
             "ERR wrong number of arguments for 'rl.multi' command",
         ),
         (
-            vec![
-                "1",
-                "{e}:a",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "COST",
-                "2",
-                "PARTIAL",
-                "MIN",
-                "3",
-            ],
+            words("1 {e}:a TOKENBUCKET 1 1 COST 2 PARTIAL MIN 3"),
             "ERR MIN must be at most the cost (got '3')",
         ),
         (
-            vec!["1", "{e}:a", "TOKENBUCKET", "1", "1", "MAXWAIT", "3"],
+            words("1 {e}:a TOKENBUCKET 1 1 MAXWAIT 3"),
             "ERR option must be COST c, WEIGHTS w1 ... wN or PARTIAL [MIN m] (got 'MAXWAIT')",
         ),
         (
-            vec![
-                "1",
-                "{e}:a",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "COST",
-                "99999999999",
-                "WEIGHTS",
-                "999999999999",
-            ],
+            words("1 {e}:a TOKENBUCKET 1 1 COST 99999999999 WEIGHTS 999999999999"),
             "ERR cost × weight is too large",
         ),
         (
-            vec![
-                "2",
-                "{e}:a",
-                "{e}:a",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "TOKENBUCKET",
-                "1",
-                "1",
-            ],
+            words("2 {e}:a {e}:a TOKENBUCKET 1 1 TOKENBUCKET 1 1"),
             "ERR key '{e}:a' is given twice: each key takes one limit",
         ),
         (
-            vec![
-                "2",
-                "{e}:a",
-                "{e}:string",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "TOKENBUCKET",
-                "1",
-                "1",
-            ],
+            words("2 {e}:a {e}:string TOKENBUCKET 1 1 TOKENBUCKET 1 1"),
             "WRONGTYPE Operation against a key holding the wrong kind of value",
         ),
         (
-            vec![
-                "2",
-                "{e}:a",
-                "{e}:bucket",
-                "TOKENBUCKET",
-                "1",
-                "1",
-                "FIXED",
-                "1",
-                "1",
-            ],
+            words("2 {e}:a {e}:bucket TOKENBUCKET 1 1 FIXED 1 1"),
             "ERR key holds a token bucket limiter, not a fixed window: use the matching command or delete the key",
         ),
     ];
@@ -447,17 +272,7 @@ fn bad_input_is_refused_and_changes_nothing() {
 fn denials_propagate_nothing_and_replicas_apply_each_call_as_one_op() {
     let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
-    let call = [
-        "2",
-        "{p}:a",
-        "{p}:b",
-        "FIXED",
-        "2",
-        "86400",
-        "SLIDINGLOG",
-        "5",
-        "86400",
-    ];
+    let call = words("2 {p}:a {p}:b FIXED 2 86400 SLIDINGLOG 5 86400");
     multi(&mut con, &call);
     multi(&mut con, &call);
     assert_eq!(wait_replicas(&mut con), 1);
@@ -547,8 +362,7 @@ fn replicas_and_the_aof_hold_exactly_the_primary_state() {
     assert_eq!(snapshot(&mut con, &keys), expected);
     let aof = std::fs::read_dir(primary.dir.join("appendonlydir"))
         .unwrap()
-        .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
-        .flatten()
+        .flat_map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
         .collect::<Vec<u8>>();
     let text = String::from_utf8_lossy(&aof).to_lowercase();
     assert!(text.contains("rl.setstate"));
@@ -563,20 +377,18 @@ fn keys_are_declared_for_getkeys_and_acl() {
     let server = Server::start(&[]);
     let mut con = server.conn();
     let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg(&[
-            "GETKEYS", "RL.MULTI", "3", "a", "b", "c", "FIXED", "1", "1", "FIXED", "1", "1",
-        ])
+        .arg(words("GETKEYS RL.MULTI 3 a b c FIXED 1 1 FIXED 1 1"))
         .arg(&["FIXED", "1", "1", "COST", "2"])
         .query(&mut con)
         .unwrap();
     assert_eq!(keys, ["a", "b", "c"]);
     let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg(&["GETKEYS", "RL.SETSTATE", "a", "x", "b", "y"])
+        .arg(words("GETKEYS RL.SETSTATE a x b y"))
         .query(&mut con)
         .unwrap();
     assert_eq!(keys, ["a", "b"]);
     let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "tenant", "on", "nopass", "~{t1}:*", "+rl.multi"])
+        .arg(words("SETUSER tenant on nopass ~{t1}:* +rl.multi"))
         .query(&mut con)
         .unwrap();
     let mut tenant = server.conn();
@@ -584,19 +396,9 @@ fn keys_are_declared_for_getkeys_and_acl() {
         .arg(&["tenant", "x"])
         .query(&mut tenant)
         .unwrap();
-    multi(
-        &mut tenant,
-        &[
-            "2", "{t1}:a", "{t1}:b", "FIXED", "1", "60", "FIXED", "1", "60",
-        ],
-    );
-    let error = try_multi(
-        &mut tenant,
-        &[
-            "2", "{t1}:a", "{t2}:b", "FIXED", "1", "60", "FIXED", "1", "60",
-        ],
-    )
-    .unwrap_err();
+    multi(&mut tenant, &words("2 {t1}:a {t1}:b FIXED 1 60 FIXED 1 60"));
+    let error =
+        try_multi(&mut tenant, &words("2 {t1}:a {t2}:b FIXED 1 60 FIXED 1 60")).unwrap_err();
     assert!(
         error_text(&error).starts_with("NOPERM"),
         "{}",
