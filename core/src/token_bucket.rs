@@ -245,6 +245,14 @@ impl View {
         }
     }
 
+    /// Whole tokens refilled since `empty_at`, 0 when it is ahead of the clock.
+    fn tokens_since(&self, empty_at: i64) -> u64 {
+        let available = self.now.saturating_sub(empty_at).max(0);
+        available
+            .checked_div(self.interval)
+            .map_or(0, |tokens| tokens.unsigned_abs())
+    }
+
     fn decision(
         &self,
         params: &TokenBucketParams,
@@ -252,12 +260,9 @@ impl View {
         empty_at: i64,
         retry: Retry,
     ) -> Decision {
-        let available = self.now.saturating_sub(empty_at).max(0);
         Decision {
             allowed,
-            remaining: available
-                .checked_div(self.interval)
-                .map_or(0, |tokens| tokens.unsigned_abs()),
+            remaining: self.tokens_since(empty_at),
             retry,
             reset_after_ms: ceil_ms_from_ns(
                 empty_at
@@ -327,6 +332,18 @@ impl Algorithm for TokenBucketAlgorithm {
             decision: view.decision(params, refunded, empty_at, retry),
             commit: refunded.then(|| view.commit(params, empty_at)),
         }
+    }
+
+    /// The whole tokens the bucket holds (at most its capacity, since the view clamps the
+    /// empty instant), up to `up_to`: O(1).
+    fn grantable(
+        state: Option<&TokenBucket>,
+        params: &TokenBucketParams,
+        up_to: u64,
+        now_us: i64,
+    ) -> u64 {
+        let view = View::new(state, params, now_us);
+        view.tokens_since(view.empty_at).min(up_to)
     }
 
     change_is_the_new_state!(TokenBucket);
@@ -622,6 +639,11 @@ mod tests {
             // A call costing the whole capacity is admitted exactly when the bucket is full.
             let drain = TokenBucketParams::from_interval(capacity, interval, capacity).unwrap();
             testing::check_reset_and_expiry_are_when_unused::<TokenBucketAlgorithm>(&steps((capacity, interval), &calls), &drain)?;
+        }
+
+        #[test]
+        fn grantable_is_exact((capacity, interval) in arb_params(), calls in testing::arb_calls_us()) {
+            testing::check_grantable_is_exact::<TokenBucketAlgorithm>(&steps((capacity, interval), &calls), TokenBucketParams::capacity)?;
         }
 
         #[test]
