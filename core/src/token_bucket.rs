@@ -25,6 +25,32 @@
 //! Within that effective rate every decision is exact integer arithmetic: over any interval
 //! `Δ`, admitted tokens never exceed `capacity + Δ / interval`.
 //!
+//! # Pacing: a maximum wait
+//!
+//! With a maximum wait `max_wait_ns` (0 by default: the behaviour above, exactly), a call that
+//! finds too few tokens is still admitted if the tokens it needs will have refilled within the
+//! wait: it takes them now and `empty_at_ns` moves past `now` (the bucket is in debt). The
+//! caller is told to wait until `empty_at_ns` (the reply's retry field, rounded up to the
+//! millisecond, so that a caller that waits that long finds its tokens refilled) and proceeds
+//! then. Admission is `empty_at + cost × interval ≤ now + max_wait`; a call that would wait
+//! longer is denied, consumes nothing, and is told when it could be admitted with a wait
+//! within `max_wait`.
+//!
+//! Counting each admitted call at the instant its caller proceeds, `max(now, empty_at)` after
+//! the call, the bound above still holds exactly: over any interval `Δ` between two such
+//! instants, admitted tokens never exceed `capacity + Δ / interval`. With a capacity of 1 the
+//! bucket is the leaky bucket as a queue: each call proceeds exactly one interval after the
+//! previous one, or at once when the queue is empty. A refund gives a reservation back (a
+//! caller that gave up waiting): `empty_at_ns` moves back by its cost, never beyond a full
+//! bucket.
+//!
+//! A bucket in debt holds no tokens (`remaining` is 0), is full again one `refill` after
+//! `empty_at_ns` (`reset_after` and the key's expiry), and its debt is kept *in time* when
+//! the rate changes: the queue ends at the instant its last caller was promised, and calls at
+//! the new rate are spaced from there (rescaling the debt could move that instant before a
+//! promised one, and let calls through closer than the new rate allows). The state needs no
+//! new field: a stored `empty_at_ns` is at most [`MAX_WAIT_NS`] ahead of the latest clock.
+//!
 //! # Clock
 //!
 //! `now` comes from the server. If it steps backwards below `empty_at_ns`, the bucket is
@@ -48,6 +74,15 @@ pub const MAX_REFILL_NS: u64 = 100 * 31_557_600 * NS_PER_SECOND;
 /// Highest accepted rate: one token per nanosecond.
 pub const MAX_RATE_PER_SECOND: u64 = NS_PER_SECOND;
 
+/// Longest accepted maximum wait (`MAXWAIT`): one day, in nanoseconds.
+///
+/// A caller told to wait holds its request (and usually a connection) for that long: pacing
+/// spreads calls over seconds or minutes, and a wait of more than a day is a job to schedule,
+/// not a rate to keep. The bound also keeps the arithmetic trivially in range: a stored empty
+/// instant is at most this far ahead of [`MAX_NOW_US`], and that instant plus
+/// [`MAX_REFILL_NS`] (the key's expiry) stays below `2^62 + 3.2e18 + 8.7e13 < 2^63` ns.
+pub const MAX_WAIT_NS: u64 = 86_400 * NS_PER_SECOND;
+
 /// Why token bucket parameters are refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenBucketParamError {
@@ -57,12 +92,17 @@ pub enum TokenBucketParamError {
     RefillTooLong,
 }
 
+/// A maximum wait above [`MAX_WAIT_NS`] was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxWaitTooLong;
+
 /// Validated parameters of one token bucket call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenBucketParams {
     capacity: u64,
     interval_ns: u64,
     cost: u64,
+    max_wait_ns: u64,
 }
 
 impl TokenBucketParams {
@@ -90,14 +130,34 @@ impl TokenBucketParams {
                 capacity: capacity.max(1),
                 interval_ns: interval_ns.max(1),
                 cost: cost.max(1),
+                max_wait_ns: 0,
             }),
             _ => Err(TokenBucketParamError::RefillTooLong),
         }
     }
 
+    /// The same parameters for a call that accepts to wait up to `max_wait_ns` for its tokens
+    /// (see *Pacing* in the module documentation); 0, the default, never waits. Refused above
+    /// [`MAX_WAIT_NS`].
+    pub fn with_max_wait_ns(self, max_wait_ns: u64) -> Result<Self, MaxWaitTooLong> {
+        if max_wait_ns > MAX_WAIT_NS {
+            return Err(MaxWaitTooLong);
+        }
+        Ok(Self {
+            max_wait_ns,
+            ..self
+        })
+    }
+
     /// The bucket's capacity in tokens.
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// Longest wait, in nanoseconds, the call accepts for its tokens (at most
+    /// [`MAX_WAIT_NS`]).
+    pub fn max_wait_ns(&self) -> u64 {
+        self.max_wait_ns
     }
 
     /// Nanoseconds to refill one token (the effective rate's reciprocal).
@@ -140,10 +200,13 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// Rebuilds a stored state, refusing values no evaluation can produce (corrupt or forged
     /// payloads): the interval must be a valid one and the empty instant within
-    /// `[-MAX_REFILL_NS, MAX_NOW_US]`.
+    /// `[-MAX_REFILL_NS, MAX_NOW_US + MAX_WAIT_NS]` (a bucket in debt is empty until after the
+    /// clock, by at most the longest wait).
     pub fn from_parts(empty_at_ns: i64, interval_ns: u64) -> Option<Self> {
         let earliest = 0i128.saturating_sub(i128::from(MAX_REFILL_NS));
-        let latest = i128::from(MAX_NOW_US).saturating_mul(i128::from(NS_PER_US));
+        let latest = i128::from(MAX_NOW_US)
+            .saturating_mul(i128::from(NS_PER_US))
+            .saturating_add(i128::from(MAX_WAIT_NS));
         let valid = (1..=MAX_REFILL_NS).contains(&interval_ns)
             && (earliest..=latest).contains(&i128::from(empty_at_ns));
         valid.then_some(Self {
@@ -168,9 +231,10 @@ impl TokenBucket {
     /// the old rate (clamped to the new capacity) are kept, rounded down to the new interval,
     /// and refill continues at the new rate.
     ///
-    /// An empty instant ahead of the clock (the clock stepped back) means no tokens at all
-    /// under any rate; that gap is clock skew, not tokens, so it is kept as it is rather than
-    /// rescaled (which could push the instant far beyond any valid state).
+    /// An empty instant ahead of the clock (a bucket in debt, or a clock that stepped back)
+    /// means no tokens at all under any rate. That gap is kept in time rather than rescaled:
+    /// debt ends when the last queued caller was promised its tokens (see *Pacing*), and clock
+    /// skew is not tokens (rescaling it could push the instant far beyond any valid state).
     fn empty_at_for(&self, params: &TokenBucketParams, now_ns: i64) -> i64 {
         if self.interval_ns == params.interval_ns || self.empty_at_ns >= now_ns {
             return self.empty_at_ns;
@@ -195,14 +259,16 @@ impl TokenBucket {
 
 /// A bucket seen at one instant, in i64 nanoseconds.
 ///
-/// Bounds: `0 ≤ now ≤ 2^62` (see [`MAX_NOW_US`]), `1 ≤ refill ≤ MAX_REFILL_NS < 2^62`, and the
-/// clamped empty instant lies in `[now − refill, …]`, so `now − empty_at ≤ 2^63 − 1`; the
-/// cost in nanoseconds is only formed once `cost ≤ capacity`, so it is at most `refill`. The
-/// saturating operations only say so.
+/// Bounds: `0 ≤ now ≤ 2^62` (see [`MAX_NOW_US`]), `1 ≤ refill ≤ MAX_REFILL_NS < 2^62`,
+/// `max_wait ≤ MAX_WAIT_NS < 2^47`, and the clamped empty instant lies in
+/// `[now − refill, 2^62 + max_wait]`, so `|now − empty_at| < 2^62 + 2^47`; the cost in
+/// nanoseconds is only formed once `cost ≤ capacity`, so it is at most `refill`. Every sum
+/// below therefore stays within an i64; the saturating operations only say so.
 struct View {
     now: i64,
     interval: i64,
     refill: i64,
+    max_wait: i64,
     /// The empty instant, clamped so the bucket holds at most its capacity.
     empty_at: i64,
 }
@@ -219,6 +285,7 @@ impl View {
             now,
             interval: params.interval_i64(),
             refill,
+            max_wait: i64::try_from(params.max_wait_ns).unwrap_or(i64::MAX),
             empty_at,
         }
     }
@@ -230,14 +297,17 @@ impl View {
             .saturating_mul(self.interval)
     }
 
-    /// When a call of `params.cost` is admitted, for a bucket empty at `empty_at`.
+    /// When a call of `params.cost` is admitted (possibly with a wait), for a bucket empty at
+    /// `empty_at`.
     fn retry(&self, params: &TokenBucketParams, empty_at: i64) -> Retry {
         if params.cost > params.capacity {
             return Retry::Never;
         }
+        // The refill still missing beyond what the call accepts to wait for.
         let missing = self
             .needed(params)
-            .saturating_sub(self.now.saturating_sub(empty_at));
+            .saturating_sub(self.now.saturating_sub(empty_at))
+            .saturating_sub(self.max_wait);
         if missing <= 0 {
             Retry::Now
         } else {
@@ -245,12 +315,21 @@ impl View {
         }
     }
 
-    /// Whole tokens refilled since `empty_at`, 0 when it is ahead of the clock.
-    fn tokens_since(&self, empty_at: i64) -> u64 {
-        let available = self.now.saturating_sub(empty_at).max(0);
-        available
+    /// How long an admitted call that left the bucket empty at `empty_at` waits before its
+    /// caller may proceed: until its tokens have refilled, rounded up.
+    fn wait(&self, empty_at: i64) -> Retry {
+        match ceil_ms_from_ns(empty_at.saturating_sub(self.now)) {
+            0 => Retry::Now,
+            wait_ms => Retry::AfterMs(wait_ms),
+        }
+    }
+
+    /// Whole tokens in `refilled_ns` nanoseconds of refill, 0 when it is negative.
+    fn whole_tokens(&self, refilled_ns: i64) -> u64 {
+        refilled_ns
+            .max(0)
             .checked_div(self.interval)
-            .map_or(0, |tokens| tokens.unsigned_abs())
+            .map_or(0, i64::unsigned_abs)
     }
 
     fn decision(
@@ -262,7 +341,7 @@ impl View {
     ) -> Decision {
         Decision {
             allowed,
-            remaining: self.tokens_since(empty_at),
+            remaining: self.whole_tokens(self.now.saturating_sub(empty_at)),
             retry,
             reset_after_ms: ceil_ms_from_ns(
                 empty_at
@@ -273,8 +352,8 @@ impl View {
         }
     }
 
-    /// The state to store for a bucket now empty at `empty_at` (in `[now − refill, now]`),
-    /// expiring when it is full again.
+    /// The state to store for a bucket now empty at `empty_at` (in
+    /// `[now − refill, now + max_wait]`), expiring when it is full again.
     fn commit(&self, params: &TokenBucketParams, empty_at: i64) -> Commit<TokenBucket> {
         Commit {
             change: TokenBucket {
@@ -304,7 +383,7 @@ impl Algorithm for TokenBucketAlgorithm {
             Retry::Now => {
                 let empty_at = view.empty_at.saturating_add(view.needed(params));
                 Evaluation {
-                    decision: view.decision(params, true, empty_at, Retry::Now),
+                    decision: view.decision(params, true, empty_at, view.wait(empty_at)),
                     commit: Some(view.commit(params, empty_at)),
                 }
             }
@@ -315,6 +394,9 @@ impl Algorithm for TokenBucketAlgorithm {
         }
     }
 
+    /// Gives back `cost` tokens (or a reservation of a caller that gave up waiting), never
+    /// beyond a full bucket. The decision's `retry` says when a call of this cost would be
+    /// admitted (`Now` when it would be, even with a wait).
     fn refund(
         state: Option<&TokenBucket>,
         params: &TokenBucketParams,
@@ -334,8 +416,9 @@ impl Algorithm for TokenBucketAlgorithm {
         }
     }
 
-    /// The whole tokens the bucket holds (at most its capacity, since the view clamps the
-    /// empty instant), up to `up_to`: O(1).
+    /// The whole tokens the bucket holds plus those that refill within the call's maximum
+    /// wait, at most the capacity, up to `up_to`: a call of `k` is admitted iff
+    /// `k ≤ capacity` and `empty_at + k × interval ≤ now + max_wait`. O(1).
     fn grantable(
         state: Option<&TokenBucket>,
         params: &TokenBucketParams,
@@ -343,7 +426,13 @@ impl Algorithm for TokenBucketAlgorithm {
         now_us: i64,
     ) -> u64 {
         let view = View::new(state, params, now_us);
-        view.tokens_since(view.empty_at).min(up_to)
+        let within_wait = view
+            .now
+            .saturating_sub(view.empty_at)
+            .saturating_add(view.max_wait);
+        view.whole_tokens(within_wait)
+            .min(params.capacity)
+            .min(up_to)
     }
 
     change_is_the_new_state!(TokenBucket);
