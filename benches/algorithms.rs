@@ -1,6 +1,6 @@
 //! Criterion benches of the pure core: nanoseconds per decision for every algorithm, on a
 //! fresh key (no state), in steady state (an existing limiter admitting calls as the clock
-//! advances) and denied; plus argument parsing and the state codec, which also sit on the
+//! advances, as whole calls and as partial grants) and denied; plus argument parsing and the state codec, which also sit on the
 //! command's hot path.
 //!
 //! Run with `make bench-criterion` (`cargo bench --features system-alloc --bench algorithms`):
@@ -19,6 +19,7 @@ use redis_ratelimit::args;
 use redis_ratelimit::codec;
 use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
 use redis_ratelimit::core::gcra::GcraAlgorithm;
+use redis_ratelimit::core::grant::{self, Grant};
 use redis_ratelimit::core::sliding_log::SlidingLogAlgorithm;
 use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
 use redis_ratelimit::core::token_bucket::TokenBucketAlgorithm;
@@ -26,6 +27,9 @@ use redis_ratelimit::core::{Algorithm, Commit};
 use redis_ratelimit::kinds::KindState;
 
 const T0_US: i64 = 1_700_000_000_000_000;
+
+/// A partial grant taking whatever is available, at least one unit.
+const PARTIAL: Grant = Grant::Partial { min: 1 };
 
 /// Benches one algorithm: `admitting` allows every call (steady state), `denying` none.
 fn bench_algorithm<A: Algorithm<State: KindState>>(
@@ -54,6 +58,21 @@ fn bench_algorithm<A: Algorithm<State: KindState>>(
                 A::apply(&mut state, change);
             }
             evaluation.decision
+        })
+    });
+
+    // The same traffic as a partial grant (`Grant::Partial { min: 1 }`): the closed-form
+    // grantable, then the evaluation of the granted units.
+    let mut granting = A::create(A::evaluate(None, admitting, T0_US).commit.unwrap().change);
+    let mut now = T0_US;
+    group.bench_function("existing, partial grant", |b| {
+        b.iter(|| {
+            now += 1;
+            let granted = grant::evaluate::<A>(Some(&granting), black_box(admitting), PARTIAL, now);
+            if let Some(Commit { change, .. }) = granted.evaluation.commit {
+                A::apply(&mut granting, change);
+            }
+            granted.units
         })
     });
 

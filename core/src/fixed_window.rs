@@ -310,6 +310,17 @@ impl Algorithm for FixedWindowAlgorithm {
         }
     }
 
+    /// What is left of the limit in the window that counts, up to `up_to`: O(1).
+    fn grantable(
+        state: Option<&FixedWindow>,
+        params: &WindowParams,
+        up_to: u64,
+        now_us: i64,
+    ) -> u64 {
+        let view = View::new(state, params, now_us);
+        params.limit.saturating_sub(view.count).min(up_to)
+    }
+
     change_is_the_new_state!(FixedWindow);
 }
 
