@@ -23,6 +23,7 @@ mod keyspace;
 mod limiter_model;
 mod memory;
 mod multi;
+mod pacing;
 mod partial;
 mod peek_refund;
 mod persistence;
