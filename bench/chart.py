@@ -45,9 +45,9 @@ def main(results_path: str, chart_path: str) -> None:
     right.bar_label(bars, fmt="%.0f", padding=3, fontsize="small")
     right.set_yticks(range(len(names)), names)
     right.invert_yaxis()
-    right.set_xlabel(f"used_memory growth per call's limiters (bytes, {data['meta']['keys']:,} "
-                     "calls on fresh keys)")
-    right.set_title("Memory per call's limiters (one, or all of an RL.MULTI call's)")
+    keys = data["meta"]["keys"]
+    right.set_xlabel(f"bytes per call: used_memory growth over {keys:,} calls")
+    right.set_title("Memory per call's limiters")
     right.grid(axis="x", alpha=0.3)
 
     meta = data["meta"]
