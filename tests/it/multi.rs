@@ -94,6 +94,14 @@ fn the_reply_follows_the_binding_limit() {
         "never: the first limit that can never admit 6"
     );
     assert!(denied.per_limit[2][0] == 1);
+    assert!(
+        denied.per_limit[2][3] > 0,
+        "the fixed window's own view of the call"
+    );
+    assert_eq!(
+        denied.fields[3], 0,
+        "nothing was charged: every limit is still unused"
+    );
     multi(&mut con, &words("1 {c}:1 TOKENBUCKET 5 1 COST 5"));
     multi(&mut con, &words("1 {c}:2 TOKENBUCKET 5 0.5 COST 5"));
     let denied = multi(
