@@ -319,6 +319,19 @@ pub(crate) fn check_earlier_clocks_never_see_more_room<A: Algorithm>(
 where
     A::State: Clone,
 {
+    check_earlier_clocks_never_see_more_room_by::<A>(steps, |params| *params)
+}
+
+/// [`check_earlier_clocks_never_see_more_room`], measuring the room before each step with the
+/// call `probe` makes of the step's parameters (for a limiter whose admission also depends on
+/// who calls, such as a concurrency limit's renewals).
+pub(crate) fn check_earlier_clocks_never_see_more_room_by<A: Algorithm>(
+    steps: &[Step<A::Params>],
+    probe: impl Fn(&A::Params) -> A::Params,
+) -> Checked<Vec<Transition<'_, A>>>
+where
+    A::State: Clone,
+{
     let mut driver = Driver::<A>::default();
     let mut latest_us = i64::MIN;
     let mut transitions = Vec::with_capacity(steps.len());
@@ -326,8 +339,9 @@ where
         latest_us = latest_us.max(step.now_us);
         driver.expires_at_ms = None;
         let before = driver.state.clone();
-        let here = A::evaluate(before.as_ref(), &step.params, step.now_us).decision;
-        let latest = A::evaluate(before.as_ref(), &step.params, latest_us).decision;
+        let probe = probe(&step.params);
+        let here = A::evaluate(before.as_ref(), &probe, step.now_us).decision;
+        let latest = A::evaluate(before.as_ref(), &probe, latest_us).decision;
         prop_assert!(
             !here.allowed || latest.allowed,
             "admitted, but not at a later clock"
