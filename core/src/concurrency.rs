@@ -60,7 +60,7 @@ mod holders;
 
 pub use holders::{Concurrency, HolderId, HolderIdError, MAX_HOLDER_ID_BYTES};
 
-use super::decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};
+use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, cost_is_a_field};
 use super::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us};
 
 /// Most holders a list ever stores, and the largest value `ratelimit.max-holders` may take:
@@ -160,20 +160,9 @@ impl ConcurrencyParams {
     }
 }
 
-/// A call takes one slot whatever its cost: the cost is only carried, so that partial grants
-/// and multi-limit calls can treat every limit alike.
-impl CallCost for ConcurrencyParams {
-    fn cost(&self) -> u64 {
-        self.cost
-    }
-
-    fn with_cost(&self, cost: u64) -> Self {
-        Self {
-            cost: cost.max(1),
-            ..*self
-        }
-    }
-}
+// A call takes one slot whatever its cost: the cost is only carried, so that partial grants
+// and multi-limit calls can treat every limit alike.
+cost_is_a_field!(ConcurrencyParams);
 
 /// What a change does after dropping the holders expired at its instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -389,6 +389,18 @@ pub(crate) fn check_refund_undoes_an_admission<A: Algorithm>(
     Ok(())
 }
 
+/// Whether the call `params` describes, for `units` units, is admitted.
+fn admits<A: Algorithm>(
+    state: Option<&A::State>,
+    params: &A::Params,
+    units: u64,
+    now_us: i64,
+) -> bool {
+    A::evaluate(state, &params.with_cost(units), now_us)
+        .decision
+        .allowed
+}
+
 /// The definition of [`Algorithm::grantable`], as a bisection over [`Algorithm::evaluate`]: the
 /// largest `k ≤ up_to` whose call is admitted, or 0. Admission is monotone in the cost, so the
 /// invariant below holds; at most 65 evaluations.
@@ -398,11 +410,7 @@ pub(crate) fn bisected_grantable<A: Algorithm>(
     up_to: u64,
     now_us: i64,
 ) -> u64 {
-    let admits = |units: u64| {
-        A::evaluate(state, &params.with_cost(units), now_us)
-            .decision
-            .allowed
-    };
+    let admits = |units| admits::<A>(state, params, units, now_us);
     if up_to == 0 || admits(up_to) {
         return up_to;
     }
@@ -433,11 +441,7 @@ pub(crate) fn check_grantable_is_exact<A: Algorithm>(
         driver.expire(now_us);
         let state = driver.state.as_ref();
         let (cost, limit) = (params.cost(), limit(params));
-        let admits = |units: u64| {
-            A::evaluate(state, &params.with_cost(units), now_us)
-                .decision
-                .allowed
-        };
+        let admits = |units| admits::<A>(state, params, units, now_us);
         let up_tos = [
             0,
             1,

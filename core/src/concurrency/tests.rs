@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::*;
+use crate::decision::CallCost;
 use crate::testing::{self, Driver, MS, SECOND, Step, T0_US};
 
 /// The `ratelimit.max-holders` the tests run with.
