@@ -17,6 +17,9 @@ use std::hint::black_box;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use redis_ratelimit::args;
 use redis_ratelimit::codec;
+use redis_ratelimit::core::concurrency::{
+    Concurrency, ConcurrencyAlgorithm, ConcurrencyParams, HolderId,
+};
 use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
 use redis_ratelimit::core::gcra::GcraAlgorithm;
 use redis_ratelimit::core::grant::{self, Grant};
@@ -127,6 +130,61 @@ fn algorithms(c: &mut Criterion) {
     );
 }
 
+/// The concurrency limit on a key with 100 live holders (36-byte ids, as UUIDs), limit 1000:
+/// acquires and releases, renewals, a denial (limit 100) and a peek. There is no codec for it
+/// yet, so no encode + decode.
+fn concurrency(c: &mut Criterion) {
+    const HOLDERS: usize = 100;
+    let id =
+        |i: usize| HolderId::new(format!("{i:08}-0000-4000-8000-000000000000").as_bytes()).unwrap();
+    let limit = |limit: u64| ConcurrencyParams::new(limit, 60_000_000, 1_000).unwrap();
+    let mut state = Concurrency::default();
+    for i in 0..HOLDERS {
+        let acquired = ConcurrencyAlgorithm::evaluate(
+            Some(&state),
+            &limit(1_000).with_holder(id(i)),
+            T0_US + i as i64,
+        );
+        ConcurrencyAlgorithm::apply(&mut state, acquired.commit.unwrap().change);
+    }
+    let (newcomer, renewing) = (id(HOLDERS), id(HOLDERS / 2));
+    let acquire = limit(1_000).with_holder(newcomer);
+    let renew = limit(1_000).with_holder(renewing);
+    let denied = limit(HOLDERS as u64).with_holder(newcomer);
+    let mut group = c.benchmark_group("concurrency (100 holders)");
+    let now = T0_US + 1_000;
+    group.bench_function("acquire (new holder)", |b| {
+        b.iter(|| ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&acquire), now))
+    });
+    group.bench_function("acquire + apply, release + apply", |b| {
+        b.iter(|| {
+            let acquired = ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&acquire), now);
+            ConcurrencyAlgorithm::apply(&mut state, acquired.commit.unwrap().change);
+            let released = ConcurrencyAlgorithm::release(Some(&state), &newcomer, now).unwrap();
+            ConcurrencyAlgorithm::apply(&mut state, released.change);
+        })
+    });
+    let mut renewed_at = now;
+    group.bench_function("renew + apply", |b| {
+        b.iter(|| {
+            renewed_at += 1;
+            let renewal =
+                ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&renew), renewed_at);
+            ConcurrencyAlgorithm::apply(&mut state, renewal.commit.unwrap().change);
+        })
+    });
+    group.bench_function("acquire, partial grant", |b| {
+        b.iter(|| {
+            grant::evaluate::<ConcurrencyAlgorithm>(Some(&state), black_box(&acquire), PARTIAL, now)
+                .units
+        })
+    });
+    group.bench_function("denied (full)", |b| {
+        b.iter(|| ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&denied), now).decision)
+    });
+    group.finish();
+}
+
 fn parsing(c: &mut Criterion) {
     let mut group = c.benchmark_group("argument parsing");
     group.bench_function("token bucket (integer rate)", |b| {
@@ -141,5 +199,5 @@ fn parsing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, algorithms, parsing);
+criterion_group!(benches, algorithms, concurrency, parsing);
 criterion_main!(benches);

@@ -158,6 +158,26 @@ pub trait Algorithm {
     fn create(change: Self::Change) -> Self::State;
 }
 
+/// Implements [`CallCost`] for parameters of type `$params` that carry the cost in a
+/// `cost: u64` field (kept at least 1).
+macro_rules! cost_is_a_field {
+    ($params:ty) => {
+        impl $crate::decision::CallCost for $params {
+            fn cost(&self) -> u64 {
+                self.cost
+            }
+
+            fn with_cost(&self, cost: u64) -> Self {
+                Self {
+                    cost: cost.max(1),
+                    ..*self
+                }
+            }
+        }
+    };
+}
+pub(crate) use cost_is_a_field;
+
 /// Implements [`Algorithm::apply`] and [`Algorithm::create`], inside an `impl Algorithm`, for an
 /// algorithm whose change is the whole new state of type `$state`: applying replaces the state,
 /// creating takes the change as it is. (Every algorithm but the sliding log, whose change is an

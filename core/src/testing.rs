@@ -319,6 +319,19 @@ pub(crate) fn check_earlier_clocks_never_see_more_room<A: Algorithm>(
 where
     A::State: Clone,
 {
+    check_earlier_clocks_never_see_more_room_by::<A>(steps, |params| *params)
+}
+
+/// [`check_earlier_clocks_never_see_more_room`], measuring the room before each step with the
+/// call `probe` makes of the step's parameters (for a limiter whose admission also depends on
+/// who calls, such as a concurrency limit's renewals).
+pub(crate) fn check_earlier_clocks_never_see_more_room_by<A: Algorithm>(
+    steps: &[Step<A::Params>],
+    probe: impl Fn(&A::Params) -> A::Params,
+) -> Checked<Vec<Transition<'_, A>>>
+where
+    A::State: Clone,
+{
     let mut driver = Driver::<A>::default();
     let mut latest_us = i64::MIN;
     let mut transitions = Vec::with_capacity(steps.len());
@@ -326,8 +339,9 @@ where
         latest_us = latest_us.max(step.now_us);
         driver.expires_at_ms = None;
         let before = driver.state.clone();
-        let here = A::evaluate(before.as_ref(), &step.params, step.now_us).decision;
-        let latest = A::evaluate(before.as_ref(), &step.params, latest_us).decision;
+        let probe = probe(&step.params);
+        let here = A::evaluate(before.as_ref(), &probe, step.now_us).decision;
+        let latest = A::evaluate(before.as_ref(), &probe, latest_us).decision;
         prop_assert!(
             !here.allowed || latest.allowed,
             "admitted, but not at a later clock"
@@ -375,6 +389,18 @@ pub(crate) fn check_refund_undoes_an_admission<A: Algorithm>(
     Ok(())
 }
 
+/// Whether the call `params` describes, for `units` units, is admitted.
+fn admits<A: Algorithm>(
+    state: Option<&A::State>,
+    params: &A::Params,
+    units: u64,
+    now_us: i64,
+) -> bool {
+    A::evaluate(state, &params.with_cost(units), now_us)
+        .decision
+        .allowed
+}
+
 /// The definition of [`Algorithm::grantable`], as a bisection over [`Algorithm::evaluate`]: the
 /// largest `k ≤ up_to` whose call is admitted, or 0. Admission is monotone in the cost, so the
 /// invariant below holds; at most 65 evaluations.
@@ -384,11 +410,7 @@ pub(crate) fn bisected_grantable<A: Algorithm>(
     up_to: u64,
     now_us: i64,
 ) -> u64 {
-    let admits = |units: u64| {
-        A::evaluate(state, &params.with_cost(units), now_us)
-            .decision
-            .allowed
-    };
+    let admits = |units| admits::<A>(state, params, units, now_us);
     if up_to == 0 || admits(up_to) {
         return up_to;
     }
@@ -419,11 +441,7 @@ pub(crate) fn check_grantable_is_exact<A: Algorithm>(
         driver.expire(now_us);
         let state = driver.state.as_ref();
         let (cost, limit) = (params.cost(), limit(params));
-        let admits = |units: u64| {
-            A::evaluate(state, &params.with_cost(units), now_us)
-                .decision
-                .allowed
-        };
+        let admits = |units| admits::<A>(state, params, units, now_us);
         let up_tos = [
             0,
             1,

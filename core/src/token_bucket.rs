@@ -58,7 +58,7 @@
 //! is not rewound: an admitted call always moves `empty_at_ns` forward.
 
 use super::decision::{
-    Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
+    Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state, cost_is_a_field,
 };
 use super::number::Decimal;
 use super::time::{
@@ -176,19 +176,7 @@ impl TokenBucketParams {
     }
 }
 
-impl CallCost for TokenBucketParams {
-    /// Tokens this call asks for.
-    fn cost(&self) -> u64 {
-        self.cost
-    }
-
-    fn with_cost(&self, cost: u64) -> Self {
-        Self {
-            cost: cost.max(1),
-            ..*self
-        }
-    }
-}
+cost_is_a_field!(TokenBucketParams);
 
 /// What a token bucket stores between calls: 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Unit and property tests of the token bucket.
 
 use super::*;
+use crate::decision::CallCost;
 use crate::testing::{self, Driver, MS, SECOND, Step, T0_US, cost_of};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
