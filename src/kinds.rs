@@ -15,6 +15,7 @@
 //! and a multi-limit call can mix them. Adding an algorithm: one line in the table, then its
 //! encoding in [`crate::codec`] (the compiler lists what is missing).
 
+use crate::core::concurrency::{Concurrency, ConcurrencyAlgorithm};
 use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
 use crate::core::gcra::{Gcra, GcraAlgorithm};
 use crate::core::grant::{self, Grant, Granted};
@@ -273,8 +274,8 @@ macro_rules! kinds {
                 match self { $(Change::$variant(change) => Limiter::$variant(<$algorithm>::create(change)),)* }
             }
 
-            /// Applies the change to a limiter of its kind; hands it back for another kind.
-            pub fn apply(self, limiter: LimiterMut<'_>) -> Result<(), Change> {
+            /// Applies the change to a limiter of its kind; refuses another kind, naming its own.
+            pub fn apply(self, limiter: LimiterMut<'_>) -> Result<(), Kind> {
                 match (self, limiter) {
                     $(
                         (Change::$variant(change), LimiterMut::$variant(state)) => {
@@ -283,7 +284,7 @@ macro_rules! kinds {
                         }
                     )*
                     #[allow(unreachable_patterns)]
-                    (change, _) => Err(change),
+                    (change, _) => Err(change.kind()),
                 }
             }
         }
@@ -317,6 +318,18 @@ kinds! {
     FixedWindow = 2: FixedWindowAlgorithm [FixedWindow], "a fixed window", Some("FIXED");
     SlidingLog = 3: SlidingLogAlgorithm [SlidingLog], "a sliding log", Some("SLIDINGLOG");
     Gcra = 4: GcraAlgorithm [Gcra], "a CL.THROTTLE (GCRA)", Some("GCRA");
+    Concurrency = 5: ConcurrencyAlgorithm [Concurrency], "an in-flight limit", Some("CONCURRENCY");
+}
+
+impl Quota {
+    /// The units a call counts against this quota's limit, for telling how many such calls
+    /// are left: its cost, except for an in-flight limit, where a call takes one slot.
+    pub fn counted_cost(&self) -> u64 {
+        match self {
+            Quota::Concurrency(_) => 1,
+            other => other.cost(),
+        }
+    }
 }
 
 impl LimiterRef<'_> {
@@ -324,8 +337,15 @@ impl LimiterRef<'_> {
     pub fn allocated_bytes(self) -> usize {
         match self {
             LimiterRef::SlidingLog(log) => log.allocated_bytes(),
+            LimiterRef::Concurrency(holders) => holders.allocated_bytes(),
             fixed_size => fixed_size.inline_bytes(),
         }
+    }
+
+    /// Whether the limiter holds nothing a missing key would not: an in-flight limit whose
+    /// last holder was released. Such a key is deleted rather than stored.
+    pub fn is_vacant(self) -> bool {
+        matches!(self, LimiterRef::Concurrency(holders) if holders.is_empty())
     }
 }
 

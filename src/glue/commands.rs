@@ -10,9 +10,10 @@ use super::store::{LimiterKey, kind_mismatch};
 use super::{clock, config, reply};
 use crate::args::multi::{self, MultiArgs};
 use crate::args::{self, CallArgs, Memo, Settings};
-use crate::core::Decision;
+use crate::core::concurrency::ConcurrencyAlgorithm;
 use crate::core::gcra::{GcraAlgorithm, GcraParams};
 use crate::core::grant::Grant;
+use crate::core::{Commit, Decision};
 use crate::error::CommandError;
 use crate::kinds::{Change, Kind, LimiterRef, Quota};
 
@@ -57,6 +58,7 @@ pub fn sliding_log(call: &Call<'_>) -> Result<(), CommandError> {
 fn settings() -> Settings {
     Settings {
         max_log_entries: u64::try_from(config::MAX_LOG_ENTRIES.get()).unwrap_or(1),
+        max_holders: u64::try_from(config::MAX_HOLDERS.get()).unwrap_or(1),
     }
 }
 
@@ -93,7 +95,7 @@ pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
         memo.with(
             &arguments,
             settings.fingerprint(),
-            |arguments| after_algorithm(arguments, |kind, rest| args::call(kind, rest, settings)),
+            |arguments| after_algorithm(arguments, |kind, rest| args::peek(kind, rest, settings)),
             |parsed| {
                 driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
             },
@@ -120,6 +122,49 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
     })??;
     stats::REFUND.record(decision.allowed);
     reply::decision(call, &decision);
+    Ok(())
+}
+
+/// `RL.ACQUIRE key limit holder ttl_ms`: takes (or renews) one of `limit` in-flight slots
+/// for `holder` until `ttl_ms` from now.
+///
+/// Not memoized: the holder changes with every request.
+pub fn acquire(call: &Call<'_>) -> Result<(), CommandError> {
+    let name = key_name(call)?;
+    let now_us = clock::now_us();
+    let quota = args::quota::acquire(&call.args_bytes(2..), settings().max_holders)?;
+    let call_args = CallArgs {
+        quota,
+        grant: Grant::Whole,
+    };
+    let outcome = driver::acquire(call, stats::ACQUIRE.event, name, &call_args, now_us)?;
+    respond(call, &stats::ACQUIRE, outcome, Grant::Whole);
+    Ok(())
+}
+
+/// `RL.RELEASE key holder`: 1 if that live holder's slot was freed, 0 if it was unknown or
+/// had expired (a missing key included); the key goes with its last holder.
+pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
+    let name = key_name(call)?;
+    let holder = args::quota::holder(call.arg_bytes(2))?;
+    let now_us = clock::now_us();
+    let key = LimiterKey::open(call, name)?;
+    let state = match key.held() {
+        None => None,
+        Some(LimiterRef::Concurrency(state)) => Some(state),
+        Some(other) => return Err(kind_mismatch(other.kind(), Kind::Concurrency)),
+    };
+    let commit = ConcurrencyAlgorithm::release(state, &holder, now_us);
+    let released = commit.is_some();
+    if let Some(commit) = commit {
+        let commit = Commit {
+            change: Change::Concurrency(commit.change),
+            expires_at_ms: commit.expires_at_ms,
+        };
+        driver::record(call, stats::RELEASE.event, key, commit)?;
+    }
+    stats::RELEASE.record(released);
+    call.reply_integer(i64::from(released));
     Ok(())
 }
 

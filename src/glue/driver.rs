@@ -23,7 +23,7 @@ use crate::args::CallArgs;
 use crate::args::multi::MultiArgs;
 use crate::core::grant::Grant;
 use crate::core::multi::{self, Bound};
-use crate::core::{Decision, Evaluation};
+use crate::core::{Commit, Decision, Evaluation};
 use crate::error::CommandError;
 use crate::kinds::{Change, Kind, Quota};
 
@@ -101,9 +101,19 @@ pub fn commit_one(
     evaluation: Evaluation<Change>,
 ) -> Result<(), CommandError> {
     match evaluation.commit {
-        Some(commit) => effects::commit(call, event, &mut [Replicated::new(key, commit)]),
+        Some(commit) => record(call, event, key, commit),
         None => Ok(()),
     }
+}
+
+/// Commits one key's write.
+pub fn record(
+    call: &Call<'_>,
+    event: &CStr,
+    key: LimiterKey,
+    commit: Commit<Change>,
+) -> Result<(), CommandError> {
+    effects::commit(call, event, &mut [Replicated::new(key, commit)])
 }
 
 /// What a multi-limit call decided.
@@ -154,7 +164,7 @@ pub fn acquire_many(
             .evaluate(key.held(), Grant::Whole, now_us)
             .map_err(mismatch_with(&quota))?;
         evaluations.push(granted.evaluation);
-        costs.push(quota.cost());
+        costs.push(quota.counted_cost());
     }
     let per_limit: Vec<Decision> = evaluations.iter().map(|e| e.decision).collect();
     let mut bound = multi::bind(&per_limit, &costs)
