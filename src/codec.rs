@@ -192,7 +192,9 @@ fn write_change(change: &Change, out: &mut Encoded) {
 fn read_change(kind_byte: u8, reader: &mut Reader<'_>) -> Result<Change, DecodeError> {
     match Kind::from_byte(kind_byte & !CHANGE_FLAG) {
         Some(Kind::SlidingLog) => read_log_change(reader).map(Change::SlidingLog),
-        Some(Kind::Concurrency) => read_holders_change(reader).map(Change::Concurrency),
+        Some(Kind::Concurrency) => {
+            read_holders_change(reader).map(|change| Change::Concurrency(change.into()))
+        }
         _ => Err(DecodeError::UnknownKind(kind_byte)),
     }
 }

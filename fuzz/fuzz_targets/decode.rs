@@ -50,6 +50,7 @@ fuzz_target!(|data: &[u8]| {
             EffectBody::State(limiter) => exercise(&limiter, &clocks(data)),
             EffectBody::Change(Change::Concurrency(change)) => {
                 // What a replica does with it: create the key, or apply it to a list.
+                let change = *change;
                 let mut holders = ConcurrencyAlgorithm::create(change);
                 check_state_round_trips(&holders);
                 ConcurrencyAlgorithm::apply(&mut holders, change);

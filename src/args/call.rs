@@ -9,7 +9,7 @@ use crate::error::{ArgError, CommandError, Rule};
 use crate::kinds::{Kind, Quota};
 
 /// What a single-key call asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallArgs {
     /// The quota, with the call's cost.
     pub quota: Quota,

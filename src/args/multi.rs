@@ -129,7 +129,7 @@ pub fn limits(
             let id = holder.ok_or(CommandError::Message(
                 "ERR a CONCURRENCY limit needs HOLDER id: the caller's id for its slot",
             ))?;
-            *params = params.with_holder(id);
+            **params = params.with_holder(id);
         }
     }
     if let Grant::Partial { min } = parsed.grant {

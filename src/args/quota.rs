@@ -31,7 +31,9 @@ pub fn quota(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<Quota, Co
         Kind::FixedWindow => window(args).map(Quota::FixedWindow),
         Kind::SlidingLog => sliding_log(args, settings.max_log_entries).map(Quota::SlidingLog),
         Kind::Gcra => gcra(args).map(Quota::Gcra),
-        Kind::Concurrency => concurrency(args, settings.max_holders).map(Quota::Concurrency),
+        Kind::Concurrency => {
+            concurrency(args, settings.max_holders).map(|params| Quota::Concurrency(params.into()))
+        }
     }
 }
 
@@ -69,7 +71,7 @@ pub fn concurrency_peek(args: &[&[u8]], max_holders: u64) -> Result<Quota, Comma
     };
     let limit = positive_integer("limit", limit_arg)?;
     ConcurrencyParams::peek(limit, max_holders)
-        .map(Quota::Concurrency)
+        .map(|params| Quota::Concurrency(params.into()))
         .map_err(|_| above_max_holders(max_holders, limit_arg))
 }
 
@@ -85,7 +87,9 @@ pub fn acquire(args: &[&[u8]], max_holders: u64) -> Result<Quota, CommandError> 
         return Err(CommandError::WrongArity);
     };
     let params = concurrency(&[limit_arg, ttl_arg], max_holders)?;
-    Ok(Quota::Concurrency(params.with_holder(holder(holder_arg)?)))
+    Ok(Quota::Concurrency(
+        params.with_holder(holder(holder_arg)?).into(),
+    ))
 }
 
 /// `capacity rate` of a token bucket.

@@ -1,13 +1,15 @@
 //! The command bodies: read the clock once, parse the arguments (pure, in [`crate::args`],
 //! remembered per command), hand over to the [`driver`], count and reply.
 
+use std::cell::Cell;
+
 use redis_module::raw;
 
 use super::api::Call;
-use super::driver::{self, Outcome};
+use super::driver::{self, MultiBuffers, Outcome};
 use super::stats::{self, CommandStats};
 use super::store::{LimiterKey, kind_mismatch};
-use super::{clock, config, reply};
+use super::{clock, config, reply, scratch};
 use crate::args::multi::{self, MultiArgs};
 use crate::args::{self, CallArgs, Memo, Settings};
 use crate::core::concurrency::ConcurrencyAlgorithm;
@@ -27,6 +29,7 @@ thread_local! {
     static REFUND_ARGS: Memo<Quota> = const { Memo::new() };
     static THROTTLE_ARGS: Memo<GcraParams> = const { Memo::new() };
     static MULTI_ARGS: Memo<MultiArgs> = const { Memo::new() };
+    static MULTI_BUFFERS: Cell<Option<MultiBuffers>> = const { Cell::new(None) };
 }
 
 /// The command's key: argument 1.
@@ -158,7 +161,7 @@ pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
     let released = commit.is_some();
     if let Some(commit) = commit {
         let commit = Commit {
-            change: Change::Concurrency(commit.change),
+            change: Change::Concurrency(commit.change.into()),
             expires_at_ms: commit.expires_at_ms,
         };
         driver::record(call, stats::RELEASE.event, key, commit)?;
@@ -223,25 +226,23 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
     let now_us = clock::now_us();
     let settings = settings();
     let arguments = call.args_bytes(first_limit..);
-    let outcome = MULTI_ARGS.with(|memo| {
-        memo.with(
-            &arguments,
-            settings.fingerprint(),
-            |arguments| multi::limits(key_count, &key_bytes, arguments, settings),
-            |parsed| {
-                driver::acquire_many(call, stats::MULTI.event, names, parsed, now_us)
-                    .map(|outcome| (outcome, parsed.grant))
-            },
-        )
-    })??;
-    let (outcome, grant) = outcome;
-    stats::MULTI.record(outcome.bound.decision.allowed);
-    reply::multi(
-        call,
-        &outcome,
-        first_field(outcome.units, &outcome.bound.decision, grant),
-    );
-    Ok(())
+    scratch::reusing(&MULTI_BUFFERS, |buffers| {
+        let (outcome, grant) = MULTI_ARGS.with(|memo| {
+            memo.with(
+                &arguments,
+                settings.fingerprint(),
+                |arguments| multi::limits(key_count, &key_bytes, arguments, settings),
+                |parsed| {
+                    driver::acquire_many(call, stats::MULTI.event, names, parsed, now_us, buffers)
+                        .map(|outcome| (outcome, parsed.grant))
+                },
+            )
+        })??;
+        stats::MULTI.record(outcome.bound.decision.allowed);
+        let first = first_field(outcome.units, &outcome.bound.decision, grant);
+        reply::multi(call, &outcome, &buffers.per_limit, first);
+        Ok(())
+    })
 }
 
 /// Tells Redis where the keys of `numkeys key [key ...]` are. Redis 7.0's cluster routing
