@@ -629,7 +629,7 @@ mod tests {
             ConcurrencyAlgorithm::release(Some(&state), &HolderId::new(b"bb").unwrap(), NOW_US)
                 .unwrap();
         for commit in [acquired, released] {
-            let change = Change::Concurrency(commit.change);
+            let change = Change::Concurrency(commit.change.into());
             let effect = encode_effect(commit.expires_at_ms, &change);
             assert!(effect.as_bytes().len() <= 8 + 2 + 8 + 1 + 8 + 1 + 128);
             assert_eq!(
