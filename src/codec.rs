@@ -515,10 +515,10 @@ mod tests {
     use super::*;
     use crate::core::concurrency::{ConcurrencyAlgorithm, ConcurrencyParams, HolderId};
     use crate::core::fixed_window::FixedWindowAlgorithm;
-    use crate::core::fixed_window::WindowParams;
     use crate::core::sliding_log::SlidingLogAlgorithm;
     use crate::core::sliding_log::SlidingLogParams;
     use crate::core::sliding_window::SlidingWindowAlgorithm;
+    use crate::core::window::WindowParams;
     use crate::core::{Algorithm, Commit};
     use proptest::prelude::*;
 

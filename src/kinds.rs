@@ -18,7 +18,7 @@
 use crate::core::concurrency::{
     Concurrency, ConcurrencyAlgorithm, ConcurrencyChange, ConcurrencyParams,
 };
-use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm, WindowParams};
+use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
 use crate::core::gcra::{Gcra, GcraAlgorithm, GcraParams};
 use crate::core::grant::{self, Grant, Granted};
 use crate::core::sliding_log::{
@@ -26,6 +26,7 @@ use crate::core::sliding_log::{
 };
 use crate::core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
 use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm, TokenBucketParams};
+use crate::core::window::WindowParams;
 use crate::core::{Algorithm, CallCost, Evaluation};
 
 /// A state type stored under one [`Kind`].

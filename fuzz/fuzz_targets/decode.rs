@@ -16,7 +16,8 @@ use redis_ratelimit::core::concurrency::{
     Concurrency, ConcurrencyAlgorithm, ConcurrencyParams, HolderId, MAX_STORED_HOLDERS, MAX_TTL_US,
     MIN_TTL_US,
 };
-use redis_ratelimit::core::fixed_window::{FixedWindowAlgorithm, WindowParams};
+use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
+use redis_ratelimit::core::window::WindowParams;
 use redis_ratelimit::core::gcra::{GcraAlgorithm, GcraParams, MAX_TOLERANCE_NS};
 use redis_ratelimit::core::sliding_log::{
     SlidingLogAction, SlidingLogAlgorithm, SlidingLogParams,

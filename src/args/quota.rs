@@ -5,12 +5,12 @@ use super::{Settings, duration_us, positive_decimal, positive_integer};
 use crate::core::concurrency::{
     ConcurrencyParamError, ConcurrencyParams, HolderId, MAX_STORED_HOLDERS,
 };
-use crate::core::fixed_window::{WindowParamError, WindowParams};
 use crate::core::gcra::{GcraParamError, GcraParams};
 use crate::core::number::{NumberError, parse_integer};
 use crate::core::sliding_log::{SlidingLogParamError, SlidingLogParams};
 use crate::core::time::US_PER_MS;
 use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
+use crate::core::window::{WindowParamError, WindowParams};
 use crate::error::{ArgError, CommandError, Rule};
 use crate::kinds::{Kind, Quota};
 
