@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run test lint unit test-prereqs integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ run: build ## Build, then run redis-server with the module on 127.0.0.1:6379 (PO
 	@echo "                       retry_after_ms, reset_after_ms, limit)"
 	redis-server redis.conf.example --port $(PORT)
 
-test: prereqs lint unit integration ## Everything CI runs: format, lints, unit and integration tests
+test: prereqs lint unit test-prereqs integration ## Everything CI runs: format, lints, unit, prerequisites and integration tests
 
 lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 	$(CARGO) fmt --all -- --check
@@ -36,6 +36,9 @@ lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 
 unit: ## Unit and property tests of the pure core and the module's pure layers
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
+
+test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
+	tests/prereqs/run.sh
 
 integration: ## Integration tests against real redis-server processes
 	$(CARGO) build --features $(TEST_FEATURES)
