@@ -40,8 +40,9 @@ unit: ## Unit and property tests of the pure core and the module's pure layers
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
 	tests/prereqs/run.sh
 
-integration: ## Integration tests against real redis-server processes
+integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
 	$(CARGO) build --features $(TEST_FEATURES)
+	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) test --test it --features $(TEST_FEATURES)
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)

@@ -1,11 +1,13 @@
-//! A loopback Redis Cluster of harness servers: creation with `redis-cli --cluster create`,
-//! health checks, and the slot map as the nodes see it.
+//! A loopback Redis Cluster of harness servers: creation with `redis-cli --cluster create`
+//! (or the [`cli_binary`] that goes with `$REDIS_SERVER`), health checks, and the slot map
+//! as the nodes see it.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::cluster_routing::get_slot;
 
+use crate::binaries::cli_binary;
 use crate::server::{Server, info_field, wait_until};
 
 /// Arguments that make a harness server a cluster node.
@@ -110,7 +112,7 @@ pub fn run_bounded(command: &mut Command, timeout: Duration) -> (bool, String) {
         .stdout(out.try_clone().expect("output file"))
         .stderr(out)
         .spawn()
-        .expect("redis-cli must be installed");
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
     let deadline = Instant::now() + timeout;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
@@ -144,7 +146,7 @@ impl Cluster {
             .map(|_| Server::start(&NODE_ARGS))
             .collect();
         let cluster = Cluster { nodes };
-        let mut create = Command::new("redis-cli");
+        let mut create = Command::new(cli_binary());
         create.args(["--cluster", "create"]);
         for node in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", node.port));

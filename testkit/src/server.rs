@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub use crate::binaries::server_binary;
+
 /// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -19,11 +21,6 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The server binary the tests run: `$REDIS_SERVER`, or `redis-server` on `PATH`.
-pub fn server_binary() -> PathBuf {
-    std::env::var_os("REDIS_SERVER").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
 }
 
 /// The module under test: `$RL_MODULE_PATH`, or the debug build next to the test binary.
