@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run test lint unit test-prereqs integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -25,6 +25,16 @@ run: build ## Build, then run redis-server with the module on 127.0.0.1:6379 (PO
 	@echo "                      (10 tokens, refilled at 2 per second; replies allowed, remaining,"
 	@echo "                       retry_after_ms, reset_after_ms, limit)"
 	redis-server redis.conf.example --port $(PORT)
+
+# The user image (see README, Docker image): BASE_IMAGE is the Redis image it starts from;
+# when it cannot be pulled, docker/build.sh builds a local base from this machine's
+# redis-server and says so.
+BASE_IMAGE ?= redis:7.4-bookworm
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+DOCKER_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
+
+docker: build ## Build the image redis-ratelimit:latest and :VERSION (BASE_IMAGE=... to pick the base)
+	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 
 test: prereqs lint unit test-prereqs integration ## Everything CI runs: format, lints, unit, prerequisites and integration tests
 
