@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -36,7 +36,7 @@ DOCKER_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
 docker: build ## Build the image redis-ratelimit:latest and :VERSION (BASE_IMAGE=... to pick the base)
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration ## Everything CI runs: format, lints, unit, prerequisites and integration tests
+test: prereqs lint unit test-prereqs integration containers ## Everything CI runs: format, lints, unit, prerequisites, integration and container tests
 
 lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 	$(CARGO) fmt --all -- --check
@@ -54,6 +54,20 @@ integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) test --test it --features $(TEST_FEATURES)
+
+# Where a Docker engine answers: the release module, then the test image from the same
+# Dockerfile as `make docker`, tagged by the module's hash (so concurrent runs from other
+# work trees never swap images under each other), built once and used by every container
+# test. Elsewhere the tests print one CONTAINER TESTS SKIPPED line and pass.
+containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partition, in Docker
+	@image=""; \
+	if timeout 20 docker info >/dev/null 2>&1; then \
+	  $(CARGO) build --release && \
+	  image=redis-ratelimit:test-$$(sha256sum $(DOCKER_MODULE) | cut -c1-12) && \
+	  IMAGE_TAGS=$$image BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION) \
+	  || exit 1; \
+	fi; \
+	RL_TEST_IMAGE=$$image $(CARGO) test --test containers --features $(TEST_FEATURES) -- --test-threads=1
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

@@ -10,14 +10,16 @@
 # 4. a smoke test: a container of the image answers PING, lists the module in MODULE LIST
 #    and admits an RL.TOKENBUCKET call. The container is removed however this ends.
 #
-# Usage: docker/build.sh MODULE.so VERSION   (environment: BASE_IMAGE, IMAGE, LOCAL_BASE)
+# Usage: docker/build.sh MODULE.so VERSION
+# Environment: BASE_IMAGE; IMAGE_TAGS (default "redis-ratelimit:latest redis-ratelimit:VERSION");
+# LOCAL_BASE (the local base's name, default redis-ratelimit-base:local).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 module=${1:?usage: docker/build.sh MODULE.so VERSION}
 version=${2:?usage: docker/build.sh MODULE.so VERSION}
 base=${BASE_IMAGE:-redis:7.4-bookworm}
-image=${IMAGE:-redis-ratelimit}
+read -r -a tags <<<"${IMAGE_TAGS:-redis-ratelimit:latest redis-ratelimit:$version}"
 local_base=${LOCAL_BASE:-redis-ratelimit-base:local}
 [[ -f $module ]] || { echo "docker: $module is missing (make build)" >&2; exit 1; }
 started=$SECONDS
@@ -63,15 +65,17 @@ mkdir -p "$context/target/release" "$context/docker"
 cp Dockerfile "$context/"
 cp "$module" "$context/target/release/libredis_ratelimit.so"
 cp docker/redis-ratelimit.conf "$context/docker/"
-if ! docker build -q --build-arg "BASE_IMAGE=$base" -t "$image:latest" -t "$image:$version" \
-  "$context" >"$context/build.log" 2>&1; then
+tag_args=()
+for tag in "${tags[@]}"; do tag_args+=(-t "$tag"); done
+if ! docker build -q --build-arg "BASE_IMAGE=$base" "${tag_args[@]}" "$context" \
+  >"$context/build.log" 2>&1; then
   cat "$context/build.log" >&2
   exit 1
 fi
 
 # 4. Smoke test.
 smoke=redis-ratelimit-smoke-$$
-docker run -d --name "$smoke" --label redis-ratelimit.smoke=1 "$image:latest" >/dev/null
+docker run -d --name "$smoke" --label redis-ratelimit.smoke=1 "${tags[0]}" >/dev/null
 cli() { docker exec "$smoke" redis-cli "$@"; }
 for _ in $(seq 100); do
   [[ $(cli PING 2>/dev/null) == PONG ]] && break
@@ -84,7 +88,7 @@ if ! grep -qx ratelimit <<<"$modules" || [[ $admitted != 1 ]]; then
   docker logs "$smoke" 2>&1 | tail -20 >&2
   exit 1
 fi
-echo "docker: built $image:latest and $image:$version in $((SECONDS - started)) s"
+echo "docker: built ${tags[*]} in $((SECONDS - started)) s"
 echo "  base: $base ($why)"
 echo "  glibc: the module needs $needed, the base has $base_glibc"
 echo "  smoke test: MODULE LIST shows ratelimit, RL.TOKENBUCKET admits"

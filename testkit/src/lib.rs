@@ -4,6 +4,7 @@
 //! - [`server`]: one `redis-server` with the module, on a free loopback port, in its own
 //!   temporary directory, stopped and removed on drop (even when a test panics);
 //! - [`cluster`]: a loopback Redis Cluster of such servers;
+//! - [`docker`]: containers of the module's image on private networks (the container tests);
 //! - [`helpers`]: small wrappers over the module's commands and server introspection;
 //! - [`binaries`]: which programs run: `$REDIS_SERVER` (default: `redis-server` on `PATH`),
 //!   and `redis-cli` / `redis-check-rdb` beside it, so the whole suite runs against another
@@ -19,5 +20,6 @@
 
 pub mod binaries;
 pub mod cluster;
+pub mod docker;
 pub mod helpers;
 pub mod server;
