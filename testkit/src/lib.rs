@@ -4,7 +4,8 @@
 //! - [`server`]: one `redis-server` with the module, on a free loopback port, in its own
 //!   temporary directory, stopped and removed on drop (even when a test panics);
 //! - [`cluster`]: a loopback Redis Cluster of such servers;
-//! - [`docker`]: containers of the module's image on private networks (the container tests);
+//! - [`docker`]: containers of the module's image on private networks (the container tests),
+//!   and [`docker_cluster`]: a Redis Cluster of them;
 //! - [`helpers`]: small wrappers over the module's commands and server introspection;
 //! - [`binaries`]: which programs run: `$REDIS_SERVER` (default: `redis-server` on `PATH`),
 //!   and `redis-cli` / `redis-check-rdb` beside it, so the whole suite runs against another
@@ -21,5 +22,6 @@
 pub mod binaries;
 pub mod cluster;
 pub mod docker;
+pub mod docker_cluster;
 pub mod helpers;
 pub mod server;

@@ -19,6 +19,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use redis_ratelimit_testkit::docker;
 
+mod cluster;
 mod crash;
 mod standalone;
 
