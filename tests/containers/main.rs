@@ -21,6 +21,7 @@ use redis_ratelimit_testkit::docker;
 
 mod cluster;
 mod crash;
+mod partition;
 mod standalone;
 
 /// What a container test needs: the image to run, and the engine to itself.
