@@ -6,6 +6,7 @@
 //! `everysec` can lose, about one second of writes (two if the disk stalls), is what a crash
 //! of the whole machine loses. The test measures the loss and asserts the documented bound.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -116,7 +117,8 @@ fn sigkill_with_everysec_loses_at_most_the_last_second() {
         // The oldest lost call was acknowledged right after the last one kept.
         killed_at.saturating_duration_since(acks[recovered as usize])
     };
-    println!(
+    let _ = writeln!(
+        std::io::stderr(),
         "SIGKILL with appendfsync everysec: {acknowledged} calls acknowledged, {recovered} \
          recovered from the AOF, {lost} lost (acknowledged up to {} ms before the kill)",
         lost_window.as_millis()
