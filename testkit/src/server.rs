@@ -273,6 +273,15 @@ pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Op
     })
 }
 
+/// Waits (at most 20 s) until the replica behind `replica` has applied everything the primary
+/// behind `primary` had written when this was called; returns whether it did.
+pub fn caught_up(primary: &mut redis::Connection, replica: &mut redis::Connection) -> bool {
+    let offset = info_int(primary, "replication", "master_repl_offset");
+    wait_until(Duration::from_secs(20), || {
+        info_int(replica, "replication", "master_repl_offset") >= offset
+    })
+}
+
 /// An `INFO` field parsed as an integer (0 when absent).
 pub fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
     info_field(con, section, field)

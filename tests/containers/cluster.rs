@@ -3,13 +3,13 @@
 //! the same state, and resharding with the image's `redis-cli --cluster reshard` moves
 //! limiters with their exact state.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis_ratelimit_testkit::cluster::keyslot;
 use redis_ratelimit_testkit::docker::connect;
 use redis_ratelimit_testkit::docker_cluster::url;
 use redis_ratelimit_testkit::docker_cluster::{ContainerCluster, readonly_conn};
-use redis_ratelimit_testkit::server::{info_int, wait_until};
+use redis_ratelimit_testkit::server::caught_up;
 
 use crate::setup;
 
@@ -62,19 +62,12 @@ fn state_on(ip: &str, key: &str) -> (Option<Vec<u8>>, i64) {
 
 /// Waits until the replica at `replica_ip` has applied everything its primary had written.
 fn wait_replicated(primary_ip: &str, replica_ip: &str) {
-    let offset = info_int(
-        &mut connect(&url(primary_ip)),
-        "replication",
-        "master_repl_offset",
-    );
-    let mut con = connect(&url(replica_ip));
     assert!(
-        wait_until(Duration::from_secs(20), || info_int(
-            &mut con,
-            "replication",
-            "master_repl_offset"
-        ) >= offset),
-        "replica {replica_ip} did not reach offset {offset}"
+        caught_up(
+            &mut connect(&url(primary_ip)),
+            &mut connect(&url(replica_ip))
+        ),
+        "replica {replica_ip} did not catch up with {primary_ip}"
     );
 }
 

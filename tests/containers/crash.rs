@@ -15,7 +15,7 @@ use redis_ratelimit_testkit::docker::{Network, Spec, Volume};
 use redis_ratelimit_testkit::helpers::{keys, mixed_traffic, snapshot};
 use redis_ratelimit_testkit::server::wait_until;
 
-use crate::setup;
+use crate::{bucket_tokens, setup};
 
 /// The counting limiter: a token bucket whose refill (one token per 1000 s) is negligible
 /// while the test runs, so `capacity - tokens` is the number of admitted calls.
@@ -25,18 +25,6 @@ const COUNTER_RATE: &str = "0.001";
 /// The most acknowledged writes `appendfsync everysec` may lose, as time before the crash:
 /// one second between fsyncs, plus one more when a slow fsync postpones the write.
 pub const EVERYSEC_LOSS_BOUND: Duration = Duration::from_secs(2);
-
-/// Tokens left in the counter, by a peek of one unit (which reports what would be left).
-fn counter_tokens(con: &mut redis::Connection) -> i64 {
-    let reply: Vec<i64> = redis::cmd("RL.PEEK")
-        .arg("counter")
-        .arg("TOKENBUCKET")
-        .arg(COUNTER_CAPACITY)
-        .arg(COUNTER_RATE)
-        .query(con)
-        .unwrap();
-    reply[1] + reply[0]
-}
 
 #[test]
 fn sigkill_with_everysec_loses_at_most_the_last_second() {
@@ -103,7 +91,8 @@ fn sigkill_with_everysec_loses_at_most_the_last_second() {
     );
     let mut con = node.conn();
     assert_eq!(snapshot(&mut con, &keys), before, "limiters written before");
-    let recovered = COUNTER_CAPACITY - counter_tokens(&mut con);
+    let recovered =
+        COUNTER_CAPACITY - bucket_tokens(&mut con, "counter", COUNTER_CAPACITY, COUNTER_RATE);
     let acknowledged = acks.len() as i64;
     // The call in flight at the kill may have been applied without its reply arriving.
     assert!(

@@ -66,3 +66,16 @@ pub fn setup() -> Option<Setup> {
         _serial: serial,
     })
 }
+
+/// Whole tokens in a token bucket as the node behind `con` holds it: a peek of one unit
+/// reports what would be left, and whether it would be admitted.
+pub fn bucket_tokens(con: &mut redis::Connection, key: &str, capacity: i64, rate: &str) -> i64 {
+    let reply: Vec<i64> = redis::cmd("RL.PEEK")
+        .arg(key)
+        .arg("TOKENBUCKET")
+        .arg(capacity)
+        .arg(rate)
+        .query(con)
+        .unwrap_or_else(|error| panic!("RL.PEEK {key}: {error}"));
+    reply[1] + reply[0]
+}

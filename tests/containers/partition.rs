@@ -25,10 +25,10 @@ use redis_ratelimit_testkit::cluster::keyslot;
 use redis_ratelimit_testkit::docker::{Network, connect, docker};
 use redis_ratelimit_testkit::docker_cluster::{ContainerCluster, readonly_conn, url};
 use redis_ratelimit_testkit::helpers::error_text;
-use redis_ratelimit_testkit::server::{info_field, info_int, wait_until};
+use redis_ratelimit_testkit::server::{caught_up, info_field, wait_until};
 
 use crate::cluster::NODE_TIMEOUT_MS;
-use crate::setup;
+use crate::{bucket_tokens, setup};
 
 /// The rate limiter whose over-admission is the README's figure: a token bucket.
 const RATE_CAPACITY: i64 = 20;
@@ -164,19 +164,6 @@ fn run_client(targets: &[String], tag: &str, calls: &Mutex<Vec<Call>>, stop: &At
     }
 }
 
-/// Whole tokens in a bucket as the node behind `con` holds it: a peek of one unit reports
-/// what would be left (and whether it would be admitted).
-fn tokens(con: &mut redis::Connection, key: &str, capacity: i64, rate: &str) -> i64 {
-    let reply: Vec<i64> = redis::cmd("RL.PEEK")
-        .arg(key)
-        .arg("TOKENBUCKET")
-        .arg(capacity)
-        .arg(rate)
-        .query(con)
-        .unwrap_or_else(|error| panic!("RL.PEEK {key}: {error}"));
-    reply[1] + reply[0]
-}
-
 fn admitted(calls: &[Call], key: Key, filter: impl Fn(&Call) -> bool) -> i64 {
     calls
         .iter()
@@ -236,13 +223,13 @@ fn a_cut_off_primary_over_admits_only_until_it_sees_the_partition() {
     let cut_done = Instant::now();
     // What the replica holds now is all it will ever get from the old primary.
     let mut replica_con = readonly_conn(&replica_ip);
-    let counter_replicated = tokens(
+    let counter_replicated = bucket_tokens(
         &mut replica_con,
         &counter_key,
         COUNTER_CAPACITY,
         COUNTER_RATE,
     );
-    let rate_replicated = tokens(
+    let rate_replicated = bucket_tokens(
         &mut replica_con,
         &rate_key,
         RATE_CAPACITY,
@@ -316,7 +303,7 @@ fn a_cut_off_primary_over_admits_only_until_it_sees_the_partition() {
     let new_primary_counter = admitted(&majority_calls, Key::Counter, |c| c.target == 1);
     let new_primary_rate = admitted(&majority_calls, Key::Rate, |c| c.target == 1);
     let mut new_primary = connect(&url(&replica_ip));
-    let counter_now = tokens(
+    let counter_now = bucket_tokens(
         &mut new_primary,
         &counter_key,
         COUNTER_CAPACITY,
@@ -372,12 +359,10 @@ fn a_cut_off_primary_over_admits_only_until_it_sees_the_partition() {
     );
     let rejoined = heal.elapsed();
     cluster.wait_healthy();
-    let offset = info_int(&mut new_primary, "replication", "master_repl_offset");
-    assert!(wait_until(Duration::from_secs(20), || info_int(
-        &mut old_con,
-        "replication",
-        "master_repl_offset"
-    ) >= offset));
+    assert!(
+        caught_up(&mut new_primary, &mut old_con),
+        "the old primary did not catch up with the new one"
+    );
     for key in [&rate_key, &counter_key] {
         assert_eq!(state(&primary.ip, key), state(&replica_ip, key), "{key}");
     }

@@ -38,7 +38,10 @@ fn the_image_serves_every_command_over_its_address() {
         (vec!["RL.SLIDINGLOG", "sl", "10", "60"], [1, 9]),
         (vec!["CL.THROTTLE", "cl", "5", "10", "60"], [0, 6]),
         (vec!["RL.PEEK", "tb", "TOKENBUCKET", "10", "0.001"], [1, 8]),
-        (vec!["RL.REFUND", "tb", "TOKENBUCKET", "10", "0.001"], [1, 10]),
+        (
+            vec!["RL.REFUND", "tb", "TOKENBUCKET", "10", "0.001"],
+            [1, 10],
+        ),
     ];
     let mut resp3 = redis::Client::open(format!("{}?protocol=resp3", node.url()))
         .and_then(|client| client.get_connection())
