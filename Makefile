@@ -58,7 +58,9 @@ integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-
 # Where a Docker engine answers: the release module, then the test image from the same
 # Dockerfile as `make docker`, tagged by the module's hash (so concurrent runs from other
 # work trees never swap images under each other), built once and used by every container
-# test. Elsewhere the tests print one CONTAINER TESTS SKIPPED line and pass.
+# test. The release module, not the test-hooks build: these tests exercise what users run
+# (the build, the base, the glibc check), and need no clock hooks. Elsewhere the tests
+# print one CONTAINER TESTS SKIPPED line and pass.
 containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partition, in Docker
 	@image=""; \
 	if timeout 20 docker info >/dev/null 2>&1; then \
