@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -26,7 +26,17 @@ run: build ## Build, then run redis-server with the module on 127.0.0.1:6379 (PO
 	@echo "                       retry_after_ms, reset_after_ms, limit)"
 	redis-server redis.conf.example --port $(PORT)
 
-test: prereqs lint unit integration ## Everything CI runs: format, lints, unit and integration tests
+# The user image (see README, Docker image): BASE_IMAGE is the Redis image it starts from;
+# when it cannot be pulled, docker/build.sh builds a local base from this machine's
+# redis-server and says so.
+BASE_IMAGE ?= redis:7.4-bookworm
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+DOCKER_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
+
+docker: build ## Build the image redis-ratelimit:latest and :VERSION (BASE_IMAGE=... to pick the base)
+	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
+
+test: prereqs lint unit test-prereqs integration containers ## Everything CI runs: format, lints, unit, prerequisites, integration and container tests
 
 lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 	$(CARGO) fmt --all -- --check
@@ -37,9 +47,29 @@ lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 unit: ## Unit and property tests of the pure core and the module's pure layers
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
 
-integration: ## Integration tests against real redis-server processes
+test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
+	tests/prereqs/run.sh
+
+integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
 	$(CARGO) build --features $(TEST_FEATURES)
+	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) test --test it --features $(TEST_FEATURES)
+
+# Where a Docker engine answers: the release module, then the test image from the same
+# Dockerfile as `make docker`, tagged by the module's hash (so concurrent runs from other
+# work trees never swap images under each other), built once and used by every container
+# test. The release module, not the test-hooks build: these tests exercise what users run
+# (the build, the base, the glibc check), and need no clock hooks. Elsewhere the tests
+# print one CONTAINER TESTS SKIPPED line and pass.
+containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partition, in Docker
+	@image=""; \
+	if timeout 20 docker info >/dev/null 2>&1; then \
+	  $(CARGO) build --release && \
+	  image=redis-ratelimit:test-$$(sha256sum $(DOCKER_MODULE) | cut -c1-12) && \
+	  IMAGE_TAGS=$$image BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION) \
+	  || exit 1; \
+	fi; \
+	RL_TEST_IMAGE=$$image $(CARGO) test --test containers --features $(TEST_FEATURES) -- --test-threads=1
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

@@ -1,11 +1,13 @@
-//! A loopback Redis Cluster of harness servers: creation with `redis-cli --cluster create`,
-//! health checks, and the slot map as the nodes see it.
+//! A loopback Redis Cluster of harness servers: creation with `redis-cli --cluster create`
+//! (or the [`cli_binary`] that goes with `$REDIS_SERVER`), health checks, and the slot map
+//! as the nodes see it.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::cluster_routing::get_slot;
 
+use crate::binaries::cli_binary;
 use crate::server::{Server, info_field, wait_until};
 
 /// Arguments that make a harness server a cluster node.
@@ -28,6 +30,8 @@ const CONVERGE: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeLine {
     pub id: String,
+    /// The address it announces (`127.0.0.1` here; its own in containers).
+    pub ip: String,
     pub port: u16,
     pub primary: bool,
     /// The primary's id, for a replica.
@@ -40,17 +44,23 @@ pub struct NodeLine {
 
 /// A node's view of the cluster: every node it knows, by port.
 pub fn view(server: &Server) -> Vec<NodeLine> {
+    let mut nodes = nodes_seen_by(&mut server.conn());
+    nodes.sort_by_key(|node| node.port);
+    nodes
+}
+
+/// Every node the node behind `con` knows, as `CLUSTER NODES` says.
+pub fn nodes_seen_by(con: &mut redis::Connection) -> Vec<NodeLine> {
     let text: String = redis::cmd("CLUSTER")
         .arg("NODES")
-        .query(&mut server.conn())
+        .query(con)
         .expect("CLUSTER NODES");
-    let mut nodes: Vec<NodeLine> = text
-        .lines()
+    text.lines()
         .filter(|line| !line.trim().is_empty())
         .map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let address = fields[1].split(['@', ',']).next().unwrap();
-            let port = address.rsplit(':').next().unwrap().parse().unwrap();
+            let (ip, port) = address.rsplit_once(':').unwrap();
             let flags: Vec<&str> = fields[2].split(',').collect();
             let slots = fields[8..]
                 .iter()
@@ -65,7 +75,8 @@ pub fn view(server: &Server) -> Vec<NodeLine> {
                 .collect();
             NodeLine {
                 id: fields[0].to_string(),
-                port,
+                ip: ip.to_string(),
+                port: port.parse().unwrap(),
                 primary: flags.contains(&"master"),
                 primary_id: (fields[3] != "-").then(|| fields[3].to_string()),
                 slots,
@@ -75,9 +86,7 @@ pub fn view(server: &Server) -> Vec<NodeLine> {
                     }),
             }
         })
-        .collect();
-    nodes.sort_by_key(|node| node.port);
-    nodes
+        .collect()
 }
 
 /// `ROLE`'s first field: "master" or "slave".
@@ -110,7 +119,7 @@ pub fn run_bounded(command: &mut Command, timeout: Duration) -> (bool, String) {
         .stdout(out.try_clone().expect("output file"))
         .stderr(out)
         .spawn()
-        .expect("redis-cli must be installed");
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
     let deadline = Instant::now() + timeout;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
@@ -144,7 +153,7 @@ impl Cluster {
             .map(|_| Server::start(&NODE_ARGS))
             .collect();
         let cluster = Cluster { nodes };
-        let mut create = Command::new("redis-cli");
+        let mut create = Command::new(cli_binary());
         create.args(["--cluster", "create"]);
         for node in &cluster.nodes {
             create.arg(format!("127.0.0.1:{}", node.port));

@@ -4,10 +4,12 @@
 //! - [`server`]: one `redis-server` with the module, on a free loopback port, in its own
 //!   temporary directory, stopped and removed on drop (even when a test panics);
 //! - [`cluster`]: a loopback Redis Cluster of such servers;
-//! - [`helpers`]: small wrappers over the module's commands and server introspection.
-//!
-//! The server binary is `$REDIS_SERVER` (default: `redis-server` on `PATH`), so the whole
-//! suite runs against another build or Valkey with one variable.
+//! - [`docker`]: containers of the module's image on private networks (the container tests),
+//!   and [`docker_cluster`]: a Redis Cluster of them;
+//! - [`helpers`]: small wrappers over the module's commands and server introspection;
+//! - [`binaries`]: which programs run: `$REDIS_SERVER` (default: `redis-server` on `PATH`),
+//!   and `redis-cli` / `redis-check-rdb` beside it, so the whole suite runs against another
+//!   build or Valkey with one variable.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -17,6 +19,9 @@
     missing_docs
 )]
 
+pub mod binaries;
 pub mod cluster;
+pub mod docker;
+pub mod docker_cluster;
 pub mod helpers;
 pub mod server;

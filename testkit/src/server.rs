@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub use crate::binaries::server_binary;
+
 /// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -19,11 +21,6 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The server binary the tests run: `$REDIS_SERVER`, or `redis-server` on `PATH`.
-pub fn server_binary() -> PathBuf {
-    std::env::var_os("REDIS_SERVER").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
 }
 
 /// The module under test: `$RL_MODULE_PATH`, or the debug build next to the test binary.
@@ -273,6 +270,15 @@ pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Op
     info.lines().find_map(|line| {
         let (name, value) = line.split_once(':')?;
         (name == field).then(|| value.trim().to_string())
+    })
+}
+
+/// Waits (at most 20 s) until the replica behind `replica` has applied everything the primary
+/// behind `primary` had written when this was called; returns whether it did.
+pub fn caught_up(primary: &mut redis::Connection, replica: &mut redis::Connection) -> bool {
+    let offset = info_int(primary, "replication", "master_repl_offset");
+    wait_until(Duration::from_secs(20), || {
+        info_int(replica, "replication", "master_repl_offset") >= offset
     })
 }
 

@@ -10,7 +10,7 @@ use redis::Value;
 use crate::cluster_support::{Cluster, keyslot, node_id, role};
 use crate::helpers::{error_text, multi, snapshot, try_multi};
 use crate::limiter_model::{Algorithm, Limiter, limiters, partly_use, scaled};
-use crate::server::{Server, info_int, wait_until};
+use crate::server::{Server, caught_up, wait_until};
 
 /// Every limiter command, each on its own key in `tag`'s slot: (key, command).
 fn every_command(tag: &str) -> Vec<(String, redis::Cmd)> {
@@ -74,15 +74,9 @@ fn dbsize(server: &Server) -> i64 {
 
 /// Waits until `replica` has processed everything `primary` had written when called.
 fn wait_in_sync(primary: &Server, replica: &Server) {
-    let offset = info_int(&mut primary.conn(), "replication", "master_repl_offset");
-    let mut con = replica.conn();
     assert!(
-        wait_until(Duration::from_secs(20), || info_int(
-            &mut con,
-            "replication",
-            "master_repl_offset"
-        ) >= offset),
-        "replica {} did not reach offset {offset} of {}",
+        caught_up(&mut primary.conn(), &mut replica.conn()),
+        "replica {} did not catch up with {}",
         replica.port,
         primary.port
     );

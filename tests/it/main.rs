@@ -10,7 +10,7 @@
 )]
 #![allow(clippy::arithmetic_side_effects, missing_docs)]
 
-use redis_ratelimit_testkit::{cluster as cluster_support, helpers, server};
+use redis_ratelimit_testkit::{binaries, cluster as cluster_support, helpers, server};
 
 mod acl;
 mod adversarial;

@@ -1,6 +1,13 @@
 //! Memory limits and leaks (M1, M2, M4): `deny-oom` refuses new limiters while reads go on,
 //! eviction removes limiters cleanly on the primary and its replica, and freeing or
 //! reloading every limiter gives the memory back.
+//!
+//! They hold on stock Valkey defaults too, which differ from Redis's in two ways that move
+//! `used_memory`: `FLUSHALL`/`FLUSHDB` and eviction free in a background thread
+//! (`lazyfree-lazy-user-flush`, `lazyfree-lazy-eviction`), so the tests wait for
+//! `lazyfree_pending_objects` to drain before reading memory; and the replication backlog is
+//! 10 MB (1 MB in Redis), counted against `maxmemory` as it fills, so the eviction test
+//! fills it before it measures the room it leaves.
 
 use std::time::Duration;
 
@@ -18,6 +25,26 @@ fn config_set(con: &mut redis::Connection, name: &str, value: impl redis::ToRedi
         .arg(value)
         .query(con)
         .unwrap();
+}
+
+/// Waits (bounded) until no object waits to be freed in the background (lazy `FLUSHALL`,
+/// `FLUSHDB`, `DEL`, eviction): until then `used_memory` still counts them.
+fn wait_for_lazy_frees(con: &mut redis::Connection) {
+    assert!(
+        wait_until(Duration::from_secs(30), || info_int(
+            con,
+            "memory",
+            "lazyfree_pending_objects"
+        ) == 0),
+        "lazyfree_pending_objects still {} after 30 s",
+        info_int(con, "memory", "lazyfree_pending_objects")
+    );
+}
+
+/// `FLUSHALL` (or `FLUSHDB`), then wait until its memory is really given back.
+fn flush(con: &mut redis::Connection, command: &str) {
+    let _: () = redis::cmd(command).query(con).unwrap();
+    wait_for_lazy_frees(con);
 }
 
 fn dbsize(con: &mut redis::Connection) -> i64 {
@@ -160,8 +187,8 @@ fn deny_oom_refuses_limiter_writes_but_not_peeks() {
     );
     assert_eq!(peek(&mut con, "new")[..2], [1, 9]);
 
-    // Freeing memory lets writes through again.
-    let _: () = redis::cmd("FLUSHDB").query(&mut con).unwrap();
+    // Freeing memory lets writes through again (once a lazy FLUSHDB has freed it).
+    flush(&mut con, "FLUSHDB");
     let reply: Vec<i64> = redis::cmd("RL.TOKENBUCKET")
         .arg("new")
         .arg(10)
@@ -178,8 +205,10 @@ fn deny_oom_refuses_limiter_writes_but_not_peeks() {
 fn eviction_removes_limiters_on_primary_and_replica() {
     let (primary, mut replica) = primary_and_replica();
     let mut con = primary.conn();
-    // Room for a few thousand limiters beyond what the server already uses (the
-    // replication backlog included).
+    // Room for a few thousand limiters beyond what the server already uses, once the
+    // replication backlog is full: it grows with writes up to `repl-backlog-size` (1 MB in
+    // Redis, 10 MB in Valkey) and counts against maxmemory.
+    fill_replication_backlog(&mut con);
     let maxmemory = used_memory(&mut con) + 2 * 1024 * 1024;
     config_set(&mut con, "maxmemory-policy", "allkeys-lru");
     config_set(&mut con, "maxmemory", maxmemory);
@@ -256,13 +285,39 @@ fn eviction_removes_limiters_on_primary_and_replica() {
     );
 }
 
+/// Propagates more than `repl-backlog-size` bytes of throwaway writes, so the backlog has
+/// reached its full size (it then stays there) and the replica has read them.
+fn fill_replication_backlog(con: &mut redis::Connection) {
+    let (_, backlog_bytes): (String, usize) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("repl-backlog-size")
+        .query(con)
+        .unwrap();
+    let chunk = vec![b'b'; 256 * 1024];
+    for _ in 0..backlog_bytes / chunk.len() + 2 {
+        let _: () = redis::cmd("SET")
+            .arg("backlog-filler")
+            .arg(&chunk)
+            .query(con)
+            .unwrap();
+    }
+    let _: () = redis::cmd("DEL").arg("backlog-filler").query(con).unwrap();
+    assert_eq!(wait_replicas(con), 1);
+    wait_for_lazy_frees(con);
+    let filled = info_int(con, "replication", "repl_backlog_histlen");
+    assert!(
+        filled as usize >= backlog_bytes,
+        "backlog holds {filled} of {backlog_bytes} bytes"
+    );
+}
+
 /// A warm server with `count` limiters of every kind, and its memory before them.
 fn with_limiters(count: usize) -> (Server, i64) {
     let server = Server::start(&[]);
     let mut con = server.conn();
     // Warm up allocator size classes and the dict before the baseline.
     assert_eq!(fill_limiters(&mut con, "warm", 1_000), 0);
-    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    flush(&mut con, "FLUSHALL");
     let baseline = used_memory(&mut con);
     assert_eq!(fill_limiters(&mut con, "limiter", count), 0);
     assert_eq!(dbsize(&mut con), count as i64);
@@ -284,7 +339,7 @@ fn flushall_returns_the_memory_of_100k_limiters() {
         "100k limiters use {} bytes",
         filled - baseline
     );
-    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    flush(&mut con, "FLUSHALL");
     let after = used_memory(&mut con);
     println!("baseline {baseline}, with {count} limiters {filled}, after FLUSHALL {after}");
     assert!(

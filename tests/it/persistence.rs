@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::binaries::check_rdb_binary;
 use crate::helpers::{dump, error_text, expect_error, keys, mixed_traffic, snapshot, token_bucket};
 use crate::server::{Server, info_int, wait_until};
 
@@ -34,10 +35,10 @@ fn a_restart_from_rdb_keeps_state_and_expiry() {
     server.restart(&[]);
     let mut con = server.conn();
     assert_eq!(snapshot(&mut con, &keys), before);
-    let check = std::process::Command::new("redis-check-rdb")
+    let check = std::process::Command::new(check_rdb_binary())
         .arg(server.dir.join("dump.rdb"))
         .output()
-        .expect("redis-check-rdb");
+        .expect("the RDB checker (REDIS_CHECK_RDB)");
     assert!(
         check.status.success(),
         "{}",
