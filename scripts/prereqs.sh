@@ -37,9 +37,19 @@ has_libclang() {
   return 1
 }
 
+# bindgen also needs clang's own headers (stddef.h, stdarg.h), which come with libclang-dev
+# (libclang-common-N-dev), not with the runtime library libclang1-N alone.
+has_clang_headers() {
+  local dir
+  while IFS= read -r dir; do
+    compgen -G "$dir/clang/*/include/stddef.h" >/dev/null && return 0
+  done < <(libclang_dirs | sort -u)
+  return 1
+}
+
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-has_libclang || missing+=(libclang-dev)
+has_libclang && has_clang_headers || missing+=(libclang-dev)
 
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -34,7 +34,14 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
     mount -t overlay overlay \
       -o "lowerdir=$dir,upperdir=$scratch/$name/upper,workdir=$scratch/$name/work" "$dir"
   }
-  if [[ $scenario != complete ]]; then
+  if [[ $scenario == no-headers ]]; then
+    # libclang's runtime alone (libclang1-N): the library, but not clang's own headers.
+    for dir in /usr/lib /usr/local/lib /usr/lib64; do
+      [[ -d $dir && ! -L $dir ]] || continue
+      overlay "$dir"
+      find "$dir" -maxdepth 6 -path '*/clang/*/include/stddef.h' -delete
+    done
+  elif [[ $scenario != complete ]]; then
     for dir in /usr/lib /usr/local/lib /usr/lib64; do
       [[ -d $dir && ! -L $dir ]] || continue
       overlay "$dir"
@@ -96,7 +103,7 @@ unshare_args=(--mount --propagation private)
 
 passed=0 failed=0
 scenario() { # scenario NAME EXPECTED-PACKAGES...: expects `apt-get install` of exactly these
-  # (NAME: complete | no-libclang | no-redis | only:PATH, see the inside part above)
+  # (NAME: complete | no-libclang | no-headers | no-redis | only:PATH, see the inside part)
   local name=$1 scratch asked wanted status=0
   shift
   wanted="${*:-}"
@@ -122,6 +129,9 @@ scenario() { # scenario NAME EXPECTED-PACKAGES...: expects `apt-get install` of 
 scenario complete
 # libclang hidden, libclang-cpp present (the reported bug): libclang-dev, nothing else.
 scenario no-libclang libclang-dev
+# libclang's runtime without clang's headers (libclang1-N alone): bindgen would fail on
+# stddef.h, so libclang-dev.
+scenario no-headers libclang-dev
 # A bare machine: both.
 scenario no-redis libclang-dev redis-server
 # Each of the names clang-sys loads counts as libclang, wherever the script looks.
