@@ -5,7 +5,7 @@
 //!
 //! # Quick start (axum)
 //!
-//! ```ignore
+//! ```no_run
 //! use std::time::Duration;
 //! use axum::{Router, routing::get};
 //! use redis_ratelimit_client::http::{Check, RateLimitLayer};
@@ -65,6 +65,7 @@
 //!
 //! - [`policy`]: policies and limits; [`config`]: the same from a TOML file;
 //! - [`store`]: the [`Store`](store::Store) trait, the Redis store, an in-memory store;
+//! - [`http`]: the `tower` layer and the header fields;
 //! - [`metrics`]: what is recorded through the `metrics` facade.
 
 pub mod algorithm;
@@ -73,6 +74,7 @@ mod clock;
 pub mod config;
 pub mod decision;
 mod deny_cache;
+pub mod http;
 pub mod key;
 mod lease;
 mod limiter;
