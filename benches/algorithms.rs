@@ -16,13 +16,14 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use redis_ratelimit::args;
+use redis_ratelimit::codec;
 use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
 use redis_ratelimit::core::gcra::GcraAlgorithm;
 use redis_ratelimit::core::sliding_log::SlidingLogAlgorithm;
 use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
 use redis_ratelimit::core::token_bucket::TokenBucketAlgorithm;
 use redis_ratelimit::core::{Algorithm, Commit};
-use redis_ratelimit::limiter::{self, KindState};
+use redis_ratelimit::kinds::KindState;
 
 const T0_US: i64 = 1_700_000_000_000_000;
 
@@ -72,7 +73,7 @@ fn bench_algorithm<A: Algorithm<State: KindState>>(
     group.bench_function("encode + decode", |b| {
         b.iter_batched(
             || state.clone(),
-            |state| limiter::decode(limiter::encode(state.as_limiter()).as_bytes()).unwrap(),
+            |state| codec::decode(codec::encode(state.as_limiter()).as_bytes()).unwrap(),
             BatchSize::SmallInput,
         )
     });
@@ -80,18 +81,18 @@ fn bench_algorithm<A: Algorithm<State: KindState>>(
 }
 
 fn algorithms(c: &mut Criterion) {
-    let slow = |args: &[&[u8]]| args::token_bucket(args).unwrap();
+    let slow = |args: &[&[u8]]| args::quota::token_bucket(args).unwrap();
     bench_algorithm::<TokenBucketAlgorithm>(
         c,
         "token bucket",
         &slow(&[b"1000000000", b"1000"]),
         &slow(&[b"1", b"0.001"]),
     );
-    let window = |args: &[&[u8]]| args::window(args).unwrap();
+    let window = |args: &[&[u8]]| args::quota::window(args).unwrap();
     let (admitting, denying) = (window(&[b"1000000000", b"60"]), window(&[b"1", b"60"]));
     bench_algorithm::<SlidingWindowAlgorithm>(c, "sliding window", &admitting, &denying);
     bench_algorithm::<FixedWindowAlgorithm>(c, "fixed window", &admitting, &denying);
-    let log = |args: &[&[u8]]| args::sliding_log(args, 10_000_000).unwrap();
+    let log = |args: &[&[u8]]| args::quota::sliding_log(args, 10_000_000).unwrap();
     bench_algorithm::<SlidingLogAlgorithm>(
         c,
         "sliding log (1000 in window)",
@@ -110,13 +111,13 @@ fn algorithms(c: &mut Criterion) {
 fn parsing(c: &mut Criterion) {
     let mut group = c.benchmark_group("argument parsing");
     group.bench_function("token bucket (integer rate)", |b| {
-        b.iter(|| args::token_bucket(black_box(&[b"1000000", b"100", b"1"])).unwrap())
+        b.iter(|| args::quota::token_bucket(black_box(&[b"1000000", b"100"])).unwrap())
     });
     group.bench_function("token bucket (decimal rate)", |b| {
-        b.iter(|| args::token_bucket(black_box(&[b"1000000", b"0.001", b"1"])).unwrap())
+        b.iter(|| args::quota::token_bucket(black_box(&[b"1000000", b"0.001"])).unwrap())
     });
     group.bench_function("window", |b| {
-        b.iter(|| args::window(black_box(&[b"1000", b"86400", b"1"])).unwrap())
+        b.iter(|| args::quota::window(black_box(&[b"1000", b"86400"])).unwrap())
     });
     group.finish();
 }

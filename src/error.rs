@@ -6,7 +6,7 @@
 use std::fmt;
 
 use crate::core::number::NumberError;
-use crate::limiter::Kind;
+use crate::kinds::Kind;
 
 /// The rule an argument broke.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +38,8 @@ pub enum Rule {
     },
     /// A rule spanning several arguments, completing "must ...".
     Must(&'static str),
+    /// One of the algorithm names commands accept.
+    Algorithm,
 }
 
 impl Rule {
@@ -66,27 +68,33 @@ pub struct ArgError {
 /// Longest prefix of a bad argument quoted back in an error.
 const QUOTED_BYTES: usize = 32;
 
+/// A printable prefix of a value a client sent (an argument, a key name), for quoting it
+/// back in an error.
+pub fn quote(value: &[u8]) -> String {
+    let mut quoted: String = value
+        .iter()
+        .take(QUOTED_BYTES)
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                char::from(b)
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if value.len() > QUOTED_BYTES {
+        quoted.push_str("...");
+    }
+    quoted
+}
+
 impl ArgError {
     /// An argument error quoting the offending value.
     pub fn new(name: &'static str, rule: Rule, value: &[u8]) -> Self {
-        let mut got: String = value
-            .iter()
-            .take(QUOTED_BYTES)
-            .map(|&b| {
-                if b.is_ascii_graphic() || b == b' ' {
-                    char::from(b)
-                } else {
-                    '?'
-                }
-            })
-            .collect();
-        if value.len() > QUOTED_BYTES {
-            got.push_str("...");
-        }
         ArgError {
             name,
             rule,
-            got: Some(got),
+            got: Some(quote(value)),
         }
     }
 
@@ -117,6 +125,14 @@ impl fmt::Display for ArgError {
                 write!(f, "must be at most {bound} (the {setting} setting)")?
             }
             Rule::Must(rule) => write!(f, "must {rule}")?,
+            Rule::Algorithm => {
+                let names: Vec<&str> = Kind::ALL.iter().filter_map(|k| k.command_name()).collect();
+                match names.split_last() {
+                    Some((last, [])) => write!(f, "must be {last}")?,
+                    Some((last, rest)) => write!(f, "must be {} or {last}", rest.join(", "))?,
+                    None => f.write_str("must name an algorithm")?,
+                }
+            }
         }
         match &self.got {
             Some(got) => write!(f, " (got '{got}')"),
@@ -145,6 +161,27 @@ pub enum CommandError {
     Message(&'static str),
     /// A message built at run time, already starting with an error code.
     Dynamic(String),
+    /// An error about one part of a command with several (a limit of `RL.MULTI`): the
+    /// subject names the part, the error says what is wrong with it.
+    About {
+        /// What the error is about ("limit of key 'user:7'").
+        subject: String,
+        /// The error.
+        error: Box<CommandError>,
+    },
+}
+
+impl CommandError {
+    /// The same error, said to be about `subject`.
+    pub fn about(self, subject: impl FnOnce() -> String) -> CommandError {
+        match self {
+            CommandError::WrongArity | CommandError::WrongType => self,
+            error => CommandError::About {
+                subject: subject(),
+                error: Box::new(error),
+            },
+        }
+    }
 }
 
 impl From<ArgError> for CommandError {
@@ -170,6 +207,11 @@ impl fmt::Display for CommandError {
             ),
             CommandError::Message(message) => f.write_str(message),
             CommandError::Dynamic(message) => f.write_str(message),
+            CommandError::About { subject, error } => {
+                let text = error.to_string();
+                let (code, detail) = text.split_once(' ').unwrap_or(("ERR", &text));
+                write!(f, "{code} {subject}: {detail}")
+            }
         }
     }
 }

@@ -11,14 +11,8 @@
 //! kind: the kinds table in [`crate::limiter`] dispatches to the generic functions here.
 
 use std::ffi::c_void;
-use std::mem::align_of;
 
-use crate::core::fixed_window::FixedWindow;
-use crate::core::gcra::Gcra;
-use crate::core::sliding_log::SlidingLog;
-use crate::core::sliding_window::SlidingWindow;
-use crate::core::token_bucket::TokenBucket;
-use crate::limiter::{Kind, KindState, Limiter, LimiterRef, StateVisitor, TypeVisitor};
+use crate::kinds::{Kind, KindState, Limiter, LimiterMut, LimiterRef, StateVisitor, TypeVisitor};
 
 const TAG_MASK: usize = 0b111;
 
@@ -26,12 +20,20 @@ const _: () = assert!(
     Kind::ALL.len() <= TAG_MASK + 1,
     "kinds must fit in the pointer tag"
 );
-// Every state type must leave the tag bits of its address free.
-const _: () = assert!(align_of::<TokenBucket>() > TAG_MASK);
-const _: () = assert!(align_of::<SlidingWindow>() > TAG_MASK);
-const _: () = assert!(align_of::<FixedWindow>() > TAG_MASK);
-const _: () = assert!(align_of::<SlidingLog>() > TAG_MASK);
-const _: () = assert!(align_of::<Gcra>() > TAG_MASK);
+
+// Every state type must leave the tag bits of its address free. (Evaluated at compile time:
+// an index out of bounds would fail the build, not panic.)
+#[allow(clippy::indexing_slicing)]
+const _: () = {
+    let mut index = 0;
+    while index < Kind::STATE_ALIGNMENTS.len() {
+        assert!(
+            Kind::STATE_ALIGNMENTS[index] > TAG_MASK,
+            "a state type is not 8-byte aligned"
+        );
+        index += 1;
+    }
+};
 
 /// Boxes one state of a known kind and returns the tagged pointer Redis will hold.
 pub fn boxed<S: KindState>(state: S) -> *mut c_void {
@@ -82,56 +84,22 @@ pub unsafe fn borrow<'a>(raw: *const c_void) -> Option<LimiterRef<'a>> {
     Some(kind_of(raw)?.visit_type(Borrower(raw)))
 }
 
-/// Borrows the state behind a value pointer if it is of kind `S`; otherwise returns the
-/// kind the key actually holds.
-///
-/// # Safety
-/// As for [`borrow`].
-pub unsafe fn state_ref<'a, S: KindState>(raw: *const c_void) -> Result<&'a S, Option<Kind>> {
-    match kind_of(raw) {
-        // SAFETY: kinds and state types correspond one to one, so the allocation is a Box<S>;
-        // the caller guarantees no mutable borrow.
-        Some(kind) if kind == S::KIND => Ok(unsafe { &*untagged::<S>(raw) }),
-        other => Err(other),
-    }
-}
-
-/// Mutably borrows the state behind a value pointer if it is of kind `S`; otherwise returns
-/// the kind the key actually holds.
+/// Mutably borrows the limiter behind a value pointer.
 ///
 /// # Safety
 /// `raw` must have been returned by [`into_raw`] or [`boxed`], not yet freed, and not be
 /// borrowed at all for `'a`.
-pub unsafe fn state_mut<'a, S: KindState>(raw: *mut c_void) -> Result<&'a mut S, Option<Kind>> {
-    match kind_of(raw) {
-        // SAFETY: kinds and state types correspond one to one, so the allocation is a Box<S>;
-        // the caller guarantees exclusive access.
-        Some(kind) if kind == S::KIND => Ok(unsafe { &mut *untagged::<S>(raw) }),
-        other => Err(other),
-    }
-}
-
-/// Replaces the limiter behind a value pointer in place when it is of the same kind;
-/// otherwise hands the limiter back.
-///
-/// # Safety
-/// As for [`state_mut`].
-pub unsafe fn overwrite(raw: *mut c_void, limiter: Limiter) -> Result<(), Limiter> {
-    struct Overwriter(*mut c_void);
-    impl StateVisitor for Overwriter {
-        type Output = Result<(), Limiter>;
-        fn visit<S: KindState>(self, state: S) -> Result<(), Limiter> {
-            // SAFETY: forwarded from the caller of `overwrite`.
-            match unsafe { state_mut::<S>(self.0) } {
-                Ok(slot) => {
-                    *slot = state;
-                    Ok(())
-                }
-                Err(_) => Err(state.into_limiter()),
-            }
+pub unsafe fn borrow_mut<'a>(raw: *mut c_void) -> Option<LimiterMut<'a>> {
+    struct Borrower(*mut c_void);
+    impl TypeVisitor for Borrower {
+        type Output = LimiterMut<'static>;
+        fn visit<S: KindState>(self) -> LimiterMut<'static> {
+            // SAFETY: the tag says the allocation is a Box<S>; the caller guarantees exclusive
+            // access for the lifetime it picks.
+            unsafe { &mut *untagged::<S>(self.0) }.as_limiter_mut()
         }
     }
-    limiter.visit(Overwriter(raw))
+    Some(kind_of(raw)?.visit_type(Borrower(raw)))
 }
 
 /// Frees a value pointer.
@@ -165,6 +133,8 @@ pub unsafe fn allocated_bytes(raw: *const c_void) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::sliding_log::SlidingLog;
+    use crate::core::token_bucket::TokenBucket;
 
     fn bucket(empty_at_ns: i64) -> TokenBucket {
         TokenBucket::from_parts(empty_at_ns, 1_000).unwrap()
@@ -176,26 +146,22 @@ mod tests {
         // SAFETY: `raw` comes from into_raw, is used by one reference at a time, freed once.
         unsafe {
             assert_eq!(borrow(raw), Some(LimiterRef::TokenBucket(&bucket(42))));
-            let state = state_mut::<TokenBucket>(raw).unwrap();
+            let Some(LimiterMut::TokenBucket(state)) = borrow_mut(raw) else {
+                panic!("a token bucket")
+            };
             *state = bucket(43);
             assert_eq!(
                 borrow(raw).map(LimiterRef::to_owned),
                 Some(Limiter::TokenBucket(bucket(43)))
             );
-            assert_eq!(
-                state_ref::<SlidingLog>(raw).unwrap_err(),
-                Some(Kind::TokenBucket)
-            );
             assert_eq!(allocated_bytes(raw), 16);
-            let log = Limiter::SlidingLog(SlidingLog::default());
-            assert_eq!(
-                overwrite(raw, log.clone()),
-                Err(log),
-                "different kinds are not mixed"
-            );
-            assert_eq!(overwrite(raw, Limiter::TokenBucket(bucket(44))), Ok(()));
-            assert_eq!(state_ref::<TokenBucket>(raw), Ok(&bucket(44)));
             free(raw);
+        }
+        let log = into_raw(Limiter::SlidingLog(SlidingLog::default()));
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(borrow(log).map(LimiterRef::kind), Some(Kind::SlidingLog));
+            free(log);
         }
     }
 }

@@ -69,6 +69,29 @@ pub struct Evaluation<C> {
     pub commit: Option<Commit<C>>,
 }
 
+impl<C> Evaluation<C> {
+    /// The same evaluation with its change converted (to a type-erased change, say).
+    pub fn map_change<D>(self, convert: impl FnOnce(C) -> D) -> Evaluation<D> {
+        Evaluation {
+            decision: self.decision,
+            commit: self.commit.map(|commit| Commit {
+                change: convert(commit.change),
+                expires_at_ms: commit.expires_at_ms,
+            }),
+        }
+    }
+}
+
+/// The cost of one call: what partial grants and multi-limit calls adjust.
+pub trait CallCost: Copy {
+    /// Units the call asks for.
+    fn cost(&self) -> u64;
+
+    /// The same parameters for a call of `cost` units (0 is read as 1).
+    #[must_use]
+    fn with_cost(&self, cost: u64) -> Self;
+}
+
 /// A rate-limiting algorithm as a pure function of (stored state, parameters, now).
 ///
 /// Evaluation is read-only, so a peek is an evaluation whose commit is dropped, and a
@@ -83,7 +106,7 @@ pub struct Evaluation<C> {
 /// - no input can panic or overflow.
 pub trait Algorithm {
     /// Validated parameters of one call (limits, durations, cost).
-    type Params;
+    type Params: CallCost;
     /// What the limiter keeps between calls.
     type State;
     /// How an admitted call changes the state.
@@ -105,6 +128,41 @@ pub trait Algorithm {
         params: &Self::Params,
         now_us: i64,
     ) -> Evaluation<Self::Change>;
+
+    /// The most units a call with these parameters could take now, up to `up_to`: the
+    /// largest `k ≤ up_to` such that the same call costing `k` units is admitted, or 0 when
+    /// not even one unit is. What a partial grant takes.
+    ///
+    /// Admission is monotone in the cost for every algorithm (a call admitted for `k` units
+    /// would be admitted for fewer), so this default bisects over [`Algorithm::evaluate`]:
+    /// at most 65 evaluations. Algorithms override it with a closed form, which the shared
+    /// property tests hold against this definition.
+    fn grantable(
+        state: Option<&Self::State>,
+        params: &Self::Params,
+        up_to: u64,
+        now_us: i64,
+    ) -> u64 {
+        let admits = |units: u64| {
+            Self::evaluate(state, &params.with_cost(units), now_us)
+                .decision
+                .allowed
+        };
+        if up_to == 0 || admits(up_to) {
+            return up_to;
+        }
+        // Invariant: `low` units are admitted (0 trivially), `high` units are not.
+        let (mut low, mut high) = (0, up_to);
+        while high.abs_diff(low) > 1 {
+            let middle = low.midpoint(high);
+            if admits(middle) {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        low
+    }
 
     /// Applies a committed change to an existing state.
     fn apply(state: &mut Self::State, change: Self::Change);

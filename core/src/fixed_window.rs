@@ -41,7 +41,9 @@
 //! in the current window under the old size (at most one old window's count), but never
 //! counts units from outside it. The stored start is then re-aligned to the new grid.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
+use super::decision::{
+    Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
+};
 use super::time::{
     MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us, window_start_us,
 };
@@ -124,10 +126,19 @@ impl WindowParams {
     pub fn window_us(&self) -> u64 {
         self.window_us
     }
+}
 
+impl CallCost for WindowParams {
     /// Units this call asks for.
-    pub fn cost(&self) -> u64 {
+    fn cost(&self) -> u64 {
         self.cost
+    }
+
+    fn with_cost(&self, cost: u64) -> Self {
+        Self {
+            cost: cost.max(1),
+            ..*self
+        }
     }
 }
 

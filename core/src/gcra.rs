@@ -98,7 +98,9 @@
 //!   number of microseconds, redis-cell can reply `remaining = -1`. [`CellOutcome`] carries it;
 //!   [`Decision::remaining`] is unsigned and says 0.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
+use super::decision::{
+    Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
+};
 use super::time::{
     MAX_NOW_US, NS_PER_SECOND, NS_PER_US, ceil_ms_from_ns, expiry_ms_from_ns, saturating_i64,
 };
@@ -463,6 +465,18 @@ impl GcraAlgorithm {
         let commit = (!judgement.limited && judgement.new_tat != view.tat)
             .then(|| View::commit(judgement.new_tat));
         (Evaluation { decision, commit }, cell)
+    }
+}
+
+/// The cost of an `RL.MULTI` GCRA limit is its quantity; `CL.THROTTLE`'s quantities of 0 or
+/// below (peeks and give-backs) cost nothing.
+impl CallCost for GcraParams {
+    fn cost(&self) -> u64 {
+        u64::try_from(self.quantity).unwrap_or(0)
+    }
+
+    fn with_cost(&self, cost: u64) -> Self {
+        self.with_quantity(i64::try_from(cost).unwrap_or(i64::MAX).max(1))
     }
 }
 

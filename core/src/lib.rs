@@ -13,6 +13,8 @@
 pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
+pub mod grant;
+pub mod multi;
 pub mod number;
 pub mod sliding_log;
 pub mod sliding_window;
@@ -22,4 +24,4 @@ pub(crate) mod testing;
 pub mod time;
 pub mod token_bucket;
 
-pub use decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+pub use decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};

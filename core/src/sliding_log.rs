@@ -93,7 +93,7 @@ use std::iter;
 use std::mem::size_of;
 use std::ops::Deref;
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+use super::decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};
 use super::fixed_window::WindowParams;
 use super::time::{MAX_NOW_US, ceil_ms_from_us, expiry_ms_from_us};
 
@@ -154,6 +154,16 @@ impl SlidingLogParams {
             return Err(SlidingLogParamError::LimitAboveMaxEntries { max_entries });
         }
         Ok(Self(params))
+    }
+}
+
+impl CallCost for SlidingLogParams {
+    fn cost(&self) -> u64 {
+        self.0.cost()
+    }
+
+    fn with_cost(&self, cost: u64) -> Self {
+        Self(self.0.with_cost(cost))
     }
 }
 

@@ -70,7 +70,9 @@
 //! always aligned to the current size. The stored start can then move back, by less than one
 //! new window; only a changed window does that, never the clock.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
+use super::decision::{
+    Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
+};
 use super::time::{MAX_NOW_US, ceil_div, ceil_ms_from_us, expiry_ms_from_us, window_start_us};
 
 pub use super::fixed_window::{MAX_WINDOW_LIMIT, WindowParamError, WindowParams};

@@ -24,7 +24,7 @@ use std::fmt::Debug;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry};
+use super::decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};
 use super::fixed_window::{MAX_WINDOW_LIMIT, WindowParams};
 use super::time::MAX_NOW_US;
 

@@ -31,7 +31,9 @@
 //! simply emptier (it never admits more than it would have at the later time) and the state
 //! is not rewound: an admitted call always moves `empty_at_ns` forward.
 
-use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state};
+use super::decision::{
+    Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
+};
 use super::number::Decimal;
 use super::time::{
     MAX_NOW_US, NS_PER_SECOND, NS_PER_US, ceil_ms_from_ns, expiry_ms_from_ns, saturating_i64,
@@ -108,14 +110,23 @@ impl TokenBucketParams {
         i64::try_from(self.interval_ns).unwrap_or(i64::MAX)
     }
 
-    /// Tokens this call asks for.
-    pub fn cost(&self) -> u64 {
-        self.cost
-    }
-
     /// Nanoseconds an empty bucket takes to refill completely (at most [`MAX_REFILL_NS`]).
     fn refill_ns(&self) -> i64 {
         i64::try_from(self.capacity.saturating_mul(self.interval_ns)).unwrap_or(i64::MAX)
+    }
+}
+
+impl CallCost for TokenBucketParams {
+    /// Tokens this call asks for.
+    fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    fn with_cost(&self, cost: u64) -> Self {
+        Self {
+            cost: cost.max(1),
+            ..*self
+        }
     }
 }
 

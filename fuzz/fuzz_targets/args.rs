@@ -1,4 +1,4 @@
-//! Every argument parser of `src/args.rs` fed with arbitrary bytes.
+//! Every argument parser of `src/args/` fed with arbitrary bytes.
 //!
 //! The input is split on 0xFF into command arguments (0xFF is one non-ASCII byte like any
 //! other to the parsers, so nothing is lost by reserving it). Each piece goes through the
@@ -10,10 +10,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::args;
+use redis_ratelimit::core::CallCost;
 use redis_ratelimit::core::sliding_log::MAX_STORED_ENTRIES;
 use redis_ratelimit::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
 use redis_ratelimit::core::token_bucket::MAX_REFILL_NS;
+use redis_ratelimit::core::grant::Grant;
 use redis_ratelimit::error::{ArgError, CommandError};
+use redis_ratelimit::kinds::{Kind, Quota};
 
 const SEPARATOR: u8 = 0xFF;
 
@@ -90,24 +93,79 @@ fn single_values(text: &[u8]) {
     match args::algorithm(text) {
         Ok(kind) => {
             let name = kind.command_name().expect("only named kinds");
-            assert!(text.eq_ignore_ascii_case(name));
+            assert!(text.eq_ignore_ascii_case(name.as_bytes()));
         }
         Err(error) => check_command_error(&error),
     }
 }
 
-/// The cost argument, as the parsers read it: 1 when absent.
+/// The cost a single-key call's arguments after the parameters give: 1 when absent.
 fn cost_of(rest: &[&[u8]]) -> u64 {
-    match rest {
-        [] => 1,
-        [cost] => args::positive_integer("cost", cost).expect("an accepted cost"),
-        _ => panic!("more than one trailing argument was accepted"),
+    match rest.first() {
+        Some(cost) if !cost.eq_ignore_ascii_case(b"PARTIAL") => {
+            args::positive_integer("cost", cost).expect("an accepted cost")
+        }
+        _ => 1,
     }
 }
 
 fn commands(list: &[&[u8]]) {
-    match args::token_bucket(list) {
+    for max_log_entries in MAX_LOG_ENTRIES {
+        let settings = args::Settings { max_log_entries };
+        for &kind in Kind::ALL {
+            match args::call(kind, list, settings) {
+                Ok(call) => {
+                    assert_eq!(call.quota.kind(), kind);
+                    check_quota(&call.quota, list, max_log_entries);
+                    if let Grant::Partial { min } = call.grant {
+                        assert!(min >= 1 && min <= call.quota.cost());
+                    }
+                }
+                Err(error) => check_command_error(&error),
+            }
+            match args::refund(kind, list, settings) {
+                Ok(quota) => check_quota(&quota, list, max_log_entries),
+                Err(error) => check_command_error(&error),
+            }
+        }
+        if let Some((numkeys, rest)) = list.split_first() {
+            if let Ok(count) = args::multi::key_count(numkeys) {
+                if let Some((keys, rest)) = rest.split_at_checked(count) {
+                    match args::multi::limits(count, keys, rest, settings) {
+                        Ok(parsed) => {
+                            assert_eq!(parsed.quotas.len(), count);
+                            assert_eq!(parsed.weights.len(), count);
+                            assert!(parsed.weights.iter().all(|w| w.checked_mul(parsed.cost).is_some()));
+                        }
+                        Err(error) => check_command_error(&error),
+                    }
+                }
+            }
+        }
+    }
+    match args::throttle(list) {
         Ok(params) => {
+            let [burst, _count, _period, rest @ ..] = list else {
+                panic!("accepted {} arguments", list.len())
+            };
+            assert!(rest.len() <= 1);
+            let burst: i64 = std::str::from_utf8(burst).unwrap().parse().unwrap();
+            assert_eq!(params.max_burst(), burst);
+            assert!(params.max_burst() >= 0);
+            assert!(params.interval_ns() >= 1);
+            let quantity = rest
+                .first()
+                .map_or(1, |q| std::str::from_utf8(q).unwrap().parse().unwrap());
+            assert_eq!(params.quantity(), quantity);
+        }
+        Err(error) => check_command_error(&error),
+    }
+}
+
+/// What the README promises of accepted parameters (`list` starts with them).
+fn check_quota(quota: &Quota, list: &[&[u8]], max_log_entries: u64) {
+    match quota {
+        Quota::TokenBucket(params) => {
             let [capacity, rate, rest @ ..] = list else {
                 panic!("accepted {} arguments", list.len())
             };
@@ -133,15 +191,7 @@ fn commands(list: &[&[u8]]) {
                 "rate {rate}: interval {interval} ns"
             );
         }
-        Err(error) => {
-            check_command_error(&error);
-            if list.len() < 2 {
-                assert_eq!(error, CommandError::WrongArity);
-            }
-        }
-    }
-    match args::window(list) {
-        Ok(params) => {
+        Quota::SlidingWindow(params) | Quota::FixedWindow(params) => {
             let [limit, window, rest @ ..] = list else {
                 panic!("accepted {} arguments", list.len())
             };
@@ -150,37 +200,23 @@ fn commands(list: &[&[u8]]) {
             assert_eq!(Ok(params.window_us()), args::duration_us("window", window));
             assert_eq!(params.cost(), cost_of(rest));
         }
-        Err(error) => check_command_error(&error),
-    }
-    for max_entries in MAX_LOG_ENTRIES {
-        match args::sliding_log(list, max_entries) {
-            Ok(params) => {
-                let [limit, window, rest @ ..] = list else {
-                    panic!("accepted {} arguments", list.len())
-                };
-                assert_eq!(Ok(params.limit()), args::positive_integer("limit", limit));
-                assert!(params.limit() <= max_entries.clamp(1, MAX_STORED_ENTRIES));
-                assert_eq!(Ok(params.window_us()), args::duration_us("window", window));
-                assert_eq!(params.cost(), cost_of(rest));
-            }
-            Err(error) => check_command_error(&error),
+        Quota::SlidingLog(params) => {
+            let [limit, window, rest @ ..] = list else {
+                panic!("accepted {} arguments", list.len())
+            };
+            assert_eq!(Ok(params.limit()), args::positive_integer("limit", limit));
+            assert!(params.limit() <= max_log_entries.clamp(1, MAX_STORED_ENTRIES));
+            assert_eq!(Ok(params.window_us()), args::duration_us("window", window));
+            assert_eq!(params.cost(), cost_of(rest));
         }
-    }
-    match args::throttle(list) {
-        Ok(params) => {
+        Quota::Gcra(params) => {
             let [burst, _count, _period, rest @ ..] = list else {
                 panic!("accepted {} arguments", list.len())
             };
-            assert!(rest.len() <= 1);
             let burst: i64 = std::str::from_utf8(burst).unwrap().parse().unwrap();
             assert_eq!(params.max_burst(), burst);
-            assert!(params.max_burst() >= 0);
             assert!(params.interval_ns() >= 1);
-            let quantity = rest
-                .first()
-                .map_or(1, |q| std::str::from_utf8(q).unwrap().parse().unwrap());
-            assert_eq!(params.quantity(), quantity);
+            assert_eq!(params.cost(), cost_of(rest));
         }
-        Err(error) => check_command_error(&error),
     }
 }

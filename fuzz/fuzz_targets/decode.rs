@@ -1,5 +1,5 @@
-//! The one state decoder (`limiter::decode`, used by RDB load and RESTORE) and the effect
-//! decoder (`limiter::decode_effect`, used by `RL.SETSTATE` on replicas and at AOF load),
+//! The one state decoder (`codec::decode`, used by RDB load and RESTORE) and the effect
+//! decoder (`codec::decode_effect`, used by `RL.SETSTATE` on replicas and at AOF load),
 //! fed with arbitrary bytes.
 //!
 //! Checked beyond "no panic" (overflow checks are on in fuzz builds):
@@ -15,16 +15,16 @@ use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::core::fixed_window::{FixedWindowAlgorithm, WindowParams};
 use redis_ratelimit::core::gcra::{GcraAlgorithm, GcraParams, MAX_TOLERANCE_NS};
 use redis_ratelimit::core::sliding_log::{
-    SlidingLog, SlidingLogAction, SlidingLogAlgorithm, SlidingLogParams,
+    SlidingLogAction, SlidingLogAlgorithm, SlidingLogParams,
 };
 use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
 use redis_ratelimit::core::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US};
 use redis_ratelimit::core::token_bucket::{MAX_REFILL_NS, TokenBucketAlgorithm, TokenBucketParams};
 use redis_ratelimit::core::{Algorithm, Evaluation};
-use redis_ratelimit::limiter::{
-    Effect, EffectBody, EffectRecord, KindState, Limiter, decode, decode_effect, encode,
-    encode_effect, encode_state_effect,
+use redis_ratelimit::codec::{
+    EffectBody, EffectRecord, decode, decode_effect, encode, encode_effect, encode_state_effect,
 };
+use redis_ratelimit::kinds::{Change, KindAlgorithm, KindState, Limiter};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(limiter) = decode(data) {
@@ -37,16 +37,12 @@ fuzz_target!(|data: &[u8]| {
             EffectBody::State(limiter) => {
                 encode_state_effect(record.expires_at_ms, limiter.as_ref())
             }
-            EffectBody::SlidingLogChange(change) => encode_effect::<SlidingLogAlgorithm>(
-                record.expires_at_ms,
-                &SlidingLog::default(),
-                change,
-            ),
+            EffectBody::Change(change) => encode_effect(record.expires_at_ms, change),
         };
         assert_eq!(encoded.as_bytes(), data, "effect not canonical");
         match record.body {
             EffectBody::State(limiter) => exercise(&limiter, &clocks(data)),
-            EffectBody::SlidingLogChange(change) => {
+            EffectBody::Change(Change::SlidingLog(change)) => {
                 let (SlidingLogAction::Admit { units } | SlidingLogAction::Refund { units }) =
                     change.action();
                 if units > MAX_EXERCISED_UNITS {
@@ -68,6 +64,8 @@ fuzz_target!(|data: &[u8]| {
                     );
                 }
             }
+            // Every other kind's effect carries its whole state, decoded as such.
+            EffectBody::Change(other) => panic!("decoded as a change: {other:?}"),
         }
     }
 });
@@ -182,9 +180,9 @@ fn exercise_with<A>(
     clocks: &[i64],
     remaining_bounded: fn(&A::Params) -> bool,
 ) where
-    A: Effect,
+    A: KindAlgorithm,
     A::State: PartialEq + std::fmt::Debug,
-    A::Change: std::fmt::Debug,
+    A::Change: Clone + std::fmt::Debug,
 {
     for params in params {
         for &now in clocks {
@@ -222,9 +220,9 @@ fn check_fields<C>(evaluation: &Evaluation<C>, acquire: bool, remaining_bounded:
 /// effect (replicas, AOF); each must be accepted by the matching decoder.
 fn commit<A>(state: &A::State, evaluation: Evaluation<A::Change>)
 where
-    A: Effect,
+    A: KindAlgorithm,
     A::State: PartialEq + std::fmt::Debug,
-    A::Change: std::fmt::Debug,
+    A::Change: Clone + std::fmt::Debug,
 {
     let Some(commit) = evaluation.commit else {
         return;
@@ -238,7 +236,7 @@ where
     let mut after = state.clone();
     A::apply(&mut after, commit.change.clone());
     check_state_round_trips(&after);
-    let effect = encode_effect::<A>(commit.expires_at_ms, &after, &commit.change);
+    let effect = encode_effect(commit.expires_at_ms, &A::erase(commit.change.clone()));
     match decode_effect(effect.as_bytes()) {
         Ok(EffectRecord { expires_at_ms, .. }) => assert_eq!(expires_at_ms, commit.expires_at_ms),
         Err(error) => panic!(

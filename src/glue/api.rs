@@ -27,7 +27,7 @@ pub(crate) use api;
 
 /// The name of every API pointer this module calls on servers of all supported versions.
 pub fn missing_apis() -> Vec<&'static str> {
-    let present: [(&'static str, bool); 28] = [
+    let present: &[(&'static str, bool)] = &[
         ("OpenKey", api!(RedisModule_OpenKey).is_some()),
         ("CloseKey", api!(RedisModule_CloseKey).is_some()),
         ("KeyType", api!(RedisModule_KeyType).is_some()),
@@ -95,6 +95,9 @@ pub fn missing_apis() -> Vec<&'static str> {
             api!(RedisModule_DigestEndSequence).is_some(),
         ),
         ("Free", api!(RedisModule_Free).is_some()),
+        ("CreateString", api!(RedisModule_CreateString).is_some()),
+        ("FreeString", api!(RedisModule_FreeString).is_some()),
+        ("DeleteKey", api!(RedisModule_DeleteKey).is_some()),
     ];
     present
         .iter()
@@ -103,19 +106,23 @@ pub fn missing_apis() -> Vec<&'static str> {
         .collect()
 }
 
-/// The bytes of a Redis string, valid while the string is (for command arguments: until the
-/// command returns).
-pub fn string_bytes<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
+/// The bytes of a Redis string.
+///
+/// # Safety
+/// `string` must be a live Redis string (a command argument or a key name) that outlives
+/// `'a`, the lifetime the caller picks: for command arguments, the command's duration.
+pub unsafe fn string_bytes<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
     let Some(ptr_len) = api!(RedisModule_StringPtrLen) else {
         return &[];
     };
     let mut len = 0usize;
-    // SAFETY: `string` is a live Redis string (a command argument or a key name).
+    // SAFETY: the caller guarantees `string` is a live Redis string.
     let data = unsafe { ptr_len(string, &mut len) };
     if data.is_null() {
         return &[];
     }
-    // SAFETY: Redis guarantees `len` readable bytes at `data` for the string's lifetime.
+    // SAFETY: Redis guarantees `len` readable bytes at `data` for the string's lifetime, which
+    // the caller guarantees covers 'a.
     unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
 }
 
@@ -158,22 +165,47 @@ impl<'a> Call<'a> {
 
     /// Argument `index` as bytes (empty if absent).
     pub fn arg_bytes(&self, index: usize) -> &'a [u8] {
-        self.argv
-            .get(index)
-            .map_or(&[], |&string| string_bytes(string))
+        self.argv.get(index).map_or(&[], |&string| {
+            // SAFETY: command arguments live until the command returns, which outlives 'a.
+            unsafe { string_bytes(string) }
+        })
     }
 
-    /// Arguments from `start` on, as bytes; `None` when there are more than [`MAX_ARGS`].
-    pub fn args_from(&self, start: usize) -> Option<ArgList<'a>> {
-        let tail = self.argv.get(start..).unwrap_or_default();
-        let mut list = ArgList {
-            items: [&[]; MAX_ARGS],
-            len: tail.len(),
+    /// Arguments `range` (indexes into the command's arguments), as bytes; empty past the
+    /// end. Allocates only for long argument lists.
+    pub fn args_bytes<R>(&self, range: R) -> ArgList<'a>
+    where
+        R: std::slice::SliceIndex<
+                [*mut raw::RedisModuleString],
+                Output = [*mut raw::RedisModuleString],
+            >,
+    {
+        let strings = self.argv.get(range).unwrap_or_default();
+        let mut list = ArgList::Inline {
+            items: [&[]; INLINE_ARGS],
+            len: strings.len(),
         };
-        for (slot, &string) in list.items.iter_mut().zip(tail) {
-            *slot = string_bytes(string);
+        match &mut list {
+            ArgList::Inline { items, .. } if strings.len() <= INLINE_ARGS => {
+                for (slot, &string) in items.iter_mut().zip(strings) {
+                    // SAFETY: as in arg_bytes.
+                    *slot = unsafe { string_bytes(string) };
+                }
+                list
+            }
+            _ => ArgList::Heap(
+                strings
+                    .iter()
+                    // SAFETY: as in arg_bytes.
+                    .map(|&string| unsafe { string_bytes(string) })
+                    .collect(),
+            ),
         }
-        (tail.len() <= MAX_ARGS).then_some(list)
+    }
+
+    /// The arguments in `range`, as Redis strings (empty past the end).
+    pub fn arg_strings(&self, range: std::ops::Range<usize>) -> &'a [*mut raw::RedisModuleString] {
+        self.argv.get(range).unwrap_or_default()
     }
 
     /// The context flags (`REDISMODULE_CTX_FLAGS_*`).
@@ -201,18 +233,25 @@ impl<'a> Call<'a> {
 
     /// Replies with an array of integers.
     pub fn reply_integers(&self, values: &[i64]) {
-        let (Some(array), Some(integer)) = (
-            api!(RedisModule_ReplyWithArray),
-            api!(RedisModule_ReplyWithLongLong),
-        ) else {
-            return;
-        };
-        // SAFETY: live context; the array length matches the elements that follow.
-        unsafe {
-            array(self.ctx, values.len().try_into().unwrap_or(0));
-            for &value in values {
-                integer(self.ctx, value);
-            }
+        self.reply_array(values.len());
+        for &value in values {
+            self.reply_integer(value);
+        }
+    }
+
+    /// Starts an array reply of `len` elements (the next `len` replies).
+    pub fn reply_array(&self, len: usize) {
+        if let Some(array) = api!(RedisModule_ReplyWithArray) {
+            // SAFETY: live context; the caller sends `len` elements next.
+            unsafe { array(self.ctx, len.try_into().unwrap_or(0)) };
+        }
+    }
+
+    /// Replies with an integer (or sends one element of an array).
+    pub fn reply_integer(&self, value: i64) {
+        if let Some(integer) = api!(RedisModule_ReplyWithLongLong) {
+            // SAFETY: live context.
+            unsafe { integer(self.ctx, value) };
         }
     }
 
@@ -267,6 +306,37 @@ impl<'a> Call<'a> {
         status == raw::REDISMODULE_OK as c_int
     }
 
+    /// Propagates `command argv...` to replicas and the AOF, after this command: one op, so
+    /// a replica applies all of it or none.
+    pub fn replicate_argv(&self, command: &CStr, argv: &[*mut raw::RedisModuleString]) -> bool {
+        let Some(replicate) = api!(RedisModule_Replicate) else {
+            return false;
+        };
+        // SAFETY: "v" = (RedisModuleString **, size_t count): the two arguments that follow
+        // match it; Redis takes its own references to the strings.
+        let status = unsafe {
+            replicate(
+                self.ctx,
+                command.as_ptr(),
+                c"v".as_ptr(),
+                argv.as_ptr(),
+                argv.len(),
+            )
+        };
+        status == raw::REDISMODULE_OK as c_int
+    }
+
+    /// A new Redis string holding `bytes`, freed when the returned handle drops.
+    pub fn create_string(&self, bytes: &[u8]) -> Option<OwnedString> {
+        let create = api!(RedisModule_CreateString)?;
+        // SAFETY: live context; `bytes` is valid for its length and copied by Redis.
+        let string = unsafe { create(self.ctx, bytes.as_ptr().cast::<c_char>(), bytes.len()) };
+        NonNull::new(string).map(|string| OwnedString {
+            ctx: self.ctx,
+            string,
+        })
+    }
+
     /// Propagates this command as it was received (for the internal state-setting command).
     pub fn replicate_verbatim(&self) {
         if let Some(replicate) = api!(RedisModule_ReplicateVerbatim) {
@@ -295,19 +365,52 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Most arguments any command takes after its fixed ones.
-pub const MAX_ARGS: usize = 4;
+/// Arguments read without allocating: more than any single-key command takes.
+const INLINE_ARGS: usize = 12;
 
-/// A few arguments as byte slices, without allocating.
-pub struct ArgList<'a> {
-    items: [&'a [u8]; MAX_ARGS],
-    len: usize,
+/// Some arguments as byte slices: on the stack when few, on the heap otherwise.
+pub enum ArgList<'a> {
+    /// Up to [`INLINE_ARGS`] arguments.
+    Inline {
+        /// The arguments, then empty slices.
+        items: [&'a [u8]; INLINE_ARGS],
+        /// How many are arguments.
+        len: usize,
+    },
+    /// More arguments.
+    Heap(Vec<&'a [u8]>),
 }
 
 impl<'a> std::ops::Deref for ArgList<'a> {
     type Target = [&'a [u8]];
     fn deref(&self) -> &Self::Target {
-        self.items.get(..self.len).unwrap_or_default()
+        match self {
+            ArgList::Inline { items, len } => items.get(..*len).unwrap_or_default(),
+            ArgList::Heap(items) => items,
+        }
+    }
+}
+
+/// A Redis string this module created, freed on drop.
+pub struct OwnedString {
+    ctx: *mut raw::RedisModuleCtx,
+    string: NonNull<raw::RedisModuleString>,
+}
+
+impl OwnedString {
+    /// The string, for passing to the API.
+    pub fn as_ptr(&self) -> *mut raw::RedisModuleString {
+        self.string.as_ptr()
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        if let Some(free) = api!(RedisModule_FreeString) {
+            // SAFETY: the string was created with this context and is freed exactly once;
+            // anything Redis kept (a propagated argument) holds its own reference.
+            unsafe { free(self.ctx, self.string.as_ptr()) };
+        }
     }
 }
 
@@ -384,6 +487,15 @@ impl Key {
             // SAFETY: the key is open for writing and not empty.
             unsafe { set(self.key.as_ptr(), unix_ms) };
         }
+    }
+
+    /// Deletes the key's value (the key stays open, empty).
+    pub fn delete(&self) -> bool {
+        let Some(delete) = api!(RedisModule_DeleteKey) else {
+            return false;
+        };
+        // SAFETY: the key is open for writing.
+        unsafe { delete(self.key.as_ptr()) == raw::REDISMODULE_OK as c_int }
     }
 
     /// Removes the key's expiry.

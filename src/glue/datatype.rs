@@ -1,29 +1,21 @@
 //! The `ratelimit` module data type and its callbacks.
 //!
-//! The callbacks only move bytes: they encode or decode through [`crate::limiter`] and hand
-//! pointers to [`crate::value`]. Every loaded value (RDB file, full sync, `RESTORE` payload)
+//! The callbacks only move bytes: they encode or decode through [`crate::codec`] (the AOF
+//! rewrite through [`super::effects`], which owns `RL.SETSTATE`) and hand pointers to
+//! [`crate::value`]. Every loaded value (RDB file, full sync, `RESTORE` payload)
 //! passes the same strict decoder as replicated state; anything it refuses makes the load
 //! fail cleanly (NULL), with a log line, never a crash.
 
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
 use super::api::{api, log};
-use super::commands::SET_STATE;
-use crate::limiter::{self, ENCODING_VERSION};
+use super::{effects, store};
+use crate::codec::{self, ENCODING_VERSION};
 use crate::value;
-
-/// The registered type; null until `OnLoad` creates it.
-static LIMITER_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(null_mut());
-
-/// The module type, for comparing with a key's type and storing values.
-pub fn limiter_type() -> *mut raw::RedisModuleType {
-    LIMITER_TYPE.load(Ordering::Relaxed)
-}
 
 /// Registers the `ratelimit` type. Must run during `OnLoad`.
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
@@ -61,7 +53,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     if created.is_null() {
         return Err("RedisModule_CreateDataType failed (is another module using 'ratelimit'?)");
     }
-    LIMITER_TYPE.store(created, Ordering::Relaxed);
+    store::set_limiter_type(created);
     Ok(())
 }
 
@@ -109,7 +101,7 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
         }
         // SAFETY: Redis returned `len` readable bytes at `buffer`.
         let bytes = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), len) };
-        let decoded = limiter::decode(bytes);
+        let decoded = codec::decode(bytes);
         // SAFETY: the buffer was allocated by Redis for us to free; `bytes` is not used after.
         unsafe { free(buffer.cast()) };
         match decoded {
@@ -131,7 +123,7 @@ unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
         let Some(limiter) = (unsafe { value::borrow(value) }) else {
             return;
         };
-        let encoded = limiter::encode(limiter);
+        let encoded = codec::encode(limiter);
         let bytes = encoded.as_bytes();
         if let Some(save) = api!(RedisModule_SaveStringBuffer) {
             // SAFETY: `io` is the saving stream; the buffer is valid for `len` bytes.
@@ -150,22 +142,7 @@ unsafe extern "C" fn aof_rewrite(
         let Some(limiter) = (unsafe { value::borrow(value) }) else {
             return;
         };
-        // Expiry 0 means "none here": Redis appends PEXPIREAT for keys with a TTL itself.
-        let effect = limiter::encode_state_effect(0, limiter);
-        let bytes = effect.as_bytes();
-        if let Some(emit) = api!(RedisModule_EmitAOF) {
-            // SAFETY: "sb" = key string, (buffer, length), matching the arguments.
-            unsafe {
-                emit(
-                    io,
-                    SET_STATE.as_ptr(),
-                    c"sb".as_ptr(),
-                    key,
-                    bytes.as_ptr(),
-                    bytes.len(),
-                )
-            };
-        }
+        effects::rewrite_aof(io, key, limiter);
     })
 }
 
@@ -180,7 +157,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
         let Some(limiter) = (unsafe { value::borrow(value) }) else {
             return;
         };
-        let encoded = limiter::encode(limiter);
+        let encoded = codec::encode(limiter);
         let bytes = encoded.as_bytes();
         if let (Some(add), Some(end)) = (
             api!(RedisModule_DigestAddStringBuffer),

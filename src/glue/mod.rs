@@ -1,16 +1,28 @@
 //! Everything that talks to Redis: registration, the data type, commands, clock, INFO.
 //!
-//! Commands are thin: parse, read the clock once, call the pure core, store, replicate,
-//! reply. All `unsafe` FFI is confined to this module and [`crate::value`].
+//! - [`registry`]: the command table (flags, arity, key specs, ACL categories) and the C
+//!   entry points, which catch panics;
+//! - [`commands`]: each command's body: read the clock once, parse, drive, count, reply;
+//! - [`driver`]: prepare (open keys, evaluate against one `now`) then commit;
+//! - [`effects`]: the effects protocol (`RL.SETSTATE`): commit and propagate on the primary,
+//!   apply on replicas and at AOF load, AOF rewrite;
+//! - [`store`]: limiters in keys, and writes applied to several keys all or nothing;
+//! - [`datatype`]: the `ratelimit` type's callbacks; [`reply`], [`stats`], [`clock`],
+//!   [`config`], and [`api`], the safe wrappers over every FFI call.
+//!
+//! All `unsafe` FFI is confined to this module and [`crate::value`].
 
 pub mod api;
 pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod datatype;
-pub mod limit;
+pub mod driver;
+pub mod effects;
+pub mod registry;
 pub mod reply;
 pub mod stats;
+pub mod store;
 
 use std::ffi::c_int;
 
@@ -44,7 +56,7 @@ pub fn on_load(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
     }
     config::register(ctx)?;
     datatype::register(ctx)?;
-    commands::register(ctx)?;
+    registry::register(ctx)?;
     if let Some(register_info) = api!(RedisModule_RegisterInfoFunc) {
         // Replaces the generic callback `redis_module!` registered, which has no fields.
         // SAFETY: called during OnLoad; the callback lives as long as the module.

@@ -1,42 +1,47 @@
-//! The replies of limiter commands, built in one place.
+//! The replies of limiter commands, built in one place, identical under RESP2 and RESP3.
 //!
-//! Every limiter command replies with an array of five integers, identical under RESP2 and
-//! RESP3. The outcome type decides which five: `RL.*` commands send a [`Decision`],
-//! `CL.THROTTLE` sends redis-cell's fields.
+//! - `RL.*` single-key commands: `[allowed, remaining, retry_after_ms, reset_after_ms,
+//!   limit]` (under a partial grant, field 1 is the units granted);
+//! - `RL.MULTI`: those five from the binding limit, then `binding` (its index) and an array
+//!   of every limit's own five;
+//! - `CL.THROTTLE`: redis-cell's five fields.
 
 use super::api::Call;
+use super::driver::MultiOutcome;
 use crate::core::Decision;
 use crate::core::gcra::{CellOutcome, cell_reply};
 
-/// An outcome a limiter command replies with.
-pub trait Reply {
-    /// Whether the call was admitted (for the `INFO` counters).
-    fn allowed(&self) -> bool;
-    /// The five integers sent to the client.
-    fn fields(&self) -> [i64; 5];
+/// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
+pub fn decision(call: &Call<'_>, decision: &Decision) {
+    call.reply_integers(&decision.reply_fields());
 }
 
-/// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
-impl Reply for Decision {
-    fn allowed(&self) -> bool {
-        self.allowed
+/// A decision whose field 1 is `first` (the units of a partial grant).
+pub fn decision_with_first(call: &Call<'_>, decision: &Decision, first: i64) {
+    call.reply_integers(&with_first(decision, first));
+}
+
+/// `[allowed, remaining, retry_after_ms, reset_after_ms, limit, binding, per_limit]`.
+pub fn multi(call: &Call<'_>, outcome: &MultiOutcome, first: i64) {
+    let binding = i64::try_from(outcome.bound.binding).unwrap_or(i64::MAX);
+    call.reply_array(7);
+    for field in with_first(&outcome.bound.decision, first) {
+        call.reply_integer(field);
     }
-    fn fields(&self) -> [i64; 5] {
-        self.reply_fields()
+    call.reply_integer(binding);
+    call.reply_array(outcome.per_limit.len());
+    for limit in &outcome.per_limit {
+        call.reply_integers(&limit.reply_fields());
     }
 }
 
 /// `[limited, limit, remaining, retry_after_s, reset_after_s]`, as redis-cell sends it.
-impl Reply for CellOutcome {
-    fn allowed(&self) -> bool {
-        !self.limited
-    }
-    fn fields(&self) -> [i64; 5] {
-        cell_reply(self)
-    }
+pub fn cell(call: &Call<'_>, outcome: &CellOutcome) {
+    call.reply_integers(&cell_reply(outcome));
 }
 
-/// Sends `reply` to the client.
-pub fn send(call: &Call<'_>, reply: &impl Reply) {
-    call.reply_integers(&reply.fields());
+fn with_first(decision: &Decision, first: i64) -> [i64; 5] {
+    let [_, rest @ ..] = decision.reply_fields();
+    let [remaining, retry_after_ms, reset_after_ms, limit] = rest;
+    [first, remaining, retry_after_ms, reset_after_ms, limit]
 }

@@ -1,5 +1,5 @@
-//! The limiter commands' identities: the keyspace event their writes emit, and their
-//! counters of admitted and denied calls, shown by `INFO ratelimit`.
+//! The commands' counters of admitted and denied calls, shown by `INFO ratelimit`, and the
+//! keyspace event each command's writes emit.
 
 use std::ffi::{CStr, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,8 +8,8 @@ use redis_module::raw;
 
 use super::api::{api, c_string};
 
-/// One limiter command: its event name and its admitted and denied calls.
-pub struct LimiterCommand {
+/// One command's identity and counters.
+pub struct CommandStats {
     /// Keyspace event name of its writes (`rl.tokenbucket`).
     pub event: &'static CStr,
     /// Field prefix in `INFO` (`tokenbucket` → `ratelimit_tokenbucket_admitted`).
@@ -18,9 +18,9 @@ pub struct LimiterCommand {
     denied: AtomicU64,
 }
 
-impl LimiterCommand {
+impl CommandStats {
     const fn new(event: &'static CStr, name: &'static str) -> Self {
-        LimiterCommand {
+        CommandStats {
             event,
             name,
             admitted: AtomicU64::new(0),
@@ -44,30 +44,33 @@ impl LimiterCommand {
     }
 }
 
-/// `RL.TOKENBUCKET`.
-pub static TOKEN_BUCKET: LimiterCommand = LimiterCommand::new(c"rl.tokenbucket", "tokenbucket");
-/// `RL.SLIDING`.
-pub static SLIDING: LimiterCommand = LimiterCommand::new(c"rl.sliding", "sliding");
-/// `RL.FIXED`.
-pub static FIXED: LimiterCommand = LimiterCommand::new(c"rl.fixed", "fixed");
-/// `RL.SLIDINGLOG`.
-pub static SLIDING_LOG: LimiterCommand = LimiterCommand::new(c"rl.slidinglog", "slidinglog");
-/// `CL.THROTTLE`.
-pub static THROTTLE: LimiterCommand = LimiterCommand::new(c"cl.throttle", "throttle");
-/// `RL.PEEK`: calls that would have been admitted or denied.
-pub static PEEK: LimiterCommand = LimiterCommand::new(c"rl.peek", "peek");
-/// `RL.REFUND`: "admitted" when something was given back.
-pub static REFUND: LimiterCommand = LimiterCommand::new(c"rl.refund", "refund");
+/// Declares every counted command once: its static, event name and `INFO` prefix.
+macro_rules! counted_commands {
+    ($($(#[$doc:meta])* $static:ident = $event:literal, $name:literal;)*) => {
+        $($(#[$doc])* pub static $static: CommandStats = CommandStats::new($event, $name);)*
 
-static ALL: [&LimiterCommand; 7] = [
-    &TOKEN_BUCKET,
-    &SLIDING,
-    &FIXED,
-    &SLIDING_LOG,
-    &THROTTLE,
-    &PEEK,
-    &REFUND,
-];
+        static ALL: &[&CommandStats] = &[$(&$static),*];
+    };
+}
+
+counted_commands! {
+    /// `RL.TOKENBUCKET`.
+    TOKEN_BUCKET = c"rl.tokenbucket", "tokenbucket";
+    /// `RL.SLIDING`.
+    SLIDING = c"rl.sliding", "sliding";
+    /// `RL.FIXED`.
+    FIXED = c"rl.fixed", "fixed";
+    /// `RL.SLIDINGLOG`.
+    SLIDING_LOG = c"rl.slidinglog", "slidinglog";
+    /// `CL.THROTTLE`.
+    THROTTLE = c"cl.throttle", "throttle";
+    /// `RL.MULTI`: calls every limit admitted, or that one denied.
+    MULTI = c"rl.multi", "multi";
+    /// `RL.PEEK`: calls that would have been admitted or denied.
+    PEEK = c"rl.peek", "peek";
+    /// `RL.REFUND`: "admitted" when something was given back.
+    REFUND = c"rl.refund", "refund";
+}
 
 /// The `INFO` callback: section `ratelimit_stats`.
 ///

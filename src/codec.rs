@@ -1,24 +1,23 @@
-//! The limiter kinds one `ratelimit` key can hold, and their single binary encoding.
+//! The one binary encoding of limiters, and of the effects that carry them to replicas.
 //!
 //! The same bytes travel everywhere a limiter leaves memory: the RDB file, `DUMP`/`RESTORE`
-//! payloads (and so `MIGRATE` in a cluster), the AOF rewrite, and the effects replicated to
-//! replicas through `RL.SETSTATE`. One encoder and one strict decoder mean a value accepted
-//! from any of those sources has passed the same validation.
+//! payloads (and so `MIGRATE` in a cluster), the AOF rewrite, digests, and the effects
+//! replicated through `RL.SETSTATE` (see `glue::effects`). One encoder and one strict decoder
+//! mean a value accepted from any of those sources has passed the same validation.
 //!
-//! Layout, little-endian: `[version: u8][kind: u8][kind-specific fields]`. The version equals
-//! the module type's encoding version (the RDB `encver`).
+//! A limiter: `[version: u8][kind: u8][kind-specific fields]`, little-endian. The version
+//! equals the module type's encoding version (the RDB `encver`).
 //!
-//! Adding an algorithm means one line in the [`kinds!`] table below, a [`Fields`] impl for
-//! its state, and an [`Effect`] impl for its algorithm.
+//! An effect: `[expires_at_ms: i64]` then either a limiter (the whole new state; most kinds'
+//! change *is* their new state) or, for kinds that replicate an edit rather than their whole
+//! state, `[version][kind | 0x80][change fields]`. An expiry of 0 means none.
 
-use crate::core::Algorithm;
-use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
-use crate::core::gcra::{Gcra, GcraAlgorithm};
-use crate::core::sliding_log::{
-    SlidingLog, SlidingLogAction, SlidingLogAlgorithm, SlidingLogChange,
-};
-use crate::core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
-use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm};
+use crate::core::fixed_window::FixedWindow;
+use crate::core::gcra::Gcra;
+use crate::core::sliding_log::{SlidingLog, SlidingLogAction, SlidingLogChange};
+use crate::core::sliding_window::SlidingWindow;
+use crate::core::token_bucket::TokenBucket;
+use crate::kinds::{Change, Kind, KindState, Limiter, LimiterRef};
 
 /// Version of the encoding written by this build; also the module type's `encver`.
 pub const ENCODING_VERSION: u8 = 1;
@@ -26,163 +25,11 @@ pub const ENCODING_VERSION: u8 = 1;
 /// Set in the kind byte of an effect that carries a change rather than a whole state.
 const CHANGE_FLAG: u8 = 0x80;
 
-/// A state type that is stored under one [`Kind`].
-pub trait KindState: Sized + Clone + 'static {
-    /// The kind tag of keys holding this state.
-    const KIND: Kind;
-    /// Borrows the state as a limiter of its kind.
-    fn as_limiter(&self) -> LimiterRef<'_>;
-    /// Wraps the state as a limiter of its kind.
-    fn into_limiter(self) -> Limiter;
-    /// Bytes the state occupies in memory, allocations it owns included (`MEMORY USAGE`).
-    fn allocated_bytes(&self) -> usize;
-}
-
-/// Something done with a state of a statically known type (see [`Limiter::visit`]).
-pub trait StateVisitor {
-    /// What the visit produces.
-    type Output;
-    /// Called with the limiter's state.
-    fn visit<S: KindState>(self, state: S) -> Self::Output;
-}
-
-/// Something done with the state type of a kind (see [`Kind::visit_type`]).
-pub trait TypeVisitor {
-    /// What the visit produces.
-    type Output;
-    /// Called with the kind's state type.
-    fn visit<S: KindState>(self) -> Self::Output;
-}
-
-/// Declares every kind once: its discriminant (the encoding's kind byte), its state type,
-/// how errors name it, and the ALGORITHM name `RL.PEEK`/`RL.REFUND` accept.
-macro_rules! kinds {
-    ($($variant:ident($state:ty) = $byte:literal, $description:literal, $name:expr;)*) => {
-        /// The algorithm a key holds. The discriminant is the kind byte of the encoding.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(u8)]
-        pub enum Kind {
-            $(
-                #[doc = concat!("A key holding ", $description, ".")]
-                $variant = $byte,
-            )*
-        }
-
-        impl Kind {
-            /// All kinds, in discriminant order.
-            pub const ALL: &[Kind] = &[$(Kind::$variant),*];
-
-            /// How error messages name this kind ("key holds a token bucket").
-            pub fn describe(self) -> &'static str {
-                match self { $(Kind::$variant => $description,)* }
-            }
-
-            /// The ALGORITHM name `RL.PEEK` and `RL.REFUND` use for this kind, if any.
-            pub fn command_name(self) -> Option<&'static [u8]> {
-                match self { $(Kind::$variant => $name,)* }
-            }
-
-            /// Calls `visitor` with this kind's state type.
-            pub fn visit_type<V: TypeVisitor>(self, visitor: V) -> V::Output {
-                match self { $(Kind::$variant => visitor.visit::<$state>(),)* }
-            }
-        }
-
-        /// An owned limiter of any kind.
-        #[derive(Clone, Debug, PartialEq, Eq)]
-        pub enum Limiter {
-            $(
-                #[doc = concat!("A key holding ", $description, ".")]
-                $variant($state),
-            )*
-        }
-
-        /// A borrowed limiter of any kind.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub enum LimiterRef<'a> {
-            $(
-                #[doc = concat!("A key holding ", $description, ".")]
-                $variant(&'a $state),
-            )*
-        }
-
-        impl Limiter {
-            /// Borrows the limiter.
-            pub fn as_ref(&self) -> LimiterRef<'_> {
-                match self { $(Limiter::$variant(state) => LimiterRef::$variant(state),)* }
-            }
-
-            /// Calls `visitor` with the state, statically typed.
-            pub fn visit<V: StateVisitor>(self, visitor: V) -> V::Output {
-                match self { $(Limiter::$variant(state) => visitor.visit(state),)* }
-            }
-        }
-
-        impl LimiterRef<'_> {
-            /// The kind of this limiter.
-            pub fn kind(self) -> Kind {
-                match self { $(LimiterRef::$variant(_) => Kind::$variant,)* }
-            }
-
-            /// A deep copy (for `COPY`).
-            pub fn to_owned(self) -> Limiter {
-                match self { $(LimiterRef::$variant(state) => Limiter::$variant(state.clone()),)* }
-            }
-
-            /// Bytes the limiter occupies in memory.
-            pub fn allocated_bytes(self) -> usize {
-                match self { $(LimiterRef::$variant(state) => KindState::allocated_bytes(state),)* }
-            }
-
-            fn write_fields(self, out: &mut Encoded) {
-                match self { $(LimiterRef::$variant(state) => state.write(out),)* }
-            }
-        }
-
-        fn read_fields(kind: Kind, reader: &mut Reader<'_>) -> Result<Limiter, DecodeError> {
-            match kind { $(Kind::$variant => <$state as Fields>::read(reader).map(Limiter::$variant),)* }
-        }
-
-        $(
-            impl KindState for $state {
-                const KIND: Kind = Kind::$variant;
-                fn as_limiter(&self) -> LimiterRef<'_> {
-                    LimiterRef::$variant(self)
-                }
-                fn into_limiter(self) -> Limiter {
-                    Limiter::$variant(self)
-                }
-                fn allocated_bytes(&self) -> usize {
-                    <$state as Fields>::allocated_bytes(self)
-                }
-            }
-        )*
-    };
-}
-
-kinds! {
-    TokenBucket(TokenBucket) = 0, "a token bucket", Some(b"TOKENBUCKET");
-    SlidingWindow(SlidingWindow) = 1, "a sliding window", Some(b"SLIDING");
-    FixedWindow(FixedWindow) = 2, "a fixed window", Some(b"FIXED");
-    SlidingLog(SlidingLog) = 3, "a sliding log", Some(b"SLIDINGLOG");
-    Gcra(Gcra) = 4, "a CL.THROTTLE (GCRA)", None;
-}
-
-impl Kind {
-    /// The kind with this discriminant, if any.
-    pub fn from_byte(byte: u8) -> Option<Kind> {
-        Kind::ALL.iter().copied().find(|kind| *kind as u8 == byte)
-    }
-}
-
 /// How one state type is written and read back.
 trait Fields: Sized {
     fn write(&self, out: &mut Encoded);
     /// Reads and validates the fields (refusing states no evaluation can produce).
     fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError>;
-    fn allocated_bytes(&self) -> usize {
-        size_of::<Self>()
-    }
 }
 
 impl Fields for TokenBucket {
@@ -257,38 +104,64 @@ impl Fields for SlidingLog {
         )
         .ok_or(DecodeError::InvalidState)
     }
-    fn allocated_bytes(&self) -> usize {
-        SlidingLog::allocated_bytes(self)
+}
+
+fn write_fields(limiter: LimiterRef<'_>, out: &mut Encoded) {
+    match limiter {
+        LimiterRef::TokenBucket(state) => state.write(out),
+        LimiterRef::SlidingWindow(state) => state.write(out),
+        LimiterRef::FixedWindow(state) => state.write(out),
+        LimiterRef::SlidingLog(state) => state.write(out),
+        LimiterRef::Gcra(state) => state.write(out),
     }
 }
 
-/// How an algorithm's commits travel to replicas and the AOF (as `RL.SETSTATE` payloads).
-pub trait Effect: Algorithm<State: KindState, Change: Clone> {
-    /// Writes what records one commit; by default the whole resulting state.
-    fn write_effect(out: &mut Encoded, state_after: &Self::State, _change: &Self::Change) {
-        out.push_limiter(state_after.as_limiter());
+fn read_fields(kind: Kind, reader: &mut Reader<'_>) -> Result<Limiter, DecodeError> {
+    fn read<S: Fields + KindState>(reader: &mut Reader<'_>) -> Result<Limiter, DecodeError> {
+        S::read(reader).map(S::into_limiter)
+    }
+    match kind {
+        Kind::TokenBucket => read::<TokenBucket>(reader),
+        Kind::SlidingWindow => read::<SlidingWindow>(reader),
+        Kind::FixedWindow => read::<FixedWindow>(reader),
+        Kind::SlidingLog => read::<SlidingLog>(reader),
+        Kind::Gcra => read::<Gcra>(reader),
     }
 }
 
-impl Effect for TokenBucketAlgorithm {}
-impl Effect for SlidingWindowAlgorithm {}
-impl Effect for FixedWindowAlgorithm {}
-impl Effect for GcraAlgorithm {}
-
-/// A log replicates its change (a few integers), not the log: a hot log with a large limit
-/// would otherwise copy up to `limit` entries to every replica on every call.
-impl Effect for SlidingLogAlgorithm {
-    fn write_effect(out: &mut Encoded, _state_after: &SlidingLog, change: &SlidingLogChange) {
-        out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::SlidingLog as u8]);
-        out.push(&change.at_us().to_le_bytes());
-        out.push(&change.expired().to_le_bytes());
-        let (action, units) = match change.action() {
-            SlidingLogAction::Admit { units } => (0u8, units),
-            SlidingLogAction::Refund { units } => (1u8, units),
-        };
-        out.push(&[action]);
-        out.push(&units.to_le_bytes());
+/// Writes what records one change: the whole new state, except for the kinds whose change is
+/// an edit (a log replicates its change, a few integers, not its entries: a hot log with a
+/// large limit would otherwise copy up to `limit` entries to every replica on every call).
+fn write_change(change: &Change, out: &mut Encoded) {
+    match change {
+        Change::TokenBucket(state) => out.push_limiter(state.as_limiter()),
+        Change::SlidingWindow(state) => out.push_limiter(state.as_limiter()),
+        Change::FixedWindow(state) => out.push_limiter(state.as_limiter()),
+        Change::Gcra(state) => out.push_limiter(state.as_limiter()),
+        Change::SlidingLog(change) => {
+            out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::SlidingLog as u8]);
+            write_log_change(change, out);
+        }
     }
+}
+
+/// Reads the change of a kind whose effects carry edits.
+fn read_change(kind_byte: u8, reader: &mut Reader<'_>) -> Result<Change, DecodeError> {
+    match Kind::from_byte(kind_byte & !CHANGE_FLAG) {
+        Some(Kind::SlidingLog) => read_log_change(reader).map(Change::SlidingLog),
+        _ => Err(DecodeError::UnknownKind(kind_byte)),
+    }
+}
+
+fn write_log_change(change: &SlidingLogChange, out: &mut Encoded) {
+    out.push(&change.at_us().to_le_bytes());
+    out.push(&change.expired().to_le_bytes());
+    let (action, units) = match change.action() {
+        SlidingLogAction::Admit { units } => (0u8, units),
+        SlidingLogAction::Refund { units } => (1u8, units),
+    };
+    out.push(&[action]);
+    out.push(&units.to_le_bytes());
 }
 
 fn read_log_change(reader: &mut Reader<'_>) -> Result<SlidingLogChange, DecodeError> {
@@ -366,32 +239,27 @@ impl Encoded {
     #[inline]
     fn push_limiter(&mut self, limiter: LimiterRef<'_>) {
         self.push(&[ENCODING_VERSION, limiter.kind() as u8]);
-        limiter.write_fields(self);
+        write_fields(limiter, self);
     }
 }
 
-/// Encodes a limiter (for RDB, `DUMP`, the AOF rewrite and digests).
+/// Encodes a limiter (for RDB, `DUMP` and digests).
 pub fn encode(limiter: LimiterRef<'_>) -> Encoded {
     let mut encoded = Encoded::empty();
     encoded.push_limiter(limiter);
     encoded
 }
 
-/// Encodes an effect: what `RL.SETSTATE` applies on replicas and at AOF load. The absolute
-/// expiry travels inside the payload, so the propagated command has a single argument
-/// besides the key. An expiry of 0 means "no expiry".
-pub fn encode_effect<A: Effect>(
-    expires_at_ms: i64,
-    state_after: &A::State,
-    change: &A::Change,
-) -> Encoded {
+/// Encodes the effect of a commit: the change and the key's absolute expiry (Unix ms).
+pub fn encode_effect(expires_at_ms: i64, change: &Change) -> Encoded {
     let mut encoded = Encoded::empty();
     encoded.push(&expires_at_ms.to_le_bytes());
-    A::write_effect(&mut encoded, state_after, change);
+    write_change(change, &mut encoded);
     encoded
 }
 
-/// Encodes an effect that sets a whole state (used by the AOF rewrite, with no expiry).
+/// Encodes an effect that sets a whole limiter (the AOF rewrite's, with expiry 0: Redis
+/// appends its own `PEXPIREAT`).
 pub fn encode_state_effect(expires_at_ms: i64, limiter: LimiterRef<'_>) -> Encoded {
     let mut encoded = Encoded::empty();
     encoded.push(&expires_at_ms.to_le_bytes());
@@ -402,10 +270,10 @@ pub fn encode_state_effect(expires_at_ms: i64, limiter: LimiterRef<'_>) -> Encod
 /// What an effect does to its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EffectBody {
-    /// Store this state (replacing whatever the key holds).
+    /// Store this limiter (replacing whatever limiter of its kind the key holds).
     State(Limiter),
-    /// Apply this change to the key's sliding log (creating it if missing).
-    SlidingLogChange(SlidingLogChange),
+    /// Apply this change to the key's limiter (creating it if the key is empty).
+    Change(Change),
 }
 
 /// A decoded `RL.SETSTATE` payload.
@@ -426,8 +294,8 @@ pub fn decode_effect(bytes: &[u8]) -> Result<EffectRecord, DecodeError> {
     }
     let [version, kind_byte] = reader.array()?;
     check_version(version)?;
-    let body = if kind_byte == CHANGE_FLAG | Kind::SlidingLog as u8 {
-        EffectBody::SlidingLogChange(read_log_change(&mut reader)?)
+    let body = if kind_byte & CHANGE_FLAG != 0 {
+        EffectBody::Change(read_change(kind_byte, &mut reader)?)
     } else {
         EffectBody::State(read_limiter(kind_byte, &mut reader)?)
     };
@@ -538,8 +406,11 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::fixed_window::FixedWindowAlgorithm;
     use crate::core::fixed_window::WindowParams;
+    use crate::core::sliding_log::SlidingLogAlgorithm;
     use crate::core::sliding_log::SlidingLogParams;
+    use crate::core::sliding_window::SlidingWindowAlgorithm;
     use crate::core::{Algorithm, Commit};
     use proptest::prelude::*;
 
@@ -604,7 +475,7 @@ mod tests {
         } = SlidingLogAlgorithm::evaluate(Some(&log), &params, NOW_US + 500)
             .commit
             .unwrap();
-        let effect = encode_effect::<SlidingLogAlgorithm>(expires_at_ms, &log, &change);
+        let effect = encode_effect(expires_at_ms, &Change::SlidingLog(change));
         assert!(
             effect.as_bytes().len() < 40,
             "a few integers, not 500 entries"
@@ -614,7 +485,7 @@ mod tests {
             record,
             EffectRecord {
                 expires_at_ms,
-                body: EffectBody::SlidingLogChange(change)
+                body: EffectBody::Change(Change::SlidingLog(change))
             }
         );
     }
@@ -654,7 +525,7 @@ mod tests {
         let Limiter::TokenBucket(state) = one_of_each()[0].clone() else {
             unreachable!()
         };
-        let effect = encode_effect::<TokenBucketAlgorithm>(1_234, &state, &state);
+        let effect = encode_effect(1_234, &Change::TokenBucket(state));
         assert_eq!(effect.as_bytes().len(), 26);
         assert_eq!(
             decode_effect(effect.as_bytes()),

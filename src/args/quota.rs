@@ -1,0 +1,262 @@
+//! The parameters of each algorithm, as its own command and an `RL.MULTI` limit take them,
+//! for a call of one unit: [`super::call`] and [`super::multi`] set the cost.
+
+use super::{Settings, duration_us, positive_decimal, positive_integer};
+use crate::core::fixed_window::{WindowParamError, WindowParams};
+use crate::core::gcra::{GcraParamError, GcraParams};
+use crate::core::number::{NumberError, parse_integer};
+use crate::core::sliding_log::{SlidingLogParamError, SlidingLogParams};
+use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
+use crate::error::{ArgError, CommandError, Rule};
+use crate::kinds::{Kind, Quota};
+
+/// How many arguments the parameters of `kind` take.
+pub fn arity(kind: Kind) -> usize {
+    match kind {
+        Kind::TokenBucket | Kind::SlidingWindow | Kind::FixedWindow | Kind::SlidingLog => 2,
+        Kind::Gcra => 3,
+    }
+}
+
+/// The quota of `kind` that `args` (exactly [`arity`] of them) describe, for one unit.
+pub fn quota(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<Quota, CommandError> {
+    match kind {
+        Kind::TokenBucket => token_bucket(args).map(Quota::TokenBucket),
+        Kind::SlidingWindow => window(args).map(Quota::SlidingWindow),
+        Kind::FixedWindow => window(args).map(Quota::FixedWindow),
+        Kind::SlidingLog => sliding_log(args, settings.max_log_entries).map(Quota::SlidingLog),
+        Kind::Gcra => gcra(args).map(Quota::Gcra),
+    }
+}
+
+/// `capacity rate` of a token bucket.
+pub fn token_bucket(args: &[&[u8]]) -> Result<TokenBucketParams, CommandError> {
+    let [capacity_arg, rate_arg] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let capacity = positive_integer("capacity", capacity_arg)?;
+    let rate = positive_decimal("rate", rate_arg)?;
+    let params = TokenBucketParams::new(capacity, rate, 1).map_err(|error| match error {
+        TokenBucketParamError::RateTooHigh => ArgError::new(
+            "rate",
+            Rule::AtMost("1000000000 tokens per second"),
+            rate_arg,
+        ),
+        TokenBucketParamError::RefillTooLong => ArgError::combination(
+            "capacity / rate",
+            Rule::AtMost("100 years (the time an empty bucket takes to refill)"),
+        ),
+    })?;
+    Ok(params)
+}
+
+/// `limit window` of a sliding or fixed window.
+pub fn window(args: &[&[u8]]) -> Result<WindowParams, CommandError> {
+    let [limit_arg, window_arg] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let limit = positive_integer("limit", limit_arg)?;
+    let window_us = duration_us("window", window_arg)?;
+    WindowParams::new(limit, window_us, 1).map_err(|error| {
+        CommandError::Argument(match error {
+            WindowParamError::LimitTooLarge => {
+                ArgError::new("limit", Rule::AtMost("4294967295"), limit_arg)
+            }
+            // Already refused by duration_us, whose bounds are the same.
+            WindowParamError::WindowTooShort | WindowParamError::WindowTooLong => ArgError::new(
+                "window",
+                Rule::AtMost("3155760000 seconds (100 years)"),
+                window_arg,
+            ),
+        })
+    })
+}
+
+/// `limit window` of a sliding log, with the server's `max-log-entries`.
+pub fn sliding_log(args: &[&[u8]], max_entries: u64) -> Result<SlidingLogParams, CommandError> {
+    let [limit_arg, window_arg] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let limit = positive_integer("limit", limit_arg)?;
+    let window_us = duration_us("window", window_arg)?;
+    SlidingLogParams::new(limit, window_us, 1, max_entries).map_err(|error| match error {
+        SlidingLogParamError::LimitAboveMaxEntries { max_entries } => {
+            CommandError::Argument(ArgError::new(
+                "limit",
+                Rule::AtMostSetting {
+                    bound: max_entries,
+                    setting: "ratelimit.max-log-entries",
+                },
+                limit_arg,
+            ))
+        }
+        // Already refused by duration_us, whose bounds are the same.
+        SlidingLogParamError::WindowTooShort | SlidingLogParamError::WindowTooLong => {
+            CommandError::Argument(ArgError::new(
+                "window",
+                Rule::AtMost("3155760000 seconds (100 years)"),
+                window_arg,
+            ))
+        }
+    })
+}
+
+/// A signed integer argument.
+fn integer(name: &'static str, value: &[u8]) -> Result<i64, ArgError> {
+    parse_integer(value).map_err(|error| {
+        let rule = match error {
+            NumberError::NotFinite => Rule::Finite,
+            NumberError::TooLarge => Rule::TooLarge,
+            _ => Rule::Integer,
+        };
+        ArgError::new(name, rule, value)
+    })
+}
+
+/// `max_burst count period [quantity]` of `CL.THROTTLE`, with redis-cell's syntax: signed
+/// integers, a quantity of 0 (peek) or below (give back) allowed.
+pub fn throttle(args: &[&[u8]]) -> Result<GcraParams, CommandError> {
+    let (quantity, params) = match args {
+        [params @ .., quantity] if args.len() == 4 => (integer("quantity", quantity)?, params),
+        params => (1, params),
+    };
+    gcra(params).map(|params| params.with_quantity(quantity))
+}
+
+/// `max_burst count period` of a GCRA (redis-cell's integers), for a call of one unit.
+pub fn gcra(args: &[&[u8]]) -> Result<GcraParams, CommandError> {
+    let [burst_arg, count_arg, period_arg] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let max_burst = integer("max_burst", burst_arg)?;
+    let count = integer("count", count_arg)?;
+    let period = integer("period", period_arg)?;
+    GcraParams::new(max_burst, count, period, 1).map_err(|error| {
+        CommandError::Argument(match error {
+            GcraParamError::ZeroRate => ArgError::combination(
+                "count / period",
+                Rule::Must(
+                    "be a non-zero rate of at most 1e9 per second (zero rates are not supported)",
+                ),
+            ),
+            GcraParamError::NegativeRate => {
+                ArgError::combination("count and period", Rule::Must("have the same sign"))
+            }
+            GcraParamError::NegativeBurst => {
+                ArgError::new("max_burst", Rule::NotNegative, burst_arg)
+            }
+            GcraParamError::ToleranceTooLong => ArgError::combination(
+                "period / count × (max_burst + 1)",
+                Rule::AtMost("100 years"),
+            ),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::CallCost;
+
+    fn message(args: &[&str]) -> String {
+        let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        token_bucket(&bytes).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn accepts_valid_arguments() {
+        let params = token_bucket(&[b"10", b"0.5"]).unwrap();
+        assert_eq!(
+            (params.capacity(), params.interval_ns(), params.cost()),
+            (10, 2_000_000_000, 1)
+        );
+        let params = token_bucket(&[b"1000000000000000", b"1000000"]).unwrap();
+        assert_eq!(
+            (params.capacity(), params.interval_ns(), params.cost()),
+            (1_000_000_000_000_000, 1_000, 1)
+        );
+    }
+
+    #[test]
+    fn sliding_log_limits_are_bounded_by_the_setting() {
+        let params = sliding_log(&[b"100", b"60"], 10_000).unwrap();
+        assert_eq!(
+            (params.limit(), params.window_us(), params.cost()),
+            (100, 60_000_000, 1)
+        );
+        assert_eq!(
+            sliding_log(&[b"10001", b"60"], 10_000)
+                .unwrap_err()
+                .to_string(),
+            "ERR limit must be at most 10000 (the ratelimit.max-log-entries setting) (got '10001')"
+        );
+    }
+
+    #[test]
+    fn throttle_takes_redis_cells_arguments() {
+        let params = throttle(&[b"15", b"30", b"60"]).unwrap();
+        assert_eq!(
+            (
+                params.max_burst(),
+                params.limit(),
+                params.interval_ns(),
+                params.quantity()
+            ),
+            (15, 16, 2_000_000_000, 1)
+        );
+        assert_eq!(
+            throttle(&[b"+15", b"30", b"60", b"-2"]).unwrap().quantity(),
+            -2
+        );
+        let message = |args: &[&[u8]]| throttle(args).unwrap_err().to_string();
+        assert_eq!(
+            message(&[b"x", b"30", b"60"]),
+            "ERR max_burst must be an integer (got 'x')"
+        );
+        assert_eq!(
+            message(&[b"-1", b"30", b"60"]),
+            "ERR max_burst must be at least 0 (got '-1')"
+        );
+        assert_eq!(
+            message(&[b"1", b"0", b"60"]),
+            "ERR count / period must be a non-zero rate of at most 1e9 per second (zero rates are not supported)"
+        );
+        assert_eq!(
+            message(&[b"1", b"-1", b"60"]),
+            "ERR count and period must have the same sign"
+        );
+        assert_eq!(throttle(&[b"1", b"1"]), Err(CommandError::WrongArity));
+    }
+
+    #[test]
+    fn counts_arguments() {
+        assert_eq!(token_bucket(&[b"1"]), Err(CommandError::WrongArity));
+        assert_eq!(
+            token_bucket(&[b"1", b"1", b"1"]),
+            Err(CommandError::WrongArity)
+        );
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn refuses_bad_arguments_with_the_rule() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["0", "1"],        "ERR capacity must be greater than 0 (got '0')"),
+            (&["-1", "1"],       "ERR capacity must be greater than 0 (got '-1')"),
+            (&["1.5", "1"],      "ERR capacity must be a positive integer (got '1.5')"),
+            (&["", "1"],         "ERR capacity must be a positive integer (got '')"),
+            (&["99999999999999999999", "1"], "ERR capacity is too large (got '99999999999999999999')"),
+            (&["10", "0"],       "ERR rate must be greater than 0 (got '0')"),
+            (&["10", "-0.5"],    "ERR rate must be greater than 0 (got '-0.5')"),
+            (&["10", "nan"],     "ERR rate must be a finite number (got 'nan')"),
+            (&["10", "-inf"],    "ERR rate must be a finite number (got '-inf')"),
+            (&["10", "1e400"],   "ERR rate must be at most 1000000000 tokens per second (got '1e400')"),
+            (&["10", "1/s"],     "ERR rate must be a positive decimal number (got '1/s')"),
+            (&["10", "1e-400"],  "ERR capacity / rate must be at most 100 years (the time an empty bucket takes to refill)"),
+            (&["1000000000000000", "1"], "ERR capacity / rate must be at most 100 years (the time an empty bucket takes to refill)"),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(message(args), *expected, "{args:?}");
+        }
+    }
+}

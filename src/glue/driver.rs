@@ -1,0 +1,180 @@
+//! The life of a limiter call, on one key or several.
+//!
+//! 1. **Prepare**: open every key (WRONGTYPE for another Redis type), then evaluate every
+//!    quota against the key's limiter and the one `now` the command read (a key holding
+//!    another algorithm is refused here). Nothing has been written yet, so any error leaves
+//!    every key as it was.
+//! 2. **Commit**, only when the call changes something: [`effects::commit`] applies all
+//!    writes or none, sets their absolute expiries, propagates their effects as one op and
+//!    announces them. A denied call, a peek, or a refund with nothing to give back writes and
+//!    propagates nothing.
+//!
+//! Evaluation goes through the type-erased [`Quota`](crate::kinds::Quota), so one driver
+//! serves every algorithm and a multi-limit call can mix them.
+
+use std::ffi::CStr;
+
+use redis_module::raw;
+
+use super::api::Call;
+use super::effects::{self, Replicated};
+use super::store::{LimiterKey, kind_mismatch};
+use crate::args::CallArgs;
+use crate::args::multi::MultiArgs;
+use crate::core::grant::Grant;
+use crate::core::multi::{self, Bound};
+use crate::core::{Decision, Evaluation};
+use crate::error::CommandError;
+use crate::kinds::{Change, Kind, Quota};
+
+/// What a single-key call decided.
+#[derive(Clone, Copy, Debug)]
+pub struct Outcome {
+    /// Units taken (0 when denied).
+    pub units: u64,
+    /// What the client is told.
+    pub decision: Decision,
+}
+
+/// A call on one key: evaluates `args` and commits what it takes.
+pub fn acquire(
+    call: &Call<'_>,
+    event: &CStr,
+    name: *mut raw::RedisModuleString,
+    args: &CallArgs,
+    now_us: i64,
+) -> Result<Outcome, CommandError> {
+    let key = LimiterKey::open(call, name)?;
+    let granted = args
+        .quota
+        .evaluate(key.held(), args.grant, now_us)
+        .map_err(mismatch_with(&args.quota))?;
+    let outcome = Outcome {
+        units: granted.units,
+        decision: granted.evaluation.decision,
+    };
+    commit_one(call, event, key, granted.evaluation)?;
+    Ok(outcome)
+}
+
+/// What a call on one key would get now, changing nothing (works on replicas).
+pub fn peek(
+    call: &Call<'_>,
+    name: *mut raw::RedisModuleString,
+    args: &CallArgs,
+    now_us: i64,
+) -> Result<Outcome, CommandError> {
+    let key = LimiterKey::read(call, name)?;
+    let held = key.as_ref().and_then(LimiterKey::held);
+    let granted = args
+        .quota
+        .evaluate(held, args.grant, now_us)
+        .map_err(mismatch_with(&args.quota))?;
+    Ok(Outcome {
+        units: granted.units,
+        decision: granted.evaluation.decision,
+    })
+}
+
+/// Gives a call's cost back to one key's limiter.
+pub fn refund(
+    call: &Call<'_>,
+    event: &CStr,
+    name: *mut raw::RedisModuleString,
+    quota: &Quota,
+    now_us: i64,
+) -> Result<Decision, CommandError> {
+    let key = LimiterKey::open(call, name)?;
+    let evaluation = quota
+        .refund(key.held(), now_us)
+        .map_err(mismatch_with(quota))?;
+    let decision = evaluation.decision;
+    commit_one(call, event, key, evaluation)?;
+    Ok(decision)
+}
+
+/// Commits an evaluation of one key, if it changes anything.
+pub fn commit_one(
+    call: &Call<'_>,
+    event: &CStr,
+    key: LimiterKey,
+    evaluation: Evaluation<Change>,
+) -> Result<(), CommandError> {
+    match evaluation.commit {
+        Some(commit) => effects::commit(call, event, &mut [Replicated::new(key, commit)]),
+        None => Ok(()),
+    }
+}
+
+/// What a multi-limit call decided.
+#[derive(Clone, Debug)]
+pub struct MultiOutcome {
+    /// Units taken from every limit (× its weight); 0 when denied.
+    pub units: u64,
+    /// The binding limit and the call's decision.
+    pub bound: Bound,
+    /// Each limit's own view of the call.
+    pub per_limit: Vec<Decision>,
+}
+
+/// A call on several distinct keys, limit `i` on `names[i]`: every limit admits its cost and
+/// all are charged, or nothing is written.
+pub fn acquire_many(
+    call: &Call<'_>,
+    event: &CStr,
+    names: &[*mut raw::RedisModuleString],
+    args: &MultiArgs,
+    now_us: i64,
+) -> Result<MultiOutcome, CommandError> {
+    let keys = names
+        .iter()
+        .map(|&name| LimiterKey::open(call, name))
+        .collect::<Result<Vec<_>, _>>()?;
+    let units = match args.grant {
+        Grant::Whole => args.cost,
+        Grant::Partial { .. } => {
+            let mut grantable = Vec::with_capacity(keys.len());
+            for ((key, quota), weight) in keys
+                .iter()
+                .zip(args.quotas_for(args.cost))
+                .zip(&args.weights)
+            {
+                let units = quota
+                    .grantable(key.held(), quota.cost(), now_us)
+                    .map_err(mismatch_with(&quota))?;
+                grantable.push((units, *weight));
+            }
+            multi::units_to_evaluate(args.cost, args.grant, grantable)
+        }
+    };
+    let mut evaluations = Vec::with_capacity(keys.len());
+    let mut costs = Vec::with_capacity(keys.len());
+    for (key, quota) in keys.iter().zip(args.quotas_for(units)) {
+        let granted = quota
+            .evaluate(key.held(), Grant::Whole, now_us)
+            .map_err(mismatch_with(&quota))?;
+        evaluations.push(granted.evaluation);
+        costs.push(quota.cost());
+    }
+    let per_limit: Vec<Decision> = evaluations.iter().map(|e| e.decision).collect();
+    let bound = multi::bind(&per_limit, &costs)
+        .ok_or(CommandError::Message("ERR RL.MULTI needs at least one key"))?;
+    if bound.decision.allowed {
+        let mut writes: Vec<Replicated> = keys
+            .into_iter()
+            .zip(evaluations)
+            .filter_map(|(key, evaluation)| Some(Replicated::new(key, evaluation.commit?)))
+            .collect();
+        effects::commit(call, event, &mut writes)?;
+    }
+    Ok(MultiOutcome {
+        units: if bound.decision.allowed { units } else { 0 },
+        bound,
+        per_limit,
+    })
+}
+
+/// Turns the kind a key holds into the error for a call of `quota`.
+fn mismatch_with(quota: &Quota) -> impl FnOnce(Kind) -> CommandError + '_ {
+    move |held| kind_mismatch(held, quota.kind())
+}

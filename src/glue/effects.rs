@@ -1,0 +1,164 @@
+//! The effects protocol: how writes reach replicas and the AOF.
+//!
+//! Commands decide on the primary with the primary's clock and replicate their *effects*,
+//! never themselves: `RL.SETSTATE key effect [key effect ...]`, where each effect (encoded by
+//! [`crate::codec`]) carries the key's new state or change and its absolute expiry. Replicas
+//! and AOF replay therefore hold exactly the primary's state whatever their own clocks say.
+//!
+//! This module owns every step of it:
+//! - [`commit`]: the primary applies a command's writes all or nothing, then propagates
+//!   their effects as **one** op (one `RL.SETSTATE` with a key/effect pair per written
+//!   key), so a replica applies all of a multi-key call or none and no MULTI/EXEC wrapper
+//!   is needed, then announces the writes;
+//! - [`set_state`]: a replica (or AOF load) validates every pair as strictly as an RDB load,
+//!   then applies them all or nothing, and passes the command on verbatim to its own AOF and
+//!   sub-replicas;
+//! - [`rewrite_aof`]: the AOF rewrite emits one `RL.SETSTATE` per key with its whole state
+//!   (expiry 0: Redis appends its own `PEXPIREAT`).
+
+use std::ffi::CStr;
+
+use redis_module::raw;
+
+use super::api::{Call, OwnedString, api};
+use super::store::{self, LimiterKey, Update, Write};
+use crate::codec::{self, EffectBody, Encoded};
+use crate::core::Commit;
+use crate::error::CommandError;
+use crate::kinds::{Change, LimiterRef};
+
+/// The internal command that carries replicated and AOF-rewritten state.
+pub const SET_STATE: &CStr = c"rl.setstate";
+
+/// A write a command evaluated on the primary, with the effect replicas will apply for it.
+pub struct Replicated {
+    write: Write,
+    effect: Encoded,
+}
+
+impl Replicated {
+    /// The write recording `commit` in `key`, and its effect.
+    pub fn new(key: LimiterKey, commit: Commit<Change>) -> Self {
+        let effect = codec::encode_effect(commit.expires_at_ms, &commit.change);
+        Replicated {
+            write: Write::new(key, Update::Change(commit.change), commit.expires_at_ms),
+            effect,
+        }
+    }
+}
+
+impl AsMut<Write> for Replicated {
+    fn as_mut(&mut self) -> &mut Write {
+        &mut self.write
+    }
+}
+
+/// Commits one command's writes: applies them all or nothing (with their expiries),
+/// propagates their effects as one op, and announces each write to WATCH, client tracking
+/// and keyspace notifications (`event`).
+pub fn commit(
+    call: &Call<'_>,
+    event: &CStr,
+    writes: &mut [Replicated],
+) -> Result<(), CommandError> {
+    store::apply(writes)?;
+    match &*writes {
+        [] => {}
+        [single] => {
+            call.replicate(SET_STATE, single.write.key.name(), single.effect.as_bytes());
+        }
+        several => propagate_several(call, several),
+    }
+    for replicated in &*writes {
+        call.announce_write(event, replicated.write.key.name());
+    }
+    Ok(())
+}
+
+/// Propagates several writes' effects as one `RL.SETSTATE k1 e1 k2 e2 ...`. Creating strings
+/// for the payloads allocates, which the single-key path avoids.
+fn propagate_several(call: &Call<'_>, writes: &[Replicated]) {
+    let payloads: Vec<OwnedString> = writes
+        .iter()
+        .filter_map(|replicated| call.create_string(replicated.effect.as_bytes()))
+        .collect();
+    let argv: Vec<*mut raw::RedisModuleString> = writes
+        .iter()
+        .zip(&payloads)
+        .flat_map(|(replicated, payload)| [replicated.write.key.name(), payload.as_ptr()])
+        .collect();
+    if payloads.len() == writes.len() {
+        call.replicate_argv(SET_STATE, &argv);
+    }
+}
+
+/// `RL.SETSTATE key effect [key effect ...]`: applies effects computed by a primary.
+///
+/// Only the replication link and AOF loading may call it: on Redis before 8.0 there is no
+/// way to hide a module command from clients, so it checks who is calling. Every payload is
+/// decoded and every key checked before any is written.
+pub fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
+    let argc = call.arg_count();
+    if argc < 3 || argc % 2 == 0 {
+        return Err(CommandError::WrongArity);
+    }
+    let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if call.context_flags() & trusted == 0 {
+        return Err(CommandError::Message(
+            "ERR RL.SETSTATE is internal: only the replication link and AOF loading may call it",
+        ));
+    }
+    let pairs = (1..argc).step_by(2);
+    let keys: Vec<&[u8]> = pairs.clone().map(|index| call.arg_bytes(index)).collect();
+    if crate::args::multi::repeated_key(&keys).is_some() {
+        return Err(CommandError::Message("ERR RL.SETSTATE got a key twice"));
+    }
+    let mut writes = Vec::with_capacity(keys.len());
+    for index in pairs {
+        let name = call.arg(index).ok_or(CommandError::WrongArity)?;
+        let record =
+            codec::decode_effect(call.arg_bytes(index.saturating_add(1))).map_err(|error| {
+                CommandError::Dynamic(format!("ERR invalid limiter state: {error}"))
+            })?;
+        let update = match record.body {
+            EffectBody::State(limiter) => Update::Replace(limiter),
+            EffectBody::Change(change) => Update::Change(change),
+        };
+        writes.push(Write::new(
+            LimiterKey::open(call, name)?,
+            update,
+            record.expires_at_ms,
+        ));
+    }
+    store::apply(&mut writes)?;
+    call.replicate_verbatim();
+    for write in &writes {
+        call.announce_write(SET_STATE, write.key.name());
+    }
+    call.reply_simple(c"OK");
+    Ok(())
+}
+
+/// Emits what recreates one key's limiter when the AOF is rewritten without an RDB preamble.
+pub fn rewrite_aof(
+    io: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    limiter: LimiterRef<'_>,
+) {
+    // Expiry 0 means "none here": Redis appends PEXPIREAT for keys with a TTL itself.
+    let effect = codec::encode_state_effect(0, limiter);
+    let bytes = effect.as_bytes();
+    if let Some(emit) = api!(RedisModule_EmitAOF) {
+        // SAFETY: "sb" = key string, (buffer, length), matching the arguments.
+        unsafe {
+            emit(
+                io,
+                SET_STATE.as_ptr(),
+                c"sb".as_ptr(),
+                key,
+                bytes.as_ptr(),
+                bytes.len(),
+            )
+        };
+    }
+}

@@ -1,0 +1,390 @@
+//! The command table: names, flags, arity, key specs and ACL categories, and the C entry
+//! points that run the bodies in [`super::commands`] with panics caught.
+//!
+//! Keys are declared with key specs so that Redis Cluster routes every command to the key's
+//! node (`MOVED`/`ASK`, `CROSSSLOT` across slots), ACL key patterns apply, and clients and
+//! `COMMAND GETKEYS` find them.
+
+use std::ffi::{CStr, c_int};
+use std::mem::size_of;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use redis_module::raw;
+
+use super::api::{Call, api, log};
+use super::{commands, effects};
+use crate::error::CommandError;
+
+/// Where a command's keys are, and how it uses them (declared to Redis).
+#[derive(Clone, Copy)]
+enum Keys {
+    /// One key at argument 1, read and updated.
+    OneReadWrite,
+    /// One key at argument 1, only read.
+    OneReadOnly,
+    /// `numkeys` at argument 1, then that many keys, read and updated.
+    Counted,
+    /// Key/value pairs from argument 1, keys read and updated.
+    Pairs,
+}
+
+/// A module command's registration.
+struct CommandSpec {
+    name: &'static CStr,
+    handler: unsafe extern "C" fn(
+        *mut raw::RedisModuleCtx,
+        *mut *mut raw::RedisModuleString,
+        c_int,
+    ) -> c_int,
+    flags: &'static CStr,
+    /// Redis arity: the argument count with the name; negative means "at least".
+    arity: c_int,
+    keys: Keys,
+    /// ACL categories on servers that let modules set them (7.2+); `ratelimit` is added
+    /// where the server can create categories (7.4+).
+    acl_categories: &'static CStr,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+}
+
+/// Defines the C entry point of a command around a safe body.
+macro_rules! entry_point {
+    ($entry:ident => $body:path) => {
+        unsafe extern "C" fn $entry(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            // SAFETY: Redis calls command functions with a live context and `argc` arguments.
+            let call = unsafe { Call::new(ctx, argv, argc) };
+            dispatch(&call, $body)
+        }
+    };
+}
+
+entry_point!(token_bucket_entry => commands::token_bucket);
+entry_point!(sliding_entry => commands::sliding);
+entry_point!(fixed_entry => commands::fixed);
+entry_point!(sliding_log_entry => commands::sliding_log);
+entry_point!(throttle_entry => commands::throttle);
+entry_point!(multi_entry => commands::multi);
+entry_point!(peek_entry => commands::peek);
+entry_point!(refund_entry => commands::refund);
+entry_point!(set_state_entry => effects::set_state);
+
+/// The ACL category this module adds (Redis 7.4+).
+const CATEGORY: &CStr = c"ratelimit";
+
+const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: c"rl.tokenbucket",
+        handler: token_bucket_entry,
+        flags: c"write deny-oom fast",
+        arity: -4,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write fast",
+        summary: c"Takes cost tokens from a token bucket if it holds enough",
+        complexity: c"O(1)",
+    },
+    CommandSpec {
+        name: c"rl.sliding",
+        handler: sliding_entry,
+        flags: c"write deny-oom fast",
+        arity: -4,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write fast",
+        summary: c"Counts cost units in a sliding window (weighted previous + current window)",
+        complexity: c"O(1)",
+    },
+    CommandSpec {
+        name: c"rl.fixed",
+        handler: fixed_entry,
+        flags: c"write deny-oom fast",
+        arity: -4,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write fast",
+        summary: c"Counts cost units in fixed windows aligned to the Unix epoch",
+        complexity: c"O(1)",
+    },
+    CommandSpec {
+        name: c"rl.slidinglog",
+        handler: sliding_log_entry,
+        flags: c"write deny-oom",
+        arity: -4,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write slow",
+        summary: c"Counts cost units in an exact sliding window (a log of admitted units)",
+        complexity: c"O(log N + cost), amortised",
+    },
+    CommandSpec {
+        name: c"cl.throttle",
+        handler: throttle_entry,
+        flags: c"write deny-oom fast",
+        arity: -5,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write fast",
+        summary:
+            c"redis-cell compatible GCRA rate limiting, with server time and effects replication",
+        complexity: c"O(1)",
+    },
+    CommandSpec {
+        name: c"rl.multi",
+        handler: multi_entry,
+        flags: c"write deny-oom",
+        arity: -6,
+        keys: Keys::Counted,
+        acl_categories: c"write slow",
+        summary:
+            c"Checks several limits on several keys at once: all admit and are charged, or none is",
+        complexity: c"O(N) for N keys (plus each limit's own cost)",
+    },
+    CommandSpec {
+        name: c"rl.peek",
+        handler: peek_entry,
+        flags: c"readonly fast",
+        arity: -5,
+        keys: Keys::OneReadOnly,
+        acl_categories: c"read fast",
+        summary: c"Returns what a limiter call would return now, changing nothing",
+        complexity: c"O(1); O(log N) for SLIDINGLOG",
+    },
+    CommandSpec {
+        name: c"rl.refund",
+        handler: refund_entry,
+        flags: c"write fast",
+        arity: -5,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write fast",
+        summary: c"Gives back the cost of a call that was admitted but not performed",
+        complexity: c"O(1); O(cost) for SLIDINGLOG",
+    },
+    CommandSpec {
+        name: effects::SET_STATE,
+        handler: set_state_entry,
+        flags: c"write deny-oom",
+        arity: -3,
+        keys: Keys::Pairs,
+        acl_categories: c"write slow",
+        summary: c"Internal: applies limiter states or changes computed by the primary",
+        complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
+    },
+];
+
+/// Runs a command body; turns its error, or a panic (a bug), into an error reply.
+fn dispatch(call: &Call<'_>, body: fn(&Call<'_>) -> Result<(), CommandError>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(|| body(call))) {
+        Ok(Ok(())) => {}
+        Ok(Err(CommandError::WrongArity)) => call.reply_wrong_arity(),
+        Ok(Err(error)) => call.reply_error(&error.to_string()),
+        Err(_) => {
+            log(
+                c"warning",
+                "ratelimit: internal error in a command; see the panic above",
+            );
+            call.reply_error("ERR internal error in the ratelimit module (see the server log)");
+        }
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Registers every command with its flags, arity, key specs and (where the server supports
+/// them) ACL categories. Must run during `OnLoad`.
+pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    let (Some(create), Some(get), Some(set_info)) = (
+        api!(RedisModule_CreateCommand),
+        api!(RedisModule_GetCommand),
+        api!(RedisModule_SetCommandInfo),
+    ) else {
+        return Err("the server lacks the command registration API".into());
+    };
+    let own_category = add_category(ctx);
+    for spec in COMMANDS {
+        let name = spec.name.to_string_lossy();
+        let (first, last, step) = spec.keys.legacy_range();
+        // SAFETY: called during OnLoad; all strings are NUL-terminated and static.
+        let status = unsafe {
+            create(
+                ctx,
+                spec.name.as_ptr(),
+                Some(spec.handler),
+                spec.flags.as_ptr(),
+                first,
+                last,
+                step,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("could not create command {name}"));
+        }
+        // SAFETY: as above; the command was just created.
+        let command = unsafe { get(ctx, spec.name.as_ptr()) };
+        if command.is_null() {
+            return Err(format!("could not find command {name}"));
+        }
+        let info = CommandInfo::new(spec);
+        // SAFETY: `info` and everything it points to outlive the call; Redis copies it.
+        if unsafe { set_info(command, &info.info) } != raw::REDISMODULE_OK as c_int {
+            return Err(format!("could not describe command {name}"));
+        }
+        set_categories(command, spec, own_category)?;
+    }
+    Ok(())
+}
+
+/// Creates the `ratelimit` ACL category where the server can (7.4+); whether it exists.
+fn add_category(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let Some(add) = api!(RedisModule_AddACLCategory) else {
+        return false;
+    };
+    // SAFETY: called during OnLoad with a static NUL-terminated name.
+    unsafe { add(ctx, CATEGORY.as_ptr()) == raw::REDISMODULE_OK as c_int }
+}
+
+/// Gives a command its ACL categories where the server lets modules set them (7.2+). On
+/// 7.0, category rules skip module commands: ACL rules name RL commands one by one.
+fn set_categories(
+    command: *mut raw::RedisModuleCommand,
+    spec: &CommandSpec,
+    own_category: bool,
+) -> Result<(), String> {
+    let Some(set) = api!(RedisModule_SetCommandACLCategories) else {
+        return Ok(());
+    };
+    let categories = if own_category {
+        let mut all = spec.acl_categories.to_bytes().to_vec();
+        all.push(b' ');
+        all.extend_from_slice(CATEGORY.to_bytes());
+        super::api::c_string(&String::from_utf8_lossy(&all))
+    } else {
+        spec.acl_categories.to_owned()
+    };
+    // SAFETY: the command was created during this OnLoad; the string is NUL-terminated.
+    if unsafe { set(command, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+        return Err(format!(
+            "could not set the ACL categories of {}",
+            spec.name.to_string_lossy()
+        ));
+    }
+    Ok(())
+}
+
+impl Keys {
+    /// The legacy `(first, last, step)` key range of `RedisModule_CreateCommand`; zeros when
+    /// only key specs can say where the keys are.
+    fn legacy_range(self) -> (c_int, c_int, c_int) {
+        match self {
+            Keys::OneReadWrite | Keys::OneReadOnly => (1, 1, 1),
+            Keys::Counted => (0, 0, 0),
+            Keys::Pairs => (1, -1, 2),
+        }
+    }
+
+    /// The key spec's flags.
+    fn flags(self) -> u64 {
+        let flags = match self {
+            Keys::OneReadOnly => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+            Keys::OneReadWrite | Keys::Counted | Keys::Pairs => {
+                raw::REDISMODULE_CMD_KEY_RW
+                    | raw::REDISMODULE_CMD_KEY_ACCESS
+                    | raw::REDISMODULE_CMD_KEY_UPDATE
+            }
+        };
+        u64::from(flags)
+    }
+
+    /// The key spec describing where the keys are.
+    fn spec(self) -> raw::RedisModuleCommandKeySpec {
+        let mut spec = terminator();
+        spec.flags = self.flags();
+        spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+        spec.bs = raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+        };
+        match self {
+            Keys::OneReadWrite | Keys::OneReadOnly | Keys::Pairs => {
+                let (last_key, key_step) = match self {
+                    Keys::Pairs => (-1, 2),
+                    _ => (0, 1),
+                };
+                spec.find_keys_type =
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+                spec.fk = raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                    range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                        lastkey: last_key,
+                        keystep: key_step,
+                        limit: 0,
+                    },
+                };
+            }
+            Keys::Counted => {
+                // Search starts at `numkeys` (argument 1): the count is 0 arguments after it,
+                // the first key 1 after it, one key per argument.
+                spec.find_keys_type =
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+                spec.fk = raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                    keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+                        keynumidx: 0,
+                        firstkey: 1,
+                        keystep: 1,
+                    },
+                };
+            }
+        }
+        spec
+    }
+}
+
+/// A `RedisModuleCommandInfo` with the storage its pointers refer to.
+struct CommandInfo {
+    info: raw::RedisModuleCommandInfo,
+    _version: Box<raw::RedisModuleCommandInfoVersion>,
+    _key_specs: Box<[raw::RedisModuleCommandKeySpec; 2]>,
+}
+
+impl CommandInfo {
+    fn new(spec: &CommandSpec) -> Self {
+        let version = Box::new(raw::RedisModuleCommandInfoVersion {
+            version: 1,
+            sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+            sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+            sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+        });
+        let mut key_specs = Box::new([spec.keys.spec(), terminator()]);
+        let info = raw::RedisModuleCommandInfo {
+            version: &*version,
+            summary: spec.summary.as_ptr(),
+            complexity: spec.complexity.as_ptr(),
+            since: c"0.1.0".as_ptr(),
+            history: std::ptr::null_mut(),
+            tips: std::ptr::null(),
+            arity: spec.arity,
+            key_specs: key_specs.as_mut_ptr(),
+            args: std::ptr::null_mut(),
+        };
+        CommandInfo {
+            info,
+            _version: version,
+            _key_specs: key_specs,
+        }
+    }
+}
+
+/// The all-zero key spec that ends the list.
+fn terminator() -> raw::RedisModuleCommandKeySpec {
+    raw::RedisModuleCommandKeySpec {
+        notes: std::ptr::null(),
+        flags: 0,
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INVALID,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 0 },
+        },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_OMITTED,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: 0,
+                keystep: 0,
+                limit: 0,
+            },
+        },
+    }
+}

@@ -1,0 +1,231 @@
+//! Limiters in keys: the module type, opening a key as a limiter, and applying writes to
+//! several keys all or nothing.
+//!
+//! Both writers use [`apply`]: the commands on a primary (with the changes they evaluated)
+//! and `RL.SETSTATE` on replicas and at AOF load (with the effects it decoded).
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::raw;
+
+use super::api::{Call, Key, KeyContent, KeyMode};
+use crate::error::CommandError;
+use crate::kinds::{Change, Kind, Limiter, LimiterRef};
+use crate::value;
+
+/// The registered `ratelimit` type; null until `OnLoad` creates it.
+static LIMITER_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(null_mut());
+
+/// The module type, for comparing with a key's type and storing values.
+pub fn limiter_type() -> *mut raw::RedisModuleType {
+    LIMITER_TYPE.load(Ordering::Relaxed)
+}
+
+/// Remembers the module type created during `OnLoad`.
+pub fn set_limiter_type(created: *mut raw::RedisModuleType) {
+    LIMITER_TYPE.store(created, Ordering::Relaxed);
+}
+
+/// An open key that is empty or holds a limiter.
+pub struct LimiterKey {
+    key: Key,
+    /// The key's name, as the command received it.
+    name: *mut raw::RedisModuleString,
+    /// The value, if the key holds one.
+    value: Option<*mut c_void>,
+}
+
+impl LimiterKey {
+    /// Opens `name` for reading and writing; WRONGTYPE if it holds another Redis type.
+    pub fn open(call: &Call<'_>, name: *mut raw::RedisModuleString) -> Result<Self, CommandError> {
+        let key = call
+            .open_key(name, KeyMode::Write)
+            .ok_or(CommandError::Message("ERR the key could not be opened"))?;
+        Self::classify(key, name)
+    }
+
+    /// Opens `name` for reading only: `None` if it is missing (or, on a replica, logically
+    /// expired); WRONGTYPE if it holds another Redis type.
+    pub fn read(
+        call: &Call<'_>,
+        name: *mut raw::RedisModuleString,
+    ) -> Result<Option<Self>, CommandError> {
+        call.open_key(name, KeyMode::Read)
+            .map(|key| Self::classify(key, name))
+            .transpose()
+    }
+
+    fn classify(key: Key, name: *mut raw::RedisModuleString) -> Result<Self, CommandError> {
+        let value = match key.content(limiter_type()) {
+            KeyContent::Other => return Err(CommandError::WrongType),
+            KeyContent::Empty => None,
+            KeyContent::Limiter(value) => Some(value),
+        };
+        Ok(LimiterKey { key, name, value })
+    }
+
+    /// The key's name.
+    pub fn name(&self) -> *mut raw::RedisModuleString {
+        self.name
+    }
+
+    /// The limiter the key holds, if any.
+    pub fn held(&self) -> Option<LimiterRef<'_>> {
+        // SAFETY: the value belongs to this module's type and stays alive while the key is
+        // open; nothing mutates it while this shared borrow of the key lives (writes take the
+        // key by value in `apply`).
+        self.value.and_then(|value| unsafe { value::borrow(value) })
+    }
+
+    /// Sets the key's absolute expiry (Unix ms); 0 removes any expiry.
+    fn expire_at_ms(&self, expires_at_ms: i64) {
+        if expires_at_ms > 0 {
+            self.key.expire_at_ms(expires_at_ms);
+        } else {
+            self.key.persist();
+        }
+    }
+}
+
+/// The error for a key holding another kind of limiter (`held`) than a call works on.
+pub fn kind_mismatch(held: Kind, wanted: Kind) -> CommandError {
+    CommandError::KindMismatch { held, wanted }
+}
+
+/// What a write does to its key.
+pub enum Update {
+    /// Apply a change to the key's limiter (or create one from it if the key is empty).
+    Change(Change),
+    /// Store a whole limiter, replacing what the key holds.
+    Replace(Limiter),
+}
+
+/// One key's write, evaluated and ready to apply.
+pub struct Write {
+    /// The key, open for writing.
+    pub key: LimiterKey,
+    /// What to do to it; taken when applied.
+    update: Option<Update>,
+    /// The key's new absolute expiry (Unix ms); 0 for none.
+    expires_at_ms: i64,
+    /// A freshly allocated value to store in the key (set while applying).
+    new_value: Option<*mut c_void>,
+}
+
+impl Write {
+    /// A write of `update` to `key`, which then expires at `expires_at_ms` (Unix ms; 0 for
+    /// never).
+    pub fn new(key: LimiterKey, update: Update, expires_at_ms: i64) -> Self {
+        Write {
+            key,
+            update: Some(update),
+            expires_at_ms,
+            new_value: None,
+        }
+    }
+}
+
+impl AsMut<Write> for Write {
+    fn as_mut(&mut self) -> &mut Write {
+        self
+    }
+}
+
+impl Drop for Write {
+    fn drop(&mut self) {
+        if let Some(unstored) = self.new_value.take() {
+            // SAFETY: allocated by `prepare` and never given to Redis (stored values are
+            // taken out of `new_value` when Redis accepts them).
+            unsafe { value::free(unstored) };
+        }
+    }
+}
+
+/// Applies `writes` all or nothing, and sets each key's expiry.
+///
+/// Steps, in order, so that nothing is mutated until nothing can fail:
+/// 1. check each change against the kind its key holds and allocate every new value (for a
+///    key that is empty, or replaced by a limiter of another kind);
+/// 2. store the new values; if Redis refuses one, delete the ones just stored and stop;
+/// 3. apply the changes to existing limiters in place (no allocation but a sliding log's
+///    growth, where an allocation failure aborts the server as Redis's own do);
+/// 4. set the expiries.
+///
+/// The keys must be distinct: callers refuse repeated keys before opening any, so no two
+/// writes can borrow one value.
+pub fn apply<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandError> {
+    for write in writes.iter_mut() {
+        prepare(write.as_mut())?;
+    }
+    store_new_values(writes)?;
+    for write in writes.iter_mut() {
+        let write = write.as_mut();
+        if let Some(update) = write.update.take() {
+            update_in_place(&write.key, update);
+        }
+        write.key.expire_at_ms(write.expires_at_ms);
+    }
+    Ok(())
+}
+
+/// Checks a write against its key and allocates the value it will store, if any.
+fn prepare(write: &mut Write) -> Result<(), CommandError> {
+    let held = write.key.held().map(LimiterRef::kind);
+    let new_value = match (&write.update, held) {
+        (Some(Update::Change(change)), Some(held)) if held != change.kind() => {
+            return Err(kind_mismatch(held, change.kind()));
+        }
+        (Some(Update::Change(change)), None) => Some(change.clone().create()),
+        (Some(Update::Replace(limiter)), held) if held != Some(limiter.as_ref().kind()) => {
+            Some(limiter.clone())
+        }
+        _ => None,
+    };
+    if let Some(limiter) = new_value {
+        write.update = None;
+        write.new_value = Some(value::into_raw(limiter));
+    }
+    Ok(())
+}
+
+/// Stores every new value; on a refusal, empties again the keys it filled.
+fn store_new_values<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandError> {
+    for index in 0..writes.len() {
+        let Some(write) = writes.get_mut(index).map(AsMut::as_mut) else {
+            break;
+        };
+        let Some(new_value) = write.new_value.take() else {
+            continue;
+        };
+        if let Err(refused) = write.key.key.set_value(limiter_type(), new_value) {
+            // SAFETY: Redis refused the value, so it is still ours to free.
+            unsafe { value::free(refused) };
+            for stored in writes.get_mut(..index).unwrap_or_default() {
+                let stored = stored.as_mut();
+                if stored.update.is_none() {
+                    stored.key.key.delete();
+                }
+            }
+            return Err(CommandError::Message("ERR the limiter could not be stored"));
+        }
+    }
+    Ok(())
+}
+
+/// Applies an update to the limiter the key holds, of the update's kind (checked by
+/// `prepare`).
+fn update_in_place(key: &LimiterKey, update: Update) {
+    let Some(raw_value) = key.value else { return };
+    // SAFETY: the value belongs to this module's type; the key is open for writing and no
+    // other borrow of the value exists (`held` borrows end within `prepare`).
+    let Some(limiter) = (unsafe { value::borrow_mut(raw_value) }) else {
+        return;
+    };
+    // Both succeed: `prepare` checked the kind.
+    let _ = match update {
+        Update::Change(change) => change.apply(limiter).map_err(|_| ()),
+        Update::Replace(replacement) => replacement.store_into(limiter).map_err(|_| ()),
+    };
+}

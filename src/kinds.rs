@@ -1,0 +1,345 @@
+//! The kinds of limiter one `ratelimit` key can hold, declared once.
+//!
+//! Every per-kind fact lives in the [`kinds!`] table below, and everything that has to know
+//! the kinds is generated from it:
+//!
+//! - [`Kind`]: the tag of a stored limiter (also its byte in the encoding);
+//! - [`Limiter`], [`LimiterRef`], [`LimiterMut`]: a stored state of any kind, owned or
+//!   borrowed;
+//! - [`Quota`]: the algorithm and validated parameters a call checks a key against;
+//! - [`Change`]: what an admitted call does to a key of any kind;
+//! - the dispatch from a [`Quota`] and the key's state to the algorithm's pure functions,
+//!   which refuses a key holding another kind.
+//!
+//! The glue works only with these type-erased forms, so one driver serves every algorithm
+//! and a multi-limit call can mix them. Adding an algorithm: one line in the table, then its
+//! encoding in [`crate::codec`] (the compiler lists what is missing).
+
+use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
+use crate::core::gcra::{Gcra, GcraAlgorithm};
+use crate::core::grant::{self, Grant, Granted};
+use crate::core::sliding_log::{SlidingLog, SlidingLogAlgorithm};
+use crate::core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
+use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm};
+use crate::core::{Algorithm, CallCost, Evaluation};
+
+/// A state type stored under one [`Kind`].
+pub trait KindState: Sized + Clone + 'static {
+    /// The kind tag of keys holding this state.
+    const KIND: Kind;
+    /// Borrows the state as a limiter of its kind.
+    fn as_limiter(&self) -> LimiterRef<'_>;
+    /// Mutably borrows the state as a limiter of its kind.
+    fn as_limiter_mut(&mut self) -> LimiterMut<'_>;
+    /// Wraps the state as a limiter of its kind.
+    fn into_limiter(self) -> Limiter;
+}
+
+/// The algorithm of one kind: its changes convert to the type-erased [`Change`] (for code
+/// generic over algorithms, such as tests and fuzz targets, that encodes their effects).
+pub trait KindAlgorithm: Algorithm<State: KindState> {
+    /// Wraps a change of this algorithm.
+    fn erase(change: Self::Change) -> Change;
+}
+
+/// Something done with the state type of a kind (see [`Kind::visit_type`]): lets the value
+/// layer box, borrow and free states without code per kind.
+pub trait TypeVisitor {
+    /// What the visit produces.
+    type Output;
+    /// Called with the kind's state type.
+    fn visit<S: KindState>(self) -> Self::Output;
+}
+
+/// Something done with an owned state of a statically known type (see [`Limiter::visit`]).
+pub trait StateVisitor {
+    /// What the visit produces.
+    type Output;
+    /// Called with the limiter's state.
+    fn visit<S: KindState>(self, state: S) -> Self::Output;
+}
+
+/// Declares every kind once: its discriminant (the encoding's kind byte), its algorithm (whose
+/// associated types give the parameters and change) and state type, how errors name it, and the
+/// ALGORITHM name `RL.PEEK` / `RL.REFUND` / `RL.MULTI` accept (none for kinds with a command
+/// of their own syntax).
+macro_rules! kinds {
+    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty], $description:literal, $name:expr;)*) => {
+        /// The algorithm a key holds. The discriminant is the kind byte of the encoding.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum Kind {
+            $(
+                #[doc = concat!("A key holding ", $description, ".")]
+                $variant = $byte,
+            )*
+        }
+
+        impl Kind {
+            /// All kinds, in discriminant order.
+            pub const ALL: &[Kind] = &[$(Kind::$variant),*];
+
+            /// The alignment of each kind's state, in discriminant order (the value layer
+            /// keeps the kind in the low bits of a state's address).
+            pub const STATE_ALIGNMENTS: &[usize] =
+                &[$(align_of::<$state>()),*];
+
+            /// How error messages name this kind ("key holds a token bucket").
+            pub fn describe(self) -> &'static str {
+                match self { $(Kind::$variant => $description,)* }
+            }
+
+            /// The ALGORITHM name commands accept for this kind, if any.
+            pub fn command_name(self) -> Option<&'static str> {
+                match self { $(Kind::$variant => $name,)* }
+            }
+
+            /// Calls `visitor` with this kind's state type.
+            pub fn visit_type<V: TypeVisitor>(self, visitor: V) -> V::Output {
+                match self { $(Kind::$variant => visitor.visit::<$state>(),)* }
+            }
+        }
+
+        /// An owned limiter of any kind.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Limiter {
+            $(
+                #[doc = concat!("A key holding ", $description, ".")]
+                $variant($state),
+            )*
+        }
+
+        /// A borrowed limiter of any kind.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum LimiterRef<'a> {
+            $(
+                #[doc = concat!("A key holding ", $description, ".")]
+                $variant(&'a $state),
+            )*
+        }
+
+        /// A mutably borrowed limiter of any kind.
+        #[derive(Debug)]
+        pub enum LimiterMut<'a> {
+            $(
+                #[doc = concat!("A key holding ", $description, ".")]
+                $variant(&'a mut $state),
+            )*
+        }
+
+        /// The algorithm and validated parameters one call checks a key against.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Quota {
+            $(
+                #[doc = concat!("Checked against ", $description, ".")]
+                $variant(<$algorithm as Algorithm>::Params),
+            )*
+        }
+
+        /// What an admitted call does to a key of any kind.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Change {
+            $(
+                #[doc = concat!("A change to ", $description, ".")]
+                $variant(<$algorithm as Algorithm>::Change),
+            )*
+        }
+
+        impl Limiter {
+            /// Borrows the limiter.
+            pub fn as_ref(&self) -> LimiterRef<'_> {
+                match self { $(Limiter::$variant(state) => LimiterRef::$variant(state),)* }
+            }
+
+            /// Overwrites a limiter of the same kind; hands this one back for another kind.
+            pub fn store_into(self, target: LimiterMut<'_>) -> Result<(), Limiter> {
+                match (self, target) {
+                    $((Limiter::$variant(state), LimiterMut::$variant(slot)) => {
+                        *slot = state;
+                        Ok(())
+                    })*
+                    #[allow(unreachable_patterns)]
+                    (limiter, _) => Err(limiter),
+                }
+            }
+
+            /// Calls `visitor` with the state, statically typed.
+            pub fn visit<V: StateVisitor>(self, visitor: V) -> V::Output {
+                match self { $(Limiter::$variant(state) => visitor.visit(state),)* }
+            }
+        }
+
+        impl LimiterRef<'_> {
+            /// The kind of this limiter.
+            pub fn kind(self) -> Kind {
+                match self { $(LimiterRef::$variant(_) => Kind::$variant,)* }
+            }
+
+            /// Bytes of the state itself, without what it may own on the heap.
+            fn inline_bytes(self) -> usize {
+                match self { $(LimiterRef::$variant(_) => size_of::<$state>(),)* }
+            }
+
+            /// A deep copy (for `COPY`).
+            pub fn to_owned(self) -> Limiter {
+                match self { $(LimiterRef::$variant(state) => Limiter::$variant(state.clone()),)* }
+            }
+        }
+
+        impl Quota {
+            /// The kind of limiter this quota keeps.
+            pub fn kind(&self) -> Kind {
+                match self { $(Quota::$variant(_) => Kind::$variant,)* }
+            }
+
+            /// Units the call asks for.
+            pub fn cost(&self) -> u64 {
+                match self { $(Quota::$variant(params) => params.cost(),)* }
+            }
+
+            /// The same quota for a call of `cost` units.
+            #[must_use]
+            pub fn with_cost(&self, cost: u64) -> Quota {
+                match self { $(Quota::$variant(params) => Quota::$variant(params.with_cost(cost)),)* }
+            }
+
+            /// Evaluates a call under `grant` against the key's limiter (`None`: missing), at
+            /// `now_us`; `Err` names the kind the key holds when it is not this quota's.
+            pub fn evaluate(
+                &self,
+                held: Option<LimiterRef<'_>>,
+                grant: Grant,
+                now_us: i64,
+            ) -> Result<Granted<Change>, Kind> {
+                match (self, held) {
+                    $(
+                        (Quota::$variant(params), None) =>
+                            Ok(grant::evaluate::<$algorithm>(None, params, grant, now_us)
+                                .map_change(Change::$variant)),
+                        (Quota::$variant(params), Some(LimiterRef::$variant(state))) =>
+                            Ok(grant::evaluate::<$algorithm>(Some(state), params, grant, now_us)
+                                .map_change(Change::$variant)),
+                    )*
+                    (_, Some(other)) => Err(other.kind()),
+                }
+            }
+
+            /// Gives the call's cost back to the key's limiter (see [`Algorithm::refund`]).
+            pub fn refund(
+                &self,
+                held: Option<LimiterRef<'_>>,
+                now_us: i64,
+            ) -> Result<Evaluation<Change>, Kind> {
+                match (self, held) {
+                    $(
+                        (Quota::$variant(params), None) =>
+                            Ok(<$algorithm>::refund(None, params, now_us).map_change(Change::$variant)),
+                        (Quota::$variant(params), Some(LimiterRef::$variant(state))) =>
+                            Ok(<$algorithm>::refund(Some(state), params, now_us)
+                                .map_change(Change::$variant)),
+                    )*
+                    (_, Some(other)) => Err(other.kind()),
+                }
+            }
+
+            /// The most units, up to `up_to`, a call could take now from the key's limiter
+            /// (see [`Algorithm::grantable`]).
+            pub fn grantable(
+                &self,
+                held: Option<LimiterRef<'_>>,
+                up_to: u64,
+                now_us: i64,
+            ) -> Result<u64, Kind> {
+                match (self, held) {
+                    $(
+                        (Quota::$variant(params), None) =>
+                            Ok(<$algorithm>::grantable(None, params, up_to, now_us)),
+                        (Quota::$variant(params), Some(LimiterRef::$variant(state))) =>
+                            Ok(<$algorithm>::grantable(Some(state), params, up_to, now_us)),
+                    )*
+                    (_, Some(other)) => Err(other.kind()),
+                }
+            }
+        }
+
+        impl Change {
+            /// The kind of limiter this change applies to.
+            pub fn kind(&self) -> Kind {
+                match self { $(Change::$variant(_) => Kind::$variant,)* }
+            }
+
+            /// The limiter of a key that did not exist yet, once this change is applied.
+            pub fn create(self) -> Limiter {
+                match self { $(Change::$variant(change) => Limiter::$variant(<$algorithm>::create(change)),)* }
+            }
+
+            /// Applies the change to a limiter of its kind; hands it back for another kind.
+            pub fn apply(self, limiter: LimiterMut<'_>) -> Result<(), Change> {
+                match (self, limiter) {
+                    $(
+                        (Change::$variant(change), LimiterMut::$variant(state)) => {
+                            <$algorithm>::apply(state, change);
+                            Ok(())
+                        }
+                    )*
+                    #[allow(unreachable_patterns)]
+                    (change, _) => Err(change),
+                }
+            }
+        }
+
+        $(
+            impl KindAlgorithm for $algorithm {
+                fn erase(change: Self::Change) -> Change {
+                    Change::$variant(change)
+                }
+            }
+
+            impl KindState for $state {
+                const KIND: Kind = Kind::$variant;
+                fn as_limiter(&self) -> LimiterRef<'_> {
+                    LimiterRef::$variant(self)
+                }
+                fn as_limiter_mut(&mut self) -> LimiterMut<'_> {
+                    LimiterMut::$variant(self)
+                }
+                fn into_limiter(self) -> Limiter {
+                    Limiter::$variant(self)
+                }
+            }
+        )*
+    };
+}
+
+kinds! {
+    TokenBucket = 0: TokenBucketAlgorithm [TokenBucket], "a token bucket", Some("TOKENBUCKET");
+    SlidingWindow = 1: SlidingWindowAlgorithm [SlidingWindow], "a sliding window", Some("SLIDING");
+    FixedWindow = 2: FixedWindowAlgorithm [FixedWindow], "a fixed window", Some("FIXED");
+    SlidingLog = 3: SlidingLogAlgorithm [SlidingLog], "a sliding log", Some("SLIDINGLOG");
+    Gcra = 4: GcraAlgorithm [Gcra], "a CL.THROTTLE (GCRA)", Some("GCRA");
+}
+
+impl LimiterRef<'_> {
+    /// Bytes the limiter occupies in memory, allocations it owns included (`MEMORY USAGE`).
+    pub fn allocated_bytes(self) -> usize {
+        match self {
+            LimiterRef::SlidingLog(log) => log.allocated_bytes(),
+            fixed_size => fixed_size.inline_bytes(),
+        }
+    }
+}
+
+impl Kind {
+    /// The kind with this discriminant, if any.
+    pub fn from_byte(byte: u8) -> Option<Kind> {
+        Kind::ALL.iter().copied().find(|kind| *kind as u8 == byte)
+    }
+
+    /// The kind an ALGORITHM argument names (case-insensitive), if any.
+    pub fn named(name: &[u8]) -> Option<Kind> {
+        Kind::ALL.iter().copied().find(|kind| {
+            kind.command_name()
+                .is_some_and(|known| name.eq_ignore_ascii_case(known.as_bytes()))
+        })
+    }
+}
