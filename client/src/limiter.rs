@@ -14,11 +14,13 @@ use crate::decision::{Decision, LimitStatus, Outcome, Source};
 use crate::deny_cache::DenyCache;
 use crate::key::{Inputs, MissingInput};
 use crate::lease::{LeaseSlot, Leases};
-use crate::local::{self, LocalCall, LocalLimits};
+use crate::local::{LocalCall, LocalLimits};
 use crate::metrics;
 use crate::policy::{Fallback, Policy};
 use crate::replicas::Replicas;
 use crate::store::{Acquire, Grant, LimitCall, Refund, Store, StoreError, View};
+use redis_ratelimit_core::decision::Decision as CoreDecision;
+use redis_ratelimit_core::multi;
 
 /// Why a check could not be made (a mistake of the caller, not of the store).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -384,8 +386,15 @@ impl RateLimiter {
         let multi = self.inner.store.capabilities().multi;
         let mut groups: Vec<(Option<u16>, Vec<usize>)> = Vec::new();
         for &index in &state.order {
-            let slot = keys.get(index).and_then(|key| self.inner.store.slot(key));
-            match groups.iter_mut().find(|(s, _)| multi && *s == slot) {
+            let key = keys.get(index);
+            let slot = key.and_then(|key| self.inner.store.slot(key));
+            // Two templates can render one key ("{a}" and "{b}" with equal inputs): a key
+            // takes one limit per call, so such limits go in separate groups.
+            let fits = |group: &Vec<usize>| group.iter().all(|other| keys.get(*other) != key);
+            match groups
+                .iter_mut()
+                .find(|(s, group)| multi && *s == slot && fits(group))
+            {
                 Some((_, group)) => group.push(index),
                 None => groups.push((slot, vec![index])),
             }
@@ -486,7 +495,7 @@ impl RateLimiter {
         let acquired = Acquired {
             granted: 1,
             views: lease.views.clone(),
-            binding: binding_of(state, &lease.views, true, 1),
+            binding: binding_of(state, &lease.views, 1),
         };
         let mut decision = self.store_decision(state, &acquired);
         decision.source = Source::Lease;
@@ -558,7 +567,7 @@ impl RateLimiter {
             charged.push((group.clone(), granted));
         }
         views.sort_by_key(|(index, _)| *index);
-        let binding = binding_of(state, &views, true, units);
+        let binding = binding_of(state, &views, units);
         Ok(Acquired {
             granted: units,
             views,
@@ -810,29 +819,22 @@ impl RateLimiter {
     }
 }
 
-/// The binding limit among consulted views (policy indices), by `RL.MULTI`'s rule.
-fn binding_of(state: &PolicyState, views: &[(usize, View)], admitted: bool, units: u64) -> usize {
-    let only_views: Vec<View> = views.iter().map(|(_, view)| *view).collect();
-    let calls: Vec<LocalCall<'_>> = views
+/// The binding limit among the views of every group (policy indices), by the rule
+/// `RL.MULTI` applies within a group ([`multi::bind`], from the core).
+fn binding_of(state: &PolicyState, views: &[(usize, View)], units: u64) -> usize {
+    let decisions: Vec<CoreDecision> = views.iter().map(|(_, view)| view.to_core()).collect();
+    let costs: Vec<u64> = views
         .iter()
-        .map(|(index, _)| LocalCall {
-            key: "",
-            shape: state
-                .shapes
-                .get(*index)
-                .copied()
-                .unwrap_or(Shape::FixedWindow {
-                    limit: 1,
-                    window_us: 1_000,
-                }),
-            weight: state
+        .map(|(index, _)| {
+            let weight = state
                 .policy
                 .limits()
                 .get(*index)
-                .map_or(1, |limit| limit.weight_units()),
+                .map_or(1, |limit| limit.weight_units());
+            units.saturating_mul(weight)
         })
         .collect();
-    let position = local::binding(&only_views, admitted, units, &calls);
+    let position = multi::bind(&decisions, &costs).map_or(0, |bound| bound.binding);
     views.get(position).map_or(0, |(index, _)| *index)
 }
 

@@ -1,15 +1,19 @@
 //! Limits decided in process with the core algorithms: the engine behind the local fallback
 //! and the in-memory store.
 //!
-//! It mirrors `RL.MULTI` exactly: every limit of a group is evaluated before any is charged,
-//! a partial grant takes the same number of units from each, and the binding limit is chosen
-//! by the same rule. Only the clock differs: the caller passes this process's.
+//! It is `RL.MULTI` in process, built from the same core functions the module uses: every
+//! limit of a group is evaluated before any is charged, a partial grant takes the same number
+//! of units from each ([`multi::units_to_evaluate`] over each algorithm's `grantable`), and
+//! the binding limit is chosen by [`multi::bind`]. Only the clock differs: the caller passes
+//! this process's.
 
 use std::collections::HashMap;
 
 use redis_ratelimit_core::decision::{Algorithm as _, Decision};
 use redis_ratelimit_core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
 use redis_ratelimit_core::gcra::{Gcra, GcraAlgorithm};
+use redis_ratelimit_core::grant::Grant as CoreGrant;
+use redis_ratelimit_core::multi;
 use redis_ratelimit_core::sliding_log::{SlidingLog, SlidingLogAlgorithm, SlidingLogChange};
 use redis_ratelimit_core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
 use redis_ratelimit_core::token_bucket::{TokenBucket, TokenBucketAlgorithm};
@@ -98,7 +102,8 @@ impl LocalLimits {
     }
 
     /// Takes `units × weight` from every limit, all or nothing, or with `partial_min` the
-    /// largest number of units from `partial_min` to `units` that every limit has.
+    /// most units (from `partial_min` to `units`) that every limit can give: `RL.MULTI`'s
+    /// rules, from the core's own functions.
     pub(crate) fn acquire(
         &mut self,
         calls: &[LocalCall<'_>],
@@ -108,17 +113,33 @@ impl LocalLimits {
     ) -> Result<Grant, LocalError> {
         self.maybe_prune(now_us);
         let units = units.max(1);
-        let (granted, evaluation) = match partial_min {
-            None => {
-                let evaluation = self.evaluate_all(calls, units, now_us, false)?;
-                let admitted = evaluation.iter().all(|(decision, _)| decision.allowed);
-                (if admitted { units } else { 0 }, evaluation)
+        let units = match partial_min {
+            None => units,
+            Some(min) => {
+                let grantable = calls
+                    .iter()
+                    .map(|call| {
+                        let weight = call.weight.max(1);
+                        let cost = units.saturating_mul(weight);
+                        let params = self.params(call, cost)?;
+                        let stored = self.live(call.key, now_us);
+                        let units = grantable(stored, params, cost, now_us, self.strict, call.key)?;
+                        Ok((units, weight))
+                    })
+                    .collect::<Result<Vec<(u64, u64)>, LocalError>>()?;
+                multi::units_to_evaluate(units, CoreGrant::Partial { min }, grantable)
             }
-            Some(min) => self.largest_grant(calls, min.clamp(1, units), units, now_us)?,
         };
-        let views: Vec<View> = evaluation.iter().map(|(d, _)| view_of(d)).collect();
-        let binding = binding(&views, granted > 0, granted.max(1), calls);
-        if granted > 0 {
+        let evaluation = self.evaluate_all(calls, units, now_us, false)?;
+        let decisions: Vec<Decision> = evaluation.iter().map(|(d, _)| *d).collect();
+        let costs: Vec<u64> = calls
+            .iter()
+            .map(|call| units.saturating_mul(call.weight.max(1)))
+            .collect();
+        let admitted = decisions.iter().all(|decision| decision.allowed);
+        let binding = multi::bind(&decisions, &costs).map_or(0, |bound| bound.binding);
+        let views = decisions.iter().map(view_of).collect();
+        if admitted {
             for (call, (_, pending)) in calls.iter().zip(evaluation) {
                 if let Some(pending) = pending {
                     self.commit(call.key, pending);
@@ -126,7 +147,7 @@ impl LocalLimits {
             }
         }
         Ok(Grant {
-            granted,
+            granted: if admitted { units } else { 0 },
             binding,
             views,
         })
@@ -148,40 +169,18 @@ impl LocalLimits {
         Ok(())
     }
 
-    /// Binary search for the most units (between `min` and `max`) every limit admits;
-    /// admission is monotone in the cost. Returns 0 units (and the views of a `min` call)
-    /// when even `min` is denied.
-    fn largest_grant(
-        &self,
-        calls: &[LocalCall<'_>],
-        min: u64,
-        max: u64,
-        now_us: i64,
-    ) -> Result<(u64, Evaluation), LocalError> {
-        let admitted = |evaluation: &[(Decision, Option<Pending>)]| {
-            evaluation.iter().all(|(decision, _)| decision.allowed)
-        };
-        let at_min = self.evaluate_all(calls, min, now_us, false)?;
-        if !admitted(&at_min) {
-            return Ok((0, at_min));
-        }
-        let at_max = self.evaluate_all(calls, max, now_us, false)?;
-        if admitted(&at_max) {
-            return Ok((max, at_max));
-        }
-        let (mut low, mut high, mut best) = (min, max, at_min);
-        // Invariant: `low` is admitted (with `best`), `high` is not.
-        while high.saturating_sub(low) > 1 {
-            let middle = low.saturating_add(high.saturating_sub(low) / 2);
-            let evaluation = self.evaluate_all(calls, middle, now_us, false)?;
-            if admitted(&evaluation) {
-                low = middle;
-                best = evaluation;
-            } else {
-                high = middle;
-            }
-        }
-        Ok((low, best))
+    fn params(&self, call: &LocalCall<'_>, cost: u64) -> Result<CoreParams, LocalError> {
+        call.shape
+            .params(cost)
+            .map_err(|error| LocalError::Params(error.to_string()))
+    }
+
+    /// The state under `key`, unless it has expired (then the key is missing).
+    fn live(&self, key: &str, now_us: i64) -> Option<&Stored> {
+        let now_ms = now_us.div_euclid(1_000);
+        self.states
+            .get(key)
+            .filter(|stored| stored.expires_at_ms > now_ms)
     }
 
     fn evaluate_all(
@@ -194,16 +193,8 @@ impl LocalLimits {
         calls
             .iter()
             .map(|call| {
-                let cost = units.saturating_mul(call.weight.max(1));
-                let params = call
-                    .shape
-                    .params(cost)
-                    .map_err(|error| LocalError::Params(error.to_string()))?;
-                let now_ms = now_us.div_euclid(1_000);
-                let stored = self
-                    .states
-                    .get(call.key)
-                    .filter(|stored| stored.expires_at_ms > now_ms);
+                let params = self.params(call, units.saturating_mul(call.weight.max(1)))?;
+                let stored = self.live(call.key, now_us);
                 evaluate(stored, params, now_us, refund, self.strict, call.key)
             })
             .collect()
@@ -288,40 +279,38 @@ fn evaluate(
     }
 }
 
+/// The most units (up to `up_to`) the limit could give now: the core's closed forms.
+fn grantable(
+    stored: Option<&Stored>,
+    params: CoreParams,
+    up_to: u64,
+    now_us: i64,
+    strict: bool,
+    key: &str,
+) -> Result<u64, LocalError> {
+    let state = stored.map(|stored| &stored.state);
+    macro_rules! run {
+        ($algorithm:ty, $variant:ident, $params:expr) => {{
+            let current = match state {
+                Some(State::$variant(current)) => Some(current),
+                Some(_) if strict => return Err(LocalError::KindMismatch(key.to_string())),
+                _ => None,
+            };
+            Ok(<$algorithm>::grantable(current, &$params, up_to, now_us))
+        }};
+    }
+    match params {
+        CoreParams::TokenBucket(p) => run!(TokenBucketAlgorithm, TokenBucket, p),
+        CoreParams::SlidingWindow(p) => run!(SlidingWindowAlgorithm, SlidingWindow, p),
+        CoreParams::FixedWindow(p) => run!(FixedWindowAlgorithm, FixedWindow, p),
+        CoreParams::SlidingLog(p) => run!(SlidingLogAlgorithm, SlidingLog, p),
+        CoreParams::Gcra(p) => run!(GcraAlgorithm, Gcra, p),
+    }
+}
+
 /// A core decision as the module would reply it (a wait of "never" is `None`).
 fn view_of(decision: &Decision) -> View {
     View::from_fields(decision.reply_fields())
-}
-
-/// The limit that decided, by `RL.MULTI`'s rule: when denied, the denying limit with the
-/// longest wait (never beats any wait); when admitted, the limit with the fewest calls of
-/// this cost left. Ties go to the lowest index.
-pub(crate) fn binding(
-    views: &[View],
-    admitted: bool,
-    units: u64,
-    calls: &[LocalCall<'_>],
-) -> usize {
-    let weights = calls.iter().map(|call| call.weight.max(1));
-    let mut best: Option<(usize, u128)> = None;
-    for (index, (view, weight)) in views.iter().zip(weights).enumerate() {
-        let score = if admitted {
-            // Fewer calls left ranks higher: invert so that larger is "more binding".
-            let calls_left = view.remaining.checked_div(units.saturating_mul(weight));
-            u128::from(u64::MAX.saturating_sub(calls_left.unwrap_or(0)))
-        } else if view.allowed {
-            continue;
-        } else {
-            match view.retry_after {
-                None => u128::MAX,
-                Some(wait) => wait.as_nanos(),
-            }
-        };
-        if best.is_none_or(|(_, top)| score > top) {
-            best = Some((index, score));
-        }
-    }
-    best.map_or(0, |(index, _)| index)
 }
 
 #[cfg(test)]

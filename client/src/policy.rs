@@ -132,6 +132,9 @@ impl Lease {
     }
 }
 
+/// Most limits in one policy: the most keys one `RL.MULTI` call takes.
+pub const MAX_LIMITS: usize = 16;
+
 /// Default store timeout: a few milliseconds, so a slow store never holds a request for
 /// long. A store on the same network answers in well under a millisecond.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(5);
@@ -250,10 +253,16 @@ impl PolicyBuilder {
         if self.limits.is_empty() {
             return Err(PolicyError::NoLimits(self.name));
         }
+        if self.limits.len() > MAX_LIMITS {
+            return Err(PolicyError::TooManyLimits(self.name));
+        }
         for (index, limit) in self.limits.iter().enumerate() {
             let earlier = self.limits.iter().take(index);
             if earlier.clone().any(|other| other.name == limit.name) {
                 return Err(PolicyError::DuplicateLimit(limit.name.to_string()));
+            }
+            if earlier.clone().any(|other| other.key == limit.key) {
+                return Err(PolicyError::DuplicateKey(limit.key.to_string()));
             }
         }
         if self.timeout.is_zero() {
@@ -285,6 +294,10 @@ pub enum PolicyError {
     NoLimits(String),
     /// Two limits with one name.
     DuplicateLimit(String),
+    /// Two limits with one key template (a key holds one limiter).
+    DuplicateKey(String),
+    /// More than [`MAX_LIMITS`] limits.
+    TooManyLimits(String),
     /// A limit's algorithm parameters are out of range.
     Algorithm {
         /// The limit.
@@ -314,6 +327,13 @@ impl fmt::Display for PolicyError {
             ),
             Self::NoLimits(policy) => write!(f, "policy '{policy}' has no limits"),
             Self::DuplicateLimit(limit) => write!(f, "two limits are named '{limit}'"),
+            Self::DuplicateKey(key) => {
+                write!(f, "two limits use the key '{key}': a key holds one limiter")
+            }
+            Self::TooManyLimits(policy) => write!(
+                f,
+                "policy '{policy}' has more than {MAX_LIMITS} limits (RL.MULTI's maximum)"
+            ),
             Self::Algorithm { limit, error } => write!(f, "limit '{limit}': {error}"),
             Self::Template { limit, error } => write!(f, "limit '{limit}': {error}"),
             Self::ZeroTimeout => write!(f, "the store timeout must be above zero"),
@@ -370,6 +390,17 @@ mod tests {
                 .build(),
             Err(PolicyError::DuplicateLimit("a".into()))
         );
+        assert_eq!(
+            Policy::builder("api")
+                .limit(limit.clone())
+                .limit(Limit::new("b", bucket(), "k").unwrap())
+                .build(),
+            Err(PolicyError::DuplicateKey("k".into()))
+        );
+        let many = (0..17).fold(Policy::builder("api"), |builder, i| {
+            builder.limit(Limit::new(&format!("l{i}"), bucket(), &format!("k{i}")).unwrap())
+        });
+        assert_eq!(many.build(), Err(PolicyError::TooManyLimits("api".into())));
         assert!(matches!(
             Limit::new("has space", bucket(), "k"),
             Err(PolicyError::BadName(_))

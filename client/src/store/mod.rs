@@ -85,6 +85,24 @@ impl View {
     }
 }
 
+impl View {
+    /// The view as the core's decision (to apply the core's rules to it).
+    pub(crate) fn to_core(self) -> redis_ratelimit_core::Decision {
+        use redis_ratelimit_core::Retry;
+        redis_ratelimit_core::Decision {
+            allowed: self.allowed,
+            remaining: self.remaining,
+            retry: match self.retry_after {
+                None => Retry::Never,
+                Some(wait) if self.allowed || wait.is_zero() => Retry::Now,
+                Some(wait) => Retry::AfterMs(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+            },
+            reset_after_ms: u64::try_from(self.reset_after.as_millis()).unwrap_or(u64::MAX),
+            limit: self.limit,
+        }
+    }
+}
+
 /// What a group answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
