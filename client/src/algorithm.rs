@@ -58,30 +58,43 @@ impl Rate {
         }
     }
 
-    /// `tokens` per `period`, as a decimal rounded down to 1e-9 per second, so the effective
-    /// rate never exceeds the one asked for.
+    /// `tokens` per `period`: one token every `ceil(period / tokens)` nanoseconds, exactly
+    /// (100 per minute is one every 600 ms, 60 a day one every 1440 s).
     pub fn per(tokens: u64, period: Duration) -> Result<Self, AlgorithmError> {
-        let period_ns = period.as_nanos();
-        // nano-tokens per second = tokens × 1e9 (per s) × 1e9 (nano) / period_ns
-        let nano_per_second = u128::from(tokens)
-            .checked_mul(1_000_000_000_000_000_000)
-            .and_then(|scaled| scaled.checked_div(period_ns));
-        match nano_per_second {
-            Some(value) if value > 0 => {
-                let whole = value.checked_div(1_000_000_000).unwrap_or(0);
-                let fraction = value.checked_rem(1_000_000_000).unwrap_or(0);
-                let text = if fraction == 0 {
-                    whole.to_string()
-                } else {
-                    let digits = format!("{fraction:09}");
-                    format!("{whole}.{}", digits.trim_end_matches('0'))
-                };
-                Self::per_second(&text)
-            }
-            _ => refuse(format!(
-                "{tokens} tokens per {period:?} is not a rate above 1e-9 per second"
-            )),
+        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+        match period_ns
+            .checked_div(tokens)
+            .map(|_| period_ns.div_ceil(tokens))
+        {
+            Some(interval_ns) if interval_ns > 0 => Self::every(interval_ns),
+            _ => refuse(format!("{tokens} tokens per {period:?} is not a rate")),
         }
+    }
+
+    /// One token every `interval_ns` nanoseconds.
+    ///
+    /// The server takes a decimal rate and derives `ceil(1e9 / rate)` ns per token, and most
+    /// intervals have no exact decimal rate (one token per 1440 s is 0.000694…/s). So this
+    /// writes the shortest decimal whose derived interval is exactly `interval_ns`: the rate
+    /// `1e9 / interval_ns` rounded up to as many digits as that takes.
+    pub fn every(interval_ns: u64) -> Result<Self, AlgorithmError> {
+        let wanted = u128::from(interval_ns.max(1));
+        for decimals in 0..=30u32 {
+            let Some(scaled) = 10u128
+                .checked_pow(decimals)
+                .and_then(|scale| scale.checked_mul(1_000_000_000))
+            else {
+                break;
+            };
+            let digits = scaled.div_ceil(wanted);
+            let rate = Self::per_second(&decimal_text(digits, decimals))?;
+            if u128::from(rate.interval_ns) == wanted {
+                return Ok(rate);
+            }
+        }
+        refuse(format!(
+            "no decimal rate gives one token every {interval_ns} ns"
+        ))
     }
 
     /// The decimal text sent to the server.
@@ -334,6 +347,24 @@ fn window_us(window: Duration) -> Result<u64, AlgorithmError> {
     Ok(us)
 }
 
+/// `digits × 10^-decimals` written as a plain decimal (`1666666667`, 9 → `1.666666667`).
+fn decimal_text(digits: u128, decimals: u32) -> String {
+    let text = digits.to_string();
+    let decimals = usize::try_from(decimals).unwrap_or(0);
+    if decimals == 0 {
+        return text;
+    }
+    let padded = format!("{text:0>width$}", width = decimals.saturating_add(1));
+    let point = padded.len().saturating_sub(decimals);
+    let (whole, fraction) = padded.split_at(point);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() {
+        whole.to_string()
+    } else {
+        format!("{whole}.{fraction}")
+    }
+}
+
 /// Seconds as the decimal the module parses, exact to the microsecond: `60.000000`.
 fn seconds(window: Duration) -> String {
     format!("{}.{:06}", window.as_secs(), window.subsec_micros())
@@ -480,22 +511,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rates_from_quotas_round_down_to_a_nanotoken() {
-        assert_eq!(
-            Rate::per(100, Duration::from_secs(60)).unwrap().as_str(),
-            "1.666666666"
-        );
+    fn rates_from_quotas_give_the_exact_interval() {
+        let per_minute = Rate::per(100, Duration::from_secs(60)).unwrap();
+        assert_eq!(per_minute.as_str(), "1.666666667");
+        assert_eq!(per_minute.interval_ns(), 600_000_000);
+        let per_day = Rate::per(60, Duration::from_secs(86_400)).unwrap();
+        assert_eq!(per_day.interval_ns(), 1_440_000_000_000);
         assert_eq!(Rate::per(10, Duration::from_secs(5)).unwrap().as_str(), "2");
         assert_eq!(
             Rate::per(1, Duration::from_secs(4)).unwrap().as_str(),
             "0.25"
         );
-        assert_eq!(
-            Rate::per(3, Duration::from_millis(1)).unwrap().as_str(),
-            "3000"
-        );
-        assert!(Rate::per(1, Duration::from_secs(2_000_000_000)).is_err());
+        let fast = Rate::per(3, Duration::from_millis(1)).unwrap();
+        assert_eq!(fast.interval_ns(), 333_334);
+        assert_eq!(Rate::every(1).unwrap().as_str(), "1000000000");
+        assert!(Rate::per(0, Duration::from_secs(1)).is_err());
         assert!(Rate::per(1, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn every_interval_has_a_decimal_rate() {
+        let intervals = [
+            1,
+            2,
+            3,
+            7,
+            999,
+            1_000_001,
+            123_456_789,
+            86_400_000_000_000,
+            3_155_760_000_000_000_000,
+        ];
+        for interval_ns in intervals {
+            let rate = Rate::every(interval_ns).unwrap();
+            assert_eq!(rate.interval_ns(), interval_ns, "{interval_ns}: {rate}");
+        }
     }
 
     #[test]

@@ -293,7 +293,7 @@ mod tests {
         );
         assert_eq!(
             api.limits()[0].algorithm().wire_args(),
-            ["100", "1.666666666"]
+            ["100", "1.666666667"]
         );
         assert_eq!(api.limits()[1].weight_units(), 2);
         assert_eq!(api.limits()[1].key().as_str(), "rl:{{{api_key}}}:day");
