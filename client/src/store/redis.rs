@@ -268,11 +268,18 @@ impl Store for RedisStore {
             for args in &commands {
                 pipeline.add_command(to_cmd(args));
             }
-            connection
+            let replies = connection
                 .pipeline(&pipeline, commands.len())
                 .await
-                .map(|_| ())
-                .map_err(|error| store_error(&error))
+                .map_err(|error| store_error(&error))?;
+            // A pipeline answers each command on its own: an error reply is a value.
+            match replies.into_iter().find_map(|reply| match reply {
+                Value::ServerError(error) => Some(error),
+                _ => None,
+            }) {
+                Some(error) => Err(store_error(&RedisError::from(error))),
+                None => Ok(()),
+            }
         })
     }
 
