@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run test lint unit integration test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run test lint unit integration client-test test-long bench bench-criterion bench-server bench-client bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ run: build ## Build, then run redis-server with the module on 127.0.0.1:6379 (PO
 	@echo "                       retry_after_ms, reset_after_ms, limit)"
 	redis-server redis.conf.example --port $(PORT)
 
-test: prereqs lint unit integration ## Everything CI runs: format, lints, unit and integration tests
+test: prereqs lint unit integration client-test ## Everything CI runs: format, lints, unit and integration tests, the client library
 
 lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 	$(CARGO) fmt --all -- --check
@@ -40,6 +40,12 @@ unit: ## Unit and property tests of the pure core and the module's pure layers
 integration: ## Integration tests against real redis-server processes
 	$(CARGO) build --features $(TEST_FEATURES)
 	$(CARGO) test --test it --features $(TEST_FEATURES)
+
+client-test: ## The client library: tests on real servers, demo-service fleets and a cluster; its docs
+	$(CARGO) build --features $(TEST_FEATURES)
+	$(CARGO) build -p redis-ratelimit-client --example demo-service
+	$(CARGO) test -p redis-ratelimit-client
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client --no-deps
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

@@ -1,0 +1,255 @@
+//! The Redis store against a real server with the module: it decides exactly as the
+//! in-memory store (both run the core's arithmetic), detects `RL.MULTI`, falls back to
+//! `CL.THROTTLE` without it, and sorts errors into outages and refusals.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    missing_docs
+)]
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_client::store::{
+    Acquire, Capabilities, LimitCall, MemoryStore, MultiSupport, RedisStore, RedisStoreOptions,
+    Refund, Store, StoreError,
+};
+use redis_ratelimit_testkit::server::Server;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn url(server: &Server) -> String {
+    format!("redis://127.0.0.1:{}/", server.port)
+}
+
+/// One step of a scripted sequence: acquire (units, partial min) or refund (units) on some
+/// of the limits.
+enum Step {
+    Acquire(&'static [usize], u64, Option<u64>),
+    Refund(&'static [usize], u64),
+}
+
+fn calls<'a>(limits: &'a [(String, Algorithm, u64)], indices: &[usize]) -> Vec<LimitCall<'a>> {
+    indices
+        .iter()
+        .map(|&index| {
+            let (key, algorithm, weight) = &limits[index];
+            LimitCall {
+                key,
+                algorithm,
+                weight: *weight,
+            }
+        })
+        .collect()
+}
+
+/// Runs `steps` on `store`, returning what each acquire answered, without the timings
+/// (which depend on each clock): (granted, binding, per limit (allowed, remaining, limit)).
+async fn run(
+    store: &dyn Store,
+    limits: &[(String, Algorithm, u64)],
+    steps: &[Step],
+) -> Vec<(u64, usize, Vec<(bool, u64, u64)>)> {
+    let mut answers = Vec::new();
+    for step in steps {
+        match step {
+            Step::Acquire(indices, units, partial_min) => {
+                let request = Acquire {
+                    limits: calls(limits, indices),
+                    units: *units,
+                    partial_min: *partial_min,
+                };
+                let grant = store.acquire(&request).await.unwrap();
+                let views = grant
+                    .views
+                    .iter()
+                    .map(|view| (view.allowed, view.remaining, view.limit))
+                    .collect();
+                answers.push((grant.granted, grant.binding, views));
+            }
+            Step::Refund(indices, units) => {
+                let request = Refund {
+                    limits: calls(limits, indices),
+                    units: *units,
+                };
+                store.refund(&request).await.unwrap();
+            }
+        }
+    }
+    answers
+}
+
+#[tokio::test]
+async fn the_redis_store_decides_exactly_as_the_memory_store() {
+    let server = Server::start(&[]);
+    let redis = RedisStore::new(&url(&server)).unwrap();
+    redis.connect().await.unwrap();
+    assert_eq!(
+        redis.capabilities(),
+        Capabilities {
+            multi: true,
+            partial: true
+        },
+        "RL.MULTI detected"
+    );
+    let memory = MemoryStore::new();
+    // Slow refills and long windows: nothing changes with time during the test.
+    let limits = vec![
+        (
+            "tb".to_string(),
+            Algorithm::token_bucket(10, HOUR).unwrap(),
+            1,
+        ),
+        (
+            "log".to_string(),
+            Algorithm::sliding_log(7, HOUR).unwrap(),
+            2,
+        ),
+        ("gcra".to_string(), Algorithm::gcra(5, 1, HOUR).unwrap(), 1),
+        (
+            "sw".to_string(),
+            Algorithm::sliding_window(50, HOUR).unwrap(),
+            3,
+        ),
+    ];
+    let steps = [
+        Step::Acquire(&[0], 3, None),
+        Step::Acquire(&[0, 1], 2, None),
+        Step::Acquire(&[0, 1, 2, 3], 1, None),
+        Step::Acquire(&[0, 3], 20, Some(1)), // partial: the bucket has 4 left
+        Step::Acquire(&[2, 1], 1, None),     // the log (weight 2) has 1: denied, nothing charged
+        Step::Refund(&[1], 1),
+        Step::Acquire(&[2], 4, Some(2)),
+        Step::Acquire(&[2, 3], 3, Some(1)),
+        Step::Acquire(&[3], 20, None), // cost above the limit: never
+        Step::Refund(&[0, 3], 2),
+        Step::Acquire(&[0, 3], 9, Some(9)),
+    ];
+    let from_redis = run(&redis, &limits, &steps).await;
+    let from_memory = run(&memory, &limits, &steps).await;
+    assert_eq!(from_redis, from_memory);
+    // The sequence exercised what it meant to.
+    assert_eq!(from_redis[3].0, 4, "a partial grant below the units asked");
+    assert_eq!(
+        (from_redis[4].0, from_redis[4].1),
+        (0, 1),
+        "denied by the second limit"
+    );
+    assert_eq!(
+        from_redis[6].0, 1,
+        "a partial grant of what every limit can give"
+    );
+}
+
+#[tokio::test]
+async fn without_rl_multi_gcra_goes_through_cl_throttle() {
+    let server = Server::start(&[]);
+    let options = RedisStoreOptions {
+        multi: MultiSupport::No,
+        ..RedisStoreOptions::default()
+    };
+    let store = RedisStore::with_options(&url(&server), options).unwrap();
+    assert!(!store.capabilities().multi);
+    let gcra = Algorithm::gcra(2, 1, HOUR).unwrap();
+    let request = Acquire {
+        limits: vec![LimitCall {
+            key: "g",
+            algorithm: &gcra,
+            weight: 1,
+        }],
+        units: 1,
+        partial_min: None,
+    };
+    let mut granted = Vec::new();
+    for _ in 0..4 {
+        granted.push(store.acquire(&request).await.unwrap().granted);
+    }
+    assert_eq!(granted, [1, 1, 1, 0]);
+    let denied = store.acquire(&request).await.unwrap();
+    assert!(denied.views[0].retry_after.unwrap() > Duration::from_secs(3000));
+    // A refund is a negative quantity.
+    store
+        .refund(&Refund {
+            limits: request.limits.clone(),
+            units: 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
+    // Partial grants need RL.MULTI: refused before anything is sent.
+    let partial = Acquire {
+        partial_min: Some(1),
+        ..request
+    };
+    assert!(matches!(
+        store.acquire(&partial).await,
+        Err(StoreError::Server(_))
+    ));
+}
+
+#[tokio::test]
+async fn refusals_and_outages_are_told_apart() {
+    let server = Server::start(&[]);
+    let store = RedisStore::new(&url(&server)).unwrap();
+    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+    let window = Algorithm::fixed_window(5, HOUR).unwrap();
+    let on = |algorithm| Acquire {
+        limits: vec![LimitCall {
+            key: "k",
+            algorithm,
+            weight: 1,
+        }],
+        units: 1,
+        partial_min: None,
+    };
+    store.acquire(&on(&bucket)).await.unwrap();
+    let refused = store.acquire(&on(&window)).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Server(_)), "{refused}");
+    assert!(!refused.is_unavailability());
+
+    // Nothing listens on this port: connection refused, an outage, and quickly.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nowhere = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    let started = Instant::now();
+    let outage = nowhere.acquire(&on(&bucket)).await.unwrap_err();
+    assert!(outage.is_unavailability(), "{outage}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn a_store_made_while_redis_is_down_connects_when_it_comes_up() {
+    let mut server = Server::start(&[]);
+    let store = RedisStore::new(&url(&server)).unwrap();
+    server.kill();
+    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+    let request = Acquire {
+        limits: vec![LimitCall {
+            key: "k",
+            algorithm: &bucket,
+            weight: 1,
+        }],
+        units: 1,
+        partial_min: None,
+    };
+    assert!(
+        store
+            .acquire(&request)
+            .await
+            .unwrap_err()
+            .is_unavailability()
+    );
+    server.restart(&[]);
+    assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
+    assert!(
+        store.capabilities().multi,
+        "capabilities learned on connecting"
+    );
+}
