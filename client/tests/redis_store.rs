@@ -253,3 +253,91 @@ async fn a_store_made_while_redis_is_down_connects_when_it_comes_up() {
         "capabilities learned on connecting"
     );
 }
+
+/// Forwards TCP connections to port `target`, each chunk delayed by `delay`: a server far
+/// away.
+async fn slow_proxy(target: u16, delay: Duration) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+    async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) {
+        let mut buffer = vec![0; 64 * 1024];
+        loop {
+            let read = match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => read,
+            };
+            tokio::time::sleep(delay).await;
+            if to.write_all(&buffer[..read]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(("127.0.0.1", target))
+                .await
+                .unwrap();
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(pipe(client_read, server_write, delay));
+            tokio::spawn(pipe(server_read, client_write, delay));
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_connection_slower_to_set_up_than_the_timeout_still_gets_made() {
+    use redis_ratelimit_client::{Inputs, Limit, Policy, RateLimiter, Source};
+
+    let server = Server::start(&[]);
+    // 8 ms each way: a call takes about 16 ms, within the 30 ms timeout, but setting up the
+    // connection (connect, handshake, COMMAND INFO) takes several round trips, longer.
+    let port = slow_proxy(server.port, Duration::from_millis(8)).await;
+    let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    let policy = Policy::builder("api")
+        .limit(Limit::new("k", Algorithm::token_bucket(1000, HOUR).unwrap(), "k").unwrap())
+        .timeout(Duration::from_millis(30))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(store).policy(policy).build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let decision = limiter.check("api", &Inputs::new()).await.unwrap();
+        if decision.source == Source::Store {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never connected: each check's timeout cancelled the connection attempt"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_reconnected_to() {
+    let mut server = Server::start(&[]);
+    let store = RedisStore::new(&url(&server)).unwrap();
+    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+    let request = Acquire {
+        limits: vec![LimitCall {
+            key: "k",
+            algorithm: &bucket,
+            weight: 1,
+        }],
+        units: 1,
+        partial_min: None,
+    };
+    assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
+    server.restart(&[]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.acquire(&request).await.is_err() {
+        assert!(Instant::now() < deadline, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

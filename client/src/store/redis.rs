@@ -5,15 +5,15 @@
 //! The connection is made on first use, not at construction: a service must start, and
 //! fall back, while Redis is down.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, Value};
-use tokio::sync::OnceCell;
+use tokio::sync::watch;
 
 use super::reply;
 use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreError};
@@ -107,8 +107,19 @@ pub struct RedisStore {
 struct Inner {
     target: Target,
     options: RedisStoreOptions,
-    connection: OnceCell<Connection>,
+    connection: OnceLock<Connection>,
+    /// Connection attempts, run as tasks of their own: a check that gives up waiting (its
+    /// timeout is a few ms) must not cancel a connection that takes longer to set up.
+    attempts: watch::Sender<Attempt>,
     multi: AtomicU8,
+}
+
+/// The latest connection attempt.
+#[derive(Clone, Debug, Default)]
+struct Attempt {
+    number: u64,
+    running: bool,
+    error: Option<StoreError>,
 }
 
 impl RedisStore {
@@ -142,7 +153,8 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 target,
                 options,
-                connection: OnceCell::new(),
+                connection: OnceLock::new(),
+                attempts: watch::Sender::new(Attempt::default()),
                 multi: AtomicU8::new(multi),
             }),
         }
@@ -153,19 +165,73 @@ impl RedisStore {
         self.connection().await.map(|_| ())
     }
 
+    /// The connection, made on first use: waits for the attempt in progress, or starts one.
     async fn connection(&self) -> Result<&Connection, StoreError> {
-        self.inner
-            .connection
-            .get_or_try_init(|| async {
-                let connection = self.open().await?;
-                if self.inner.multi.load(Ordering::SeqCst) == UNKNOWN {
-                    let present = has_command(&connection, "rl.multi").await?;
-                    let value = if present { PRESENT } else { ABSENT };
-                    self.inner.multi.store(value, Ordering::SeqCst);
-                }
-                Ok(connection)
-            })
+        if let Some(connection) = self.inner.connection.get() {
+            return Ok(connection);
+        }
+        let mut attempts = self.inner.attempts.subscribe();
+        let mut start = false;
+        self.inner.attempts.send_if_modified(|attempt| {
+            if attempt.running {
+                return false;
+            }
+            attempt.number = attempt.number.wrapping_add(1);
+            attempt.running = true;
+            attempt.error = None;
+            start = true;
+            true
+        });
+        let number = attempts.borrow_and_update().number;
+        if start {
+            let store = self.clone();
+            tokio::spawn(async move { store.attempt().await });
+        }
+        let error = attempts
+            .wait_for(|attempt| attempt.number != number || !attempt.running)
             .await
+            .ok()
+            .and_then(|attempt| attempt.error.clone());
+        match self.inner.connection.get() {
+            Some(connection) => Ok(connection),
+            None => {
+                Err(error.unwrap_or_else(|| StoreError::Unavailable("not connected yet".into())))
+            }
+        }
+    }
+
+    /// One connection attempt: connect, learn the capabilities, publish the outcome.
+    async fn attempt(&self) {
+        // Bounded, so a server that accepts but never answers cannot hold the attempt (and
+        // every later one) forever.
+        let bound = self.inner.options.connect_timeout.saturating_mul(2);
+        let result = tokio::time::timeout(bound, async {
+            let connection = self.open().await?;
+            self.detect(&connection).await?;
+            Ok(connection)
+        })
+        .await
+        .unwrap_or(Err(StoreError::Timeout));
+        let error = match result {
+            Ok(connection) => {
+                let _ = self.inner.connection.set(connection);
+                None
+            }
+            Err(error) => Some(error),
+        };
+        self.inner.attempts.send_modify(|attempt| {
+            attempt.running = false;
+            attempt.error = error;
+        });
+    }
+
+    async fn detect(&self, connection: &Connection) -> Result<(), StoreError> {
+        if self.inner.multi.load(Ordering::SeqCst) == UNKNOWN {
+            let present = has_command(connection, "rl.multi").await?;
+            let value = if present { PRESENT } else { ABSENT };
+            self.inner.multi.store(value, Ordering::SeqCst);
+        }
+        Ok(())
     }
 
     async fn open(&self) -> Result<Connection, StoreError> {
