@@ -693,24 +693,7 @@ impl RateLimiter {
                 limits.push(status);
             }
         }
-        let retry_after = if allowed {
-            Some(Duration::ZERO)
-        } else {
-            limits.get(binding).and_then(|limit| limit.retry_after)
-        };
-        Decision {
-            allowed,
-            source: Source::Store,
-            outcome: if allowed {
-                Outcome::Allowed
-            } else {
-                Outcome::Denied
-            },
-            policy: Arc::clone(&state.name),
-            retry_after,
-            limits,
-            binding,
-        }
+        decided(state, allowed, Source::Store, limits, binding)
     }
 
     /// The decision when the store cannot decide: `error` is why (`None`: the breaker is
@@ -799,23 +782,42 @@ impl RateLimiter {
                 LimitStatus::from_view(limit.shared_name(), call.shape, view)
             })
             .collect();
-        let allowed = grant.granted > 0;
-        let retry_after = if allowed {
-            Some(Duration::ZERO)
-        } else {
-            limits
-                .get(grant.binding)
-                .and_then(|limit| limit.retry_after)
-        };
-        Decision {
-            allowed,
-            source: Source::Fallback,
-            outcome: Outcome::FallbackAllowed,
-            policy: Arc::clone(&state.name),
-            retry_after,
+        decided(
+            state,
+            grant.granted > 0,
+            Source::Fallback,
             limits,
-            binding: grant.binding,
-        }
+            grant.binding,
+        )
+    }
+}
+
+/// A decision from the limits consulted: the wait is the binding limit's. (The outcome of a
+/// fallback decision is set by the caller, which knows why the store was not used.)
+fn decided(
+    state: &PolicyState,
+    allowed: bool,
+    source: Source,
+    limits: Vec<LimitStatus>,
+    binding: usize,
+) -> Decision {
+    let retry_after = if allowed {
+        Some(Duration::ZERO)
+    } else {
+        limits.get(binding).and_then(|limit| limit.retry_after)
+    };
+    Decision {
+        allowed,
+        source,
+        outcome: if allowed {
+            Outcome::Allowed
+        } else {
+            Outcome::Denied
+        },
+        policy: Arc::clone(&state.name),
+        retry_after,
+        limits,
+        binding,
     }
 }
 

@@ -123,8 +123,11 @@ impl LocalLimits {
                         let cost = units.saturating_mul(weight);
                         let params = self.params(call, cost)?;
                         let stored = self.live(call.key, now_us);
-                        let units = grantable(stored, params, cost, now_us, self.strict, call.key)?;
-                        Ok((units, weight))
+                        let op = Op::Grantable(cost);
+                        match ask(stored, params, now_us, op, self.strict, call.key)? {
+                            Answer::Grantable(units) => Ok((units, weight)),
+                            Answer::Decided(..) => Ok((0, weight)),
+                        }
                     })
                     .collect::<Result<Vec<(u64, u64)>, LocalError>>()?;
                 multi::units_to_evaluate(units, CoreGrant::Partial { min }, grantable)
@@ -195,7 +198,11 @@ impl LocalLimits {
             .map(|call| {
                 let params = self.params(call, units.saturating_mul(call.weight.max(1)))?;
                 let stored = self.live(call.key, now_us);
-                evaluate(stored, params, now_us, refund, self.strict, call.key)
+                let op = if refund { Op::Refund } else { Op::Evaluate };
+                match ask(stored, params, now_us, op, self.strict, call.key)? {
+                    Answer::Decided(decision, pending) => Ok((decision, pending)),
+                    Answer::Grantable(_) => Err(LocalError::Params("unexpected answer".into())),
+                }
             })
             .collect()
     }
@@ -240,71 +247,61 @@ impl LocalLimits {
     }
 }
 
-/// Evaluates one limit with the core algorithm matching its parameters.
-fn evaluate(
-    stored: Option<&Stored>,
-    params: CoreParams,
-    now_us: i64,
-    refund: bool,
-    strict: bool,
-    key: &str,
-) -> Result<(Decision, Option<Pending>), LocalError> {
-    let state = stored.map(|stored| &stored.state);
-    let mismatch = || LocalError::KindMismatch(key.to_string());
-    macro_rules! run {
-        ($algorithm:ty, $variant:ident, $params:expr) => {{
-            let current = match state {
-                Some(State::$variant(current)) => Some(current),
-                Some(_) if strict => return Err(mismatch()),
-                _ => None,
-            };
-            let evaluation = if refund {
-                <$algorithm>::refund(current, &$params, now_us)
-            } else {
-                <$algorithm>::evaluate(current, &$params, now_us)
-            };
-            let pending = evaluation.commit.map(|commit| Pending {
-                change: Change::$variant(commit.change),
-                expires_at_ms: commit.expires_at_ms,
-            });
-            Ok((evaluation.decision, pending))
-        }};
-    }
-    match params {
-        CoreParams::TokenBucket(p) => run!(TokenBucketAlgorithm, TokenBucket, p),
-        CoreParams::SlidingWindow(p) => run!(SlidingWindowAlgorithm, SlidingWindow, p),
-        CoreParams::FixedWindow(p) => run!(FixedWindowAlgorithm, FixedWindow, p),
-        CoreParams::SlidingLog(p) => run!(SlidingLogAlgorithm, SlidingLog, p),
-        CoreParams::Gcra(p) => run!(GcraAlgorithm, Gcra, p),
-    }
+/// What to ask a limit.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// Decide a call (read-only: the change is returned, not applied).
+    Evaluate,
+    /// Decide a refund.
+    Refund,
+    /// The most units, up to this many, a call could take now.
+    Grantable(u64),
 }
 
-/// The most units (up to `up_to`) the limit could give now: the core's closed forms.
-fn grantable(
+/// A limit's answer to an [`Op`].
+enum Answer {
+    Decided(Decision, Option<Pending>),
+    Grantable(u64),
+}
+
+/// Asks one limit, with the core algorithm matching its parameters.
+fn ask(
     stored: Option<&Stored>,
     params: CoreParams,
-    up_to: u64,
     now_us: i64,
+    op: Op,
     strict: bool,
     key: &str,
-) -> Result<u64, LocalError> {
+) -> Result<Answer, LocalError> {
     let state = stored.map(|stored| &stored.state);
-    macro_rules! run {
+    macro_rules! ask {
         ($algorithm:ty, $variant:ident, $params:expr) => {{
             let current = match state {
                 Some(State::$variant(current)) => Some(current),
                 Some(_) if strict => return Err(LocalError::KindMismatch(key.to_string())),
                 _ => None,
             };
-            Ok(<$algorithm>::grantable(current, &$params, up_to, now_us))
+            let evaluation = match op {
+                Op::Grantable(up_to) => {
+                    let units = <$algorithm>::grantable(current, &$params, up_to, now_us);
+                    return Ok(Answer::Grantable(units));
+                }
+                Op::Evaluate => <$algorithm>::evaluate(current, &$params, now_us),
+                Op::Refund => <$algorithm>::refund(current, &$params, now_us),
+            };
+            let pending = evaluation.commit.map(|commit| Pending {
+                change: Change::$variant(commit.change),
+                expires_at_ms: commit.expires_at_ms,
+            });
+            Ok(Answer::Decided(evaluation.decision, pending))
         }};
     }
     match params {
-        CoreParams::TokenBucket(p) => run!(TokenBucketAlgorithm, TokenBucket, p),
-        CoreParams::SlidingWindow(p) => run!(SlidingWindowAlgorithm, SlidingWindow, p),
-        CoreParams::FixedWindow(p) => run!(FixedWindowAlgorithm, FixedWindow, p),
-        CoreParams::SlidingLog(p) => run!(SlidingLogAlgorithm, SlidingLog, p),
-        CoreParams::Gcra(p) => run!(GcraAlgorithm, Gcra, p),
+        CoreParams::TokenBucket(p) => ask!(TokenBucketAlgorithm, TokenBucket, p),
+        CoreParams::SlidingWindow(p) => ask!(SlidingWindowAlgorithm, SlidingWindow, p),
+        CoreParams::FixedWindow(p) => ask!(FixedWindowAlgorithm, FixedWindow, p),
+        CoreParams::SlidingLog(p) => ask!(SlidingLogAlgorithm, SlidingLog, p),
+        CoreParams::Gcra(p) => ask!(GcraAlgorithm, Gcra, p),
     }
 }
 
