@@ -91,3 +91,8 @@ pub use key::{Inputs, KeyTemplate};
 pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
+
+/// The README's examples, compiled and run as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -7,15 +7,7 @@
 //!   most its share, `/metrics` shows fallback decisions; Redis back: the store decides again;
 //! - Redis Cluster: a policy with limits in two slots stays all-or-nothing.
 //!
-//! The figures are printed (`cargo test -p redis-ratelimit-client --test fleet -- --nocapture`).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::arithmetic_side_effects,
-    missing_docs
-)]
+//! The figures are printed (`cargo test -p redis-ratelimit-client --test client fleet -- --nocapture`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,12 +1,4 @@
 //! The tower layer in an axum router: status codes, header fields, bodies.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::arithmetic_side_effects,
-    missing_docs
-)]
 
 use std::time::Duration;
 

@@ -1,13 +1,5 @@
 //! The limiter's behaviour on the in-memory store: grouping and refunds, leases, the deny
 //! cache, every fallback mode and the circuit breaker, metrics. No server needed.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::arithmetic_side_effects,
-    missing_docs
-)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,14 +1,6 @@
 //! The Redis store against a real server with the module: it decides exactly as the
 //! in-memory store (both run the core's arithmetic), detects `RL.MULTI`, falls back to
 //! `CL.THROTTLE` without it, and sorts errors into outages and refusals.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing,
-    clippy::arithmetic_side_effects,
-    missing_docs
-)]
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -24,6 +16,19 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 fn url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}/", server.port)
+}
+
+/// A call of one unit on one limit.
+fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
+    Acquire {
+        limits: vec![LimitCall {
+            key,
+            algorithm,
+            weight: 1,
+        }],
+        units: 1,
+        partial_min: None,
+    }
 }
 
 /// One step of a scripted sequence: acquire (units, partial min) or refund (units) on some
@@ -155,15 +160,7 @@ async fn without_rl_multi_gcra_goes_through_cl_throttle() {
     let store = RedisStore::with_options(&url(&server), options).unwrap();
     assert!(!store.capabilities().multi);
     let gcra = Algorithm::gcra(2, 1, HOUR).unwrap();
-    let request = Acquire {
-        limits: vec![LimitCall {
-            key: "g",
-            algorithm: &gcra,
-            weight: 1,
-        }],
-        units: 1,
-        partial_min: None,
-    };
+    let request = one("g", &gcra);
     let mut granted = Vec::new();
     for _ in 0..4 {
         granted.push(store.acquire(&request).await.unwrap().granted);
@@ -197,15 +194,7 @@ async fn refusals_and_outages_are_told_apart() {
     let store = RedisStore::new(&url(&server)).unwrap();
     let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
     let window = Algorithm::fixed_window(5, HOUR).unwrap();
-    let on = |algorithm| Acquire {
-        limits: vec![LimitCall {
-            key: "k",
-            algorithm,
-            weight: 1,
-        }],
-        units: 1,
-        partial_min: None,
-    };
+    let on = |algorithm| one("k", algorithm);
     store.acquire(&on(&bucket)).await.unwrap();
     let refused = store.acquire(&on(&window)).await.unwrap_err();
     assert!(matches!(refused, StoreError::Server(_)), "{refused}");
@@ -230,15 +219,7 @@ async fn a_store_made_while_redis_is_down_connects_when_it_comes_up() {
     let store = RedisStore::new(&url(&server)).unwrap();
     server.kill();
     let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
-    let request = Acquire {
-        limits: vec![LimitCall {
-            key: "k",
-            algorithm: &bucket,
-            weight: 1,
-        }],
-        units: 1,
-        partial_min: None,
-    };
+    let request = one("k", &bucket);
     assert!(
         store
             .acquire(&request)
@@ -324,15 +305,7 @@ async fn a_restarted_server_is_reconnected_to() {
     let mut server = Server::start(&[]);
     let store = RedisStore::new(&url(&server)).unwrap();
     let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
-    let request = Acquire {
-        limits: vec![LimitCall {
-            key: "k",
-            algorithm: &bucket,
-            weight: 1,
-        }],
-        units: 1,
-        partial_min: None,
-    };
+    let request = one("k", &bucket);
     assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
     server.restart(&[]);
     let deadline = Instant::now() + Duration::from_secs(10);
