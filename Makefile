@@ -58,9 +58,10 @@ BENCH_REQUESTS ?= 40000
 BENCH_ARGS ?=
 BENCH_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
 
-bench: ## Criterion benches, then the server benchmark (target/bench/report.md)
+bench: ## Criterion benches, the server benchmark (target/bench/report.md), the client's (docs/bench-client.md)
 	@$(MAKE) --no-print-directory bench-criterion
 	@$(MAKE) --no-print-directory bench-server
+	@$(MAKE) --no-print-directory bench-client
 
 bench-criterion: prereqs ## Criterion benches of the algorithms
 	$(CARGO) bench --features system-alloc --bench algorithms
@@ -69,6 +70,15 @@ bench-server: prereqs ## Module vs Lua vs INCR on a private redis-server: target
 	$(CARGO) build --release
 	python3 bench/server_bench.py --module $(BENCH_MODULE) --out target/bench \
 	  --venv target/bench-venv --rounds $(BENCH_ROUNDS) --requests $(BENCH_REQUESTS) $(BENCH_ARGS)
+
+# Client benchmark knobs: requests per approach for the Redis-cost runs and for latency.
+BENCH_CLIENT_REQUESTS ?= 200000
+BENCH_CLIENT_LATENCY ?= 20000
+
+bench-client: prereqs ## The client: check overhead vs GET, Redis cost of leases vs per-call vs Lua (docs/bench-client.md)
+	$(CARGO) build --release
+	RL_MODULE_PATH=$(abspath $(BENCH_MODULE)) $(CARGO) run --release -p redis-ratelimit-client --example bench-client -- \
+	  --out docs/bench-client.md --requests $(BENCH_CLIENT_REQUESTS) --latency $(BENCH_CLIENT_LATENCY)
 
 # cargo-fuzz on the stable toolchain: without a sanitizer (-Zsanitizer needs nightly), the
 # coverage instrumentation, debug assertions and overflow checks it adds are all stable
