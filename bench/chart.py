@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Draws target/bench/chart.png from results.json: CPU per call, and bytes per limiter.
+"""Draws target/bench/chart.png from results.json: CPU per call, and bytes per
+call's limiters (one limiter, or the 3 keys of the multi-key rows).
 
 Run by server_bench.py with the venv's python (matplotlib); kept apart so the benchmark
 itself needs only the standard library and the report never depends on the chart.
@@ -44,8 +45,9 @@ def main(results_path: str, chart_path: str) -> None:
     right.bar_label(bars, fmt="%.0f", padding=3, fontsize="small")
     right.set_yticks(range(len(names)), names)
     right.invert_yaxis()
-    right.set_xlabel(f"used_memory growth per limiter (bytes, {data['meta']['keys']:,} fresh keys)")
-    right.set_title("Memory per limiter")
+    keys = data["meta"]["keys"]
+    right.set_xlabel(f"bytes per call: used_memory growth over {keys:,} calls")
+    right.set_title("Memory per call's limiters")
     right.grid(axis="x", alpha=0.3)
 
     meta = data["meta"]

@@ -5,7 +5,7 @@
 # only inside Redis's `call()` (the command itself: lookups, the module, replies and
 # propagation; not socket I/O or protocol parsing), and prints instructions per call for
 # INCR, each RL command and the Lua script of the same algorithm, plus the most expensive
-# functions for RL.TOKENBUCKET. Usage: bench/instructions.sh [module.so] [calls]
+# functions for RL.TOKENBUCKET and RL.MULTI. Usage: bench/instructions.sh [module.so] [calls]
 set -euo pipefail
 
 module=${1:-target/release/libredis_ratelimit.so}
@@ -68,25 +68,45 @@ measure "INCR" INCR key:__rand_int__
 measure "RL.TOKENBUCKET (admitted)" RL.TOKENBUCKET tb:__rand_int__ 1000000 0.001 1
 cp "$(cat "$dir/last")" "$dir/token_bucket.out"
 measure "RL.TOKENBUCKET (denied, hot key)" RL.TOKENBUCKET hot 1 0.001 1
+measure "RL.TOKENBUCKET PARTIAL (admitted)" RL.TOKENBUCKET tbp:__rand_int__ 1000000 0.001 1 PARTIAL
 measure "RL.SLIDING (admitted)" RL.SLIDING sw:__rand_int__ 1000000 86400 1
 measure "RL.FIXED (admitted)" RL.FIXED fw:__rand_int__ 1000000 86400 1
 measure "RL.SLIDINGLOG (admitted)" RL.SLIDINGLOG sl:__rand_int__ 10000 86400 1
 measure "CL.THROTTLE (admitted)" CL.THROTTLE cl:__rand_int__ 1000 1 86400
 measure "Lua token bucket (EVALSHA)" EVALSHA @token_bucket@ 1 ltb:__rand_int__ 1000000 0.001 1
 measure "Lua fixed window (EVALSHA)" EVALSHA @fixed_window@ 1 lfw:__rand_int__ 1000000 86400 1
-echo
-echo "Where RL.TOKENBUCKET's instructions go (inclusive, per call):"
-echo
-callgrind_annotate --inclusive=yes "$dir/token_bucket.out" 2>/dev/null |
-  python3 -c '
+# Three buckets per call. Each __rand_int__ gets its own random number, so a call names
+# three independent keys among the 1000 of each position: all exist after the warm-up.
+bucket=(TOKENBUCKET 1000000 0.001)
+measure "RL.MULTI, 3 token buckets (admitted)" RL.MULTI 3 \
+  "{mb:__rand_int__}:1" "{mb:__rand_int__}:2" "{mb:__rand_int__}:3" \
+  "${bucket[@]}" "${bucket[@]}" "${bucket[@]}"
+cp "$(cat "$dir/last")" "$dir/multi.out"
+measure "Lua multi, 3 buckets (EVALSHA)" EVALSHA @multi_token_bucket@ 3 \
+  "{lm:__rand_int__}:1" "{lm:__rand_int__}:2" "{lm:__rand_int__}:3" \
+  1000000 0.001 1000000 0.001 1000000 0.001 1
+
+breakdown() { # label, callgrind output, lines: the costliest functions of interest
+  echo
+  echo "Where $1's instructions go (inclusive, per call):"
+  echo
+  callgrind_annotate --inclusive=yes "$2" 2>/dev/null | python3 -c '
 import re, sys
 calls = int(sys.argv[1])
 wanted = re.compile(r"RM_Replicate$|RM_ReplyWith|RM_OpenKey$|RM_SetAbsExpire$|RM_CloseKey$|"
+                    r"RM_CreateString$|RM_FreeString$|RedisAlloc as .*::(alloc|dealloc)$|"
                     r"lookupCommandByCString$|RedisModuleCommandDispatcher$|redis_ratelimit::")
-seen = set()
+lines = int(sys.argv[2])
+seen = {}
 for line in sys.stdin:
-    match = re.match(r"\s*([0-9,]+) \([^)]*\)\s+\S*?:(\S+)", line)
-    if match and wanted.search(match.group(2)) and match.group(2) not in seen:
-        seen.add(match.group(2))
-        print("  %8.0f  %s" % (int(match.group(1).replace(",", "")) / calls, match.group(2)[:80]))
-' "$calls" | head -14
+    match = re.match(r"\s*([0-9,]+) \([^)]*\)\s+\S*?:(.+?)(?: \[.*)?$", line)
+    if match and wanted.search(match.group(2)):
+        seen.setdefault(match.group(2), int(match.group(1).replace(",", "")))
+# The list is cut here, not by `| head`: head closing the pipe made this print raise
+# BrokenPipeError, and pipefail then failed the script after every figure was printed.
+for name, total in list(seen.items())[:lines]:
+    print("  %8.0f  %s" % (total / calls, name[:80]))
+' "$calls" "$3"
+}
+breakdown RL.TOKENBUCKET "$dir/token_bucket.out" 14
+breakdown RL.MULTI "$dir/multi.out" 20

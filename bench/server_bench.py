@@ -55,10 +55,12 @@ GCRA_PERIOD_S = 1000
 class Approach:
     """One way of limiting, as the benchmark drives it.
 
-    `admit` / `deny` are the arguments after the key for the admitted and the denied
+    `admit` / `deny` are the arguments after the keys for the admitted and the denied
     scenarios; "{limit}" and "{burst}" stand for ADMIT_LIMIT and ADMIT_LIMIT - 1.
     `stat` is the `INFO commandstats` name whose calls are counted. `reply` says how to read
     an answer: "rl" = [allowed, remaining, ...], "cell" = [limited, limit, remaining, ...].
+    `keys` is the number of limiters one call checks (see `call_keys`); with more than one,
+    the reply is RL.MULTI's: those five, the binding index and one array of five per key.
     """
 
     name: str
@@ -69,11 +71,25 @@ class Approach:
     reply: str | None = "rl"
     lua_twin: str | None = None  # for module commands: the Lua approach doing the same
     counter: str | None = None  # module: `INFO ratelimit` counters ratelimit_<counter>_admitted
+    keys: int = 1
+    # The single-limit approach the "× single" ratio divides by; without max_x_single, the
+    # goal is to cost the same (× single ≈ 1).
+    single: str | None = None
+    # The issue's targets for CPU per call at -P 16 (at -P 1 socket I/O hides the command):
+    max_x_single: float | None = None  # at most this many times one `single` call
+    min_lua_factor: float | None = None  # the Lua twin at least this many times as costly
 
     @property
     def stat(self) -> str:
         return "evalsha" if self.kind == "lua" else self.command.lower()
 
+    def call_keys(self, base: str) -> list[str]:
+        """The keys one call names for the benchmark key `base`: `base` itself, or
+        `{base}:1` ... `{base}:N`, hash-tagged so that they share a slot as RL.MULTI's keys
+        must in a cluster, and so that every key of a call is found from `base`."""
+        if self.keys == 1:
+            return [base]
+        return [f"{{{base}}}:{i}" for i in range(1, self.keys + 1)]
 
 
 # The table of approaches. Module rows are used only if the server knows the command
@@ -106,6 +122,22 @@ APPROACHES = [
     Approach("Lua GCRA", "lua", "gcra.lua",
              ("{burst}", "1", f"{GCRA_PERIOD_S}"), ("0", "1", f"{GCRA_PERIOD_S}"),
              reply="cell"),
+    # A partial grant of cost 1 grants 1 unit or none: field 1 is the units granted, so it
+    # reads as `allowed`, and the module counts it as admitted or denied like a plain call.
+    Approach("RL.TOKENBUCKET PARTIAL", "module", "RL.TOKENBUCKET",
+             ("{limit}", SLOW_RATE, "1", "PARTIAL"), ("1", SLOW_RATE, "1", "PARTIAL"),
+             lua_twin="Lua token bucket", counter="tokenbucket", single="RL.TOKENBUCKET"),
+    # Three token buckets, all or nothing. Denied: only the last bucket is drained (the two
+    # others have plenty), the usual way a multi-limit call is refused, so every bucket is
+    # read and decided and the last one binds.
+    Approach("RL.MULTI (3 buckets)", "module", "RL.MULTI",
+             ("TOKENBUCKET", "{limit}", SLOW_RATE) * 3,
+             ("TOKENBUCKET", "{limit}", SLOW_RATE) * 2 + ("TOKENBUCKET", "1", SLOW_RATE),
+             lua_twin="Lua multi (3 buckets)", counter="multi", keys=3,
+             single="RL.TOKENBUCKET", max_x_single=1.8, min_lua_factor=5),
+    Approach("Lua multi (3 buckets)", "lua", "multi_token_bucket.lua",
+             ("{limit}", SLOW_RATE) * 3, ("{limit}", SLOW_RATE) * 2 + ("1", SLOW_RATE),
+             keys=3),
 ]
 
 
@@ -332,8 +364,11 @@ class Bench:
         """The command line for one call of `approach` on `key`."""
         values = {"limit": ADMIT_LIMIT, "burst": ADMIT_LIMIT - 1}
         params = [p.format(**values) for p in (approach.admit if admitted else approach.deny)]
+        keys = approach.call_keys(key)
         if approach.kind == "lua":
-            return ["EVALSHA", self.shas[approach.name], "1", key, *params]
+            return ["EVALSHA", self.shas[approach.name], str(len(keys)), *keys, *params]
+        if approach.keys > 1:  # RL.MULTI's form: numkeys key [key ...]
+            return [approach.command, str(len(keys)), *keys, *params]
         return [approach.command, key, *params]
 
     def select(self, approach: Approach) -> None:
@@ -428,11 +463,25 @@ class Bench:
 # Checks: the approach answers as expected, admitted runs admit, denied runs deny.
 
 
+def five_integers(value) -> bool:
+    return isinstance(value, list) and len(value) == 5 and all(isinstance(v, int) for v in value)
+
+
+def well_formed(approach: Approach, reply) -> bool:
+    """Five integers; for several keys RL.MULTI's seven elements: five integers, the binding
+    index, and one array of five integers per key."""
+    if approach.keys == 1:
+        return five_integers(reply)
+    return (isinstance(reply, list) and len(reply) == 7 and five_integers(reply[:5])
+            and isinstance(reply[5], int) and isinstance(reply[6], list)
+            and len(reply[6]) == approach.keys and all(map(five_integers, reply[6])))
+
+
 def allowed(approach: Approach, reply) -> bool | None:
     """Whether a reply admits the call (None for INCR, which never denies)."""
     if approach.reply is None:
         return None
-    if not isinstance(reply, list) or len(reply) < 3 or not all(isinstance(v, int) for v in reply):
+    if not well_formed(approach, reply):
         raise RuntimeError(f"{approach.name}: unexpected reply {reply!r}")
     return reply[0] == 1 if approach.reply == "rl" else reply[0] == 0
 
@@ -472,7 +521,7 @@ def validate(bench: Bench, approach: Approach) -> str:
 def prepare_hot(bench: Bench, approach: Approach, key: str, admitted: bool) -> None:
     """A fresh hot key: created by one call (admitted) or drained (denied), then checked."""
     bench.select(approach)
-    bench.client.call("DEL", *matching_keys(bench.client, key))
+    bench.client.call("DEL", *matching_keys(bench.client, approach.call_keys(key)))
     bench.client.call(*bench.argv(approach, key, admitted))
     check_sample(bench, approach, key, admitted, "before the run")
 
@@ -483,14 +532,17 @@ def check_sample(bench: Bench, approach: Approach, key: str, admitted: bool, whe
            f"sample call on {key} {when}")
 
 
-def matching_keys(client: Client, base: str) -> list[str]:
-    """`base` and the keys a Lua script derives from it (`base:*`)."""
+def matching_keys(client: Client, bases: list[str]) -> list[str]:
+    """The keys of one call (`bases`) that exist, and those a Lua script derives from them
+    (`base:*`); `bases` themselves if there are none, so the result can be DEL's arguments.
+    One SCAN of the database for all of them (their common prefix), as it holds 100k+ keys."""
     keys, cursor = [], "0"
+    pattern = os.path.commonprefix(bases) + "*"
     while True:
-        cursor, batch = client.call("SCAN", cursor, "MATCH", base + "*", "COUNT", 10000)
-        keys.extend(k for k in batch if k == base or k.startswith(base + ":"))
+        cursor, batch = client.call("SCAN", cursor, "MATCH", pattern, "COUNT", 10000)
+        keys.extend(k for k in batch if any(k == b or k.startswith(b + ":") for b in bases))
         if cursor == "0":
-            return keys or [base]
+            return keys or bases
 
 
 # --------------------------------------------------------------------------------------
@@ -518,6 +570,10 @@ def load_scripts(bench: Bench, approaches: list[Approach]) -> None:
 
 # Every approach has its own database, so all use the same key names: equal key lengths
 # keep the bytes-per-limiter figures comparable (jemalloc size classes).
+# redis-benchmark -r gives every `__rand_int__` of a command its own random number, so a
+# call on three keys names `{rl:A}:1 {rl:B}:2 {rl:C}:3` with independent A, B and C: not the
+# three keys one call created, but create_limiters makes `{rl:n}:i` for every n and i, so
+# each of them is an existing limiter all the same (a run creates no key).
 RANDOM_KEYS = "rl:__rand_int__"
 
 
@@ -529,9 +585,10 @@ def random_key(n: int) -> str:
 def create_limiters(bench: Bench, approach: Approach) -> dict[str, float]:
     """Creates the random-key scenario's limiters in the approach's own empty database.
 
-    Doubles as the memory measurement: used_memory before and after, over the key count
-    (keyspace dict and expires dict included, as they are part of what a limiter costs),
-    and MEMORY USAGE of one limiter (summed over its keys for the two-key script).
+    Doubles as the memory measurement: used_memory before and after, over the number of
+    calls (keyspace dict and expires dict included, as they are part of what a limiter
+    costs), so a multi-key approach is charged all the limiters one call checks; and
+    MEMORY USAGE of one call's limiters (summed over their keys, as for the two-key script).
     """
     c, n = bench.client, bench.args.keys
     bench.select(approach)
@@ -547,7 +604,7 @@ def create_limiters(bench: Bench, approach: Approach) -> dict[str, float]:
     time.sleep(0.5)  # let incremental rehashing of the fresh dict finish
     after = int(c.info("memory")["used_memory"])
     sample = sum(int(c.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
-                 for k in matching_keys(c, random_key(0)))
+                 for k in matching_keys(c, approach.call_keys(random_key(0))))
     return {"bytes_per_limiter": (after - before) / n, "memory_usage_sample": sample,
             "keys_in_db": c.call("DBSIZE")}
 
@@ -616,7 +673,8 @@ def median_of(runs: list[dict], key: str) -> float:
 
 
 def summarize(approaches: list[Approach], runs: list[dict], memory: dict) -> dict:
-    """Medians over the rounds, ratios to INCR and to the Lua twin, and noise figures."""
+    """Medians over the rounds, ratios to INCR, to the Lua twin and to the single-limit
+    call, and noise figures."""
     rows = []
     for scenario in SCENARIOS:
         for pipeline in PIPELINES:
@@ -633,13 +691,14 @@ def summarize(approaches: list[Approach], runs: list[dict], memory: dict) -> dic
                     "ticks_us": median_of(cell[a.name], "ticks_us"),
                     "x_incr": cpu[a.name] / cpu["INCR"] if "INCR" in cpu else None,
                     "x_lua": cpu[a.name] / cpu[a.lua_twin] if a.lua_twin in cpu else None,
+                    "x_single": cpu[a.name] / cpu[a.single] if a.single in cpu else None,
                     "spread": (max(values) - min(values)) / cpu[a.name],
                     "cpu_us_rounds": values,
                 })
     per_approach = []
     for a in approaches:
         lat = [r for r in runs if r["approach"] == a.name and r["scenario"] == "latency"]
-        per_approach.append({"approach": a.name, "kind": a.kind,
+        per_approach.append({"approach": a.name, "kind": a.kind, "keys": a.keys,
                              "p50_ms": median_of(lat, "p50_ms"), "p99_ms": median_of(lat, "p99_ms"),
                              **memory[a.name]})
     noise = []
@@ -649,7 +708,31 @@ def summarize(approaches: list[Approach], runs: list[dict], memory: dict) -> dic
             noise.append({"scenario": row["scenario"], "pipeline": row["pipeline"],
                           "min": min(v), "max": max(v),
                           "cv": statistics.stdev(v) / statistics.mean(v)})
-    return {"rows": rows, "approaches": per_approach, "incr_noise": noise}
+    return {"rows": rows, "approaches": per_approach, "incr_noise": noise,
+            "targets": targets(approaches, rows)}
+
+
+def targets(approaches: list[Approach], rows: list[dict]) -> list[dict]:
+    """The rows of approaches compared with a single-limit call, with the verdict on their
+    targets at -P 16 (None where they have none, or at -P 1)."""
+    by_name = {a.name: a for a in approaches}
+    compared = []
+    for row in rows:
+        a = by_name[row["approach"]]
+        if row["x_single"] is None:
+            continue
+        lua_factor = 1 / row["x_lua"] if row["x_lua"] else None
+        checks = []
+        if row["pipeline"] == max(PIPELINES):
+            if a.max_x_single is not None:
+                checks.append(row["x_single"] <= a.max_x_single)
+            if a.min_lua_factor is not None and lua_factor is not None:
+                checks.append(lua_factor >= a.min_lua_factor)
+        compared.append({"scenario": row["scenario"], "pipeline": row["pipeline"],
+                         "approach": a.name, "single": a.single, "cpu_us": row["cpu_us"],
+                         "x_single": row["x_single"], "lua_factor": lua_factor,
+                         "met": all(checks) if checks else None})
+    return compared
 
 
 SCENARIO_LABEL = {s.name: s.label for s in SCENARIOS}
@@ -657,6 +740,45 @@ SCENARIO_LABEL = {s.name: s.label for s in SCENARIOS}
 
 def fmt(value, pattern: str = "{:.2f}") -> str:
     return "–" if value is None else pattern.format(value)
+
+
+def multi_key_names(summary: dict) -> str:
+    """"A (3 keys), B (3 keys)" for the approaches whose calls check several limiters."""
+    names = [f"{a['approach']} ({a['keys']} keys)" for a in summary["approaches"]
+             if a["keys"] > 1]
+    return ", ".join(names) or "multi-key approaches (none in this run)"
+
+
+def single_limit_section(compared: list[dict], keys: int) -> list[str]:
+    """Approaches against one single-limit call, with their targets; empty if none ran."""
+    if not compared:
+        return []
+    goals = []
+    for name in dict.fromkeys(c["approach"] for c in compared):
+        a = next(a for a in APPROACHES if a.name == name)
+        parts = []
+        if a.max_x_single is not None:
+            parts.append(f"× single ≤ {a.max_x_single:g}")
+        if a.min_lua_factor is not None:
+            parts.append(f"Lua ÷ this ≥ {a.min_lua_factor:g} ({a.lua_twin})")
+        goals.append(f"{name}: {', '.join(parts) or 'the same as one call (× single ≈ 1)'}")
+    out = [
+        "", "## Against one single-limit call", "",
+        "× single = CPU/call ÷ that of the single-limit command (column single) in the same "
+        "scenario and -P; Lua ÷ this = the Lua twin's CPU/call ÷ this one's (how many times "
+        f"cheaper the command is). Targets, checked at -P {max(PIPELINES)} (at -P 1 socket "
+        f"I/O dominates every command): {'; '.join(goals)}.", "",
+        "| Scenario | -P | Approach | single | CPU µs/call | × single | Lua ÷ this "
+        "| targets met |",
+        "|---|--:|---|---|--:|--:|--:|:-:|",
+    ]
+    verdict = {True: "yes", False: "**no**", None: "–"}
+    for c in compared:
+        out.append(
+            f"| {SCENARIO_LABEL[c['scenario']].format(keys=f'{keys // 1000}k')} "
+            f"| {c['pipeline']} | {c['approach']} | {c['single']} | {c['cpu_us']:.2f} "
+            f"| {c['x_single']:.2f} | {fmt(c['lua_factor'], '{:.1f}')} | {verdict[c['met']]} |")
+    return out
 
 
 def report(meta: dict, summary: dict) -> str:
@@ -688,12 +810,16 @@ def report(meta: dict, summary: dict) -> str:
             f"| {SCENARIO_LABEL[r['scenario']].format(keys=f'{keys // 1000}k')} | {r['pipeline']} "
             f"| {r['approach']} | {r['ops']:,.0f} | {r['cpu_us']:.2f} | {r['cmd_us']:.2f} "
             f"| {fmt(r['x_incr'])} | {fmt(r['x_lua'])} | {r['spread']:.0%} |")
+    out += single_limit_section(summary["targets"], keys)
     out += [
         "", "## Latency (1 client, -P 1, hot key, admitted) and memory per limiter", "",
-        f"Bytes/limiter = used_memory growth ÷ {keys:,} after creating {keys:,} fresh limiters "
-        "(one admitted call each) in an empty database: includes the keyspace and expires "
-        "dicts. MEMORY USAGE = one such limiter (all its keys).", "",
-        "| Approach | p50 ms | p99 ms | bytes/limiter | MEMORY USAGE | keys per 100k limiters |",
+        f"Bytes/call's limiters = used_memory growth ÷ {keys:,} after {keys:,} admitted calls "
+        "on fresh keys in an empty database: includes the keyspace and expires dicts. It is "
+        "one limiter for single-key approaches and all the limiters of one call for "
+        f"{multi_key_names(summary)}. MEMORY USAGE = the limiters of one such call "
+        "(all their keys).", "",
+        "| Approach | p50 ms | p99 ms | bytes/call's limiters | MEMORY USAGE "
+        "| keys per 100k calls |",
         "|---|--:|--:|--:|--:|--:|",
     ]
     for a in summary["approaches"]:

@@ -1,6 +1,6 @@
 //! Criterion benches of the pure core: nanoseconds per decision for every algorithm, on a
 //! fresh key (no state), in steady state (an existing limiter admitting calls as the clock
-//! advances) and denied; plus argument parsing and the state codec, which also sit on the
+//! advances, as whole calls and as partial grants) and denied; plus argument parsing and the state codec, which also sit on the
 //! command's hot path.
 //!
 //! Run with `make bench-criterion` (`cargo bench --features system-alloc --bench algorithms`):
@@ -17,8 +17,12 @@ use std::hint::black_box;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use redis_ratelimit::args;
 use redis_ratelimit::codec;
+use redis_ratelimit::core::concurrency::{
+    Concurrency, ConcurrencyAlgorithm, ConcurrencyParams, HolderId,
+};
 use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
 use redis_ratelimit::core::gcra::GcraAlgorithm;
+use redis_ratelimit::core::grant::{self, Grant};
 use redis_ratelimit::core::sliding_log::SlidingLogAlgorithm;
 use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
 use redis_ratelimit::core::token_bucket::TokenBucketAlgorithm;
@@ -26,6 +30,9 @@ use redis_ratelimit::core::{Algorithm, Commit};
 use redis_ratelimit::kinds::KindState;
 
 const T0_US: i64 = 1_700_000_000_000_000;
+
+/// A partial grant taking whatever is available, at least one unit.
+const PARTIAL: Grant = Grant::Partial { min: 1 };
 
 /// Benches one algorithm: `admitting` allows every call (steady state), `denying` none.
 fn bench_algorithm<A: Algorithm<State: KindState>>(
@@ -54,6 +61,21 @@ fn bench_algorithm<A: Algorithm<State: KindState>>(
                 A::apply(&mut state, change);
             }
             evaluation.decision
+        })
+    });
+
+    // The same traffic as a partial grant (`Grant::Partial { min: 1 }`): the closed-form
+    // grantable, then the evaluation of the granted units.
+    let mut granting = A::create(A::evaluate(None, admitting, T0_US).commit.unwrap().change);
+    let mut now = T0_US;
+    group.bench_function("existing, partial grant", |b| {
+        b.iter(|| {
+            now += 1;
+            let granted = grant::evaluate::<A>(Some(&granting), black_box(admitting), PARTIAL, now);
+            if let Some(Commit { change, .. }) = granted.evaluation.commit {
+                A::apply(&mut granting, change);
+            }
+            granted.units
         })
     });
 
@@ -108,6 +130,61 @@ fn algorithms(c: &mut Criterion) {
     );
 }
 
+/// The concurrency limit on a key with 100 live holders (36-byte ids, as UUIDs), limit 1000:
+/// acquires and releases, renewals, a denial (limit 100) and a peek. There is no codec for it
+/// yet, so no encode + decode.
+fn concurrency(c: &mut Criterion) {
+    const HOLDERS: usize = 100;
+    let id =
+        |i: usize| HolderId::new(format!("{i:08}-0000-4000-8000-000000000000").as_bytes()).unwrap();
+    let limit = |limit: u64| ConcurrencyParams::new(limit, 60_000_000, 1_000).unwrap();
+    let mut state = Concurrency::default();
+    for i in 0..HOLDERS {
+        let acquired = ConcurrencyAlgorithm::evaluate(
+            Some(&state),
+            &limit(1_000).with_holder(id(i)),
+            T0_US + i as i64,
+        );
+        ConcurrencyAlgorithm::apply(&mut state, acquired.commit.unwrap().change);
+    }
+    let (newcomer, renewing) = (id(HOLDERS), id(HOLDERS / 2));
+    let acquire = limit(1_000).with_holder(newcomer);
+    let renew = limit(1_000).with_holder(renewing);
+    let denied = limit(HOLDERS as u64).with_holder(newcomer);
+    let mut group = c.benchmark_group("concurrency (100 holders)");
+    let now = T0_US + 1_000;
+    group.bench_function("acquire (new holder)", |b| {
+        b.iter(|| ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&acquire), now))
+    });
+    group.bench_function("acquire + apply, release + apply", |b| {
+        b.iter(|| {
+            let acquired = ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&acquire), now);
+            ConcurrencyAlgorithm::apply(&mut state, acquired.commit.unwrap().change);
+            let released = ConcurrencyAlgorithm::release(Some(&state), &newcomer, now).unwrap();
+            ConcurrencyAlgorithm::apply(&mut state, released.change);
+        })
+    });
+    let mut renewed_at = now;
+    group.bench_function("renew + apply", |b| {
+        b.iter(|| {
+            renewed_at += 1;
+            let renewal =
+                ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&renew), renewed_at);
+            ConcurrencyAlgorithm::apply(&mut state, renewal.commit.unwrap().change);
+        })
+    });
+    group.bench_function("acquire, partial grant", |b| {
+        b.iter(|| {
+            grant::evaluate::<ConcurrencyAlgorithm>(Some(&state), black_box(&acquire), PARTIAL, now)
+                .units
+        })
+    });
+    group.bench_function("denied (full)", |b| {
+        b.iter(|| ConcurrencyAlgorithm::evaluate(Some(&state), black_box(&denied), now).decision)
+    });
+    group.finish();
+}
+
 fn parsing(c: &mut Criterion) {
     let mut group = c.benchmark_group("argument parsing");
     group.bench_function("token bucket (integer rate)", |b| {
@@ -122,5 +199,5 @@ fn parsing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, algorithms, parsing);
+criterion_group!(benches, algorithms, concurrency, parsing);
 criterion_main!(benches);

@@ -2,12 +2,16 @@
 
 use super::time::saturating_i64;
 
-/// When the same call would be admitted, if nothing else happens meanwhile.
+/// When the same call would be admitted, if nothing else happens meanwhile; for an admitted
+/// call, when its caller may proceed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retry {
-    /// The call was admitted.
+    /// Admitted (or, for a denied call's refund, admissible) now, without waiting.
     Now,
-    /// Denied; admitted if repeated after this many milliseconds (rounded up, at least 1).
+    /// Denied: admitted if repeated after this many milliseconds (rounded up, at least 1).
+    /// Admitted (only a token bucket with a maximum wait does this): the caller may proceed
+    /// after this many milliseconds (rounded up, at least 1), once the tokens it took have
+    /// refilled.
     AfterMs(u64),
     /// Denied, and no amount of waiting helps: the cost exceeds the limit.
     Never,
@@ -20,7 +24,8 @@ pub struct Decision {
     pub allowed: bool,
     /// Whole units still available after this call (rounded down).
     pub remaining: u64,
-    /// When this same call would be admitted.
+    /// When this same call would be admitted; for an admitted call, when its caller may
+    /// proceed (always [`Retry::Now`] but for a token bucket call with a maximum wait).
     pub retry: Retry,
     /// Milliseconds (rounded up) until the limiter is back to its initial, unused state.
     pub reset_after_ms: u64,
@@ -32,7 +37,8 @@ impl Decision {
     /// The five integers every `RL.*` command replies with, in wire order:
     /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
     ///
-    /// `retry_after_ms` is 0 when admitted and -1 when waiting can never help.
+    /// `retry_after_ms` is 0 when admitted without a wait, the wait when admitted with one,
+    /// and -1 when waiting can never help.
     pub fn reply_fields(&self) -> [i64; 5] {
         let retry_after_ms = match self.retry {
             Retry::Now => 0,
@@ -131,38 +137,19 @@ pub trait Algorithm {
 
     /// The most units a call with these parameters could take now, up to `up_to`: the
     /// largest `k ≤ up_to` such that the same call costing `k` units is admitted, or 0 when
-    /// not even one unit is. What a partial grant takes.
+    /// not even one unit is (and for `up_to = 0`). What a partial grant takes.
     ///
     /// Admission is monotone in the cost for every algorithm (a call admitted for `k` units
-    /// would be admitted for fewer), so this default bisects over [`Algorithm::evaluate`]:
-    /// at most 65 evaluations. Algorithms override it with a closed form, which the shared
-    /// property tests hold against this definition.
+    /// would be admitted for fewer), so this is well defined. Every algorithm computes it in
+    /// closed form, in about the time of one [`Algorithm::evaluate`], so a partial grant
+    /// costs about as much as a plain call; the shared property tests hold each closed form
+    /// against the definition (a bisection over `evaluate`).
     fn grantable(
         state: Option<&Self::State>,
         params: &Self::Params,
         up_to: u64,
         now_us: i64,
-    ) -> u64 {
-        let admits = |units: u64| {
-            Self::evaluate(state, &params.with_cost(units), now_us)
-                .decision
-                .allowed
-        };
-        if up_to == 0 || admits(up_to) {
-            return up_to;
-        }
-        // Invariant: `low` units are admitted (0 trivially), `high` units are not.
-        let (mut low, mut high) = (0, up_to);
-        while high.abs_diff(low) > 1 {
-            let middle = low.midpoint(high);
-            if admits(middle) {
-                low = middle;
-            } else {
-                high = middle;
-            }
-        }
-        low
-    }
+    ) -> u64;
 
     /// Applies a committed change to an existing state.
     fn apply(state: &mut Self::State, change: Self::Change);
@@ -170,6 +157,26 @@ pub trait Algorithm {
     /// Builds the state of a limiter that did not exist yet.
     fn create(change: Self::Change) -> Self::State;
 }
+
+/// Implements [`CallCost`] for parameters of type `$params` that carry the cost in a
+/// `cost: u64` field (kept at least 1).
+macro_rules! cost_is_a_field {
+    ($params:ty) => {
+        impl $crate::decision::CallCost for $params {
+            fn cost(&self) -> u64 {
+                self.cost
+            }
+
+            fn with_cost(&self, cost: u64) -> Self {
+                Self {
+                    cost: cost.max(1),
+                    ..*self
+                }
+            }
+        }
+    };
+}
+pub(crate) use cost_is_a_field;
 
 /// Implements [`Algorithm::apply`] and [`Algorithm::create`], inside an `impl Algorithm`, for an
 /// algorithm whose change is the whole new state of type `$state`: applying replaces the state,

@@ -42,7 +42,7 @@
 //! counts units from outside it. The stored start is then re-aligned to the new grid.
 
 use super::decision::{
-    Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
+    Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state, cost_is_a_field,
 };
 use super::time::{
     MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us, window_start_us,
@@ -128,19 +128,7 @@ impl WindowParams {
     }
 }
 
-impl CallCost for WindowParams {
-    /// Units this call asks for.
-    fn cost(&self) -> u64 {
-        self.cost
-    }
-
-    fn with_cost(&self, cost: u64) -> Self {
-        Self {
-            cost: cost.max(1),
-            ..*self
-        }
-    }
-}
+cost_is_a_field!(WindowParams);
 
 /// What a fixed window stores between calls: 16 bytes (the `u32` leaves 4 bytes of padding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,6 +298,17 @@ impl Algorithm for FixedWindowAlgorithm {
         }
     }
 
+    /// What is left of the limit in the window that counts, up to `up_to`: O(1).
+    fn grantable(
+        state: Option<&FixedWindow>,
+        params: &WindowParams,
+        up_to: u64,
+        now_us: i64,
+    ) -> u64 {
+        let view = View::new(state, params, now_us);
+        params.limit.saturating_sub(view.count).min(up_to)
+    }
+
     change_is_the_new_state!(FixedWindow);
 }
 
@@ -317,6 +316,7 @@ impl Algorithm for FixedWindowAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::decision::CallCost;
     use crate::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
     use proptest::prelude::*;
     use std::collections::BTreeMap;

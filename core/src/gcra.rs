@@ -504,6 +504,19 @@ impl Algorithm for GcraAlgorithm {
         }
     }
 
+    /// The units whose increment still fits in the tolerance: a call of `k` is admitted iff
+    /// `tat + k × interval − tolerance ≤ now`, so `⌊(tolerance − (tat − now)) / interval⌋`,
+    /// up to `up_to`: O(1).
+    fn grantable(state: Option<&Gcra>, params: &GcraParams, up_to: u64, now_us: i64) -> u64 {
+        let view = View::new(state, params, now_us);
+        let slack = view
+            .tolerance
+            .saturating_sub(view.tat.saturating_sub(view.now));
+        // Truncating a negative slack gives 0 or less: nothing fits.
+        let fits = slack.checked_div(view.interval).unwrap_or(0).max(0);
+        u64::try_from(fits).unwrap_or(u64::MAX).min(up_to)
+    }
+
     change_is_the_new_state!(Gcra);
 }
 
@@ -1210,6 +1223,11 @@ mod tests {
             let (max_burst, count, period) = first;
             let drain = params(max_burst, count, period, max_burst + 1);
             testing::check_reset_and_expiry_are_when_unused::<GcraAlgorithm>(&steps(first, second, &calls), &drain)?;
+        }
+
+        #[test]
+        fn grantable_is_exact(first in arb_config(), second in arb_config(), calls in arb_calls()) {
+            testing::check_grantable_is_exact::<GcraAlgorithm>(&steps(first, second, &calls), GcraParams::limit)?;
         }
 
         #[test]

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
 pub mod gcra;

@@ -46,9 +46,11 @@ pub fn units_to_evaluate(
 pub struct Bound {
     /// Index of the binding limit.
     pub binding: usize,
-    /// The call's decision: admitted only if every limit admits; `remaining`, `retry` and
-    /// `limit` are the binding limit's; `reset_after_ms` is the largest of all, when every
-    /// limit is back to unused.
+    /// The call's decision: admitted only if every limit admits; `remaining` and `limit` are
+    /// the binding limit's; `retry` is the binding limit's when denied and, when admitted,
+    /// the longest wait any limit imposes (a token bucket with a maximum wait paces the call:
+    /// the caller proceeds once every limit lets it); `reset_after_ms` is the largest of all,
+    /// when every limit is back to unused.
     pub decision: Decision,
 }
 
@@ -84,10 +86,20 @@ pub fn bind(decisions: &[Decision], costs: &[u64]) -> Option<Bound> {
             .max_by_key(|(_, decision)| wait_rank(decision.retry))
     };
     let (binding, chosen) = binding?;
+    let retry = if allowed {
+        decisions
+            .iter()
+            .map(|decision| decision.retry)
+            .max_by_key(|&retry| wait_rank(retry))
+            .unwrap_or(chosen.retry)
+    } else {
+        chosen.retry
+    };
     Some(Bound {
         binding,
         decision: Decision {
             allowed,
+            retry,
             reset_after_ms,
             ..*chosen
         },
@@ -137,6 +149,20 @@ mod tests {
         let bound = bind(&decisions, &[1, 5, 2, 1]).unwrap();
         assert_eq!(bound.binding, 1, "ties go to the lowest index");
         assert_eq!(bound.decision, admitted(10, 700));
+    }
+
+    #[test]
+    fn admitted_calls_wait_for_the_slowest_pacing_limit() {
+        // The second limit paces the call (admitted, proceed in 250 ms); the first binds.
+        let paced = decision(true, 40, Retry::AfterMs(250), 900);
+        let decisions = [admitted(1, 100), paced, admitted(7, 50)];
+        let bound = bind(&decisions, &[1; 3]).unwrap();
+        assert_eq!(bound.binding, 0);
+        assert_eq!(
+            bound.decision,
+            decision(true, 1, Retry::AfterMs(250), 900),
+            "the caller waits for the paced limit"
+        );
     }
 
     #[test]

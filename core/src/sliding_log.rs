@@ -527,6 +527,17 @@ impl Algorithm for SlidingLogAlgorithm {
         Evaluation { decision, commit }
     }
 
+    /// What is left of the limit in the window, up to `up_to`: one binary search, O(log n).
+    fn grantable(
+        state: Option<&SlidingLog>,
+        params: &SlidingLogParams,
+        up_to: u64,
+        now_us: i64,
+    ) -> u64 {
+        let view = View::new(state, params, now_us);
+        params.limit().saturating_sub(view.in_window()).min(up_to)
+    }
+
     /// Raises the log's `as_of` to the change's instant, drops the change's expired entries,
     /// then pushes its units (at `as_of`) or drops its newest units; finally trims excess
     /// capacity. On a log that does not match the one the change was computed from it
@@ -1192,6 +1203,11 @@ mod tests {
                 step.refund = refund;
             }
             testing::check_reset_and_expiry_are_when_unused::<SlidingLogAlgorithm>(&steps, &params(limit, window, limit))?;
+        }
+
+        #[test]
+        fn grantable_is_exact((limit, window) in arb_params(), calls in testing::arb_calls_us()) {
+            testing::check_grantable_is_exact::<SlidingLogAlgorithm>(&steps((limit, window), &calls), |p| p.limit())?;
         }
 
         #[test]

@@ -240,6 +240,16 @@ impl View {
         }
     }
 
+    /// Whole units that still fit under the limit with these counts: the largest `k` with
+    /// `estimate + k ≤ limit`, i.e. `⌊(limit × W − estimate × W) / W⌋`, or 0. At most the
+    /// limit.
+    fn room(&self, params: &WindowParams, previous: u64, current: u64) -> u64 {
+        let left = self
+            .limit_weighted(params)
+            .saturating_sub(self.weighted(previous, current));
+        u64::try_from(left.div_euclid(self.window).max(0)).unwrap_or(u64::MAX)
+    }
+
     fn decision(
         &self,
         params: &WindowParams,
@@ -248,16 +258,12 @@ impl View {
         current: u64,
         retry: Retry,
     ) -> Decision {
-        let left = self
-            .limit_weighted(params)
-            .saturating_sub(self.weighted(previous, current));
-        let remaining = left.div_euclid(self.window).max(0);
         let reset_after_ms = self
             .empty_at(previous, current)
             .map_or(0, |at| ceil_ms_from_us(at.saturating_sub(self.now)));
         Decision {
             allowed,
-            remaining: u64::try_from(remaining).unwrap_or(u64::MAX),
+            remaining: self.room(params, previous, current),
             retry,
             reset_after_ms,
             limit: params.limit(),
@@ -331,6 +337,17 @@ impl Algorithm for SlidingWindowAlgorithm {
             decision: view.decision(params, refunded, previous, current, retry),
             commit: refunded.then(|| view.commit(previous, current)),
         }
+    }
+
+    /// The units that fit under the estimate now, up to `up_to`: O(1).
+    fn grantable(
+        state: Option<&SlidingWindow>,
+        params: &WindowParams,
+        up_to: u64,
+        now_us: i64,
+    ) -> u64 {
+        let view = View::new(state, params, now_us);
+        view.room(params, view.previous, view.current).min(up_to)
     }
 
     change_is_the_new_state!(SlidingWindow);

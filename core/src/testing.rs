@@ -11,6 +11,8 @@
 //!   instants the limiter is back to its unused state;
 //! - [`check_earlier_clocks_never_see_more_room`]: a clock that goes back never admits more;
 //! - [`check_refund_undoes_an_admission`] and [`check_extremes`];
+//! - [`check_grantable_is_exact`]: the closed forms of [`Algorithm::grantable`] against their
+//!   definition, [`bisected_grantable`];
 //! - [`check_windowed_limiter`]: all of the above that the fixed and sliding windows share,
 //!   over the same window traffic.
 //!
@@ -180,10 +182,12 @@ fn assert_retry_is_exact<A: Algorithm>(
     Ok(())
 }
 
-/// Waiting `retry_after` is enough and necessary: after every step, the same call is admitted
-/// once `retry_after` has passed and not a millisecond earlier. The same holds for the decision
-/// of a refund at that instant, which describes the limiter after the refund (the refund itself
-/// is not stored). Instants past [`MAX_NOW_US`], which no clock shows, are not checked.
+/// Waiting `retry_after` is enough and necessary: after every denied step, the same call is
+/// admitted once `retry_after` has passed and not a millisecond earlier. The same holds for the
+/// decision of a refund at that instant, which describes the limiter after the refund (the
+/// refund itself is not stored). (An admitted call's `retry` is the wait before its caller
+/// proceeds, which the algorithms that pace check themselves.) Instants past [`MAX_NOW_US`],
+/// which no clock shows, are not checked.
 /// Returns the steps' decisions, for assertions about their exact values.
 pub(crate) fn check_retry_after_is_honest<A: Algorithm>(
     steps: &[Step<A::Params>],
@@ -196,7 +200,10 @@ where
     for step in steps {
         let decision = driver.step(step);
         let (params, now_us) = (&step.params, step.now_us);
-        assert_retry_is_exact::<A>(driver.state.as_ref(), params, now_us, decision.retry)?;
+        // A refund's retry always says when the call is admitted.
+        if step.refund || !decision.allowed {
+            assert_retry_is_exact::<A>(driver.state.as_ref(), params, now_us, decision.retry)?;
+        }
         let refund = A::refund(driver.state.as_ref(), params, now_us);
         let after = committed::<A>(driver.state.clone(), refund.commit);
         assert_retry_is_exact::<A>(after.as_ref(), params, now_us, refund.decision.retry)?;
@@ -312,6 +319,19 @@ pub(crate) fn check_earlier_clocks_never_see_more_room<A: Algorithm>(
 where
     A::State: Clone,
 {
+    check_earlier_clocks_never_see_more_room_by::<A>(steps, |params| *params)
+}
+
+/// [`check_earlier_clocks_never_see_more_room`], measuring the room before each step with the
+/// call `probe` makes of the step's parameters (for a limiter whose admission also depends on
+/// who calls, such as a concurrency limit's renewals).
+pub(crate) fn check_earlier_clocks_never_see_more_room_by<A: Algorithm>(
+    steps: &[Step<A::Params>],
+    probe: impl Fn(&A::Params) -> A::Params,
+) -> Checked<Vec<Transition<'_, A>>>
+where
+    A::State: Clone,
+{
     let mut driver = Driver::<A>::default();
     let mut latest_us = i64::MIN;
     let mut transitions = Vec::with_capacity(steps.len());
@@ -319,8 +339,9 @@ where
         latest_us = latest_us.max(step.now_us);
         driver.expires_at_ms = None;
         let before = driver.state.clone();
-        let here = A::evaluate(before.as_ref(), &step.params, step.now_us).decision;
-        let latest = A::evaluate(before.as_ref(), &step.params, latest_us).decision;
+        let probe = probe(&step.params);
+        let here = A::evaluate(before.as_ref(), &probe, step.now_us).decision;
+        let latest = A::evaluate(before.as_ref(), &probe, latest_us).decision;
         prop_assert!(
             !here.allowed || latest.allowed,
             "admitted, but not at a later clock"
@@ -344,7 +365,9 @@ where
 }
 
 /// Refunding an admitted call undoes it: the refund gives back exactly the call's `cost`, and
-/// the same call then gets exactly what it got the first time.
+/// the same call then gets exactly what it got the first time. (A call admitted with a wait
+/// took units still to come, so its `remaining`, clamped at 0, cannot show what was given
+/// back; the same call getting the same decision again still does.)
 pub(crate) fn check_refund_undoes_an_admission<A: Algorithm>(
     steps: &[Step<A::Params>],
     cost: impl Fn(&A::Params) -> u64,
@@ -357,9 +380,88 @@ pub(crate) fn check_refund_undoes_an_admission<A: Algorithm>(
         if driver.call(params, now_us).allowed {
             let refund = driver.refund(params, now_us);
             prop_assert!(refund.allowed);
-            prop_assert_eq!(refund.remaining, before.remaining + cost(params));
+            if before.retry == Retry::Now {
+                prop_assert_eq!(refund.remaining, before.remaining + cost(params));
+            }
             prop_assert_eq!(driver.call(params, now_us), before);
         }
+    }
+    Ok(())
+}
+
+/// Whether the call `params` describes, for `units` units, is admitted.
+fn admits<A: Algorithm>(
+    state: Option<&A::State>,
+    params: &A::Params,
+    units: u64,
+    now_us: i64,
+) -> bool {
+    A::evaluate(state, &params.with_cost(units), now_us)
+        .decision
+        .allowed
+}
+
+/// The definition of [`Algorithm::grantable`], as a bisection over [`Algorithm::evaluate`]: the
+/// largest `k ≤ up_to` whose call is admitted, or 0. Admission is monotone in the cost, so the
+/// invariant below holds; at most 65 evaluations.
+pub(crate) fn bisected_grantable<A: Algorithm>(
+    state: Option<&A::State>,
+    params: &A::Params,
+    up_to: u64,
+    now_us: i64,
+) -> u64 {
+    let admits = |units| admits::<A>(state, params, units, now_us);
+    if up_to == 0 || admits(up_to) {
+        return up_to;
+    }
+    // Invariant: `low` units are admitted (0 trivially), `high` units are not.
+    let (mut low, mut high) = (0, up_to);
+    while high - low > 1 {
+        let middle = low.midpoint(high);
+        if admits(middle) {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    low
+}
+
+/// [`Algorithm::grantable`] is exact: before every step, for `up_to` of 0, 1, 2, the step's
+/// cost and one more, the `limit` (read from the step's parameters) and one either side, and
+/// `u64::MAX`, it equals the bisection definition ([`bisected_grantable`]), a call of the
+/// granted units is admitted, and one of a unit more (when allowed by `up_to`) is not.
+pub(crate) fn check_grantable_is_exact<A: Algorithm>(
+    steps: &[Step<A::Params>],
+    limit: impl Fn(&A::Params) -> u64,
+) -> Checked {
+    let mut driver = Driver::<A>::default();
+    for step in steps {
+        let (params, now_us) = (&step.params, step.now_us);
+        driver.expire(now_us);
+        let state = driver.state.as_ref();
+        let (cost, limit) = (params.cost(), limit(params));
+        let admits = |units| admits::<A>(state, params, units, now_us);
+        let up_tos = [
+            0,
+            1,
+            2,
+            cost,
+            cost.saturating_add(1),
+            limit.saturating_sub(1),
+            limit,
+            limit.saturating_add(1),
+            u64::MAX,
+        ];
+        for up_to in up_tos {
+            let granted = A::grantable(state, params, up_to, now_us);
+            let defined = bisected_grantable::<A>(state, params, up_to, now_us);
+            prop_assert_eq!(granted, defined, "up to {} units", up_to);
+            prop_assert!(granted <= up_to);
+            prop_assert!(granted == 0 || admits(granted));
+            prop_assert!(granted == up_to || !admits(granted + 1));
+        }
+        driver.step(step);
     }
     Ok(())
 }
@@ -538,7 +640,8 @@ pub(crate) fn window_steps(
 /// per `window` µs:
 ///
 /// - over `calls`: [`check_reset_and_expiry_are_when_unused`],
-///   [`check_peeking_changes_nothing`] and [`check_refund_undoes_an_admission`];
+///   [`check_peeking_changes_nothing`], [`check_refund_undoes_an_admission`] and
+///   [`check_grantable_is_exact`];
 /// - over `jumps`, a clock going back and forth: [`check_earlier_clocks_never_see_more_room`],
 ///   and an admitted call never moves the stored window's start back, and each stored window
 ///   counts exactly the units admitted in it, at most `limit`. `window_of` reads a state's
@@ -556,6 +659,7 @@ where
     check_reset_and_expiry_are_when_unused::<A>(&steps, &window_params(limit, window, limit))?;
     check_peeking_changes_nothing::<A>(&steps)?;
     check_refund_undoes_an_admission::<A>(&steps, WindowParams::cost)?;
+    check_grantable_is_exact::<A>(&steps, WindowParams::limit)?;
 
     let steps = window_steps(limit, window, jumps);
     let transitions = check_earlier_clocks_never_see_more_room::<A>(&steps)?;

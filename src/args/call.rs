@@ -3,6 +3,8 @@
 use super::quota::{arity, quota};
 use super::{Settings, positive_integer};
 use crate::core::grant::Grant;
+use crate::core::number::{NumberError, parse_positive_integer};
+use crate::core::time::NS_PER_MS;
 use crate::error::{ArgError, CommandError, Rule};
 use crate::kinds::{Kind, Quota};
 
@@ -16,18 +18,58 @@ pub struct CallArgs {
 }
 
 /// `<parameters> [cost] [PARTIAL [MIN m]]` of `RL.TOKENBUCKET`, `RL.SLIDING`, `RL.FIXED`,
-/// `RL.SLIDINGLOG`, and of `RL.PEEK` after its algorithm name.
+/// `RL.SLIDINGLOG`, and of `RL.PEEK` after its algorithm name; token buckets also take
+/// `MAXWAIT ms` (not with `PARTIAL`).
 pub fn call(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<CallArgs, CommandError> {
-    let (quota, mut options) = with_cost(kind, args, settings)?;
-    let mut grant = Grant::Whole;
+    let (mut quota, mut options) = with_cost(kind, args, settings)?;
+    let (mut grant, mut max_wait_given) = (Grant::Whole, false);
     while let Some((&option, rest)) = options.split_first() {
         if grant == Grant::Whole && option.eq_ignore_ascii_case(b"PARTIAL") {
             (grant, options) = partial(rest, quota.cost())?;
+        } else if !max_wait_given && option.eq_ignore_ascii_case(b"MAXWAIT") {
+            let (&wait, after) = rest.split_first().ok_or(CommandError::WrongArity)?;
+            quota = with_max_wait(quota, wait)?;
+            (max_wait_given, options) = (true, after);
         } else {
-            return Err(ArgError::new("option", Rule::Must("be PARTIAL [MIN m]"), option).into());
+            let rule = match kind {
+                Kind::TokenBucket => Rule::Must("be PARTIAL [MIN m] or MAXWAIT ms"),
+                _ => Rule::Must("be PARTIAL [MIN m]"),
+            };
+            return Err(ArgError::new("option", rule, option).into());
         }
     }
+    if max_wait_given && grant != Grant::Whole {
+        return Err(
+            ArgError::combination("PARTIAL and MAXWAIT", Rule::Must("not be combined")).into(),
+        );
+    }
     Ok(CallArgs { quota, grant })
+}
+
+/// `quota` paced by `MAXWAIT wait` (milliseconds, at most a day): a token bucket's calls
+/// may then be admitted with a wait.
+fn with_max_wait(quota: Quota, wait: &[u8]) -> Result<Quota, CommandError> {
+    let too_long = || ArgError::new("MAXWAIT", Rule::AtMost("86400000 ms (1 day)"), wait);
+    let Quota::TokenBucket(params) = quota else {
+        return Err(CommandError::Message(
+            "ERR MAXWAIT paces token buckets only (RL.TOKENBUCKET)",
+        ));
+    };
+    let wait_ms = match parse_positive_integer(wait) {
+        Ok(ms) => ms,
+        Err(NumberError::Zero) => 0,
+        Err(NumberError::TooLarge) => return Err(too_long().into()),
+        Err(NumberError::Negative) => {
+            return Err(ArgError::new("MAXWAIT", Rule::NotNegative, wait).into());
+        }
+        Err(error) => {
+            let rule = Rule::for_number(error, Rule::Must("be a whole number of milliseconds"));
+            return Err(ArgError::new("MAXWAIT", rule, wait).into());
+        }
+    };
+    let wait_ns = wait_ms.checked_mul(NS_PER_MS).ok_or_else(too_long)?;
+    let paced = params.with_max_wait_ns(wait_ns).map_err(|_| too_long())?;
+    Ok(Quota::TokenBucket(paced))
 }
 
 /// `<parameters> [cost]` of `RL.REFUND` after its algorithm name.
@@ -58,7 +100,7 @@ fn with_cost<'a, 'b>(
 
 /// Whether an argument after the parameters is an option's name rather than the cost.
 fn is_option(arg: &[u8]) -> bool {
-    arg.eq_ignore_ascii_case(b"PARTIAL")
+    arg.eq_ignore_ascii_case(b"PARTIAL") || arg.eq_ignore_ascii_case(b"MAXWAIT")
 }
 
 /// The grant of `PARTIAL [MIN m]` (`rest` follows `PARTIAL`), and the arguments after it.
@@ -126,12 +168,18 @@ mod tests {
     #[test]
     fn refuses_bad_options_with_the_rule() {
         let cases: &[(&[&str], &str)] = &[
-            (&["10", "1", "1", "extra"], "ERR option must be PARTIAL [MIN m] (got 'extra')"),
-            (&["10", "1", "PARTIAL", "PARTIAL"], "ERR option must be PARTIAL [MIN m] (got 'PARTIAL')"),
+            (&["10", "1", "1", "extra"], "ERR option must be PARTIAL [MIN m] or MAXWAIT ms (got 'extra')"),
+            (&["10", "1", "PARTIAL", "PARTIAL"], "ERR option must be PARTIAL [MIN m] or MAXWAIT ms (got 'PARTIAL')"),
             (&["10", "1", "5", "PARTIAL", "MIN", "6"], "ERR MIN must be at most the cost (got '6')"),
             (&["10", "1", "5", "PARTIAL", "MIN", "0"], "ERR MIN must be greater than 0 (got '0')"),
             (&["10", "1", "PARTIAL", "MIN", "x"], "ERR MIN must be a positive integer (got 'x')"),
             (&["10", "1", "0"], "ERR cost must be greater than 0 (got '0')"),
+            (&["10", "1", "MAXWAIT", "x"], "ERR MAXWAIT must be a whole number of milliseconds (got 'x')"),
+            (&["10", "1", "MAXWAIT", "-1"], "ERR MAXWAIT must be at least 0 (got '-1')"),
+            (&["10", "1", "MAXWAIT", "86400001"], "ERR MAXWAIT must be at most 86400000 ms (1 day) (got '86400001')"),
+            (&["10", "1", "MAXWAIT", "99999999999999999999"], "ERR MAXWAIT must be at most 86400000 ms (1 day) (got '99999999999999999999')"),
+            (&["10", "1", "MAXWAIT", "5", "PARTIAL"], "ERR PARTIAL and MAXWAIT must not be combined"),
+            (&["10", "1", "MAXWAIT", "5", "MAXWAIT", "5"], "ERR option must be PARTIAL [MIN m] or MAXWAIT ms (got 'MAXWAIT')"),
             (&["10", "1", "x"], "ERR cost must be a positive integer (got 'x')"),
         ];
         for (args, expected) in cases {
@@ -141,6 +189,29 @@ mod tests {
         assert_eq!(
             parsed(Kind::TokenBucket, &["10", "1", "PARTIAL", "MIN"]),
             Err(CommandError::WrongArity)
+        );
+    }
+
+    #[test]
+    fn maxwait_paces_token_buckets_only() {
+        let Quota::TokenBucket(params) = parsed(Kind::TokenBucket, &["1", "10", "MAXWAIT", "250"])
+            .unwrap()
+            .quota
+        else {
+            panic!("a token bucket")
+        };
+        assert_eq!(params.max_wait_ns(), 250_000_000);
+        let Quota::TokenBucket(params) =
+            parsed(Kind::TokenBucket, &["1", "10", "2", "maxwait", "0"])
+                .unwrap()
+                .quota
+        else {
+            panic!("a token bucket")
+        };
+        assert_eq!((params.max_wait_ns(), params.cost()), (0, 2));
+        assert_eq!(
+            message(Kind::FixedWindow, &["10", "60", "MAXWAIT", "5"]),
+            "ERR MAXWAIT paces token buckets only (RL.TOKENBUCKET)"
         );
     }
 

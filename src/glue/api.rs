@@ -25,85 +25,54 @@ macro_rules! api {
 }
 pub(crate) use api;
 
+/// The names of the API pointers in `$name...` that the server did not fill.
+macro_rules! missing {
+    ($($name:ident),* $(,)?) => {
+        [$((stringify!($name), api!($name).is_some())),*]
+            .into_iter()
+            .filter(|(_, present)| !present)
+            .map(|(name, _)| name.trim_start_matches("RedisModule_"))
+            .collect()
+    };
+}
+
 /// The name of every API pointer this module calls on servers of all supported versions.
 pub fn missing_apis() -> Vec<&'static str> {
-    let present: &[(&'static str, bool)] = &[
-        ("OpenKey", api!(RedisModule_OpenKey).is_some()),
-        ("CloseKey", api!(RedisModule_CloseKey).is_some()),
-        ("KeyType", api!(RedisModule_KeyType).is_some()),
-        (
-            "ModuleTypeGetType",
-            api!(RedisModule_ModuleTypeGetType).is_some(),
-        ),
-        (
-            "ModuleTypeGetValue",
-            api!(RedisModule_ModuleTypeGetValue).is_some(),
-        ),
-        (
-            "ModuleTypeSetValue",
-            api!(RedisModule_ModuleTypeSetValue).is_some(),
-        ),
-        ("SetAbsExpire", api!(RedisModule_SetAbsExpire).is_some()),
-        ("SetExpire", api!(RedisModule_SetExpire).is_some()),
-        ("StringPtrLen", api!(RedisModule_StringPtrLen).is_some()),
-        ("ReplyWithArray", api!(RedisModule_ReplyWithArray).is_some()),
-        (
-            "ReplyWithLongLong",
-            api!(RedisModule_ReplyWithLongLong).is_some(),
-        ),
-        ("ReplyWithError", api!(RedisModule_ReplyWithError).is_some()),
-        (
-            "ReplyWithSimpleString",
-            api!(RedisModule_ReplyWithSimpleString).is_some(),
-        ),
-        ("WrongArity", api!(RedisModule_WrongArity).is_some()),
-        ("Replicate", api!(RedisModule_Replicate).is_some()),
-        (
-            "ReplicateVerbatim",
-            api!(RedisModule_ReplicateVerbatim).is_some(),
-        ),
-        (
-            "NotifyKeyspaceEvent",
-            api!(RedisModule_NotifyKeyspaceEvent).is_some(),
-        ),
-        (
-            "SignalModifiedKey",
-            api!(RedisModule_SignalModifiedKey).is_some(),
-        ),
-        (
-            "GetContextFlags",
-            api!(RedisModule_GetContextFlags).is_some(),
-        ),
-        ("Milliseconds", api!(RedisModule_Milliseconds).is_some()),
-        ("Log", api!(RedisModule_Log).is_some()),
-        (
-            "SaveStringBuffer",
-            api!(RedisModule_SaveStringBuffer).is_some(),
-        ),
-        (
-            "LoadStringBuffer",
-            api!(RedisModule_LoadStringBuffer).is_some(),
-        ),
-        ("IsIOError", api!(RedisModule_IsIOError).is_some()),
-        ("EmitAOF", api!(RedisModule_EmitAOF).is_some()),
-        (
-            "DigestAddStringBuffer",
-            api!(RedisModule_DigestAddStringBuffer).is_some(),
-        ),
-        (
-            "DigestEndSequence",
-            api!(RedisModule_DigestEndSequence).is_some(),
-        ),
-        ("Free", api!(RedisModule_Free).is_some()),
-        ("CreateString", api!(RedisModule_CreateString).is_some()),
-        ("FreeString", api!(RedisModule_FreeString).is_some()),
-        ("DeleteKey", api!(RedisModule_DeleteKey).is_some()),
-    ];
-    present
-        .iter()
-        .filter(|(_, present)| !present)
-        .map(|(name, _)| *name)
-        .collect()
+    missing!(
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_SetAbsExpire,
+        RedisModule_SetExpire,
+        RedisModule_StringPtrLen,
+        RedisModule_ReplyWithArray,
+        RedisModule_ReplyWithLongLong,
+        RedisModule_ReplyWithError,
+        RedisModule_ReplyWithSimpleString,
+        RedisModule_WrongArity,
+        RedisModule_Replicate,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_SignalModifiedKey,
+        RedisModule_GetContextFlags,
+        RedisModule_Milliseconds,
+        RedisModule_Log,
+        RedisModule_SaveStringBuffer,
+        RedisModule_LoadStringBuffer,
+        RedisModule_IsIOError,
+        RedisModule_EmitAOF,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestEndSequence,
+        RedisModule_Free,
+        RedisModule_CreateString,
+        RedisModule_FreeString,
+        RedisModule_DeleteKey,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPosWithFlags,
+    )
 }
 
 /// The bytes of a Redis string.
@@ -206,6 +175,30 @@ impl<'a> Call<'a> {
     /// The arguments in `range`, as Redis strings (empty past the end).
     pub fn arg_strings(&self, range: std::ops::Range<usize>) -> &'a [*mut raw::RedisModuleString] {
         self.argv.get(range).unwrap_or_default()
+    }
+
+    /// Whether Redis is asking where the command's keys are (for a command registered with
+    /// `getkeys-api`) rather than running it.
+    pub fn is_keys_position_request(&self) -> bool {
+        api!(RedisModule_IsKeysPositionRequest).is_some_and(|is_request| {
+            // SAFETY: live context.
+            unsafe { is_request(self.ctx) != 0 }
+        })
+    }
+
+    /// Answers a keys position request: argument `index` is a key that the command reads
+    /// and updates.
+    pub fn report_key_at(&self, index: usize) {
+        let Ok(position) = c_int::try_from(index) else {
+            return;
+        };
+        let flags = raw::REDISMODULE_CMD_KEY_RW
+            | raw::REDISMODULE_CMD_KEY_ACCESS
+            | raw::REDISMODULE_CMD_KEY_UPDATE;
+        if let Some(report) = api!(RedisModule_KeyAtPosWithFlags) {
+            // SAFETY: live context of a keys position request; the flags are key spec flags.
+            unsafe { report(self.ctx, position, c_int::try_from(flags).unwrap_or(0)) };
+        }
     }
 
     /// The context flags (`REDISMODULE_CTX_FLAGS_*`).

@@ -93,10 +93,7 @@ pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
         memo.with(
             &arguments,
             settings.fingerprint(),
-            |arguments| {
-                let (algorithm, rest) = arguments.split_first().ok_or(CommandError::WrongArity)?;
-                args::call(args::algorithm(algorithm)?, rest, settings)
-            },
+            |arguments| after_algorithm(arguments, |kind, rest| args::call(kind, rest, settings)),
             |parsed| {
                 driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
             },
@@ -117,16 +114,22 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
         memo.with(
             &arguments,
             settings.fingerprint(),
-            |arguments| {
-                let (algorithm, rest) = arguments.split_first().ok_or(CommandError::WrongArity)?;
-                args::refund(args::algorithm(algorithm)?, rest, settings)
-            },
+            |arguments| after_algorithm(arguments, |kind, rest| args::refund(kind, rest, settings)),
             |quota| driver::refund(call, stats::REFUND.event, name, quota, now_us),
         )
     })??;
     stats::REFUND.record(decision.allowed);
     reply::decision(call, &decision);
     Ok(())
+}
+
+/// Parses `ALGORITHM args...` with `parse` for the named algorithm.
+fn after_algorithm<T>(
+    arguments: &[&[u8]],
+    parse: impl FnOnce(Kind, &[&[u8]]) -> Result<T, CommandError>,
+) -> Result<T, CommandError> {
+    let (algorithm, rest) = arguments.split_first().ok_or(CommandError::WrongArity)?;
+    parse(args::algorithm(algorithm)?, rest)
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command and reply.
@@ -156,6 +159,10 @@ pub fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
 /// `RL.MULTI numkeys key [key ...] limit [limit ...] [COST c] [WEIGHTS w1 ... wN]
 /// [PARTIAL [MIN m]]`: every limit admits its cost and all are charged, or none is.
 pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
+    if call.is_keys_position_request() {
+        report_counted_keys(call);
+        return Ok(());
+    }
     let key_count = multi::key_count(call.arg_bytes(1))?;
     let first_limit = key_count.checked_add(2).ok_or(CommandError::WrongArity)?;
     let names = call.arg_strings(2..first_limit);
@@ -190,6 +197,20 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
         first_field(outcome.units, &outcome.bound.decision, grant),
     );
     Ok(())
+}
+
+/// Tells Redis where the keys of `numkeys key [key ...]` are. Redis 7.0's cluster routing
+/// asks the command itself (`getkeys-api`) rather than reading key specs, which only
+/// `COMMAND GETKEYS` and ACLs use there: without this, keys of another node would be
+/// served locally and keys of several slots would not get `CROSSSLOT`.
+fn report_counted_keys(call: &Call<'_>) {
+    let Ok(key_count) = multi::key_count(call.arg_bytes(1)) else {
+        return;
+    };
+    let first_key = 2;
+    for index in (first_key..call.arg_count()).take(key_count) {
+        call.report_key_at(index);
+    }
 }
 
 /// Counts and replies to a single-key call.

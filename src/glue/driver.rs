@@ -157,8 +157,27 @@ pub fn acquire_many(
         costs.push(quota.cost());
     }
     let per_limit: Vec<Decision> = evaluations.iter().map(|e| e.decision).collect();
-    let bound = multi::bind(&per_limit, &costs)
+    let mut bound = multi::bind(&per_limit, &costs)
         .ok_or(CommandError::Message("ERR RL.MULTI needs at least one key"))?;
+    if !bound.decision.allowed {
+        // Nothing is charged: the call's reset is when every limit, as it stands, is back to
+        // unused. A limit that alone would have admitted reports its reset as if charged
+        // (its own view of the call), so ask it again with a cost it can never admit.
+        let mut reset_after_ms = 0;
+        for ((key, quota), view) in keys.iter().zip(args.quotas_for(units)).zip(&per_limit) {
+            let as_it_stands = if view.allowed {
+                let unchanged = quota.with_cost(u64::MAX);
+                let granted = unchanged
+                    .evaluate(key.held(), Grant::Whole, now_us)
+                    .map_err(mismatch_with(&unchanged))?;
+                granted.evaluation.decision.reset_after_ms
+            } else {
+                view.reset_after_ms
+            };
+            reset_after_ms = reset_after_ms.max(as_it_stands);
+        }
+        bound.decision.reset_after_ms = reset_after_ms;
+    }
     if bound.decision.allowed {
         let mut writes: Vec<Replicated> = keys
             .into_iter()

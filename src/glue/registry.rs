@@ -22,7 +22,9 @@ enum Keys {
     OneReadWrite,
     /// One key at argument 1, only read.
     OneReadOnly,
-    /// `numkeys` at argument 1, then that many keys, read and updated.
+    /// `numkeys` at argument 1, then that many keys, read and updated. The command must
+    /// also be flagged `getkeys-api` and answer keys position requests: Redis 7.0's cluster
+    /// routing reads no key specs of module commands.
     Counted,
     /// Key/value pairs from argument 1, keys read and updated.
     Pairs,
@@ -130,7 +132,7 @@ const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"rl.multi",
         handler: multi_entry,
-        flags: c"write deny-oom",
+        flags: c"write deny-oom getkeys-api",
         arity: -6,
         keys: Keys::Counted,
         acl_categories: c"write slow",

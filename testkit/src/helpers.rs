@@ -2,6 +2,13 @@
 
 use redis::{Connection, RedisError, RedisResult};
 
+use crate::server::info_field;
+
+/// The words of a command line: `words("2 a b FIXED 5 60")`, for readable arguments.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 /// `RL.TOKENBUCKET key capacity rate [cost]` → the five reply integers.
 pub fn token_bucket(
     con: &mut Connection,
@@ -120,4 +127,47 @@ pub fn wait_replicas(con: &mut Connection) -> i64 {
         .arg(10_000)
         .query(con)
         .expect("WAIT")
+}
+
+/// How many times `command` ran on a server (`INFO commandstats`; 0 if never).
+pub fn commandstat_calls(con: &mut Connection, command: &str) -> i64 {
+    info_field(con, "commandstats", &format!("cmdstat_{command}"))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|part| part.strip_prefix("calls=").and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// A reply of `RL.MULTI`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MultiReply {
+    /// `[allowed or units, remaining, retry_after_ms, reset_after_ms, limit]` of the binding
+    /// limit.
+    pub fields: [i64; 5],
+    /// The binding limit's index.
+    pub binding: i64,
+    /// Each limit's own five fields.
+    pub per_limit: Vec<[i64; 5]>,
+}
+
+/// Sends `RL.MULTI` with `args` (everything after the command name).
+pub fn try_multi(con: &mut Connection, args: &[&str]) -> RedisResult<MultiReply> {
+    let reply: (i64, i64, i64, i64, i64, i64, Vec<Vec<i64>>) =
+        redis::cmd("RL.MULTI").arg(args).query(con)?;
+    let (first, remaining, retry, reset, limit, binding, per_limit) = reply;
+    Ok(MultiReply {
+        fields: [first, remaining, retry, reset, limit],
+        binding,
+        per_limit: per_limit
+            .into_iter()
+            .map(|fields| fields.try_into().expect("five integers per limit"))
+            .collect(),
+    })
+}
+
+/// `RL.MULTI` that must succeed.
+pub fn multi(con: &mut Connection, args: &[&str]) -> MultiReply {
+    try_multi(con, args).unwrap_or_else(|error| panic!("RL.MULTI {args:?}: {}", error_text(&error)))
 }

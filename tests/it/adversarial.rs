@@ -1,5 +1,5 @@
-//! Hostile input from clients: corrupt and forged `RESTORE` payloads (P7, P9, P10) and every
-//! numeric argument of every command at its extremes (I). The server must refuse cleanly,
+//! Hostile input from clients: corrupt and forged `RESTORE` payloads and every
+//! numeric argument of every command at its extremes. The server must refuse cleanly,
 //! write nothing, propagate nothing, and never die.
 //!
 //! Bounded to a few seconds; `RL_TEST_LONG=1` runs the RESTORE fuzz for 60 s instead, and
@@ -141,7 +141,7 @@ fn calls_for_kind(kind: u8) -> Vec<(Vec<&'static str>, i64)> {
     }
 }
 
-/// P9: DUMP every kind, flip one or two bytes of the module value, RESTORE with checksum
+/// DUMP every kind, flip one or two bytes of the module value, RESTORE with checksum
 /// validation off. Refusals are fine; the server must survive every attempt, and whatever
 /// loads must be canonical (DUMP gives the same module bytes back) and usable.
 #[test]
@@ -235,7 +235,7 @@ fn corrupt_restore_payloads_never_hurt_the_server() {
     assert!(server.is_alive());
 }
 
-/// P7: a newer encver in the module id, and our own version byte changed, are refused for
+/// A newer encver in the module id, and our own version byte changed, are refused for
 /// every kind, with a log line, and the server stays up.
 #[test]
 fn forged_encoding_versions_are_refused_for_every_kind() {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::cluster_support::{Cluster, keyslot, node_id, role};
-use crate::helpers::{error_text, snapshot};
+use crate::helpers::{error_text, multi, snapshot, try_multi};
 use crate::limiter_model::{Algorithm, Limiter, limiters, partly_use, scaled};
 use crate::server::{Server, info_int, wait_until};
 
@@ -100,6 +100,10 @@ fn use_up(con: &mut dyn redis::ConnectionLike, limiter: &mut Limiter) {
     assert!(!limiter.call_checked(con, 1), "{}", limiter.key);
 }
 
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 #[test]
 fn a_wrong_node_redirects_every_command_and_a_cluster_client_spreads_limiters() {
     let cluster = Cluster::start(3, 1);
@@ -133,6 +137,38 @@ fn a_wrong_node_redirects_every_command_and_a_cluster_client_spreads_limiters() 
             assert_eq!(reply.len(), 5);
         }
     }
+
+    // RL.MULTI: keys of one slot are served by their owner and redirected from elsewhere;
+    // keys of two slots are refused (CROSSSLOT), even by a node owning both.
+    let owner = primaries[0];
+    let tag = cluster.tag_on(owner, "multi");
+    let other_tag = cluster.tag_on(owner, "multi-other");
+    assert_ne!(keyslot(&tag), keyslot(&other_tag));
+    let limits = ["FIXED", "5", "60", "TOKENBUCKET", "5", "1"];
+    let call = |first: &str, second: &str| {
+        let mut args = vec!["2".to_string(), first.to_string(), second.to_string()];
+        args.extend(limits.iter().map(|s| s.to_string()));
+        args
+    };
+    let same_slot = call(&format!("{tag}:a"), &format!("{tag}:b"));
+    assert_eq!(multi(&mut owner.conn(), &as_strs(&same_slot)).fields[0], 1);
+    let cross = call(&format!("{tag}:c"), &format!("{other_tag}:d"));
+    let error = try_multi(&mut owner.conn(), &as_strs(&cross)).unwrap_err();
+    assert_eq!(
+        error_text(&error),
+        "CROSSSLOT Keys in request don't hash to the same slot"
+    );
+    assert!(!exists(owner, &format!("{tag}:c")));
+    let mut multi_cmd = redis::cmd("RL.MULTI");
+    multi_cmd.arg(as_strs(&same_slot));
+    assert_eq!(
+        refused(&mut primaries[1].conn(), &multi_cmd),
+        format!("MOVED {} 127.0.0.1:{}", keyslot(&tag), owner.port)
+    );
+    let routed: (i64, i64, i64, i64, i64, i64, Vec<Vec<i64>>) = multi_cmd
+        .query(&mut cluster.client().get_connection().unwrap())
+        .unwrap();
+    assert_eq!(routed.0, 1, "a cluster client reaches the owner");
 
     // A replica sends writes to its primary; with READONLY it serves RL.PEEK itself.
     let owner = primaries[0];

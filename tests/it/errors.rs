@@ -50,7 +50,7 @@ fn messages_name_the_argument_and_the_rule() {
         ),
         (
             &["k", "10", "1", "1", "extra"],
-            "ERR option must be PARTIAL [MIN m] (got 'extra')",
+            "ERR option must be PARTIAL [MIN m] or MAXWAIT ms (got 'extra')",
         ),
     ];
     for (args, expected) in cases {

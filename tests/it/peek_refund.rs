@@ -150,7 +150,7 @@ fn algorithm_names_and_arities_are_checked() {
             ],
         );
         let expected = match command {
-            "RL.PEEK" => "ERR option must be PARTIAL [MIN m] (got '1')",
+            "RL.PEEK" => "ERR option must be PARTIAL [MIN m] or MAXWAIT ms (got '1')",
             _ => "ERR wrong number of arguments for 'rl.refund' command",
         };
         assert_eq!(message, expected);

@@ -2,18 +2,10 @@
 
 use std::time::Duration;
 
-use crate::helpers::{error_text, keys, mixed_traffic, snapshot, token_bucket, wait_replicas};
-use crate::server::{Server, info_field, info_int, primary_and_replica};
-
-fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
-    info_field(con, "commandstats", &format!("cmdstat_{command}"))
-        .and_then(|stats| {
-            stats
-                .split(',')
-                .find_map(|part| part.strip_prefix("calls=").and_then(|n| n.parse().ok()))
-        })
-        .unwrap_or(0)
-}
+use crate::helpers::{
+    commandstat_calls, error_text, keys, mixed_traffic, snapshot, token_bucket, wait_replicas,
+};
+use crate::server::{Server, info_int, primary_and_replica};
 
 #[test]
 fn a_lagging_replica_ends_byte_identical() {
