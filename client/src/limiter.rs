@@ -107,6 +107,14 @@ impl PolicyState {
         })
     }
 
+    /// Units limit `index` is charged per unit of cost.
+    fn weight(&self, index: usize) -> u64 {
+        self.policy
+            .limits()
+            .get(index)
+            .map_or(1, |limit| limit.weight_units())
+    }
+
     fn status(&self, index: usize, view: &View) -> Option<LimitStatus> {
         let limit = self.policy.limits().get(index)?;
         let shape = *self.shapes.get(index)?;
@@ -542,6 +550,18 @@ impl RateLimiter {
             } = grant;
             views.extend(group.iter().copied().zip(group_views));
             if granted == 0 {
+                // Each limit's view is of the call as if charged; nothing was, so the limits
+                // that alone would have admitted still hold the units they showed taken.
+                let evaluated = partial_min.map_or(units, |min| min.clamp(1, units));
+                for (index, view) in views.iter_mut().filter(|(i, _)| group.contains(i)) {
+                    if view.allowed {
+                        let weight = state.weight(*index);
+                        view.remaining = view
+                            .remaining
+                            .saturating_add(evaluated.saturating_mul(weight))
+                            .min(view.limit);
+                    }
+                }
                 let binding = group.get(binding).copied().unwrap_or(0);
                 self.refund_all(state, keys, &charged, &mut views).await;
                 return Ok(Acquired {
@@ -591,11 +611,7 @@ impl RateLimiter {
             for (group, units) in charged {
                 for (index, view) in views.iter_mut() {
                     if group.contains(index) {
-                        let weight = state
-                            .policy
-                            .limits()
-                            .get(*index)
-                            .map_or(1, |limit| limit.weight_units());
+                        let weight = state.weight(*index);
                         view.remaining = view
                             .remaining
                             .saturating_add(units.saturating_mul(weight))
@@ -827,14 +843,7 @@ fn binding_of(state: &PolicyState, views: &[(usize, View)], units: u64) -> usize
     let decisions: Vec<CoreDecision> = views.iter().map(|(_, view)| view.to_core()).collect();
     let costs: Vec<u64> = views
         .iter()
-        .map(|(index, _)| {
-            let weight = state
-                .policy
-                .limits()
-                .get(*index)
-                .map_or(1, |limit| limit.weight_units());
-            units.saturating_mul(weight)
-        })
+        .map(|(index, _)| units.saturating_mul(state.weight(*index)))
         .collect();
     let position = multi::bind(&decisions, &costs).map_or(0, |bound| bound.binding);
     views.get(position).map_or(0, |(index, _)| *index)

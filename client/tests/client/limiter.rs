@@ -58,6 +58,19 @@ async fn one_atomic_call_for_the_whole_policy_on_a_single_server() {
     let denied = limiter.check("api", &user("ann")).await.unwrap();
     assert!(!denied.allowed);
     assert_eq!(denied.binding_limit().unwrap().name.as_ref(), "per-user");
+    let global = |decision: &redis_ratelimit_client::Decision| {
+        decision
+            .limits
+            .iter()
+            .find(|l| &*l.name == "global")
+            .unwrap()
+            .remaining
+    };
+    assert_eq!(
+        global(&denied),
+        8,
+        "the fields show the global limit as it stands"
+    );
     // The denied call charged nothing: Bob's next call finds 8 global units and takes one.
     let bob = limiter.check("api", &user("bob")).await.unwrap();
     assert_eq!(
