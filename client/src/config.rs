@@ -14,6 +14,7 @@
 //! algorithm = "token_bucket"
 //! capacity = 100
 //! refill_s = 60             # or refill_ms, or rate = "1.5" (tokens per second)
+//! # max_wait_ms = 500       # pace instead of refusing (MAXWAIT; not with leases)
 //!
 //! [[policy.limit]]
 //! name = "daily"
@@ -110,6 +111,7 @@ struct LimitConfig {
     max_burst: Option<u64>,
     count: Option<u64>,
     period_s: Option<u64>,
+    max_wait_ms: Option<u64>,
 }
 
 /// Reads policies from a TOML file.
@@ -163,6 +165,9 @@ fn policy(config: PolicyConfig) -> Result<Policy, ConfigError> {
         if let Some(weight) = limit.weight {
             built = built.weight(weight);
         }
+        if let Some(ms) = limit.max_wait_ms {
+            built = built.max_wait(Duration::from_millis(ms)).map_err(invalid)?;
+        }
         builder = builder.limit(built);
     }
     builder.build().map_err(invalid)
@@ -181,12 +186,13 @@ fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
         ("max_burst", limit.max_burst.is_some()),
         ("count", limit.count.is_some()),
         ("period_s", limit.period_s.is_some()),
+        ("max_wait_ms", limit.max_wait_ms.is_some()),
     ]
     .into_iter()
     .filter_map(|(name, set)| set.then_some(name))
     .collect();
     let allowed: &[&str] = match limit.algorithm.as_str() {
-        "token_bucket" => &["capacity", "rate", "refill_s", "refill_ms"],
+        "token_bucket" => &["capacity", "rate", "refill_s", "refill_ms", "max_wait_ms"],
         "sliding_window" | "fixed_window" | "sliding_log" => &["limit", "window_s", "window_ms"],
         "gcra" => &["max_burst", "count", "period_s"],
         other => {
@@ -271,6 +277,14 @@ mod tests {
         name = "partner"
 
         [[policy.limit]]
+        name = "queue"
+        key = "queue"
+        algorithm = "token_bucket"
+        capacity = 1
+        rate = "10"
+        max_wait_ms = 1000
+
+        [[policy.limit]]
         name = "gcra"
         key = "partner"
         algorithm = "gcra"
@@ -298,7 +312,8 @@ mod tests {
         assert_eq!(api.limits()[1].weight_units(), 2);
         assert_eq!(api.limits()[1].key().as_str(), "rl:{{{api_key}}}:day");
         assert_eq!(partner.fallback(), Fallback::Local);
-        assert_eq!(partner.limits()[0].algorithm().quota(), 10);
+        assert_eq!(partner.limits()[0].paced(), Some(Duration::from_secs(1)));
+        assert_eq!(partner.limits()[1].algorithm().quota(), 10);
     }
 
     fn error_of(text: &str) -> String {

@@ -74,7 +74,8 @@ pub struct LimitStatus {
     pub allowed: bool,
     /// Whole units left.
     pub remaining: u64,
-    /// When this same request would pass this limit (zero if it did); `None`: never.
+    /// Denied: when this same request would pass this limit; `None`, never. Admitted: zero,
+    /// or for a paced limit the wait before proceeding.
     pub retry_after: Option<Duration>,
     /// When the limit is back to unused.
     pub reset_after: Duration,
@@ -125,6 +126,9 @@ impl LimitStatus {
 pub struct Decision {
     /// Whether the request may proceed (its cost has been charged).
     pub allowed: bool,
+    /// How long an admitted request must wait before it proceeds: zero, unless a paced
+    /// limit ([`Limit::max_wait`](crate::Limit::max_wait)) admitted it on a schedule.
+    pub wait: Duration,
     /// Who decided.
     pub source: Source,
     /// How the decision is counted in metrics.

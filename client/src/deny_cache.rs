@@ -100,6 +100,7 @@ mod tests {
     fn denial(wait: Option<Duration>) -> Decision {
         Decision {
             allowed: false,
+            wait: Duration::ZERO,
             source: Source::Store,
             outcome: Outcome::Denied,
             policy: "p".into(),

@@ -104,6 +104,7 @@ impl PolicyState {
             key: keys.get(index)?,
             algorithm: limit.algorithm(),
             weight: limit.weight_units(),
+            max_wait: limit.paced(),
         })
     }
 
@@ -398,7 +399,19 @@ impl RateLimiter {
             let slot = key.and_then(|key| self.inner.store.slot(key));
             // Two templates can render one key ("{a}" and "{b}" with equal inputs): a key
             // takes one limit per call, so such limits go in separate groups.
-            let fits = |group: &Vec<usize>| group.iter().all(|other| keys.get(*other) != key);
+            // A paced limit (MAXWAIT) is called on its own: RL.MULTI does not pace.
+            let paced = |index: &usize| {
+                state
+                    .policy
+                    .limits()
+                    .get(*index)
+                    .is_some_and(|limit| limit.paced().is_some())
+            };
+            let fits = |group: &Vec<usize>| {
+                !paced(&index)
+                    && !group.iter().any(paced)
+                    && group.iter().all(|other| keys.get(*other) != key)
+            };
             match groups
                 .iter_mut()
                 .find(|(s, group)| multi && *s == slot && fits(group))
@@ -741,6 +754,7 @@ impl RateLimiter {
     fn blanket(&self, state: &PolicyState, allowed: bool, wait: Duration) -> Decision {
         Decision {
             allowed,
+            wait: Duration::ZERO,
             source: Source::Fallback,
             outcome: Outcome::FallbackAllowed,
             policy: Arc::clone(&state.name),
@@ -774,6 +788,9 @@ impl RateLimiter {
                     key,
                     shape: shape.share(replicas)?,
                     weight: limit.weight_units(),
+                    max_wait_ns: limit
+                        .paced()
+                        .map(|wait| u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX)),
                 })
             })
             .collect();
@@ -822,8 +839,16 @@ fn decided(
     } else {
         limits.get(binding).and_then(|limit| limit.retry_after)
     };
+    // An admitted paced limit says how long to wait before proceeding: the longest wins.
+    let wait = limits
+        .iter()
+        .filter(|limit| allowed && limit.allowed)
+        .filter_map(|limit| limit.retry_after)
+        .max()
+        .unwrap_or(Duration::ZERO);
     Decision {
         allowed,
+        wait,
         source,
         outcome: if allowed {
             Outcome::Allowed

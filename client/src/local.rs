@@ -27,6 +27,8 @@ pub(crate) struct LocalCall<'a> {
     pub(crate) key: &'a str,
     pub(crate) shape: Shape,
     pub(crate) weight: u64,
+    /// Pacing (token buckets): admit with a wait up to this many nanoseconds.
+    pub(crate) max_wait_ns: Option<u64>,
 }
 
 /// Why a local call failed.
@@ -173,9 +175,18 @@ impl LocalLimits {
     }
 
     fn params(&self, call: &LocalCall<'_>, cost: u64) -> Result<CoreParams, LocalError> {
-        call.shape
+        let params = call
+            .shape
             .params(cost)
-            .map_err(|error| LocalError::Params(error.to_string()))
+            .map_err(|error| LocalError::Params(error.to_string()))?;
+        match (params, call.max_wait_ns) {
+            (CoreParams::TokenBucket(bucket), Some(wait_ns)) => bucket
+                .with_max_wait_ns(wait_ns)
+                .map(CoreParams::TokenBucket)
+                .map_err(|_| LocalError::Params("MAXWAIT is at most a day".into())),
+            (params, None) => Ok(params),
+            (_, Some(_)) => Err(LocalError::Params("only token buckets can be paced".into())),
+        }
     }
 
     /// The state under `key`, unless it has expired (then the key is missing).
@@ -335,11 +346,13 @@ mod tests {
                 key: "user",
                 shape: bucket(3),
                 weight: 1,
+                max_wait_ns: None,
             },
             LocalCall {
                 key: "global",
                 shape: bucket(100),
                 weight: 1,
+                max_wait_ns: None,
             },
         ];
         for _ in 0..3 {
@@ -361,11 +374,13 @@ mod tests {
                 key: "a",
                 shape: bucket(10),
                 weight: 1,
+                max_wait_ns: None,
             },
             LocalCall {
                 key: "b",
                 shape: bucket(20),
                 weight: 3,
+                max_wait_ns: None,
             },
         ];
         // b admits at most 6 units of weight 3.
@@ -386,6 +401,7 @@ mod tests {
             key: "a",
             shape: bucket(5),
             weight: 1,
+            max_wait_ns: None,
         }];
         assert_eq!(limits.acquire(&calls, 5, None, T0).unwrap().granted, 5);
         limits.refund(&calls, 2, T0).unwrap();
@@ -406,6 +422,7 @@ mod tests {
             key: "a",
             shape: bucket(5),
             weight: 2,
+            max_wait_ns: None,
         }];
         let grant = limits.acquire(&calls, 3, None, T0).unwrap();
         assert_eq!(grant.granted, 0);
@@ -423,12 +440,14 @@ mod tests {
                 key: "k",
                 shape: bucket(5),
                 weight: 1,
+                max_wait_ns: None,
             }];
             limits.acquire(&first, 1, None, T0).unwrap();
             let second = [LocalCall {
                 key: "k",
                 shape: window,
                 weight: 1,
+                max_wait_ns: None,
             }];
             assert_eq!(limits.acquire(&second, 1, None, T0).is_err(), refuses);
         }
@@ -442,6 +461,7 @@ mod tests {
             key: "a",
             shape: fast,
             weight: 1,
+            max_wait_ns: None,
         }];
         assert_eq!(limits.acquire(&calls, 2, None, T0).unwrap().granted, 2);
         assert_eq!(limits.acquire(&calls, 1, None, T0).unwrap().granted, 0);
@@ -457,16 +477,19 @@ mod tests {
                 key: "a",
                 shape: bucket(100),
                 weight: 1,
+                max_wait_ns: None,
             },
             LocalCall {
                 key: "b",
                 shape: bucket(10),
                 weight: 1,
+                max_wait_ns: None,
             },
             LocalCall {
                 key: "c",
                 shape: bucket(10),
                 weight: 1,
+                max_wait_ns: None,
             },
         ];
         let grant = limits.acquire(&calls, 1, None, T0).unwrap();

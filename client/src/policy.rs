@@ -15,6 +15,7 @@ pub struct Limit {
     algorithm: Algorithm,
     key: KeyTemplate,
     weight: u64,
+    max_wait: Option<Duration>,
 }
 
 impl Limit {
@@ -37,7 +38,28 @@ impl Limit {
             algorithm,
             key,
             weight: 1,
+            max_wait: None,
         })
+    }
+
+    /// Paces this token bucket instead of refusing (the module's `MAXWAIT`): a request whose
+    /// tokens will have refilled within `max_wait` (whole milliseconds, at most a day) is
+    /// admitted now with a wait ([`Decision::wait`](crate::Decision::wait)) before it may
+    /// proceed; callers that wait as told never exceed the rate. The HTTP layer waits
+    /// before calling the service. Not with leases.
+    pub fn max_wait(mut self, max_wait: Duration) -> Result<Self, PolicyError> {
+        let refuse = |reason: &str| PolicyError::Pacing {
+            limit: self.name.to_string(),
+            reason: reason.to_string(),
+        };
+        if !matches!(self.algorithm, Algorithm::TokenBucket { .. }) {
+            return Err(refuse("only token buckets can be paced"));
+        }
+        if max_wait > MAX_WAIT || max_wait.subsec_nanos().checked_rem(1_000_000) != Some(0) {
+            return Err(refuse("the wait is whole milliseconds, at most a day"));
+        }
+        self.max_wait = Some(max_wait);
+        Ok(self)
     }
 
     /// Charges this limit `weight` units per unit of cost (default 1): a "1 request in 10 is
@@ -70,6 +92,11 @@ impl Limit {
     /// Units charged per unit of cost.
     pub fn weight_units(&self) -> u64 {
         self.weight
+    }
+
+    /// The longest wait a paced request may be given, if the limit is paced.
+    pub fn paced(&self) -> Option<Duration> {
+        self.max_wait
     }
 }
 
@@ -131,6 +158,9 @@ impl Lease {
         self
     }
 }
+
+/// Longest pacing wait the module accepts (`MAXWAIT`): a day.
+pub const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
 /// Most limits in one policy: the most keys one `RL.MULTI` call takes.
 pub const MAX_LIMITS: usize = 16;
@@ -272,6 +302,14 @@ impl PolicyBuilder {
             if lease.lifetime.is_zero() {
                 return Err(PolicyError::ZeroLeaseLifetime);
             }
+            if let Some(paced) = self.limits.iter().find(|limit| limit.max_wait.is_some()) {
+                return Err(PolicyError::Pacing {
+                    limit: paced.name.to_string(),
+                    reason:
+                        "a paced limit cannot be leased (the module refuses PARTIAL with MAXWAIT)"
+                            .into(),
+                });
+            }
         }
         Ok(Policy {
             name: self.name.into(),
@@ -312,6 +350,13 @@ pub enum PolicyError {
         /// Why.
         error: TemplateError,
     },
+    /// Pacing that cannot be done.
+    Pacing {
+        /// The limit.
+        limit: String,
+        /// Why.
+        reason: String,
+    },
     /// A zero store timeout.
     ZeroTimeout,
     /// A zero lease lifetime.
@@ -336,6 +381,7 @@ impl fmt::Display for PolicyError {
             ),
             Self::Algorithm { limit, error } => write!(f, "limit '{limit}': {error}"),
             Self::Template { limit, error } => write!(f, "limit '{limit}': {error}"),
+            Self::Pacing { limit, reason } => write!(f, "limit '{limit}': {reason}"),
             Self::ZeroTimeout => write!(f, "the store timeout must be above zero"),
             Self::ZeroLeaseLifetime => write!(f, "the lease lifetime must be above zero"),
         }
@@ -418,10 +464,23 @@ mod tests {
         );
         assert_eq!(
             Policy::builder("api")
-                .limit(limit)
+                .limit(limit.clone())
                 .lease(Lease::new(5).lifetime(Duration::ZERO))
                 .build(),
             Err(PolicyError::ZeroLeaseLifetime)
         );
+        let paced = limit.clone().max_wait(Duration::from_millis(100)).unwrap();
+        assert!(matches!(
+            Policy::builder("api")
+                .limit(paced)
+                .lease(Lease::new(5))
+                .build(),
+            Err(PolicyError::Pacing { .. })
+        ));
+        let window = Algorithm::fixed_window(5, Duration::from_secs(1)).unwrap();
+        let window = Limit::new("w", window, "w").unwrap();
+        assert!(window.max_wait(Duration::from_millis(100)).is_err());
+        assert!(limit.clone().max_wait(Duration::from_micros(1500)).is_err());
+        assert!(limit.max_wait(Duration::from_secs(86_401)).is_err());
     }
 }

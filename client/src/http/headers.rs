@@ -232,6 +232,7 @@ mod tests {
     fn decision(allowed: bool) -> Decision {
         Decision {
             allowed,
+            wait: Duration::ZERO,
             source: Source::Store,
             outcome: if allowed {
                 Outcome::Allowed

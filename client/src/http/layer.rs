@@ -60,7 +60,8 @@ impl Check {
 /// Unavailable` when the store is out of reach and the policy fails closed) with
 /// `Retry-After`, the `RateLimit-Policy` and `RateLimit` fields and an
 /// `application/problem+json` body; the inner service never sees it. Admitted responses
-/// carry the fields too (see [`HeaderOptions`]). A check that cannot be made (an unknown
+/// carry the fields too (see [`HeaderOptions`]). A request admitted by a paced limit is
+/// held for its [`wait`](Decision::wait) before the inner service is called. A check that cannot be made (an unknown
 /// policy, an input `classify` forgot) is a bug in the service: it is answered `500`.
 ///
 /// The response body type only needs `From<String>` (axum's `Body`, `Full<Bytes>`...).
@@ -172,6 +173,10 @@ where
                 let mut response = problem(status, headers::problem_body(&decision, status));
                 headers::insert(response.headers_mut(), &decision, policy, options);
                 return Ok(response);
+            }
+            // A paced request was admitted on a schedule: it proceeds when its turn comes.
+            if !decision.wait.is_zero() {
+                tokio::time::sleep(decision.wait).await;
             }
             let mut response = inner.call(request).await?;
             if options.on_admitted {

@@ -107,6 +107,11 @@ impl MemoryStore {
     }
 
     fn check_slots(&self, limits: &[LimitCall<'_>]) -> Result<(), StoreError> {
+        if limits.len() > 1 && limits.iter().any(|call| call.max_wait.is_some()) {
+            return Err(StoreError::Server(
+                "ERR a paced limit needs a call of its own".into(),
+            ));
+        }
         let mut slots = limits.iter().map(|call| self.slot(call.key));
         let first = slots.next().flatten();
         if slots.any(|slot| slot != first) {
@@ -133,9 +138,14 @@ fn local_calls<'a>(limits: &[LimitCall<'a>]) -> Result<Vec<LocalCall<'a>>, Store
                 key: call.key,
                 shape,
                 weight: call.weight,
+                max_wait_ns: call.max_wait.map(wait_ns),
             })
         })
         .collect()
+}
+
+fn wait_ns(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn server_error(error: LocalError) -> StoreError {

@@ -32,6 +32,8 @@ pub struct LimitCall<'a> {
     pub algorithm: &'a Algorithm,
     /// Units this limit is charged per unit of cost.
     pub weight: u64,
+    /// Pacing (`MAXWAIT`, token buckets only): admit with a wait up to this long.
+    pub max_wait: Option<Duration>,
 }
 
 /// A request to take units from every limit of a group at once.
@@ -62,8 +64,8 @@ pub struct View {
     pub allowed: bool,
     /// Whole units still available.
     pub remaining: u64,
-    /// `Some(d)`: this same call would be admitted after `d` (zero when admitted). `None`:
-    /// never (the cost exceeds the limit).
+    /// Denied: `Some(d)`, this same call would be admitted after `d`; `None`, never (the
+    /// cost exceeds the limit). Admitted: zero, or with pacing the wait before proceeding.
     pub retry_after: Option<Duration>,
     /// Time until the limiter is back to unused.
     pub reset_after: Duration,
@@ -94,7 +96,7 @@ impl View {
             remaining: self.remaining,
             retry: match self.retry_after {
                 None => Retry::Never,
-                Some(wait) if self.allowed || wait.is_zero() => Retry::Now,
+                Some(wait) if wait.is_zero() => Retry::Now,
                 Some(wait) => Retry::AfterMs(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
             },
             reset_after_ms: u64::try_from(self.reset_after.as_millis()).unwrap_or(u64::MAX),

@@ -45,6 +45,12 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
             args.extend(call.algorithm.wire_args());
             args.push(request.units.saturating_mul(call.weight.max(1)).to_string());
             partial(&mut args);
+            if let Some(wait) = call.max_wait {
+                if request.partial_min.is_some() {
+                    return Err("pacing (MAXWAIT) cannot be combined with a partial grant".into());
+                }
+                args.extend(["MAXWAIT".into(), wait.as_millis().to_string()]);
+            }
             Ok(Command::Single(args))
         }
         [call] if !multi => {
@@ -57,6 +63,9 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
             Ok(Command::Throttle(args))
         }
         _ if !multi => Err("several limits in one call need RL.MULTI".into()),
+        limits if limits.iter().any(|call| call.max_wait.is_some()) => {
+            Err("a paced limit (MAXWAIT) needs a call of its own".into())
+        }
         limits => {
             let mut args = vec!["RL.MULTI".to_string(), limits.len().to_string()];
             args.extend(limits.iter().map(|call| call.key.to_string()));
@@ -223,6 +232,7 @@ mod tests {
             key,
             algorithm,
             weight,
+            max_wait: None,
         }
     }
 
@@ -341,6 +351,40 @@ mod tests {
                 vec!["CL.THROTTLE", "g", "4", "10", "60", "-5"],
             ]
         );
+    }
+
+    #[test]
+    fn a_paced_bucket_is_called_alone_with_maxwait() {
+        let bucket = Algorithm::token_bucket(1, Duration::from_secs(1)).unwrap();
+        let mut paced = call("q", &bucket, 1);
+        paced.max_wait = Some(Duration::from_millis(1500));
+        let request = Acquire {
+            limits: vec![paced],
+            units: 1,
+            partial_min: None,
+        };
+        let command = acquire_command(&request, true).unwrap();
+        assert_eq!(
+            command.args(),
+            ["RL.TOKENBUCKET", "q", "1", "1", "1", "MAXWAIT", "1500"]
+        );
+        let grant = parse_acquire(&command, &request, &ints(&[1, 0, 700, 1700, 1])).unwrap();
+        assert_eq!(grant.granted, 1);
+        assert_eq!(
+            grant.views[0].retry_after,
+            Some(Duration::from_millis(700)),
+            "the wait"
+        );
+        let partial = Acquire {
+            partial_min: Some(1),
+            ..request.clone()
+        };
+        assert!(acquire_command(&partial, true).is_err());
+        let together = Acquire {
+            limits: vec![paced, call("b", &bucket, 1)],
+            ..request
+        };
+        assert!(acquire_command(&together, true).is_err());
     }
 
     #[test]

@@ -188,3 +188,31 @@ async fn failing_closed_without_a_store_is_a_503() {
     );
     assert!(body(response).await.contains("#temporary-reduced-capacity"));
 }
+
+#[tokio::test]
+async fn a_paced_request_is_held_for_its_turn() {
+    let queue = Limit::new(
+        "queue",
+        Algorithm::token_bucket(1, Duration::from_millis(100)).unwrap(),
+        "q",
+    )
+    .unwrap()
+    .max_wait(Duration::from_secs(1))
+    .unwrap();
+    let policy = Policy::builder("paced").limit(queue).build().unwrap();
+    let limiter = RateLimiter::builder(MemoryStore::new())
+        .policy(policy)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route_layer(RateLimitLayer::new(limiter, |_| Some(Check::new("paced"))));
+    let started = std::time::Instant::now();
+    for _ in 0..4 {
+        assert_eq!(get_with_key(&app, "/", None).await.status(), StatusCode::OK);
+    }
+    let elapsed = started.elapsed();
+    // Four calls one interval apart: the last proceeds 300 ms after the first.
+    assert!(elapsed >= Duration::from_millis(290), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(900), "{elapsed:?}");
+}

@@ -520,3 +520,40 @@ fn metrics_count_decisions_by_outcome_and_source() {
         "no raw key in any label: {counts:?}"
     );
 }
+
+#[tokio::test]
+async fn a_paced_limit_admits_on_a_schedule() {
+    let store = Arc::new(MemoryStore::new());
+    let queue = Limit::new(
+        "queue",
+        Algorithm::token_bucket(1, Duration::from_millis(100)).unwrap(),
+        "q:{user}",
+    )
+    .unwrap()
+    .max_wait(Duration::from_millis(500))
+    .unwrap();
+    let policy = Policy::builder("api")
+        .limit(queue)
+        .limit(limit("daily", 100, "d:{user}"))
+        .build()
+        .unwrap();
+    let limiter = limiter_on(&store, policy);
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        assert!(decision.allowed);
+        waits.push(decision.wait.as_millis());
+    }
+    assert_eq!(waits[0], 0);
+    for (index, wait) in waits.iter().enumerate().skip(1) {
+        let expected = 100 * index as u128;
+        assert!((expected - 5..=expected).contains(wait), "waits {waits:?}");
+    }
+    // The queue is full: denied, with when a call would fit in the queue again.
+    let denied = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.binding_limit().unwrap().name.as_ref(), "queue");
+    assert!(denied.retry_after.unwrap() > Duration::from_millis(50));
+    // The paced limit is called on its own, the daily one in its own call.
+    assert_eq!(store.calls(), 6 * 2 + 1);
+}

@@ -25,6 +25,7 @@ fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
             key,
             algorithm,
             weight: 1,
+            max_wait: None,
         }],
         units: 1,
         partial_min: None,
@@ -47,6 +48,7 @@ fn calls<'a>(limits: &'a [(String, Algorithm, u64)], indices: &[usize]) -> Vec<L
                 key,
                 algorithm,
                 weight: *weight,
+                max_wait: None,
             }
         })
         .collect()
@@ -148,6 +150,38 @@ async fn the_redis_store_decides_exactly_as_the_memory_store() {
         from_redis[6].0, 1,
         "a partial grant of what every limit can give"
     );
+}
+
+#[tokio::test]
+async fn pacing_is_decided_alike_by_the_server_and_in_memory() {
+    let server = Server::start(&[]);
+    let redis = RedisStore::new(&url(&server)).unwrap();
+    let memory = MemoryStore::new();
+    // One token every 100 ms, a queue of up to 1 s.
+    let bucket = Algorithm::token_bucket(1, Duration::from_millis(100)).unwrap();
+    let mut call = one("queue", &bucket);
+    call.limits[0].max_wait = Some(Duration::from_secs(1));
+    let mut answers = Vec::new();
+    for store in [&redis as &dyn Store, &memory] {
+        let mut answer = Vec::new();
+        for _ in 0..13 {
+            let grant = store.acquire(&call).await.unwrap();
+            let view = grant.views[0];
+            answer.push((grant.granted, view.retry_after.unwrap().as_millis()));
+        }
+        answers.push(answer);
+    }
+    for answer in &answers {
+        let granted: Vec<u64> = answer.iter().map(|(g, _)| *g).collect();
+        assert_eq!(
+            granted,
+            [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0],
+            "{answer:?}"
+        );
+        // Waits grow one interval per queued call (give or take the time between calls).
+        let (_, tenth) = answer[10];
+        assert!((950..=1000).contains(&tenth), "{answer:?}");
+    }
 }
 
 #[tokio::test]
