@@ -197,6 +197,15 @@ fn difference(a: Duration, b: Duration) -> String {
 #[tokio::main]
 async fn main() {
     let options = options();
+    let load_average = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|| "unknown".into());
     let server = Server::start(&[]);
     let pid = info_field(&mut server.conn(), "server", "process_id").unwrap();
     let version = info_field(&mut server.conn(), "server", "redis_version").unwrap();
@@ -268,8 +277,10 @@ async fn main() {
          the release module on a private port, the client in the same process as the load, \
          release builds, {} logical CPUs shared by Redis and the client. Every request is \
          admitted (a bucket of {CAPACITY} tokens refilled at {RATE}/s per key), spread over \
-         {KEYS} API keys.\n",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+         {KEYS} API keys. Load average when it started: {} (other work shares the machine: \
+         read ratios rather than absolute figures).\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average
     );
     let _ = writeln!(
         report,
