@@ -214,5 +214,5 @@ async fn a_paced_request_is_held_for_its_turn() {
     let elapsed = started.elapsed();
     // Four calls one interval apart: the last proceeds 300 ms after the first.
     assert!(elapsed >= Duration::from_millis(290), "{elapsed:?}");
-    assert!(elapsed < Duration::from_millis(900), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
 }
