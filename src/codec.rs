@@ -12,6 +12,7 @@
 //! change *is* their new state) or, for kinds that replicate an edit rather than their whole
 //! state, `[version][kind | 0x80][change fields]`. An expiry of 0 means none.
 
+use crate::core::concurrency::{Concurrency, ConcurrencyAction, ConcurrencyChange, HolderId};
 use crate::core::fixed_window::FixedWindow;
 use crate::core::gcra::Gcra;
 use crate::core::sliding_log::{SlidingLog, SlidingLogAction, SlidingLogChange};
@@ -106,8 +107,45 @@ impl Fields for SlidingLog {
     }
 }
 
+impl Fields for Concurrency {
+    /// `[len: u32]` then each holder as `[expiry_us: i64][id len: u8][id]`, in stored order.
+    fn write(&self, out: &mut Encoded) {
+        out.push(&u32::try_from(self.len()).unwrap_or(u32::MAX).to_le_bytes());
+        for (expiry_us, id) in self.holders() {
+            out.push(&expiry_us.to_le_bytes());
+            out.push(&[u8::try_from(id.len()).unwrap_or(u8::MAX)]);
+            out.push(id);
+        }
+    }
+    fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let len = reader.u32()?;
+        // Each holder takes at least 10 bytes: check they are there before reserving.
+        let needed = usize::try_from(len).ok().and_then(|n| n.checked_mul(10));
+        if needed.is_none_or(|needed| needed > reader.rest.len()) {
+            return Err(DecodeError::BadLength);
+        }
+        let mut failed = false;
+        let holders = std::iter::from_fn(|| {
+            let holder = reader.i64().and_then(|expiry_us| {
+                let id_len = reader.byte()?;
+                Ok((expiry_us, reader.bytes(usize::from(id_len))?))
+            });
+            failed |= holder.is_err();
+            holder.ok()
+        })
+        .take(usize::try_from(len).unwrap_or(usize::MAX));
+        let list = Concurrency::from_holders(u64::from(len), holders);
+        match list {
+            Some(list) if !failed => Ok(list),
+            _ if failed => Err(DecodeError::BadLength),
+            _ => Err(DecodeError::InvalidState),
+        }
+    }
+}
+
 fn write_fields(limiter: LimiterRef<'_>, out: &mut Encoded) {
     match limiter {
+        LimiterRef::Concurrency(state) => state.write(out),
         LimiterRef::TokenBucket(state) => state.write(out),
         LimiterRef::SlidingWindow(state) => state.write(out),
         LimiterRef::FixedWindow(state) => state.write(out),
@@ -126,6 +164,7 @@ fn read_fields(kind: Kind, reader: &mut Reader<'_>) -> Result<Limiter, DecodeErr
         Kind::FixedWindow => read::<FixedWindow>(reader),
         Kind::SlidingLog => read::<SlidingLog>(reader),
         Kind::Gcra => read::<Gcra>(reader),
+        Kind::Concurrency => read::<Concurrency>(reader),
     }
 }
 
@@ -142,6 +181,10 @@ fn write_change(change: &Change, out: &mut Encoded) {
             out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::SlidingLog as u8]);
             write_log_change(change, out);
         }
+        Change::Concurrency(change) => {
+            out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::Concurrency as u8]);
+            write_holders_change(change, out);
+        }
     }
 }
 
@@ -149,6 +192,9 @@ fn write_change(change: &Change, out: &mut Encoded) {
 fn read_change(kind_byte: u8, reader: &mut Reader<'_>) -> Result<Change, DecodeError> {
     match Kind::from_byte(kind_byte & !CHANGE_FLAG) {
         Some(Kind::SlidingLog) => read_log_change(reader).map(Change::SlidingLog),
+        Some(Kind::Concurrency) => {
+            read_holders_change(reader).map(|change| Change::Concurrency(change.into()))
+        }
         _ => Err(DecodeError::UnknownKind(kind_byte)),
     }
 }
@@ -162,6 +208,56 @@ fn write_log_change(change: &SlidingLogChange, out: &mut Encoded) {
     };
     out.push(&[action]);
     out.push(&units.to_le_bytes());
+}
+
+/// An in-flight limit's change: one holder, not the list (`[at_us][action][expiry if
+/// acquire][id]`).
+fn write_holders_change(change: &ConcurrencyChange, out: &mut Encoded) {
+    out.push(&change.at_us().to_le_bytes());
+    match change.action() {
+        ConcurrencyAction::Acquire {
+            holder,
+            expires_at_us,
+        } => {
+            out.push(&[0]);
+            out.push(&expires_at_us.to_le_bytes());
+            write_holder(&holder, out);
+        }
+        ConcurrencyAction::Release { holder } => {
+            out.push(&[1]);
+            write_holder(&holder, out);
+        }
+    }
+}
+
+fn read_holders_change(reader: &mut Reader<'_>) -> Result<ConcurrencyChange, DecodeError> {
+    let at_us = reader.i64()?;
+    let action = match reader.byte()? {
+        0 => {
+            let expires_at_us = reader.i64()?;
+            ConcurrencyAction::Acquire {
+                expires_at_us,
+                holder: read_holder(reader)?,
+            }
+        }
+        1 => ConcurrencyAction::Release {
+            holder: read_holder(reader)?,
+        },
+        _ => return Err(DecodeError::InvalidState),
+    };
+    ConcurrencyChange::new(at_us, action).ok_or(DecodeError::InvalidState)
+}
+
+/// A holder id: `[len: u8][bytes]`.
+fn write_holder(holder: &HolderId, out: &mut Encoded) {
+    let id = holder.as_bytes();
+    out.push(&[u8::try_from(id.len()).unwrap_or(u8::MAX)]);
+    out.push(id);
+}
+
+fn read_holder(reader: &mut Reader<'_>) -> Result<HolderId, DecodeError> {
+    let len = reader.byte()?;
+    HolderId::new(reader.bytes(usize::from(len))?).map_err(|_| DecodeError::InvalidState)
 }
 
 fn read_log_change(reader: &mut Reader<'_>) -> Result<SlidingLogChange, DecodeError> {
@@ -367,7 +463,7 @@ struct Reader<'a> {
     rest: &'a [u8],
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         let (head, tail) = self
             .rest
@@ -393,6 +489,16 @@ impl Reader<'_> {
         self.array().map(i64::from_le_bytes)
     }
 
+    /// The next `len` bytes, borrowed.
+    fn bytes(&mut self, len: usize) -> Result<&'a [u8], DecodeError> {
+        let (head, tail) = self
+            .rest
+            .split_at_checked(len)
+            .ok_or(DecodeError::BadLength)?;
+        self.rest = tail;
+        Ok(head)
+    }
+
     /// Refuses bytes left over after the fields.
     fn finish(&self) -> Result<(), DecodeError> {
         if self.rest.is_empty() {
@@ -404,13 +510,15 @@ impl Reader<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
+    use crate::core::concurrency::{ConcurrencyAlgorithm, ConcurrencyParams, HolderId};
     use crate::core::fixed_window::FixedWindowAlgorithm;
-    use crate::core::fixed_window::WindowParams;
     use crate::core::sliding_log::SlidingLogAlgorithm;
     use crate::core::sliding_log::SlidingLogParams;
     use crate::core::sliding_window::SlidingWindowAlgorithm;
+    use crate::core::window::WindowParams;
     use crate::core::{Algorithm, Commit};
     use proptest::prelude::*;
 
@@ -434,7 +542,26 @@ mod tests {
             Limiter::FixedWindow(fixed.change),
             Limiter::SlidingLog(SlidingLogAlgorithm::create(log.change)),
             Limiter::Gcra(Gcra::from_parts(NOW_US * 1000).unwrap()),
+            Limiter::Concurrency(holders()),
         ]
+    }
+
+    /// Two holders, the second renewed.
+    fn holders() -> Concurrency {
+        let params = ConcurrencyParams::new(3, 5_000_000, 100).unwrap();
+        let mut state = None;
+        for (holder, at) in [(&b"a"[..], 0), (b"bb", 10), (b"a", 20)] {
+            let params = params.with_holder(HolderId::new(holder).unwrap());
+            let change = ConcurrencyAlgorithm::evaluate(state.as_ref(), &params, NOW_US + at)
+                .commit
+                .unwrap()
+                .change;
+            match &mut state {
+                Some(state) => ConcurrencyAlgorithm::apply(state, change),
+                None => state = Some(ConcurrencyAlgorithm::create(change)),
+            }
+        }
+        state.unwrap()
     }
 
     #[test]
@@ -488,6 +615,34 @@ mod tests {
                 body: EffectBody::Change(Change::SlidingLog(change))
             }
         );
+    }
+
+    #[test]
+    fn an_in_flight_limit_replicates_one_holder_not_the_list() {
+        let state = holders();
+        let params = ConcurrencyParams::new(3, 5_000_000, 100).unwrap();
+        let acquire = params.with_holder(HolderId::new(&[b'x'; 128]).unwrap());
+        let acquired = ConcurrencyAlgorithm::evaluate(Some(&state), &acquire, NOW_US + 30)
+            .commit
+            .unwrap();
+        let released =
+            ConcurrencyAlgorithm::release(Some(&state), &HolderId::new(b"bb").unwrap(), NOW_US)
+                .unwrap();
+        for commit in [acquired, released] {
+            let change = Change::Concurrency(commit.change.into());
+            let effect = encode_effect(commit.expires_at_ms, &change);
+            assert!(effect.as_bytes().len() <= 8 + 2 + 8 + 1 + 8 + 1 + 128);
+            assert_eq!(
+                decode_effect(effect.as_bytes()),
+                Ok(EffectRecord {
+                    expires_at_ms: commit.expires_at_ms,
+                    body: EffectBody::Change(change)
+                })
+            );
+            let mut forged = effect.as_bytes().to_vec();
+            forged[18] = 7;
+            assert_eq!(decode_effect(&forged), Err(DecodeError::InvalidState));
+        }
     }
 
     #[test]

@@ -201,7 +201,7 @@ impl fmt::Display for CommandError {
             CommandError::Argument(error) => error.fmt(f),
             CommandError::KindMismatch { held, wanted } => write!(
                 f,
-                "ERR key holds {} limiter, not {}: use the matching command or delete the key",
+                "ERR key holds {}, not {}: use the matching command or delete the key",
                 held.describe(),
                 wanted.describe()
             ),
@@ -247,7 +247,7 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .starts_with("ERR key holds a token bucket limiter, not a token bucket")
+                .starts_with("ERR key holds a token bucket, not a token bucket")
         );
     }
 }

@@ -15,12 +15,18 @@
 //! and a multi-limit call can mix them. Adding an algorithm: one line in the table, then its
 //! encoding in [`crate::codec`] (the compiler lists what is missing).
 
+use crate::core::concurrency::{
+    Concurrency, ConcurrencyAlgorithm, ConcurrencyChange, ConcurrencyParams,
+};
 use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
-use crate::core::gcra::{Gcra, GcraAlgorithm};
+use crate::core::gcra::{Gcra, GcraAlgorithm, GcraParams};
 use crate::core::grant::{self, Grant, Granted};
-use crate::core::sliding_log::{SlidingLog, SlidingLogAlgorithm};
+use crate::core::sliding_log::{
+    SlidingLog, SlidingLogAlgorithm, SlidingLogChange, SlidingLogParams,
+};
 use crate::core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
-use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm};
+use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm, TokenBucketParams};
+use crate::core::window::WindowParams;
 use crate::core::{Algorithm, CallCost, Evaluation};
 
 /// A state type stored under one [`Kind`].
@@ -42,6 +48,24 @@ pub trait KindAlgorithm: Algorithm<State: KindState> {
     fn erase(change: Self::Change) -> Change;
 }
 
+/// A value held either inline or boxed in the type-erased enums, taken out as itself.
+pub trait Unbox<T> {
+    /// The value.
+    fn unbox(self) -> T;
+}
+
+impl<T> Unbox<T> for T {
+    fn unbox(self) -> T {
+        self
+    }
+}
+
+impl<T> Unbox<T> for Box<T> {
+    fn unbox(self) -> T {
+        *self
+    }
+}
+
 /// Something done with the state type of a kind (see [`Kind::visit_type`]): lets the value
 /// layer box, borrow and free states without code per kind.
 pub trait TypeVisitor {
@@ -59,12 +83,13 @@ pub trait StateVisitor {
     fn visit<S: KindState>(self, state: S) -> Self::Output;
 }
 
-/// Declares every kind once: its discriminant (the encoding's kind byte), its algorithm (whose
-/// associated types give the parameters and change) and state type, how errors name it, and the
+/// Declares every kind once: its discriminant (the encoding's kind byte), its algorithm, its
+/// state type and how the type-erased [`Quota`] and [`Change`] hold its parameters and
+/// change (the algorithm's own types, or boxed when they are large), how errors name it, and the
 /// ALGORITHM name `RL.PEEK` / `RL.REFUND` / `RL.MULTI` accept (none for kinds with a command
 /// of their own syntax).
 macro_rules! kinds {
-    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty], $description:literal, $name:expr;)*) => {
+    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty, $params:ty, $change:ty], $description:literal, $name:expr;)*) => {
         /// The algorithm a key holds. The discriminant is the kind byte of the encoding.
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         #[repr(u8)]
@@ -128,11 +153,11 @@ macro_rules! kinds {
         }
 
         /// The algorithm and validated parameters one call checks a key against.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[derive(Clone, Debug, PartialEq, Eq)]
         pub enum Quota {
             $(
                 #[doc = concat!("Checked against ", $description, ".")]
-                $variant(<$algorithm as Algorithm>::Params),
+                $variant($params),
             )*
         }
 
@@ -141,7 +166,7 @@ macro_rules! kinds {
         pub enum Change {
             $(
                 #[doc = concat!("A change to ", $description, ".")]
-                $variant(<$algorithm as Algorithm>::Change),
+                $variant($change),
             )*
         }
 
@@ -200,7 +225,7 @@ macro_rules! kinds {
             /// The same quota for a call of `cost` units.
             #[must_use]
             pub fn with_cost(&self, cost: u64) -> Quota {
-                match self { $(Quota::$variant(params) => Quota::$variant(params.with_cost(cost)),)* }
+                match self { $(Quota::$variant(params) => Quota::$variant(params.with_cost(cost).into()),)* }
             }
 
             /// Evaluates a call under `grant` against the key's limiter (`None`: missing), at
@@ -215,10 +240,10 @@ macro_rules! kinds {
                     $(
                         (Quota::$variant(params), None) =>
                             Ok(grant::evaluate::<$algorithm>(None, params, grant, now_us)
-                                .map_change(Change::$variant)),
+                                .map_change(|change| Change::$variant(change.into()))),
                         (Quota::$variant(params), Some(LimiterRef::$variant(state))) =>
                             Ok(grant::evaluate::<$algorithm>(Some(state), params, grant, now_us)
-                                .map_change(Change::$variant)),
+                                .map_change(|change| Change::$variant(change.into()))),
                     )*
                     (_, Some(other)) => Err(other.kind()),
                 }
@@ -233,10 +258,10 @@ macro_rules! kinds {
                 match (self, held) {
                     $(
                         (Quota::$variant(params), None) =>
-                            Ok(<$algorithm>::refund(None, params, now_us).map_change(Change::$variant)),
+                            Ok(<$algorithm>::refund(None, params, now_us).map_change(|change| Change::$variant(change.into()))),
                         (Quota::$variant(params), Some(LimiterRef::$variant(state))) =>
                             Ok(<$algorithm>::refund(Some(state), params, now_us)
-                                .map_change(Change::$variant)),
+                                .map_change(|change| Change::$variant(change.into()))),
                     )*
                     (_, Some(other)) => Err(other.kind()),
                 }
@@ -270,20 +295,20 @@ macro_rules! kinds {
 
             /// The limiter of a key that did not exist yet, once this change is applied.
             pub fn create(self) -> Limiter {
-                match self { $(Change::$variant(change) => Limiter::$variant(<$algorithm>::create(change)),)* }
+                match self { $(Change::$variant(change) => Limiter::$variant(<$algorithm>::create(change.unbox())),)* }
             }
 
-            /// Applies the change to a limiter of its kind; hands it back for another kind.
-            pub fn apply(self, limiter: LimiterMut<'_>) -> Result<(), Change> {
+            /// Applies the change to a limiter of its kind; refuses another kind, naming its own.
+            pub fn apply(self, limiter: LimiterMut<'_>) -> Result<(), Kind> {
                 match (self, limiter) {
                     $(
                         (Change::$variant(change), LimiterMut::$variant(state)) => {
-                            <$algorithm>::apply(state, change);
+                            <$algorithm>::apply(state, change.unbox());
                             Ok(())
                         }
                     )*
                     #[allow(unreachable_patterns)]
-                    (change, _) => Err(change),
+                    (change, _) => Err(change.kind()),
                 }
             }
         }
@@ -291,7 +316,7 @@ macro_rules! kinds {
         $(
             impl KindAlgorithm for $algorithm {
                 fn erase(change: Self::Change) -> Change {
-                    Change::$variant(change)
+                    Change::$variant(change.into())
                 }
             }
 
@@ -312,11 +337,32 @@ macro_rules! kinds {
 }
 
 kinds! {
-    TokenBucket = 0: TokenBucketAlgorithm [TokenBucket], "a token bucket", Some("TOKENBUCKET");
-    SlidingWindow = 1: SlidingWindowAlgorithm [SlidingWindow], "a sliding window", Some("SLIDING");
-    FixedWindow = 2: FixedWindowAlgorithm [FixedWindow], "a fixed window", Some("FIXED");
-    SlidingLog = 3: SlidingLogAlgorithm [SlidingLog], "a sliding log", Some("SLIDINGLOG");
-    Gcra = 4: GcraAlgorithm [Gcra], "a CL.THROTTLE (GCRA)", Some("GCRA");
+    TokenBucket = 0: TokenBucketAlgorithm [TokenBucket, TokenBucketParams, TokenBucket],
+        "a token bucket", Some("TOKENBUCKET");
+    SlidingWindow = 1: SlidingWindowAlgorithm [SlidingWindow, WindowParams, SlidingWindow],
+        "a sliding window", Some("SLIDING");
+    FixedWindow = 2: FixedWindowAlgorithm [FixedWindow, WindowParams, FixedWindow],
+        "a fixed window", Some("FIXED");
+    SlidingLog = 3: SlidingLogAlgorithm [SlidingLog, SlidingLogParams, SlidingLogChange],
+        "a sliding log", Some("SLIDINGLOG");
+    Gcra = 4: GcraAlgorithm [Gcra, GcraParams, Gcra],
+        "a CL.THROTTLE (GCRA)", Some("GCRA");
+    // Boxed in the type-erased enums: a holder id is 128 bytes inline, which would make every
+    // quota and change of every kind that big to move around.
+    Concurrency = 5: ConcurrencyAlgorithm
+        [Concurrency, Box<ConcurrencyParams>, Box<ConcurrencyChange>],
+        "an in-flight limit", Some("CONCURRENCY");
+}
+
+impl Quota {
+    /// The units a call counts against this quota's limit, for telling how many such calls
+    /// are left: its cost, except for an in-flight limit, where a call takes one slot.
+    pub fn counted_cost(&self) -> u64 {
+        match self {
+            Quota::Concurrency(_) => 1,
+            other => other.cost(),
+        }
+    }
 }
 
 impl LimiterRef<'_> {
@@ -324,8 +370,15 @@ impl LimiterRef<'_> {
     pub fn allocated_bytes(self) -> usize {
         match self {
             LimiterRef::SlidingLog(log) => log.allocated_bytes(),
+            LimiterRef::Concurrency(holders) => holders.allocated_bytes(),
             fixed_size => fixed_size.inline_bytes(),
         }
+    }
+
+    /// Whether the limiter holds nothing a missing key would not: an in-flight limit whose
+    /// last holder was released. Such a key is deleted rather than stored.
+    pub fn is_vacant(self) -> bool {
+        matches!(self, LimiterRef::Concurrency(holders) if holders.is_empty())
     }
 }
 

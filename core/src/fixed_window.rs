@@ -42,93 +42,10 @@
 //! counts units from outside it. The stored start is then re-aligned to the new grid.
 
 use super::decision::{
-    Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state, cost_is_a_field,
+    Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
 };
-use super::time::{
-    MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us, window_start_us,
-};
-
-/// Largest limit of a windowed limiter: counts are stored as `u32`, which keeps each state
-/// at 16 bytes.
-pub const MAX_WINDOW_LIMIT: u64 = u32::MAX as u64;
-
-/// Why the parameters of a windowed limiter (fixed or sliding) are refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WindowParamError {
-    /// The limit is above [`MAX_WINDOW_LIMIT`].
-    LimitTooLarge,
-    /// The window is shorter than [`MIN_WINDOW_US`].
-    WindowTooShort,
-    /// The window is longer than [`MAX_WINDOW_US`].
-    WindowTooLong,
-}
-
-/// Validated parameters of one windowed call (`RL.FIXED` and `RL.SLIDING` share them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WindowParams {
-    limit: u64,
-    window_us: u64,
-    cost: u64,
-}
-
-impl WindowParams {
-    /// Validates at most `limit` units per window of `window_us` microseconds, for a call
-    /// costing `cost` units. A cost above the limit is valid: it is always denied.
-    ///
-    /// Precondition (checked in debug builds only, like the token bucket's): `limit ≥ 1`
-    /// and `cost ≥ 1`; the argument parser already refuses zero. Release builds treat a zero
-    /// as 1 rather than fail.
-    pub fn new(limit: u64, window_us: u64, cost: u64) -> Result<Self, WindowParamError> {
-        debug_assert!(limit >= 1 && cost >= 1);
-        if limit > MAX_WINDOW_LIMIT {
-            return Err(WindowParamError::LimitTooLarge);
-        }
-        Self::with_window_checked(
-            limit,
-            window_us,
-            cost,
-            WindowParamError::WindowTooShort,
-            WindowParamError::WindowTooLong,
-        )
-    }
-
-    /// The window length check every windowed limiter shares: `window_us` must lie in
-    /// `[MIN_WINDOW_US, MAX_WINDOW_US]`, else the caller's own `too_short` or `too_long`
-    /// error. The limit is the caller's to bound (a fixed or sliding window by
-    /// [`MAX_WINDOW_LIMIT`], a sliding log by its server setting); zero limits and costs are
-    /// read as 1.
-    pub(crate) fn with_window_checked<E>(
-        limit: u64,
-        window_us: u64,
-        cost: u64,
-        too_short: E,
-        too_long: E,
-    ) -> Result<Self, E> {
-        if window_us < MIN_WINDOW_US {
-            return Err(too_short);
-        }
-        if window_us > MAX_WINDOW_US {
-            return Err(too_long);
-        }
-        Ok(Self {
-            limit: limit.max(1),
-            window_us,
-            cost: cost.max(1),
-        })
-    }
-
-    /// Units admitted per window.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// Length of a window, in microseconds.
-    pub fn window_us(&self) -> u64 {
-        self.window_us
-    }
-}
-
-cost_is_a_field!(WindowParams);
+use super::time::{MAX_NOW_US, ceil_ms_from_us, expiry_ms_from_us, window_start_us};
+use super::window::WindowParams;
 
 /// What a fixed window stores between calls: 16 bytes (the `u32` leaves 4 bytes of padding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,12 +95,12 @@ struct View {
 impl View {
     fn new(state: Option<&FixedWindow>, params: &WindowParams, now_us: i64) -> View {
         let now_us = now_us.clamp(0, MAX_NOW_US);
-        let current = window_start_us(now_us, params.window_us);
+        let current = window_start_us(now_us, params.window_us());
         let (start, count) = match state {
             Some(stored) => {
                 // The new-size window holding the stored start (itself, if the size is
                 // unchanged); it still counts unless the clock has moved past it.
-                let stored_start = window_start_us(stored.window_start_us, params.window_us);
+                let stored_start = window_start_us(stored.window_start_us, params.window_us());
                 if stored_start >= current {
                     (stored_start, u64::from(stored.count))
                 } else {
@@ -195,7 +112,7 @@ impl View {
         View {
             now: i128::from(now_us),
             start: i128::from(start),
-            window: i128::from(params.window_us),
+            window: i128::from(params.window_us()),
             count,
         }
     }
@@ -205,11 +122,11 @@ impl View {
         self.start.saturating_add(self.window)
     }
 
-    /// When a call of `params.cost` is admitted, with `count` units used.
+    /// When a call of `params.cost()` is admitted, with `count` units used.
     fn retry(&self, params: &WindowParams, count: u64) -> Retry {
-        if params.cost > params.limit {
+        if params.cost() > params.limit() {
             Retry::Never
-        } else if count.saturating_add(params.cost) <= params.limit {
+        } else if count.saturating_add(params.cost()) <= params.limit() {
             Retry::Now
         } else {
             // Nothing but the end of the window frees units.
@@ -225,10 +142,10 @@ impl View {
         };
         Decision {
             allowed,
-            remaining: params.limit.saturating_sub(count),
+            remaining: params.limit().saturating_sub(count),
             retry,
             reset_after_ms,
-            limit: params.limit,
+            limit: params.limit(),
         }
     }
 
@@ -268,7 +185,7 @@ impl Algorithm for FixedWindowAlgorithm {
         let view = View::new(state, params, now_us);
         match view.retry(params, view.count) {
             Retry::Now => {
-                let count = view.count.saturating_add(params.cost);
+                let count = view.count.saturating_add(params.cost());
                 Evaluation {
                     decision: view.decision(params, true, count, Retry::Now),
                     commit: Some(view.commit(count)),
@@ -289,7 +206,7 @@ impl Algorithm for FixedWindowAlgorithm {
         now_us: i64,
     ) -> Evaluation<FixedWindow> {
         let view = View::new(state, params, now_us);
-        let count = view.count.saturating_sub(params.cost);
+        let count = view.count.saturating_sub(params.cost());
         let refunded = count < view.count;
         let retry = view.retry(params, count);
         Evaluation {
@@ -306,7 +223,7 @@ impl Algorithm for FixedWindowAlgorithm {
         now_us: i64,
     ) -> u64 {
         let view = View::new(state, params, now_us);
-        params.limit.saturating_sub(view.count).min(up_to)
+        params.limit().saturating_sub(view.count).min(up_to)
     }
 
     change_is_the_new_state!(FixedWindow);
@@ -316,8 +233,9 @@ impl Algorithm for FixedWindowAlgorithm {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
-    use crate::decision::CallCost;
     use crate::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
+    use crate::time::{MAX_WINDOW_US, MIN_WINDOW_US};
+    use crate::window::MAX_WINDOW_LIMIT;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -498,26 +416,6 @@ mod tests {
         assert_eq!(d.reply_fields(), [1, 0, 800, 800, 5]);
         let d = FixedWindowAlgorithm::refund(key.state.as_ref(), &params(10, SECOND, 12), T0_US);
         assert_eq!(d.decision.retry, Retry::Never);
-    }
-
-    #[test]
-    fn parameters_are_validated() {
-        assert!(WindowParams::new(MAX_WINDOW_LIMIT, MIN_WINDOW_US, u64::MAX).is_ok());
-        assert!(WindowParams::new(1, MAX_WINDOW_US, 1).is_ok());
-        assert_eq!(
-            WindowParams::new(MAX_WINDOW_LIMIT + 1, SECOND as u64, 1),
-            Err(WindowParamError::LimitTooLarge)
-        );
-        assert_eq!(
-            WindowParams::new(1, MIN_WINDOW_US - 1, 1),
-            Err(WindowParamError::WindowTooShort)
-        );
-        assert_eq!(
-            WindowParams::new(1, MAX_WINDOW_US + 1, 1),
-            Err(WindowParamError::WindowTooLong)
-        );
-        let p = params(7, 1_500, 3);
-        assert_eq!((p.limit(), p.window_us(), p.cost()), (7, 1_500, 3));
     }
 
     #[test]

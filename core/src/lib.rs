@@ -24,5 +24,6 @@ pub mod sliding_window;
 pub(crate) mod testing;
 pub mod time;
 pub mod token_bucket;
+pub mod window;
 
 pub use decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};

@@ -94,8 +94,8 @@ use std::mem::size_of;
 use std::ops::Deref;
 
 use super::decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};
-use super::fixed_window::WindowParams;
 use super::time::{MAX_NOW_US, ceil_ms_from_us, expiry_ms_from_us};
+use super::window::WindowParams;
 
 /// Most entries a log ever stores, and the largest value `ratelimit.max-log-entries` may take.
 pub const MAX_STORED_ENTRIES: u64 = 10_000_000;
@@ -125,7 +125,7 @@ pub enum SlidingLogParamError {
 /// ([`limit`](WindowParams::limit), [`window_us`](WindowParams::window_us),
 /// [`cost`](WindowParams::cost)), whose limit is bounded by the server's
 /// `ratelimit.max-log-entries` rather than by
-/// [`MAX_WINDOW_LIMIT`](super::fixed_window::MAX_WINDOW_LIMIT).
+/// [`MAX_WINDOW_LIMIT`](super::window::MAX_WINDOW_LIMIT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlidingLogParams(WindowParams);
 

@@ -75,7 +75,7 @@ use super::decision::{
 };
 use super::time::{MAX_NOW_US, ceil_div, ceil_ms_from_us, expiry_ms_from_us, window_start_us};
 
-pub use super::fixed_window::{MAX_WINDOW_LIMIT, WindowParamError, WindowParams};
+use super::window::WindowParams;
 
 /// What a sliding window counter stores between calls: 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -359,6 +359,7 @@ mod tests {
     use super::*;
     use crate::testing::{self, Driver, MS, SECOND, T0_US, window_params as params};
     use crate::time::{MAX_WINDOW_US, MIN_WINDOW_US};
+    use crate::window::{MAX_WINDOW_LIMIT, WindowParamError};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 

@@ -27,8 +27,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};
-use super::fixed_window::{MAX_WINDOW_LIMIT, WindowParams};
 use super::time::MAX_NOW_US;
+use super::window::{MAX_WINDOW_LIMIT, WindowParams};
 
 /// An ordinary Unix time, in µs: 2023-11-14T22:14:00Z, a whole minute.
 pub(crate) const T0_US: i64 = 1_700_000_040_000_000;

@@ -111,7 +111,10 @@ fn cost_of(rest: &[&[u8]]) -> u64 {
 
 fn commands(list: &[&[u8]]) {
     for max_log_entries in MAX_LOG_ENTRIES {
-        let settings = args::Settings { max_log_entries };
+        let settings = args::Settings {
+            max_log_entries,
+            max_holders: max_log_entries,
+        };
         for &kind in Kind::ALL {
             match args::call(kind, list, settings) {
                 Ok(call) => {
@@ -125,6 +128,10 @@ fn commands(list: &[&[u8]]) {
             }
             match args::refund(kind, list, settings) {
                 Ok(quota) => check_quota(&quota, list, max_log_entries),
+                Err(error) => check_command_error(&error),
+            }
+            match args::peek(kind, list, settings) {
+                Ok(call) => assert_eq!(call.quota.kind(), kind),
                 Err(error) => check_command_error(&error),
             }
         }
@@ -142,6 +149,18 @@ fn commands(list: &[&[u8]]) {
                 }
             }
         }
+    }
+    match args::quota::acquire(list, 1_000) {
+        Ok(Quota::Concurrency(params)) => {
+            let [limit, holder, _ttl] = list else {
+                panic!("accepted {} arguments", list.len())
+            };
+            assert_eq!(Ok(params.limit()), args::positive_integer("limit", limit));
+            assert!(params.limit() <= 1_000);
+            assert_eq!(params.holder().map(|id| id.as_bytes()), Some(*holder));
+        }
+        Ok(other) => panic!("RL.ACQUIRE parsed {other:?}"),
+        Err(error) => check_command_error(&error),
     }
     match args::throttle(list) {
         Ok(params) => {
@@ -208,6 +227,14 @@ fn check_quota(quota: &Quota, list: &[&[u8]], max_log_entries: u64) {
             assert!(params.limit() <= max_log_entries.clamp(1, MAX_STORED_ENTRIES));
             assert_eq!(Ok(params.window_us()), args::duration_us("window", window));
             assert_eq!(params.cost(), cost_of(rest));
+        }
+        Quota::Concurrency(params) => {
+            let [limit, ..] = list else {
+                panic!("accepted {} arguments", list.len())
+            };
+            assert_eq!(Ok(params.limit()), args::positive_integer("limit", limit));
+            assert!(params.limit() <= max_log_entries.clamp(1, 100_000));
+            assert!(params.holder().is_none(), "a holder comes from HOLDER or RL.ACQUIRE");
         }
         Quota::Gcra(params) => {
             let [burst, _count, _period, rest @ ..] = list else {

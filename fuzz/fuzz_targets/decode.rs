@@ -12,14 +12,21 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_ratelimit::core::fixed_window::{FixedWindowAlgorithm, WindowParams};
+use redis_ratelimit::core::concurrency::{
+    Concurrency, ConcurrencyAlgorithm, ConcurrencyParams, HolderId, MAX_STORED_HOLDERS, MAX_TTL_US,
+    MIN_TTL_US,
+};
+use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
+use redis_ratelimit::core::window::WindowParams;
 use redis_ratelimit::core::gcra::{GcraAlgorithm, GcraParams, MAX_TOLERANCE_NS};
 use redis_ratelimit::core::sliding_log::{
     SlidingLogAction, SlidingLogAlgorithm, SlidingLogParams,
 };
 use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
 use redis_ratelimit::core::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US};
-use redis_ratelimit::core::token_bucket::{MAX_REFILL_NS, TokenBucketAlgorithm, TokenBucketParams};
+use redis_ratelimit::core::token_bucket::{
+    MAX_REFILL_NS, MAX_WAIT_NS, TokenBucketAlgorithm, TokenBucketParams,
+};
 use redis_ratelimit::core::{Algorithm, Evaluation};
 use redis_ratelimit::codec::{
     EffectBody, EffectRecord, decode, decode_effect, encode, encode_effect, encode_state_effect,
@@ -42,6 +49,20 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(encoded.as_bytes(), data, "effect not canonical");
         match record.body {
             EffectBody::State(limiter) => exercise(&limiter, &clocks(data)),
+            EffectBody::Change(Change::Concurrency(change)) => {
+                // What a replica does with it: create the key, or apply it to a list.
+                let change = *change;
+                let mut holders = ConcurrencyAlgorithm::create(change);
+                check_state_round_trips(&holders);
+                ConcurrencyAlgorithm::apply(&mut holders, change);
+                check_state_round_trips(&holders);
+                exercise_with::<ConcurrencyAlgorithm>(
+                    &holders,
+                    &holder_params(&holders),
+                    &clocks(data),
+                    |_| true,
+                );
+            }
             EffectBody::Change(Change::SlidingLog(change)) => {
                 let (SlidingLogAction::Admit { units } | SlidingLogAction::Refund { units }) =
                     change.action();
@@ -110,6 +131,11 @@ fn exercise(limiter: &Limiter, clocks: &[i64]) {
             });
             let mut params = params.to_vec();
             params.push(TokenBucketParams::from_interval(MAX_REFILL_NS, 1, u64::MAX).unwrap());
+            // Pacing: calls admitted into debt, up to the longest wait.
+            for (capacity, interval) in [(1, 1_000_000), (5, MAX_REFILL_NS / 5)] {
+                let paced = TokenBucketParams::from_interval(capacity, interval, 2).unwrap();
+                params.push(paced.with_max_wait_ns(MAX_WAIT_NS).unwrap());
+            }
             exercise_with::<TokenBucketAlgorithm>(state, &params, clocks, |_| true);
         }
         Limiter::SlidingWindow(state) => {
@@ -140,7 +166,27 @@ fn exercise(limiter: &Limiter, clocks: &[i64]) {
                 params.interval_ns() >= 1_000
             });
         }
+        Limiter::Concurrency(state) => {
+            exercise_with::<ConcurrencyAlgorithm>(state, &holder_params(state), clocks, |_| true)
+        }
     }
+}
+
+/// Acquires by a new holder and by every stored one, at several limits and ttls, and peeks.
+fn holder_params(state: &Concurrency) -> Vec<ConcurrencyParams> {
+    let mut ids: Vec<HolderId> = state
+        .holders()
+        .take(8)
+        .filter_map(|(_, id)| HolderId::new(id).ok())
+        .collect();
+    ids.push(HolderId::new(b"new holder").unwrap());
+    let mut params = Vec::new();
+    for (limit, ttl_us) in [(1, MIN_TTL_US as u64), (3, 60_000_000), (100_000, MAX_TTL_US as u64)] {
+        let base = ConcurrencyParams::new(limit, ttl_us, MAX_STORED_HOLDERS).unwrap();
+        params.push(base);
+        params.extend(ids.iter().map(|id| base.with_holder(*id)));
+    }
+    params
 }
 
 fn window_params() -> Vec<WindowParams> {
@@ -206,9 +252,9 @@ fn check_fields<C>(evaluation: &Evaluation<C>, acquire: bool, remaining_bounded:
     }
     assert!(retry >= -1 && reset >= 0);
     if acquire {
-        assert_eq!(
-            allowed == 1,
-            retry == 0,
+        // Admitted calls may be told to wait (pacing); denied ones always are.
+        assert!(
+            allowed == 1 || retry != 0,
             "retry {retry} when allowed = {allowed}"
         );
         // Admitted calls may write nothing (CL.THROTTLE with a quantity of 0 or below).

@@ -1,6 +1,6 @@
 //! A single-key call: the algorithm's parameters, then `[cost]`, then options.
 
-use super::quota::{arity, quota};
+use super::quota::{arity, concurrency_peek, quota};
 use super::{Settings, positive_integer};
 use crate::core::grant::Grant;
 use crate::core::number::{NumberError, parse_positive_integer};
@@ -9,7 +9,7 @@ use crate::error::{ArgError, CommandError, Rule};
 use crate::kinds::{Kind, Quota};
 
 /// What a single-key call asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallArgs {
     /// The quota, with the call's cost.
     pub quota: Quota,
@@ -72,8 +72,25 @@ fn with_max_wait(quota: Quota, wait: &[u8]) -> Result<Quota, CommandError> {
     Ok(Quota::TokenBucket(paced))
 }
 
+/// `RL.PEEK`'s arguments after its algorithm name: a call's, or `limit` for an in-flight
+/// limit (a peek has no holder to acquire for).
+pub fn peek(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<CallArgs, CommandError> {
+    match kind {
+        Kind::Concurrency => Ok(CallArgs {
+            quota: concurrency_peek(args, settings.max_holders)?,
+            grant: Grant::Whole,
+        }),
+        _ => call(kind, args, settings),
+    }
+}
+
 /// `<parameters> [cost]` of `RL.REFUND` after its algorithm name.
 pub fn refund(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<Quota, CommandError> {
+    if kind == Kind::Concurrency {
+        return Err(CommandError::Message(
+            "ERR in-flight slots are given back with RL.RELEASE key holder",
+        ));
+    }
     match with_cost(kind, args, settings)? {
         (quota, []) => Ok(quota),
         _ => Err(CommandError::WrongArity),
@@ -128,6 +145,7 @@ mod tests {
 
     const SETTINGS: Settings = Settings {
         max_log_entries: 10_000,
+        max_holders: 1_000,
     };
 
     fn parsed(kind: Kind, args: &[&str]) -> Result<CallArgs, CommandError> {

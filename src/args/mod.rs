@@ -19,7 +19,7 @@ use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 use crate::error::{ArgError, CommandError, Rule};
 use crate::kinds::Kind;
 
-pub use call::{CallArgs, call, refund};
+pub use call::{CallArgs, call, peek, refund};
 pub use memo::Memo;
 pub use quota::throttle;
 
@@ -28,13 +28,15 @@ pub use quota::throttle;
 pub struct Settings {
     /// `ratelimit.max-log-entries`: the largest sliding log `limit`.
     pub max_log_entries: u64,
+    /// `ratelimit.max-holders`: the largest in-flight `limit`.
+    pub max_holders: u64,
 }
 
 impl Settings {
     /// A value that changes whenever a setting does: parsed arguments are only reused under
-    /// the settings they were parsed with.
+    /// the settings they were parsed with. (Both settings are below 2^32.)
     pub fn fingerprint(self) -> u64 {
-        self.max_log_entries
+        (self.max_log_entries << 32) ^ self.max_holders
     }
 }
 
@@ -109,7 +111,7 @@ mod tests {
         assert_eq!(algorithm(b"gcra"), Ok(Kind::Gcra));
         assert_eq!(
             algorithm(b"leaky").unwrap_err().to_string(),
-            "ERR algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA (got 'leaky')"
+            "ERR algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY (got 'leaky')"
         );
     }
 }

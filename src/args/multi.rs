@@ -2,10 +2,11 @@
 //!
 //! Each `limit` is an algorithm name followed by its parameters (`TOKENBUCKET capacity rate`,
 //! `SLIDING limit window`, `FIXED limit window`, `SLIDINGLOG limit window`,
-//! `GCRA max_burst count period`), one per key, in key order. Limit `i` costs `c × w_i`.
+//! `GCRA max_burst count period`, `CONCURRENCY limit ttl_ms`), one per key, in key order.
+//! Limit `i` costs `c × w_i`; an in-flight limit takes one slot for the caller `HOLDER id`.
 
 use super::call::partial;
-use super::quota::{arity, quota};
+use super::quota::{self, arity, quota};
 use super::{Settings, algorithm, positive_integer};
 use crate::core::grant::Grant;
 use crate::error::{ArgError, CommandError, Rule, quote};
@@ -93,6 +94,7 @@ pub fn limits(
         grant: Grant::Whole,
     };
     let (mut cost_given, mut weights_given, mut partial_given) = (false, false, false);
+    let mut holder = None;
     while let Some((&option, after)) = rest.split_first() {
         if !cost_given && option.eq_ignore_ascii_case(b"COST") {
             let (&cost, after_cost) = after.split_first().ok_or(CommandError::WrongArity)?;
@@ -106,6 +108,9 @@ pub fn limits(
                 *slot = positive_integer("weight", weight)?;
             }
             (weights_given, rest) = (true, after_weights);
+        } else if holder.is_none() && option.eq_ignore_ascii_case(b"HOLDER") {
+            let (&id, after_id) = after.split_first().ok_or(CommandError::WrongArity)?;
+            (holder, rest) = (Some(quota::holder(id)?), after_id);
         } else if !partial_given && option.eq_ignore_ascii_case(b"PARTIAL") {
             // MIN is checked against the cost once every option is read.
             (parsed.grant, rest) = partial(after, u64::MAX)?;
@@ -113,10 +118,18 @@ pub fn limits(
         } else {
             return Err(ArgError::new(
                 "option",
-                Rule::Must("be COST c, WEIGHTS w1 ... wN or PARTIAL [MIN m]"),
+                Rule::Must("be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m]"),
                 option,
             )
             .into());
+        }
+    }
+    for quota in &mut parsed.quotas {
+        if let Quota::Concurrency(params) = quota {
+            let id = holder.ok_or(CommandError::Message(
+                "ERR a CONCURRENCY limit needs HOLDER id: the caller's id for its slot",
+            ))?;
+            **params = params.with_holder(id);
         }
     }
     if let Grant::Partial { min } = parsed.grant {
@@ -143,6 +156,7 @@ mod tests {
 
     const SETTINGS: Settings = Settings {
         max_log_entries: 10_000,
+        max_holders: 1_000,
     };
 
     fn parsed(keys: &[&str], args: &[&str]) -> Result<MultiArgs, CommandError> {
@@ -193,7 +207,7 @@ mod tests {
     fn refuses_bad_limits_naming_the_key() {
         let cases: &[(&[&str], &[&str], &str)] = &[
             (&["a", "b"], &["TOKENBUCKET", "1", "1", "LEAKY", "1", "1"],
-             "ERR limit of key 'b': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA (got 'LEAKY')"),
+             "ERR limit of key 'b': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY (got 'LEAKY')"),
             (&["a"], &["SLIDING", "10", "0"],
              "ERR limit of key 'a': window must be greater than 0 (got '0')"),
             (&["a"], &["FIXED", "10", "60", "COST", "0"], "ERR cost must be greater than 0 (got '0')"),
@@ -204,9 +218,9 @@ mod tests {
             (&["a"], &["FIXED", "10", "60", "PARTIAL", "MIN", "2"],
              "ERR MIN must be at most the cost (got '2')"),
             (&["a"], &["FIXED", "10", "60", "COST", "1", "COST", "1"],
-             "ERR option must be COST c, WEIGHTS w1 ... wN or PARTIAL [MIN m] (got 'COST')"),
+             "ERR option must be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m] (got 'COST')"),
             (&["a"], &["FIXED", "10", "60", "10"],
-             "ERR option must be COST c, WEIGHTS w1 ... wN or PARTIAL [MIN m] (got '10')"),
+             "ERR option must be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m] (got '10')"),
             (&["a"], &["FIXED", "10", "60", "COST", "9999999999", "WEIGHTS", "9999999999"],
              "ERR cost × weight is too large"),
         ];

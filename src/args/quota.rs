@@ -2,11 +2,15 @@
 //! for a call of one unit: [`super::call`] and [`super::multi`] set the cost.
 
 use super::{Settings, duration_us, positive_decimal, positive_integer};
-use crate::core::fixed_window::{WindowParamError, WindowParams};
+use crate::core::concurrency::{
+    ConcurrencyParamError, ConcurrencyParams, HolderId, MAX_STORED_HOLDERS,
+};
 use crate::core::gcra::{GcraParamError, GcraParams};
 use crate::core::number::{NumberError, parse_integer};
 use crate::core::sliding_log::{SlidingLogParamError, SlidingLogParams};
+use crate::core::time::US_PER_MS;
 use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
+use crate::core::window::{WindowParamError, WindowParams};
 use crate::error::{ArgError, CommandError, Rule};
 use crate::kinds::{Kind, Quota};
 
@@ -15,6 +19,7 @@ pub fn arity(kind: Kind) -> usize {
     match kind {
         Kind::TokenBucket | Kind::SlidingWindow | Kind::FixedWindow | Kind::SlidingLog => 2,
         Kind::Gcra => 3,
+        Kind::Concurrency => 2,
     }
 }
 
@@ -26,7 +31,65 @@ pub fn quota(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<Quota, Co
         Kind::FixedWindow => window(args).map(Quota::FixedWindow),
         Kind::SlidingLog => sliding_log(args, settings.max_log_entries).map(Quota::SlidingLog),
         Kind::Gcra => gcra(args).map(Quota::Gcra),
+        Kind::Concurrency => {
+            concurrency(args, settings.max_holders).map(|params| Quota::Concurrency(params.into()))
+        }
     }
+}
+
+/// The error for an in-flight `limit` above the server's setting.
+fn above_max_holders(max_holders: u64, limit_arg: &[u8]) -> CommandError {
+    let rule = Rule::AtMostSetting {
+        bound: max_holders.clamp(1, MAX_STORED_HOLDERS),
+        setting: "ratelimit.max-holders",
+    };
+    ArgError::new("limit", rule, limit_arg).into()
+}
+
+/// `limit ttl_ms` of an in-flight limit (`RL.MULTI`'s `CONCURRENCY`), with no holder yet.
+pub fn concurrency(args: &[&[u8]], max_holders: u64) -> Result<ConcurrencyParams, CommandError> {
+    let [limit_arg, ttl_arg] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let limit = positive_integer("limit", limit_arg)?;
+    let ttl_us = positive_integer("ttl_ms", ttl_arg)?.saturating_mul(US_PER_MS);
+    ConcurrencyParams::new(limit, ttl_us, max_holders).map_err(|error| match error {
+        ConcurrencyParamError::LimitAboveMaxHolders { max_holders } => {
+            above_max_holders(max_holders, limit_arg)
+        }
+        // A positive number of milliseconds is at least the shortest ttl (1 ms).
+        ConcurrencyParamError::TtlTooShort | ConcurrencyParamError::TtlTooLong => {
+            ArgError::new("ttl_ms", Rule::AtMost("3155760000000 (100 years)"), ttl_arg).into()
+        }
+    })
+}
+
+/// `limit` of `RL.PEEK key CONCURRENCY limit`: no holder, no ttl.
+pub fn concurrency_peek(args: &[&[u8]], max_holders: u64) -> Result<Quota, CommandError> {
+    let [limit_arg] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let limit = positive_integer("limit", limit_arg)?;
+    ConcurrencyParams::peek(limit, max_holders)
+        .map(|params| Quota::Concurrency(params.into()))
+        .map_err(|_| above_max_holders(max_holders, limit_arg))
+}
+
+/// A holder id: 1 to 128 bytes.
+pub fn holder(id: &[u8]) -> Result<HolderId, CommandError> {
+    HolderId::new(id)
+        .map_err(|_| ArgError::new("holder", Rule::Must("be 1 to 128 bytes"), id).into())
+}
+
+/// `limit holder ttl_ms` of `RL.ACQUIRE`.
+pub fn acquire(args: &[&[u8]], max_holders: u64) -> Result<Quota, CommandError> {
+    let [limit_arg, holder_arg, ttl_arg] = args else {
+        return Err(CommandError::WrongArity);
+    };
+    let params = concurrency(&[limit_arg, ttl_arg], max_holders)?;
+    Ok(Quota::Concurrency(
+        params.with_holder(holder(holder_arg)?).into(),
+    ))
 }
 
 /// `capacity rate` of a token bucket.

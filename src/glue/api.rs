@@ -358,8 +358,9 @@ impl<'a> Call<'a> {
     }
 }
 
-/// Arguments read without allocating: more than any single-key command takes.
-const INLINE_ARGS: usize = 12;
+/// Arguments read without allocating: as many as any single-key command takes after its key
+/// (`RL.PEEK key ALGORITHM a b cost PARTIAL MIN m`).
+const INLINE_ARGS: usize = 8;
 
 /// Some arguments as byte slices: on the stack when few, on the heap otherwise.
 pub enum ArgList<'a> {

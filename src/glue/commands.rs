@@ -1,18 +1,21 @@
 //! The command bodies: read the clock once, parse the arguments (pure, in [`crate::args`],
 //! remembered per command), hand over to the [`driver`], count and reply.
 
+use std::cell::Cell;
+
 use redis_module::raw;
 
 use super::api::Call;
-use super::driver::{self, Outcome};
+use super::driver::{self, MultiBuffers, Outcome};
 use super::stats::{self, CommandStats};
 use super::store::{LimiterKey, kind_mismatch};
-use super::{clock, config, reply};
+use super::{clock, config, reply, scratch};
 use crate::args::multi::{self, MultiArgs};
 use crate::args::{self, CallArgs, Memo, Settings};
-use crate::core::Decision;
+use crate::core::concurrency::ConcurrencyAlgorithm;
 use crate::core::gcra::{GcraAlgorithm, GcraParams};
 use crate::core::grant::Grant;
+use crate::core::{Commit, Decision};
 use crate::error::CommandError;
 use crate::kinds::{Change, Kind, LimiterRef, Quota};
 
@@ -26,6 +29,7 @@ thread_local! {
     static REFUND_ARGS: Memo<Quota> = const { Memo::new() };
     static THROTTLE_ARGS: Memo<GcraParams> = const { Memo::new() };
     static MULTI_ARGS: Memo<MultiArgs> = const { Memo::new() };
+    static MULTI_BUFFERS: Cell<Option<MultiBuffers>> = const { Cell::new(None) };
 }
 
 /// The command's key: argument 1.
@@ -57,6 +61,7 @@ pub fn sliding_log(call: &Call<'_>) -> Result<(), CommandError> {
 fn settings() -> Settings {
     Settings {
         max_log_entries: u64::try_from(config::MAX_LOG_ENTRIES.get()).unwrap_or(1),
+        max_holders: u64::try_from(config::MAX_HOLDERS.get()).unwrap_or(1),
     }
 }
 
@@ -93,7 +98,7 @@ pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
         memo.with(
             &arguments,
             settings.fingerprint(),
-            |arguments| after_algorithm(arguments, |kind, rest| args::call(kind, rest, settings)),
+            |arguments| after_algorithm(arguments, |kind, rest| args::peek(kind, rest, settings)),
             |parsed| {
                 driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
             },
@@ -120,6 +125,49 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
     })??;
     stats::REFUND.record(decision.allowed);
     reply::decision(call, &decision);
+    Ok(())
+}
+
+/// `RL.ACQUIRE key limit holder ttl_ms`: takes (or renews) one of `limit` in-flight slots
+/// for `holder` until `ttl_ms` from now.
+///
+/// Not memoized: the holder changes with every request.
+pub fn acquire(call: &Call<'_>) -> Result<(), CommandError> {
+    let name = key_name(call)?;
+    let now_us = clock::now_us();
+    let quota = args::quota::acquire(&call.args_bytes(2..), settings().max_holders)?;
+    let call_args = CallArgs {
+        quota,
+        grant: Grant::Whole,
+    };
+    let outcome = driver::acquire(call, stats::ACQUIRE.event, name, &call_args, now_us)?;
+    respond(call, &stats::ACQUIRE, outcome, Grant::Whole);
+    Ok(())
+}
+
+/// `RL.RELEASE key holder`: 1 if that live holder's slot was freed, 0 if it was unknown or
+/// had expired (a missing key included); the key goes with its last holder.
+pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
+    let name = key_name(call)?;
+    let holder = args::quota::holder(call.arg_bytes(2))?;
+    let now_us = clock::now_us();
+    let key = LimiterKey::open(call, name)?;
+    let state = match key.held() {
+        None => None,
+        Some(LimiterRef::Concurrency(state)) => Some(state),
+        Some(other) => return Err(kind_mismatch(other.kind(), Kind::Concurrency)),
+    };
+    let commit = ConcurrencyAlgorithm::release(state, &holder, now_us);
+    let released = commit.is_some();
+    if let Some(commit) = commit {
+        let commit = Commit {
+            change: Change::Concurrency(commit.change.into()),
+            expires_at_ms: commit.expires_at_ms,
+        };
+        driver::record(call, stats::RELEASE.event, key, commit)?;
+    }
+    stats::RELEASE.record(released);
+    call.reply_integer(i64::from(released));
     Ok(())
 }
 
@@ -178,25 +226,23 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
     let now_us = clock::now_us();
     let settings = settings();
     let arguments = call.args_bytes(first_limit..);
-    let outcome = MULTI_ARGS.with(|memo| {
-        memo.with(
-            &arguments,
-            settings.fingerprint(),
-            |arguments| multi::limits(key_count, &key_bytes, arguments, settings),
-            |parsed| {
-                driver::acquire_many(call, stats::MULTI.event, names, parsed, now_us)
-                    .map(|outcome| (outcome, parsed.grant))
-            },
-        )
-    })??;
-    let (outcome, grant) = outcome;
-    stats::MULTI.record(outcome.bound.decision.allowed);
-    reply::multi(
-        call,
-        &outcome,
-        first_field(outcome.units, &outcome.bound.decision, grant),
-    );
-    Ok(())
+    scratch::reusing(&MULTI_BUFFERS, |buffers| {
+        let (outcome, grant) = MULTI_ARGS.with(|memo| {
+            memo.with(
+                &arguments,
+                settings.fingerprint(),
+                |arguments| multi::limits(key_count, &key_bytes, arguments, settings),
+                |parsed| {
+                    driver::acquire_many(call, stats::MULTI.event, names, parsed, now_us, buffers)
+                        .map(|outcome| (outcome, parsed.grant))
+                },
+            )
+        })??;
+        stats::MULTI.record(outcome.bound.decision.allowed);
+        let first = first_field(outcome.units, &outcome.bound.decision, grant);
+        reply::multi(call, &outcome, &buffers.per_limit, first);
+        Ok(())
+    })
 }
 
 /// Tells Redis where the keys of `numkeys key [key ...]` are. Redis 7.0's cluster routing

@@ -39,6 +39,11 @@ impl NumericConfig {
 pub static MAX_LOG_ENTRIES: NumericConfig =
     NumericConfig::new(c"max-log-entries", 10_000, 1, 10_000_000);
 
+/// Largest `limit` of an in-flight limit (`RL.ACQUIRE`, `CONCURRENCY`): each call walks the
+/// holders, so the bound keeps a call's work and a key's memory small (1,000 holders with
+/// 128-byte ids: at most 137 KB per key).
+pub static MAX_HOLDERS: NumericConfig = NumericConfig::new(c"max-holders", 1_000, 1, 100_000);
+
 /// Milliseconds added to the clock the module reads: lets tests simulate a node whose clock
 /// is skewed. Redis's own expiry clock is not shifted. Only in builds with `test-hooks`.
 #[cfg(feature = "test-hooks")]
@@ -50,9 +55,9 @@ pub static TEST_CLOCK_OFFSET_MS: NumericConfig = NumericConfig::new(
 );
 
 #[cfg(not(feature = "test-hooks"))]
-const CONFIGS: [&NumericConfig; 1] = [&MAX_LOG_ENTRIES];
+const CONFIGS: &[&NumericConfig] = &[&MAX_LOG_ENTRIES, &MAX_HOLDERS];
 #[cfg(feature = "test-hooks")]
-const CONFIGS: [&NumericConfig; 2] = [&MAX_LOG_ENTRIES, &TEST_CLOCK_OFFSET_MS];
+const CONFIGS: &[&NumericConfig] = &[&MAX_LOG_ENTRIES, &MAX_HOLDERS, &TEST_CLOCK_OFFSET_MS];
 
 unsafe extern "C" fn get_numeric(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
     // SAFETY: privdata is the address of a static NumericConfig, given at registration.
@@ -81,8 +86,10 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
     ) else {
         return Err("the server lacks the module configuration API".into());
     };
-    for config in CONFIGS {
-        let privdata = std::ptr::from_ref(config).cast_mut().cast::<c_void>();
+    for &config in CONFIGS {
+        // Typed first, so that the pointer can only be the setting's own address.
+        let setting: *const NumericConfig = config;
+        let privdata = setting.cast_mut().cast::<c_void>();
         // SAFETY: called during OnLoad; the name is static and NUL-terminated; privdata points
         // to a static that outlives the module.
         let status = unsafe {

@@ -9,6 +9,8 @@
 //!    announces them. A denied call, a peek, or a refund with nothing to give back writes and
 //!    propagates nothing.
 //!
+//! A multi-key call works in buffers it reuses from call to call ([`super::scratch`]).
+//!
 //! Evaluation goes through the type-erased [`Quota`](crate::kinds::Quota), so one driver
 //! serves every algorithm and a multi-limit call can mix them.
 
@@ -18,12 +20,13 @@ use redis_module::raw;
 
 use super::api::Call;
 use super::effects::{self, Replicated};
+use super::scratch::Reusable;
 use super::store::{LimiterKey, kind_mismatch};
 use crate::args::CallArgs;
 use crate::args::multi::MultiArgs;
 use crate::core::grant::Grant;
 use crate::core::multi::{self, Bound};
-use crate::core::{Decision, Evaluation};
+use crate::core::{Commit, Decision, Evaluation};
 use crate::error::CommandError;
 use crate::kinds::{Change, Kind, Quota};
 
@@ -101,39 +104,71 @@ pub fn commit_one(
     evaluation: Evaluation<Change>,
 ) -> Result<(), CommandError> {
     match evaluation.commit {
-        Some(commit) => effects::commit(call, event, &mut [Replicated::new(key, commit)]),
+        Some(commit) => record(call, event, key, commit),
         None => Ok(()),
     }
 }
 
+/// Commits one key's write.
+pub fn record(
+    call: &Call<'_>,
+    event: &CStr,
+    key: LimiterKey,
+    commit: Commit<Change>,
+) -> Result<(), CommandError> {
+    effects::commit(call, event, &mut [Replicated::new(key, commit)])
+}
+
 /// What a multi-limit call decided.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct MultiOutcome {
     /// Units taken from every limit (× its weight); 0 when denied.
     pub units: u64,
     /// The binding limit and the call's decision.
     pub bound: Bound,
-    /// Each limit's own view of the call.
+}
+
+/// The working memory of a multi-limit call (see [`scratch`]).
+#[derive(Default)]
+pub struct MultiBuffers {
+    keys: Vec<LimiterKey>,
+    grantable: Vec<(u64, u64)>,
+    costs: Vec<u64>,
+    commits: Vec<Option<Commit<Change>>>,
+    writes: Vec<Replicated>,
+    /// Each limit's own view of the call, for the reply.
     pub per_limit: Vec<Decision>,
 }
 
+impl Reusable for MultiBuffers {
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.grantable.clear();
+        self.costs.clear();
+        self.commits.clear();
+        self.writes.clear();
+        self.per_limit.clear();
+    }
+}
+
 /// A call on several distinct keys, limit `i` on `names[i]`: every limit admits its cost and
-/// all are charged, or nothing is written.
+/// all are charged, or nothing is written. Each limit's view of the call is left in
+/// `buffers.per_limit`.
 pub fn acquire_many(
     call: &Call<'_>,
     event: &CStr,
     names: &[*mut raw::RedisModuleString],
     args: &MultiArgs,
     now_us: i64,
+    buffers: &mut MultiBuffers,
 ) -> Result<MultiOutcome, CommandError> {
-    let keys = names
-        .iter()
-        .map(|&name| LimiterKey::open(call, name))
-        .collect::<Result<Vec<_>, _>>()?;
+    for &name in names {
+        buffers.keys.push(LimiterKey::open(call, name)?);
+    }
+    let keys = &buffers.keys;
     let units = match args.grant {
         Grant::Whole => args.cost,
         Grant::Partial { .. } => {
-            let mut grantable = Vec::with_capacity(keys.len());
             for ((key, quota), weight) in keys
                 .iter()
                 .zip(args.quotas_for(args.cost))
@@ -142,29 +177,31 @@ pub fn acquire_many(
                 let units = quota
                     .grantable(key.held(), quota.cost(), now_us)
                     .map_err(mismatch_with(&quota))?;
-                grantable.push((units, *weight));
+                buffers.grantable.push((units, *weight));
             }
-            multi::units_to_evaluate(args.cost, args.grant, grantable)
+            multi::units_to_evaluate(args.cost, args.grant, buffers.grantable.iter().copied())
         }
     };
-    let mut evaluations = Vec::with_capacity(keys.len());
-    let mut costs = Vec::with_capacity(keys.len());
     for (key, quota) in keys.iter().zip(args.quotas_for(units)) {
         let granted = quota
             .evaluate(key.held(), Grant::Whole, now_us)
             .map_err(mismatch_with(&quota))?;
-        evaluations.push(granted.evaluation);
-        costs.push(quota.cost());
+        buffers.per_limit.push(granted.evaluation.decision);
+        buffers.commits.push(granted.evaluation.commit);
+        buffers.costs.push(quota.counted_cost());
     }
-    let per_limit: Vec<Decision> = evaluations.iter().map(|e| e.decision).collect();
-    let mut bound = multi::bind(&per_limit, &costs)
+    let mut bound = multi::bind(&buffers.per_limit, &buffers.costs)
         .ok_or(CommandError::Message("ERR RL.MULTI needs at least one key"))?;
     if !bound.decision.allowed {
         // Nothing is charged: the call's reset is when every limit, as it stands, is back to
         // unused. A limit that alone would have admitted reports its reset as if charged
         // (its own view of the call), so ask it again with a cost it can never admit.
         let mut reset_after_ms = 0;
-        for ((key, quota), view) in keys.iter().zip(args.quotas_for(units)).zip(&per_limit) {
+        for ((key, quota), view) in keys
+            .iter()
+            .zip(args.quotas_for(units))
+            .zip(&buffers.per_limit)
+        {
             let as_it_stands = if view.allowed {
                 let unchanged = quota.with_cost(u64::MAX);
                 let granted = unchanged
@@ -177,20 +214,15 @@ pub fn acquire_many(
             reset_after_ms = reset_after_ms.max(as_it_stands);
         }
         bound.decision.reset_after_ms = reset_after_ms;
+        return Ok(MultiOutcome { units: 0, bound });
     }
-    if bound.decision.allowed {
-        let mut writes: Vec<Replicated> = keys
-            .into_iter()
-            .zip(evaluations)
-            .filter_map(|(key, evaluation)| Some(Replicated::new(key, evaluation.commit?)))
-            .collect();
-        effects::commit(call, event, &mut writes)?;
+    for (key, commit) in buffers.keys.drain(..).zip(buffers.commits.drain(..)) {
+        if let Some(commit) = commit {
+            buffers.writes.push(Replicated::new(key, commit));
+        }
     }
-    Ok(MultiOutcome {
-        units: if bound.decision.allowed { units } else { 0 },
-        bound,
-        per_limit,
-    })
+    effects::commit(call, event, &mut buffers.writes)?;
+    Ok(MultiOutcome { units, bound })
 }
 
 /// Turns the kind a key holds into the error for a call of `quota`.

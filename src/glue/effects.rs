@@ -16,11 +16,13 @@
 //! - [`rewrite_aof`]: the AOF rewrite emits one `RL.SETSTATE` per key with its whole state
 //!   (expiry 0: Redis appends its own `PEXPIREAT`).
 
+use std::cell::Cell;
 use std::ffi::CStr;
 
 use redis_module::raw;
 
 use super::api::{Call, OwnedString, api};
+use super::scratch::{self, Reusable};
 use super::store::{self, LimiterKey, Update, Write};
 use crate::codec::{self, EffectBody, Encoded};
 use crate::core::Commit;
@@ -75,21 +77,39 @@ pub fn commit(
     Ok(())
 }
 
-/// Propagates several writes' effects as one `RL.SETSTATE k1 e1 k2 e2 ...`. Creating strings
-/// for the payloads allocates, which the single-key path avoids.
-fn propagate_several(call: &Call<'_>, writes: &[Replicated]) {
-    let payloads: Vec<OwnedString> = writes
-        .iter()
-        .filter_map(|replicated| call.create_string(replicated.effect.as_bytes()))
-        .collect();
-    let argv: Vec<*mut raw::RedisModuleString> = writes
-        .iter()
-        .zip(&payloads)
-        .flat_map(|(replicated, payload)| [replicated.write.key.name(), payload.as_ptr()])
-        .collect();
-    if payloads.len() == writes.len() {
-        call.replicate_argv(SET_STATE, &argv);
+/// The strings of one multi-key propagation, reused between calls (see [`scratch`]).
+#[derive(Default)]
+struct Propagation {
+    payloads: Vec<OwnedString>,
+    argv: Vec<*mut raw::RedisModuleString>,
+}
+
+impl Reusable for Propagation {
+    fn clear(&mut self) {
+        self.argv.clear();
+        self.payloads.clear();
     }
+}
+
+thread_local! {
+    static PROPAGATION: Cell<Option<Propagation>> = const { Cell::new(None) };
+}
+
+/// Propagates several writes' effects as one `RL.SETSTATE k1 e1 k2 e2 ...`. The payloads
+/// become Redis strings (`RedisModule_Replicate` takes a vector of them), which the
+/// single-key path avoids by passing its buffer.
+fn propagate_several(call: &Call<'_>, writes: &[Replicated]) {
+    scratch::reusing(&PROPAGATION, |strings| {
+        for replicated in writes {
+            let Some(payload) = call.create_string(replicated.effect.as_bytes()) else {
+                return;
+            };
+            strings.argv.push(replicated.write.key.name());
+            strings.argv.push(payload.as_ptr());
+            strings.payloads.push(payload);
+        }
+        call.replicate_argv(SET_STATE, &strings.argv);
+    });
 }
 
 /// `RL.SETSTATE key effect [key effect ...]`: applies effects computed by a primary.

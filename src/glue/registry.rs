@@ -70,6 +70,8 @@ entry_point!(fixed_entry => commands::fixed);
 entry_point!(sliding_log_entry => commands::sliding_log);
 entry_point!(throttle_entry => commands::throttle);
 entry_point!(multi_entry => commands::multi);
+entry_point!(acquire_entry => commands::acquire);
+entry_point!(release_entry => commands::release);
 entry_point!(peek_entry => commands::peek);
 entry_point!(refund_entry => commands::refund);
 entry_point!(set_state_entry => effects::set_state);
@@ -141,10 +143,30 @@ const COMMANDS: &[CommandSpec] = &[
         complexity: c"O(N) for N keys (plus each limit's own cost)",
     },
     CommandSpec {
+        name: c"rl.acquire",
+        handler: acquire_entry,
+        flags: c"write deny-oom",
+        arity: 5,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write slow",
+        summary: c"Takes or renews one of limit in-flight slots for a holder, for ttl_ms",
+        complexity: c"O(N) for N holders",
+    },
+    CommandSpec {
+        name: c"rl.release",
+        handler: release_entry,
+        flags: c"write",
+        arity: 3,
+        keys: Keys::OneReadWrite,
+        acl_categories: c"write slow",
+        summary: c"Frees a holder's in-flight slot",
+        complexity: c"O(N) for N holders",
+    },
+    CommandSpec {
         name: c"rl.peek",
         handler: peek_entry,
         flags: c"readonly fast",
-        arity: -5,
+        arity: -4,
         keys: Keys::OneReadOnly,
         acl_categories: c"read fast",
         summary: c"Returns what a limiter call would return now, changing nothing",

@@ -22,15 +22,15 @@ pub fn decision_with_first(call: &Call<'_>, decision: &Decision, first: i64) {
 }
 
 /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit, binding, per_limit]`.
-pub fn multi(call: &Call<'_>, outcome: &MultiOutcome, first: i64) {
+pub fn multi(call: &Call<'_>, outcome: &MultiOutcome, per_limit: &[Decision], first: i64) {
     let binding = i64::try_from(outcome.bound.binding).unwrap_or(i64::MAX);
     call.reply_array(7);
     for field in with_first(&outcome.bound.decision, first) {
         call.reply_integer(field);
     }
     call.reply_integer(binding);
-    call.reply_array(outcome.per_limit.len());
-    for limit in &outcome.per_limit {
+    call.reply_array(per_limit.len());
+    for limit in per_limit {
         call.reply_integers(&limit.reply_fields());
     }
 }

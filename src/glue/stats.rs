@@ -66,6 +66,10 @@ counted_commands! {
     THROTTLE = c"cl.throttle", "throttle";
     /// `RL.MULTI`: calls every limit admitted, or that one denied.
     MULTI = c"rl.multi", "multi";
+    /// `RL.ACQUIRE`.
+    ACQUIRE = c"rl.acquire", "acquire";
+    /// `RL.RELEASE`: "admitted" when a live holder was released.
+    RELEASE = c"rl.release", "release";
     /// `RL.PEEK`: calls that would have been admitted or denied.
     PEEK = c"rl.peek", "peek";
     /// `RL.REFUND`: "admitted" when something was given back.

@@ -79,6 +79,19 @@ impl LimiterKey {
         self.value.and_then(|value| unsafe { value::borrow(value) })
     }
 
+    /// Stores a new value in the key, which then owns it; hands it back if Redis refuses.
+    fn store(&mut self, new_value: *mut c_void) -> Result<(), *mut c_void> {
+        self.key.set_value(limiter_type(), new_value)?;
+        self.value = Some(new_value);
+        Ok(())
+    }
+
+    /// Deletes the key's value (Redis frees it).
+    fn delete(&mut self) {
+        self.key.delete();
+        self.value = None;
+    }
+
     /// Sets the key's absolute expiry (Unix ms); 0 removes any expiry.
     fn expire_at_ms(&self, expires_at_ms: i64) {
         if expires_at_ms > 0 {
@@ -151,7 +164,8 @@ impl Drop for Write {
 /// 2. store the new values; if Redis refuses one, delete the ones just stored and stop;
 /// 3. apply the changes to existing limiters in place (no allocation but a sliding log's
 ///    growth, where an allocation failure aborts the server as Redis's own do);
-/// 4. set the expiries.
+/// 4. set the expiries, or delete a key whose limiter holds nothing (see
+///    [`LimiterRef::is_vacant`]).
 ///
 /// The keys must be distinct: callers refuse repeated keys before opening any, so no two
 /// writes can borrow one value.
@@ -165,7 +179,13 @@ pub fn apply<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandError> {
         if let Some(update) = write.update.take() {
             update_in_place(&write.key, update);
         }
-        write.key.expire_at_ms(write.expires_at_ms);
+        if write.key.held().is_some_and(LimiterRef::is_vacant) {
+            // The last in-flight holder was released: the key goes rather than waiting
+            // for an expiry a missing key would not have.
+            write.key.delete();
+        } else {
+            write.key.expire_at_ms(write.expires_at_ms);
+        }
     }
     Ok(())
 }
@@ -199,13 +219,13 @@ fn store_new_values<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandErro
         let Some(new_value) = write.new_value.take() else {
             continue;
         };
-        if let Err(refused) = write.key.key.set_value(limiter_type(), new_value) {
+        if let Err(refused) = write.key.store(new_value) {
             // SAFETY: Redis refused the value, so it is still ours to free.
             unsafe { value::free(refused) };
             for stored in writes.get_mut(..index).unwrap_or_default() {
                 let stored = stored.as_mut();
                 if stored.update.is_none() {
-                    stored.key.key.delete();
+                    stored.key.delete();
                 }
             }
             return Err(CommandError::Message("ERR the limiter could not be stored"));

@@ -132,14 +132,14 @@ fn a_key_keeps_its_algorithm() {
     let before: Vec<u8> = redis::cmd("DUMP").arg("bucket").query(&mut con).unwrap();
     assert_eq!(
         expect_error(&mut con, &[b"RL.SLIDING", b"bucket", b"10", b"60"]),
-        "ERR key holds a token bucket limiter, not a sliding window: use the matching command or delete the key"
+        "ERR key holds a token bucket, not a sliding window: use the matching command or delete the key"
     );
     assert_eq!(
         expect_error(
             &mut con,
             &[b"RL.PEEK", b"bucket", b"SLIDINGLOG", b"10", b"60"]
         ),
-        "ERR key holds a token bucket limiter, not a sliding log: use the matching command or delete the key"
+        "ERR key holds a token bucket, not a sliding log: use the matching command or delete the key"
     );
     let after: Vec<u8> = redis::cmd("DUMP").arg("bucket").query(&mut con).unwrap();
     assert_eq!(before, after);

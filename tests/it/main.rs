@@ -19,6 +19,7 @@ mod cluster;
 mod concurrency;
 mod errors;
 mod failover;
+mod inflight;
 mod keyspace;
 mod limiter_model;
 mod memory;

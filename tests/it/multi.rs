@@ -145,7 +145,7 @@ fn cost_and_weights_charge_each_limit_and_algorithms_mix() {
     }
     assert_eq!(
         expect_error(&mut con, &[b"RL.TOKENBUCKET", b"{m}:gcra", b"10", b"1"]),
-        "ERR key holds a CL.THROTTLE (GCRA) limiter, not a token bucket: use the matching \
+        "ERR key holds a CL.THROTTLE (GCRA), not a token bucket: use the matching \
          command or delete the key"
     );
     // RL.MULTI's GCRA and CL.THROTTLE share keys.
@@ -191,7 +191,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         ),
         (
             words("3 {e}:a {e}:b TOKENBUCKET 1"),
-            "ERR limit of key '{e}:a': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA (got '1')",
+            "ERR limit of key '{e}:a': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY (got '1')",
         ),
         (
             words("2 {e}:a {e}:b TOKENBUCKET 1 1"),
@@ -199,7 +199,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         ),
         (
             words("2 {e}:a {e}:b TOKENBUCKET 1 1 LEAKY 1 1"),
-            "ERR limit of key '{e}:b': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA (got 'LEAKY')",
+            "ERR limit of key '{e}:b': algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY (got 'LEAKY')",
         ),
         (
             words("2 {e}:a {e}:b TOKENBUCKET 0 1 FIXED 1 1"),
@@ -239,7 +239,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         ),
         (
             words("1 {e}:a TOKENBUCKET 1 1 MAXWAIT 3"),
-            "ERR option must be COST c, WEIGHTS w1 ... wN or PARTIAL [MIN m] (got 'MAXWAIT')",
+            "ERR option must be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m] (got 'MAXWAIT')",
         ),
         (
             words("1 {e}:a TOKENBUCKET 1 1 COST 99999999999 WEIGHTS 999999999999"),
@@ -255,7 +255,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         ),
         (
             words("2 {e}:a {e}:bucket TOKENBUCKET 1 1 FIXED 1 1"),
-            "ERR key holds a token bucket limiter, not a fixed window: use the matching command or delete the key",
+            "ERR key holds a token bucket, not a fixed window: use the matching command or delete the key",
         ),
     ];
     for (args, expected) in &cases {

@@ -126,7 +126,7 @@ fn algorithm_names_and_arities_are_checked() {
     let mut con = server.conn();
     assert_eq!(
         expect_error(&mut con, &[b"RL.PEEK", b"k", b"LEAKY", b"1", b"1"]),
-        "ERR algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA (got 'LEAKY')"
+        "ERR algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY (got 'LEAKY')"
     );
     for command in ["RL.PEEK", "RL.REFUND"] {
         let message = expect_error(&mut con, &[command.as_bytes(), b"k", b"TOKENBUCKET", b"1"]);

@@ -94,6 +94,6 @@ fn replicates_effects_and_refuses_bad_input() {
     }
     assert_eq!(
         expect_error(&mut con, &[b"RL.PEEK", b"k", b"TOKENBUCKET", b"1", b"1"]),
-        "ERR key holds a CL.THROTTLE (GCRA) limiter, not a token bucket: use the matching command or delete the key"
+        "ERR key holds a CL.THROTTLE (GCRA), not a token bucket: use the matching command or delete the key"
     );
 }
