@@ -102,7 +102,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             &[0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1],
         )?
         .install_recorder()?;
-    let limiter = RateLimiter::builder(RedisStore::new(&args.redis)?)
+    let store = RedisStore::new(&args.redis)?;
+    // Connect now if Redis is there; if not, serve anyway (the fallback decides) and connect
+    // when it comes up.
+    if let Err(error) = store.connect().await {
+        eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile");
+    }
+    let limiter = RateLimiter::builder(store)
         .policy(policy(&args)?)
         .replicas(Replicas::fixed(args.replicas))
         .build()?;

@@ -10,6 +10,7 @@ use redis_ratelimit_core::number::Decimal;
 use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
 use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
 use redis_ratelimit_core::token_bucket::TokenBucketParams;
+use redis_ratelimit_core::window::WindowParams;
 
 /// Why an algorithm's parameters are refused (the same rules the module applies, checked
 /// when the policy is built rather than on the first request).
@@ -384,8 +385,8 @@ pub(crate) enum Shape {
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CoreParams {
     TokenBucket(TokenBucketParams),
-    SlidingWindow(redis_ratelimit_core::fixed_window::WindowParams),
-    FixedWindow(redis_ratelimit_core::fixed_window::WindowParams),
+    SlidingWindow(WindowParams),
+    FixedWindow(WindowParams),
     SlidingLog(SlidingLogParams),
     Gcra(GcraParams),
 }
@@ -442,16 +443,12 @@ impl Shape {
             } => TokenBucketParams::from_interval(capacity, interval_ns, cost)
                 .map(CoreParams::TokenBucket)
                 .or_else(|_| refuse("capacity / rate must be at most 100 years")),
-            Shape::SlidingWindow { limit, window_us } => {
-                redis_ratelimit_core::fixed_window::WindowParams::new(limit, window_us, cost)
-                    .map(CoreParams::SlidingWindow)
-                    .or_else(|_| refuse("limit must be at most 4294967295"))
-            }
-            Shape::FixedWindow { limit, window_us } => {
-                redis_ratelimit_core::fixed_window::WindowParams::new(limit, window_us, cost)
-                    .map(CoreParams::FixedWindow)
-                    .or_else(|_| refuse("limit must be at most 4294967295"))
-            }
+            Shape::SlidingWindow { limit, window_us } => WindowParams::new(limit, window_us, cost)
+                .map(CoreParams::SlidingWindow)
+                .or_else(|_| refuse("limit must be at most 4294967295")),
+            Shape::FixedWindow { limit, window_us } => WindowParams::new(limit, window_us, cost)
+                .map(CoreParams::FixedWindow)
+                .or_else(|_| refuse("limit must be at most 4294967295")),
             Shape::SlidingLog { limit, window_us } => {
                 SlidingLogParams::new(limit, window_us, cost, MAX_STORED_ENTRIES)
                     .map(CoreParams::SlidingLog)

@@ -378,10 +378,15 @@ fn when_redis_stops_each_replica_falls_back_to_its_share() {
         quota,
         &["--timeout-ms", &timeout_ms.to_string()],
     );
-    // Warm up: every replica connects to the store.
-    let warm = round_robin(&replicas, "warm", 2 * count);
-    assert_eq!(admitted(&warm), 2 * count as u64);
-    assert_eq!(metric(&replicas, &["source=\"store\""]), (2 * count) as f64);
+    // Warm up until every replica has had a decision from the store (on a loaded machine a
+    // first call, which also connects, can exceed the short timeout and fall back).
+    let warmed = wait_until(Duration::from_secs(20), || {
+        round_robin(&replicas, "warm", count);
+        replicas
+            .iter()
+            .all(|replica| metric(std::slice::from_ref(replica), &["source=\"store\""]) >= 1.0)
+    });
+    assert!(warmed, "the replicas never got a decision from the store");
 
     let pid = pid(&server);
     signal(&pid, "-STOP");
@@ -438,22 +443,21 @@ fn when_redis_stops_each_replica_falls_back_to_its_share() {
 
     // Redis back: every replica's breaker probes and decisions come from the store again.
     drop(resume);
-    let from_store = metric(&replicas, &["outcome=\"allowed\"", "source=\"store\""]);
+    let store_decisions = |replica: &Replica| {
+        metric(
+            std::slice::from_ref(replica),
+            &["outcome=\"allowed\"", "source=\"store\""],
+        )
+    };
+    let before: Vec<f64> = replicas.iter().map(store_decisions).collect();
     let recovered = wait_until(Duration::from_secs(15), || {
         round_robin(&replicas, "after", count);
-        let per_replica: Vec<f64> = replicas
+        replicas
             .iter()
-            .map(|replica| {
-                metric(
-                    std::slice::from_ref(replica),
-                    &["outcome=\"allowed\"", "source=\"store\""],
-                )
-            })
-            .collect();
-        per_replica.iter().all(|count| *count > 2.0)
+            .zip(&before)
+            .all(|(replica, before)| store_decisions(replica) > *before)
     });
     assert!(recovered, "decisions never came from the store again");
-    assert!(metric(&replicas, &["outcome=\"allowed\"", "source=\"store\""]) > from_store);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
