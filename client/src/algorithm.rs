@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use redis_ratelimit_core::concurrency::{ConcurrencyParams, MAX_STORED_HOLDERS};
 use redis_ratelimit_core::gcra::GcraParams;
 use redis_ratelimit_core::number::Decimal;
 use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
@@ -146,6 +147,16 @@ pub enum Algorithm {
         /// Window length (whole microseconds, at least 1 ms).
         window: Duration,
     },
+    /// An in-flight limit (`RL.ACQUIRE` / `RL.RELEASE`): at most `limit` requests at once,
+    /// each holding its slot until released or `ttl` after it was taken. A request takes one
+    /// slot whatever its cost.
+    Concurrency {
+        /// Requests in flight at once.
+        limit: u64,
+        /// How long a slot is held if never released (a crashed caller's slot frees itself);
+        /// whole milliseconds, at least 1 ms.
+        ttl: Duration,
+    },
     /// GCRA as `CL.THROTTLE`: `max_burst + 1` units at once, `count` per `period`.
     Gcra {
         /// Burst beyond the first unit.
@@ -197,6 +208,14 @@ impl Algorithm {
         Ok(algorithm)
     }
 
+    /// At most `limit` requests in flight at once; a slot not released is freed `ttl` after
+    /// it was taken.
+    pub fn concurrency(limit: u64, ttl: Duration) -> Result<Self, AlgorithmError> {
+        let algorithm = Self::Concurrency { limit, ttl };
+        algorithm.validate()?;
+        Ok(algorithm)
+    }
+
     /// GCRA with `CL.THROTTLE`'s parameters.
     pub fn gcra(max_burst: u64, count: u64, period: Duration) -> Result<Self, AlgorithmError> {
         let algorithm = Self::Gcra {
@@ -224,6 +243,7 @@ impl Algorithm {
             Self::SlidingWindow { .. } => "SLIDING",
             Self::FixedWindow { .. } => "FIXED",
             Self::SlidingLog { .. } => "SLIDINGLOG",
+            Self::Concurrency { .. } => "CONCURRENCY",
             Self::Gcra { .. } => "GCRA",
         }
     }
@@ -237,6 +257,9 @@ impl Algorithm {
             Self::SlidingWindow { limit, window }
             | Self::FixedWindow { limit, window }
             | Self::SlidingLog { limit, window } => vec![limit.to_string(), seconds(*window)],
+            Self::Concurrency { limit, ttl } => {
+                vec![limit.to_string(), ttl.as_millis().to_string()]
+            }
             Self::Gcra {
                 max_burst,
                 count,
@@ -255,7 +278,8 @@ impl Algorithm {
             Self::TokenBucket { capacity, .. } => *capacity,
             Self::SlidingWindow { limit, .. }
             | Self::FixedWindow { limit, .. }
-            | Self::SlidingLog { limit, .. } => *limit,
+            | Self::SlidingLog { limit, .. }
+            | Self::Concurrency { limit, .. } => *limit,
             Self::Gcra { max_burst, .. } => max_burst.saturating_add(1),
         }
     }
@@ -263,25 +287,7 @@ impl Algorithm {
     /// The time window over which [`quota`](Self::quota) applies: a window's length, or the
     /// time an empty bucket takes to refill completely.
     pub fn window(&self) -> Duration {
-        match self.shape() {
-            Ok(Shape::TokenBucket {
-                capacity,
-                interval_ns,
-            }) => Duration::from_nanos(capacity.saturating_mul(interval_ns)),
-            Ok(Shape::Gcra {
-                max_burst,
-                interval_ns,
-            }) => Duration::from_nanos(
-                u64::try_from(max_burst.saturating_add(1).saturating_mul(interval_ns))
-                    .unwrap_or(u64::MAX),
-            ),
-            Ok(
-                Shape::SlidingWindow { window_us, .. }
-                | Shape::FixedWindow { window_us, .. }
-                | Shape::SlidingLog { window_us, .. },
-            ) => Duration::from_micros(window_us),
-            Err(_) => Duration::ZERO,
-        }
+        self.shape().map_or(Duration::ZERO, Shape::window)
     }
 
     /// The integer form the core works with.
@@ -303,6 +309,17 @@ impl Algorithm {
                 limit: positive(*limit, "limit")?,
                 window_us: window_us(*window)?,
             },
+            Self::Concurrency { limit, ttl } => {
+                if ttl.subsec_nanos().checked_rem(1_000_000) != Some(0) {
+                    return refuse(format!(
+                        "an in-flight ttl is whole milliseconds (got {ttl:?})"
+                    ));
+                }
+                Shape::Concurrency {
+                    limit: positive(*limit, "limit")?,
+                    ttl_us: window_us(*ttl)?,
+                }
+            }
             Self::Gcra {
                 max_burst,
                 count,
@@ -378,6 +395,7 @@ pub(crate) enum Shape {
     SlidingWindow { limit: u64, window_us: u64 },
     FixedWindow { limit: u64, window_us: u64 },
     SlidingLog { limit: u64, window_us: u64 },
+    Concurrency { limit: u64, ttl_us: u64 },
     Gcra { max_burst: i64, interval_ns: i64 },
 }
 
@@ -388,6 +406,7 @@ pub(crate) enum CoreParams {
     SlidingWindow(WindowParams),
     FixedWindow(WindowParams),
     SlidingLog(SlidingLogParams),
+    Concurrency(ConcurrencyParams),
     Gcra(GcraParams),
 }
 
@@ -418,6 +437,10 @@ impl Shape {
             Shape::SlidingLog { limit, window_us } => Shape::SlidingLog {
                 limit: part(limit)?,
                 window_us,
+            },
+            Shape::Concurrency { limit, ttl_us } => Shape::Concurrency {
+                limit: part(limit)?,
+                ttl_us,
             },
             Shape::Gcra {
                 max_burst,
@@ -454,6 +477,11 @@ impl Shape {
                     .map(CoreParams::SlidingLog)
                     .or_else(|_| refuse("a sliding log's limit is at most 10,000,000"))
             }
+            Shape::Concurrency { limit, ttl_us } => {
+                ConcurrencyParams::new(limit, ttl_us, MAX_STORED_HOLDERS)
+                    .map(CoreParams::Concurrency)
+                    .or_else(|_| refuse("an in-flight limit is at most 100,000 requests"))
+            }
             Shape::Gcra {
                 max_burst,
                 interval_ns,
@@ -467,13 +495,37 @@ impl Shape {
         }
     }
 
+    /// The window the quota applies to: a window's length, the time an empty bucket (or
+    /// GCRA) takes to refill completely; none for an in-flight limit.
+    pub(crate) fn window(self) -> Duration {
+        match self {
+            Shape::TokenBucket {
+                capacity,
+                interval_ns,
+            } => Duration::from_nanos(capacity.saturating_mul(interval_ns)),
+            Shape::Gcra {
+                max_burst,
+                interval_ns,
+            } => Duration::from_nanos(
+                u64::try_from(max_burst.saturating_add(1).saturating_mul(interval_ns))
+                    .unwrap_or(u64::MAX),
+            ),
+            Shape::SlidingWindow { window_us, .. }
+            | Shape::FixedWindow { window_us, .. }
+            | Shape::SlidingLog { window_us, .. } => Duration::from_micros(window_us),
+            // Slots come back when requests end.
+            Shape::Concurrency { .. } => Duration::ZERO,
+        }
+    }
+
     /// The limit (quota) of this shape.
     pub(crate) fn quota(self) -> u64 {
         match self {
             Shape::TokenBucket { capacity, .. } => capacity,
             Shape::SlidingWindow { limit, .. }
             | Shape::FixedWindow { limit, .. }
-            | Shape::SlidingLog { limit, .. } => limit,
+            | Shape::SlidingLog { limit, .. }
+            | Shape::Concurrency { limit, .. } => limit,
             Shape::Gcra { max_burst, .. } => {
                 u64::try_from(max_burst).unwrap_or(0).saturating_add(1)
             }
@@ -494,6 +546,8 @@ impl Shape {
         let interval_ns = match self {
             Shape::TokenBucket { interval_ns, .. } => interval_ns,
             Shape::Gcra { interval_ns, .. } => u64::try_from(interval_ns).unwrap_or(0),
+            // A slot comes back when a request ends, which nobody can tell in advance.
+            Shape::Concurrency { .. } => return Duration::ZERO,
             _ => return reset_after,
         };
         // The missing units come back one interval apart, the last one at reset_after.

@@ -25,6 +25,13 @@
 //! weight = 1                   # optional
 //!
 //! [[policy.limit]]
+//! name = "in-flight"
+//! key = "rl:{{{api_key}}}:inflight"
+//! algorithm = "concurrency"    # at most `limit` requests at once (not with leases)
+//! limit = 5
+//! ttl_ms = 30000               # a slot never released frees itself after this
+//!
+//! [[policy.limit]]
 //! name = "burst"
 //! key = "rl:{{{api_key}}}:gcra"
 //! algorithm = "gcra"
@@ -112,6 +119,7 @@ struct LimitConfig {
     count: Option<u64>,
     period_s: Option<u64>,
     max_wait_ms: Option<u64>,
+    ttl_ms: Option<u64>,
 }
 
 /// Reads policies from a TOML file.
@@ -187,6 +195,7 @@ fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
         ("count", limit.count.is_some()),
         ("period_s", limit.period_s.is_some()),
         ("max_wait_ms", limit.max_wait_ms.is_some()),
+        ("ttl_ms", limit.ttl_ms.is_some()),
     ]
     .into_iter()
     .filter_map(|(name, set)| set.then_some(name))
@@ -195,9 +204,10 @@ fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
         "token_bucket" => &["capacity", "rate", "refill_s", "refill_ms", "max_wait_ms"],
         "sliding_window" | "fixed_window" | "sliding_log" => &["limit", "window_s", "window_ms"],
         "gcra" => &["max_burst", "count", "period_s"],
+        "concurrency" => &["limit", "ttl_ms"],
         other => {
             return Err(format!(
-                "algorithm is token_bucket, sliding_window, fixed_window, sliding_log or gcra (got '{other}')"
+                "algorithm is token_bucket, sliding_window, fixed_window, sliding_log, gcra or concurrency (got '{other}')"
             ));
         }
     };
@@ -238,6 +248,10 @@ fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
                 _ => Algorithm::sliding_log(units, window),
             }
         }
+        "concurrency" => Algorithm::concurrency(
+            need(limit.limit, "limit")?,
+            Duration::from_millis(need(limit.ttl_ms, "ttl_ms")?),
+        ),
         _ => Algorithm::gcra(
             need(limit.max_burst, "max_burst")?,
             need(limit.count, "count")?,
@@ -285,6 +299,13 @@ mod tests {
         max_wait_ms = 1000
 
         [[policy.limit]]
+        name = "slots"
+        key = "slots"
+        algorithm = "concurrency"
+        limit = 3
+        ttl_ms = 30000
+
+        [[policy.limit]]
         name = "gcra"
         key = "partner"
         algorithm = "gcra"
@@ -313,7 +334,11 @@ mod tests {
         assert_eq!(api.limits()[1].key().as_str(), "rl:{{{api_key}}}:day");
         assert_eq!(partner.fallback(), Fallback::Local);
         assert_eq!(partner.limits()[0].paced(), Some(Duration::from_secs(1)));
-        assert_eq!(partner.limits()[1].algorithm().quota(), 10);
+        assert_eq!(
+            partner.limits()[1].algorithm(),
+            &Algorithm::concurrency(3, Duration::from_secs(30)).unwrap()
+        );
+        assert_eq!(partner.limits()[2].algorithm().quota(), 10);
     }
 
     fn error_of(text: &str) -> String {

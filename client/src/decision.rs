@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Shape;
+use crate::limiter::InFlight;
 use crate::store::View;
 
 /// Where a decision came from.
@@ -68,8 +69,11 @@ pub struct LimitStatus {
     /// Its quota (capacity or units per window), as enforced for this decision: during a
     /// local fallback, this replica's share.
     pub quota: u64,
-    /// The window the quota applies to (time to refill completely for a bucket).
+    /// The window the quota applies to (time to refill completely for a bucket; zero for an
+    /// in-flight limit).
     pub window: Duration,
+    /// Whether this is an in-flight limit (its quota counts requests at once, not per time).
+    pub in_flight: bool,
     /// Whether this limit alone admitted the request.
     pub allowed: bool,
     /// Whole units left.
@@ -85,22 +89,7 @@ pub struct LimitStatus {
 
 impl LimitStatus {
     pub(crate) fn from_view(name: Arc<str>, shape: Shape, view: &View) -> Self {
-        let window = match shape {
-            Shape::TokenBucket {
-                capacity,
-                interval_ns,
-            } => Duration::from_nanos(capacity.saturating_mul(interval_ns)),
-            Shape::Gcra {
-                max_burst,
-                interval_ns,
-            } => Duration::from_nanos(
-                u64::try_from(max_burst.saturating_add(1).saturating_mul(interval_ns))
-                    .unwrap_or(u64::MAX),
-            ),
-            Shape::SlidingWindow { window_us, .. }
-            | Shape::FixedWindow { window_us, .. }
-            | Shape::SlidingLog { window_us, .. } => Duration::from_micros(window_us),
-        };
+        let window = shape.window();
         let more_in = match (view.allowed, shape) {
             // A denied sliding window's wait is exact, its reset only an upper bound.
             (false, Shape::SlidingWindow { .. } | Shape::SlidingLog { .. }) => {
@@ -110,6 +99,7 @@ impl LimitStatus {
         };
         Self {
             name,
+            in_flight: matches!(shape, Shape::Concurrency { .. }),
             quota: view.limit,
             window,
             allowed: view.allowed,
@@ -145,6 +135,9 @@ pub struct Decision {
     /// The index in `limits` of the limit that decided: the one that denied (with the
     /// longest wait), or when admitted the one closest to running out.
     pub binding: usize,
+    /// The slots an admitted request holds in the policy's in-flight limits: give them back
+    /// with [`RateLimiter::release`](crate::RateLimiter::release) when the request ends.
+    pub in_flight: Option<InFlight>,
 }
 
 impl Decision {

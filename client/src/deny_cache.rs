@@ -107,6 +107,7 @@ mod tests {
             retry_after: wait,
             limits: Vec::new(),
             binding: 0,
+            in_flight: None,
         }
     }
 

@@ -88,7 +88,7 @@ pub use algorithm::{Algorithm, Rate};
 pub use breaker::BreakerConfig;
 pub use decision::{Decision, LimitStatus, Outcome, Source};
 pub use key::{Inputs, KeyTemplate};
-pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
+pub use limiter::{BuildError, CheckError, InFlight, RateLimiter, RateLimiterBuilder};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
 

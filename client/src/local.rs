@@ -9,6 +9,9 @@
 
 use std::collections::HashMap;
 
+use redis_ratelimit_core::concurrency::{
+    Concurrency, ConcurrencyAlgorithm, ConcurrencyChange, HolderId,
+};
 use redis_ratelimit_core::decision::{Algorithm as _, Decision};
 use redis_ratelimit_core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
 use redis_ratelimit_core::gcra::{Gcra, GcraAlgorithm};
@@ -29,6 +32,8 @@ pub(crate) struct LocalCall<'a> {
     pub(crate) weight: u64,
     /// Pacing (token buckets): admit with a wait up to this many nanoseconds.
     pub(crate) max_wait_ns: Option<u64>,
+    /// The caller's id for its slot (in-flight limits).
+    pub(crate) holder: Option<&'a str>,
 }
 
 /// Why a local call failed.
@@ -46,6 +51,7 @@ enum State {
     SlidingWindow(SlidingWindow),
     FixedWindow(FixedWindow),
     SlidingLog(SlidingLog),
+    Concurrency(Concurrency),
     Gcra(Gcra),
 }
 
@@ -61,6 +67,7 @@ enum Change {
     SlidingWindow(SlidingWindow),
     FixedWindow(FixedWindow),
     SlidingLog(SlidingLogChange),
+    Concurrency(ConcurrencyChange),
     Gcra(Gcra),
 }
 
@@ -179,13 +186,21 @@ impl LocalLimits {
             .shape
             .params(cost)
             .map_err(|error| LocalError::Params(error.to_string()))?;
-        match (params, call.max_wait_ns) {
-            (CoreParams::TokenBucket(bucket), Some(wait_ns)) => bucket
+        match (params, call.max_wait_ns, call.holder) {
+            (CoreParams::TokenBucket(bucket), Some(wait_ns), _) => bucket
                 .with_max_wait_ns(wait_ns)
                 .map(CoreParams::TokenBucket)
                 .map_err(|_| LocalError::Params("MAXWAIT is at most a day".into())),
-            (params, None) => Ok(params),
-            (_, Some(_)) => Err(LocalError::Params("only token buckets can be paced".into())),
+            (CoreParams::Concurrency(slots), None, Some(holder)) => {
+                HolderId::new(holder.as_bytes())
+                    .map(|holder| CoreParams::Concurrency(slots.with_holder(holder)))
+                    .map_err(|_| LocalError::Params("a holder id is 1 to 128 bytes".into()))
+            }
+            (CoreParams::Concurrency(_), None, None) => Err(LocalError::Params(
+                "an in-flight limit needs the caller's holder id".into(),
+            )),
+            (params, None, _) => Ok(params),
+            (_, Some(_), _) => Err(LocalError::Params("only token buckets can be paced".into())),
         }
     }
 
@@ -231,6 +246,13 @@ impl LocalLimits {
             }
             (_, Change::SlidingLog(change)) => {
                 State::SlidingLog(SlidingLogAlgorithm::create(change))
+            }
+            (Some(State::Concurrency(mut slots)), Change::Concurrency(change)) => {
+                ConcurrencyAlgorithm::apply(&mut slots, change);
+                State::Concurrency(slots)
+            }
+            (_, Change::Concurrency(change)) => {
+                State::Concurrency(ConcurrencyAlgorithm::create(change))
             }
             (_, Change::TokenBucket(state)) => State::TokenBucket(state),
             (_, Change::SlidingWindow(state)) => State::SlidingWindow(state),
@@ -312,6 +334,7 @@ fn ask(
         CoreParams::SlidingWindow(p) => ask!(SlidingWindowAlgorithm, SlidingWindow, p),
         CoreParams::FixedWindow(p) => ask!(FixedWindowAlgorithm, FixedWindow, p),
         CoreParams::SlidingLog(p) => ask!(SlidingLogAlgorithm, SlidingLog, p),
+        CoreParams::Concurrency(p) => ask!(ConcurrencyAlgorithm, Concurrency, p),
         CoreParams::Gcra(p) => ask!(GcraAlgorithm, Gcra, p),
     }
 }
@@ -347,12 +370,14 @@ mod tests {
                 shape: bucket(3),
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             },
             LocalCall {
                 key: "global",
                 shape: bucket(100),
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             },
         ];
         for _ in 0..3 {
@@ -375,12 +400,14 @@ mod tests {
                 shape: bucket(10),
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             },
             LocalCall {
                 key: "b",
                 shape: bucket(20),
                 weight: 3,
                 max_wait_ns: None,
+                holder: None,
             },
         ];
         // b admits at most 6 units of weight 3.
@@ -402,6 +429,7 @@ mod tests {
             shape: bucket(5),
             weight: 1,
             max_wait_ns: None,
+            holder: None,
         }];
         assert_eq!(limits.acquire(&calls, 5, None, T0).unwrap().granted, 5);
         limits.refund(&calls, 2, T0).unwrap();
@@ -423,6 +451,7 @@ mod tests {
             shape: bucket(5),
             weight: 2,
             max_wait_ns: None,
+            holder: None,
         }];
         let grant = limits.acquire(&calls, 3, None, T0).unwrap();
         assert_eq!(grant.granted, 0);
@@ -441,6 +470,7 @@ mod tests {
                 shape: bucket(5),
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             }];
             limits.acquire(&first, 1, None, T0).unwrap();
             let second = [LocalCall {
@@ -448,6 +478,7 @@ mod tests {
                 shape: window,
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             }];
             assert_eq!(limits.acquire(&second, 1, None, T0).is_err(), refuses);
         }
@@ -462,6 +493,7 @@ mod tests {
             shape: fast,
             weight: 1,
             max_wait_ns: None,
+            holder: None,
         }];
         assert_eq!(limits.acquire(&calls, 2, None, T0).unwrap().granted, 2);
         assert_eq!(limits.acquire(&calls, 1, None, T0).unwrap().granted, 0);
@@ -478,18 +510,21 @@ mod tests {
                 shape: bucket(100),
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             },
             LocalCall {
                 key: "b",
                 shape: bucket(10),
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             },
             LocalCall {
                 key: "c",
                 shape: bucket(10),
                 weight: 1,
                 max_wait_ns: None,
+                holder: None,
             },
         ];
         let grant = limits.acquire(&calls, 1, None, T0).unwrap();

@@ -302,6 +302,13 @@ impl PolicyBuilder {
             if lease.lifetime.is_zero() {
                 return Err(PolicyError::ZeroLeaseLifetime);
             }
+            let in_flight = self
+                .limits
+                .iter()
+                .find(|limit| matches!(limit.algorithm, Algorithm::Concurrency { .. }));
+            if let Some(in_flight) = in_flight {
+                return Err(PolicyError::LeasedInFlight(in_flight.name.to_string()));
+            }
             if let Some(paced) = self.limits.iter().find(|limit| limit.max_wait.is_some()) {
                 return Err(PolicyError::Pacing {
                     limit: paced.name.to_string(),
@@ -357,6 +364,9 @@ pub enum PolicyError {
         /// Why.
         reason: String,
     },
+    /// A lease on a policy with an in-flight limit (a slot is held by one request, it
+    /// cannot be claimed in advance for others).
+    LeasedInFlight(String),
     /// A zero store timeout.
     ZeroTimeout,
     /// A zero lease lifetime.
@@ -382,6 +392,10 @@ impl fmt::Display for PolicyError {
             Self::Algorithm { limit, error } => write!(f, "limit '{limit}': {error}"),
             Self::Template { limit, error } => write!(f, "limit '{limit}': {error}"),
             Self::Pacing { limit, reason } => write!(f, "limit '{limit}': {reason}"),
+            Self::LeasedInFlight(limit) => write!(
+                f,
+                "limit '{limit}' is an in-flight limit: its policy cannot be leased"
+            ),
             Self::ZeroTimeout => write!(f, "the store timeout must be above zero"),
             Self::ZeroLeaseLifetime => write!(f, "the lease lifetime must be above zero"),
         }
@@ -477,6 +491,14 @@ mod tests {
                 .build(),
             Err(PolicyError::Pacing { .. })
         ));
+        let slots = Algorithm::concurrency(5, Duration::from_secs(30)).unwrap();
+        assert_eq!(
+            Policy::builder("api")
+                .limit(Limit::new("slots", slots, "s").unwrap())
+                .lease(Lease::new(5))
+                .build(),
+            Err(PolicyError::LeasedInFlight("slots".into()))
+        );
         let window = Algorithm::fixed_window(5, Duration::from_secs(1)).unwrap();
         let window = Limit::new("w", window, "w").unwrap();
         assert!(window.max_wait(Duration::from_millis(100)).is_err());

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! `q` is the limit's quota and `w` its window in seconds (for a token bucket, the time it
-//! takes to refill completely), `r` the units left, and `t` the seconds until more than `r`
+//! takes to refill completely; an in-flight limit has `qu="concurrent-requests"` and no
+//! window, and no `t`: a slot comes back when a request ends), `r` the units left, and `t`
+//! the seconds until more than `r`
 //! is available (rounded up): exactly when the next token or window comes for buckets,
 //! GCRA and fixed windows; for the sliding algorithms their reset time when admitted (an
 //! upper bound) and their exact wait when denied. So on a refusal `t` never points past
@@ -24,6 +26,7 @@ use std::time::Duration;
 use http::HeaderValue;
 use http::header::{HeaderMap, HeaderName};
 
+use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::policy::Policy;
 
@@ -64,22 +67,18 @@ pub fn policy_field(decision: &Decision, policy: Option<&Policy>) -> Option<Stri
     if decision.limits.is_empty() {
         for limit in policy?.limits() {
             let algorithm = limit.algorithm();
-            push_item(&mut field, limit.name());
-            let _ = write!(
-                field,
-                ";q={};w={}",
-                algorithm.quota(),
-                ceil_seconds(algorithm.window()).max(1)
-            );
+            let in_flight = matches!(algorithm, Algorithm::Concurrency { .. });
+            let (quota, window) = (algorithm.quota(), algorithm.window());
+            push_policy(&mut field, limit.name(), quota, in_flight, window);
         }
     } else {
         for limit in &decision.limits {
-            push_item(&mut field, &limit.name);
-            let _ = write!(
-                field,
-                ";q={};w={}",
+            push_policy(
+                &mut field,
+                &limit.name,
                 limit.quota,
-                ceil_seconds(limit.window).max(1)
+                limit.in_flight,
+                limit.window,
             );
         }
     }
@@ -91,14 +90,24 @@ pub fn service_field(decision: &Decision) -> Option<String> {
     let mut field = String::new();
     for limit in &decision.limits {
         push_item(&mut field, &limit.name);
-        let _ = write!(
-            field,
-            ";r={};t={}",
-            limit.remaining,
-            ceil_seconds(limit.more_in)
-        );
+        let _ = write!(field, ";r={}", limit.remaining);
+        // A slot comes back when a request ends: no effective window to tell.
+        if !limit.in_flight {
+            let _ = write!(field, ";t={}", ceil_seconds(limit.more_in));
+        }
     }
     (!field.is_empty()).then_some(field)
+}
+
+/// Appends one quota policy item: its quota and window, or for an in-flight limit its quota
+/// in the draft's `concurrent-requests` unit (no window).
+fn push_policy(field: &mut String, name: &str, quota: u64, in_flight: bool, window: Duration) {
+    push_item(field, name);
+    if in_flight {
+        let _ = write!(field, ";q={quota};qu=\"concurrent-requests\"");
+    } else {
+        let _ = write!(field, ";q={quota};w={}", ceil_seconds(window).max(1));
+    }
 }
 
 /// Appends one list item's name: an sf-string (policy and limit names are restricted to
@@ -219,6 +228,7 @@ mod tests {
     fn status(name: &str, remaining: u64, more_in_ms: u64, allowed: bool) -> LimitStatus {
         LimitStatus {
             name: Arc::from(name),
+            in_flight: false,
             quota: 100,
             window: Duration::from_secs(60),
             allowed,
@@ -246,6 +256,7 @@ mod tests {
                 status("daily", 40, 100, true),
             ],
             binding: 0,
+            in_flight: None,
         }
     }
 
@@ -261,6 +272,22 @@ mod tests {
             r#""per-key";r=0;t=3, "daily";r=40;t=1"#
         );
         assert_eq!(retry_after_seconds(&decision), Some(3));
+    }
+
+    #[test]
+    fn in_flight_limits_count_concurrent_requests() {
+        let mut decision = decision(true);
+        decision.limits[1].in_flight = true;
+        decision.limits[1].quota = 5;
+        decision.limits[1].remaining = 3;
+        assert_eq!(
+            policy_field(&decision, None).unwrap(),
+            r#""per-key";q=100;w=60, "daily";q=5;qu="concurrent-requests""#
+        );
+        assert_eq!(
+            service_field(&decision).unwrap(),
+            r#""per-key";r=0;t=3, "daily";r=3"#
+        );
     }
 
     #[test]

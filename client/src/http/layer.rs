@@ -12,7 +12,7 @@ use tower::{Layer, Service};
 use super::headers::{self, HeaderOptions};
 use crate::decision::{Decision, Source};
 use crate::key::Inputs;
-use crate::limiter::RateLimiter;
+use crate::limiter::{InFlight, RateLimiter};
 use crate::policy::Fallback;
 use crate::store::BoxFuture;
 
@@ -61,7 +61,9 @@ impl Check {
 /// `Retry-After`, the `RateLimit-Policy` and `RateLimit` fields and an
 /// `application/problem+json` body; the inner service never sees it. Admitted responses
 /// carry the fields too (see [`HeaderOptions`]). A request admitted by a paced limit is
-/// held for its [`wait`](Decision::wait) before the inner service is called. A check that cannot be made (an unknown
+/// held for its [`wait`](Decision::wait) before the inner service is called; the slots of
+/// in-flight limits are released when the inner service has answered (the response body
+/// is not waited for). A check that cannot be made (an unknown
 /// policy, an input `classify` forgot) is a bug in the service: it is answered `500`.
 ///
 /// The response body type only needs `From<String>` (axum's `Body`, `Full<Bytes>`...).
@@ -174,16 +176,50 @@ where
                 headers::insert(response.headers_mut(), &decision, policy, options);
                 return Ok(response);
             }
+            // Slots in in-flight limits are held until the service has answered.
+            let slots = SlotGuard {
+                limiter: limiter.clone(),
+                in_flight: decision.in_flight.clone(),
+            };
             // A paced request was admitted on a schedule: it proceeds when its turn comes.
             if !decision.wait.is_zero() {
                 tokio::time::sleep(decision.wait).await;
             }
-            let mut response = inner.call(request).await?;
+            let answered = inner.call(request).await;
+            slots.release().await;
+            let mut response = answered?;
             if options.on_admitted {
                 headers::insert(response.headers_mut(), &decision, policy, options);
             }
             Ok(response)
         })
+    }
+}
+
+/// The in-flight slots of a request being served: released when the service has answered,
+/// or, if the request is dropped before (the client went away), by a task spawned on drop.
+struct SlotGuard {
+    limiter: RateLimiter,
+    in_flight: Option<InFlight>,
+}
+
+impl SlotGuard {
+    async fn release(mut self) {
+        if let Some(in_flight) = self.in_flight.take() {
+            self.limiter.release(&in_flight).await;
+        }
+    }
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let Some(in_flight) = self.in_flight.take() else {
+            return;
+        };
+        let limiter = self.limiter.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { limiter.release(&in_flight).await });
+        }
     }
 }
 

@@ -126,7 +126,10 @@ impl MemoryStore {
     }
 }
 
-fn local_calls<'a>(limits: &[LimitCall<'a>]) -> Result<Vec<LocalCall<'a>>, StoreError> {
+fn local_calls<'a>(
+    limits: &[LimitCall<'a>],
+    holder: Option<&'a str>,
+) -> Result<Vec<LocalCall<'a>>, StoreError> {
     limits
         .iter()
         .map(|call| {
@@ -139,6 +142,7 @@ fn local_calls<'a>(limits: &[LimitCall<'a>]) -> Result<Vec<LocalCall<'a>>, Store
                 shape,
                 weight: call.weight,
                 max_wait_ns: call.max_wait.map(wait_ns),
+                holder,
             })
         })
         .collect()
@@ -163,7 +167,7 @@ impl Store for MemoryStore {
             if request.partial_min.is_some() && !self.capabilities.partial {
                 return Err(StoreError::Server("ERR syntax error (PARTIAL)".into()));
             }
-            let calls = local_calls(&request.limits)?;
+            let calls = local_calls(&request.limits, request.holder)?;
             let now_us = self.now_us();
             let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
             limits
@@ -175,7 +179,7 @@ impl Store for MemoryStore {
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.enter().await?;
-            let calls = local_calls(&request.limits)?;
+            let calls = local_calls(&request.limits, request.holder)?;
             let now_us = self.now_us();
             let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
             limits

@@ -46,6 +46,8 @@ pub struct Acquire<'a> {
     /// `None`: all or nothing. `Some(min)`: grant as many units as every limit has, up to
     /// `units`, if at least `min` (the module's `PARTIAL MIN min`).
     pub partial_min: Option<u64>,
+    /// The caller's id for the slot it takes in every in-flight limit of the group.
+    pub holder: Option<&'a str>,
 }
 
 /// A request to give units back to every limit of a group (`units × weight` each).
@@ -55,6 +57,8 @@ pub struct Refund<'a> {
     pub limits: Vec<LimitCall<'a>>,
     /// Units to give back.
     pub units: u64,
+    /// The holder whose slots in-flight limits release.
+    pub holder: Option<&'a str>,
 }
 
 /// One limit's view after a call, as the module replies it.

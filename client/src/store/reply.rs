@@ -37,6 +37,24 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
     };
     match request.limits.as_slice() {
         [] => Err("a group has at least one limit".into()),
+        [call] if matches!(call.algorithm, Algorithm::Concurrency { .. }) => {
+            let Algorithm::Concurrency { limit, ttl } = call.algorithm else {
+                return Err("not an in-flight limit".into());
+            };
+            let holder = request
+                .holder
+                .ok_or("an in-flight limit needs a holder id")?;
+            if request.partial_min.is_some() {
+                return Err("an in-flight limit takes no partial grant".into());
+            }
+            Ok(Command::Single(vec![
+                "RL.ACQUIRE".into(),
+                call.key.into(),
+                limit.to_string(),
+                holder.into(),
+                ttl.as_millis().to_string(),
+            ]))
+        }
         [call] if !matches!(call.algorithm, Algorithm::Gcra { .. }) => {
             let mut args = vec![
                 format!("RL.{}", call.algorithm.wire_name()),
@@ -78,6 +96,15 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
                 args.push("WEIGHTS".into());
                 args.extend(limits.iter().map(|call| call.weight.max(1).to_string()));
             }
+            if limits
+                .iter()
+                .any(|call| matches!(call.algorithm, Algorithm::Concurrency { .. }))
+            {
+                let holder = request
+                    .holder
+                    .ok_or("an in-flight limit needs a holder id")?;
+                args.extend(["HOLDER".into(), holder.into()]);
+            }
             partial(&mut args);
             Ok(Command::Multi(args))
         }
@@ -91,7 +118,11 @@ pub(crate) fn refund_commands(request: &Refund<'_>) -> Vec<Vec<String>> {
         .iter()
         .map(|call: &LimitCall<'_>| {
             let units = request.units.saturating_mul(call.weight.max(1));
-            if matches!(call.algorithm, Algorithm::Gcra { .. }) {
+            if matches!(call.algorithm, Algorithm::Concurrency { .. }) {
+                // An in-flight slot is given back by releasing its holder.
+                let holder = request.holder.unwrap_or_default();
+                vec!["RL.RELEASE".into(), call.key.into(), holder.into()]
+            } else if matches!(call.algorithm, Algorithm::Gcra { .. }) {
                 // CL.THROTTLE gives units back with a negative quantity.
                 let mut args = vec!["CL.THROTTLE".into(), call.key.into()];
                 args.extend(call.algorithm.wire_args());
@@ -247,6 +278,7 @@ mod tests {
             limits: vec![call("k", &bucket, 2)],
             units: 3,
             partial_min: Some(1),
+            holder: None,
         };
         let command = acquire_command(&request, false).unwrap();
         assert_eq!(
@@ -269,6 +301,7 @@ mod tests {
             limits: vec![call("a", &bucket, 1), call("b", &window, 3)],
             units: 2,
             partial_min: None,
+            holder: None,
         };
         let command = acquire_command(&request, true).unwrap();
         assert_eq!(
@@ -318,6 +351,7 @@ mod tests {
             limits: vec![call("g", &gcra, 1)],
             units: 1,
             partial_min: None,
+            holder: None,
         };
         let command = acquire_command(&request, false).unwrap();
         assert_eq!(command.args(), ["CL.THROTTLE", "g", "4", "10", "60", "1"]);
@@ -331,6 +365,7 @@ mod tests {
         );
         let partial = Acquire {
             partial_min: Some(1),
+            holder: None,
             ..request
         };
         assert!(acquire_command(&partial, false).is_err());
@@ -343,6 +378,7 @@ mod tests {
         let request = Refund {
             limits: vec![call("a", &window, 2), call("g", &gcra, 1)],
             units: 5,
+            holder: None,
         };
         assert_eq!(
             refund_commands(&request),
@@ -362,6 +398,7 @@ mod tests {
             limits: vec![paced],
             units: 1,
             partial_min: None,
+            holder: None,
         };
         let command = acquire_command(&request, true).unwrap();
         assert_eq!(
@@ -377,6 +414,7 @@ mod tests {
         );
         let partial = Acquire {
             partial_min: Some(1),
+            holder: None,
             ..request.clone()
         };
         assert!(acquire_command(&partial, true).is_err());

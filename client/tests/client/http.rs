@@ -216,3 +216,44 @@ async fn a_paced_request_is_held_for_its_turn() {
     assert!(elapsed >= Duration::from_millis(290), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
 }
+
+#[tokio::test]
+async fn in_flight_slots_are_released_when_the_service_has_answered() {
+    let slots = Limit::new(
+        "in-flight",
+        Algorithm::concurrency(1, Duration::from_secs(30)).unwrap(),
+        "slots",
+    )
+    .unwrap();
+    let policy = Policy::builder("slots").limit(slots).build().unwrap();
+    let limiter = RateLimiter::builder(MemoryStore::new())
+        .policy(policy)
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route(
+            "/",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "slow"
+            }),
+        )
+        .route_layer(RateLimitLayer::new(limiter, |_| Some(Check::new("slots"))));
+    let (first, second) = tokio::join!(get_with_key(&app, "/", None), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        get_with_key(&app, "/", None).await
+    });
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        second.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the one slot was taken"
+    );
+    assert_eq!(
+        header(&second, "ratelimit-policy"),
+        Some(r#""in-flight";q=1;qu="concurrent-requests""#)
+    );
+    assert_eq!(header(&second, "ratelimit"), Some(r#""in-flight";r=0"#));
+    // The first request has been answered: its slot is free again.
+    assert_eq!(get_with_key(&app, "/", None).await.status(), StatusCode::OK);
+}

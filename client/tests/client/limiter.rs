@@ -558,3 +558,84 @@ async fn a_paced_limit_admits_on_a_schedule() {
     // The paced limit is called on its own, the daily one in its own call.
     assert_eq!(store.calls(), 6 * 2 + 1);
 }
+
+fn in_flight_policy(slots: u64) -> Policy {
+    Policy::builder("api")
+        .limit(limit("per-user", 100, "r:{user}"))
+        .limit(
+            Limit::new(
+                "in-flight",
+                Algorithm::concurrency(slots, Duration::from_secs(30)).unwrap(),
+                "f:{user}",
+            )
+            .unwrap(),
+        )
+        .fallback(Fallback::Local)
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn in_flight_slots_are_held_until_released() {
+    let store = Arc::new(MemoryStore::new());
+    let limiter = limiter_on(&store, in_flight_policy(2));
+    let first = limiter.check("api", &user("ann")).await.unwrap();
+    let second = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(first.allowed && second.allowed);
+    let (first, second) = (first.in_flight.unwrap(), second.in_flight.unwrap());
+    assert_ne!(
+        first.holder(),
+        second.holder(),
+        "every request holds its own slot"
+    );
+    let full = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(!full.allowed);
+    assert_eq!(full.binding_limit().unwrap().name.as_ref(), "in-flight");
+    assert!(full.in_flight.is_none());
+    // The refused request took nothing from the rate limit either.
+    let rate = |decision: &redis_ratelimit_client::Decision| {
+        decision
+            .limits
+            .iter()
+            .find(|l| &*l.name == "per-user")
+            .unwrap()
+            .remaining
+    };
+    assert_eq!(rate(&full), 98);
+    // A release makes room at once: a full in-flight limit is not remembered as a denial.
+    limiter.release(&first).await;
+    let third = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(third.allowed, "{third:?}");
+    assert_eq!(third.source, Source::Store);
+    // Another user has slots of their own.
+    assert!(limiter.check("api", &user("bob")).await.unwrap().allowed);
+    limiter.release(&second).await;
+    limiter.release(&third.in_flight.unwrap()).await;
+    let after = limiter.check("api", &user("ann")).await.unwrap();
+    let slots = after.limits.iter().find(|l| l.in_flight).unwrap();
+    assert_eq!(slots.remaining, 1, "two free, one just taken");
+}
+
+#[tokio::test]
+async fn in_flight_slots_fall_back_to_a_local_share_and_are_released_there() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_down(true);
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(in_flight_policy(4))
+        .replicas(Replicas::fixed(2))
+        .build()
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+        if let Some(in_flight) = decision.in_flight {
+            held.push(in_flight);
+        }
+    }
+    assert_eq!(held.len(), 2, "4 slots over 2 replicas: 2 here");
+    limiter.release(&held[0]).await;
+    let decision = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(decision.allowed, "the local slot was released");
+}

@@ -29,14 +29,15 @@ fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
         }],
         units: 1,
         partial_min: None,
+        holder: None,
     }
 }
 
 /// One step of a scripted sequence: acquire (units, partial min) or refund (units) on some
-/// of the limits.
+/// of the limits, for a holder of in-flight slots.
 enum Step {
-    Acquire(&'static [usize], u64, Option<u64>),
-    Refund(&'static [usize], u64),
+    Acquire(&'static [usize], u64, Option<u64>, Option<&'static str>),
+    Refund(&'static [usize], u64, Option<&'static str>),
 }
 
 fn calls<'a>(limits: &'a [(String, Algorithm, u64)], indices: &[usize]) -> Vec<LimitCall<'a>> {
@@ -64,11 +65,12 @@ async fn run(
     let mut answers = Vec::new();
     for step in steps {
         match step {
-            Step::Acquire(indices, units, partial_min) => {
+            Step::Acquire(indices, units, partial_min, holder) => {
                 let request = Acquire {
                     limits: calls(limits, indices),
                     units: *units,
                     partial_min: *partial_min,
+                    holder: *holder,
                 };
                 let grant = store.acquire(&request).await.unwrap();
                 let views = grant
@@ -78,10 +80,11 @@ async fn run(
                     .collect();
                 answers.push((grant.granted, grant.binding, views));
             }
-            Step::Refund(indices, units) => {
+            Step::Refund(indices, units, holder) => {
                 let request = Refund {
                     limits: calls(limits, indices),
                     units: *units,
+                    holder: *holder,
                 };
                 store.refund(&request).await.unwrap();
             }
@@ -122,19 +125,35 @@ async fn the_redis_store_decides_exactly_as_the_memory_store() {
             Algorithm::sliding_window(50, HOUR).unwrap(),
             3,
         ),
+        (
+            "slots".to_string(),
+            Algorithm::concurrency(2, HOUR).unwrap(),
+            1,
+        ),
     ];
     let steps = [
-        Step::Acquire(&[0], 3, None),
-        Step::Acquire(&[0, 1], 2, None),
-        Step::Acquire(&[0, 1, 2, 3], 1, None),
-        Step::Acquire(&[0, 3], 20, Some(1)), // partial: the bucket has 4 left
-        Step::Acquire(&[2, 1], 1, None),     // the log (weight 2) has 1: denied, nothing charged
-        Step::Refund(&[1], 1),
-        Step::Acquire(&[2], 4, Some(2)),
-        Step::Acquire(&[2, 3], 3, Some(1)),
-        Step::Acquire(&[3], 20, None), // cost above the limit: never
-        Step::Refund(&[0, 3], 2),
-        Step::Acquire(&[0, 3], 9, Some(9)),
+        Step::Acquire(&[0], 3, None, None),
+        Step::Acquire(&[0, 1], 2, None, None),
+        Step::Acquire(&[0, 1, 2, 3], 1, None, None),
+        // A partial grant: the bucket has 4 left.
+        Step::Acquire(&[0, 3], 20, Some(1), None),
+        // The log (weight 2) has 1: denied, nothing charged.
+        Step::Acquire(&[2, 1], 1, None, None),
+        Step::Refund(&[1], 1, None),
+        Step::Acquire(&[2], 4, Some(2), None),
+        Step::Acquire(&[2, 3], 3, Some(1), None),
+        // A cost above the limit: never.
+        Step::Acquire(&[3], 20, None, None),
+        Step::Refund(&[0, 3], 2, None),
+        Step::Acquire(&[0, 3], 9, Some(9), None),
+        // In-flight slots: two holders fill them, a third is denied, a renewal is not a new
+        // holder, a release makes room.
+        Step::Acquire(&[4], 1, None, Some("a")),
+        Step::Acquire(&[4, 3], 1, None, Some("b")),
+        Step::Acquire(&[4, 3], 1, None, Some("c")),
+        Step::Acquire(&[4], 1, None, Some("b")),
+        Step::Refund(&[4], 1, Some("a")),
+        Step::Acquire(&[3, 4], 1, None, Some("c")),
     ];
     let from_redis = run(&redis, &limits, &steps).await;
     let from_memory = run(&memory, &limits, &steps).await;
@@ -149,6 +168,15 @@ async fn the_redis_store_decides_exactly_as_the_memory_store() {
     assert_eq!(
         from_redis[6].0, 1,
         "a partial grant of what every limit can give"
+    );
+    let slots: Vec<u64> = from_redis[9..]
+        .iter()
+        .map(|(granted, _, _)| *granted)
+        .collect();
+    assert_eq!(
+        slots,
+        [1, 1, 0, 1, 1],
+        "in-flight: a, b, c denied, b renews, c after a left"
     );
 }
 
@@ -207,6 +235,7 @@ async fn without_rl_multi_gcra_goes_through_cl_throttle() {
         .refund(&Refund {
             limits: request.limits.clone(),
             units: 1,
+            holder: None,
         })
         .await
         .unwrap();
