@@ -96,8 +96,9 @@ fn holders_acquire_renew_release_and_expire() {
     assert_eq!(acquire(&mut con, "e", 1, "short", 300)[0], 1);
     assert_eq!(acquire(&mut con, "e", 1, "other", 60_000)[0], 0);
     let pttl: i64 = redis::cmd("PTTL").arg("e").query(&mut con).unwrap();
+    // 301: on 7.2+ the clock has µs resolution and expiries round up to the next ms.
     assert!(
-        (200..=300).contains(&pttl),
+        (200..=301).contains(&pttl),
         "the key expires with its last holder: {pttl}"
     );
     assert!(wait_until(Duration::from_secs(2), || {
