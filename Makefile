@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers test-long bench bench-criterion bench-server bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers client-test test-long bench bench-criterion bench-server bench-client bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -36,7 +36,7 @@ DOCKER_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
 docker: build ## Build the image redis-ratelimit:latest and :VERSION (BASE_IMAGE=... to pick the base)
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration containers ## Everything CI runs: format, lints, unit, prerequisites, integration and container tests
+test: prereqs lint unit test-prereqs integration client-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, client library and container tests
 
 lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 	$(CARGO) fmt --all -- --check
@@ -71,6 +71,12 @@ containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partiti
 	fi; \
 	RL_TEST_IMAGE=$$image $(CARGO) test --test containers --features $(TEST_FEATURES) -- --test-threads=1
 
+client-test: ## The client library: tests on real servers, demo-service fleets and a cluster; its docs
+	$(CARGO) build --features $(TEST_FEATURES)
+	$(CARGO) build -p redis-ratelimit-client --example demo-service
+	$(CARGO) test -p redis-ratelimit-client
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client --no-deps
+
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)
 	RL_TEST_LONG=1 $(CARGO) test --test it --features $(TEST_FEATURES)
@@ -82,9 +88,10 @@ BENCH_REQUESTS ?= 40000
 BENCH_ARGS ?=
 BENCH_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
 
-bench: ## Criterion benches, then the server benchmark (target/bench/report.md)
+bench: ## Criterion benches, the server benchmark (target/bench/report.md), the client's (docs/bench-client.md)
 	@$(MAKE) --no-print-directory bench-criterion
 	@$(MAKE) --no-print-directory bench-server
+	@$(MAKE) --no-print-directory bench-client
 
 bench-criterion: prereqs ## Criterion benches of the algorithms
 	$(CARGO) bench --features system-alloc --bench algorithms
@@ -93,6 +100,15 @@ bench-server: prereqs ## Module vs Lua vs INCR on a private redis-server: target
 	$(CARGO) build --release
 	python3 bench/server_bench.py --module $(BENCH_MODULE) --out target/bench \
 	  --venv target/bench-venv --rounds $(BENCH_ROUNDS) --requests $(BENCH_REQUESTS) $(BENCH_ARGS)
+
+# Client benchmark knobs: requests per approach for the Redis-cost runs and for latency.
+BENCH_CLIENT_REQUESTS ?= 200000
+BENCH_CLIENT_LATENCY ?= 20000
+
+bench-client: prereqs ## The client: check overhead vs GET, Redis cost of leases vs per-call vs Lua (docs/bench-client.md)
+	$(CARGO) build --release
+	RL_MODULE_PATH=$(abspath $(BENCH_MODULE)) $(CARGO) run --release -p redis-ratelimit-client --example bench-client -- \
+	  --out docs/bench-client.md --requests $(BENCH_CLIENT_REQUESTS) --latency $(BENCH_CLIENT_LATENCY)
 
 # cargo-fuzz on the stable toolchain: without a sanitizer (-Zsanitizer needs nightly), the
 # coverage instrumentation, debug assertions and overflow checks it adds are all stable

@@ -1,0 +1,202 @@
+//! What a check answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::Shape;
+use crate::limiter::InFlight;
+use crate::store::View;
+
+/// Where a decision came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The store decided (one or more `RL.*` calls).
+    Store,
+    /// Units leased earlier from the store paid for it, without a store call.
+    Lease,
+    /// A denial remembered locally until its `retry_after`, without a store call.
+    Cache,
+    /// The store was unreachable (or refused the call): the policy's fallback decided.
+    Fallback,
+}
+
+impl Source {
+    /// The `source` label of the decision metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Lease => "lease",
+            Self::Cache => "cache",
+            Self::Fallback => "fallback",
+        }
+    }
+}
+
+/// How a decision is counted in the `ratelimit_decisions_total` metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted by the store, a lease.
+    Allowed,
+    /// Denied by the store or the deny cache.
+    Denied,
+    /// Admitted by the fallback while the store was unreachable.
+    FallbackAllowed,
+    /// Denied by the fallback while the store was unreachable.
+    FallbackDenied,
+    /// The store refused the call (an error retrying will not fix, such as a key holding
+    /// another type); the fallback decided.
+    Error,
+}
+
+impl Outcome {
+    /// The `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::FallbackAllowed => "fallback_allowed",
+            Self::FallbackDenied => "fallback_denied",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// One limit's state as a decision saw it: what the `RateLimit` header field reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitStatus {
+    /// The limit's name.
+    pub name: Arc<str>,
+    /// Its quota (capacity or units per window), as enforced for this decision: during a
+    /// local fallback, this replica's share.
+    pub quota: u64,
+    /// The window the quota applies to (time to refill completely for a bucket; zero for an
+    /// in-flight limit).
+    pub window: Duration,
+    /// Whether this is an in-flight limit (its quota counts requests at once, not per time).
+    pub in_flight: bool,
+    /// Whether this limit alone admitted the request.
+    pub allowed: bool,
+    /// Whole units left.
+    pub remaining: u64,
+    /// Denied: when this same request would pass this limit; `None`, never. Admitted: zero,
+    /// or for a paced limit the wait before proceeding.
+    pub retry_after: Option<Duration>,
+    /// When the limit is back to unused.
+    pub reset_after: Duration,
+    /// When at least one more unit than `remaining` is available (the `t` of `RateLimit`).
+    pub more_in: Duration,
+}
+
+impl LimitStatus {
+    pub(crate) fn from_view(name: Arc<str>, shape: Shape, view: &View) -> Self {
+        let window = shape.window();
+        let more_in = match (view.allowed, shape) {
+            // A denied sliding window's wait is exact, its reset only an upper bound.
+            (false, Shape::SlidingWindow { .. } | Shape::SlidingLog { .. }) => {
+                view.retry_after.unwrap_or(view.reset_after)
+            }
+            _ => shape.more_in(view.remaining, view.reset_after),
+        };
+        Self {
+            name,
+            in_flight: matches!(shape, Shape::Concurrency { .. }),
+            quota: view.limit,
+            window,
+            allowed: view.allowed,
+            remaining: view.remaining,
+            retry_after: view.retry_after,
+            reset_after: view.reset_after,
+            more_in,
+        }
+    }
+}
+
+/// The answer to a check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request may proceed (its cost has been charged).
+    pub allowed: bool,
+    /// How long an admitted request must wait before it proceeds: zero, unless a paced
+    /// limit ([`Limit::max_wait`](crate::Limit::max_wait)) admitted it on a schedule.
+    pub wait: Duration,
+    /// Who decided.
+    pub source: Source,
+    /// How the decision is counted in metrics.
+    pub outcome: Outcome,
+    /// The policy checked.
+    pub policy: Arc<str>,
+    /// `Some(Duration::ZERO)` when admitted; when denied, how long until the same request
+    /// would be admitted if nothing else happens; `None` when it never can be (the cost is
+    /// above a limit).
+    pub retry_after: Option<Duration>,
+    /// Each limit's state, in policy order. Empty when no limit was consulted (a fallback
+    /// that admits or denies everything).
+    pub limits: Vec<LimitStatus>,
+    /// The index in `limits` of the limit that decided: the one that denied (with the
+    /// longest wait), or when admitted the one closest to running out.
+    pub binding: usize,
+    /// The slots an admitted request holds in the policy's in-flight limits: give them back
+    /// with [`RateLimiter::release`](crate::RateLimiter::release) when the request ends.
+    pub in_flight: Option<InFlight>,
+}
+
+impl Decision {
+    /// The limit that decided, if any limit was consulted.
+    pub fn binding_limit(&self) -> Option<&LimitStatus> {
+        self.limits.get(self.binding)
+    }
+
+    /// Units left in the binding limit (0 when no limit was consulted).
+    pub fn remaining(&self) -> u64 {
+        self.binding_limit().map_or(0, |limit| limit.remaining)
+    }
+
+    /// When the binding limit is back to unused.
+    pub fn reset_after(&self) -> Duration {
+        self.binding_limit()
+            .map_or(Duration::ZERO, |limit| limit.reset_after)
+    }
+
+    /// The binding limit's quota.
+    pub fn limit(&self) -> u64 {
+        self.binding_limit().map_or(0, |limit| limit.quota)
+    }
+
+    /// The names of the limits that denied the request.
+    pub fn violated(&self) -> impl Iterator<Item = &str> {
+        self.limits
+            .iter()
+            .filter(|limit| !limit.allowed)
+            .map(|limit| &*limit.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Algorithm;
+
+    #[test]
+    fn a_status_reports_when_more_quota_comes() {
+        let shape = Algorithm::token_bucket(10, Duration::from_secs(10))
+            .unwrap()
+            .shape()
+            .unwrap();
+        let view = View::from_fields([1, 7, 0, 2500, 10]);
+        let status = LimitStatus::from_view("k".into(), shape, &view);
+        assert_eq!(status.window, Duration::from_secs(10));
+        assert_eq!(status.more_in, Duration::from_millis(500));
+        assert_eq!(status.quota, 10);
+    }
+
+    #[test]
+    fn a_denied_sliding_window_reports_its_exact_wait() {
+        let shape = Algorithm::sliding_window(10, Duration::from_secs(60))
+            .unwrap()
+            .shape()
+            .unwrap();
+        let view = View::from_fields([0, 0, 1200, 50_000, 10]);
+        let status = LimitStatus::from_view("w".into(), shape, &view);
+        assert_eq!(status.more_in, Duration::from_millis(1200));
+    }
+}

@@ -1,0 +1,159 @@
+//! Denials remembered until their `retry_after`: a key that was just told "not before 800
+//! ms" is answered from memory for those 800 ms instead of asking the store again.
+//!
+//! Sound because waiting `retry_after` is exactly what the store said is needed (its waits
+//! are rounded up), so a cached denial never denies a request the store would admit on
+//! its own; a refund elsewhere in the meantime can make it stricter, never looser.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::decision::{Decision, Outcome, Source};
+
+/// Most keys remembered per policy; beyond it, new denials are not cached (the store still
+/// decides them, so only the saving is lost).
+const CAPACITY: usize = 100_000;
+
+#[derive(Debug)]
+struct Denial {
+    until: Instant,
+    at: Instant,
+    cost: u64,
+    decision: Decision,
+}
+
+/// A policy's remembered denials, by key set.
+#[derive(Debug, Default)]
+pub(crate) struct DenyCache {
+    entries: Mutex<HashMap<String, Denial>>,
+}
+
+impl DenyCache {
+    /// The cached denial of `id` if a request of `cost` is still sure to be denied: the
+    /// denial has not expired and was for a cost no larger.
+    pub(crate) fn get(&self, id: &str, cost: u64, now: Instant) -> Option<Decision> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let denial = entries.get(id)?;
+        if denial.until <= now || cost < denial.cost {
+            return None;
+        }
+        let elapsed = now.saturating_duration_since(denial.at);
+        let mut decision = denial.decision.clone();
+        decision.source = Source::Cache;
+        decision.outcome = Outcome::Denied;
+        decision.retry_after = Some(denial.until.saturating_duration_since(now));
+        for limit in &mut decision.limits {
+            limit.retry_after = limit.retry_after.map(|d| d.saturating_sub(elapsed));
+            limit.reset_after = limit.reset_after.saturating_sub(elapsed);
+            limit.more_in = limit.more_in.saturating_sub(elapsed);
+        }
+        Some(decision)
+    }
+
+    /// Remembers a store denial of a request of `cost` (only when it says how long to wait).
+    pub(crate) fn insert(&self, id: &str, cost: u64, decision: &Decision, now: Instant) {
+        let Some(wait) = decision.retry_after.filter(|wait| *wait > Duration::ZERO) else {
+            return;
+        };
+        let Some(until) = now.checked_add(wait) else {
+            return;
+        };
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= CAPACITY && !entries.contains_key(id) {
+            entries.retain(|_, denial| denial.until > now);
+            if entries.len() >= CAPACITY {
+                return;
+            }
+        }
+        entries.insert(
+            id.to_string(),
+            Denial {
+                until,
+                at: now,
+                cost,
+                decision: decision.clone(),
+            },
+        );
+    }
+
+    /// Forgets expired denials.
+    pub(crate) fn purge(&self, now: Instant) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.retain(|_, denial| denial.until > now);
+    }
+
+    /// Denials remembered (expired ones included until purged).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denial(wait: Option<Duration>) -> Decision {
+        Decision {
+            allowed: false,
+            wait: Duration::ZERO,
+            source: Source::Store,
+            outcome: Outcome::Denied,
+            policy: "p".into(),
+            retry_after: wait,
+            limits: Vec::new(),
+            binding: 0,
+            in_flight: None,
+        }
+    }
+
+    #[test]
+    fn answers_until_the_wait_is_over() {
+        let cache = DenyCache::default();
+        let now = Instant::now();
+        cache.insert("k", 1, &denial(Some(Duration::from_millis(800))), now);
+        let later = now + Duration::from_millis(300);
+        let cached = cache.get("k", 1, later).unwrap();
+        assert_eq!(cached.source, Source::Cache);
+        assert_eq!(cached.retry_after, Some(Duration::from_millis(500)));
+        assert!(
+            cache
+                .get("k", 1, now + Duration::from_millis(800))
+                .is_none()
+        );
+        assert!(cache.get("other", 1, later).is_none());
+    }
+
+    #[test]
+    fn a_denial_says_nothing_about_cheaper_requests() {
+        let cache = DenyCache::default();
+        let now = Instant::now();
+        cache.insert("k", 5, &denial(Some(Duration::from_secs(1))), now);
+        assert!(cache.get("k", 4, now).is_none());
+        assert!(cache.get("k", 5, now).is_some());
+        assert!(cache.get("k", 9, now).is_some());
+    }
+
+    #[test]
+    fn never_and_zero_waits_are_not_cached() {
+        let cache = DenyCache::default();
+        let now = Instant::now();
+        cache.insert("never", 1, &denial(None), now);
+        cache.insert("zero", 1, &denial(Some(Duration::ZERO)), now);
+        assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn purge_drops_expired_denials() {
+        let cache = DenyCache::default();
+        let now = Instant::now();
+        cache.insert("a", 1, &denial(Some(Duration::from_millis(10))), now);
+        cache.insert("b", 1, &denial(Some(Duration::from_secs(10))), now);
+        cache.purge(now + Duration::from_millis(20));
+        assert_eq!(cache.len(), 1);
+    }
+}

@@ -1,0 +1,98 @@
+//! One exact rate limit across every replica of a service, decided by the `redis-ratelimit`
+//! module, with what a service needs around it: policies of several limits, leases that
+//! keep most requests off the network, a fallback for when Redis is slow or gone, `429`
+//! answers with `Retry-After` and the IETF `RateLimit` header fields, and metrics.
+//!
+//! # Quick start (axum)
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use axum::{Router, routing::get};
+//! use redis_ratelimit_client::http::{Check, RateLimitLayer};
+//! use redis_ratelimit_client::store::RedisStore;
+//! use redis_ratelimit_client::{Algorithm, Limit, Policy, RateLimiter, Replicas};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let policy = Policy::builder("api")
+//!         .limit(Limit::new("per-key", Algorithm::token_bucket(100, Duration::from_secs(60))?, "rl:{{{key}}}")?)
+//!         .build()?;
+//!     let limiter = RateLimiter::builder(RedisStore::new("redis://127.0.0.1/")?)
+//!         .policy(policy)
+//!         .replicas(Replicas::fixed(3)) // the fallback enforces 100 / 3 per replica
+//!         .build()?;
+//!     let layer = RateLimitLayer::new(limiter, |request| {
+//!         let key = request.headers.get("x-api-key")?.to_str().ok()?;
+//!         Some(Check::new("api").input("key", key))
+//!     });
+//!     let app = Router::new().route("/", get(|| async { "hello" })).route_layer(layer);
+//!     let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+//!     axum::serve(listener, app).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # How a check runs
+//!
+//! 1. The policy's key templates are rendered from the check's [`Inputs`].
+//! 2. **Deny cache**: a key set denied for `d` is denied from memory until `d` has passed
+//!    (no store call), [`Source::Cache`].
+//! 3. **Lease** (opt-in, [`Lease`]): a request is paid from units this replica claimed
+//!    earlier, [`Source::Lease`]; when they run out, one store call claims up to `N` more
+//!    with a partial grant.
+//! 4. **Store**: limits whose keys share a slot go in one `RL.MULTI` (one call for the
+//!    whole policy on a single server). On a cluster, groups in different slots are called
+//!    most specific key first (a per-user key before a global one, so the hot shared key is
+//!    rarely charged and refunded); if a later group denies, the earlier ones are refunded,
+//!    so the policy is all-or-nothing. [`Source::Store`].
+//! 5. **Fallback**: every store call has a timeout (default 5 ms). On timeout or a
+//!    connection error the policy's [`Fallback`] decides (open, closed, or `local` at
+//!    `quota / replicas`), [`Source::Fallback`]. A circuit breaker stops calling a dead
+//!    store after a few failures and probes it every half second.
+//!
+//! # Guarantees
+//!
+//! | situation | bound on what the fleet admits for a key |
+//! |---|---|
+//! | store reachable, no leases | exactly what the module admits: one quota whatever the replica count |
+//! | with leases of `N` units | never more than the store granted; over any interval, at most the limit's allowance for the interval plus the units outstanding in leases at its start (≤ `replicas × N`) |
+//! | store unreachable, `local` fallback | each replica at most `⌊quota / replicas⌋` (its share, on its own clock); the fleet at most the quota if the replica count is right |
+//! | during scaling, count lagging | with `n` replicas believing there are `m`, up to `n / m` quotas during a fallback |
+//! | a timed-out call | may still have been applied by the server: it charged units nobody used (under-admission, never over) |
+//! | a lost refund | under-admits by the refunded units until the limiter refills; never over-admits |
+//!
+//! # Modules
+//!
+//! - [`policy`]: policies and limits; [`config`]: the same from a TOML file;
+//! - [`store`]: the [`Store`](store::Store) trait, the Redis store, an in-memory store;
+//! - [`http`]: the `tower` layer and the header fields;
+//! - [`metrics`]: what is recorded through the `metrics` facade.
+
+pub mod algorithm;
+mod breaker;
+mod clock;
+pub mod config;
+pub mod decision;
+mod deny_cache;
+pub mod http;
+pub mod key;
+mod lease;
+mod limiter;
+mod local;
+pub mod metrics;
+pub mod policy;
+mod replicas;
+pub mod store;
+
+pub use algorithm::{Algorithm, Rate};
+pub use breaker::BreakerConfig;
+pub use decision::{Decision, LimitStatus, Outcome, Source};
+pub use key::{Inputs, KeyTemplate};
+pub use limiter::{BuildError, CheckError, InFlight, RateLimiter, RateLimiterBuilder};
+pub use policy::{Fallback, Lease, Limit, Policy};
+pub use replicas::Replicas;
+
+/// The README's examples, compiled and run as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,254 @@
+//! Store calls: a policy's limits grouped by slot, called in turn, with refunds keeping the
+//! whole check all-or-nothing across groups.
+
+use std::sync::PoisonError;
+use std::time::Instant;
+
+use super::RateLimiter;
+use super::decide::binding_of;
+use super::state::{Acquired, PolicyState, Target};
+use crate::metrics;
+use crate::store::{Acquire, Grant, Refund, StoreError, View};
+
+impl RateLimiter {
+    /// The store calls a check makes: the limits grouped by slot (one group when the store
+    /// is not a cluster), most specific group first; without `RL.MULTI`, one group per
+    /// limit.
+    pub(super) fn plan(&self, state: &PolicyState, keys: &[String]) -> Vec<Vec<usize>> {
+        let multi = self.inner.store.capabilities().multi;
+        let mut groups: Vec<(Option<u16>, Vec<usize>)> = Vec::new();
+        for &index in &state.order {
+            let key = keys.get(index);
+            let slot = key.and_then(|key| self.inner.store.slot(key));
+            // A group shares one call, so: not a paced limit (RL.MULTI does not pace), and
+            // not two limits on one key (two templates can render the same key).
+            let fits = |group: &Vec<usize>| {
+                !state.paced(index)
+                    && group
+                        .iter()
+                        .all(|other| !state.paced(*other) && keys.get(*other) != key)
+            };
+            match groups
+                .iter_mut()
+                .find(|(s, group)| multi && *s == slot && fits(group))
+            {
+                Some((_, group)) => group.push(index),
+                None => groups.push((slot, vec![index])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
+    }
+
+    /// Takes `units` from every group in turn (with `partial_min`, as many as every group
+    /// has, at least that). A group that grants fewer units than earlier ones lowers the
+    /// grant, and the earlier groups are refunded the difference; a denial or a failure
+    /// refunds them entirely.
+    pub(super) async fn acquire(
+        &self,
+        target: Target<'_>,
+        groups: &[Vec<usize>],
+        units: u64,
+        partial_min: Option<u64>,
+        op: &'static str,
+    ) -> Result<Acquired, StoreError> {
+        let state = target.state;
+        let mut units = units.max(1);
+        let mut charged: Vec<(Vec<usize>, u64)> = Vec::new();
+        let mut views: Vec<(usize, View)> = Vec::new();
+        for group in groups {
+            let request = Acquire {
+                limits: target.calls(group),
+                units,
+                partial_min: partial_min.map(|min| min.min(units)),
+                holder: target.holder,
+            };
+            let grant = match self.timed_acquire(state, &request, op).await {
+                Ok(grant) => grant,
+                Err(error) => {
+                    self.refund_groups(target, &charged).await;
+                    return Err(error);
+                }
+            };
+            let Grant {
+                granted,
+                binding,
+                views: group_views,
+            } = grant;
+            views.extend(group.iter().copied().zip(group_views));
+            if granted == 0 {
+                // Each limit's view is of the call as if charged; nothing was, so the limits
+                // that alone would have admitted still hold the units they showed taken.
+                let evaluated = partial_min.map_or(units, |min| min.clamp(1, units));
+                for (index, view) in views.iter_mut().filter(|(i, _)| group.contains(i)) {
+                    if view.allowed {
+                        give_back(view, charge(state, *index, evaluated));
+                    }
+                }
+                let binding = group.get(binding).copied().unwrap_or(0);
+                self.refund_all(target, &charged, &mut views).await;
+                return Ok(Acquired {
+                    granted: 0,
+                    views,
+                    binding,
+                });
+            }
+            if granted < units {
+                // A later group granted less: give the earlier ones the difference back.
+                let excess: Vec<(Vec<usize>, u64)> = charged
+                    .iter()
+                    .map(|(group, charged_units)| {
+                        (group.clone(), charged_units.saturating_sub(granted))
+                    })
+                    .collect();
+                self.refund_groups(target, &excess).await;
+                for (_, charged_units) in &mut charged {
+                    *charged_units = granted;
+                }
+                units = granted;
+            }
+            charged.push((group.clone(), granted));
+        }
+        views.sort_by_key(|(index, _)| *index);
+        let binding = binding_of(state, &views, units);
+        Ok(Acquired {
+            granted: units,
+            views,
+            binding,
+        })
+    }
+
+    /// Refunds the groups charged so far after a denial, and shows it in their views.
+    async fn refund_all(
+        &self,
+        target: Target<'_>,
+        charged: &[(Vec<usize>, u64)],
+        views: &mut [(usize, View)],
+    ) {
+        if charged.is_empty() {
+            return;
+        }
+        let state = target.state;
+        metrics::group_refunded(&state.name);
+        if self.refund_groups(target, charged).await {
+            for (group, units) in charged {
+                for (index, view) in views.iter_mut().filter(|(i, _)| group.contains(i)) {
+                    give_back(view, charge(state, *index, *units));
+                }
+            }
+        }
+        views.sort_by_key(|(index, _)| *index);
+    }
+
+    /// Gives units back to groups (in-flight limits release the target's holder),
+    /// concurrently. Returns whether every refund reached the store (a lost refund
+    /// under-admits; it never over-admits).
+    pub(super) async fn refund_groups(
+        &self,
+        target: Target<'_>,
+        refunds: &[(Vec<usize>, u64)],
+    ) -> bool {
+        let state = target.state;
+        let requests: Vec<Refund<'_>> = refunds
+            .iter()
+            .filter(|(_, units)| *units > 0)
+            .map(|(group, units)| Refund {
+                limits: target.calls(group),
+                units: *units,
+                holder: target.holder,
+            })
+            .collect();
+        let mut ok = true;
+        let timeout = state.policy.timeout();
+        let calls = requests.iter().map(|request| async move {
+            let started = Instant::now();
+            let result = tokio::time::timeout(timeout, self.inner.store.refund(request))
+                .await
+                .unwrap_or(Err(StoreError::Timeout));
+            metrics::store_latency(&state.name, "refund", started.elapsed());
+            result
+        });
+        for result in join_all(calls).await {
+            if let Err(error) = result {
+                metrics::store_error(&state.name, error.kind());
+                ok = false;
+            }
+        }
+        ok
+    }
+
+    /// One store call, bounded by the policy's timeout, recorded in metrics and the
+    /// breaker.
+    async fn timed_acquire(
+        &self,
+        state: &PolicyState,
+        request: &Acquire<'_>,
+        op: &'static str,
+    ) -> Result<Grant, StoreError> {
+        let started = Instant::now();
+        let result =
+            tokio::time::timeout(state.policy.timeout(), self.inner.store.acquire(request))
+                .await
+                .unwrap_or(Err(StoreError::Timeout));
+        metrics::store_latency(&state.name, op, started.elapsed());
+        match &result {
+            Ok(_) => {
+                if self.inner.breaker.success() {
+                    metrics::circuit(false);
+                    // Back on the store: the local shares no longer apply.
+                    self.inner
+                        .local
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clear();
+                }
+            }
+            Err(error) => {
+                metrics::store_error(&state.name, error.kind());
+                if error.is_unavailability() && self.inner.breaker.failure(Instant::now()) {
+                    metrics::circuit(true);
+                }
+            }
+        }
+        result
+    }
+}
+
+/// What a call of `units` takes from limit `index`: `units × weight`, or one slot of an
+/// in-flight limit whatever the units.
+fn charge(state: &PolicyState, index: usize, units: u64) -> u64 {
+    if state.in_flight(index) {
+        1
+    } else {
+        units.saturating_mul(state.weight(index))
+    }
+}
+
+/// Shows `units` given back in a view (never beyond the limit).
+fn give_back(view: &mut View, units: u64) {
+    view.remaining = view.remaining.saturating_add(units).min(view.limit);
+}
+
+/// Runs futures concurrently and collects their outputs in order (a few refunds at most:
+/// no need for a crate).
+async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|context| {
+        let mut done = true;
+        for (future, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(context) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}

@@ -1,0 +1,129 @@
+//! Checks paid from leases: spend units claimed earlier, or claim a new batch.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::RateLimiter;
+use super::decide::{binding_of, store_decision};
+use super::state::{Acquired, PolicyState, Target};
+use crate::breaker::Permit;
+use crate::decision::{Decision, Source};
+use crate::lease::LeaseSlot;
+use crate::metrics;
+use crate::store::StoreError;
+
+impl RateLimiter {
+    /// A check with leases: spend leased units, or claim a new batch (a partial grant of up
+    /// to the lease size, at least what this request needs).
+    pub(super) async fn check_leased(&self, target: Target<'_>, id: &str, cost: u64) -> Decision {
+        let state = target.state;
+        let Some(lease) = state.policy.lease() else {
+            return self.check_store(target, cost).await;
+        };
+        let started = Instant::now();
+        let slot = state.leases.slot(id, target.keys, started);
+        // Waiting for another request's claim is bounded like a store call.
+        let Ok(mut held) = tokio::time::timeout(state.policy.timeout(), slot.lock()).await else {
+            let wait = self.inner.breaker.open_for();
+            return self.fallback(target, cost, Some(StoreError::Timeout), wait);
+        };
+        let now = Instant::now();
+        if held.expires <= now && held.units > 0 {
+            let units = std::mem::take(&mut held.units);
+            let limiter = self.clone();
+            let name = Arc::clone(&state.name);
+            let keys = held.keys.clone();
+            tokio::spawn(async move {
+                if let Some(state) = limiter.inner.policies.get(&name) {
+                    limiter.refund_lease(state, &keys, units).await;
+                }
+            });
+        }
+        if held.units >= cost {
+            held.units = held.units.saturating_sub(cost);
+            return lease_decision(state, &held);
+        }
+        // A claim failed while this request waited for it: do not wait a timeout again.
+        if held.failed_at.is_some_and(|failed| failed >= started) {
+            let wait = self.inner.breaker.open_for();
+            return self.fallback(target, cost, Some(StoreError::Timeout), wait);
+        }
+        if let Permit::Skip(open_for) = self.inner.breaker.permit(now) {
+            return self.fallback(target, cost, None, open_for);
+        }
+        let held_units = held.units;
+        let want = lease.units.max(cost).saturating_sub(held_units);
+        let min = cost.saturating_sub(held_units).max(1);
+        let groups = self.plan(state, target.keys);
+        match self
+            .acquire(target, &groups, want, Some(min), "claim")
+            .await
+        {
+            Ok(acquired) if acquired.granted == 0 => store_decision(state, &acquired),
+            Ok(acquired) => {
+                metrics::lease_claimed(&state.name, acquired.granted);
+                held.units = held_units
+                    .saturating_add(acquired.granted)
+                    .saturating_sub(cost);
+                held.expires = now.checked_add(lease.lifetime).unwrap_or(now);
+                held.views = acquired.views.clone();
+                held.failed_at = None;
+                let mut decision = store_decision(state, &acquired);
+                add_leased(&mut decision, state, held.units);
+                decision
+            }
+            Err(error) => {
+                held.failed_at = Some(Instant::now());
+                let wait = self.inner.breaker.open_for();
+                self.fallback(target, cost, Some(error), wait)
+            }
+        }
+    }
+
+    /// Gives a lease's unspent units back to every limit.
+    pub(super) async fn refund_lease(&self, state: &PolicyState, keys: &[String], units: u64) {
+        let target = Target {
+            state,
+            keys,
+            holder: None,
+        };
+        let refunds: Vec<(Vec<usize>, u64)> = self
+            .plan(state, keys)
+            .into_iter()
+            .map(|group| (group, units))
+            .collect();
+        if self.refund_groups(target, &refunds).await {
+            metrics::lease_refunded(&state.name, units);
+        }
+    }
+}
+
+/// A request paid from the lease: the limits as they were when the units were claimed.
+fn lease_decision(state: &PolicyState, lease: &LeaseSlot) -> Decision {
+    let acquired = Acquired {
+        granted: 1,
+        views: lease.views.clone(),
+        binding: binding_of(state, &lease.views, 1),
+    };
+    let mut decision = store_decision(state, &acquired);
+    decision.source = Source::Lease;
+    add_leased(&mut decision, state, lease.units);
+    decision
+}
+
+/// Adds the units this replica holds in its lease to what each limit reports as remaining:
+/// they were taken from the store but are still available to this client.
+fn add_leased(decision: &mut Decision, state: &PolicyState, leased: u64) {
+    for limit in &mut decision.limits {
+        let weight = state
+            .policy
+            .limits()
+            .iter()
+            .find(|candidate| candidate.name() == &*limit.name)
+            .map_or(1, |candidate| candidate.weight_units());
+        limit.remaining = limit
+            .remaining
+            .saturating_add(leased.saturating_mul(weight))
+            .min(limit.quota);
+    }
+}

@@ -1,0 +1,413 @@
+//! The limiter: turns a check (policy, inputs, cost) into a [`Decision`], through the deny
+//! cache, the lease, the store (grouped by slot, with refunds keeping all-or-nothing across
+//! groups) and, when the store is out of reach, the policy's fallback.
+
+mod decide;
+mod fallback;
+mod groups;
+mod leased;
+mod state;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use self::decide::store_decision;
+use self::state::{PolicyState, Target};
+use crate::breaker::{Breaker, BreakerConfig, Permit};
+use crate::decision::{Decision, Source};
+use crate::key::{Inputs, MissingInput};
+use crate::local::LocalLimits;
+use crate::metrics;
+use crate::policy::Policy;
+use crate::replicas::Replicas;
+use crate::store::Store;
+
+/// Why a check could not be made (a mistake of the caller, not of the store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckError {
+    /// No policy of that name was registered.
+    UnknownPolicy(String),
+    /// A key template needs an input the check did not give.
+    MissingInput(MissingInput),
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownPolicy(name) => write!(f, "no policy is named '{name}'"),
+            Self::MissingInput(missing) => missing.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for CheckError {}
+
+/// Why a limiter could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuildError {
+    /// Two policies with one name.
+    DuplicatePolicy(String),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DuplicatePolicy(name) => write!(f, "two policies are named '{name}'"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    policies: HashMap<Arc<str>, PolicyState>,
+    replicas: Replicas,
+    breaker: Breaker,
+    /// The local fallback's limiter states (shares of the quota).
+    local: Mutex<LocalLimits>,
+    sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let sweeper = self
+            .sweeper
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = sweeper.take() {
+            handle.abort();
+        }
+    }
+}
+
+/// Checks requests against policies. Cheap to clone (clones share everything).
+///
+/// ```
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use redis_ratelimit_client::{Algorithm, Inputs, Limit, Policy, RateLimiter};
+/// use redis_ratelimit_client::store::MemoryStore;
+///
+/// let policy = Policy::builder("api")
+///     .limit(Limit::new("per-key", Algorithm::token_bucket(2, Duration::from_secs(60))?, "k:{key}")?)
+///     .build()?;
+/// let limiter = RateLimiter::builder(MemoryStore::new()).policy(policy).build()?;
+/// let inputs = Inputs::new().with("key", "alice");
+/// assert!(limiter.check("api", &inputs).await?.allowed);
+/// assert!(limiter.check("api", &inputs).await?.allowed);
+/// assert!(!limiter.check("api", &inputs).await?.allowed);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RateLimiter {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.inner.policies.keys().map(|name| &**name).collect();
+        names.sort_unstable();
+        f.debug_struct("RateLimiter")
+            .field("policies", &names)
+            .field("replicas", &self.inner.replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`RateLimiter`].
+pub struct RateLimiterBuilder {
+    store: Arc<dyn Store>,
+    policies: Vec<Policy>,
+    replicas: Replicas,
+    breaker: BreakerConfig,
+}
+
+impl RateLimiterBuilder {
+    /// Adds a policy.
+    #[must_use]
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Adds policies (e.g. read from a [config file](crate::config)).
+    #[must_use]
+    pub fn policies(mut self, policies: impl IntoIterator<Item = Policy>) -> Self {
+        self.policies.extend(policies);
+        self
+    }
+
+    /// The replica count the local fallback divides quotas by (default 1).
+    #[must_use]
+    pub fn replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// The circuit breaker's settings.
+    #[must_use]
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// Builds the limiter. Inside a Tokio runtime, this also starts the task that refunds
+    /// expired leases; without one, expired leases are refunded when next touched.
+    pub fn build(self) -> Result<RateLimiter, BuildError> {
+        let mut policies = HashMap::new();
+        for policy in self.policies {
+            let name = policy.shared_name();
+            if policies.contains_key(&name) {
+                return Err(BuildError::DuplicatePolicy(name.to_string()));
+            }
+            policies.insert(name, PolicyState::new(policy));
+        }
+        let sweep_every = policies
+            .values()
+            .filter_map(|state| state.policy.lease())
+            .map(|lease| lease.lifetime.checked_div(2).unwrap_or(lease.lifetime))
+            .min();
+        metrics::describe();
+        metrics::circuit(false);
+        let limiter = RateLimiter {
+            inner: Arc::new(Inner {
+                store: self.store,
+                policies,
+                replicas: self.replicas,
+                breaker: Breaker::new(self.breaker),
+                local: Mutex::new(LocalLimits::lenient()),
+                sweeper: Mutex::new(None),
+            }),
+        };
+        if let (Some(every), Ok(runtime)) = (sweep_every, tokio::runtime::Handle::try_current()) {
+            let weak = Arc::downgrade(&limiter.inner);
+            let handle = runtime.spawn(sweep(weak, every.max(Duration::from_millis(10))));
+            *limiter
+                .inner
+                .sweeper
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(handle);
+        }
+        Ok(limiter)
+    }
+}
+
+/// Refunds expired leases and forgets expired denials, until the limiter is dropped.
+async fn sweep(inner: Weak<Inner>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        RateLimiter { inner }.sweep_once(false).await;
+    }
+}
+
+impl RateLimiter {
+    /// Starts a limiter on `store` (a [`RedisStore`](crate::store::RedisStore), or a
+    /// [`MemoryStore`](crate::store::MemoryStore) in tests).
+    pub fn builder(store: impl Store) -> RateLimiterBuilder {
+        Self::builder_shared(Arc::new(store))
+    }
+
+    /// Starts a limiter on a store shared with other code.
+    pub fn builder_shared(store: Arc<dyn Store>) -> RateLimiterBuilder {
+        RateLimiterBuilder {
+            store,
+            policies: Vec::new(),
+            replicas: Replicas::default(),
+            breaker: BreakerConfig::default(),
+        }
+    }
+
+    /// The policy named `name`.
+    pub fn policy(&self, name: &str) -> Option<&Policy> {
+        self.inner.policies.get(name).map(|state| &state.policy)
+    }
+
+    /// Checks a request of cost 1 against policy `policy`.
+    pub async fn check(&self, policy: &str, inputs: &Inputs) -> Result<Decision, CheckError> {
+        self.check_cost(policy, inputs, 1).await
+    }
+
+    /// Checks a request of `cost` units (at least 1) against policy `policy`: admitted only
+    /// if every limit of the policy admits it, and then charged to every limit.
+    pub async fn check_cost(
+        &self,
+        policy: &str,
+        inputs: &Inputs,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        let state = self
+            .inner
+            .policies
+            .get(policy)
+            .ok_or_else(|| CheckError::UnknownPolicy(policy.to_string()))?;
+        let keys = state
+            .policy
+            .limits()
+            .iter()
+            .map(|limit| limit.key().render(inputs))
+            .collect::<Result<Vec<String>, MissingInput>>()
+            .map_err(CheckError::MissingInput)?;
+        let cost = cost.max(1);
+        let id = keys.join("\u{0}");
+        let holder = state.holds_slots().then(new_holder);
+        let target = Target {
+            state,
+            keys: &keys,
+            holder: holder.as_deref(),
+        };
+        let now = Instant::now();
+        let cached = if state.policy.deny_cache() {
+            state.deny.get(&id, cost, now)
+        } else {
+            None
+        };
+        let decision = match cached {
+            Some(decision) => decision,
+            None => {
+                let leasable = state
+                    .policy
+                    .lease()
+                    .filter(|lease| cost <= lease.units && self.inner.store.capabilities().partial);
+                let mut decision = match leasable {
+                    Some(_) => self.check_leased(target, &id, cost).await,
+                    None => self.check_store(target, cost).await,
+                };
+                // An in-flight limit's wait is only an upper bound (a release may come any
+                // time), so its denials are not remembered.
+                let bound_by_slots = decision
+                    .binding_limit()
+                    .is_some_and(|limit| limit.in_flight);
+                if state.policy.deny_cache()
+                    && !decision.allowed
+                    && decision.source == Source::Store
+                    && !bound_by_slots
+                {
+                    state.deny.insert(&id, cost, &decision, now);
+                }
+                if let Some(holder) = holder.filter(|_| decision.allowed) {
+                    // Slots are held only where limits were consulted (not by a blanket
+                    // fallback that admits everything).
+                    let held = decision.limits.iter().any(|limit| limit.in_flight);
+                    decision.in_flight = held.then(|| InFlight {
+                        policy: Arc::clone(&state.name),
+                        holder,
+                        keys: keys.clone(),
+                        local: decision.source == Source::Fallback,
+                    });
+                }
+                decision
+            }
+        };
+        metrics::decision(&decision);
+        Ok(decision)
+    }
+
+    /// Gives back the in-flight slots an admitted request held, when it ends. (A slot not
+    /// released frees itself after its limit's ttl.)
+    pub async fn release(&self, in_flight: &InFlight) {
+        let Some(state) = self.inner.policies.get(&*in_flight.policy) else {
+            return;
+        };
+        let target = Target {
+            state,
+            keys: &in_flight.keys,
+            holder: Some(&in_flight.holder),
+        };
+        if in_flight.local {
+            self.release_local(target);
+            return;
+        }
+        let releases: Vec<(Vec<usize>, u64)> = self
+            .plan(state, &in_flight.keys)
+            .into_iter()
+            .map(|group| {
+                let slots: Vec<usize> = group
+                    .into_iter()
+                    .filter(|index| state.in_flight(*index))
+                    .collect();
+                (slots, 1)
+            })
+            .filter(|(slots, _)| !slots.is_empty())
+            .collect();
+        self.refund_groups(target, &releases).await;
+    }
+
+    /// A check without leases: every group in turn, refunding earlier groups if a later one
+    /// denies or fails.
+    async fn check_store(&self, target: Target<'_>, cost: u64) -> Decision {
+        if let Permit::Skip(open_for) = self.inner.breaker.permit(Instant::now()) {
+            return self.fallback(target, cost, None, open_for);
+        }
+        let groups = self.plan(target.state, target.keys);
+        match self.acquire(target, &groups, cost, None, "acquire").await {
+            Ok(acquired) => store_decision(target.state, &acquired),
+            Err(error) => {
+                let wait = self.inner.breaker.open_for();
+                self.fallback(target, cost, Some(error), wait)
+            }
+        }
+    }
+
+    /// Refunds every outstanding lease now (expired or not). Call it when a replica shuts
+    /// down, so its unspent units go back to the fleet at once.
+    pub async fn release_leases(&self) {
+        self.sweep_once(true).await;
+    }
+
+    /// Whether the circuit breaker currently holds store calls back.
+    pub fn store_unreachable(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+
+    async fn sweep_once(&self, all: bool) {
+        let now = Instant::now();
+        for state in self.inner.policies.values() {
+            state.deny.purge(now);
+            for (keys, units) in state.leases.take_expired(now, all) {
+                self.refund_lease(state, &keys, units).await;
+            }
+        }
+    }
+}
+
+/// The in-flight slots an admitted request holds, to give back with
+/// [`RateLimiter::release`] when it ends (the HTTP layer does it after the response).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    policy: Arc<str>,
+    holder: Arc<str>,
+    keys: Vec<String>,
+    /// Taken from the local fallback's limits, not the store's.
+    local: bool,
+}
+
+impl InFlight {
+    /// The id the request's slots are held under.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+}
+
+/// A holder id no other request of the fleet uses: this process's id and start instant,
+/// then a counter.
+fn new_holder() -> Arc<str> {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| {
+        let started = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        format!("{:x}.{started:x}", std::process::id())
+    });
+    let number = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}.{number:x}").into()
+}

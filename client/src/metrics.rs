@@ -1,0 +1,100 @@
+//! The metrics the limiter records, through the `metrics` facade: the application installs
+//! whichever exporter it likes (Prometheus, StatsD, OpenTelemetry...).
+//!
+//! Labels are the policy name, never the rendered key: one series per tenant would be
+//! unbounded.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `ratelimit_decisions_total` | counter | `policy`, `outcome` (`allowed`, `denied`, `fallback_allowed`, `fallback_denied`, `error`), `source` (`store`, `lease`, `cache`, `fallback`) |
+//! | `ratelimit_store_latency_seconds` | histogram | `policy`, `op` (`acquire`, `claim`, `refund`) |
+//! | `ratelimit_store_errors_total` | counter | `policy`, `kind` (`timeout`, `unavailable`, `server`) |
+//! | `ratelimit_lease_claims_total` | counter | `policy` |
+//! | `ratelimit_lease_units_claimed_total` | counter | `policy` |
+//! | `ratelimit_lease_units_refunded_total` | counter | `policy` |
+//! | `ratelimit_group_refunds_total` | counter | `policy` (an earlier group refunded because a later one denied) |
+//! | `ratelimit_circuit_open` | gauge | none (1 while the breaker holds store calls back) |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::decision::Decision;
+
+/// Decisions by policy, outcome and source.
+pub const DECISIONS: &str = "ratelimit_decisions_total";
+/// Store call latency.
+pub const STORE_LATENCY: &str = "ratelimit_store_latency_seconds";
+/// Store call failures by kind.
+pub const STORE_ERRORS: &str = "ratelimit_store_errors_total";
+/// Lease claims (store calls).
+pub const LEASE_CLAIMS: &str = "ratelimit_lease_claims_total";
+/// Units claimed into leases.
+pub const LEASE_UNITS_CLAIMED: &str = "ratelimit_lease_units_claimed_total";
+/// Unspent lease units given back.
+pub const LEASE_UNITS_REFUNDED: &str = "ratelimit_lease_units_refunded_total";
+/// Groups refunded because a later group denied.
+pub const GROUP_REFUNDS: &str = "ratelimit_group_refunds_total";
+/// Whether the circuit breaker is open.
+pub const CIRCUIT_OPEN: &str = "ratelimit_circuit_open";
+
+/// Registers the descriptions with the installed recorder (call after installing it; the
+/// limiter builder does).
+pub fn describe() {
+    metrics::describe_counter!(
+        DECISIONS,
+        "Rate-limit decisions by policy, outcome and source"
+    );
+    metrics::describe_histogram!(
+        STORE_LATENCY,
+        metrics::Unit::Seconds,
+        "Round trip of rate-limit store calls"
+    );
+    metrics::describe_counter!(STORE_ERRORS, "Rate-limit store calls that failed, by kind");
+    metrics::describe_counter!(LEASE_CLAIMS, "Store calls claiming lease units");
+    metrics::describe_counter!(LEASE_UNITS_CLAIMED, "Units claimed into leases");
+    metrics::describe_counter!(LEASE_UNITS_REFUNDED, "Unspent lease units refunded");
+    metrics::describe_counter!(
+        GROUP_REFUNDS,
+        "Limit groups refunded because a later group denied"
+    );
+    metrics::describe_gauge!(
+        CIRCUIT_OPEN,
+        "1 while the circuit breaker holds store calls back"
+    );
+}
+
+pub(crate) fn decision(decision: &Decision) {
+    metrics::counter!(
+        DECISIONS,
+        "policy" => Arc::clone(&decision.policy),
+        "outcome" => decision.outcome.as_str(),
+        "source" => decision.source.as_str(),
+    )
+    .increment(1);
+}
+
+pub(crate) fn store_latency(policy: &Arc<str>, op: &'static str, elapsed: Duration) {
+    metrics::histogram!(STORE_LATENCY, "policy" => Arc::clone(policy), "op" => op)
+        .record(elapsed.as_secs_f64());
+}
+
+pub(crate) fn store_error(policy: &Arc<str>, kind: &'static str) {
+    metrics::counter!(STORE_ERRORS, "policy" => Arc::clone(policy), "kind" => kind).increment(1);
+}
+
+pub(crate) fn lease_claimed(policy: &Arc<str>, units: u64) {
+    metrics::counter!(LEASE_CLAIMS, "policy" => Arc::clone(policy)).increment(1);
+    metrics::counter!(LEASE_UNITS_CLAIMED, "policy" => Arc::clone(policy)).increment(units);
+}
+
+pub(crate) fn lease_refunded(policy: &Arc<str>, units: u64) {
+    metrics::counter!(LEASE_UNITS_REFUNDED, "policy" => Arc::clone(policy)).increment(units);
+}
+
+pub(crate) fn group_refunded(policy: &Arc<str>) {
+    metrics::counter!(GROUP_REFUNDS, "policy" => Arc::clone(policy)).increment(1);
+}
+
+pub(crate) fn circuit(open: bool) {
+    metrics::gauge!(CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
+}

@@ -1,0 +1,508 @@
+//! Policies: the named sets of limits a request is checked against, and what to do when the
+//! store cannot be reached.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::{Algorithm, AlgorithmError};
+use crate::key::{KeyTemplate, TemplateError};
+
+/// One limit of a policy: an algorithm applied to the key a template renders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    key: KeyTemplate,
+    weight: u64,
+    max_wait: Option<Duration>,
+}
+
+impl Limit {
+    /// A limit named `name` (as the `RateLimit` header fields and metrics show it) applying
+    /// `algorithm` to the keys `key` renders (see [`KeyTemplate`]).
+    pub fn new(name: &str, algorithm: Algorithm, key: &str) -> Result<Self, PolicyError> {
+        check_name(name)?;
+        algorithm
+            .validate()
+            .map_err(|error| PolicyError::Algorithm {
+                limit: name.to_string(),
+                error,
+            })?;
+        let key = KeyTemplate::parse(key).map_err(|error| PolicyError::Template {
+            limit: name.to_string(),
+            error,
+        })?;
+        Ok(Self {
+            name: name.into(),
+            algorithm,
+            key,
+            weight: 1,
+            max_wait: None,
+        })
+    }
+
+    /// Paces this token bucket instead of refusing (the module's `MAXWAIT`): a request whose
+    /// tokens will have refilled within `max_wait` (whole milliseconds, at most a day) is
+    /// admitted now with a wait ([`Decision::wait`](crate::Decision::wait)) before it may
+    /// proceed; callers that wait as told never exceed the rate. The HTTP layer waits
+    /// before calling the service. Not with leases.
+    pub fn max_wait(mut self, max_wait: Duration) -> Result<Self, PolicyError> {
+        let refuse = |reason: &str| PolicyError::Pacing {
+            limit: self.name.to_string(),
+            reason: reason.to_string(),
+        };
+        if !matches!(self.algorithm, Algorithm::TokenBucket { .. }) {
+            return Err(refuse("only token buckets can be paced"));
+        }
+        if max_wait > MAX_WAIT || max_wait.subsec_nanos().checked_rem(1_000_000) != Some(0) {
+            return Err(refuse("the wait is whole milliseconds, at most a day"));
+        }
+        self.max_wait = Some(max_wait);
+        Ok(self)
+    }
+
+    /// Charges this limit `weight` units per unit of cost (default 1): a "1 request in 10 is
+    /// expensive" limit next to a plain request count.
+    #[must_use]
+    pub fn weight(mut self, weight: u64) -> Self {
+        self.weight = weight.max(1);
+        self
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        Arc::clone(&self.name)
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &Algorithm {
+        &self.algorithm
+    }
+
+    /// The key template.
+    pub fn key(&self) -> &KeyTemplate {
+        &self.key
+    }
+
+    /// Units charged per unit of cost.
+    pub fn weight_units(&self) -> u64 {
+        self.weight
+    }
+
+    /// The longest wait a paced request may be given, if the limit is paced.
+    pub fn paced(&self) -> Option<Duration> {
+        self.max_wait
+    }
+}
+
+/// What a check does when the store cannot be reached in time (timeout, connection error,
+/// cluster down) or the circuit breaker is open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fallback {
+    /// Admit everything: the service stays available, whatever it protects does not.
+    Open,
+    /// Deny everything: the protected resource is safe, the service is down with the store.
+    Closed,
+    /// Decide in process with the same algorithms, each replica enforcing
+    /// `quota / replicas` (rounded down): the fleet stays within the quota as long as the
+    /// replica count is right and traffic is spread evenly.
+    #[default]
+    Local,
+}
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Local => "local",
+        })
+    }
+}
+
+/// Leasing: claim a batch of units from the store and spend them from memory, so most
+/// checks make no network call.
+///
+/// **Bound.** Units are taken from the store when claimed, so the fleet never spends more
+/// than the store granted. But a unit claimed at one instant may be spent up to `lifetime`
+/// later, so over any interval the fleet can admit more than the limit allows over that
+/// interval by at most the units outstanding in leases at its start: at most
+/// `replicas × units` per key. For a quota that does not refill during the interval
+/// (a long window), admitted ≤ quota always holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Units claimed per store call (`N`). Larger: fewer calls, more over-admission.
+    pub units: u64,
+    /// How long claimed units may be spent; the unspent rest is then refunded.
+    pub lifetime: Duration,
+}
+
+impl Lease {
+    /// Leases of `units` units, spendable for one second.
+    pub fn new(units: u64) -> Self {
+        Self {
+            units: units.max(1),
+            lifetime: Duration::from_secs(1),
+        }
+    }
+
+    /// The same leases with another lifetime.
+    #[must_use]
+    pub fn lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+}
+
+/// Longest pacing wait the module accepts (`MAXWAIT`): a day.
+pub const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
+/// Most limits in one policy: the most keys one `RL.MULTI` call takes.
+pub const MAX_LIMITS: usize = 16;
+
+/// Default store timeout: a few milliseconds, so a slow store never holds a request for
+/// long. A store on the same network answers in well under a millisecond.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(5);
+
+/// A named set of limits, checked together: a request is admitted only if every limit
+/// admits it, and then every limit is charged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    name: Arc<str>,
+    limits: Vec<Limit>,
+    lease: Option<Lease>,
+    fallback: Fallback,
+    timeout: Duration,
+    deny_cache: bool,
+}
+
+impl Policy {
+    /// Starts a policy named `name`.
+    pub fn builder(name: &str) -> PolicyBuilder {
+        PolicyBuilder {
+            name: name.to_string(),
+            limits: Vec::new(),
+            lease: None,
+            fallback: Fallback::default(),
+            timeout: DEFAULT_TIMEOUT,
+            deny_cache: true,
+        }
+    }
+
+    /// The policy's name (the `policy` label of its metrics).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        Arc::clone(&self.name)
+    }
+
+    /// Its limits, in declaration order.
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// Its leases, if enabled.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease
+    }
+
+    /// What happens when the store is unreachable.
+    pub fn fallback(&self) -> Fallback {
+        self.fallback
+    }
+
+    /// How long a store call may take before the fallback decides.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether denials are remembered until their `retry_after`.
+    pub fn deny_cache(&self) -> bool {
+        self.deny_cache
+    }
+}
+
+/// Builds a [`Policy`].
+#[derive(Clone, Debug)]
+pub struct PolicyBuilder {
+    name: String,
+    limits: Vec<Limit>,
+    lease: Option<Lease>,
+    fallback: Fallback,
+    timeout: Duration,
+    deny_cache: bool,
+}
+
+impl PolicyBuilder {
+    /// Adds a limit.
+    #[must_use]
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.limits.push(limit);
+        self
+    }
+
+    /// Enables leases.
+    #[must_use]
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Sets the fallback mode (default [`Fallback::Local`]).
+    #[must_use]
+    pub fn fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = fallback;
+        self
+    }
+
+    /// Sets the store timeout (default [`DEFAULT_TIMEOUT`]).
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Turns the local deny cache off (default on): with it, a key denied for `d` is denied
+    /// from memory, without a store call, until `d` has passed.
+    #[must_use]
+    pub fn deny_cache(mut self, enabled: bool) -> Self {
+        self.deny_cache = enabled;
+        self
+    }
+
+    /// Checks and builds the policy.
+    pub fn build(self) -> Result<Policy, PolicyError> {
+        check_name(&self.name)?;
+        if self.limits.is_empty() {
+            return Err(PolicyError::NoLimits(self.name));
+        }
+        if self.limits.len() > MAX_LIMITS {
+            return Err(PolicyError::TooManyLimits(self.name));
+        }
+        for (index, limit) in self.limits.iter().enumerate() {
+            let earlier = self.limits.iter().take(index);
+            if earlier.clone().any(|other| other.name == limit.name) {
+                return Err(PolicyError::DuplicateLimit(limit.name.to_string()));
+            }
+            if earlier.clone().any(|other| other.key == limit.key) {
+                return Err(PolicyError::DuplicateKey(limit.key.to_string()));
+            }
+        }
+        if self.timeout.is_zero() {
+            return Err(PolicyError::ZeroTimeout);
+        }
+        if let Some(lease) = self.lease {
+            if lease.lifetime.is_zero() {
+                return Err(PolicyError::ZeroLeaseLifetime);
+            }
+            let in_flight = self
+                .limits
+                .iter()
+                .find(|limit| matches!(limit.algorithm, Algorithm::Concurrency { .. }));
+            if let Some(in_flight) = in_flight {
+                return Err(PolicyError::LeasedInFlight(in_flight.name.to_string()));
+            }
+            if let Some(paced) = self.limits.iter().find(|limit| limit.max_wait.is_some()) {
+                return Err(PolicyError::Pacing {
+                    limit: paced.name.to_string(),
+                    reason:
+                        "a paced limit cannot be leased (the module refuses PARTIAL with MAXWAIT)"
+                            .into(),
+                });
+            }
+        }
+        Ok(Policy {
+            name: self.name.into(),
+            limits: self.limits,
+            lease: self.lease,
+            fallback: self.fallback,
+            timeout: self.timeout,
+            deny_cache: self.deny_cache,
+        })
+    }
+}
+
+/// Why a policy is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyError {
+    /// A policy or limit name that is empty or has characters other than ASCII letters,
+    /// digits, `_`, `-`, `.` (names go into header fields and metric labels).
+    BadName(String),
+    /// A policy without limits.
+    NoLimits(String),
+    /// Two limits with one name.
+    DuplicateLimit(String),
+    /// Two limits with one key template (a key holds one limiter).
+    DuplicateKey(String),
+    /// More than [`MAX_LIMITS`] limits.
+    TooManyLimits(String),
+    /// A limit's algorithm parameters are out of range.
+    Algorithm {
+        /// The limit.
+        limit: String,
+        /// Why.
+        error: AlgorithmError,
+    },
+    /// A limit's key template is malformed.
+    Template {
+        /// The limit.
+        limit: String,
+        /// Why.
+        error: TemplateError,
+    },
+    /// Pacing that cannot be done.
+    Pacing {
+        /// The limit.
+        limit: String,
+        /// Why.
+        reason: String,
+    },
+    /// A lease on a policy with an in-flight limit (a slot is held by one request, it
+    /// cannot be claimed in advance for others).
+    LeasedInFlight(String),
+    /// A zero store timeout.
+    ZeroTimeout,
+    /// A zero lease lifetime.
+    ZeroLeaseLifetime,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadName(name) => write!(
+                f,
+                "bad name '{name}': use ASCII letters, digits, '_', '-' and '.'"
+            ),
+            Self::NoLimits(policy) => write!(f, "policy '{policy}' has no limits"),
+            Self::DuplicateLimit(limit) => write!(f, "two limits are named '{limit}'"),
+            Self::DuplicateKey(key) => {
+                write!(f, "two limits use the key '{key}': a key holds one limiter")
+            }
+            Self::TooManyLimits(policy) => write!(
+                f,
+                "policy '{policy}' has more than {MAX_LIMITS} limits (RL.MULTI's maximum)"
+            ),
+            Self::Algorithm { limit, error } => write!(f, "limit '{limit}': {error}"),
+            Self::Template { limit, error } => write!(f, "limit '{limit}': {error}"),
+            Self::Pacing { limit, reason } => write!(f, "limit '{limit}': {reason}"),
+            Self::LeasedInFlight(limit) => write!(
+                f,
+                "limit '{limit}' is an in-flight limit: its policy cannot be leased"
+            ),
+            Self::ZeroTimeout => write!(f, "the store timeout must be above zero"),
+            Self::ZeroLeaseLifetime => write!(f, "the lease lifetime must be above zero"),
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+fn check_name(name: &str) -> Result<(), PolicyError> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(PolicyError::BadName(name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket() -> Algorithm {
+        Algorithm::token_bucket(10, Duration::from_secs(1)).unwrap()
+    }
+
+    #[test]
+    fn builds_with_defaults() {
+        let policy = Policy::builder("api")
+            .limit(Limit::new("per-key", bucket(), "k:{key}").unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(policy.fallback(), Fallback::Local);
+        assert_eq!(policy.timeout(), DEFAULT_TIMEOUT);
+        assert!(policy.deny_cache());
+        assert_eq!(policy.lease(), None);
+    }
+
+    #[test]
+    fn refuses_what_would_fail_later() {
+        assert_eq!(
+            Policy::builder("api").build(),
+            Err(PolicyError::NoLimits("api".into()))
+        );
+        let limit = Limit::new("a", bucket(), "k").unwrap();
+        assert_eq!(
+            Policy::builder("api")
+                .limit(limit.clone())
+                .limit(limit.clone())
+                .build(),
+            Err(PolicyError::DuplicateLimit("a".into()))
+        );
+        assert_eq!(
+            Policy::builder("api")
+                .limit(limit.clone())
+                .limit(Limit::new("b", bucket(), "k").unwrap())
+                .build(),
+            Err(PolicyError::DuplicateKey("k".into()))
+        );
+        let many = (0..17).fold(Policy::builder("api"), |builder, i| {
+            builder.limit(Limit::new(&format!("l{i}"), bucket(), &format!("k{i}")).unwrap())
+        });
+        assert_eq!(many.build(), Err(PolicyError::TooManyLimits("api".into())));
+        assert!(matches!(
+            Limit::new("has space", bucket(), "k"),
+            Err(PolicyError::BadName(_))
+        ));
+        assert!(matches!(
+            Limit::new("a", bucket(), "k:{"),
+            Err(PolicyError::Template { .. })
+        ));
+        assert_eq!(
+            Policy::builder("api")
+                .limit(limit.clone())
+                .timeout(Duration::ZERO)
+                .build(),
+            Err(PolicyError::ZeroTimeout)
+        );
+        assert_eq!(
+            Policy::builder("api")
+                .limit(limit.clone())
+                .lease(Lease::new(5).lifetime(Duration::ZERO))
+                .build(),
+            Err(PolicyError::ZeroLeaseLifetime)
+        );
+        let paced = limit.clone().max_wait(Duration::from_millis(100)).unwrap();
+        assert!(matches!(
+            Policy::builder("api")
+                .limit(paced)
+                .lease(Lease::new(5))
+                .build(),
+            Err(PolicyError::Pacing { .. })
+        ));
+        let slots = Algorithm::concurrency(5, Duration::from_secs(30)).unwrap();
+        assert_eq!(
+            Policy::builder("api")
+                .limit(Limit::new("slots", slots, "s").unwrap())
+                .lease(Lease::new(5))
+                .build(),
+            Err(PolicyError::LeasedInFlight("slots".into()))
+        );
+        let window = Algorithm::fixed_window(5, Duration::from_secs(1)).unwrap();
+        let window = Limit::new("w", window, "w").unwrap();
+        assert!(window.max_wait(Duration::from_millis(100)).is_err());
+        assert!(limit.clone().max_wait(Duration::from_micros(1500)).is_err());
+        assert!(limit.max_wait(Duration::from_secs(86_401)).is_err());
+    }
+}

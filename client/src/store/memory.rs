@@ -1,0 +1,199 @@
+//! A store in this process, on the core algorithms: for tests, examples and single-process
+//! services. It can simulate a cluster's slots, a store without `RL.MULTI`, latency and
+//! outages, so the limiter's fallback paths are testable without a server.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use super::{Acquire, BoxFuture, Capabilities, Grant, LimitCall, Refund, Store, StoreError};
+use crate::clock;
+use crate::local::{LocalCall, LocalError, LocalLimits};
+
+/// An in-process [`Store`] running the module's algorithms with this process's clock.
+///
+/// ```
+/// use redis_ratelimit_client::store::MemoryStore;
+/// let store = MemoryStore::new();
+/// store.set_down(true); // every call now fails as if Redis were unreachable
+/// ```
+#[derive(Debug)]
+pub struct MemoryStore {
+    limits: Mutex<LocalLimits>,
+    capabilities: Capabilities,
+    cluster: bool,
+    down: AtomicBool,
+    delay_us: AtomicU64,
+    /// Added to the real clock (tests move time forward without sleeping).
+    offset_us: AtomicI64,
+    calls: AtomicU64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store with every capability (`RL.MULTI`, partial grants), not clustered.
+    pub fn new() -> Self {
+        Self {
+            limits: Mutex::new(LocalLimits::strict()),
+            capabilities: Capabilities {
+                multi: true,
+                partial: true,
+            },
+            cluster: false,
+            down: AtomicBool::new(false),
+            delay_us: AtomicU64::new(0),
+            offset_us: AtomicI64::new(0),
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// The same store with other capabilities (e.g. a module without `RL.MULTI`).
+    #[must_use]
+    pub fn with_capabilities(mut self, capabilities: Capabilities) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// The same store reporting Redis Cluster slots for keys, so limits in different slots
+    /// are called separately, as they must be on a real cluster.
+    #[must_use]
+    pub fn clustered(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
+    /// Makes every call fail as unavailable (`true`) or work again (`false`).
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Makes every call take `delay` before answering (to trigger timeouts).
+    pub fn set_delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.delay_us.store(us, Ordering::SeqCst);
+    }
+
+    /// Moves this store's clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let us = i64::try_from(by.as_micros()).unwrap_or(i64::MAX);
+        self.offset_us.fetch_add(us, Ordering::SeqCst);
+    }
+
+    /// Calls answered or attempted so far (acquires and refunds).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn now_us(&self) -> i64 {
+        clock::now_us().saturating_add(self.offset_us.load(Ordering::SeqCst))
+    }
+
+    /// The common part of every call: count it, wait the configured delay, fail if down.
+    async fn enter(&self) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let delay = self.delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_micros(delay)).await;
+        }
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the memory store is down".into()));
+        }
+        Ok(())
+    }
+
+    fn check_slots(&self, limits: &[LimitCall<'_>]) -> Result<(), StoreError> {
+        if limits.len() > 1 && limits.iter().any(|call| call.max_wait.is_some()) {
+            return Err(StoreError::Server(
+                "ERR a paced limit needs a call of its own".into(),
+            ));
+        }
+        let mut slots = limits.iter().map(|call| self.slot(call.key));
+        let first = slots.next().flatten();
+        if slots.any(|slot| slot != first) {
+            return Err(StoreError::Server(
+                "CROSSSLOT Keys in request don't hash to the same slot".into(),
+            ));
+        }
+        if limits.len() > 1 && !self.capabilities.multi {
+            return Err(StoreError::Server("ERR unknown command 'RL.MULTI'".into()));
+        }
+        Ok(())
+    }
+}
+
+fn local_calls<'a>(
+    limits: &[LimitCall<'a>],
+    holder: Option<&'a str>,
+) -> Result<Vec<LocalCall<'a>>, StoreError> {
+    limits
+        .iter()
+        .map(|call| {
+            let shape = call
+                .algorithm
+                .shape()
+                .map_err(|error| StoreError::Server(format!("ERR {error}")))?;
+            Ok(LocalCall {
+                key: call.key,
+                shape,
+                weight: call.weight,
+                max_wait_ns: call.max_wait.map(wait_ns),
+                holder,
+            })
+        })
+        .collect()
+}
+
+fn wait_ns(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn server_error(error: LocalError) -> StoreError {
+    StoreError::Server(match error {
+        LocalError::KindMismatch(key) => format!("ERR key '{key}' holds another limiter"),
+        LocalError::Params(message) => format!("ERR {message}"),
+    })
+}
+
+impl Store for MemoryStore {
+    fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.check_slots(&request.limits)?;
+            if request.partial_min.is_some() && !self.capabilities.partial {
+                return Err(StoreError::Server("ERR syntax error (PARTIAL)".into()));
+            }
+            let calls = local_calls(&request.limits, request.holder)?;
+            let now_us = self.now_us();
+            let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+            limits
+                .acquire(&calls, request.units, request.partial_min, now_us)
+                .map_err(server_error)
+        })
+    }
+
+    fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.enter().await?;
+            let calls = local_calls(&request.limits, request.holder)?;
+            let now_us = self.now_us();
+            let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+            limits
+                .refund(&calls, request.units, now_us)
+                .map_err(server_error)
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    fn slot(&self, key: &str) -> Option<u16> {
+        self.cluster
+            .then(|| redis::cluster_routing::get_slot(key.as_bytes()))
+    }
+}

@@ -1,0 +1,194 @@
+//! Where limits are decided: the [`Store`] trait, what it is asked and what it answers.
+//!
+//! The limiter never builds Redis commands itself. It asks a store to *acquire* units from a
+//! group of limits whose keys share a slot (all-or-nothing, or a partial grant for leases)
+//! and to *refund* units. [`RedisStore`] turns that into `RL.*` commands;
+//! [`MemoryStore`] runs the same core algorithms in process, for tests and examples that
+//! have no server.
+
+mod memory;
+mod redis;
+mod reply;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::algorithm::Algorithm;
+
+pub use self::memory::MemoryStore;
+pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
+
+/// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One limit of a group: its rendered key, algorithm and weight.
+#[derive(Clone, Copy, Debug)]
+pub struct LimitCall<'a> {
+    /// The Redis key.
+    pub key: &'a str,
+    /// The algorithm and its parameters.
+    pub algorithm: &'a Algorithm,
+    /// Units this limit is charged per unit of cost.
+    pub weight: u64,
+    /// Pacing (`MAXWAIT`, token buckets only): admit with a wait up to this long.
+    pub max_wait: Option<Duration>,
+}
+
+/// A request to take units from every limit of a group at once.
+#[derive(Clone, Debug)]
+pub struct Acquire<'a> {
+    /// The limits (keys in one slot when the store is a cluster).
+    pub limits: Vec<LimitCall<'a>>,
+    /// Units asked for (each limit is charged `units × weight`).
+    pub units: u64,
+    /// `None`: all or nothing. `Some(min)`: grant as many units as every limit has, up to
+    /// `units`, if at least `min` (the module's `PARTIAL MIN min`).
+    pub partial_min: Option<u64>,
+    /// The caller's id for the slot it takes in every in-flight limit of the group.
+    pub holder: Option<&'a str>,
+}
+
+/// A request to give units back to every limit of a group (`units × weight` each).
+#[derive(Clone, Debug)]
+pub struct Refund<'a> {
+    /// The limits to refund.
+    pub limits: Vec<LimitCall<'a>>,
+    /// Units to give back.
+    pub units: u64,
+    /// The holder whose slots in-flight limits release.
+    pub holder: Option<&'a str>,
+}
+
+/// One limit's view after a call, as the module replies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct View {
+    /// Whether this limit admitted the call (alone).
+    pub allowed: bool,
+    /// Whole units still available.
+    pub remaining: u64,
+    /// Denied: `Some(d)`, this same call would be admitted after `d`; `None`, never (the
+    /// cost exceeds the limit). Admitted: zero, or with pacing the wait before proceeding.
+    pub retry_after: Option<Duration>,
+    /// Time until the limiter is back to unused.
+    pub reset_after: Duration,
+    /// The configured limit.
+    pub limit: u64,
+}
+
+impl View {
+    /// Reads the five integers of an `RL.*` reply.
+    pub fn from_fields(fields: [i64; 5]) -> Self {
+        let [allowed, remaining, retry_ms, reset_ms, limit] = fields;
+        Self {
+            allowed: allowed != 0,
+            remaining: u64::try_from(remaining).unwrap_or(0),
+            retry_after: u64::try_from(retry_ms).ok().map(Duration::from_millis),
+            reset_after: Duration::from_millis(u64::try_from(reset_ms).unwrap_or(0)),
+            limit: u64::try_from(limit).unwrap_or(0),
+        }
+    }
+}
+
+impl View {
+    /// The view as the core's decision (to apply the core's rules to it).
+    pub(crate) fn to_core(self) -> redis_ratelimit_core::Decision {
+        use redis_ratelimit_core::Retry;
+        redis_ratelimit_core::Decision {
+            allowed: self.allowed,
+            remaining: self.remaining,
+            retry: match self.retry_after {
+                None => Retry::Never,
+                Some(wait) if wait.is_zero() => Retry::Now,
+                Some(wait) => Retry::AfterMs(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+            },
+            reset_after_ms: u64::try_from(self.reset_after.as_millis()).unwrap_or(u64::MAX),
+            limit: self.limit,
+        }
+    }
+}
+
+/// What a group answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Units granted: the units asked for, or with a partial request anything from `min` to
+    /// them; 0 when denied (nothing was taken from any limit).
+    pub granted: u64,
+    /// The index (in the request) of the limit that decided: the one that denied with the
+    /// longest wait, or when admitted the one with the fewest calls left.
+    pub binding: usize,
+    /// Every limit's own view, in request order.
+    pub views: Vec<View>,
+}
+
+/// Which operations a store supports natively.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Several limits in one atomic call (`RL.MULTI`). Without it, every limit is its own
+    /// group and all-or-nothing is kept by refunds.
+    pub multi: bool,
+    /// Partial grants (`PARTIAL MIN m`), which leases need.
+    pub partial: bool,
+}
+
+/// Why a store call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// The store did not answer in time.
+    Timeout,
+    /// The store is unreachable or unavailable (connection refused or dropped, cluster down,
+    /// loading, failing over): worth falling back and retrying later.
+    Unavailable(String),
+    /// The store answered with an error that retrying will not fix (bad arguments, a key
+    /// holding another type, an unknown command, a reply of an unexpected shape).
+    Server(String),
+}
+
+impl StoreError {
+    /// Whether the error says the store is unreachable (counts towards the circuit breaker
+    /// and triggers the fallback) rather than that it refused the request.
+    pub fn is_unavailability(&self) -> bool {
+        matches!(self, Self::Timeout | Self::Unavailable(_))
+    }
+
+    /// The label used in the `ratelimit_store_errors_total` metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::Unavailable(_) => "unavailable",
+            Self::Server(_) => "server",
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout => write!(f, "the store did not answer in time"),
+            Self::Unavailable(detail) => write!(f, "the store is unavailable: {detail}"),
+            Self::Server(detail) => write!(f, "the store refused the request: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// A place where limits are decided atomically.
+///
+/// Implementations must make [`acquire`](Store::acquire) atomic over the group's limits:
+/// either every limit is charged or none is.
+pub trait Store: Send + Sync + 'static {
+    /// Takes units from every limit of a group, all or nothing (or a partial grant).
+    fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>>;
+
+    /// Gives units back to every limit of a group, never beyond their limits.
+    fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// What the store supports (may be learned when it first answers).
+    fn capabilities(&self) -> Capabilities;
+
+    /// The hash slot a key lives in when the store is a Redis Cluster (keys in different
+    /// slots cannot share one atomic call), `None` when every key can.
+    fn slot(&self, key: &str) -> Option<u16>;
+}

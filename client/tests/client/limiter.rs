@@ -1,0 +1,641 @@
+//! The limiter's behaviour on the in-memory store: grouping and refunds, leases, the deny
+//! cache, every fallback mode and the circuit breaker, metrics. No server needed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use redis_ratelimit_client::store::{Capabilities, MemoryStore, Store};
+use redis_ratelimit_client::{
+    Algorithm, BreakerConfig, CheckError, Fallback, Inputs, Lease, Limit, Outcome, Policy,
+    RateLimiter, Replicas, Source,
+};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn bucket(capacity: u64) -> Algorithm {
+    Algorithm::token_bucket(capacity, HOUR).unwrap()
+}
+
+fn limit(name: &str, capacity: u64, key: &str) -> Limit {
+    Limit::new(name, bucket(capacity), key).unwrap()
+}
+
+fn user(name: &str) -> Inputs {
+    Inputs::new().with("user", name)
+}
+
+/// A policy with a per-user limit and a global one, whose keys are in different slots.
+fn two_slot_policy(per_user: u64, global: u64) -> Policy {
+    Policy::builder("api")
+        .limit(limit("global", global, "rl:{{global}}"))
+        .limit(limit("per-user", per_user, "rl:{{{user}}}"))
+        .build()
+        .unwrap()
+}
+
+fn limiter_on(store: &Arc<MemoryStore>, policy: Policy) -> RateLimiter {
+    RateLimiter::builder_shared(Arc::clone(store) as Arc<dyn Store>)
+        .policy(policy)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_atomic_call_for_the_whole_policy_on_a_single_server() {
+    let store = Arc::new(MemoryStore::new());
+    let limiter = limiter_on(&store, two_slot_policy(2, 10));
+    for _ in 0..2 {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        assert!(decision.allowed);
+        assert_eq!(decision.source, Source::Store);
+    }
+    assert_eq!(
+        store.calls(),
+        2,
+        "one store call per check, both limits in it"
+    );
+    let denied = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.binding_limit().unwrap().name.as_ref(), "per-user");
+    let global = |decision: &redis_ratelimit_client::Decision| {
+        decision
+            .limits
+            .iter()
+            .find(|l| &*l.name == "global")
+            .unwrap()
+            .remaining
+    };
+    assert_eq!(
+        global(&denied),
+        8,
+        "the fields show the global limit as it stands"
+    );
+    // The denied call charged nothing: Bob's next call finds 8 global units and takes one.
+    let bob = limiter.check("api", &user("bob")).await.unwrap();
+    assert_eq!(
+        bob.limits
+            .iter()
+            .find(|l| &*l.name == "global")
+            .unwrap()
+            .remaining,
+        7
+    );
+    let violated: Vec<&str> = denied.violated().collect();
+    assert_eq!(violated, ["per-user"]);
+}
+
+#[tokio::test]
+async fn groups_in_different_slots_run_most_specific_first_and_refund_on_denial() {
+    let store = Arc::new(MemoryStore::new().clustered());
+    // Global allows 3 in total, each user 2.
+    let limiter = limiter_on(&store, two_slot_policy(2, 3));
+    assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
+    assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
+    assert_eq!(store.calls(), 4, "two groups, two calls per check");
+    // Ann is over her own limit: the per-user group (more specific) denies first and the
+    // global group is not called at all.
+    let denied = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(store.calls(), 5);
+    assert_eq!(denied.limits.len(), 1);
+    // Bob passes his limit but the global one is exhausted after one more: the later
+    // global denial refunds Bob's per-user unit.
+    assert!(limiter.check("api", &user("bob")).await.unwrap().allowed);
+    let denied = limiter.check("api", &user("bob")).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.binding_limit().unwrap().name.as_ref(), "global");
+    let per_user = denied
+        .limits
+        .iter()
+        .find(|l| &*l.name == "per-user")
+        .unwrap();
+    assert_eq!(per_user.remaining, 1, "the view shows the refund");
+    // Proof of the refund: with the global limit out of the way (a policy with Bob's limit
+    // alone, same key), Bob still has exactly one unit.
+    let alone = Policy::builder("bob-only")
+        .limit(limit("per-user", 2, "rl:{{{user}}}"))
+        .build()
+        .unwrap();
+    let peek = limiter_on(&store, alone);
+    assert!(peek.check("bob-only", &user("bob")).await.unwrap().allowed);
+    assert!(!peek.check("bob-only", &user("bob")).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn without_rl_multi_every_limit_is_its_own_call() {
+    let store = Arc::new(MemoryStore::new().with_capabilities(Capabilities {
+        multi: false,
+        partial: false,
+    }));
+    let limiter = limiter_on(&store, two_slot_policy(5, 1));
+    assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
+    assert_eq!(store.calls(), 2);
+    let denied = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(!denied.allowed);
+    // per-user (charged first), global (denied), refund of per-user.
+    assert_eq!(store.calls(), 5);
+    let per_user = denied
+        .limits
+        .iter()
+        .find(|l| &*l.name == "per-user")
+        .unwrap();
+    assert_eq!(per_user.remaining, 4);
+}
+
+#[tokio::test]
+async fn a_denial_is_remembered_until_its_retry_after() {
+    let store = Arc::new(MemoryStore::new());
+    let policy = Policy::builder("api")
+        .limit(limit("per-user", 1, "rl:{user}"))
+        .build()
+        .unwrap();
+    let limiter = limiter_on(&store, policy);
+    assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
+    let denied = limiter.check("api", &user("ann")).await.unwrap();
+    assert_eq!((denied.allowed, denied.source), (false, Source::Store));
+    let calls = store.calls();
+    let cached = limiter.check("api", &user("ann")).await.unwrap();
+    assert_eq!((cached.allowed, cached.source), (false, Source::Cache));
+    assert_eq!(store.calls(), calls, "no store call for a cached denial");
+    assert!(cached.retry_after.unwrap() <= denied.retry_after.unwrap());
+    assert!(cached.retry_after.unwrap() > Duration::from_secs(3000));
+    // Another key is not affected.
+    assert!(limiter.check("api", &user("bob")).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn a_cost_above_a_limit_is_never_admitted() {
+    let store = Arc::new(MemoryStore::new());
+    let policy = Policy::builder("api")
+        .limit(limit("per-user", 5, "rl:{user}"))
+        .build()
+        .unwrap();
+    let limiter = limiter_on(&store, policy);
+    let decision = limiter.check_cost("api", &user("ann"), 6).await.unwrap();
+    assert!(!decision.allowed);
+    assert_eq!(decision.retry_after, None);
+}
+
+#[tokio::test]
+async fn caller_mistakes_are_errors_not_decisions() {
+    let store = Arc::new(MemoryStore::new());
+    let limiter = limiter_on(&store, two_slot_policy(1, 1));
+    assert_eq!(
+        limiter.check("nope", &user("ann")).await.unwrap_err(),
+        CheckError::UnknownPolicy("nope".into())
+    );
+    let missing = limiter.check("api", &Inputs::new()).await.unwrap_err();
+    assert_eq!(
+        missing.to_string(),
+        "the key template needs the input 'user'"
+    );
+    assert_eq!(store.calls(), 0);
+}
+
+fn leased_policy(capacity: u64, units: u64, lifetime: Duration) -> Policy {
+    Policy::builder("api")
+        .limit(limit("per-user", capacity, "rl:{user}"))
+        .lease(Lease::new(units).lifetime(lifetime))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn leases_serve_most_requests_from_memory() {
+    let store = Arc::new(MemoryStore::new());
+    let limiter = limiter_on(&store, leased_policy(100, 10, Duration::from_secs(60)));
+    let mut sources = Vec::new();
+    for _ in 0..25 {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        assert!(decision.allowed);
+        sources.push(decision.source);
+    }
+    assert_eq!(store.calls(), 3, "one claim per 10 requests");
+    assert_eq!(sources.iter().filter(|s| **s == Source::Store).count(), 3);
+    assert_eq!(sources.iter().filter(|s| **s == Source::Lease).count(), 22);
+    // 25 spent, 5 leased; this check spends one more: 70 in the store + 4 in the lease.
+    let decision = limiter.check("api", &user("ann")).await.unwrap();
+    assert_eq!(decision.remaining(), 74);
+}
+
+#[tokio::test]
+async fn a_partial_claim_takes_the_last_units() {
+    let store = Arc::new(MemoryStore::new());
+    let limiter = limiter_on(&store, leased_policy(13, 5, Duration::from_secs(60)));
+    let mut admitted = 0;
+    for _ in 0..20 {
+        admitted += u64::from(limiter.check("api", &user("ann")).await.unwrap().allowed);
+    }
+    assert_eq!(admitted, 13, "claims of 5, 5, then the 3 left");
+}
+
+#[tokio::test]
+async fn unspent_lease_units_are_refunded_after_the_lifetime() {
+    let store = Arc::new(MemoryStore::new());
+    let lifetime = Duration::from_millis(100);
+    let first = limiter_on(&store, leased_policy(10, 8, lifetime));
+    let second = limiter_on(&store, leased_policy(10, 8, lifetime));
+    assert!(first.check("api", &user("ann")).await.unwrap().allowed); // claims 8, 7 left leased
+    // The other replica gets the 2 units the store still has, then is denied.
+    let mut admitted = 0;
+    for _ in 0..5 {
+        admitted += u64::from(second.check("api", &user("ann")).await.unwrap().allowed);
+    }
+    assert_eq!(
+        admitted, 2,
+        "units leased by the first replica are not available"
+    );
+    // Once the first replica's lease expires its 7 units go back to the store.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let policy_without_cache = Policy::builder("peek")
+        .limit(limit("per-user", 10, "rl:{user}"))
+        .deny_cache(false)
+        .build()
+        .unwrap();
+    let peek = limiter_on(&store, policy_without_cache);
+    loop {
+        let decision = peek.check("peek", &user("ann")).await.unwrap();
+        if decision.allowed {
+            assert_eq!(decision.remaining(), 6, "7 refunded, 1 taken by this check");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lease was never refunded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn release_leases_refunds_at_once() {
+    let store = Arc::new(MemoryStore::new());
+    let limiter = limiter_on(&store, leased_policy(10, 10, Duration::from_secs(60)));
+    assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
+    limiter.release_leases().await;
+    let peek = limiter_on(
+        &store,
+        Policy::builder("peek")
+            .limit(limit("per-user", 10, "rl:{user}"))
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(
+        peek.check("peek", &user("ann")).await.unwrap().remaining(),
+        8
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_never_admit_more_than_the_quota() {
+    let store = Arc::new(MemoryStore::new());
+    let replicas: Vec<RateLimiter> = (0..4)
+        .map(|_| limiter_on(&store, leased_policy(200, 7, Duration::from_secs(60))))
+        .collect();
+    let mut tasks = Vec::new();
+    for (index, replica) in replicas.iter().enumerate() {
+        let replica = replica.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0u64;
+            for request in 0..150 {
+                // Two keys interleaved, so leases of both are outstanding at once.
+                let name = if (request + index) % 2 == 0 {
+                    "ann"
+                } else {
+                    "bob"
+                };
+                admitted += u64::from(replica.check("api", &user(name)).await.unwrap().allowed);
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    assert!(admitted <= 400, "admitted {admitted} of two quotas of 200");
+    assert!(
+        admitted >= 400 - 2 * 4 * 7,
+        "admitted {admitted}: too many units stuck in leases"
+    );
+}
+
+fn failing_policy(fallback: Fallback, capacity: u64) -> Policy {
+    Policy::builder("api")
+        .limit(limit("per-user", capacity, "rl:{user}"))
+        .fallback(fallback)
+        .timeout(Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn fallback_open_admits_and_closed_denies() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_down(true);
+    let open = limiter_on(&store, failing_policy(Fallback::Open, 1));
+    for _ in 0..3 {
+        let decision = open.check("api", &user("ann")).await.unwrap();
+        assert_eq!(
+            (decision.allowed, decision.source),
+            (true, Source::Fallback)
+        );
+        assert_eq!(decision.outcome, Outcome::FallbackAllowed);
+    }
+    let closed = limiter_on(&store, failing_policy(Fallback::Closed, 100));
+    let decision = closed.check("api", &user("ann")).await.unwrap();
+    assert_eq!(
+        (decision.allowed, decision.outcome),
+        (false, Outcome::FallbackDenied)
+    );
+    assert!(decision.retry_after.unwrap() >= Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn fallback_local_enforces_this_replicas_share() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_down(true);
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(failing_policy(Fallback::Local, 30))
+        .replicas(Replicas::fixed(4))
+        .build()
+        .unwrap();
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+        admitted += u64::from(decision.allowed);
+    }
+    assert_eq!(admitted, 7, "30 / 4 rounded down");
+    let decision = limiter.check("api", &user("ann")).await.unwrap();
+    assert_eq!(
+        decision.limits[0].quota, 7,
+        "the fields show the share in force"
+    );
+}
+
+#[tokio::test]
+async fn a_share_below_one_unit_admits_nothing_locally() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_down(true);
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(failing_policy(Fallback::Local, 3))
+        .replicas(Replicas::fixed(4))
+        .build()
+        .unwrap();
+    assert!(!limiter.check("api", &user("ann")).await.unwrap().allowed);
+}
+
+#[tokio::test]
+async fn a_slow_store_times_out_into_the_fallback_and_the_breaker_stops_calling_it() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_delay(Duration::from_secs(5));
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(failing_policy(Fallback::Local, 100))
+        .breaker(BreakerConfig {
+            failures: 3,
+            open_for: Duration::from_secs(2),
+        })
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(decision.source, Source::Fallback);
+        assert!(
+            elapsed < Duration::from_millis(200),
+            "answered in {elapsed:?}"
+        );
+    }
+    assert_eq!(store.calls(), 3, "the breaker opened after 3 timeouts");
+    assert!(limiter.store_unreachable());
+    // The store recovers: after open_for a probe goes through and closes the circuit.
+    store.set_delay(Duration::ZERO);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        if decision.source == Source::Store {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never went back to the store");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!limiter.store_unreachable());
+}
+
+#[tokio::test]
+async fn a_store_refusal_is_an_error_outcome() {
+    let store = Arc::new(MemoryStore::new());
+    // Key "k" holds a fixed window; a token bucket on it is refused by the store.
+    let window = Policy::builder("window")
+        .limit(Limit::new("w", Algorithm::fixed_window(5, HOUR).unwrap(), "k").unwrap())
+        .build()
+        .unwrap();
+    let bucket = Policy::builder("bucket")
+        .limit(limit("b", 5, "k"))
+        .fallback(Fallback::Open)
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(window)
+        .policy(bucket)
+        .build()
+        .unwrap();
+    assert!(
+        limiter
+            .check("window", &Inputs::new())
+            .await
+            .unwrap()
+            .allowed
+    );
+    let decision = limiter.check("bucket", &Inputs::new()).await.unwrap();
+    assert_eq!(decision.outcome, Outcome::Error);
+    assert!(decision.allowed, "fallback open");
+    assert!(!limiter.store_unreachable(), "a refusal is not an outage");
+}
+
+#[test]
+fn metrics_count_decisions_by_outcome_and_source() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let limiter = limiter_on(&store, leased_policy(3, 2, Duration::from_secs(60)));
+            for _ in 0..5 {
+                limiter.check("api", &user("ann")).await.unwrap();
+            }
+            store.set_down(true);
+            limiter.check("api", &user("bob")).await.unwrap();
+        });
+    });
+    let mut counts = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        let value = match value {
+            DebugValue::Counter(count) => count as f64,
+            DebugValue::Gauge(value) => value.into_inner(),
+            DebugValue::Histogram(values) => values.len() as f64,
+        };
+        counts.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+    }
+    let get = |name: &str| counts.get(name).copied().unwrap_or(0.0);
+    assert_eq!(
+        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store}"),
+        2.0
+    );
+    assert_eq!(
+        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=lease}"),
+        1.0
+    );
+    assert_eq!(
+        get("ratelimit_decisions_total{policy=api,outcome=denied,source=store}"),
+        1.0
+    );
+    assert_eq!(
+        get("ratelimit_decisions_total{policy=api,outcome=denied,source=cache}"),
+        1.0
+    );
+    assert_eq!(
+        get("ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback}"),
+        1.0
+    );
+    assert_eq!(get("ratelimit_lease_units_claimed_total{policy=api}"), 3.0);
+    assert_eq!(
+        get("ratelimit_store_errors_total{policy=api,kind=unavailable}"),
+        1.0
+    );
+    assert!(get("ratelimit_store_latency_seconds{policy=api,op=claim}") >= 3.0);
+    assert!(
+        counts
+            .keys()
+            .all(|name| !name.contains("ann") && !name.contains("bob")),
+        "no raw key in any label: {counts:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_paced_limit_admits_on_a_schedule() {
+    let store = Arc::new(MemoryStore::new());
+    let queue = Limit::new(
+        "queue",
+        Algorithm::token_bucket(1, Duration::from_millis(100)).unwrap(),
+        "q:{user}",
+    )
+    .unwrap()
+    .max_wait(Duration::from_millis(500))
+    .unwrap();
+    let policy = Policy::builder("api")
+        .limit(queue)
+        .limit(limit("daily", 100, "d:{user}"))
+        .build()
+        .unwrap();
+    let limiter = limiter_on(&store, policy);
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        assert!(decision.allowed);
+        waits.push(decision.wait.as_millis());
+    }
+    assert_eq!(waits[0], 0);
+    for (index, wait) in waits.iter().enumerate().skip(1) {
+        let expected = 100 * index as u128;
+        // The schedule, less the time between calls (generous for a loaded machine).
+        assert!((expected - 50..=expected).contains(wait), "waits {waits:?}");
+    }
+    // The queue is full: denied, with when a call would fit in the queue again.
+    let denied = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.binding_limit().unwrap().name.as_ref(), "queue");
+    assert!(denied.retry_after.unwrap() > Duration::from_millis(50));
+    // The paced limit is called on its own, the daily one in its own call.
+    assert_eq!(store.calls(), 6 * 2 + 1);
+}
+
+fn in_flight_policy(slots: u64) -> Policy {
+    Policy::builder("api")
+        .limit(limit("per-user", 100, "r:{user}"))
+        .limit(
+            Limit::new(
+                "in-flight",
+                Algorithm::concurrency(slots, Duration::from_secs(30)).unwrap(),
+                "f:{user}",
+            )
+            .unwrap(),
+        )
+        .fallback(Fallback::Local)
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn in_flight_slots_are_held_until_released() {
+    let store = Arc::new(MemoryStore::new());
+    let limiter = limiter_on(&store, in_flight_policy(2));
+    let first = limiter.check("api", &user("ann")).await.unwrap();
+    let second = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(first.allowed && second.allowed);
+    let (first, second) = (first.in_flight.unwrap(), second.in_flight.unwrap());
+    assert_ne!(
+        first.holder(),
+        second.holder(),
+        "every request holds its own slot"
+    );
+    let full = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(!full.allowed);
+    assert_eq!(full.binding_limit().unwrap().name.as_ref(), "in-flight");
+    assert!(full.in_flight.is_none());
+    // The refused request took nothing from the rate limit either.
+    let rate = |decision: &redis_ratelimit_client::Decision| {
+        decision
+            .limits
+            .iter()
+            .find(|l| &*l.name == "per-user")
+            .unwrap()
+            .remaining
+    };
+    assert_eq!(rate(&full), 98);
+    // A release makes room at once: a full in-flight limit is not remembered as a denial.
+    limiter.release(&first).await;
+    let third = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(third.allowed, "{third:?}");
+    assert_eq!(third.source, Source::Store);
+    // Another user has slots of their own.
+    assert!(limiter.check("api", &user("bob")).await.unwrap().allowed);
+    limiter.release(&second).await;
+    limiter.release(&third.in_flight.unwrap()).await;
+    let after = limiter.check("api", &user("ann")).await.unwrap();
+    let slots = after.limits.iter().find(|l| l.in_flight).unwrap();
+    assert_eq!(slots.remaining, 1, "two free, one just taken");
+}
+
+#[tokio::test]
+async fn in_flight_slots_fall_back_to_a_local_share_and_are_released_there() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_down(true);
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(in_flight_policy(4))
+        .replicas(Replicas::fixed(2))
+        .build()
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let decision = limiter.check("api", &user("ann")).await.unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+        if let Some(in_flight) = decision.in_flight {
+            held.push(in_flight);
+        }
+    }
+    assert_eq!(held.len(), 2, "4 slots over 2 replicas: 2 here");
+    limiter.release(&held[0]).await;
+    let decision = limiter.check("api", &user("ann")).await.unwrap();
+    assert!(decision.allowed, "the local slot was released");
+}

@@ -1,0 +1,379 @@
+//! The Redis store against a real server with the module: it decides exactly as the
+//! in-memory store (both run the core's arithmetic), detects `RL.MULTI`, falls back to
+//! `CL.THROTTLE` without it, and sorts errors into outages and refusals.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_client::store::{
+    Acquire, Capabilities, LimitCall, MemoryStore, MultiSupport, RedisStore, RedisStoreOptions,
+    Refund, Store, StoreError,
+};
+use redis_ratelimit_testkit::server::Server;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn url(server: &Server) -> String {
+    format!("redis://127.0.0.1:{}/", server.port)
+}
+
+/// A call of one unit on one limit.
+fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
+    Acquire {
+        limits: vec![LimitCall {
+            key,
+            algorithm,
+            weight: 1,
+            max_wait: None,
+        }],
+        units: 1,
+        partial_min: None,
+        holder: None,
+    }
+}
+
+/// One step of a scripted sequence: acquire (units, partial min) or refund (units) on some
+/// of the limits, for a holder of in-flight slots.
+enum Step {
+    Acquire(&'static [usize], u64, Option<u64>, Option<&'static str>),
+    Refund(&'static [usize], u64, Option<&'static str>),
+}
+
+fn calls<'a>(limits: &'a [(String, Algorithm, u64)], indices: &[usize]) -> Vec<LimitCall<'a>> {
+    indices
+        .iter()
+        .map(|&index| {
+            let (key, algorithm, weight) = &limits[index];
+            LimitCall {
+                key,
+                algorithm,
+                weight: *weight,
+                max_wait: None,
+            }
+        })
+        .collect()
+}
+
+/// Runs `steps` on `store`, returning what each acquire answered, without the timings
+/// (which depend on each clock): (granted, binding, per limit (allowed, remaining, limit)).
+async fn run(
+    store: &dyn Store,
+    limits: &[(String, Algorithm, u64)],
+    steps: &[Step],
+) -> Vec<(u64, usize, Vec<(bool, u64, u64)>)> {
+    let mut answers = Vec::new();
+    for step in steps {
+        match step {
+            Step::Acquire(indices, units, partial_min, holder) => {
+                let request = Acquire {
+                    limits: calls(limits, indices),
+                    units: *units,
+                    partial_min: *partial_min,
+                    holder: *holder,
+                };
+                let grant = store.acquire(&request).await.unwrap();
+                let views = grant
+                    .views
+                    .iter()
+                    .map(|view| (view.allowed, view.remaining, view.limit))
+                    .collect();
+                answers.push((grant.granted, grant.binding, views));
+            }
+            Step::Refund(indices, units, holder) => {
+                let request = Refund {
+                    limits: calls(limits, indices),
+                    units: *units,
+                    holder: *holder,
+                };
+                store.refund(&request).await.unwrap();
+            }
+        }
+    }
+    answers
+}
+
+#[tokio::test]
+async fn the_redis_store_decides_exactly_as_the_memory_store() {
+    let server = Server::start(&[]);
+    let redis = RedisStore::new(&url(&server)).unwrap();
+    redis.connect().await.unwrap();
+    assert_eq!(
+        redis.capabilities(),
+        Capabilities {
+            multi: true,
+            partial: true
+        },
+        "RL.MULTI detected"
+    );
+    let memory = MemoryStore::new();
+    // Slow refills and long windows: nothing changes with time during the test.
+    let limits = vec![
+        (
+            "tb".to_string(),
+            Algorithm::token_bucket(10, HOUR).unwrap(),
+            1,
+        ),
+        (
+            "log".to_string(),
+            Algorithm::sliding_log(7, HOUR).unwrap(),
+            2,
+        ),
+        ("gcra".to_string(), Algorithm::gcra(5, 1, HOUR).unwrap(), 1),
+        (
+            "sw".to_string(),
+            Algorithm::sliding_window(50, HOUR).unwrap(),
+            3,
+        ),
+        (
+            "slots".to_string(),
+            Algorithm::concurrency(2, HOUR).unwrap(),
+            1,
+        ),
+    ];
+    let steps = [
+        Step::Acquire(&[0], 3, None, None),
+        Step::Acquire(&[0, 1], 2, None, None),
+        Step::Acquire(&[0, 1, 2, 3], 1, None, None),
+        // A partial grant: the bucket has 4 left.
+        Step::Acquire(&[0, 3], 20, Some(1), None),
+        // The log (weight 2) has 1: denied, nothing charged.
+        Step::Acquire(&[2, 1], 1, None, None),
+        Step::Refund(&[1], 1, None),
+        Step::Acquire(&[2], 4, Some(2), None),
+        Step::Acquire(&[2, 3], 3, Some(1), None),
+        // A cost above the limit: never.
+        Step::Acquire(&[3], 20, None, None),
+        Step::Refund(&[0, 3], 2, None),
+        Step::Acquire(&[0, 3], 9, Some(9), None),
+        // In-flight slots: two holders fill them, a third is denied, a renewal is not a new
+        // holder, a release makes room.
+        Step::Acquire(&[4], 1, None, Some("a")),
+        Step::Acquire(&[4, 3], 1, None, Some("b")),
+        Step::Acquire(&[4, 3], 1, None, Some("c")),
+        Step::Acquire(&[4], 1, None, Some("b")),
+        Step::Refund(&[4], 1, Some("a")),
+        Step::Acquire(&[3, 4], 1, None, Some("c")),
+    ];
+    let from_redis = run(&redis, &limits, &steps).await;
+    let from_memory = run(&memory, &limits, &steps).await;
+    assert_eq!(from_redis, from_memory);
+    // The sequence exercised what it meant to.
+    assert_eq!(from_redis[3].0, 4, "a partial grant below the units asked");
+    assert_eq!(
+        (from_redis[4].0, from_redis[4].1),
+        (0, 1),
+        "denied by the second limit"
+    );
+    assert_eq!(
+        from_redis[6].0, 1,
+        "a partial grant of what every limit can give"
+    );
+    let slots: Vec<u64> = from_redis[9..]
+        .iter()
+        .map(|(granted, _, _)| *granted)
+        .collect();
+    assert_eq!(
+        slots,
+        [1, 1, 0, 1, 1],
+        "in-flight: a, b, c denied, b renews, c after a left"
+    );
+}
+
+#[tokio::test]
+async fn pacing_is_decided_alike_by_the_server_and_in_memory() {
+    let server = Server::start(&[]);
+    let redis = RedisStore::new(&url(&server)).unwrap();
+    let memory = MemoryStore::new();
+    // One token every 100 ms, a queue of up to 1 s.
+    let bucket = Algorithm::token_bucket(1, Duration::from_millis(100)).unwrap();
+    let mut call = one("queue", &bucket);
+    call.limits[0].max_wait = Some(Duration::from_secs(1));
+    let mut answers = Vec::new();
+    for store in [&redis as &dyn Store, &memory] {
+        let mut answer = Vec::new();
+        for _ in 0..13 {
+            let grant = store.acquire(&call).await.unwrap();
+            let view = grant.views[0];
+            answer.push((grant.granted, view.retry_after.unwrap().as_millis()));
+        }
+        answers.push(answer);
+    }
+    for answer in &answers {
+        let granted: Vec<u64> = answer.iter().map(|(g, _)| *g).collect();
+        assert_eq!(
+            granted,
+            [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0],
+            "{answer:?}"
+        );
+        // Waits grow one interval per queued call (give or take the time between calls).
+        let (_, tenth) = answer[10];
+        assert!((800..=1000).contains(&tenth), "{answer:?}");
+    }
+}
+
+#[tokio::test]
+async fn without_rl_multi_gcra_goes_through_cl_throttle() {
+    let server = Server::start(&[]);
+    let options = RedisStoreOptions {
+        multi: MultiSupport::No,
+        ..RedisStoreOptions::default()
+    };
+    let store = RedisStore::with_options(&url(&server), options).unwrap();
+    assert!(!store.capabilities().multi);
+    let gcra = Algorithm::gcra(2, 1, HOUR).unwrap();
+    let request = one("g", &gcra);
+    let mut granted = Vec::new();
+    for _ in 0..4 {
+        granted.push(store.acquire(&request).await.unwrap().granted);
+    }
+    assert_eq!(granted, [1, 1, 1, 0]);
+    let denied = store.acquire(&request).await.unwrap();
+    assert!(denied.views[0].retry_after.unwrap() > Duration::from_secs(3000));
+    // A refund is a negative quantity.
+    store
+        .refund(&Refund {
+            limits: request.limits.clone(),
+            units: 1,
+            holder: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
+    // Partial grants need RL.MULTI: refused before anything is sent.
+    let partial = Acquire {
+        partial_min: Some(1),
+        ..request
+    };
+    assert!(matches!(
+        store.acquire(&partial).await,
+        Err(StoreError::Server(_))
+    ));
+}
+
+#[tokio::test]
+async fn refusals_and_outages_are_told_apart() {
+    let server = Server::start(&[]);
+    let store = RedisStore::new(&url(&server)).unwrap();
+    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+    let window = Algorithm::fixed_window(5, HOUR).unwrap();
+    let on = |algorithm| one("k", algorithm);
+    store.acquire(&on(&bucket)).await.unwrap();
+    let refused = store.acquire(&on(&window)).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Server(_)), "{refused}");
+    assert!(!refused.is_unavailability());
+
+    // Nothing listens on this port: connection refused, an outage, and quickly.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nowhere = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    let started = Instant::now();
+    let outage = nowhere.acquire(&on(&bucket)).await.unwrap_err();
+    assert!(outage.is_unavailability(), "{outage}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn a_store_made_while_redis_is_down_connects_when_it_comes_up() {
+    let mut server = Server::start(&[]);
+    let store = RedisStore::new(&url(&server)).unwrap();
+    server.kill();
+    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+    let request = one("k", &bucket);
+    assert!(
+        store
+            .acquire(&request)
+            .await
+            .unwrap_err()
+            .is_unavailability()
+    );
+    server.restart(&[]);
+    assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
+    assert!(
+        store.capabilities().multi,
+        "capabilities learned on connecting"
+    );
+}
+
+/// Forwards TCP connections to port `target`, each chunk delayed by `delay`: a server far
+/// away.
+async fn slow_proxy(target: u16, delay: Duration) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+    async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) {
+        let mut buffer = vec![0; 64 * 1024];
+        loop {
+            let read = match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => read,
+            };
+            tokio::time::sleep(delay).await;
+            if to.write_all(&buffer[..read]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(("127.0.0.1", target))
+                .await
+                .unwrap();
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(pipe(client_read, server_write, delay));
+            tokio::spawn(pipe(server_read, client_write, delay));
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_connection_slower_to_set_up_than_the_timeout_still_gets_made() {
+    use redis_ratelimit_client::{Inputs, Limit, Policy, RateLimiter, Source};
+
+    let server = Server::start(&[]);
+    // 8 ms each way: a call takes about 16 ms, within the 30 ms timeout, but setting up the
+    // connection (connect, handshake, COMMAND INFO) takes several round trips, longer.
+    let port = slow_proxy(server.port, Duration::from_millis(8)).await;
+    let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    let policy = Policy::builder("api")
+        .limit(Limit::new("k", Algorithm::token_bucket(1000, HOUR).unwrap(), "k").unwrap())
+        .timeout(Duration::from_millis(30))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(store).policy(policy).build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let decision = limiter.check("api", &Inputs::new()).await.unwrap();
+        if decision.source == Source::Store {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never connected: each check's timeout cancelled the connection attempt"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_reconnected_to() {
+    let mut server = Server::start(&[]);
+    let store = RedisStore::new(&url(&server)).unwrap();
+    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+    let request = one("k", &bucket);
+    assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
+    server.restart(&[]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.acquire(&request).await.is_err() {
+        assert!(Instant::now() < deadline, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
