@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Shape;
-use crate::limiter::InFlight;
+use crate::in_flight::InFlight;
 use crate::store::View;
 
 /// Where a decision came from.

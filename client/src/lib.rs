@@ -75,6 +75,7 @@ pub mod config;
 pub mod decision;
 mod deny_cache;
 pub mod http;
+mod in_flight;
 pub mod key;
 mod lease;
 mod limiter;
@@ -87,8 +88,9 @@ pub mod store;
 pub use algorithm::{Algorithm, Rate};
 pub use breaker::BreakerConfig;
 pub use decision::{Decision, LimitStatus, Outcome, Source};
+pub use in_flight::InFlight;
 pub use key::{Inputs, KeyTemplate};
-pub use limiter::{BuildError, CheckError, InFlight, RateLimiter, RateLimiterBuilder};
+pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
 

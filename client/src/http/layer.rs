@@ -11,8 +11,9 @@ use tower::{Layer, Service};
 
 use super::headers::{self, HeaderOptions};
 use crate::decision::{Decision, Source};
+use crate::in_flight::InFlight;
 use crate::key::Inputs;
-use crate::limiter::{InFlight, RateLimiter};
+use crate::limiter::RateLimiter;
 use crate::policy::Fallback;
 use crate::store::BoxFuture;
 

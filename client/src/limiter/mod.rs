@@ -10,14 +10,14 @@ mod state;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
 use self::decide::store_decision;
 use self::state::{PolicyState, Target};
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::decision::{Decision, Source};
+use crate::in_flight::InFlight;
 use crate::key::{Inputs, MissingInput};
 use crate::local::LocalLimits;
 use crate::metrics;
@@ -258,7 +258,7 @@ impl RateLimiter {
             .map_err(CheckError::MissingInput)?;
         let cost = cost.max(1);
         let id = keys.join("\u{0}");
-        let holder = state.holds_slots().then(new_holder);
+        let holder = state.holds_slots().then(InFlight::new_holder);
         let target = Target {
             state,
             keys: &keys,
@@ -377,37 +377,4 @@ impl RateLimiter {
             }
         }
     }
-}
-
-/// The in-flight slots an admitted request holds, to give back with
-/// [`RateLimiter::release`] when it ends (the HTTP layer does it after the response).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InFlight {
-    policy: Arc<str>,
-    holder: Arc<str>,
-    keys: Vec<String>,
-    /// Taken from the local fallback's limits, not the store's.
-    local: bool,
-}
-
-impl InFlight {
-    /// The id the request's slots are held under.
-    pub fn holder(&self) -> &str {
-        &self.holder
-    }
-}
-
-/// A holder id no other request of the fleet uses: this process's id and start instant,
-/// then a counter.
-fn new_holder() -> Arc<str> {
-    static PREFIX: OnceLock<String> = OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = PREFIX.get_or_init(|| {
-        let started = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos());
-        format!("{:x}.{started:x}", std::process::id())
-    });
-    let number = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}.{number:x}").into()
 }

@@ -1,0 +1,41 @@
+//! What an admitted request holds in in-flight limits, to give back when it ends.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The in-flight slots an admitted request holds, to give back with
+/// [`RateLimiter::release`](crate::RateLimiter::release) when it ends (the HTTP layer does it after the response).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    /// The policy whose limits hold the slots.
+    pub(crate) policy: Arc<str>,
+    /// The id the slots are held under.
+    pub(crate) holder: Arc<str>,
+    /// The policy's keys for the request.
+    pub(crate) keys: Vec<String>,
+    /// Taken from the local fallback's limits, not the store's.
+    pub(crate) local: bool,
+}
+
+impl InFlight {
+    /// The id the request's slots are held under.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// A holder id no other request of the fleet uses: this process's id and start instant,
+    /// then a counter.
+    pub(crate) fn new_holder() -> Arc<str> {
+        static PREFIX: OnceLock<String> = OnceLock::new();
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let prefix = PREFIX.get_or_init(|| {
+            let started = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos());
+            format!("{:x}.{started:x}", std::process::id())
+        });
+        let number = COUNTER.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}.{number:x}").into()
+    }
+}
