@@ -24,6 +24,7 @@ import io
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -49,6 +50,32 @@ MAX_RUN = ADMIT_LIMIT // 2  # no run may exhaust a hot key
 WINDOW_S = 86400
 SLOW_RATE = "0.001"
 GCRA_PERIOD_S = 1000
+# In-flight limits: holder ids shaped like UUIDs (36 bytes), a prefix and 12 digits, so
+# that redis-benchmark's `__rand_int__` (12 digits) keeps their length. Callers use
+# CALLERS; RESIDENTS fill the denied scenario's semaphore (no caller is among them);
+# RELEASED are the holders the release rows acquire and release (never anyone else's).
+CALLERS = "8c7f3e2a-5b1d-4e9f-a6c0-{}"
+RESIDENTS = "0d4c1b9e-7f2a-4c3d-b5e6-{}"
+RELEASED = "f1e2d3c4-b5a6-4978-8695-{}"
+HOT_HOLDERS = 100  # holders of a hot semaphore
+SEMAPHORE_LIMIT = 1000  # the admitted scenarios' limit: ratelimit.max-holders' default
+HOLDER_TTL_MS = "86400000"  # a day: no holder expires during a benchmark
+RELEASE_CHUNK = 16  # holders acquired (untimed), then released (timed), at a time
+# Pacing: a queue of capacity 1 at 20 calls/s that accepts waits of up to a day. Each
+# admitted call deepens its debt by 50 ms, so even a run of MAX_RUN calls stays within the
+# day (75,000 s) and every call is admitted with a wait.
+QUEUE_RATE = "20"
+MAX_WAIT_MS = "86400000"
+
+
+def holder_id(n: int | str, prefix: str = CALLERS) -> str:
+    """Holder number n (or `__rand_int__`, for redis-benchmark to fill in) of a prefix."""
+    return prefix.format(n if isinstance(n, str) else f"{n:012d}")
+
+
+# What redis-benchmark sends as the holder in hot-key runs: one of the callers, over
+# `-r holders`.
+RUN_HOLDER = holder_id("__rand_int__")
 
 
 @dataclass(frozen=True)
@@ -56,11 +83,19 @@ class Approach:
     """One way of limiting, as the benchmark drives it.
 
     `admit` / `deny` are the arguments after the keys for the admitted and the denied
-    scenarios; "{limit}" and "{burst}" stand for ADMIT_LIMIT and ADMIT_LIMIT - 1.
+    scenarios (`random_admit`, if set, replaces `admit` on the random keys); "{limit}" and
+    "{burst}" stand for `limit` and `limit` - 1, "{holder}" for a holder id.
     `stat` is the `INFO commandstats` name whose calls are counted. `reply` says how to read
-    an answer: "rl" = [allowed, remaining, ...], "cell" = [limited, limit, remaining, ...].
+    an answer: "rl" = [allowed, remaining, ...], "cell" = [limited, limit, remaining, ...],
+    "int" = 1 if done, 0 if not (a release).
     `keys` is the number of limiters one call checks (see `call_keys`); with more than one,
     the reply is RL.MULTI's: those five, the binding index and one array of five per key.
+    `holders`: an in-flight limit, whose hot key holds that many holders before a run and
+    whose hot-key runs draw callers among as many ids (`-r holders`).
+    `setup`: a release, which needs holders to release: the approach that acquires them
+    (whose limiters its keys hold). redis-benchmark repeats one command, and a release
+    repeated with random ids would mostly find nothing, so its runs are driven by this
+    script: RELEASE_CHUNK holders acquired (untimed), then released (timed), and again.
     """
 
     name: str
@@ -72,6 +107,10 @@ class Approach:
     lua_twin: str | None = None  # for module commands: the Lua approach doing the same
     counter: str | None = None  # module: `INFO ratelimit` counters ratelimit_<counter>_admitted
     keys: int = 1
+    limit: int = ADMIT_LIMIT
+    random_admit: tuple[str, ...] | None = None
+    holders: int = 0
+    setup: str | None = None
     # The single-limit approach the "× single" ratio divides by; without max_x_single, the
     # goal is to cost the same (× single ≈ 1).
     single: str | None = None
@@ -82,6 +121,11 @@ class Approach:
     @property
     def stat(self) -> str:
         return "evalsha" if self.kind == "lua" else self.command.lower()
+
+    def params(self, admitted: bool, random_keys: bool) -> tuple[str, ...]:
+        if not admitted:
+            return self.deny
+        return self.random_admit if random_keys and self.random_admit else self.admit
 
     def call_keys(self, base: str) -> list[str]:
         """The keys one call names for the benchmark key `base`: `base` itself, or
@@ -138,7 +182,44 @@ APPROACHES = [
     Approach("Lua multi (3 buckets)", "lua", "multi_token_bucket.lua",
              ("{limit}", SLOW_RATE) * 3, ("{limit}", SLOW_RATE) * 2 + ("1", SLOW_RATE),
              keys=3),
+    # Pacing. Hot key: the queue (QUEUE_RATE): the first call takes the token, every later
+    # one is admitted with a wait. Random keys: the admitted scenario's slow buckets with
+    # MAXWAIT, admitted from tokens there (a queue would be full again, and its key gone,
+    # 50 ms after a call: those calls would create keys). Denied: a drained bucket of
+    # capacity 1 at 0.001 token/s, whose next token (1000 s away) is beyond MAXWAIT 1 s.
+    Approach("RL.TOKENBUCKET MAXWAIT", "module", "RL.TOKENBUCKET",
+             ("{limit}", QUEUE_RATE, "1", "MAXWAIT", MAX_WAIT_MS),
+             ("1", SLOW_RATE, "1", "MAXWAIT", "1000"),
+             random_admit=(f"{ADMIT_LIMIT}", SLOW_RATE, "1", "MAXWAIT", MAX_WAIT_MS),
+             limit=1, lua_twin="Lua reservation", counter="tokenbucket",
+             single="RL.TOKENBUCKET", min_lua_factor=5),
+    Approach("Lua reservation", "lua", "reservation.lua",
+             ("{limit}", QUEUE_RATE, "1", MAX_WAIT_MS), ("1", SLOW_RATE, "1", "1000"),
+             random_admit=(f"{ADMIT_LIMIT}", SLOW_RATE, "1", MAX_WAIT_MS), limit=1),
+    # In-flight limits. Hot key: a semaphore of HOT_HOLDERS holders whose calls come from
+    # those same holders, so each renews one: the set keeps its size (a stream of new
+    # holders would fill any limit) and the limit, ratelimit.max-holders' default, is
+    # never reached. Random keys: 100k semaphores of one holder each, the same id on every
+    # key (redis-benchmark would randomize a holder over the key space, and the sets would
+    # grow from round to round), so each call renews it. Denied: a semaphore full with
+    # HOT_HOLDERS other holders: the caller is looked for among all of them, then refused.
+    Approach("RL.ACQUIRE", "module", "RL.ACQUIRE",
+             ("{limit}", "{holder}", HOLDER_TTL_MS), (f"{HOT_HOLDERS}", "{holder}", HOLDER_TTL_MS),
+             limit=SEMAPHORE_LIMIT, holders=HOT_HOLDERS, lua_twin="Lua semaphore",
+             counter="acquire", single="RL.TOKENBUCKET", min_lua_factor=5),
+    Approach("Lua semaphore", "lua", "semaphore.lua",
+             ("{limit}", "{holder}", HOLDER_TTL_MS), (f"{HOT_HOLDERS}", "{holder}", HOLDER_TTL_MS),
+             limit=SEMAPHORE_LIMIT, holders=HOT_HOLDERS),
+    # Releases of holders acquired just before (see `setup`) from those semaphores (hot: 100
+    # residents plus up to RELEASE_CHUNK new holders, released in random order; random keys:
+    # one resident and the new holder); denied: ids the full semaphore does not hold.
+    Approach("RL.RELEASE", "module", "RL.RELEASE", ("{holder}",), ("{holder}",), reply="int",
+             setup="RL.ACQUIRE", lua_twin="Lua semaphore release", counter="release",
+             single="RL.TOKENBUCKET", min_lua_factor=5),
+    Approach("Lua semaphore release", "lua", "semaphore_release.lua", ("{holder}",),
+             ("{holder}",), reply="int", setup="Lua semaphore"),
 ]
+BY_NAME = {a.name: a for a in APPROACHES}
 
 
 @dataclass(frozen=True)
@@ -360,10 +441,12 @@ class Bench:
     running: subprocess.Popen | None = None
     cpu_per_call: dict[tuple, float] = field(default_factory=dict)  # last run of each cell
 
-    def argv(self, approach: Approach, key: str, admitted: bool) -> list[str]:
-        """The command line for one call of `approach` on `key`."""
-        values = {"limit": ADMIT_LIMIT, "burst": ADMIT_LIMIT - 1}
-        params = [p.format(**values) for p in (approach.admit if admitted else approach.deny)]
+    def argv(self, approach: Approach, key: str, admitted: bool, holder: str = RUN_HOLDER,
+             random_keys: bool = False) -> list[str]:
+        """The command line for one call of `approach` on `key` (by `holder`, for in-flight
+        limits) in an admitted or denied scenario, on the random keys or not."""
+        values = {"limit": approach.limit, "burst": approach.limit - 1, "holder": holder}
+        params = [p.format(**values) for p in approach.params(admitted, random_keys)]
         keys = approach.call_keys(key)
         if approach.kind == "lua":
             return ["EVALSHA", self.shas[approach.name], str(len(keys)), *keys, *params]
@@ -375,15 +458,16 @@ class Bench:
         self.client.call("SELECT", self.dbs[approach.name])
 
     def run_benchmark(self, argv: list[str], db: int, clients: int, requests: int,
-                      pipeline: int, random_keys: bool) -> dict[str, float]:
-        """Runs redis-benchmark once; returns its CSV row (rps, latency percentiles)."""
+                      pipeline: int, keyspace: int) -> dict[str, float]:
+        """Runs redis-benchmark once (`__rand_int__` over `keyspace` values if not 0);
+        returns its CSV row (rps, latency percentiles)."""
         command = pin_prefix(self.client_cpus) + [
             "redis-benchmark", "-h", "127.0.0.1", "-p", str(self.server.port),
             "-c", str(clients), "-n", str(requests), "-P", str(pipeline),
             "--dbnum", str(db), "--csv",
         ]
-        if random_keys:
-            command += ["-r", str(self.args.keys)]
+        if keyspace:
+            command += ["-r", str(keyspace)]
         self.running = subprocess.Popen(command + argv, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True,
                                         preexec_fn=_die_with_parent)
@@ -422,41 +506,93 @@ class Bench:
         wanted = int(self.args.min_run_cpu / (estimate * 1e-6))
         return max(base, min(wanted, 10 * base, MAX_RUN))
 
-    def measure(self, approach: Approach, argv: list[str], pipeline: int,
-                scenario: Scenario) -> dict[str, float]:
-        """One timed run: ops/s, main-thread CPU per call and in-command time per call.
+    def timed(self, stat: str, work) -> tuple[object, dict[str, float]]:
+        """Runs `work()` in a CPU window: returns its result and the server main thread's
+        on-CPU ns, clock ticks (s), wall time (s) and the calls, usec and failed calls of
+        `stat` over it. INFO is read outside the window (stats before CPU, CPU before
+        stats), so its own cost is not charged to the command."""
+        calls0, usec0, failed0 = self.command_stats(stat)
+        cpu0 = self.server.main_thread_cpu_s()
+        ns0 = self.server.main_thread_runtime_s()
+        wall0 = time.perf_counter()
+        result = work()
+        wall1 = time.perf_counter()
+        ns1 = self.server.main_thread_runtime_s()
+        cpu1 = self.server.main_thread_cpu_s()
+        calls1, usec1, failed1 = self.command_stats(stat)
+        return result, {"ns": (ns1 - ns0) * 1e9, "ticks": cpu1 - cpu0, "wall": wall1 - wall0,
+                        "calls": calls1 - calls0, "usec": usec1 - usec0,
+                        "failed": failed1 - failed0}
 
-        INFO is read outside the CPU window (stats before CPU, CPU before stats), so its
-        own cost is not charged to the command.
-        """
+    def measure(self, approach: Approach, pipeline: int, scenario: Scenario,
+                key: str, holder: str) -> dict[str, float]:
+        """One timed run: ops/s, main-thread CPU per call and in-command time per call."""
         cell = (approach.name, scenario.name, pipeline)
         requests = self.requests_for(cell, pipeline)
         decided0 = self.decisions(approach)
-        calls0, usec0, failed0 = self.command_stats(approach.stat)
-        cpu0 = self.server.main_thread_cpu_s()
-        ns0 = self.server.main_thread_runtime_s()
-        row = self.run_benchmark(argv, self.dbs[approach.name], self.args.clients,
-                                 requests, pipeline, scenario.random_keys)
-        ns1 = self.server.main_thread_runtime_s()
-        cpu1 = self.server.main_thread_cpu_s()
-        calls1, usec1, failed1 = self.command_stats(approach.stat)
+        if approach.setup:
+            ops, window = self.release_run(approach, scenario, pipeline, requests)
+        else:
+            keyspace = self.args.keys if scenario.random_keys else approach.holders
+            argv = self.argv(approach, key, scenario.admitted, holder, scenario.random_keys)
+            row, window = self.timed(approach.stat, lambda: self.run_benchmark(
+                argv, self.dbs[approach.name], self.args.clients, requests, pipeline,
+                keyspace))
+            ops = row["rps"]
         decided1 = self.decisions(approach)
-        calls = calls1 - calls0
+        calls = window["calls"]
         if calls < requests:
             raise RuntimeError(f"{approach.name}: {calls} calls counted, {requests} sent")
-        self.cpu_per_call[cell] = (ns1 - ns0) * 1e6 / calls
+        self.cpu_per_call[cell] = window["ns"] / 1e3 / calls
         return {
             "requests": requests,
-            "ops": row["rps"],
-            # On-CPU time at nanosecond resolution; ticks (10 ms) are kept as a cross-check.
-            "cpu_us": (ns1 - ns0) * 1e6 / calls,
-            "cmd_us": (usec1 - usec0) / calls,
-            "ticks_us": (cpu1 - cpu0) * 1e6 / calls,
+            "ops": ops,
+            # On-CPU time at nanosecond resolution; ticks (10 ms) are kept as a cross-check,
+            # except for releases: their windows are far shorter than a tick.
+            "cpu_us": window["ns"] / 1e3 / calls,
+            "cmd_us": window["usec"] / calls,
+            "ticks_us": None if approach.setup else window["ticks"] * 1e6 / calls,
             "calls": calls,
-            "failed": failed1 - failed0,
+            "failed": window["failed"],
             "admitted": decided1[0] - decided0[0] if decided0 and decided1 else None,
             "denied": decided1[1] - decided0[1] if decided0 and decided1 else None,
         }
+
+    def release_run(self, approach: Approach, scenario: Scenario, pipeline: int,
+                    requests: int) -> tuple[float, dict[str, float]]:
+        """`requests` releases, RELEASE_CHUNK at a time: each chunk's holders are first
+        acquired by `approach.setup` (untimed; in a denied scenario none is), then released
+        in random order, `pipeline` calls per round trip of one connection, in a CPU window.
+        Every reply is checked. Returns ops/s over the windows and their summed figures.
+
+        The hot key holds the semaphore prepare_hot made (HOT_HOLDERS residents), so the
+        released holders join and leave a set of its usual size. The keys and the order
+        are the same for a command and its Lua twin (one seed per scenario and -P)."""
+        setup = BY_NAME[approach.setup]
+        self.select(approach)
+        rng = random.Random(f"{scenario.name}/{pipeline}")
+        totals = dict.fromkeys(("ns", "wall", "calls", "usec", "failed"), 0)
+        for start in range(0, requests, RELEASE_CHUNK):
+            count = min(RELEASE_CHUNK, requests - start)
+            keys = [random_key(rng.randrange(self.args.keys)) if scenario.random_keys
+                    else f"rl:{scenario.name}" for _ in range(count)]
+            holders = [holder_id(start + n, RELEASED) for n in range(count)]
+            if scenario.admitted:
+                acquired = self.client.pipeline([
+                    self.argv(setup, key, True, holder, scenario.random_keys)
+                    for key, holder in zip(keys, holders)])
+                for reply in acquired:
+                    expect(setup, reply, True, "acquiring a holder to release")
+            calls = [self.argv(approach, key, scenario.admitted, holder)
+                     for key, holder in zip(keys, holders)]
+            rng.shuffle(calls)
+            replies, window = self.timed(approach.stat,
+                                         lambda: self.client.pipeline(calls, batch=pipeline))
+            for reply in replies:
+                expect(approach, reply, scenario.admitted, "a release")
+            for name in totals:
+                totals[name] += window[name]
+        return totals["calls"] / totals["wall"], totals
 
 
 # --------------------------------------------------------------------------------------
@@ -481,6 +617,10 @@ def allowed(approach: Approach, reply) -> bool | None:
     """Whether a reply admits the call (None for INCR, which never denies)."""
     if approach.reply is None:
         return None
+    if approach.reply == "int":
+        if reply not in (0, 1):
+            raise RuntimeError(f"{approach.name}: unexpected reply {reply!r}")
+        return reply == 1
     if not well_formed(approach, reply):
         raise RuntimeError(f"{approach.name}: unexpected reply {reply!r}")
     return reply[0] == 1 if approach.reply == "rl" else reply[0] == 0
@@ -501,35 +641,56 @@ def validate(bench: Bench, approach: Approach) -> str:
     """One call of each kind on scratch keys, before any timing; returns a sample reply."""
     c = bench.client
     bench.select(approach)
+    if approach.setup:  # a release: of a live holder, then of the same one again
+        setup = BY_NAME[approach.setup]
+        holder = holder_id(0, RELEASED)
+        expect(setup, c.call(*bench.argv(setup, "check:release", True, holder)), True,
+               "acquiring a holder to release")
+        first = c.call(*bench.argv(approach, "check:release", True, holder))
+        expect(approach, first, True, "releasing a live holder")
+        expect(approach, c.call(*bench.argv(approach, "check:release", True, holder)), False,
+               "releasing it again")
+        c.call("FLUSHDB")
+        return repr(first)
     first = c.call(*bench.argv(approach, "check:admit", admitted=True))
     if approach.reply is None:
         if first != 1:
             raise RuntimeError(f"{approach.name}: expected 1, got {first!r}")
     else:
         expect(approach, first, True, "first call on a fresh key")
-        want = ADMIT_LIMIT - 1
+        want = approach.limit - 1
         if remaining(approach, first) != want:
             raise RuntimeError(f"{approach.name}: remaining should be {want}: {first!r}")
-        expect(approach, c.call(*bench.argv(approach, "check:deny", admitted=False)), True,
-               "first call with limit 1")
-        expect(approach, c.call(*bench.argv(approach, "check:deny", admitted=False)), False,
-               "second call with limit 1")
+        prepare_hot(bench, approach, "check:deny", admitted=False)
     c.call("FLUSHDB")
     return repr(first)
 
 
 def prepare_hot(bench: Bench, approach: Approach, key: str, admitted: bool) -> None:
-    """A fresh hot key: created by one call (admitted) or drained (denied), then checked."""
+    """A fresh hot key: created by one admitted call, or drained by one (limit 1); for an
+    in-flight limit, `holders` holders: the callers' own ids (admitted: each call renews
+    one) or others (denied: the semaphore is full). A release's key is its setup's. Then a
+    sample call checks it (a release's runs check every call instead)."""
     bench.select(approach)
     bench.client.call("DEL", *matching_keys(bench.client, approach.call_keys(key)))
-    bench.client.call(*bench.argv(approach, key, admitted))
-    check_sample(bench, approach, key, admitted, "before the run")
+    maker = BY_NAME[approach.setup] if approach.setup else approach
+    prefix = CALLERS if admitted else RESIDENTS
+    holders = [holder_id(n, prefix) for n in range(max(1, maker.holders))]
+    for reply in bench.client.pipeline([bench.argv(maker, key, admitted, holder)
+                                        for holder in holders]):
+        expect(maker, reply, True, f"preparing {key}")
+    if not approach.setup:
+        check_sample(bench, approach, key, admitted, False, "before the run")
 
 
-def check_sample(bench: Bench, approach: Approach, key: str, admitted: bool, when: str):
+def check_sample(bench: Bench, approach: Approach, key: str, admitted: bool,
+                 random_keys: bool, when: str):
+    """One call that must be admitted (or denied). An in-flight limit's is by caller 0: a
+    resident of an admitted hot key, no resident of a denied one, and the holder every
+    random-key semaphore was created with."""
     bench.select(approach)
-    expect(approach, bench.client.call(*bench.argv(approach, key, admitted)), admitted,
-           f"sample call on {key} {when}")
+    call = bench.argv(approach, key, admitted, holder_id(0), random_keys)
+    expect(approach, bench.client.call(*call), admitted, f"sample call on {key} {when}")
 
 
 def matching_keys(client: Client, bases: list[str]) -> list[str]:
@@ -561,8 +722,9 @@ def detect(client: Client) -> list[Approach]:
     return present
 
 
-def load_scripts(bench: Bench, approaches: list[Approach]) -> None:
-    for approach in approaches:
+def load_scripts(bench: Bench) -> None:
+    """Every script, including those of approaches not selected: a release needs its setup's."""
+    for approach in APPROACHES:
         if approach.kind == "lua":
             source = (LUA_DIR / approach.command).read_text()
             bench.shas[approach.name] = bench.client.call("SCRIPT", "LOAD", source)
@@ -595,12 +757,16 @@ def create_limiters(bench: Bench, approach: Approach) -> dict[str, float]:
     c.call("FLUSHDB")
     time.sleep(0.2)
     before = int(c.info("memory")["used_memory"])
-    replies = c.pipeline([bench.argv(approach, random_key(i), True) for i in range(n)])
+    # A release's keys are its setup's semaphores. Every semaphore gets one holder, the
+    # same id on every key: the random-key runs renew it (see APPROACHES).
+    maker = BY_NAME[approach.setup] if approach.setup else approach
+    replies = c.pipeline([bench.argv(maker, random_key(i), True, holder_id(0), True)
+                          for i in range(n)])
     errors = [r for r in replies if isinstance(r, RedisError)]
     if errors:
         raise RuntimeError(f"{approach.name}: {len(errors)} errors creating keys: {errors[0]}")
     for reply in replies[:: max(1, n // 100)]:
-        expect(approach, reply, True, "creating the limiters")
+        expect(maker, reply, True, "creating the limiters")
     time.sleep(0.5)  # let incremental rehashing of the fresh dict finish
     after = int(c.info("memory")["used_memory"])
     sample = sum(int(c.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
@@ -632,16 +798,21 @@ def run_round(bench: Bench, approaches: list[Approach], round_no: int, log) -> l
 
 def run_one(bench: Bench, approach: Approach, scenario: Scenario, pipeline: int,
             round_no: int) -> dict:
+    # A release's runs check every reply themselves; a sample call would release a holder.
+    samples = not approach.setup
     if scenario.random_keys:
-        key = RANDOM_KEYS
+        key, holder = RANDOM_KEYS, holder_id(0)
         sample = random_key((round_no * 7919 + pipeline) % bench.args.keys)
-        check_sample(bench, approach, sample, True, "before the run")
+        if samples:
+            check_sample(bench, approach, sample, True, True, "before the run")
     else:
-        key = sample = f"rl:{scenario.name}"
+        key, holder = f"rl:{scenario.name}", RUN_HOLDER
+        sample = key
         prepare_hot(bench, approach, key, scenario.admitted)
-    result = bench.measure(approach, bench.argv(approach, key, scenario.admitted),
-                           pipeline, scenario)
-    check_sample(bench, approach, sample, scenario.admitted, "after the run")
+    result = bench.measure(approach, pipeline, scenario, key, holder)
+    if samples:
+        check_sample(bench, approach, sample, scenario.admitted, scenario.random_keys,
+                     "after the run")
     if result["failed"]:
         raise RuntimeError(f"{approach.name}: {result['failed']} failed calls in {scenario.name}")
     if result["admitted"] is not None:  # the module counts decisions: check every call
@@ -654,13 +825,17 @@ def run_one(bench: Bench, approach: Approach, scenario: Scenario, pipeline: int,
 
 
 def run_latency(bench: Bench, approach: Approach, round_no: int) -> dict:
-    """One client, no pipelining, hot admitted key: redis-benchmark's percentiles."""
+    """One client, no pipelining, hot admitted key: redis-benchmark's percentiles (none for
+    a release, which redis-benchmark does not drive)."""
+    result = {"approach": approach.name, "scenario": "latency", "round": round_no,
+              "p50_ms": None, "p99_ms": None, "ops": None}
+    if approach.setup:
+        return result
     key = "rl:latency"
     prepare_hot(bench, approach, key, admitted=True)
     row = bench.run_benchmark(bench.argv(approach, key, True), bench.dbs[approach.name], 1,
-                              bench.args.latency_requests, 1, False)
-    return {"approach": approach.name, "scenario": "latency", "round": round_no,
-            "p50_ms": row["p50_latency_ms"], "p99_ms": row["p99_latency_ms"],
+                              bench.args.latency_requests, 1, approach.holders)
+    return {**result, "p50_ms": row["p50_latency_ms"], "p99_ms": row["p99_latency_ms"],
             "ops": row["rps"]}
 
 
@@ -668,8 +843,10 @@ def run_latency(bench: Bench, approach: Approach, round_no: int) -> dict:
 # Summaries and the report.
 
 
-def median_of(runs: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
+def median_of(runs: list[dict], key: str) -> float | None:
+    """The median of a figure over the rounds; None for a figure a row does not have."""
+    values = [r[key] for r in runs if r[key] is not None]
+    return statistics.median(values) if values else None
 
 
 def summarize(approaches: list[Approach], runs: list[dict], memory: dict) -> dict:
@@ -781,6 +958,23 @@ def single_limit_section(compared: list[dict], keys: int) -> list[str]:
     return out
 
 
+def driven_note(summary: dict) -> list[str]:
+    """How the release rows were measured, if any ran: not like the others."""
+    names = [a["approach"] for a in summary["approaches"] if BY_NAME[a["approach"]].setup]
+    if not names:
+        return []
+    return [
+        f"{' and '.join(names)}: releases of holders acquired just before, "
+        f"{RELEASE_CHUNK} at a time (the acquires untimed; the hot key keeps its "
+        f"{HOT_HOLDERS} holders, a random key its one), released in random order; "
+        "denied: ids the full semaphore does not hold. redis-benchmark repeats one command, "
+        "so this script sends them, on one connection, -P calls per round trip; CPU/call "
+        "counts the releases' windows only. Compare them with their Lua twin (same driver); "
+        "ops/s is this script's, and × INCR and × single compare with redis-benchmark's "
+        "50 clients, whose event loop serves several connections per wake-up.", "",
+    ]
+
+
 def report(meta: dict, summary: dict) -> str:
     """The markdown report."""
     keys = meta["keys"]
@@ -802,6 +996,9 @@ def report(meta: dict, summary: dict) -> str:
         "`redis.call`s included). × INCR and × Lua compare CPU/call with INCR and with the "
         "Lua script of the same algorithm in the same scenario. Spread = (max − min) ÷ median "
         "of CPU/call across rounds.", "",
+    ]
+    out += driven_note(summary)
+    out += [
         "| Scenario | -P | Approach | ops/s | CPU µs/call | in-command µs | × INCR | × Lua | spread |",
         "|---|--:|---|--:|--:|--:|--:|--:|--:|",
     ]
@@ -823,7 +1020,8 @@ def report(meta: dict, summary: dict) -> str:
         "|---|--:|--:|--:|--:|--:|",
     ]
     for a in summary["approaches"]:
-        out.append(f"| {a['approach']} | {a['p50_ms']:.3f} | {a['p99_ms']:.3f} "
+        out.append(f"| {a['approach']} | {fmt(a['p50_ms'], '{:.3f}')} "
+                   f"| {fmt(a['p99_ms'], '{:.3f}')} "
                    f"| {a['bytes_per_limiter']:.0f} | {a['memory_usage_sample']} "
                    f"| {a['keys_in_db'] * 100_000 // keys:,} |")
     out += ["", "## Noise", ""]
@@ -835,12 +1033,15 @@ def report(meta: dict, summary: dict) -> str:
                        f"-P {n['pipeline']}: {n['min']:.2f}–{n['max']:.2f}, CV {n['cv']:.1%}")
     else:
         out.append("One round: no spread to report; run more rounds for a noise estimate.")
-    worst = max(abs(r["ticks_us"] / r["cpu_us"] - 1) for r in summary["rows"])
+    worst = max(abs(r["ticks_us"] / r["cpu_us"] - 1) for r in summary["rows"]
+                if r["ticks_us"] is not None)
     out += ["", f"Cross-check: utime+stime, which moves in clock ticks of "
             f"{1e3 / meta['clk_tck']:.0f} ms, agrees with the schedstat figures within "
-            f"{worst:.1%} (worst row).", "",
+            f"{worst:.1%} (worst row; releases, timed in windows shorter than a tick, "
+            "are left out).", "",
             "Admission: a sample call before and after every run checks that admitted "
-            "scenarios admit and denied ones deny; module commands with INFO counters "
+            "scenarios admit and denied ones deny (releases: every reply is checked); "
+            "module commands with INFO counters "
             "(`ratelimit_<name>_admitted/denied`) are checked on every call: "
             f"{', '.join(meta['counted']) or 'none'}.", "",
             "Module commands not on this server (not measured): "
@@ -923,7 +1124,7 @@ def prepare(bench: Bench, log) -> tuple[list[Approach], list[str], dict]:
     approaches = [a for a in detect(client) if a.name == "INCR" or re.search(only, a.name, re.I)]
     missing = [a.name for a in APPROACHES if a.kind == "module" and a not in approaches
                and re.search(only, a.name, re.I)]
-    load_scripts(bench, approaches)
+    load_scripts(bench)
     memory = {}
     for db, approach in enumerate(approaches, start=1):
         bench.dbs[approach.name] = db
