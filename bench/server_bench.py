@@ -26,6 +26,7 @@ import os
 import platform
 import random
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -60,7 +61,6 @@ RELEASED = "f1e2d3c4-b5a6-4978-8695-{}"
 HOT_HOLDERS = 100  # holders of a hot semaphore
 SEMAPHORE_LIMIT = 1000  # the admitted scenarios' limit: ratelimit.max-holders' default
 HOLDER_TTL_MS = "86400000"  # a day: no holder expires during a benchmark
-RELEASE_CHUNK = 16  # holders acquired (untimed), then released (timed), at a time
 # Pacing: a queue of capacity 1 at 20 calls/s that accepts waits of up to a day. Each
 # admitted call deepens its debt by 50 ms, so even a run of MAX_RUN calls stays within the
 # day (75,000 s) and every call is admitted with a wait.
@@ -92,10 +92,10 @@ class Approach:
     the reply is RL.MULTI's: those five, the binding index and one array of five per key.
     `holders`: an in-flight limit, whose hot key holds that many holders before a run and
     whose hot-key runs draw callers among as many ids (`-r holders`).
-    `setup`: a release, which needs holders to release: the approach that acquires them
-    (whose limiters its keys hold). redis-benchmark repeats one command, and a release
-    repeated with random ids would mostly find nothing, so its runs are driven by this
-    script: RELEASE_CHUNK holders acquired (untimed), then released (timed), and again.
+    `pairs_with`: a release, measured in pairs: each call releases a new holder that an
+    acquire by that approach (whose limiters its keys hold) took just before, and a "call"
+    of this row is the pair. redis-benchmark repeats one command, and releases of random
+    ids would mostly find nothing, so these runs are sent by this script (`Bench.drive`).
     """
 
     name: str
@@ -110,7 +110,7 @@ class Approach:
     limit: int = ADMIT_LIMIT
     random_admit: tuple[str, ...] | None = None
     holders: int = 0
-    setup: str | None = None
+    pairs_with: str | None = None
     # The single-limit approach the "× single" ratio divides by; without max_x_single, the
     # goal is to cost the same (× single ≈ 1).
     single: str | None = None
@@ -121,6 +121,18 @@ class Approach:
     @property
     def stat(self) -> str:
         return "evalsha" if self.kind == "lua" else self.command.lower()
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        """The commandstats names a call counts under: a pair's two commands' (one name for
+        two Lua scripts)."""
+        if not self.pairs_with:
+            return (self.stat,)
+        return tuple(dict.fromkeys((BY_NAME[self.pairs_with].stat, self.stat)))
+
+    @property
+    def commands_per_call(self) -> int:
+        return 2 if self.pairs_with else 1
 
     def params(self, admitted: bool, random_keys: bool) -> tuple[str, ...]:
         if not admitted:
@@ -210,14 +222,14 @@ APPROACHES = [
     Approach("Lua semaphore", "lua", "semaphore.lua",
              ("{limit}", "{holder}", HOLDER_TTL_MS), (f"{HOT_HOLDERS}", "{holder}", HOLDER_TTL_MS),
              limit=SEMAPHORE_LIMIT, holders=HOT_HOLDERS),
-    # Releases of holders acquired just before (see `setup`) from those semaphores (hot: 100
-    # residents plus up to RELEASE_CHUNK new holders, released in random order; random keys:
-    # one resident and the new holder); denied: ids the full semaphore does not hold.
-    Approach("RL.RELEASE", "module", "RL.RELEASE", ("{holder}",), ("{holder}",), reply="int",
-             setup="RL.ACQUIRE", lua_twin="Lua semaphore release", counter="release",
-             single="RL.TOKENBUCKET", min_lua_factor=5),
-    Approach("Lua semaphore release", "lua", "semaphore_release.lua", ("{holder}",),
-             ("{holder}",), reply="int", setup="Lua semaphore"),
+    # A new holder acquires and releases (see `pairs_with`) on those semaphores: the hot
+    # key keeps its 100 holders (a pair leaves it as it was), a random key its one; denied:
+    # the acquire is refused by the full semaphore and the release finds nothing.
+    Approach("RL.ACQUIRE + RL.RELEASE", "module", "RL.RELEASE", ("{holder}",), ("{holder}",),
+             reply="int", pairs_with="RL.ACQUIRE", lua_twin="Lua semaphore + release",
+             counter="release", single="RL.TOKENBUCKET", min_lua_factor=5),
+    Approach("Lua semaphore + release", "lua", "semaphore_release.lua", ("{holder}",),
+             ("{holder}",), reply="int", pairs_with="Lua semaphore"),
 ]
 BY_NAME = {a.name: a for a in APPROACHES}
 
@@ -478,12 +490,17 @@ class Bench:
             raise RuntimeError(f"redis-benchmark failed ({code}): {err.strip() or out.strip()}")
         return {k: float(v) for k, v in rows[-1].items() if k != "test"}
 
-    def command_stats(self, stat: str) -> tuple[int, int, int]:
-        """(calls, usec, failed+rejected calls) of one command so far."""
-        line = self.client.info("commandstats").get(f"cmdstat_{stat}", "")
-        values = dict(item.split("=") for item in line.split(",") if "=" in item)
-        failed = int(values.get("failed_calls", 0)) + int(values.get("rejected_calls", 0))
-        return int(values.get("calls", 0)), int(values.get("usec", 0)), failed
+    def command_stats(self, stats: tuple[str, ...]) -> tuple[int, int, int]:
+        """(calls, usec, failed+rejected calls) of some commands so far, summed."""
+        info = self.client.info("commandstats")
+        totals = [0, 0, 0]
+        for stat in stats:
+            line = info.get(f"cmdstat_{stat}", "")
+            values = dict(item.split("=") for item in line.split(",") if "=" in item)
+            totals[0] += int(values.get("calls", 0))
+            totals[1] += int(values.get("usec", 0))
+            totals[2] += int(values.get("failed_calls", 0)) + int(values.get("rejected_calls", 0))
+        return totals[0], totals[1], totals[2]
 
     def decisions(self, approach: Approach) -> tuple[int, int] | None:
         """(admitted, denied) so far from the module's INFO counters, if it has them."""
@@ -506,12 +523,12 @@ class Bench:
         wanted = int(self.args.min_run_cpu / (estimate * 1e-6))
         return max(base, min(wanted, 10 * base, MAX_RUN))
 
-    def timed(self, stat: str, work) -> tuple[object, dict[str, float]]:
+    def timed(self, stats: tuple[str, ...], work) -> tuple[object, dict[str, float]]:
         """Runs `work()` in a CPU window: returns its result and the server main thread's
         on-CPU ns, clock ticks (s), wall time (s) and the calls, usec and failed calls of
-        `stat` over it. INFO is read outside the window (stats before CPU, CPU before
-        stats), so its own cost is not charged to the command."""
-        calls0, usec0, failed0 = self.command_stats(stat)
+        the commands `stats` over it. INFO is read outside the window (stats before CPU,
+        CPU before stats), so its own cost is not charged to the command."""
+        calls0, usec0, failed0 = self.command_stats(stats)
         cpu0 = self.server.main_thread_cpu_s()
         ns0 = self.server.main_thread_runtime_s()
         wall0 = time.perf_counter()
@@ -519,7 +536,7 @@ class Bench:
         wall1 = time.perf_counter()
         ns1 = self.server.main_thread_runtime_s()
         cpu1 = self.server.main_thread_cpu_s()
-        calls1, usec1, failed1 = self.command_stats(stat)
+        calls1, usec1, failed1 = self.command_stats(stats)
         return result, {"ns": (ns1 - ns0) * 1e9, "ticks": cpu1 - cpu0, "wall": wall1 - wall0,
                         "calls": calls1 - calls0, "usec": usec1 - usec0,
                         "failed": failed1 - failed0}
@@ -530,69 +547,129 @@ class Bench:
         cell = (approach.name, scenario.name, pipeline)
         requests = self.requests_for(cell, pipeline)
         decided0 = self.decisions(approach)
-        if approach.setup:
-            ops, window = self.release_run(approach, scenario, pipeline, requests)
+        if approach.pairs_with:
+            ops, window = self.pair_run(approach, scenario, pipeline, requests)
         else:
             keyspace = self.args.keys if scenario.random_keys else approach.holders
             argv = self.argv(approach, key, scenario.admitted, holder, scenario.random_keys)
-            row, window = self.timed(approach.stat, lambda: self.run_benchmark(
+            row, window = self.timed(approach.stats, lambda: self.run_benchmark(
                 argv, self.dbs[approach.name], self.args.clients, requests, pipeline,
                 keyspace))
             ops = row["rps"]
         decided1 = self.decisions(approach)
-        calls = window["calls"]
+        calls = window["calls"] // approach.commands_per_call
         if calls < requests:
             raise RuntimeError(f"{approach.name}: {calls} calls counted, {requests} sent")
         self.cpu_per_call[cell] = window["ns"] / 1e3 / calls
         return {
             "requests": requests,
             "ops": ops,
-            # On-CPU time at nanosecond resolution; ticks (10 ms) are kept as a cross-check,
-            # except for releases: their windows are far shorter than a tick.
+            # On-CPU time at nanosecond resolution; ticks (10 ms) are kept as a cross-check.
             "cpu_us": window["ns"] / 1e3 / calls,
             "cmd_us": window["usec"] / calls,
-            "ticks_us": None if approach.setup else window["ticks"] * 1e6 / calls,
+            "ticks_us": window["ticks"] * 1e6 / calls,
             "calls": calls,
             "failed": window["failed"],
             "admitted": decided1[0] - decided0[0] if decided0 and decided1 else None,
             "denied": decided1[1] - decided0[1] if decided0 and decided1 else None,
         }
 
-    def release_run(self, approach: Approach, scenario: Scenario, pipeline: int,
-                    requests: int) -> tuple[float, dict[str, float]]:
-        """`requests` releases, RELEASE_CHUNK at a time: each chunk's holders are first
-        acquired by `approach.setup` (untimed; in a denied scenario none is), then released
-        in random order, `pipeline` calls per round trip of one connection, in a CPU window.
-        Every reply is checked. Returns ops/s over the windows and their summed figures.
-
-        The hot key holds the semaphore prepare_hot made (HOT_HOLDERS residents), so the
-        released holders join and leave a set of its usual size. The keys and the order
-        are the same for a command and its Lua twin (one seed per scenario and -P)."""
-        setup = BY_NAME[approach.setup]
-        self.select(approach)
+    def pair_run(self, approach: Approach, scenario: Scenario, pipeline: int,
+                 requests: int) -> tuple[float, dict[str, float]]:
+        """`requests` pairs: an acquire by a new holder (`approach.pairs_with`), then its
+        release, sent by `drive` in one CPU window; every reply is checked. At -P 16 a
+        batch holds whole pairs, which Redis runs back to back, so a key holds at most one
+        holder more than before; at -P 1 each connection can hold one between its two
+        round trips (the hot key: up to 150). Returns pairs/s and the window."""
+        acquire = BY_NAME[approach.pairs_with]
         rng = random.Random(f"{scenario.name}/{pipeline}")
-        totals = dict.fromkeys(("ns", "wall", "calls", "usec", "failed"), 0)
-        for start in range(0, requests, RELEASE_CHUNK):
-            count = min(RELEASE_CHUNK, requests - start)
-            keys = [random_key(rng.randrange(self.args.keys)) if scenario.random_keys
-                    else f"rl:{scenario.name}" for _ in range(count)]
-            holders = [holder_id(start + n, RELEASED) for n in range(count)]
-            if scenario.admitted:
-                acquired = self.client.pipeline([
-                    self.argv(setup, key, True, holder, scenario.random_keys)
-                    for key, holder in zip(keys, holders)])
-                for reply in acquired:
-                    expect(setup, reply, True, "acquiring a holder to release")
-            calls = [self.argv(approach, key, scenario.admitted, holder)
-                     for key, holder in zip(keys, holders)]
-            rng.shuffle(calls)
-            replies, window = self.timed(approach.stat,
-                                         lambda: self.client.pipeline(calls, batch=pipeline))
-            for reply in replies:
-                expect(approach, reply, scenario.admitted, "a release")
-            for name in totals:
-                totals[name] += window[name]
-        return totals["calls"] / totals["wall"], totals
+        # Reply lines: RL.ACQUIRE's (and the Lua semaphore's) five integers, as an array,
+        # and the release's integer.
+        commands = []
+        for n in range(requests):
+            key = (random_key(rng.randrange(self.args.keys)) if scenario.random_keys
+                   else f"rl:{scenario.name}")
+            holder = holder_id(n, RELEASED)
+            commands.append((Client.encode(self.argv(acquire, key, scenario.admitted, holder,
+                                                     scenario.random_keys)), 6))
+            commands.append((Client.encode(self.argv(approach, key, scenario.admitted,
+                                                     holder)), 1))
+        replies, window = self.drive(self.dbs[approach.name], commands, pipeline,
+                                     approach.stats)
+        want = b":1" if scenario.admitted else b":0"
+        for raw in replies:
+            lines = raw.split(b"\r\n")[:-1]
+            for at in range(0, len(lines), 7):
+                pair = lines[at:at + 7]
+                if len(pair) != 7 or pair[0] != b"*5" or pair[1] != want or pair[6] != want:
+                    raise RuntimeError(f"{approach.name}: unexpected replies {pair!r} in "
+                                       f"{scenario.name} (wanted {want!r} twice)")
+        return requests / window["wall"], window
+
+    def drive(self, db: int, commands: list[tuple[bytes, int]], pipeline: int,
+              stats: tuple[str, ...]) -> tuple[list[bytes], dict[str, float]]:
+        """Sends `commands` (encoded, with the reply lines each gets back) as redis-benchmark
+        would: --clients connections, each with a batch of `pipeline` commands in flight,
+        the next batch sent when its replies are in. Calls are dealt to the connections in
+        pairs (in order), so a pair's two commands share one. Replies are integers and
+        arrays of integers, one line each, so they are counted here and parsed afterwards.
+        Returns each connection's replies, raw, and the `timed` window of the sending.
+
+        With one connection (a blocking round trip per batch) the server sleeps and wakes
+        for every batch, which costs it more than the calls themselves at -P 1 on a quiet
+        machine (about 30 µs a call, against 5 with 50 connections); with 50, INCR sent this
+        way costs the server what it does from redis-benchmark."""
+        clients = min(self.args.clients, max(1, len(commands) // 2))
+        queues = [[] for _ in range(clients)]
+        for at in range(0, len(commands), 2):
+            queues[at // 2 % clients].extend(commands[at:at + 2])
+        batches = [[(b"".join(c for c, _ in queue[at:at + pipeline]),
+                     sum(lines for _, lines in queue[at:at + pipeline]))
+                    for at in range(0, len(queue), pipeline)] for queue in queues]
+        sockets = []
+        for _ in range(clients):
+            client = Client(self.server.port)
+            client.call("SELECT", db)
+            sockets.append(client)
+
+        def send_all() -> list[bytes]:
+            selector = selectors.DefaultSelector()
+            state = {}
+            for client, todo in zip(sockets, batches):
+                if todo:
+                    client.sock.sendall(todo[0][0])
+                    selector.register(client.sock, selectors.EVENT_READ)
+                    state[client.sock] = {"todo": todo, "next": 0, "buffer": b"", "lines": 0,
+                                          "replies": []}
+            busy = len(state)
+            while busy:
+                for ready, _ in selector.select():
+                    sock = ready.fileobj
+                    conn = state[sock]
+                    data = sock.recv(1 << 16)
+                    if not data:
+                        raise ConnectionError("the server closed a benchmark connection")
+                    conn["buffer"] += data
+                    conn["lines"] += data.count(b"\n")
+                    if conn["lines"] < conn["todo"][conn["next"]][1]:
+                        continue
+                    conn["replies"].append(conn["buffer"])
+                    conn["buffer"], conn["lines"] = b"", 0
+                    conn["next"] += 1
+                    if conn["next"] < len(conn["todo"]):
+                        sock.sendall(conn["todo"][conn["next"]][0])
+                    else:
+                        selector.unregister(sock)
+                        busy -= 1
+            selector.close()
+            return [b"".join(state[client.sock]["replies"]) for client in sockets
+                    if client.sock in state]
+
+        try:
+            return self.timed(stats, send_all)
+        finally:
+            for client in sockets:
+                client.close()
 
 
 # --------------------------------------------------------------------------------------
@@ -641,10 +718,10 @@ def validate(bench: Bench, approach: Approach) -> str:
     """One call of each kind on scratch keys, before any timing; returns a sample reply."""
     c = bench.client
     bench.select(approach)
-    if approach.setup:  # a release: of a live holder, then of the same one again
-        setup = BY_NAME[approach.setup]
+    if approach.pairs_with:  # a release: of a live holder, then of the same one again
+        acquire = BY_NAME[approach.pairs_with]
         holder = holder_id(0, RELEASED)
-        expect(setup, c.call(*bench.argv(setup, "check:release", True, holder)), True,
+        expect(acquire, c.call(*bench.argv(acquire, "check:release", True, holder)), True,
                "acquiring a holder to release")
         first = c.call(*bench.argv(approach, "check:release", True, holder))
         expect(approach, first, True, "releasing a live holder")
@@ -669,17 +746,17 @@ def validate(bench: Bench, approach: Approach) -> str:
 def prepare_hot(bench: Bench, approach: Approach, key: str, admitted: bool) -> None:
     """A fresh hot key: created by one admitted call, or drained by one (limit 1); for an
     in-flight limit, `holders` holders: the callers' own ids (admitted: each call renews
-    one) or others (denied: the semaphore is full). A release's key is its setup's. Then a
-    sample call checks it (a release's runs check every call instead)."""
+    one) or others (denied: the semaphore is full). A release's key is its acquire's. Then
+    a sample call checks it (a release's runs check every call instead)."""
     bench.select(approach)
     bench.client.call("DEL", *matching_keys(bench.client, approach.call_keys(key)))
-    maker = BY_NAME[approach.setup] if approach.setup else approach
+    maker = BY_NAME[approach.pairs_with] if approach.pairs_with else approach
     prefix = CALLERS if admitted else RESIDENTS
     holders = [holder_id(n, prefix) for n in range(max(1, maker.holders))]
     for reply in bench.client.pipeline([bench.argv(maker, key, admitted, holder)
                                         for holder in holders]):
         expect(maker, reply, True, f"preparing {key}")
-    if not approach.setup:
+    if not approach.pairs_with:
         check_sample(bench, approach, key, admitted, False, "before the run")
 
 
@@ -723,7 +800,8 @@ def detect(client: Client) -> list[Approach]:
 
 
 def load_scripts(bench: Bench) -> None:
-    """Every script, including those of approaches not selected: a release needs its setup's."""
+    """Every script, including those of approaches not selected: a release needs its
+    acquire's."""
     for approach in APPROACHES:
         if approach.kind == "lua":
             source = (LUA_DIR / approach.command).read_text()
@@ -757,9 +835,9 @@ def create_limiters(bench: Bench, approach: Approach) -> dict[str, float]:
     c.call("FLUSHDB")
     time.sleep(0.2)
     before = int(c.info("memory")["used_memory"])
-    # A release's keys are its setup's semaphores. Every semaphore gets one holder, the
+    # A release's keys are its acquire's semaphores. Every semaphore gets one holder, the
     # same id on every key: the random-key runs renew it (see APPROACHES).
-    maker = BY_NAME[approach.setup] if approach.setup else approach
+    maker = BY_NAME[approach.pairs_with] if approach.pairs_with else approach
     replies = c.pipeline([bench.argv(maker, random_key(i), True, holder_id(0), True)
                           for i in range(n)])
     errors = [r for r in replies if isinstance(r, RedisError)]
@@ -799,7 +877,7 @@ def run_round(bench: Bench, approaches: list[Approach], round_no: int, log) -> l
 def run_one(bench: Bench, approach: Approach, scenario: Scenario, pipeline: int,
             round_no: int) -> dict:
     # A release's runs check every reply themselves; a sample call would release a holder.
-    samples = not approach.setup
+    samples = not approach.pairs_with
     if scenario.random_keys:
         key, holder = RANDOM_KEYS, holder_id(0)
         sample = random_key((round_no * 7919 + pipeline) % bench.args.keys)
@@ -829,7 +907,7 @@ def run_latency(bench: Bench, approach: Approach, round_no: int) -> dict:
     a release, which redis-benchmark does not drive)."""
     result = {"approach": approach.name, "scenario": "latency", "round": round_no,
               "p50_ms": None, "p99_ms": None, "ops": None}
-    if approach.setup:
+    if approach.pairs_with:
         return result
     key = "rl:latency"
     prepare_hot(bench, approach, key, admitted=True)
@@ -958,20 +1036,18 @@ def single_limit_section(compared: list[dict], keys: int) -> list[str]:
     return out
 
 
-def driven_note(summary: dict) -> list[str]:
-    """How the release rows were measured, if any ran: not like the others."""
-    names = [a["approach"] for a in summary["approaches"] if BY_NAME[a["approach"]].setup]
+def pairs_note(meta: dict, summary: dict) -> list[str]:
+    """What the pair rows measure, if any ran: not one command like the others."""
+    names = [a["approach"] for a in summary["approaches"] if BY_NAME[a["approach"]].pairs_with]
     if not names:
         return []
     return [
-        f"{' and '.join(names)}: releases of holders acquired just before, "
-        f"{RELEASE_CHUNK} at a time (the acquires untimed; the hot key keeps its "
-        f"{HOT_HOLDERS} holders, a random key its one), released in random order; "
-        "denied: ids the full semaphore does not hold. redis-benchmark repeats one command, "
-        "so this script sends them, on one connection, -P calls per round trip; CPU/call "
-        "counts the releases' windows only. Compare them with their Lua twin (same driver); "
-        "ops/s is this script's, and × INCR and × single compare with redis-benchmark's "
-        "50 clients, whose event loop serves several connections per wake-up.", "",
+        f"{' and '.join(names)}: a call is a pair, an acquire by a new holder and its "
+        f"release (so CPU µs/call is per pair of commands): on the hot key, which keeps its "
+        f"{HOT_HOLDERS} holders; on a random key, which keeps its one; denied: the full "
+        "semaphore refuses the acquire and the release finds nothing. redis-benchmark "
+        f"repeats one command, so this script sends them, as it would ({meta['clients']}"
+        " connections, -P commands in flight on each); there is no latency run.", "",
     ]
 
 
@@ -997,7 +1073,7 @@ def report(meta: dict, summary: dict) -> str:
         "Lua script of the same algorithm in the same scenario. Spread = (max − min) ÷ median "
         "of CPU/call across rounds.", "",
     ]
-    out += driven_note(summary)
+    out += pairs_note(meta, summary)
     out += [
         "| Scenario | -P | Approach | ops/s | CPU µs/call | in-command µs | × INCR | × Lua | spread |",
         "|---|--:|---|--:|--:|--:|--:|--:|--:|",
@@ -1033,14 +1109,12 @@ def report(meta: dict, summary: dict) -> str:
                        f"-P {n['pipeline']}: {n['min']:.2f}–{n['max']:.2f}, CV {n['cv']:.1%}")
     else:
         out.append("One round: no spread to report; run more rounds for a noise estimate.")
-    worst = max(abs(r["ticks_us"] / r["cpu_us"] - 1) for r in summary["rows"]
-                if r["ticks_us"] is not None)
+    worst = max(abs(r["ticks_us"] / r["cpu_us"] - 1) for r in summary["rows"])
     out += ["", f"Cross-check: utime+stime, which moves in clock ticks of "
             f"{1e3 / meta['clk_tck']:.0f} ms, agrees with the schedstat figures within "
-            f"{worst:.1%} (worst row; releases, timed in windows shorter than a tick, "
-            "are left out).", "",
+            f"{worst:.1%} (worst row).", "",
             "Admission: a sample call before and after every run checks that admitted "
-            "scenarios admit and denied ones deny (releases: every reply is checked); "
+            "scenarios admit and denied ones deny (pairs: every reply is checked); "
             "module commands with INFO counters "
             "(`ratelimit_<name>_admitted/denied`) are checked on every call: "
             f"{', '.join(meta['counted']) or 'none'}.", "",
