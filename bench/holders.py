@@ -60,7 +60,8 @@ def main() -> None:
         commands = [acquire(f"sem:{k}", holder(resident, n))
                     for k in range(KEYS) for n in range(RESIDENTS)]
     elif phase == "renew":
-        commands = [acquire(f"sem:{rng.randrange(KEYS)}", holder(resident, rng.randrange(RESIDENTS)))
+        commands = [acquire(f"sem:{rng.randrange(KEYS)}",
+                            holder(resident, rng.randrange(RESIDENTS)))
                     for _ in range(calls)]
     elif phase == "new":
         commands = [acquire(key, who) for key, who in new]

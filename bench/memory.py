@@ -121,7 +121,8 @@ def main() -> None:
               "used_memory growth / keys (key, value, expiry); per holder = what each holder "
               "beyond the first adds, (per key(n) - per key(1)) / (n - 1). The module's "
               "stated size is 9 + 36 = 45 B a holder plus a 48 B header.\n")
-        print("| holders a key | implementation | per key (B) | per holder (B) | MEMORY USAGE (B) |")
+        print("| holders a key | implementation | per key (B) | per holder (B) "
+              "| MEMORY USAGE (B) |")
         print("|--:|---|--:|--:|--:|")
         for name, acquire, held in implementations:
             first = None
