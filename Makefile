@@ -142,8 +142,8 @@ fuzz: ## Fuzz the argument parsers and the state decoder, FUZZ_SECONDS (default 
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed (details above; artifacts in fuzz/artifacts/)"; exit 1; fi
 
-bench-memory: build ## Memory per limiter over 100k limiters, with short keys
-	python3 bench/memory.py $(RELEASE_MODULE)
+bench-memory: build ## Memory per limiter (100k limiters, short keys) and per holder: docs/bench-memory.md
+	set -o pipefail; python3 bench/memory.py $(RELEASE_MODULE) | tee docs/bench-memory.md
 
 bench-instructions: build ## Instructions per call under callgrind (deterministic; needs valgrind)
 	bench/instructions.sh $(RELEASE_MODULE)

@@ -5,7 +5,8 @@
 # only inside Redis's `call()` (the command itself: lookups, the module, replies and
 # propagation; not socket I/O or protocol parsing), and prints instructions per call for
 # INCR, each RL command and the Lua script of the same algorithm, plus the most expensive
-# functions for RL.TOKENBUCKET and RL.MULTI. Usage: bench/instructions.sh [module.so] [calls]
+# functions for RL.TOKENBUCKET, RL.MULTI, RL.ACQUIRE and RL.RELEASE.
+# Usage: bench/instructions.sh [module.so] [calls]
 set -euo pipefail
 
 module=${1:-target/release/libredis_ratelimit.so}
@@ -32,14 +33,28 @@ for script in bench/lua/*.lua; do
   sha[$name]=""
 done
 
-measure() { # label, command words...
-  local label=$1; shift
-  local out="$dir/cg.$RANDOM"
+start_server() { # starts redis-server under callgrind, counting nothing yet; sets $out
+  out="$dir/cg.$RANDOM"
   valgrind --tool=callgrind --callgrind-out-file="$out" --instr-atstart=no --collect-atstart=no \
     --toggle-collect=call redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" \
     --loadmodule "$module" --daemonize no --logfile "$dir/log" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 150); do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
+}
+
+report() { # label: stops the server, prints instructions per measured call
+  cli shutdown nosave >/dev/null 2>&1 || true
+  wait "$pid" 2>/dev/null || true
+  pid=""
+  local total
+  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  printf '| %-40s | %8d |\n' "$1" $((total / calls))
+  echo "$out" >"$dir/last"
+}
+
+measure() { # label, command words...
+  local label=$1; shift
+  start_server
   local words=("$@")
   for name in "${!sha[@]}"; do
     local s
@@ -51,16 +66,34 @@ measure() { # label, command words...
   callgrind_control -i on "$pid" >/dev/null 2>&1
   redis-benchmark -p "$port" -n "$calls" -r 1000 -P 16 -c 4 -q "${words[@]}" >/dev/null 2>&1
   callgrind_control -i off "$pid" >/dev/null 2>&1
-  cli shutdown nosave >/dev/null 2>&1 || true
-  wait "$pid" 2>/dev/null || true
-  pid=""
-  local total
-  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-  printf '| %-40s | %8d |\n' "$label" $((total / calls))
-  echo "$out" >"$dir/last"
+  report "$label"
 }
 
-echo "Instructions per call inside call() (callgrind; 1000 keys, -P 16, $calls calls):"
+# In-flight limits need calls redis-benchmark cannot make (it repeats one command, and a
+# release must name a holder that is there), so their calls come from bench/holders.py,
+# sent with `redis-cli --pipe`: the semaphores and holders it lays out, then the measured
+# calls (its last ECHO, which --pipe adds, is counted too: well under one instruction a call).
+pipe() { # phase, implementation (module|lua): sends bench/holders.py's calls, fails on errors
+  local result
+  result=$(python3 bench/holders.py "$1" "$2" "$calls" "${sha[semaphore]}" "${sha[semaphore_release]}" \
+    | redis-cli -p "$port" --pipe)
+  [[ $result == *"errors: 0,"* ]] || { echo "$1 ($2): $result" >&2; exit 1; }
+}
+
+measure_holders() { # label, implementation (module|lua), measured phase, phases before it...
+  local label=$1 impl=$2 phase=$3; shift 3
+  start_server
+  sha[semaphore]=$(cli script load "$(cat bench/lua/semaphore.lua)")
+  sha[semaphore_release]=$(cli script load "$(cat bench/lua/semaphore_release.lua)")
+  for before in "$@"; do pipe "$before" "$impl"; done
+  callgrind_control -i on "$pid" >/dev/null 2>&1
+  pipe "$phase" "$impl"
+  callgrind_control -i off "$pid" >/dev/null 2>&1
+  report "$label"
+}
+
+echo "Instructions per call inside call() (callgrind; 1000 keys, -P 16, $calls calls;"
+echo "RL.ACQUIRE, RL.RELEASE and their Lua twins: 1000 semaphores of 100 holders, bench/holders.py):"
 echo
 echo "| command | instructions |"
 echo "|---|--:|"
@@ -85,6 +118,27 @@ cp "$(cat "$dir/last")" "$dir/multi.out"
 measure "Lua multi, 3 buckets (EVALSHA)" EVALSHA @multi_token_bucket@ 3 \
   "{lm:__rand_int__}:1" "{lm:__rand_int__}:2" "{lm:__rand_int__}:3" \
   1000000 0.001 1000000 0.001 1000000 0.001 1
+# Pacing, 1 token per 500 s, so a bucket stays in debt however slowly valgrind runs: the
+# warm-up's ~20 calls a key put each bucket ~10,000 s in debt, and every measured call is
+# admitted with a wait (a day, MAXWAIT, is 172 calls a key). Denied: the drained hot
+# key's next token is 1000 s away, beyond MAXWAIT 1 s.
+measure "RL.TOKENBUCKET MAXWAIT (with a wait)" RL.TOKENBUCKET mw:__rand_int__ 1 0.002 1 MAXWAIT 86400000
+cp "$(cat "$dir/last")" "$dir/maxwait.out"
+measure "RL.TOKENBUCKET MAXWAIT (denied, hot key)" RL.TOKENBUCKET hot 1 0.001 1 MAXWAIT 1000
+measure "Lua reservation, with a wait (EVALSHA)" EVALSHA @reservation@ 1 lmw:__rand_int__ 1 0.002 1 86400000
+measure "Lua reservation, denied (EVALSHA)" EVALSHA @reservation@ 1 hot 1 0.001 1 1000
+# In-flight limits: 1000 semaphores of 100 holders each (bench/holders.py), then the
+# measured calls: renewals of those holders; new holders (a key grows from 100 to 120);
+# releases of those new holders (from 120 back to 100), in random order.
+measure_holders "RL.ACQUIRE (renew, 100 holders)" module renew residents
+cp "$(cat "$dir/last")" "$dir/renew.out"
+measure_holders "RL.ACQUIRE (new holder, 100+ holders)" module new residents
+cp "$(cat "$dir/last")" "$dir/new.out"
+measure_holders "RL.RELEASE (100+ holders)" module release residents new
+cp "$(cat "$dir/last")" "$dir/release.out"
+measure_holders "Lua semaphore, renew (EVALSHA)" lua renew residents
+measure_holders "Lua semaphore, new holder (EVALSHA)" lua new residents
+measure_holders "Lua semaphore release (EVALSHA)" lua release residents new
 
 breakdown() { # label, callgrind output, lines: the costliest functions of interest
   echo
@@ -93,9 +147,12 @@ breakdown() { # label, callgrind output, lines: the costliest functions of inter
   callgrind_annotate --inclusive=yes "$2" 2>/dev/null | python3 -c '
 import re, sys
 calls = int(sys.argv[1])
+# The functions of the holder list (redis_ratelimit_core::concurrency) and memcmp show
+# what walking it costs: ids are found by comparing each stored id in turn.
 wanted = re.compile(r"RM_Replicate$|RM_ReplyWith|RM_OpenKey$|RM_SetAbsExpire$|RM_CloseKey$|"
                     r"RM_CreateString$|RM_FreeString$|RedisAlloc as .*::(alloc|dealloc)$|"
-                    r"lookupCommandByCString$|RedisModuleCommandDispatcher$|redis_ratelimit::")
+                    r"lookupCommandByCString$|RedisModuleCommandDispatcher$|redis_ratelimit::|"
+                    r"redis_ratelimit_core::concurrency|__memcmp")
 lines = int(sys.argv[2])
 seen = {}
 for line in sys.stdin:
@@ -110,3 +167,7 @@ for name, total in list(seen.items())[:lines]:
 }
 breakdown RL.TOKENBUCKET "$dir/token_bucket.out" 14
 breakdown RL.MULTI "$dir/multi.out" 20
+breakdown "RL.TOKENBUCKET MAXWAIT" "$dir/maxwait.out" 14
+breakdown "RL.ACQUIRE (renew)" "$dir/renew.out" 20
+breakdown "RL.ACQUIRE (new holder)" "$dir/new.out" 20
+breakdown RL.RELEASE "$dir/release.out" 20

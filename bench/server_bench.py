@@ -24,7 +24,9 @@ import io
 import json
 import os
 import platform
+import random
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -49,6 +51,31 @@ MAX_RUN = ADMIT_LIMIT // 2  # no run may exhaust a hot key
 WINDOW_S = 86400
 SLOW_RATE = "0.001"
 GCRA_PERIOD_S = 1000
+# In-flight limits: holder ids shaped like UUIDs (36 bytes), a prefix and 12 digits, so
+# that redis-benchmark's `__rand_int__` (12 digits) keeps their length. Callers use
+# CALLERS; RESIDENTS fill the denied scenario's semaphore (no caller is among them);
+# RELEASED are the holders the release rows acquire and release (never anyone else's).
+CALLERS = "8c7f3e2a-5b1d-4e9f-a6c0-{}"
+RESIDENTS = "0d4c1b9e-7f2a-4c3d-b5e6-{}"
+RELEASED = "f1e2d3c4-b5a6-4978-8695-{}"
+HOT_HOLDERS = 100  # holders of a hot semaphore
+SEMAPHORE_LIMIT = 1000  # the admitted scenarios' limit: ratelimit.max-holders' default
+HOLDER_TTL_MS = "86400000"  # a day: no holder expires during a benchmark
+# Pacing: a queue of capacity 1 at 20 calls/s that accepts waits of up to a day. Each
+# admitted call deepens its debt by 50 ms, so even a run of MAX_RUN calls stays within the
+# day (75,000 s) and every call is admitted with a wait.
+QUEUE_RATE = "20"
+MAX_WAIT_MS = "86400000"
+
+
+def holder_id(n: int | str, prefix: str = CALLERS) -> str:
+    """Holder number n (or `__rand_int__`, for redis-benchmark to fill in) of a prefix."""
+    return prefix.format(n if isinstance(n, str) else f"{n:012d}")
+
+
+# What redis-benchmark sends as the holder in hot-key runs: one of the callers, over
+# `-r holders`.
+RUN_HOLDER = holder_id("__rand_int__")
 
 
 @dataclass(frozen=True)
@@ -56,11 +83,19 @@ class Approach:
     """One way of limiting, as the benchmark drives it.
 
     `admit` / `deny` are the arguments after the keys for the admitted and the denied
-    scenarios; "{limit}" and "{burst}" stand for ADMIT_LIMIT and ADMIT_LIMIT - 1.
+    scenarios (`random_admit`, if set, replaces `admit` on the random keys); "{limit}" and
+    "{burst}" stand for `limit` and `limit` - 1, "{holder}" for a holder id.
     `stat` is the `INFO commandstats` name whose calls are counted. `reply` says how to read
-    an answer: "rl" = [allowed, remaining, ...], "cell" = [limited, limit, remaining, ...].
+    an answer: "rl" = [allowed, remaining, ...], "cell" = [limited, limit, remaining, ...],
+    "int" = 1 if done, 0 if not (a release).
     `keys` is the number of limiters one call checks (see `call_keys`); with more than one,
     the reply is RL.MULTI's: those five, the binding index and one array of five per key.
+    `holders`: an in-flight limit, whose hot key holds that many holders before a run and
+    whose hot-key runs draw callers among as many ids (`-r holders`).
+    `pairs_with`: a release, measured in pairs: each call releases a new holder that an
+    acquire by that approach (whose limiters its keys hold) took just before, and a "call"
+    of this row is the pair. redis-benchmark repeats one command, and releases of random
+    ids would mostly find nothing, so these runs are sent by this script (`Bench.drive`).
     """
 
     name: str
@@ -72,6 +107,10 @@ class Approach:
     lua_twin: str | None = None  # for module commands: the Lua approach doing the same
     counter: str | None = None  # module: `INFO ratelimit` counters ratelimit_<counter>_admitted
     keys: int = 1
+    limit: int = ADMIT_LIMIT
+    random_admit: tuple[str, ...] | None = None
+    holders: int = 0
+    pairs_with: str | None = None
     # The single-limit approach the "× single" ratio divides by; without max_x_single, the
     # goal is to cost the same (× single ≈ 1).
     single: str | None = None
@@ -82,6 +121,23 @@ class Approach:
     @property
     def stat(self) -> str:
         return "evalsha" if self.kind == "lua" else self.command.lower()
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        """The commandstats names a call counts under: a pair's two commands' (one name for
+        two Lua scripts)."""
+        if not self.pairs_with:
+            return (self.stat,)
+        return tuple(dict.fromkeys((BY_NAME[self.pairs_with].stat, self.stat)))
+
+    @property
+    def commands_per_call(self) -> int:
+        return 2 if self.pairs_with else 1
+
+    def params(self, admitted: bool, random_keys: bool) -> tuple[str, ...]:
+        if not admitted:
+            return self.deny
+        return self.random_admit if random_keys and self.random_admit else self.admit
 
     def call_keys(self, base: str) -> list[str]:
         """The keys one call names for the benchmark key `base`: `base` itself, or
@@ -138,7 +194,44 @@ APPROACHES = [
     Approach("Lua multi (3 buckets)", "lua", "multi_token_bucket.lua",
              ("{limit}", SLOW_RATE) * 3, ("{limit}", SLOW_RATE) * 2 + ("1", SLOW_RATE),
              keys=3),
+    # Pacing. Hot key: the queue (QUEUE_RATE): the first call takes the token, every later
+    # one is admitted with a wait. Random keys: the admitted scenario's slow buckets with
+    # MAXWAIT, admitted from tokens there (a queue would be full again, and its key gone,
+    # 50 ms after a call: those calls would create keys). Denied: a drained bucket of
+    # capacity 1 at 0.001 token/s, whose next token (1000 s away) is beyond MAXWAIT 1 s.
+    Approach("RL.TOKENBUCKET MAXWAIT", "module", "RL.TOKENBUCKET",
+             ("{limit}", QUEUE_RATE, "1", "MAXWAIT", MAX_WAIT_MS),
+             ("1", SLOW_RATE, "1", "MAXWAIT", "1000"),
+             random_admit=(f"{ADMIT_LIMIT}", SLOW_RATE, "1", "MAXWAIT", MAX_WAIT_MS),
+             limit=1, lua_twin="Lua reservation", counter="tokenbucket",
+             single="RL.TOKENBUCKET", min_lua_factor=5),
+    Approach("Lua reservation", "lua", "reservation.lua",
+             ("{limit}", QUEUE_RATE, "1", MAX_WAIT_MS), ("1", SLOW_RATE, "1", "1000"),
+             random_admit=(f"{ADMIT_LIMIT}", SLOW_RATE, "1", MAX_WAIT_MS), limit=1),
+    # In-flight limits. Hot key: a semaphore of HOT_HOLDERS holders whose calls come from
+    # those same holders, so each renews one: the set keeps its size (a stream of new
+    # holders would fill any limit) and the limit, ratelimit.max-holders' default, is
+    # never reached. Random keys: 100k semaphores of one holder each, the same id on every
+    # key (redis-benchmark would randomize a holder over the key space, and the sets would
+    # grow from round to round), so each call renews it. Denied: a semaphore full with
+    # HOT_HOLDERS other holders: the caller is looked for among all of them, then refused.
+    Approach("RL.ACQUIRE", "module", "RL.ACQUIRE",
+             ("{limit}", "{holder}", HOLDER_TTL_MS), (f"{HOT_HOLDERS}", "{holder}", HOLDER_TTL_MS),
+             limit=SEMAPHORE_LIMIT, holders=HOT_HOLDERS, lua_twin="Lua semaphore",
+             counter="acquire", single="RL.TOKENBUCKET", min_lua_factor=5),
+    Approach("Lua semaphore", "lua", "semaphore.lua",
+             ("{limit}", "{holder}", HOLDER_TTL_MS), (f"{HOT_HOLDERS}", "{holder}", HOLDER_TTL_MS),
+             limit=SEMAPHORE_LIMIT, holders=HOT_HOLDERS),
+    # A new holder acquires and releases (see `pairs_with`) on those semaphores: the hot
+    # key keeps its 100 holders (a pair leaves it as it was), a random key its one; denied:
+    # the acquire is refused by the full semaphore and the release finds nothing.
+    Approach("RL.ACQUIRE + RL.RELEASE", "module", "RL.RELEASE", ("{holder}",), ("{holder}",),
+             reply="int", pairs_with="RL.ACQUIRE", lua_twin="Lua semaphore + release",
+             counter="release", single="RL.TOKENBUCKET", min_lua_factor=5),
+    Approach("Lua semaphore + release", "lua", "semaphore_release.lua", ("{holder}",),
+             ("{holder}",), reply="int", pairs_with="Lua semaphore"),
 ]
+BY_NAME = {a.name: a for a in APPROACHES}
 
 
 @dataclass(frozen=True)
@@ -360,10 +453,12 @@ class Bench:
     running: subprocess.Popen | None = None
     cpu_per_call: dict[tuple, float] = field(default_factory=dict)  # last run of each cell
 
-    def argv(self, approach: Approach, key: str, admitted: bool) -> list[str]:
-        """The command line for one call of `approach` on `key`."""
-        values = {"limit": ADMIT_LIMIT, "burst": ADMIT_LIMIT - 1}
-        params = [p.format(**values) for p in (approach.admit if admitted else approach.deny)]
+    def argv(self, approach: Approach, key: str, admitted: bool, holder: str = RUN_HOLDER,
+             random_keys: bool = False) -> list[str]:
+        """The command line for one call of `approach` on `key` (by `holder`, for in-flight
+        limits) in an admitted or denied scenario, on the random keys or not."""
+        values = {"limit": approach.limit, "burst": approach.limit - 1, "holder": holder}
+        params = [p.format(**values) for p in approach.params(admitted, random_keys)]
         keys = approach.call_keys(key)
         if approach.kind == "lua":
             return ["EVALSHA", self.shas[approach.name], str(len(keys)), *keys, *params]
@@ -375,15 +470,16 @@ class Bench:
         self.client.call("SELECT", self.dbs[approach.name])
 
     def run_benchmark(self, argv: list[str], db: int, clients: int, requests: int,
-                      pipeline: int, random_keys: bool) -> dict[str, float]:
-        """Runs redis-benchmark once; returns its CSV row (rps, latency percentiles)."""
+                      pipeline: int, keyspace: int) -> dict[str, float]:
+        """Runs redis-benchmark once (`__rand_int__` over `keyspace` values if not 0);
+        returns its CSV row (rps, latency percentiles)."""
         command = pin_prefix(self.client_cpus) + [
             "redis-benchmark", "-h", "127.0.0.1", "-p", str(self.server.port),
             "-c", str(clients), "-n", str(requests), "-P", str(pipeline),
             "--dbnum", str(db), "--csv",
         ]
-        if random_keys:
-            command += ["-r", str(self.args.keys)]
+        if keyspace:
+            command += ["-r", str(keyspace)]
         self.running = subprocess.Popen(command + argv, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True,
                                         preexec_fn=_die_with_parent)
@@ -394,12 +490,17 @@ class Bench:
             raise RuntimeError(f"redis-benchmark failed ({code}): {err.strip() or out.strip()}")
         return {k: float(v) for k, v in rows[-1].items() if k != "test"}
 
-    def command_stats(self, stat: str) -> tuple[int, int, int]:
-        """(calls, usec, failed+rejected calls) of one command so far."""
-        line = self.client.info("commandstats").get(f"cmdstat_{stat}", "")
-        values = dict(item.split("=") for item in line.split(",") if "=" in item)
-        failed = int(values.get("failed_calls", 0)) + int(values.get("rejected_calls", 0))
-        return int(values.get("calls", 0)), int(values.get("usec", 0)), failed
+    def command_stats(self, stats: tuple[str, ...]) -> tuple[int, int, int]:
+        """(calls, usec, failed+rejected calls) of some commands so far, summed."""
+        info = self.client.info("commandstats")
+        totals = [0, 0, 0]
+        for stat in stats:
+            line = info.get(f"cmdstat_{stat}", "")
+            values = dict(item.split("=") for item in line.split(",") if "=" in item)
+            totals[0] += int(values.get("calls", 0))
+            totals[1] += int(values.get("usec", 0))
+            totals[2] += int(values.get("failed_calls", 0)) + int(values.get("rejected_calls", 0))
+        return totals[0], totals[1], totals[2]
 
     def decisions(self, approach: Approach) -> tuple[int, int] | None:
         """(admitted, denied) so far from the module's INFO counters, if it has them."""
@@ -422,41 +523,153 @@ class Bench:
         wanted = int(self.args.min_run_cpu / (estimate * 1e-6))
         return max(base, min(wanted, 10 * base, MAX_RUN))
 
-    def measure(self, approach: Approach, argv: list[str], pipeline: int,
-                scenario: Scenario) -> dict[str, float]:
-        """One timed run: ops/s, main-thread CPU per call and in-command time per call.
+    def timed(self, stats: tuple[str, ...], work) -> tuple[object, dict[str, float]]:
+        """Runs `work()` in a CPU window: returns its result and the server main thread's
+        on-CPU ns, clock ticks (s), wall time (s) and the calls, usec and failed calls of
+        the commands `stats` over it. INFO is read outside the window (stats before CPU,
+        CPU before stats), so its own cost is not charged to the command."""
+        calls0, usec0, failed0 = self.command_stats(stats)
+        cpu0 = self.server.main_thread_cpu_s()
+        ns0 = self.server.main_thread_runtime_s()
+        wall0 = time.perf_counter()
+        result = work()
+        wall1 = time.perf_counter()
+        ns1 = self.server.main_thread_runtime_s()
+        cpu1 = self.server.main_thread_cpu_s()
+        calls1, usec1, failed1 = self.command_stats(stats)
+        return result, {"ns": (ns1 - ns0) * 1e9, "ticks": cpu1 - cpu0, "wall": wall1 - wall0,
+                        "calls": calls1 - calls0, "usec": usec1 - usec0,
+                        "failed": failed1 - failed0}
 
-        INFO is read outside the CPU window (stats before CPU, CPU before stats), so its
-        own cost is not charged to the command.
-        """
+    def measure(self, approach: Approach, pipeline: int, scenario: Scenario,
+                key: str, holder: str) -> dict[str, float]:
+        """One timed run: ops/s, main-thread CPU per call and in-command time per call."""
         cell = (approach.name, scenario.name, pipeline)
         requests = self.requests_for(cell, pipeline)
         decided0 = self.decisions(approach)
-        calls0, usec0, failed0 = self.command_stats(approach.stat)
-        cpu0 = self.server.main_thread_cpu_s()
-        ns0 = self.server.main_thread_runtime_s()
-        row = self.run_benchmark(argv, self.dbs[approach.name], self.args.clients,
-                                 requests, pipeline, scenario.random_keys)
-        ns1 = self.server.main_thread_runtime_s()
-        cpu1 = self.server.main_thread_cpu_s()
-        calls1, usec1, failed1 = self.command_stats(approach.stat)
+        if approach.pairs_with:
+            ops, window = self.pair_run(approach, scenario, pipeline, requests)
+        else:
+            keyspace = self.args.keys if scenario.random_keys else approach.holders
+            argv = self.argv(approach, key, scenario.admitted, holder, scenario.random_keys)
+            row, window = self.timed(approach.stats, lambda: self.run_benchmark(
+                argv, self.dbs[approach.name], self.args.clients, requests, pipeline,
+                keyspace))
+            ops = row["rps"]
         decided1 = self.decisions(approach)
-        calls = calls1 - calls0
+        calls = window["calls"] // approach.commands_per_call
         if calls < requests:
             raise RuntimeError(f"{approach.name}: {calls} calls counted, {requests} sent")
-        self.cpu_per_call[cell] = (ns1 - ns0) * 1e6 / calls
+        self.cpu_per_call[cell] = window["ns"] / 1e3 / calls
         return {
             "requests": requests,
-            "ops": row["rps"],
+            "ops": ops,
             # On-CPU time at nanosecond resolution; ticks (10 ms) are kept as a cross-check.
-            "cpu_us": (ns1 - ns0) * 1e6 / calls,
-            "cmd_us": (usec1 - usec0) / calls,
-            "ticks_us": (cpu1 - cpu0) * 1e6 / calls,
+            "cpu_us": window["ns"] / 1e3 / calls,
+            "cmd_us": window["usec"] / calls,
+            "ticks_us": window["ticks"] * 1e6 / calls,
             "calls": calls,
-            "failed": failed1 - failed0,
+            "failed": window["failed"],
             "admitted": decided1[0] - decided0[0] if decided0 and decided1 else None,
             "denied": decided1[1] - decided0[1] if decided0 and decided1 else None,
         }
+
+    def pair_run(self, approach: Approach, scenario: Scenario, pipeline: int,
+                 requests: int) -> tuple[float, dict[str, float]]:
+        """`requests` pairs: an acquire by a new holder (`approach.pairs_with`), then its
+        release, sent by `drive` in one CPU window; every reply is checked. At -P 16 a
+        batch holds whole pairs, which Redis runs back to back, so a key holds at most one
+        holder more than before; at -P 1 each connection can hold one between its two
+        round trips (the hot key: up to 150). Returns pairs/s and the window."""
+        acquire = BY_NAME[approach.pairs_with]
+        rng = random.Random(f"{scenario.name}/{pipeline}")
+        # Reply lines: RL.ACQUIRE's (and the Lua semaphore's) five integers, as an array,
+        # and the release's integer.
+        commands = []
+        for n in range(requests):
+            key = (random_key(rng.randrange(self.args.keys)) if scenario.random_keys
+                   else f"rl:{scenario.name}")
+            holder = holder_id(n, RELEASED)
+            commands.append((Client.encode(self.argv(acquire, key, scenario.admitted, holder,
+                                                     scenario.random_keys)), 6))
+            commands.append((Client.encode(self.argv(approach, key, scenario.admitted,
+                                                     holder)), 1))
+        replies, window = self.drive(self.dbs[approach.name], commands, pipeline,
+                                     approach.stats)
+        want = b":1" if scenario.admitted else b":0"
+        for raw in replies:
+            lines = raw.split(b"\r\n")[:-1]
+            for at in range(0, len(lines), 7):
+                pair = lines[at:at + 7]
+                if len(pair) != 7 or pair[0] != b"*5" or pair[1] != want or pair[6] != want:
+                    raise RuntimeError(f"{approach.name}: unexpected replies {pair!r} in "
+                                       f"{scenario.name} (wanted {want!r} twice)")
+        return requests / window["wall"], window
+
+    def drive(self, db: int, commands: list[tuple[bytes, int]], pipeline: int,
+              stats: tuple[str, ...]) -> tuple[list[bytes], dict[str, float]]:
+        """Sends `commands` (encoded, with the reply lines each gets back) as redis-benchmark
+        would: --clients connections, each with a batch of `pipeline` commands in flight,
+        the next batch sent when its replies are in. Calls are dealt to the connections in
+        pairs (in order), so a pair's two commands share one. Replies are integers and
+        arrays of integers, one line each, so they are counted here and parsed afterwards.
+        Returns each connection's replies, raw, and the `timed` window of the sending.
+
+        With one connection (a blocking round trip per batch) the server sleeps and wakes
+        for every batch, which costs it more than the calls themselves at -P 1 on a quiet
+        machine (about 30 µs a call, against 5 with 50 connections); with 50, INCR sent this
+        way costs the server what it does from redis-benchmark."""
+        clients = min(self.args.clients, max(1, len(commands) // 2))
+        queues = [[] for _ in range(clients)]
+        for at in range(0, len(commands), 2):
+            queues[at // 2 % clients].extend(commands[at:at + 2])
+        batches = [[(b"".join(c for c, _ in queue[at:at + pipeline]),
+                     sum(lines for _, lines in queue[at:at + pipeline]))
+                    for at in range(0, len(queue), pipeline)] for queue in queues]
+        sockets = []
+        for _ in range(clients):
+            client = Client(self.server.port)
+            client.call("SELECT", db)
+            sockets.append(client)
+
+        def send_all() -> list[bytes]:
+            selector = selectors.DefaultSelector()
+            state = {}
+            for client, todo in zip(sockets, batches):
+                if todo:
+                    client.sock.sendall(todo[0][0])
+                    selector.register(client.sock, selectors.EVENT_READ)
+                    state[client.sock] = {"todo": todo, "next": 0, "buffer": b"", "lines": 0,
+                                          "replies": []}
+            busy = len(state)
+            while busy:
+                for ready, _ in selector.select():
+                    sock = ready.fileobj
+                    conn = state[sock]
+                    data = sock.recv(1 << 16)
+                    if not data:
+                        raise ConnectionError("the server closed a benchmark connection")
+                    conn["buffer"] += data
+                    conn["lines"] += data.count(b"\n")
+                    if conn["lines"] < conn["todo"][conn["next"]][1]:
+                        continue
+                    conn["replies"].append(conn["buffer"])
+                    conn["buffer"], conn["lines"] = b"", 0
+                    conn["next"] += 1
+                    if conn["next"] < len(conn["todo"]):
+                        sock.sendall(conn["todo"][conn["next"]][0])
+                    else:
+                        selector.unregister(sock)
+                        busy -= 1
+            selector.close()
+            return [b"".join(state[client.sock]["replies"]) for client in sockets
+                    if client.sock in state]
+
+        try:
+            return self.timed(stats, send_all)
+        finally:
+            for client in sockets:
+                client.close()
 
 
 # --------------------------------------------------------------------------------------
@@ -481,6 +694,10 @@ def allowed(approach: Approach, reply) -> bool | None:
     """Whether a reply admits the call (None for INCR, which never denies)."""
     if approach.reply is None:
         return None
+    if approach.reply == "int":
+        if reply not in (0, 1):
+            raise RuntimeError(f"{approach.name}: unexpected reply {reply!r}")
+        return reply == 1
     if not well_formed(approach, reply):
         raise RuntimeError(f"{approach.name}: unexpected reply {reply!r}")
     return reply[0] == 1 if approach.reply == "rl" else reply[0] == 0
@@ -501,35 +718,56 @@ def validate(bench: Bench, approach: Approach) -> str:
     """One call of each kind on scratch keys, before any timing; returns a sample reply."""
     c = bench.client
     bench.select(approach)
+    if approach.pairs_with:  # a release: of a live holder, then of the same one again
+        acquire = BY_NAME[approach.pairs_with]
+        holder = holder_id(0, RELEASED)
+        expect(acquire, c.call(*bench.argv(acquire, "check:release", True, holder)), True,
+               "acquiring a holder to release")
+        first = c.call(*bench.argv(approach, "check:release", True, holder))
+        expect(approach, first, True, "releasing a live holder")
+        expect(approach, c.call(*bench.argv(approach, "check:release", True, holder)), False,
+               "releasing it again")
+        c.call("FLUSHDB")
+        return repr(first)
     first = c.call(*bench.argv(approach, "check:admit", admitted=True))
     if approach.reply is None:
         if first != 1:
             raise RuntimeError(f"{approach.name}: expected 1, got {first!r}")
     else:
         expect(approach, first, True, "first call on a fresh key")
-        want = ADMIT_LIMIT - 1
+        want = approach.limit - 1
         if remaining(approach, first) != want:
             raise RuntimeError(f"{approach.name}: remaining should be {want}: {first!r}")
-        expect(approach, c.call(*bench.argv(approach, "check:deny", admitted=False)), True,
-               "first call with limit 1")
-        expect(approach, c.call(*bench.argv(approach, "check:deny", admitted=False)), False,
-               "second call with limit 1")
+        prepare_hot(bench, approach, "check:deny", admitted=False)
     c.call("FLUSHDB")
     return repr(first)
 
 
 def prepare_hot(bench: Bench, approach: Approach, key: str, admitted: bool) -> None:
-    """A fresh hot key: created by one call (admitted) or drained (denied), then checked."""
+    """A fresh hot key: created by one admitted call, or drained by one (limit 1); for an
+    in-flight limit, `holders` holders: the callers' own ids (admitted: each call renews
+    one) or others (denied: the semaphore is full). A release's key is its acquire's. Then
+    a sample call checks it (a release's runs check every call instead)."""
     bench.select(approach)
     bench.client.call("DEL", *matching_keys(bench.client, approach.call_keys(key)))
-    bench.client.call(*bench.argv(approach, key, admitted))
-    check_sample(bench, approach, key, admitted, "before the run")
+    maker = BY_NAME[approach.pairs_with] if approach.pairs_with else approach
+    prefix = CALLERS if admitted else RESIDENTS
+    holders = [holder_id(n, prefix) for n in range(max(1, maker.holders))]
+    for reply in bench.client.pipeline([bench.argv(maker, key, admitted, holder)
+                                        for holder in holders]):
+        expect(maker, reply, True, f"preparing {key}")
+    if not approach.pairs_with:
+        check_sample(bench, approach, key, admitted, False, "before the run")
 
 
-def check_sample(bench: Bench, approach: Approach, key: str, admitted: bool, when: str):
+def check_sample(bench: Bench, approach: Approach, key: str, admitted: bool,
+                 random_keys: bool, when: str):
+    """One call that must be admitted (or denied). An in-flight limit's is by caller 0: a
+    resident of an admitted hot key, no resident of a denied one, and the holder every
+    random-key semaphore was created with."""
     bench.select(approach)
-    expect(approach, bench.client.call(*bench.argv(approach, key, admitted)), admitted,
-           f"sample call on {key} {when}")
+    call = bench.argv(approach, key, admitted, holder_id(0), random_keys)
+    expect(approach, bench.client.call(*call), admitted, f"sample call on {key} {when}")
 
 
 def matching_keys(client: Client, bases: list[str]) -> list[str]:
@@ -561,8 +799,10 @@ def detect(client: Client) -> list[Approach]:
     return present
 
 
-def load_scripts(bench: Bench, approaches: list[Approach]) -> None:
-    for approach in approaches:
+def load_scripts(bench: Bench) -> None:
+    """Every script, including those of approaches not selected: a release needs its
+    acquire's."""
+    for approach in APPROACHES:
         if approach.kind == "lua":
             source = (LUA_DIR / approach.command).read_text()
             bench.shas[approach.name] = bench.client.call("SCRIPT", "LOAD", source)
@@ -595,12 +835,16 @@ def create_limiters(bench: Bench, approach: Approach) -> dict[str, float]:
     c.call("FLUSHDB")
     time.sleep(0.2)
     before = int(c.info("memory")["used_memory"])
-    replies = c.pipeline([bench.argv(approach, random_key(i), True) for i in range(n)])
+    # A release's keys are its acquire's semaphores. Every semaphore gets one holder, the
+    # same id on every key: the random-key runs renew it (see APPROACHES).
+    maker = BY_NAME[approach.pairs_with] if approach.pairs_with else approach
+    replies = c.pipeline([bench.argv(maker, random_key(i), True, holder_id(0), True)
+                          for i in range(n)])
     errors = [r for r in replies if isinstance(r, RedisError)]
     if errors:
         raise RuntimeError(f"{approach.name}: {len(errors)} errors creating keys: {errors[0]}")
     for reply in replies[:: max(1, n // 100)]:
-        expect(approach, reply, True, "creating the limiters")
+        expect(maker, reply, True, "creating the limiters")
     time.sleep(0.5)  # let incremental rehashing of the fresh dict finish
     after = int(c.info("memory")["used_memory"])
     sample = sum(int(c.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
@@ -632,16 +876,21 @@ def run_round(bench: Bench, approaches: list[Approach], round_no: int, log) -> l
 
 def run_one(bench: Bench, approach: Approach, scenario: Scenario, pipeline: int,
             round_no: int) -> dict:
+    # A release's runs check every reply themselves; a sample call would release a holder.
+    samples = not approach.pairs_with
     if scenario.random_keys:
-        key = RANDOM_KEYS
+        key, holder = RANDOM_KEYS, holder_id(0)
         sample = random_key((round_no * 7919 + pipeline) % bench.args.keys)
-        check_sample(bench, approach, sample, True, "before the run")
+        if samples:
+            check_sample(bench, approach, sample, True, True, "before the run")
     else:
-        key = sample = f"rl:{scenario.name}"
+        key, holder = f"rl:{scenario.name}", RUN_HOLDER
+        sample = key
         prepare_hot(bench, approach, key, scenario.admitted)
-    result = bench.measure(approach, bench.argv(approach, key, scenario.admitted),
-                           pipeline, scenario)
-    check_sample(bench, approach, sample, scenario.admitted, "after the run")
+    result = bench.measure(approach, pipeline, scenario, key, holder)
+    if samples:
+        check_sample(bench, approach, sample, scenario.admitted, scenario.random_keys,
+                     "after the run")
     if result["failed"]:
         raise RuntimeError(f"{approach.name}: {result['failed']} failed calls in {scenario.name}")
     if result["admitted"] is not None:  # the module counts decisions: check every call
@@ -654,13 +903,17 @@ def run_one(bench: Bench, approach: Approach, scenario: Scenario, pipeline: int,
 
 
 def run_latency(bench: Bench, approach: Approach, round_no: int) -> dict:
-    """One client, no pipelining, hot admitted key: redis-benchmark's percentiles."""
+    """One client, no pipelining, hot admitted key: redis-benchmark's percentiles (none for
+    a release, which redis-benchmark does not drive)."""
+    result = {"approach": approach.name, "scenario": "latency", "round": round_no,
+              "p50_ms": None, "p99_ms": None, "ops": None}
+    if approach.pairs_with:
+        return result
     key = "rl:latency"
     prepare_hot(bench, approach, key, admitted=True)
     row = bench.run_benchmark(bench.argv(approach, key, True), bench.dbs[approach.name], 1,
-                              bench.args.latency_requests, 1, False)
-    return {"approach": approach.name, "scenario": "latency", "round": round_no,
-            "p50_ms": row["p50_latency_ms"], "p99_ms": row["p99_latency_ms"],
+                              bench.args.latency_requests, 1, approach.holders)
+    return {**result, "p50_ms": row["p50_latency_ms"], "p99_ms": row["p99_latency_ms"],
             "ops": row["rps"]}
 
 
@@ -668,8 +921,10 @@ def run_latency(bench: Bench, approach: Approach, round_no: int) -> dict:
 # Summaries and the report.
 
 
-def median_of(runs: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
+def median_of(runs: list[dict], key: str) -> float | None:
+    """The median of a figure over the rounds; None for a figure a row does not have."""
+    values = [r[key] for r in runs if r[key] is not None]
+    return statistics.median(values) if values else None
 
 
 def summarize(approaches: list[Approach], runs: list[dict], memory: dict) -> dict:
@@ -781,6 +1036,21 @@ def single_limit_section(compared: list[dict], keys: int) -> list[str]:
     return out
 
 
+def pairs_note(meta: dict, summary: dict) -> list[str]:
+    """What the pair rows measure, if any ran: not one command like the others."""
+    names = [a["approach"] for a in summary["approaches"] if BY_NAME[a["approach"]].pairs_with]
+    if not names:
+        return []
+    return [
+        f"{' and '.join(names)}: a call is a pair, an acquire by a new holder and its "
+        f"release (so CPU µs/call is per pair of commands): on the hot key, which keeps its "
+        f"{HOT_HOLDERS} holders; on a random key, which keeps its one; denied: the full "
+        "semaphore refuses the acquire and the release finds nothing. redis-benchmark "
+        f"repeats one command, so this script sends them, as it would ({meta['clients']}"
+        " connections, -P commands in flight on each); there is no latency run.", "",
+    ]
+
+
 def report(meta: dict, summary: dict) -> str:
     """The markdown report."""
     keys = meta["keys"]
@@ -802,6 +1072,9 @@ def report(meta: dict, summary: dict) -> str:
         "`redis.call`s included). × INCR and × Lua compare CPU/call with INCR and with the "
         "Lua script of the same algorithm in the same scenario. Spread = (max − min) ÷ median "
         "of CPU/call across rounds.", "",
+    ]
+    out += pairs_note(meta, summary)
+    out += [
         "| Scenario | -P | Approach | ops/s | CPU µs/call | in-command µs | × INCR | × Lua | spread |",
         "|---|--:|---|--:|--:|--:|--:|--:|--:|",
     ]
@@ -823,7 +1096,8 @@ def report(meta: dict, summary: dict) -> str:
         "|---|--:|--:|--:|--:|--:|",
     ]
     for a in summary["approaches"]:
-        out.append(f"| {a['approach']} | {a['p50_ms']:.3f} | {a['p99_ms']:.3f} "
+        out.append(f"| {a['approach']} | {fmt(a['p50_ms'], '{:.3f}')} "
+                   f"| {fmt(a['p99_ms'], '{:.3f}')} "
                    f"| {a['bytes_per_limiter']:.0f} | {a['memory_usage_sample']} "
                    f"| {a['keys_in_db'] * 100_000 // keys:,} |")
     out += ["", "## Noise", ""]
@@ -840,7 +1114,8 @@ def report(meta: dict, summary: dict) -> str:
             f"{1e3 / meta['clk_tck']:.0f} ms, agrees with the schedstat figures within "
             f"{worst:.1%} (worst row).", "",
             "Admission: a sample call before and after every run checks that admitted "
-            "scenarios admit and denied ones deny; module commands with INFO counters "
+            "scenarios admit and denied ones deny (pairs: every reply is checked); "
+            "module commands with INFO counters "
             "(`ratelimit_<name>_admitted/denied`) are checked on every call: "
             f"{', '.join(meta['counted']) or 'none'}.", "",
             "Module commands not on this server (not measured): "
@@ -923,7 +1198,7 @@ def prepare(bench: Bench, log) -> tuple[list[Approach], list[str], dict]:
     approaches = [a for a in detect(client) if a.name == "INCR" or re.search(only, a.name, re.I)]
     missing = [a.name for a in APPROACHES if a.kind == "module" and a not in approaches
                and re.search(only, a.name, re.I)]
-    load_scripts(bench, approaches)
+    load_scripts(bench)
     memory = {}
     for db, approach in enumerate(approaches, start=1):
         bench.dbs[approach.name] = db
