@@ -274,8 +274,9 @@ fn read_log_change(reader: &mut Reader<'_>) -> Result<SlidingLogChange, DecodeEr
 }
 
 /// Bytes encoded on the stack before spilling to the heap: enough for every fixed-size kind
-/// plus an effect's expiry, so replicating them allocates nothing.
-const INLINE_CAPACITY: usize = 48;
+/// and every change (an in-flight acquire with a 128-byte holder id takes 156) plus an
+/// effect's expiry, so replicating them allocates nothing.
+const INLINE_CAPACITY: usize = 160;
 
 /// An encoding under construction or finished.
 pub struct Encoded {
@@ -701,10 +702,11 @@ mod tests {
     #[test]
     fn long_encodings_spill_to_the_heap() {
         let mut encoded = Encoded::empty();
-        for byte in 0..100u8 {
+        for byte in 0..=255u8 {
             encoded.push(&[byte]);
         }
-        assert_eq!(encoded.as_bytes(), (0..100).collect::<Vec<u8>>());
+        assert!(encoded.heap.is_some());
+        assert_eq!(encoded.as_bytes(), (0..=255).collect::<Vec<u8>>());
     }
 
     proptest! {

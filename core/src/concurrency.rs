@@ -41,11 +41,12 @@
 //! # Cost per call and memory
 //!
 //! Deciding is one binary search (the live holders are a suffix of the stored order) and one
-//! walk over the ids to find the caller's holder: O(holders × id length), bounded by the
-//! limit, itself bounded by the server setting `ratelimit.max-holders` (at most
-//! [`MAX_STORED_HOLDERS`]; a default of 1,000 keeps a worst-case list, 128-byte ids, at
-//! 137 KB and a call's walk at a few microseconds). Applying a change shifts the buffers,
-//! O(holders). Memory: `9 + id length` bytes per holder plus a 48-byte header (see
+//! search for the caller's holder: a scan of 4-byte tags (hashes of the ids) and an id
+//! comparison where a tag matches, O(holders), bounded by the limit, itself bounded by the
+//! server setting `ratelimit.max-holders` (at most [`MAX_STORED_HOLDERS`]; a default of
+//! 1,000 keeps a worst-case list, 128-byte ids, at 141 KB and a call's search at a few
+//! microseconds). Applying a change shifts the buffers,
+//! O(holders). Memory: `13 + id length` bytes per holder plus a 72-byte header (see
 //! [`Concurrency`]).
 //!
 //! # Replication

@@ -369,8 +369,8 @@ fn applying_is_canonical_and_saturates_on_a_mismatched_list() {
 }
 
 #[test]
-fn memory_per_holder_is_its_id_plus_nine_bytes() {
-    assert_eq!(Concurrency::HEADER_BYTES, 48);
+fn memory_per_holder_is_its_id_plus_thirteen_bytes() {
+    assert_eq!(Concurrency::HEADER_BYTES, 72);
     assert_eq!(
         Concurrency::default().allocated_bytes(),
         Concurrency::HEADER_BYTES
@@ -385,10 +385,10 @@ fn memory_per_holder_is_its_id_plus_nine_bytes() {
         );
     }
     let state = key.state.unwrap();
-    let payload = 1_000 * (8 + 1 + 36);
+    let payload = 1_000 * (8 + 1 + 36 + 4);
     let used = state.allocated_bytes() - Concurrency::HEADER_BYTES;
     assert!(
-        (payload..=2 * payload + 8 * 8 + 8).contains(&used),
+        (payload..=2 * payload + 8 * (8 + 4) + 8).contains(&used),
         "{used} bytes"
     );
     // Decoded, the buffers are exact for the expiries and within the bound for the ids.
@@ -547,8 +547,8 @@ fn replicates(
     prop_assert_eq!(&replica, after);
     let decoded = Concurrency::from_holders(after.len() as u64, after.holders());
     prop_assert_eq!(decoded.as_ref(), Some(after));
-    let bytes: usize = after.holders().map(|(_, id)| 9 + id.len()).sum();
-    prop_assert!(after.allocated_bytes() <= Concurrency::HEADER_BYTES + 2 * bytes + 2 * 8 * 9);
+    let bytes: usize = after.holders().map(|(_, id)| 13 + id.len()).sum();
+    prop_assert!(after.allocated_bytes() <= Concurrency::HEADER_BYTES + 2 * bytes + 8 * 13);
     Ok(())
 }
 
