@@ -120,7 +120,7 @@ def main() -> None:
               f"{HOLDERS_TOTAL:,} holders per row (keys = {HOLDERS_TOTAL:,} / n). Per key = "
               "used_memory growth / keys (key, value, expiry); per holder = what each holder "
               "beyond the first adds, (per key(n) - per key(1)) / (n - 1). The module's "
-              "stated size is 9 + 36 = 45 B a holder plus a 48 B header.\n")
+              "stated size is 13 + 36 = 49 B a holder plus a 72 B header.\n")
         print("| holders a key | implementation | per key (B) | per holder (B) "
               "| MEMORY USAGE (B) |")
         print("|--:|---|--:|--:|--:|")
