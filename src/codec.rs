@@ -646,6 +646,27 @@ mod tests {
         }
     }
 
+    /// The decode fuzzer starts from fuzz/seeds/decode: each must be a valid state or effect,
+    /// so that mutations start from payloads the decoders accept.
+    #[test]
+    fn the_fuzz_seeds_are_valid_payloads() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/decode");
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                decode(&bytes).is_ok() || decode_effect(&bytes).is_ok(),
+                "{} is refused: {:?} / {:?}",
+                path.display(),
+                decode(&bytes),
+                decode_effect(&bytes)
+            );
+            seeds += 1;
+        }
+        assert!(seeds >= Kind::ALL.len(), "a seed per kind at least");
+    }
+
     #[test]
     fn refuses_what_it_did_not_write() {
         let good = encode(one_of_each()[0].as_ref()).as_bytes().to_vec();
