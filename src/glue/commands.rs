@@ -37,7 +37,7 @@ fn key_name(call: &Call<'_>) -> Result<*mut raw::RedisModuleString, CommandError
     call.arg(1).ok_or(CommandError::WrongArity)
 }
 
-/// `RL.TOKENBUCKET key capacity rate [cost] [PARTIAL [MIN m]]`
+/// `RL.TOKENBUCKET key capacity rate [cost] [PARTIAL [MIN m] | MAXWAIT ms]`
 pub fn token_bucket(call: &Call<'_>) -> Result<(), CommandError> {
     limiter_call(call, Kind::TokenBucket, &stats::TOKEN_BUCKET)
 }
