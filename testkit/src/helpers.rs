@@ -2,7 +2,7 @@
 
 use redis::{Connection, RedisError, RedisResult};
 
-use crate::server::info_field;
+use crate::server::{info_field, info_int};
 
 /// The words of a command line: `words("2 a b FIXED 5 60")`, for readable arguments.
 pub fn words(line: &str) -> Vec<&str> {
@@ -170,4 +170,23 @@ pub fn try_multi(con: &mut Connection, args: &[&str]) -> RedisResult<MultiReply>
 /// `RL.MULTI` that must succeed.
 pub fn multi(con: &mut Connection, args: &[&str]) -> MultiReply {
     try_multi(con, args).unwrap_or_else(|error| panic!("RL.MULTI {args:?}: {}", error_text(&error)))
+}
+
+/// What every propagated write moves: the replication offset, and the change counter that
+/// drives RDB save points. Equal marks before and after some calls mean they wrote and
+/// propagated nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteMarks {
+    /// `master_repl_offset`.
+    pub repl_offset: i64,
+    /// `rdb_changes_since_last_save`.
+    pub changes: i64,
+}
+
+/// The server's [`WriteMarks`] now.
+pub fn write_marks(con: &mut Connection) -> WriteMarks {
+    WriteMarks {
+        repl_offset: info_int(con, "replication", "master_repl_offset"),
+        changes: info_int(con, "persistence", "rdb_changes_since_last_save"),
+    }
 }

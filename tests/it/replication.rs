@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::helpers::{
     commandstat_calls, error_text, keys, mixed_traffic, snapshot, token_bucket, wait_replicas,
+    write_marks,
 };
 use crate::server::{Server, info_int, primary_and_replica};
 
@@ -51,27 +52,21 @@ fn denied_calls_propagate_nothing() {
     let mut con = primary.conn();
     token_bucket(&mut con, "k", 2, "0.001", 2);
     assert_eq!(wait_replicas(&mut con), 1);
-    let offset = info_int(&mut con, "replication", "master_repl_offset");
-    let dirty = info_int(&mut con, "persistence", "rdb_changes_since_last_save");
+    let marks = write_marks(&mut con);
     for _ in 0..20 {
         assert_eq!(token_bucket(&mut con, "k", 2, "0.001", 1)[0], 0);
         assert_eq!(token_bucket(&mut con, "k", 2, "0.001", 3)[0], 0);
     }
     assert_eq!(
-        info_int(&mut con, "replication", "master_repl_offset"),
-        offset
-    );
-    assert_eq!(
-        info_int(&mut con, "persistence", "rdb_changes_since_last_save"),
-        dirty
+        write_marks(&mut con),
+        marks,
+        "denials wrote and propagated nothing"
     );
     // An admitted call does propagate, and counts as a change for RDB save points.
     token_bucket(&mut con, "other", 2, "1", 1);
-    assert!(info_int(&mut con, "replication", "master_repl_offset") > offset);
-    assert_eq!(
-        info_int(&mut con, "persistence", "rdb_changes_since_last_save"),
-        dirty + 1
-    );
+    let after = write_marks(&mut con);
+    assert!(after.repl_offset > marks.repl_offset);
+    assert_eq!(after.changes, marks.changes + 1);
 }
 
 #[test]
