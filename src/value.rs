@@ -36,7 +36,7 @@ const _: () = {
 };
 
 /// Boxes one state of a known kind and returns the tagged pointer Redis will hold.
-pub fn boxed<S: KindState>(state: S) -> *mut c_void {
+fn boxed<S: KindState>(state: S) -> *mut c_void {
     let pointer = Box::into_raw(Box::new(state));
     pointer
         .map_addr(|address| address | S::KIND as usize)

@@ -193,18 +193,25 @@ pub fn apply<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandError> {
 /// Checks a write against its key and allocates the value it will store, if any.
 fn prepare(write: &mut Write) -> Result<(), CommandError> {
     let held = write.key.held().map(LimiterRef::kind);
-    let new_value = match (&write.update, held) {
-        (Some(Update::Change(change)), Some(held)) if held != change.kind() => {
-            return Err(kind_mismatch(held, change.kind()));
-        }
-        (Some(Update::Change(change)), None) => Some(change.clone().create()),
-        (Some(Update::Replace(limiter)), held) if held != Some(limiter.as_ref().kind()) => {
-            Some(limiter.clone())
-        }
-        _ => None,
+    let needs_new_value = match &write.update {
+        Some(Update::Change(change)) => match held {
+            Some(held) if held != change.kind() => {
+                return Err(kind_mismatch(held, change.kind()));
+            }
+            Some(_) => false,
+            None => true,
+        },
+        Some(Update::Replace(limiter)) => held != Some(limiter.as_ref().kind()),
+        None => false,
     };
-    if let Some(limiter) = new_value {
-        write.update = None;
+    if needs_new_value {
+        // The update becomes the new value: taken, not copied (a replaced sliding log can
+        // hold up to its limit of entries).
+        let limiter = match write.update.take() {
+            Some(Update::Change(change)) => change.create(),
+            Some(Update::Replace(limiter)) => limiter,
+            None => return Ok(()),
+        };
         write.new_value = Some(value::into_raw(limiter));
     }
     Ok(())
