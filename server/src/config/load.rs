@@ -1,0 +1,646 @@
+//! Reading a config directory: every `*.yaml` / `*.yml` file in it (not hidden ones, so the
+//! `..data` links of a Kubernetes ConfigMap are followed once), one domain per file, each
+//! field checked, an unknown one refused with its file, line and the reason.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use saphyr::{MarkedYaml, YamlData, YamlLoader};
+use saphyr_parser::{Parser, ScalarStyle};
+
+use super::{
+    AlgorithmKind, Config, Domain, LimitSpec, Location, Rule, RuleLimit, Unit, ValuePattern,
+};
+
+/// Why a config file is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// The line (0 when the whole file or directory is concerned).
+    pub line: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file.display(), self.reason)
+        } else {
+            write!(f, "{}:{}: {}", self.file.display(), self.line, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The config files of a directory, sorted.
+pub fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = std::fs::read_dir(dir).map_err(|error| ConfigError {
+        file: dir.to_path_buf(),
+        line: 0,
+        reason: format!("cannot read the config directory: {error}"),
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .unwrap_or("");
+            !name.starts_with('.')
+                && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                && path.is_file()
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads and checks every config file of `dir`. All errors are returned (one per file at
+/// most, plus duplicate domains), so one reload reports everything wrong.
+pub fn load(dir: &Path) -> Result<Config, Vec<ConfigError>> {
+    let files = config_files(dir).map_err(|error| vec![error])?;
+    let mut domains: HashMap<String, Domain> = HashMap::new();
+    let mut errors = Vec::new();
+    for file in &files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(error) => {
+                errors.push(ConfigError {
+                    file: file.clone(),
+                    line: 0,
+                    reason: format!("cannot read: {error}"),
+                });
+                continue;
+            }
+        };
+        match parse_file(file, &text) {
+            Ok(domain) => {
+                if let Some(first) = domains.get(&domain.name) {
+                    errors.push(ConfigError {
+                        file: file.clone(),
+                        line: domain.location.line,
+                        reason: format!(
+                            "domain '{}' is already defined at {}",
+                            domain.name, first.location
+                        ),
+                    });
+                } else {
+                    domains.insert(domain.name.clone(), domain);
+                }
+            }
+            Err(error) => errors.push(error),
+        }
+    }
+    if errors.is_empty() {
+        Ok(Config { domains, files })
+    } else {
+        Err(errors)
+    }
+}
+
+/// Parses one file's text (one domain).
+pub fn parse_file(file: &Path, text: &str) -> Result<Domain, ConfigError> {
+    let file = Arc::new(file.to_path_buf());
+    let fail = |line: usize, reason: String| ConfigError {
+        file: file.to_path_buf(),
+        line,
+        reason,
+    };
+    let mut parser = Parser::new_from_str(text);
+    let mut loader: YamlLoader<'_, MarkedYaml<'_>> = YamlLoader::default();
+    // Scalars are kept as written, so a value such as `007` stays a string.
+    loader.early_parse(false);
+    let loaded = parser.load(&mut loader, true);
+    if let Err(error) = loaded.as_ref() {
+        return Err(fail(
+            error.marker().line(),
+            format!("not YAML: {}", error.info()),
+        ));
+    }
+    if let Some(error) = loader.error() {
+        return Err(fail(
+            error.marker().line(),
+            format!("not YAML: {}", error.info()),
+        ));
+    }
+    let documents = loader.into_documents();
+    let mut documents = documents.iter();
+    let Some(document) = documents.next() else {
+        return Err(fail(
+            0,
+            "the file is empty: a config file holds one domain".into(),
+        ));
+    };
+    if let Some(extra) = documents.next() {
+        return Err(fail(
+            line(extra),
+            "a second YAML document: a config file holds one domain".into(),
+        ));
+    }
+    let reader = Reader { file: &file };
+    reader.domain(document)
+}
+
+struct Reader<'a> {
+    file: &'a Arc<PathBuf>,
+}
+
+type Fields<'n, 'i> = Vec<(&'n str, &'n MarkedYaml<'i>, usize)>;
+
+fn line(node: &MarkedYaml<'_>) -> usize {
+    node.span.start.line()
+}
+
+impl Reader<'_> {
+    fn error(&self, line: usize, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_path_buf(),
+            line,
+            reason: reason.into(),
+        }
+    }
+
+    fn location(&self, line: usize) -> Location {
+        Location {
+            file: Arc::clone(self.file),
+            line,
+        }
+    }
+
+    /// A mapping's fields (keys as written, values, key lines), refusing any not in
+    /// `known`.
+    fn fields<'n, 'i>(
+        &self,
+        node: &'n MarkedYaml<'i>,
+        what: &str,
+        known: &[&str],
+    ) -> Result<Fields<'n, 'i>, ConfigError> {
+        let YamlData::Mapping(mapping) = &node.data else {
+            return Err(self.error(line(node), format!("{what} must be a mapping")));
+        };
+        let mut fields = Vec::with_capacity(mapping.len());
+        for (key, value) in mapping {
+            let name = match &key.data {
+                YamlData::Representation(text, _, _) => text.as_ref(),
+                _ => {
+                    return Err(
+                        self.error(line(key), format!("{what} has a key that is not a string"))
+                    );
+                }
+            };
+            if !known.contains(&name) {
+                let hint = match name {
+                    "quota_mode" | "value_to_metric" | "share_threshold" | "metadata" => {
+                        " (a field of the reference this service does not implement)".to_string()
+                    }
+                    _ => format!(" (known: {})", known.join(", ")),
+                };
+                return Err(
+                    self.error(line(key), format!("unknown field '{name}' in {what}{hint}"))
+                );
+            }
+            fields.push((name, value, line(key)));
+        }
+        Ok(fields)
+    }
+
+    fn string(&self, node: &MarkedYaml<'_>, field: &str) -> Result<String, ConfigError> {
+        match &node.data {
+            YamlData::Representation(text, style, _) => {
+                if *style == ScalarStyle::Plain && is_null(text) {
+                    Err(self.error(line(node), format!("'{field}' is empty")))
+                } else {
+                    Ok(text.to_string())
+                }
+            }
+            _ => Err(self.error(line(node), format!("'{field}' must be a string"))),
+        }
+    }
+
+    fn boolean(&self, node: &MarkedYaml<'_>, field: &str) -> Result<bool, ConfigError> {
+        match &node.data {
+            YamlData::Representation(text, ScalarStyle::Plain, _) => match text.as_ref() {
+                "true" | "True" | "TRUE" => Ok(true),
+                "false" | "False" | "FALSE" => Ok(false),
+                other => Err(self.error(
+                    line(node),
+                    format!("'{field}' must be true or false, not '{other}'"),
+                )),
+            },
+            _ => Err(self.error(line(node), format!("'{field}' must be true or false"))),
+        }
+    }
+
+    fn integer(&self, node: &MarkedYaml<'_>, field: &str, max: u64) -> Result<u64, ConfigError> {
+        let text = match &node.data {
+            YamlData::Representation(text, ScalarStyle::Plain, _) => text.as_ref(),
+            _ => return Err(self.error(line(node), format!("'{field}' must be an integer"))),
+        };
+        match text.parse::<u64>() {
+            Ok(value) if value <= max => Ok(value),
+            Ok(_) => Err(self.error(line(node), format!("'{field}' is above {max}"))),
+            Err(_) => Err(self.error(
+                line(node),
+                format!("'{field}' must be a non-negative integer, not '{text}'"),
+            )),
+        }
+    }
+
+    fn sequence<'n, 'i>(
+        &self,
+        node: &'n MarkedYaml<'i>,
+        field: &str,
+    ) -> Result<&'n [MarkedYaml<'i>], ConfigError> {
+        match &node.data {
+            YamlData::Sequence(items) => Ok(items),
+            YamlData::Representation(text, ScalarStyle::Plain, _) if is_null(text) => Ok(&[]),
+            _ => Err(self.error(line(node), format!("'{field}' must be a list"))),
+        }
+    }
+
+    fn domain(&self, node: &MarkedYaml<'_>) -> Result<Domain, ConfigError> {
+        let fields = self.fields(node, "the file", &["domain", "descriptors"])?;
+        let mut name = None;
+        let mut rules = Vec::new();
+        for (field, value, _) in &fields {
+            match *field {
+                "domain" => name = Some(self.string(value, "domain")?),
+                _ => rules = self.rules(value, "")?,
+            }
+        }
+        let name = name.ok_or_else(|| self.error(line(node), "the file has no 'domain'"))?;
+        check_unique(self, &rules)?;
+        Ok(Domain {
+            name,
+            rules,
+            location: self.location(line(node)),
+        })
+    }
+
+    fn rules(&self, node: &MarkedYaml<'_>, parent: &str) -> Result<Vec<Rule>, ConfigError> {
+        self.sequence(node, "descriptors")?
+            .iter()
+            .map(|item| self.rule(item, parent))
+            .collect()
+    }
+
+    fn rule(&self, node: &MarkedYaml<'_>, parent: &str) -> Result<Rule, ConfigError> {
+        let fields = self.fields(
+            node,
+            "a descriptor",
+            &[
+                "key",
+                "value",
+                "rate_limit",
+                "shadow_mode",
+                "detailed_metric",
+                "descriptors",
+            ],
+        )?;
+        let mut key = None;
+        let mut value = None;
+        let mut limit = None;
+        let mut shadow_mode = false;
+        let mut detailed_metric = false;
+        let mut children_node = None;
+        for (field, item, _) in &fields {
+            match *field {
+                "key" => key = Some(self.string(item, "key")?),
+                "value" => value = Some(self.string(item, "value")?),
+                "rate_limit" => limit = Some(self.limit(item)?),
+                "shadow_mode" => shadow_mode = self.boolean(item, "shadow_mode")?,
+                "detailed_metric" => detailed_metric = self.boolean(item, "detailed_metric")?,
+                _ => children_node = Some(*item),
+            }
+        }
+        let key = key.ok_or_else(|| self.error(line(node), "a descriptor has no 'key'"))?;
+        let mut path = if parent.is_empty() {
+            key.clone()
+        } else {
+            format!("{parent}.{key}")
+        };
+        if let Some(value) = &value {
+            path.push('=');
+            path.push_str(value);
+        }
+        let children = match children_node {
+            Some(children) => self.rules(children, &path)?,
+            None => Vec::new(),
+        };
+        check_unique(self, &children)?;
+        if limit.is_none() && children.is_empty() {
+            return Err(self.error(
+                line(node),
+                format!("descriptor '{path}' has neither a 'rate_limit' nor nested 'descriptors'"),
+            ));
+        }
+        Ok(Rule {
+            key,
+            value: value.as_deref().map(ValuePattern::parse),
+            limit,
+            shadow_mode,
+            detailed_metric,
+            children,
+            path,
+            location: self.location(line(node)),
+        })
+    }
+
+    fn limit(&self, node: &MarkedYaml<'_>) -> Result<RuleLimit, ConfigError> {
+        let fields = self.fields(
+            node,
+            "rate_limit",
+            &[
+                "unit",
+                "requests_per_unit",
+                "name",
+                "unlimited",
+                "replaces",
+                "algorithm",
+                "burst",
+            ],
+        )?;
+        let mut unit = None;
+        let mut requests_per_unit = None;
+        let mut name = None;
+        let mut unlimited = false;
+        let mut replaces = Vec::new();
+        let mut algorithm = None;
+        let mut burst = None;
+        for (field, item, _) in &fields {
+            match *field {
+                "unit" => {
+                    let text = self.string(item, "unit")?;
+                    unit = Some(Unit::parse(&text).ok_or_else(|| {
+                        self.error(
+                            line(item),
+                            format!(
+                                "unknown unit '{text}' (second, minute, hour, day, week, month, year)"
+                            ),
+                        )
+                    })?);
+                }
+                "requests_per_unit" => {
+                    requests_per_unit =
+                        Some(self.integer(item, "requests_per_unit", u64::from(u32::MAX))?);
+                }
+                "name" => name = Some(self.string(item, "name")?),
+                "unlimited" => unlimited = self.boolean(item, "unlimited")?,
+                "replaces" => replaces = self.replaces(item)?,
+                "algorithm" => {
+                    let text = self.string(item, "algorithm")?;
+                    algorithm = Some((AlgorithmKind::parse(&text).ok_or_else(|| {
+                        self.error(
+                            line(item),
+                            format!(
+                                "unknown algorithm '{text}' (fixed_window, sliding_window, token_bucket, gcra, concurrency)"
+                            ),
+                        )
+                    })?, line(item)));
+                }
+                _ => {
+                    burst = Some((
+                        self.integer(item, "burst", u64::from(u32::MAX))?,
+                        line(item),
+                    ))
+                }
+            }
+        }
+        if !replaces.is_empty() && name.is_none() {
+            return Err(self.error(line(node), "a limit with 'replaces' needs a 'name'"));
+        }
+        if unlimited {
+            if requests_per_unit.is_some_and(|rpu| rpu > 0)
+                || algorithm.is_some()
+                || burst.is_some()
+            {
+                return Err(self.error(
+                    line(node),
+                    "an unlimited limit has no requests_per_unit, algorithm or burst",
+                ));
+            }
+            return Ok(RuleLimit {
+                spec: None,
+                name,
+                replaces,
+            });
+        }
+        let unit = unit.ok_or_else(|| self.error(line(node), "rate_limit has no 'unit'"))?;
+        let requests_per_unit = requests_per_unit
+            .ok_or_else(|| self.error(line(node), "rate_limit has no 'requests_per_unit'"))?;
+        let kind = algorithm.map_or(AlgorithmKind::FixedWindow, |(kind, _)| kind);
+        if let Some((value, at)) = burst {
+            if !kind.has_burst() {
+                return Err(self.error(
+                    at,
+                    format!(
+                        "'burst' is for token_bucket and gcra, not {}",
+                        kind.as_str()
+                    ),
+                ));
+            }
+            if value == 0 {
+                return Err(self.error(at, "'burst' must be at least 1"));
+            }
+        }
+        let spec = LimitSpec {
+            requests_per_unit,
+            unit,
+            algorithm: kind,
+            burst: burst.map(|(value, _)| value),
+        };
+        if let Err(error) = spec.algorithm() {
+            let at = algorithm.map_or(line(node), |(_, at)| at);
+            return Err(self.error(at, format!("this limit cannot be enforced: {error}")));
+        }
+        Ok(RuleLimit {
+            spec: Some(spec),
+            name,
+            replaces,
+        })
+    }
+
+    fn replaces(&self, node: &MarkedYaml<'_>) -> Result<Vec<String>, ConfigError> {
+        self.sequence(node, "replaces")?
+            .iter()
+            .map(|item| {
+                let fields = self.fields(item, "a replaces entry", &["name"])?;
+                let (_, value, _) = fields
+                    .first()
+                    .ok_or_else(|| self.error(line(item), "a replaces entry has no 'name'"))?;
+                self.string(value, "name")
+            })
+            .collect()
+    }
+}
+
+/// Two rules of one level with the same key and value would make the second unreachable.
+fn check_unique(reader: &Reader<'_>, rules: &[Rule]) -> Result<(), ConfigError> {
+    for (index, rule) in rules.iter().enumerate() {
+        if let Some(first) = rules
+            .iter()
+            .take(index)
+            .find(|other| other.key == rule.key && other.value == rule.value)
+        {
+            return Err(reader.error(
+                rule.location.line,
+                format!(
+                    "descriptor '{}' is already defined at line {}",
+                    rule.path, first.location.line
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn is_null(text: &str) -> bool {
+    matches!(text, "" | "~" | "null" | "Null" | "NULL")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    fn parse(text: &str) -> Result<Domain, ConfigError> {
+        parse_file(Path::new("test.yaml"), text)
+    }
+
+    #[test]
+    fn reads_the_reference_format() {
+        let domain = parse(
+            "domain: api\n\
+             descriptors:\n\
+             \x20 - key: api_key\n\
+             \x20   rate_limit:\n\
+             \x20     unit: MINUTE\n\
+             \x20     requests_per_unit: 100\n\
+             \x20     name: per-key\n\
+             \x20   descriptors:\n\
+             \x20     - key: path\n\
+             \x20       value: \"/search*\"\n\
+             \x20       shadow_mode: true\n\
+             \x20       rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 10}\n\
+             \x20 - key: tier\n\
+             \x20   value: \"007\"\n\
+             \x20   rate_limit: {unlimited: true}\n",
+        )
+        .unwrap();
+        assert_eq!(domain.name, "api");
+        assert_eq!(domain.rules.len(), 2);
+        let per_key = &domain.rules[0];
+        assert_eq!(per_key.location.line, 3);
+        let spec = per_key.limit.as_ref().unwrap().spec.as_ref().unwrap();
+        assert_eq!(spec.unit, Unit::Minute);
+        assert_eq!(spec.requests_per_unit, 100);
+        let path = &per_key.children[0];
+        assert!(path.shadow_mode);
+        assert_eq!(path.path, "api_key.path=/search*");
+        let spec = path.limit.as_ref().unwrap().spec.as_ref().unwrap();
+        assert_eq!(spec.algorithm, AlgorithmKind::TokenBucket);
+        assert_eq!(spec.burst, Some(10));
+        assert_eq!(
+            domain.rules[1].value,
+            Some(ValuePattern::Exact("007".into()))
+        );
+        assert!(domain.rules[1].limit.as_ref().unwrap().spec.is_none());
+
+        let entries = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let found = domain.find(&entries(&[("api_key", "k1")])).unwrap();
+        assert_eq!(found.rule.path, "api_key");
+        let found = domain
+            .find(&entries(&[("api_key", "k1"), ("path", "/search/x")]))
+            .unwrap();
+        assert_eq!(found.rule.path, "api_key.path=/search*");
+        assert!(
+            domain
+                .find(&entries(&[("api_key", "k1"), ("path", "/other")]))
+                .is_none()
+        );
+        assert!(domain.find(&entries(&[("path", "/search")])).is_none());
+        assert!(domain.find(&entries(&[("tier", "007")])).is_some());
+        assert!(domain.find(&entries(&[("tier", "7")])).is_none());
+    }
+
+    #[test]
+    fn refuses_with_the_line_and_the_reason() {
+        let cases: &[(&str, usize, &str)] = &[
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limt: {}\n",
+                4,
+                "unknown field 'rate_limt'",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+                4,
+                "unknown unit 'fortnight'",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n",
+                6,
+                "non-negative integer",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: leaky\n",
+                7,
+                "unknown algorithm 'leaky'",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burst: 3\n",
+                7,
+                "'burst' is for token_bucket and gcra",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                4,
+                "does not implement",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n",
+                5,
+                "already defined at line 3",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: yes\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                4,
+                "true or false",
+            ),
+            ("descriptors: []\n", 1, "no 'domain'"),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n",
+                4,
+                "unlimited",
+            ),
+            ("domain: a\ndescriptors:\n  - key: k\n", 3, "neither"),
+            ("domain: a\n  descriptors: [\n", 2, "not YAML"),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n",
+                4,
+                "needs a 'name'",
+            ),
+        ];
+        for (text, line, reason) in cases {
+            let error = parse(text).unwrap_err();
+            assert_eq!(error.line, *line, "{text}: {error}");
+            assert!(error.reason.contains(reason), "{text}: {error}");
+            assert!(
+                error
+                    .to_string()
+                    .starts_with(&format!("test.yaml:{line}: ")),
+                "{error}"
+            );
+        }
+    }
+}

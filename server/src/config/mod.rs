@@ -1,0 +1,299 @@
+//! The limits the service enforces: the envoyproxy/ratelimit YAML format, read as it is
+//! ([`load`] parses and validates one directory of files), and the lookup of a request
+//! descriptor's rule ([`Domain::find`]).
+//!
+//! ```yaml
+//! domain: api
+//! descriptors:
+//!   - key: api_key                    # any value: one counter per value
+//!     rate_limit: {unit: minute, requests_per_unit: 100, name: per-key}
+//!     descriptors:
+//!       - key: path
+//!         value: "/search*"           # wildcards: trailing or inner '*'
+//!         rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 10}
+//!   - key: remote_address
+//!     shadow_mode: true               # decides and reports, never denies
+//!     rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: sliding_window}
+//! ```
+//!
+//! The one extension to the reference's format is per limit: `algorithm` (`fixed_window`,
+//! the reference's behaviour and the default; `sliding_window`; `token_bucket` and `gcra`,
+//! both with an optional `burst`; `concurrency`, at most `requests_per_unit` requests at once,
+//! a slot not released freed after one `unit`).
+
+mod load;
+mod pattern;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_ratelimit_client::algorithm::AlgorithmError;
+use redis_ratelimit_client::{Algorithm, Rate};
+
+pub use self::load::{config_files, load};
+pub use self::pattern::ValuePattern;
+
+/// The time unit of a `rate_limit`, as in the reference's `rls_conf.proto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 3600 s.
+    Hour,
+    /// 86,400 s.
+    Day,
+    /// Seven days.
+    Week,
+    /// 30 days, as the reference counts a month.
+    Month,
+    /// 365 days, as the reference counts a year.
+    Year,
+}
+
+impl Unit {
+    /// The unit's length in seconds.
+    pub fn seconds(self) -> u64 {
+        match self {
+            Self::Second => 1,
+            Self::Minute => 60,
+            Self::Hour => 3_600,
+            Self::Day => 86_400,
+            Self::Week => 604_800,
+            Self::Month => 2_592_000,
+            Self::Year => 31_536_000,
+        }
+    }
+
+    /// The unit named as in the config (`second` … `year`, any case as the reference
+    /// accepts `SECOND`).
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text.to_ascii_lowercase().as_str() {
+            "second" => Self::Second,
+            "minute" => Self::Minute,
+            "hour" => Self::Hour,
+            "day" => Self::Day,
+            "week" => Self::Week,
+            "month" => Self::Month,
+            "year" => Self::Year,
+            _ => return None,
+        })
+    }
+}
+
+/// Which algorithm decides a limit (the `algorithm:` extension).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AlgorithmKind {
+    /// Windows aligned to the epoch, as the reference counts (the default).
+    #[default]
+    FixedWindow,
+    /// The sliding-window counter: no burst at window boundaries.
+    SlidingWindow,
+    /// A token bucket refilled at `requests_per_unit` per `unit`, holding `burst`.
+    TokenBucket,
+    /// GCRA: `requests_per_unit` per `unit`, `burst` at once.
+    Gcra,
+    /// At most `requests_per_unit` requests at once (released through `POST /v1/release`).
+    Concurrency,
+}
+
+impl AlgorithmKind {
+    /// The kind named in the config.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "fixed_window" => Self::FixedWindow,
+            "sliding_window" => Self::SlidingWindow,
+            "token_bucket" => Self::TokenBucket,
+            "gcra" => Self::Gcra,
+            "concurrency" => Self::Concurrency,
+            _ => return None,
+        })
+    }
+
+    /// The config's name of the kind (also part of every key, so that changing a limit's
+    /// algorithm starts a new counter instead of meeting a key of another type).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingWindow => "sliding_window",
+            Self::TokenBucket => "token_bucket",
+            Self::Gcra => "gcra",
+            Self::Concurrency => "concurrency",
+        }
+    }
+
+    /// Whether the kind takes a `burst`.
+    pub fn has_burst(self) -> bool {
+        matches!(self, Self::TokenBucket | Self::Gcra)
+    }
+}
+
+/// A limit: what a `rate_limit` block says, or a request's `limit` override.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LimitSpec {
+    /// Requests per unit (0: every request is denied, as in the reference).
+    pub requests_per_unit: u64,
+    /// The unit.
+    pub unit: Unit,
+    /// The algorithm.
+    pub algorithm: AlgorithmKind,
+    /// Token bucket and GCRA: units at once (default `requests_per_unit`).
+    pub burst: Option<u64>,
+}
+
+impl LimitSpec {
+    /// The client library's algorithm for the limit (`None` when `requests_per_unit` is 0:
+    /// nothing is ever admitted, no counter is kept).
+    pub fn algorithm(&self) -> Result<Option<Algorithm>, AlgorithmError> {
+        if self.requests_per_unit == 0 {
+            return Ok(None);
+        }
+        let per = self.requests_per_unit;
+        let window = Duration::from_secs(self.unit.seconds());
+        let burst = self.burst.unwrap_or(per);
+        let algorithm = match self.algorithm {
+            AlgorithmKind::FixedWindow => Algorithm::fixed_window(per, window)?,
+            AlgorithmKind::SlidingWindow => Algorithm::sliding_window(per, window)?,
+            AlgorithmKind::TokenBucket => {
+                Algorithm::token_bucket_with_rate(burst, Rate::per(per, window)?)?
+            }
+            AlgorithmKind::Gcra => Algorithm::gcra(burst.saturating_sub(1), per, window)?,
+            AlgorithmKind::Concurrency => Algorithm::concurrency(per, window)?,
+        };
+        Ok(Some(algorithm))
+    }
+
+    /// A short text naming the limit's parameters, part of its Redis key: a changed limit
+    /// gets a fresh counter rather than a key holding another algorithm's state.
+    pub fn key_suffix(&self) -> String {
+        let mut suffix = format!("{}:{}", self.algorithm.as_str(), self.unit.seconds());
+        if let Some(burst) = self.burst.filter(|_| self.algorithm.has_burst()) {
+            suffix.push_str(&format!(":b{burst}"));
+        }
+        suffix
+    }
+}
+
+/// A `rate_limit` block of the config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleLimit {
+    /// The limit (`None`: `unlimited: true`).
+    pub spec: Option<LimitSpec>,
+    /// The limit's `name` (reported in statuses, headers and metadata).
+    pub name: Option<String>,
+    /// Names of the limits this one replaces when both apply to a request.
+    pub replaces: Vec<String>,
+}
+
+/// Where something was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The file.
+    pub file: Arc<PathBuf>,
+    /// Its line, from 1.
+    pub line: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// One `descriptors` entry of the config: a key, an optional value (or pattern), a limit and
+/// nested descriptors.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    /// The entry key it matches.
+    pub key: String,
+    /// The value it matches: `None` matches any value (one counter per value).
+    pub value: Option<ValuePattern>,
+    /// Its limit, if any.
+    pub limit: Option<RuleLimit>,
+    /// Decide and report, never deny.
+    pub shadow_mode: bool,
+    /// Metrics name the request's own values rather than the rule.
+    pub detailed_metric: bool,
+    /// Nested rules (matched by the next entry of a descriptor).
+    pub children: Vec<Rule>,
+    /// The rule's path in the config (`key=value.key`), its identity in metrics.
+    pub path: String,
+    /// Where it was written.
+    pub location: Location,
+}
+
+/// One `domain` and its rules.
+#[derive(Clone, Debug)]
+pub struct Domain {
+    /// The domain.
+    pub name: String,
+    /// Its top-level rules.
+    pub rules: Vec<Rule>,
+    /// The file it came from.
+    pub location: Location,
+}
+
+/// What a descriptor's entries matched: the deepest rule reached by its last entry, if it
+/// has a limit.
+#[derive(Clone, Copy, Debug)]
+pub struct Found<'a> {
+    /// The rule.
+    pub rule: &'a Rule,
+    /// Its limit.
+    pub limit: &'a RuleLimit,
+}
+
+impl Domain {
+    /// The rule of a descriptor, matched as the reference does: entry by entry, each level
+    /// trying an exact value, then the wildcard values in config order, then the rule with
+    /// no value; the limit applies only if the descriptor's last entry lands on a rule that
+    /// has one.
+    pub fn find<'a>(&'a self, entries: &[(String, String)]) -> Option<Found<'a>> {
+        let mut level: &[Rule] = &self.rules;
+        let count = entries.len();
+        for (index, (key, value)) in entries.iter().enumerate() {
+            let rule = match_level(level, key, value)?;
+            let last = index.saturating_add(1) == count;
+            if last {
+                return rule.limit.as_ref().map(|limit| Found { rule, limit });
+            }
+            if rule.children.is_empty() {
+                return None;
+            }
+            level = &rule.children;
+        }
+        None
+    }
+}
+
+fn match_level<'a>(rules: &'a [Rule], key: &str, value: &str) -> Option<&'a Rule> {
+    let same_key = || rules.iter().filter(move |rule| rule.key == key);
+    same_key()
+        .find(|rule| matches!(&rule.value, Some(ValuePattern::Exact(exact)) if exact == value))
+        .or_else(|| {
+            same_key().find(|rule| {
+                matches!(&rule.value, Some(pattern @ ValuePattern::Glob(_)) if pattern.matches(value))
+            })
+        })
+        .or_else(|| same_key().find(|rule| rule.value.is_none()))
+}
+
+/// Every domain of a config directory.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// The domains by name.
+    pub domains: HashMap<String, Domain>,
+    /// The files read, sorted.
+    pub files: Vec<PathBuf>,
+}
+
+impl Config {
+    /// The domain named `name`.
+    pub fn domain(&self, name: &str) -> Option<&Domain> {
+        self.domains.get(name)
+    }
+}

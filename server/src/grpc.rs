@@ -1,0 +1,225 @@
+//! Envoy's rate limit service, v3 (`envoy.service.ratelimit.v3.RateLimitService`), as the
+//! `envoy.filters.http.ratelimit` filter (and Istio, Envoy Gateway, Contour, Gloo, Emissary)
+//! calls it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ResponseUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+use envoy_types::pb::google::protobuf::{self, ListValue, Struct, Value, value::Kind};
+use tonic::{Request, Response, Status as GrpcStatus};
+
+use crate::config::Unit;
+use crate::engine::{CheckFailure, Engine, Verdict};
+use crate::headers::{self, HeaderSettings};
+use crate::metrics;
+use crate::request::{BadRequest, CheckRequest, Descriptor};
+
+/// The gRPC service.
+pub struct Rls {
+    engine: Arc<Engine>,
+    headers: HeaderSettings,
+}
+
+impl Rls {
+    /// The service over an engine.
+    pub fn new(engine: Arc<Engine>, headers: HeaderSettings) -> Self {
+        Self { engine, headers }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, GrpcStatus> {
+        let request = request.into_inner();
+        let check = match from_proto(&request) {
+            Ok(check) => check,
+            Err(error) => {
+                metrics::request("grpc", &request.domain, "bad_request");
+                return Err(GrpcStatus::invalid_argument(error.0));
+            }
+        };
+        match self.engine.check(&check).await {
+            Ok(verdict) => {
+                metrics::request(
+                    "grpc",
+                    &check.domain,
+                    if verdict.allowed { "ok" } else { "over_limit" },
+                );
+                Ok(Response::new(to_proto(&check, &verdict, &self.headers)))
+            }
+            Err(CheckFailure::BadRequest(error)) => {
+                metrics::request("grpc", &check.domain, "bad_request");
+                Err(GrpcStatus::invalid_argument(error.0))
+            }
+            Err(CheckFailure::Internal(error)) => {
+                metrics::request("grpc", &check.domain, "error");
+                tracing::error!(domain = %check.domain, "check failed: {error}");
+                Err(GrpcStatus::internal(error))
+            }
+        }
+    }
+}
+
+/// The service's view of a gRPC request.
+pub fn from_proto(request: &RateLimitRequest) -> Result<CheckRequest, BadRequest> {
+    let descriptors = request
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(index, descriptor)| descriptor_from_proto(index, descriptor))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(CheckRequest {
+        domain: request.domain.clone(),
+        descriptors,
+        hits_addend: u64::from(request.hits_addend),
+    })
+}
+
+fn descriptor_from_proto(
+    index: usize,
+    descriptor: &RateLimitDescriptor,
+) -> Result<Descriptor, BadRequest> {
+    if descriptor.is_negative_hits {
+        return Err(BadRequest(format!(
+            "descriptors[{index}].is_negative_hits is not supported"
+        )));
+    }
+    let limit = match &descriptor.limit {
+        None => None,
+        Some(limit) => {
+            let unit = RateLimitUnit::try_from(limit.unit)
+                .ok()
+                .and_then(|unit| match unit {
+                    RateLimitUnit::Second => Some(Unit::Second),
+                    RateLimitUnit::Minute => Some(Unit::Minute),
+                    RateLimitUnit::Hour => Some(Unit::Hour),
+                    RateLimitUnit::Day => Some(Unit::Day),
+                    RateLimitUnit::Month => Some(Unit::Month),
+                    RateLimitUnit::Year => Some(Unit::Year),
+                    RateLimitUnit::Unknown => None,
+                })
+                .ok_or_else(|| {
+                    BadRequest(format!(
+                        "descriptors[{index}].limit.unit is not a known unit"
+                    ))
+                })?;
+            Some((limit.requests_per_unit, unit))
+        }
+    };
+    Ok(Descriptor {
+        entries: descriptor
+            .entries
+            .iter()
+            .map(|entry| (entry.key.clone(), entry.value.clone()))
+            .collect(),
+        limit,
+        hits_addend: descriptor.hits_addend.as_ref().map(|hits| hits.value),
+    })
+}
+
+/// The unit as the response's enum.
+fn response_unit(unit: Unit) -> ResponseUnit {
+    match unit {
+        Unit::Second => ResponseUnit::Second,
+        Unit::Minute => ResponseUnit::Minute,
+        Unit::Hour => ResponseUnit::Hour,
+        Unit::Day => ResponseUnit::Day,
+        Unit::Week => ResponseUnit::Week,
+        Unit::Month => ResponseUnit::Month,
+        Unit::Year => ResponseUnit::Year,
+    }
+}
+
+/// The response to a decided request.
+pub fn to_proto(
+    request: &CheckRequest,
+    verdict: &Verdict,
+    settings: &HeaderSettings,
+) -> RateLimitResponse {
+    let statuses = verdict
+        .statuses
+        .iter()
+        .map(|status| DescriptorStatus {
+            code: if status.ok { Code::Ok } else { Code::OverLimit } as i32,
+            current_limit: status.limit.as_ref().map(|limit| RateLimit {
+                name: limit.name.clone(),
+                requests_per_unit: u32::try_from(limit.requests_per_unit).unwrap_or(u32::MAX),
+                unit: response_unit(limit.unit) as i32,
+            }),
+            limit_remaining: u32::try_from(status.remaining).unwrap_or(u32::MAX),
+            duration_until_reset: status.consulted.then(|| protobuf::Duration {
+                seconds: i64::try_from(status.reset_after.as_secs()).unwrap_or(i64::MAX),
+                nanos: i32::try_from(status.reset_after.subsec_nanos()).unwrap_or(0),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let hits: Vec<u64> = request
+        .descriptors
+        .iter()
+        .map(|descriptor| request.hits(descriptor))
+        .collect();
+    let response_headers_to_add = headers::fields(verdict, settings, &hits)
+        .into_iter()
+        .map(|(key, value)| HeaderValue {
+            key,
+            value,
+            ..Default::default()
+        })
+        .collect();
+    RateLimitResponse {
+        overall_code: if verdict.allowed {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
+        statuses,
+        response_headers_to_add,
+        dynamic_metadata: metadata(verdict),
+        ..Default::default()
+    }
+}
+
+/// `denied_by` (and `shadow_denied_by`) name the limits that denied, so an access log can
+/// say which rule fired; `decided_by` says whether the store or the failure mode decided.
+fn metadata(verdict: &Verdict) -> Option<Struct> {
+    let denied = verdict.denied_by();
+    let shadow = verdict.shadow_denied_by();
+    if denied.is_empty() && shadow.is_empty() && verdict.allowed {
+        return None;
+    }
+    let list = |names: Vec<&str>| Value {
+        kind: Some(Kind::ListValue(ListValue {
+            values: names
+                .into_iter()
+                .map(|name| Value {
+                    kind: Some(Kind::StringValue(name.to_string())),
+                })
+                .collect(),
+        })),
+    };
+    let mut fields = HashMap::new();
+    fields.insert("denied_by".to_string(), list(denied));
+    if !shadow.is_empty() {
+        fields.insert("shadow_denied_by".to_string(), list(shadow));
+    }
+    fields.insert(
+        "decided_by".to_string(),
+        Value {
+            kind: Some(Kind::StringValue(verdict.decider.as_str().to_string())),
+        },
+    );
+    Some(Struct { fields })
+}

@@ -1,0 +1,442 @@
+//! The HTTP JSON API, for every language: `POST /v1/check` takes the gRPC request in
+//! proto3's JSON mapping and answers the decision; `POST /v1/release` gives in-flight slots
+//! back; `GET /metrics`, `/healthz`, `/readyz`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::config::Unit;
+use crate::engine::{CheckFailure, Engine, Verdict};
+use crate::headers::{self, HeaderSettings};
+use crate::metrics;
+use crate::request::{CheckRequest, Descriptor};
+
+/// Largest request body accepted.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What the handlers share.
+pub struct Api {
+    /// The decisions.
+    pub engine: Arc<Engine>,
+    /// The header fields to return.
+    pub headers: HeaderSettings,
+    /// The Prometheus exporter.
+    pub metrics: PrometheusHandle,
+    /// Whether the store answers (the health probe's last result).
+    pub store_reachable: Arc<AtomicBool>,
+    /// Whether the failure mode denies (then the service is not ready without the store).
+    pub fails_closed: bool,
+    /// The bearer token `/v1/*` requires, if any.
+    pub token: Option<String>,
+}
+
+/// The routes.
+pub fn router(api: Arc<Api>) -> Router {
+    let guarded = Router::new()
+        .route("/v1/check", post(check))
+        .route("/v1/release", post(release))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&api), bearer));
+    Router::new()
+        .merge(guarded)
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(api)
+}
+
+/// An `application/problem+json` answer (RFC 9457).
+fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
+    let body = json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn bad_request(detail: &str) -> Response {
+    metrics::request("http", "", "bad_request");
+    problem(StatusCode::BAD_REQUEST, "Bad Request", detail)
+}
+
+async fn bearer(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    if let Some(token) = &api.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        if !given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
+            let mut response = problem(
+                StatusCode::UNAUTHORIZED,
+                "Unauthorized",
+                "this API needs 'Authorization: Bearer <token>'",
+            );
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without leaking where the first difference is.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A proto3 JSON integer: a number, or a string of digits (the mapping of 64-bit fields).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum JsonInt {
+    Number(u64),
+    Text(String),
+}
+
+impl JsonInt {
+    fn value(&self, field: &str) -> Result<u64, String> {
+        match self {
+            Self::Number(value) => Ok(*value),
+            Self::Text(text) => text
+                .parse()
+                .map_err(|_| format!("'{field}' must be a non-negative integer, not '{text}'")),
+        }
+    }
+}
+
+/// A proto3 JSON enum: its name or its number.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum JsonEnum {
+    Number(i64),
+    Name(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonEntry {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonLimit {
+    #[serde(rename = "requestsPerUnit", alias = "requests_per_unit")]
+    requests_per_unit: JsonInt,
+    unit: JsonEnum,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonDescriptor {
+    #[serde(default)]
+    entries: Vec<JsonEntry>,
+    #[serde(default)]
+    limit: Option<JsonLimit>,
+    #[serde(default, rename = "hitsAddend", alias = "hits_addend")]
+    hits_addend: Option<JsonInt>,
+    #[serde(default, rename = "isNegativeHits", alias = "is_negative_hits")]
+    is_negative_hits: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonRequest {
+    #[serde(default)]
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<JsonDescriptor>,
+    #[serde(default, rename = "hitsAddend", alias = "hits_addend")]
+    hits_addend: Option<JsonInt>,
+}
+
+fn unit_from_json(unit: &JsonEnum) -> Option<Unit> {
+    match unit {
+        JsonEnum::Number(1) => Some(Unit::Second),
+        JsonEnum::Number(2) => Some(Unit::Minute),
+        JsonEnum::Number(3) => Some(Unit::Hour),
+        JsonEnum::Number(4) => Some(Unit::Day),
+        JsonEnum::Number(5) => Some(Unit::Month),
+        JsonEnum::Number(6) => Some(Unit::Year),
+        JsonEnum::Number(_) => None,
+        JsonEnum::Name(name) => Unit::parse(name).filter(|unit| *unit != Unit::Week),
+    }
+}
+
+/// The service's view of a JSON request.
+fn from_json(body: &[u8]) -> Result<CheckRequest, String> {
+    let request: JsonRequest =
+        serde_json::from_slice(body).map_err(|error| format!("malformed JSON: {error}"))?;
+    let hits_addend = match &request.hits_addend {
+        Some(hits) => hits.value("hitsAddend")?,
+        None => 0,
+    };
+    if hits_addend > u64::from(u32::MAX) {
+        return Err("'hitsAddend' is a uint32".into());
+    }
+    let mut descriptors = Vec::with_capacity(request.descriptors.len());
+    for (index, descriptor) in request.descriptors.into_iter().enumerate() {
+        if descriptor.is_negative_hits {
+            return Err(format!(
+                "descriptors[{index}].isNegativeHits is not supported"
+            ));
+        }
+        let limit = match &descriptor.limit {
+            None => None,
+            Some(limit) => {
+                let field = format!("descriptors[{index}].limit.requestsPerUnit");
+                let requests = limit.requests_per_unit.value(&field)?;
+                let requests =
+                    u32::try_from(requests).map_err(|_| format!("'{field}' is a uint32"))?;
+                let unit = unit_from_json(&limit.unit).ok_or_else(|| {
+                    format!("descriptors[{index}].limit.unit is not a known unit (SECOND … YEAR)")
+                })?;
+                Some((requests, unit))
+            }
+        };
+        let hits = match &descriptor.hits_addend {
+            Some(hits) => Some(hits.value(&format!("descriptors[{index}].hitsAddend"))?),
+            None => None,
+        };
+        descriptors.push(Descriptor {
+            entries: descriptor
+                .entries
+                .into_iter()
+                .map(|entry| (entry.key, entry.value))
+                .collect(),
+            limit,
+            hits_addend: hits,
+        });
+    }
+    Ok(CheckRequest {
+        domain: request.domain,
+        descriptors,
+        hits_addend,
+    })
+}
+
+fn unit_name(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Second => "SECOND",
+        Unit::Minute => "MINUTE",
+        Unit::Hour => "HOUR",
+        Unit::Day => "DAY",
+        Unit::Week => "WEEK",
+        Unit::Month => "MONTH",
+        Unit::Year => "YEAR",
+    }
+}
+
+/// A proto3 JSON duration: seconds with up to nine decimals and an `s`.
+fn json_duration(duration: std::time::Duration) -> String {
+    let nanos = duration.subsec_nanos();
+    if nanos == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}.{:09}s", duration.as_secs(), nanos)
+    }
+}
+
+/// The JSON answer: the gRPC response's fields in proto3 JSON, plus `allowed`, the HTTP
+/// status a service should answer with (`status`: 200, 429, or 503 when the store is out of
+/// reach and the failure mode denies), `deniedBy`, and `inFlight` to release.
+fn verdict_json(request: &CheckRequest, verdict: &Verdict, settings: &HeaderSettings) -> Value {
+    let statuses: Vec<Value> = verdict
+        .statuses
+        .iter()
+        .map(|status| {
+            let mut item = serde_json::Map::new();
+            item.insert(
+                "code".into(),
+                json!(if status.ok { "OK" } else { "OVER_LIMIT" }),
+            );
+            item.insert("limitRemaining".into(), json!(status.remaining));
+            if let Some(limit) = &status.limit {
+                item.insert(
+                    "currentLimit".into(),
+                    json!({
+                        "name": limit.name,
+                        "requestsPerUnit": limit.requests_per_unit,
+                        "unit": unit_name(limit.unit),
+                    }),
+                );
+            }
+            if status.consulted {
+                item.insert(
+                    "durationUntilReset".into(),
+                    json!(json_duration(status.reset_after)),
+                );
+            }
+            if status.shadow {
+                item.insert("shadowMode".into(), json!(true));
+                item.insert("wouldDeny".into(), json!(status.over));
+            }
+            Value::Object(item)
+        })
+        .collect();
+    let hits: Vec<u64> = request
+        .descriptors
+        .iter()
+        .map(|descriptor| request.hits(descriptor))
+        .collect();
+    let headers: serde_json::Map<String, Value> = headers::fields(verdict, settings, &hits)
+        .into_iter()
+        .map(|(key, value)| (key, Value::String(value)))
+        .collect();
+    let status = match (verdict.allowed, verdict.unavailable) {
+        (true, _) => 200,
+        (false, true) => 503,
+        (false, false) => 429,
+    };
+    let mut body = serde_json::Map::new();
+    let fields = json!({
+        "overallCode": if verdict.allowed { "OK" } else { "OVER_LIMIT" },
+        "allowed": verdict.allowed,
+        "status": status,
+        "statuses": statuses,
+        "headers": headers,
+        "deniedBy": verdict.denied_by(),
+        "decidedBy": verdict.decider.as_str(),
+    });
+    if let Value::Object(fields) = fields {
+        body.extend(fields);
+    }
+    let shadow = verdict.shadow_denied_by();
+    if !shadow.is_empty() {
+        body.insert("shadowDeniedBy".into(), json!(shadow));
+    }
+    if let Some(id) = &verdict.in_flight {
+        body.insert("inFlight".into(), json!(id));
+    }
+    Value::Object(body)
+}
+
+async fn check(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let request = match from_json(&body) {
+        Ok(request) => request,
+        Err(error) => return bad_request(&error),
+    };
+    match api.engine.check(&request).await {
+        Ok(verdict) => {
+            metrics::request(
+                "http",
+                &request.domain,
+                if verdict.allowed { "ok" } else { "over_limit" },
+            );
+            let body = verdict_json(&request, &verdict, &api.headers);
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response()
+        }
+        Err(CheckFailure::BadRequest(error)) => bad_request(&error.0),
+        Err(CheckFailure::Internal(error)) => {
+            metrics::request("http", &request.domain, "error");
+            tracing::error!(domain = %request.domain, "check failed: {error}");
+            problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Internal Server Error",
+                &error,
+            )
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseRequest {
+    #[serde(rename = "inFlight", alias = "in_flight")]
+    in_flight: String,
+}
+
+async fn release(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+    let request: ReleaseRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => return bad_request(&format!("malformed JSON: {error}")),
+    };
+    if api.engine.release(&request.in_flight).await {
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({"released": true}).to_string(),
+        )
+            .into_response()
+    } else {
+        problem(
+            StatusCode::NOT_FOUND,
+            "Not Found",
+            "no in-flight slots are held under this id (released already, or expired)",
+        )
+    }
+}
+
+async fn metrics_text(State(api): State<Arc<Api>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        api.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn ready(State(api): State<Arc<Api>>) -> Response {
+    if api.fails_closed && !api.store_reachable.load(Ordering::Relaxed) {
+        return problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service Unavailable",
+            "the store is out of reach and the failure mode denies every request",
+        );
+    }
+    "ready\n".into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    #[test]
+    fn reads_proto3_json() {
+        let request = from_json(
+            br#"{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"k1"}],"limit":{"requestsPerUnit":5,"unit":"MINUTE"},"hitsAddend":"0"}],"hits_addend":3}"#,
+        )
+        .unwrap();
+        assert_eq!(request.domain, "api");
+        assert_eq!(request.hits_addend, 3);
+        let descriptor = &request.descriptors[0];
+        assert_eq!(descriptor.entries, vec![("api_key".into(), "k1".into())]);
+        assert_eq!(descriptor.limit, Some((5, Unit::Minute)));
+        assert_eq!(descriptor.hits_addend, Some(0));
+        assert!(
+            from_json(br#"{"domain":"api","descriptorz":[]}"#)
+                .unwrap_err()
+                .contains("descriptorz")
+        );
+        assert!(from_json(b"{").unwrap_err().contains("malformed JSON"));
+        assert!(from_json(br#"{"domain":"a","hitsAddend":"x"}"#).is_err());
+        assert_eq!(
+            json_duration(std::time::Duration::from_millis(1500)),
+            "1.500000000s"
+        );
+    }
+}
