@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers client-test test-long bench bench-criterion bench-server bench-client bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers client-test service-test test-long bench bench-criterion bench-server bench-client bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -36,7 +36,7 @@ DOCKER_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
 docker: build ## Build the image redis-ratelimit:latest and :VERSION (BASE_IMAGE=... to pick the base)
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration client-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, client library and container tests
+test: prereqs lint unit test-prereqs integration client-test service-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, client library, service and container tests
 
 lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
 	$(CARGO) fmt --all -- --check
@@ -76,6 +76,10 @@ client-test: ## The client library: tests on real servers, demo-service fleets a
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) test -p redis-ratelimit-client
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client --no-deps
+
+service-test: ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers and a cluster
+	$(CARGO) build --features $(TEST_FEATURES)
+	$(CARGO) test -p redis-ratelimit-server
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

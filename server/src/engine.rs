@@ -373,10 +373,19 @@ impl Engine {
             .check_cost(&policy, &inputs, cost)
             .await
             .map_err(|error| CheckFailure::Internal(error.to_string()))?;
-        if decision.allowed && probes && decision.source == Source::Store {
+        let refunded = decision.allowed && probes && decision.source == Source::Store;
+        if refunded {
             self.refund_probes(&order, &shape).await;
         }
         self.record(&order, &decision, verdict);
+        if refunded {
+            // Show the probed limits as they are: their unit was given back.
+            for item in order.iter().filter(|item| item.hits == 0) {
+                if let Some(status) = verdict.statuses.get_mut(item.index) {
+                    status.remaining = status.remaining.saturating_add(1).min(status.quota);
+                }
+            }
+        }
         if let Some(in_flight) = decision.in_flight.clone() {
             let ttl = order
                 .iter()

@@ -160,8 +160,9 @@ async fn run(options: Options) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .map_err(|error| format!("--grpc-listen {address}: {error}"))?;
+        let bound = listener.local_addr().unwrap_or(address);
         tracing::info!(
-            "gRPC (Envoy RLS v3) on {address}{}",
+            "gRPC (Envoy RLS v3) on {bound}{}",
             tls_note(options.grpc_tls.is_some())
         );
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -189,8 +190,9 @@ async fn run(options: Options) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .map_err(|error| format!("--http-listen {address}: {error}"))?;
+        let bound = listener.local_addr().unwrap_or(address);
         tracing::info!(
-            "HTTP API on {address}{}",
+            "HTTP API on {bound}{}",
             tls_note(options.http_tls.is_some())
         );
         let mut stop = stop.clone();

@@ -1,0 +1,23 @@
+//! The service's tests, one binary, one file per concern:
+//!
+//! - `features`: every config feature over gRPC (the envoy-types client), the statuses,
+//!   headers and metadata, bad input refused without charging, every key expiring;
+//! - `atomic`: all or nothing under 16 concurrent clients, and on a Redis Cluster with
+//!   descriptors in two slots (refunds);
+//! - `operations`: Redis down under each failure mode, a reload under load, a bad config,
+//!   a graceful stop giving leases back;
+//! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::arithmetic_side_effects,
+    missing_docs
+)]
+
+mod atomic;
+mod features;
+mod harness;
+mod http_api;
+mod operations;
