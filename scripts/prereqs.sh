@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks (and on Debian, as root, installs) what building and testing the module needs:
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
-# and the rustfmt/clippy components. Idempotent: installs only what is missing.
+# python3 with venv (the service's Python client test and the benchmarks make venvs), and the
+# rustfmt/clippy components. Idempotent: installs only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
 # searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components.
@@ -50,6 +51,7 @@ has_clang_headers() {
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 has_libclang && has_clang_headers || missing+=(libclang-dev)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -6,7 +6,8 @@
 //!   descriptors in two slots (refunds);
 //! - `operations`: Redis down under each failure mode, a reload under load, a bad config,
 //!   a graceful stop giving leases back;
-//! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics.
+//! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics;
+//! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -21,3 +22,4 @@ mod features;
 mod harness;
 mod http_api;
 mod operations;
+mod python;
