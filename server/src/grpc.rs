@@ -72,6 +72,26 @@ impl RateLimitService for Rls {
     }
 }
 
+/// tonic answers a request body that is not the message with `INTERNAL`, as gRPC's status
+/// code guide has it for a parse error; the service calls it what it is for its caller,
+/// `INVALID_ARGUMENT` (bad input is refused as such, whatever the transport). Errors before
+/// any message are trailers-only responses, so the status is in the headers.
+pub fn invalid_protobuf_is_invalid_argument<B>(
+    mut response: http::Response<B>,
+) -> http::Response<B> {
+    let headers = response.headers_mut();
+    let internal = headers
+        .get("grpc-status")
+        .is_some_and(|status| status.as_bytes() == b"13");
+    let undecodable = headers
+        .get("grpc-message")
+        .is_some_and(|message| message.as_bytes().starts_with(b"failed%20to%20decode"));
+    if internal && undecodable {
+        headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+    }
+    response
+}
+
 /// The service's view of a gRPC request.
 pub fn from_proto(request: &RateLimitRequest) -> Result<CheckRequest, BadRequest> {
     let descriptors = request

@@ -146,7 +146,9 @@ async fn run(options: Options) -> Result<(), String> {
         let service =
             RateLimitServiceServer::new(grpc::Rls::new(Arc::clone(&engine), options.headers))
                 .max_decoding_message_size(64 * 1024);
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = tonic::transport::Server::builder().layer(
+            tower::util::MapResponseLayer::new(grpc::invalid_protobuf_is_invalid_argument),
+        );
         if let Some(files) = &options.grpc_tls {
             let read = |path: &std::path::Path| {
                 std::fs::read(path).map_err(|error| format!("{}: {error}", path.display()))

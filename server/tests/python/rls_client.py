@@ -71,6 +71,17 @@ def sync_checks(address):
         once = [stub.should_rate_limit(request(descriptor(("user", "bob"), limit=override))).overall_code for _ in range(2)]
         expect(once == [RateLimitResponseCode.OK, RateLimitResponseCode.OVER_LIMIT], f"override: {once}")
 
+        raw = channel.unary_unary(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            request_serializer=lambda body: body,
+            response_deserializer=lambda body: body,
+        )
+        try:
+            raw(b"\xff\xff\xff\xff")
+            expect(False, "a malformed message is refused")
+        except grpc.RpcError as error:
+            expect(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"malformed protobuf: {error.code()}")
+
         try:
             stub.should_rate_limit(RateLimitRequest(domain="nope", descriptors=[descriptor(("user", "x"))]))
             expect(False, "an unknown domain is refused")

@@ -86,3 +86,105 @@ fn the_envoy_data_plane_python_client() {
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains("all checks passed"));
 }
+
+/// A self-signed certificate for 127.0.0.1 (openssl), in `dir`: (cert, key).
+fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("openssl is needed to make the TLS test's certificate: {error}")
+        });
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (cert, key)
+}
+
+/// Redis over TLS only (`rediss://`) with an ACL user, and both listeners over TLS.
+#[test]
+fn tls_everywhere_and_an_acl_user() {
+    let python = venv_python();
+    let dir = crate::harness::TempDir::new("tls");
+    let (cert, key) = certificate(&dir.0);
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let (cert_arg, key_arg) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let redis = Server::start(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        cert_arg,
+        "--tls-key-file",
+        key_arg,
+        "--tls-ca-cert-file",
+        cert_arg,
+        "--tls-auth-clients",
+        "no",
+        "--user",
+        "rls",
+        "on",
+        ">rls-secret",
+        "~rls:*",
+        "+@all",
+    ]);
+    // The plain port stays for the test kit; the service speaks TLS, as the user `rls`
+    // (`#insecure`: the test's self-signed certificate is not in the webpki roots).
+    let url = format!("rediss://rls:rls-secret@127.0.0.1:{tls_port}/#insecure");
+    let service = Service::start(
+        &url,
+        &[("py.yaml", CONFIG)],
+        &[
+            "--grpc-tls-cert",
+            cert_arg,
+            "--grpc-tls-key",
+            key_arg,
+            "--http-tls-cert",
+            cert_arg,
+            "--http-tls-key",
+            key_arg,
+        ],
+    );
+    assert!(service.log().contains("(TLS)"), "{}", service.log());
+    let output = Command::new(python)
+        .arg(tests_dir().join("tls_client.py"))
+        .arg(service.grpc.to_string())
+        .arg(service.http.to_string())
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the TLS client failed:\n{}\n{}\nservice log:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+        service.log()
+    );
+    let mut con = redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("rls:*").query(&mut con).unwrap();
+    assert_eq!(
+        keys.len(),
+        1,
+        "the limit lives in Redis, reached over TLS: {keys:?}"
+    );
+}
