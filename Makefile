@@ -33,8 +33,12 @@ BASE_IMAGE ?= redis:7.4-bookworm
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 DOCKER_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
 
-docker: build ## Build the image redis-ratelimit:latest and :VERSION (BASE_IMAGE=... to pick the base)
+SERVER_BINARY := $(or $(CARGO_TARGET_DIR),target)/release/redis-ratelimit-server
+
+docker: build ## Build the images redis-ratelimit (Redis + module) and redis-ratelimit-server (the service), :latest and :VERSION
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
+	$(CARGO) build --release -p redis-ratelimit-server
+	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
 test: prereqs lint unit test-prereqs integration client-test service-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, client library, service and container tests
 

@@ -117,7 +117,17 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
     let mut http_token_file = None;
     let (mut grpc_cert, mut grpc_key, mut http_cert, mut http_key) = (None, None, None, None);
     let mut watch = Some(Duration::from_millis(1000));
-    let mut args = args.into_iter();
+    // `--flag=value` is `--flag value`.
+    let mut args = args
+        .into_iter()
+        .flat_map(|arg| match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                vec![flag.to_string(), value.to_string()]
+            }
+            _ => vec![arg],
+        })
+        .collect::<Vec<_>>()
+        .into_iter();
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {

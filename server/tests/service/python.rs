@@ -28,6 +28,11 @@ fn tests_dir() -> PathBuf {
 
 /// The venv's python, installing the pinned requirements if they changed.
 fn venv_python() -> PathBuf {
+    // The tests of this file run in parallel: one installs, the others wait.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("service-venv");
     let python = venv.join("bin").join("python");
     let requirements = tests_dir().join("requirements.txt");
@@ -187,4 +192,40 @@ fn tls_everywhere_and_an_acl_user() {
         1,
         "the limit lives in Redis, reached over TLS: {keys:?}"
     );
+}
+
+/// The example Envoy config is a valid v3 bootstrap (read into Envoy's own protos), whose
+/// rate limit filter asks the domain the example config defines.
+#[test]
+fn the_example_envoy_config_is_valid() {
+    let python = venv_python();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/envoy");
+    let output = Command::new(python)
+        .arg(tests_dir().join("validate_envoy.py"))
+        .arg(examples.join("envoy.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // And the service accepts the example limits.
+    let redis = Server::start(&[]);
+    let url = format!("redis://127.0.0.1:{}/", redis.port);
+    let config = std::fs::read_to_string(examples.join("config/edge.yaml")).unwrap();
+    let service = Service::start(&url, &[("edge.yaml", &config)], &[]);
+    let (status, answer) = service.check_json(
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"api_key","value":"alice"}]},{"entries":[{"key":"api_key","value":"alice"},{"key":"path","value":"/search?q=x"}]},{"entries":[{"key":"remote_address","value":"10.0.0.1"}]},{"entries":[{"key":"generic_key","value":"edge"}]}]}"#,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(answer["allowed"], true, "{answer}");
+    let names: Vec<&str> = answer["statuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|status| status["currentLimit"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["per-key", "per-key-search", "per-ip", "global"]);
 }
