@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers client-test service-test test-long bench bench-criterion bench-server bench-client bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers client-test service-test test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -96,10 +96,11 @@ BENCH_REQUESTS ?= 40000
 BENCH_ARGS ?=
 BENCH_MODULE := $(or $(CARGO_TARGET_DIR),target)/release/libredis_ratelimit.so
 
-bench: ## Criterion benches, the server benchmark (target/bench/report.md), the client's (docs/bench-client.md)
+bench: ## Criterion benches, the server benchmark (target/bench/report.md), the client's (docs/bench-client.md), the service's (docs/bench-service.md)
 	@$(MAKE) --no-print-directory bench-criterion
 	@$(MAKE) --no-print-directory bench-server
 	@$(MAKE) --no-print-directory bench-client
+	@$(MAKE) --no-print-directory bench-service
 
 bench-criterion: prereqs ## Criterion benches of the algorithms
 	$(CARGO) bench --features system-alloc --bench algorithms
@@ -117,6 +118,15 @@ bench-client: prereqs ## The client: check overhead vs GET, Redis cost of leases
 	$(CARGO) build --release
 	RL_MODULE_PATH=$(abspath $(BENCH_MODULE)) $(CARGO) run --release -p redis-ratelimit-client --example bench-client -- \
 	  --out docs/bench-client.md --requests $(BENCH_CLIENT_REQUESTS) --latency $(BENCH_CLIENT_LATENCY)
+
+# Service benchmark knob: checks per run.
+BENCH_SERVICE_REQUESTS ?= 40000
+
+bench-service: prereqs ## The service: checks/s, p50/p99 (gRPC, HTTP), Redis CPU and calls per check, vs the reference's INCRBY+EXPIRE (docs/bench-service.md)
+	$(CARGO) build --release
+	$(CARGO) build --release -p redis-ratelimit-server
+	RL_MODULE_PATH=$(abspath $(BENCH_MODULE)) $(CARGO) run --release -p redis-ratelimit-server --example bench-service -- \
+	  --out docs/bench-service.md --requests $(BENCH_SERVICE_REQUESTS)
 
 # cargo-fuzz on the stable toolchain: without a sanitizer (-Zsanitizer needs nightly), the
 # coverage instrumentation, debug assertions and overflow checks it adds are all stable

@@ -46,7 +46,8 @@ impl RateLimitService for Rls {
         let check = match from_proto(&request) {
             Ok(check) => check,
             Err(error) => {
-                metrics::request("grpc", &request.domain, "bad_request");
+                // Not the request's domain: an unknown one would be a new label.
+                metrics::request("grpc", "", "bad_request");
                 return Err(GrpcStatus::invalid_argument(error.0));
             }
         };
@@ -60,7 +61,7 @@ impl RateLimitService for Rls {
                 Ok(Response::new(to_proto(&check, &verdict, &self.headers)))
             }
             Err(CheckFailure::BadRequest(error)) => {
-                metrics::request("grpc", &check.domain, "bad_request");
+                metrics::request("grpc", "", "bad_request");
                 Err(GrpcStatus::invalid_argument(error.0))
             }
             Err(CheckFailure::Internal(error)) => {
