@@ -141,9 +141,12 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
-/// Request `i`: one descriptor (a user), or three (user, tenant, route).
-fn request(i: usize, three: bool) -> RateLimitRequest {
-    let user = format!("u{}", i % USERS);
+/// Users of the runs with leases: few enough that each lease is spent within its lifetime.
+const HOT_USERS: usize = 16;
+
+/// Request `i`: one descriptor (a user of `users`), or three (user, tenant, route).
+fn request(i: usize, three: bool, users: usize) -> RateLimitRequest {
+    let user = format!("u{}", i % users);
     let mut descriptors = vec![descriptor(&[("user", &user)])];
     if three {
         let tenant = format!("t{}", i % 10);
@@ -265,6 +268,7 @@ async fn grpc_run(
     service: &Service,
     requests: usize,
     three: bool,
+    users: usize,
 ) -> Run {
     let cpu = redis_cpu_ns(redis);
     let calls = redis_calls(redis);
@@ -279,7 +283,7 @@ async fn grpc_run(
             for i in (client..requests).step_by(CLIENTS) {
                 let sent = Instant::now();
                 let response = grpc
-                    .should_rate_limit(request(i, three))
+                    .should_rate_limit(request(i, three, users))
                     .await
                     .unwrap()
                     .into_inner();
@@ -565,33 +569,26 @@ async fn main() {
     let plain = start_service(&redis, &config, &[]);
     let leased = start_service(&redis, &config, &["--lease", "10"]);
     let warm = requests / 10;
-    grpc_run("warm-up", &redis, &plain, warm, true).await;
-    grpc_run("warm-up", &redis, &leased, warm, true).await;
+    grpc_run("warm-up", &redis, &plain, warm, true, USERS).await;
+    grpc_run("warm-up", &redis, &leased, warm, true, HOT_USERS).await;
     reference_run("warm-up", &redis, warm, true).await;
 
     let mut runs = Vec::new();
     eprintln!("bench-service: gRPC…");
-    runs.push(grpc_run("gRPC, 1 descriptor", &redis, &plain, requests, false).await);
-    runs.push(
-        grpc_run(
-            "gRPC, 3 descriptors (one RL.MULTI)",
-            &redis,
-            &plain,
-            requests,
-            true,
-        )
-        .await,
-    );
-    runs.push(
-        grpc_run(
-            "gRPC, 3 descriptors, `--lease 10`",
-            &redis,
+    let grpc_runs = [
+        ("gRPC, 1 descriptor", &plain, false, USERS),
+        ("gRPC, 3 descriptors (one RL.MULTI)", &plain, true, USERS),
+        ("gRPC, 3 descriptors, 16 users", &plain, true, HOT_USERS),
+        (
+            "gRPC, 3 descriptors, 16 users, `--lease 10`",
             &leased,
-            requests,
             true,
-        )
-        .await,
-    );
+            HOT_USERS,
+        ),
+    ];
+    for (label, service, three, users) in grpc_runs {
+        runs.push(grpc_run(label, &redis, service, requests, three, users).await);
+    }
     eprintln!("bench-service: HTTP…");
     runs.push(http_run("HTTP, 1 descriptor", &redis, &plain, requests, false).await);
     runs.push(http_run("HTTP, 3 descriptors", &redis, &plain, requests, true).await);
@@ -615,7 +612,7 @@ async fn main() {
     writeln!(report, "# The rate-limit service: benchmark\n").unwrap();
     writeln!(
         report,
-        "`make bench-service` ({requests} checks per run, {CLIENTS} concurrent clients, {USERS} users; one \
+        "`make bench-service` ({requests} checks per run, {CLIENTS} concurrent clients, {USERS} users unless said; one \
          redis-server {} with the release module, the release service on loopback; load average at the end: {}). \
          Redis CPU is its main thread's on-CPU time (schedstat) per check; calls are rate-limit \
          commands per check (the reference's pipeline is one round trip of 2 per descriptor).\n",

@@ -167,7 +167,10 @@ async fn run(options: Options) -> Result<(), String> {
             "gRPC (Envoy RLS v3) on {bound}{}",
             tls_note(options.grpc_tls.is_some())
         );
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        // Without TCP_NODELAY, a response written in two segments waits for the peer's
+        // delayed ACK (40 ms).
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let mut stop = stop.clone();
         let router = builder.add_service(service);
         servers.push(tokio::spawn(async move {
@@ -213,6 +216,9 @@ async fn run(options: Options) -> Result<(), String> {
                 })
             }
             None => tokio::spawn(async move {
+                let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+                    let _ = stream.set_nodelay(true);
+                });
                 axum::serve(listener, app)
                     .with_graceful_shutdown(shutdown)
                     .await

@@ -58,6 +58,7 @@ impl TlsListener {
                 if sender.is_closed() {
                     return;
                 }
+                let _ = stream.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let sender = sender.clone();
                 tokio::spawn(async move {
