@@ -615,7 +615,10 @@ async fn main() {
         "`make bench-service` ({requests} checks per run, {CLIENTS} concurrent clients, {USERS} users unless said; one \
          redis-server {} with the release module, the release service on loopback; load average at the end: {}). \
          Redis CPU is its main thread's on-CPU time (schedstat) per check; calls are rate-limit \
-         commands per check (the reference's pipeline is one round trip of 2 per descriptor).\n",
+         commands per check (the reference's pipeline is one round trip of 2 per descriptor). \
+         The reference rows are its Redis pattern sent by this benchmark straight to Redis, with \
+         no service hop, on the same 2-core machine that also runs the service and the clients: \
+         their checks/s and latency are Redis's alone; compare the Redis columns.\n",
         info_field(&mut redis.conn(), "server", "redis_version").unwrap_or_default(),
         load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     )
