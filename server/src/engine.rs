@@ -151,6 +151,9 @@ struct Item {
     rule: String,
 }
 
+/// Entries of released-or-expired in-flight slots kept before a sweep.
+const HELD_SWEEP_AT: usize = 1_024;
+
 struct Held {
     limiter: RateLimiter,
     in_flight: InFlight,
@@ -395,7 +398,11 @@ impl Engine {
             let id = in_flight.holder().to_string();
             let now = Instant::now();
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            held.retain(|_, entry| entry.expires > now);
+            // Slots never released (a gRPC caller cannot) free themselves in Redis after the
+            // limit's unit; their entries are dropped here, in batches, not at every insert.
+            if held.len() >= HELD_SWEEP_AT {
+                held.retain(|_, entry| entry.expires > now);
+            }
             held.insert(
                 id.clone(),
                 Held {
