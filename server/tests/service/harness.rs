@@ -82,7 +82,7 @@ impl Service {
                 "--http-listen",
                 "127.0.0.1:0",
             ])
-            .args(["--watch-ms", "100", "--timeout-ms", "200"])
+            .args(["--watch-ms", "100", "--timeout-ms", "1000"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
