@@ -81,6 +81,7 @@ mod lease;
 mod limiter;
 mod local;
 pub mod metrics;
+pub mod plans;
 pub mod policy;
 mod replicas;
 pub mod store;
@@ -91,6 +92,7 @@ pub use decision::{Decision, LimitStatus, Outcome, Source};
 pub use in_flight::InFlight;
 pub use key::{Inputs, KeyTemplate};
 pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
+pub use plans::{PlanOptions, PlanSource, PlanStatus};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
 
