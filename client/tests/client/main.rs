@@ -16,4 +16,5 @@
 mod fleet;
 mod http;
 mod limiter;
+mod plans;
 mod redis_store;
