@@ -9,7 +9,7 @@
 //! - [`edit`]: changes as checked edits of the store;
 //! - [`store`]: the Redis layout, the atomic write, the audit stream;
 //! - [`PlanSource`]: a replica's view, kept current by notifications and a version check;
-//! - [`file`]: the TOML export/import form.
+//! - [`file`](mod@file): the TOML export/import form.
 //!
 //! Keys of a store-backed policy do not depend on the plan: limit `per-minute` of policy
 //! `api` for tenant `acme` is always `rl:plan:{acme}:api:per-minute:sliding`, so a change of

@@ -17,4 +17,5 @@ mod fleet;
 mod http;
 mod limiter;
 mod plans;
+mod plans_fleet;
 mod redis_store;
