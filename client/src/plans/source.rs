@@ -117,7 +117,8 @@ impl fmt::Debug for PlanSource {
 impl PlanSource {
     /// Follows the store at `url`: reads it once now (bounded by the options' timeout; if
     /// Redis is not there, the defaults apply meanwhile), then keeps the view current in a
-    /// task of the current Tokio runtime.
+    /// task of the current Tokio runtime (outside one, an error). Fails only on a malformed
+    /// URL.
     pub async fn connect(url: &str, options: PlanOptions) -> Result<PlanSource, PlanStoreError> {
         let client = redis::Client::open(url)?;
         let source = PlanSource {
@@ -134,7 +135,13 @@ impl PlanSource {
         };
         let mut connection = None;
         refresh(&source.inner, &mut connection).await;
-        let task = tokio::spawn(follow(Arc::downgrade(&source.inner), connection));
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            PlanStoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::ClientError,
+                "PlanSource::connect runs inside a Tokio runtime (it follows the store in a task)",
+            )))
+        })?;
+        let task = runtime.spawn(follow(Arc::downgrade(&source.inner), connection));
         *source
             .inner
             .task

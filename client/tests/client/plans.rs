@@ -745,3 +745,22 @@ async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
         Algorithm::fixed_window(2, Duration::from_secs(1)).unwrap()
     );
 }
+
+#[test]
+fn a_toml_policy_can_take_its_limits_from_the_store() {
+    let policies = redis_ratelimit_client::config::from_toml(
+        r#"
+        [[policy]]
+        name = "api"
+        from_store = "tenant"
+        [[policy.limit]]
+        name = "per-minute"
+        key = "unused"
+        algorithm = "sliding_window"
+        limit = 100
+        window_s = 60
+        "#,
+    )
+    .unwrap();
+    assert_eq!(policies[0].store_tenant(), Some("tenant"));
+}
