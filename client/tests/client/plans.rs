@@ -764,3 +764,62 @@ fn a_toml_policy_can_take_its_limits_from_the_store() {
     .unwrap();
     assert_eq!(policies[0].store_tenant(), Some("tenant"));
 }
+
+#[tokio::test]
+async fn leases_of_a_store_backed_policy_are_spent_and_refunded_across_a_change() {
+    let server = Server::start(&[]);
+    rlctl_ok(
+        &server,
+        &["plan", "set", "p", "--limit", "per-day=fixed:100/1d"],
+    );
+    rlctl_ok(&server, &["tenant", "set", "t", "--plan", "p"]);
+    let source = PlanSource::connect(&url(&server), PlanOptions::default())
+        .await
+        .unwrap();
+    let policy = Policy::from_store("api", "tenant")
+        .limit(
+            Limit::new(
+                "per-day",
+                Algorithm::fixed_window(1, Duration::from_secs(86_400)).unwrap(),
+                "-",
+            )
+            .unwrap(),
+        )
+        .lease(redis_ratelimit_client::Lease::new(10).lifetime(Duration::from_millis(200)))
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let store = RedisStore::new(&url(&server)).unwrap();
+    store.connect().await.unwrap();
+    let limiter = RateLimiter::builder(store)
+        .policy(policy)
+        .plans(source)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(check(&limiter, "t").await.allowed);
+    }
+    // The plan changes while 7 leased units are unspent; they go back to the same key.
+    rlctl_ok(
+        &server,
+        &["plan", "set", "p", "--limit", "per-day=fixed:200/1d"],
+    );
+    until_version(&limiter, store_version(&server), Duration::from_secs(2)).await;
+    assert_eq!(
+        quotas(&check(&limiter, "t").await),
+        [("per-day".into(), 200)]
+    );
+    limiter.release_leases().await;
+    let key = "rl:plan:{t}:api:per-day:fixed";
+    let peek = |con: &mut redis::Connection| -> Vec<i64> {
+        redis::cmd("RL.PEEK")
+            .arg(key)
+            .arg("FIXED")
+            .arg(200)
+            .arg(86_400)
+            .query(con)
+            .unwrap()
+    };
+    // 4 spent in all: 200 - 4 = 196 left before a call, 195 after the peeked one.
+    assert_eq!(peek(&mut server.conn())[1], 195);
+}
