@@ -21,6 +21,9 @@ use super::plans::{rlctl_ok, url};
 /// The backstop period the replicas run with.
 const CHECK_EVERY_MS: u64 = 500;
 
+/// How long each `rlctl` process took, start to exit (part of every figure).
+static RLCTL_TOOK: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+
 /// `GET /` for `tenant` on a keep-alive connection; returns the `RateLimit-Policy` field.
 fn policy_field(reader: &mut BufReader<TcpStream>, tenant: &str) -> String {
     let request = format!("GET / HTTP/1.1\r\nHost: fleet\r\nx-tenant: {tenant}\r\n\r\n");
@@ -115,6 +118,7 @@ impl Drop for Load {
 fn propagation(server: &Server, loads: &[Load], change: &[&str], wanted: &str) -> Vec<Duration> {
     let started = Instant::now();
     rlctl_ok(server, change);
+    RLCTL_TOOK.lock().unwrap().push(started.elapsed());
     loads
         .iter()
         .map(|load| {
@@ -247,10 +251,12 @@ fn plan_changes_reach_every_replica_within_a_second() {
     let (raises_p50, raises_max) = p50_and_max(&mut raises);
     let (notified_p50, notified_max) = p50_and_max(&mut notified);
     let (cut_p50, cut_max) = p50_and_max(&mut cut);
+    let (rlctl_p50, rlctl_max) = p50_and_max(&mut RLCTL_TOOK.lock().unwrap());
     println!(
         "plans fleet (3 replicas, {requests} requests under load): tenant moved between plans p50 {moves_p50:?} max {moves_max:?}; \
          override raising one limit p50 {raises_p50:?} max {raises_max:?}; all notified changes p50 {notified_p50:?} max {notified_max:?} \
-         ({} samples); subscriptions cut (backstop {CHECK_EVERY_MS} ms) p50 {cut_p50:?} max {cut_max:?} ({} samples)",
+         ({} samples); subscriptions cut (backstop {CHECK_EVERY_MS} ms) p50 {cut_p50:?} max {cut_max:?} ({} samples); \
+         of which the rlctl process itself, start to exit: p50 {rlctl_p50:?} max {rlctl_max:?}",
         notified.len(),
         cut.len()
     );
