@@ -5,7 +5,7 @@
 //! are about as many as plans and overrides.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::state::PolicyState;
 use super::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
@@ -31,7 +31,7 @@ type StateId = (Arc<str>, Vec<LimitSpec>);
 pub(super) struct StorePolicies {
     source: Option<PlanSource>,
     policies: HashMap<Arc<str>, StorePolicy>,
-    states: Mutex<HashMap<StateId, Arc<PolicyState>>>,
+    states: RwLock<HashMap<StateId, Arc<PolicyState>>>,
 }
 
 impl StorePolicies {
@@ -78,7 +78,7 @@ impl StorePolicies {
         Ok(Self {
             source,
             policies: store_policies,
-            states: Mutex::new(HashMap::new()),
+            states: RwLock::new(HashMap::new()),
         })
     }
 
@@ -104,8 +104,17 @@ impl StorePolicies {
             .into_iter()
             .map(|effective| effective.spec)
             .collect();
-        let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
         let id = (Arc::clone(&state.name), limits);
+        let found = self
+            .states
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        if found.is_some() {
+            return Ok(found);
+        }
+        let mut states = self.states.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(found) = states.get(&id) {
             return Ok(Some(Arc::clone(found)));
         }
@@ -130,7 +139,7 @@ impl StorePolicies {
     /// Every resolved state (the sweeper refunds their expired leases).
     pub(super) fn states(&self) -> Vec<Arc<PolicyState>> {
         self.states
-            .lock()
+            .read()
             .unwrap_or_else(PoisonError::into_inner)
             .values()
             .cloned()

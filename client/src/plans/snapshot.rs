@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Bound;
 
 use super::spec::{LimitSpec, Pattern, SpecError};
 
@@ -196,6 +197,25 @@ impl Snapshot {
         })
     }
 
+    /// The live entries of the pattern written `text` (`acme`, `acme-*`): its fields are
+    /// `text` and `text LIMIT`, contiguous in field order (a space sorts before every
+    /// character an id may hold).
+    fn live_entries<'a>(
+        &'a self,
+        text: &'a str,
+        now_ms: u64,
+    ) -> impl Iterator<Item = &'a Override> {
+        self.overrides
+            .range::<str, _>((Bound::Included(text), Bound::Unbounded))
+            .take_while(move |(field, _)| {
+                field
+                    .strip_prefix(text)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+            })
+            .map(|(_, entry)| entry)
+            .filter(move |entry| entry.live(now_ms))
+    }
+
     /// The limits that apply to `tenant` at `now_ms`, given the policy's `defaults`, in
     /// order: the base set's order, then limits overrides added.
     pub fn resolve(&self, tenant: &str, defaults: &[LimitSpec], now_ms: u64) -> Vec<Effective> {
@@ -219,28 +239,23 @@ impl Snapshot {
                 })
                 .collect(),
         };
-        let live: Vec<&Override> = self
-            .overrides
-            .values()
-            .filter(|entry| entry.live(now_ms) && entry.pattern.matches(tenant))
-            .collect();
-        let longest_wildcard = live
-            .iter()
-            .filter_map(|entry| match &entry.pattern {
-                Pattern::Prefix(prefix) => Some(prefix.len()),
-                Pattern::Exact(_) => None,
+        // The longest wildcard with a live entry, then the exact id: found by key, in
+        // O(id length × log overrides), never by scanning every override.
+        let mut text = String::with_capacity(tenant.len().saturating_add(1));
+        let longest_wildcard = (0..=tenant.len())
+            .rev()
+            .filter_map(|length| tenant.get(..length))
+            .find(|prefix| {
+                text.clear();
+                text.push_str(prefix);
+                text.push('*');
+                self.live_entries(&text, now_ms).next().is_some()
             })
-            .max();
-        let layers = [
-            longest_wildcard
-                .map(|length| Pattern::Prefix(tenant.get(..length).unwrap_or("").into())),
-            Some(Pattern::Exact(tenant.to_string())),
-        ];
+            .map(|prefix| Pattern::Prefix(prefix.to_string()));
+        let layers = [longest_wildcard, Some(Pattern::Exact(tenant.to_string()))];
         for pattern in layers.into_iter().flatten() {
-            let entries: Vec<&&Override> = live
-                .iter()
-                .filter(|entry| entry.pattern == pattern)
-                .collect();
+            let text = pattern.to_string();
+            let entries: Vec<&Override> = self.live_entries(&text, now_ms).collect();
             // The whole-set replacement first, then the one-limit overrides on top of it.
             let ordered = entries
                 .iter()
