@@ -399,6 +399,86 @@ mod tests {
         );
     }
 
+    /// The rule written the obvious way: scan every override.
+    fn reference(snapshot: &Snapshot, tenant: &str, now_ms: u64) -> Vec<(String, String)> {
+        let mut limits: Vec<(String, String)> = snapshot
+            .tenants
+            .get(tenant)
+            .and_then(|plan| snapshot.plans.get(plan))
+            .map(|specs| {
+                specs
+                    .iter()
+                    .map(|s| (s.name().to_string(), s.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let live: Vec<&Override> = snapshot
+            .overrides
+            .values()
+            .filter(|e| e.live(now_ms) && e.pattern.matches(tenant))
+            .collect();
+        let longest = live
+            .iter()
+            .filter_map(|e| match &e.pattern {
+                Pattern::Prefix(prefix) => Some(prefix.len()),
+                Pattern::Exact(_) => None,
+            })
+            .max();
+        let wildcard =
+            |e: &&&Override| matches!(&e.pattern, Pattern::Prefix(p) if Some(p.len()) == longest);
+        let exact = |e: &&&Override| matches!(&e.pattern, Pattern::Exact(_));
+        for layer in [
+            live.iter().filter(wildcard).collect::<Vec<_>>(),
+            live.iter().filter(exact).collect(),
+        ] {
+            for all in [true, false] {
+                for entry in layer.iter().filter(|e| e.limit.is_none() == all) {
+                    if all {
+                        limits.clear();
+                    }
+                    for spec in &entry.limits {
+                        let value = (spec.name().to_string(), spec.to_string());
+                        match limits.iter_mut().find(|(name, _)| name == spec.name()) {
+                            Some(slot) => *slot = value,
+                            None => limits.push(value),
+                        }
+                    }
+                }
+            }
+        }
+        limits
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_indexed_rule_is_the_obvious_one(
+            entries in proptest::collection::vec(
+                ("[ab-]{0,3}", proptest::bool::ANY, 0u8..3, 1u64..5, proptest::option::of(0u64..4)),
+                0..12,
+            ),
+            tenant in "[ab-]{1,4}",
+            now_ms in 0u64..4,
+        ) {
+            let mut snapshot = store(Vec::new());
+            snapshot.tenants.insert(tenant.clone(), "pro".into());
+            for (prefix, wildcard, name, amount, expires) in entries {
+                let pattern = if wildcard { format!("{prefix}*") } else if prefix.is_empty() { continue } else { prefix };
+                let names = ["per-minute", "per-day", "extra"];
+                let limit = names[usize::from(name)];
+                let all = name == 2;
+                let text = format!("{limit}=fixed:{amount}/1d");
+                let entry = entry(&pattern, (!all).then_some(limit), &[&text], expires);
+                snapshot.overrides.insert(entry.field(), entry);
+            }
+            let resolved: Vec<(String, String)> = snapshot
+                .resolve(&tenant, &[], now_ms)
+                .into_iter()
+                .map(|e| (e.spec.name().to_string(), e.spec.to_string()))
+                .collect();
+            proptest::prop_assert_eq!(resolved, reference(&snapshot, &tenant, now_ms));
+        }
+    }
+
     #[test]
     fn overrides_round_trip_through_their_encoding() {
         let original = entry(
