@@ -688,14 +688,13 @@ async fn the_backstop_catches_up_without_notifications_and_after_a_cut_subscript
 
 #[tokio::test]
 async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
-    let server = Server::start(&[]);
-    let dead = format!("redis://127.0.0.1:{}/", server.port);
-    drop(server);
+    let mut server = Server::start(&[]);
+    server.kill();
     let options = PlanOptions {
         timeout: Duration::from_millis(200),
         ..PlanOptions::default()
     };
-    let source = PlanSource::connect(&dead, options).await.unwrap();
+    let source = PlanSource::connect(&url(&server), options).await.unwrap();
     assert!(
         matches!(source.status(), PlanStatus::Defaults(_)),
         "{}",
@@ -720,6 +719,19 @@ async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
         .unwrap();
     let decision = check(&limiter, "acme").await;
     assert_eq!(quotas(&decision), [("per-day".into(), 2)]);
+    // Redis comes up and gets a plan: the replica follows within its period.
+    server.restart(&[]);
+    rlctl_ok(
+        &server,
+        &["plan", "set", "pro", "--limit", "per-day=fixed:50/1d"],
+    );
+    rlctl_ok(&server, &["tenant", "set", "acme", "--plan", "pro"]);
+    until_version(&limiter, 2, Duration::from_secs(3)).await;
+    assert_eq!(limiter.plans().unwrap().status(), PlanStatus::Loaded(2));
+    assert_eq!(
+        quotas(&check(&limiter, "acme").await),
+        [("per-day".into(), 50)]
+    );
     // A store-backed policy needs a source; defaults must be plan limits.
     let orphan = Policy::from_store("api", "tenant")
         .limit(
