@@ -90,7 +90,14 @@ async fn run(args: &Args) -> Result<(), Failure> {
         file::import(&text)?;
     }
     let client = redis::Client::open(args.redis.as_str())?;
-    let mut con = client.get_multiplexed_async_connection().await?;
+    let patience = std::time::Duration::from_secs(5);
+    let mut con = client
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(patience)
+                .set_response_timeout(patience),
+        )
+        .await?;
     let (snapshot, now_ms) = store::read(&mut con).await?;
     let (op, edits) = match &args.command {
         Command::Get { tenant } => {
