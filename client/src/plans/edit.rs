@@ -214,6 +214,20 @@ pub fn override_delete(
         .collect())
 }
 
+/// Deletes the overrides that expired by `now_ms` (they already apply to nobody).
+pub fn override_prune(snapshot: &Snapshot, now_ms: u64) -> Vec<Edit> {
+    snapshot
+        .overrides
+        .values()
+        .filter(|entry| !entry.live(now_ms))
+        .map(|entry| Edit {
+            table: Table::Overrides,
+            field: entry.field(),
+            value: None,
+        })
+        .collect()
+}
+
 /// The edits that make the store hold exactly `wanted` (its version is ignored). `wanted`
 /// is checked as a whole: every tenant's plan exists, every plan and override is valid.
 pub fn replace_all(snapshot: &Snapshot, wanted: &Snapshot) -> Result<Vec<Edit>, SpecError> {

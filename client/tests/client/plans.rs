@@ -503,6 +503,15 @@ async fn precedence_and_expiry_through_the_limiter() {
     }
     let shown = rlctl_ok(&server, &["get", "acme-eu"]);
     assert!(shown.contains("wildcard override 'acme-e*'"), "{shown}");
+    // The expired entry is still listed until pruned; pruning changes nobody's limits.
+    assert!(rlctl_ok(&server, &["list"]).contains("(expired "));
+    let pruned = rlctl_ok(&server, &["override", "prune"]);
+    assert!(
+        pruned.contains("override acme-eu per-day: expires="),
+        "{pruned}"
+    );
+    assert!(!rlctl_ok(&server, &["list"]).contains("(expired "));
+    let version = version + 1;
     // Deleting the wildcards returns acme-us to its plan.
     rlctl_ok(&server, &["override", "delete", "acme-*"]);
     until_version(&limiter, version + 1, Duration::from_secs(2)).await;

@@ -16,6 +16,7 @@ usage: rlctl [--redis URL] [--who NAME] [--dry-run] [--if-version N] COMMAND
                                                     tenant matching PREFIX* (--all: replace
                                                     the whole set; --ttl: temporary)
   override delete PATTERN [LIMIT_NAME]              delete an override (all of PATTERN's)
+  override prune                                    delete the overrides that have expired
   get TENANT                                        effective limits and the rule of each
   list                                              plans, tenants, overrides
   history [--tenant TENANT] [--count N]             the audit trail, newest first (default 20)
@@ -53,6 +54,7 @@ pub enum Command {
         all: bool,
         ttl: Option<Duration>,
     },
+    OverridePrune,
     OverrideDelete {
         pattern: String,
         limit: Option<String>,
@@ -211,6 +213,10 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Option<Args>, String> 
                 pattern: (*pattern).into(),
                 limit: Some((*limit).into()),
             }
+        }
+        ["override", "prune"] => {
+            refuse_flags(&[])?;
+            Command::OverridePrune
         }
         ["get", tenant] => {
             refuse_flags(&[])?;

@@ -202,6 +202,10 @@ fn changes(
                 edit::override_delete(snapshot, &pattern, limit.as_deref())?,
             )
         }
+        Command::OverridePrune => (
+            "override prune".to_string(),
+            edit::override_prune(snapshot, now_ms),
+        ),
         Command::Import { path } => {
             let text = std::fs::read_to_string(path)
                 .map_err(|error| Failure::Input(format!("cannot read {path}: {error}")))?;
