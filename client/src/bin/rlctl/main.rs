@@ -6,6 +6,30 @@
 //! refuse is refused with the reason, and nothing is written. Exit status: 0 done, 1 Redis
 //! failed, 2 bad input, 3 stale (someone else changed the store first).
 
+/// `print!` that never panics: a closed pipe (`rlctl list | head -1`) just ends the output.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 mod args;
 mod show;
 
@@ -47,11 +71,11 @@ fn main() -> ExitCode {
     let args = match args::parse(std::env::args().skip(1)) {
         Ok(Some(args)) => args,
         Ok(None) => {
-            println!("{USAGE}");
+            outln!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(error) => {
-            eprintln!("rlctl: {error}\n\n{USAGE}");
+            errln!("rlctl: {error}\n\n{USAGE}");
             return ExitCode::from(2);
         }
     };
@@ -61,22 +85,22 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("rlctl: cannot start: {error}");
+            errln!("rlctl: cannot start: {error}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(run(&args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Input(error)) => {
-            eprintln!("rlctl: {error}; nothing was written");
+            errln!("rlctl: {error}; nothing was written");
             ExitCode::from(2)
         }
         Err(Failure::Store(error @ PlanStoreError::Stale { .. })) => {
-            eprintln!("rlctl: {error}");
+            errln!("rlctl: {error}");
             ExitCode::from(3)
         }
         Err(Failure::Store(error)) => {
-            eprintln!("rlctl: {error}");
+            errln!("rlctl: {error}");
             ExitCode::FAILURE
         }
     }
@@ -102,24 +126,24 @@ async fn run(args: &Args) -> Result<(), Failure> {
     let (op, edits) = match &args.command {
         Command::Get { tenant } => {
             check_tenant(tenant)?;
-            print!("{}", show::effective(&snapshot, tenant, now_ms));
+            out!("{}", show::effective(&snapshot, tenant, now_ms));
             return Ok(());
         }
         Command::List => {
-            print!("{}", show::list(&snapshot, now_ms));
+            out!("{}", show::list(&snapshot, now_ms));
             return Ok(());
         }
         Command::History { tenant, count } => {
             let scanned = if tenant.is_some() { 10_000 } else { *count };
             let entries = store::history(&mut con, scanned).await?;
-            print!(
+            out!(
                 "{}",
                 show::history(&snapshot, &entries, tenant.as_deref(), *count)
             );
             return Ok(());
         }
         Command::Export => {
-            print!("{}", file::export(&snapshot)?);
+            out!("{}", file::export(&snapshot)?);
             return Ok(());
         }
         command => changes(&snapshot, command, now_ms)?,
@@ -131,23 +155,23 @@ async fn run(args: &Args) -> Result<(), Failure> {
         }));
     }
     if edits.is_empty() {
-        println!(
+        outln!(
             "nothing to change (the store is at version {})",
             snapshot.version
         );
         return Ok(());
     }
     if args.dry_run {
-        println!(
+        outln!(
             "dry run, nothing written: {op} would change, at version {}:",
             snapshot.version
         );
-        print!("{}", show::edits(&snapshot, &edits));
+        out!("{}", show::edits(&snapshot, &edits));
         return Ok(());
     }
     let version = store::write(&mut con, snapshot.version, &args.who, &op, &edits).await?;
-    println!("{op}: version {} -> {version}", snapshot.version);
-    print!("{}", show::edits(&snapshot, &edits));
+    outln!("{op}: version {} -> {version}", snapshot.version);
+    out!("{}", show::edits(&snapshot, &edits));
     Ok(())
 }
 
