@@ -128,25 +128,35 @@ impl fmt::Display for Fallback {
 /// Leasing: claim a batch of units from the store and spend them from memory, so most
 /// checks make no network call.
 ///
+/// A claim takes `units`, or more when more requests are waiting for it: one unit of cost
+/// per waiting request, up to `max_units` (4 × `units` unless set). Requests that wait for a
+/// claim take its result (spend from it, or are denied by it), so a hot key costs one store
+/// call per claim, not one per request.
+///
 /// **Bound.** Units are taken from the store when claimed, so the fleet never spends more
 /// than the store granted. But a unit claimed at one instant may be spent up to `lifetime`
 /// later, so over any interval the fleet can admit more than the limit allows over that
 /// interval by at most the units outstanding in leases at its start: at most
-/// `replicas × units` per key. For a quota that does not refill during the interval
+/// `replicas × max_units` per key. For a quota that does not refill during the interval
 /// (a long window), admitted ≤ quota always holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
-    /// Units claimed per store call (`N`). Larger: fewer calls, more over-admission.
+    /// Units claimed per store call (`N`), at least 1. Larger: fewer calls, more
+    /// over-admission.
     pub units: u64,
+    /// The most units one claim takes when many requests wait for it (at least `units`).
+    pub max_units: u64,
     /// How long claimed units may be spent; the unspent rest is then refunded.
     pub lifetime: Duration,
 }
 
 impl Lease {
-    /// Leases of `units` units, spendable for one second.
+    /// Leases of `units` units (up to 4 × `units` for a hot key), spendable for one second.
+    /// Zero units is refused when the policy is built.
     pub fn new(units: u64) -> Self {
         Self {
-            units: units.max(1),
+            units,
+            max_units: units.saturating_mul(4),
             lifetime: Duration::from_secs(1),
         }
     }
@@ -156,6 +166,21 @@ impl Lease {
     pub fn lifetime(mut self, lifetime: Duration) -> Self {
         self.lifetime = lifetime;
         self
+    }
+
+    /// The same leases with another cap on one claim (`units` pins claims to `units`).
+    #[must_use]
+    pub fn max_units(mut self, max_units: u64) -> Self {
+        self.max_units = max_units;
+        self
+    }
+
+    /// Units to claim when `waiting` requests of `cost` wait for the claim, besides the
+    /// claimer: `units`, or one `cost` per request, up to `max_units`; always at least
+    /// `cost`.
+    pub(crate) fn claim_for(&self, cost: u64, waiting: u64) -> u64 {
+        let demand = cost.saturating_mul(waiting.saturating_add(1));
+        demand.min(self.max_units).max(self.units).max(cost)
     }
 }
 
@@ -299,6 +324,15 @@ impl PolicyBuilder {
             return Err(PolicyError::ZeroTimeout);
         }
         if let Some(lease) = self.lease {
+            if lease.units == 0 {
+                return Err(PolicyError::ZeroLeaseUnits);
+            }
+            if lease.max_units < lease.units {
+                return Err(PolicyError::LeaseCap {
+                    units: lease.units,
+                    max_units: lease.max_units,
+                });
+            }
             if lease.lifetime.is_zero() {
                 return Err(PolicyError::ZeroLeaseLifetime);
             }
@@ -371,6 +405,15 @@ pub enum PolicyError {
     ZeroTimeout,
     /// A zero lease lifetime.
     ZeroLeaseLifetime,
+    /// A lease of zero units.
+    ZeroLeaseUnits,
+    /// A lease whose cap on one claim is below its claim size.
+    LeaseCap {
+        /// Units per claim.
+        units: u64,
+        /// The cap.
+        max_units: u64,
+    },
 }
 
 impl fmt::Display for PolicyError {
@@ -398,6 +441,14 @@ impl fmt::Display for PolicyError {
             ),
             Self::ZeroTimeout => write!(f, "the store timeout must be above zero"),
             Self::ZeroLeaseLifetime => write!(f, "the lease lifetime must be above zero"),
+            Self::ZeroLeaseUnits => write!(
+                f,
+                "a lease of 0 units claims nothing: give at least 1 (or no lease)"
+            ),
+            Self::LeaseCap { units, max_units } => write!(
+                f,
+                "the lease's max_units ({max_units}) is below its units ({units})"
+            ),
         }
     }
 }

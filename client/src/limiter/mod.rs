@@ -2,6 +2,7 @@
 //! cache, the lease, the store (grouped by slot, with refunds keeping all-or-nothing across
 //! groups) and, when the store is out of reach, the policy's fallback.
 
+mod answers;
 mod decide;
 mod fallback;
 mod groups;
@@ -262,6 +263,7 @@ impl RateLimiter {
         let target = Target {
             state,
             keys: &keys,
+            id: &id,
             holder: holder.as_deref(),
         };
         let now = Instant::now();
@@ -278,7 +280,7 @@ impl RateLimiter {
                     .lease()
                     .filter(|lease| cost <= lease.units && self.inner.store.capabilities().partial);
                 let mut decision = match leasable {
-                    Some(_) => self.check_leased(target, &id, cost).await,
+                    Some(_) => self.check_leased(target, cost).await,
                     None => self.check_store(target, cost).await,
                 };
                 // An in-flight limit's wait is only an upper bound (a release may come any
@@ -317,9 +319,11 @@ impl RateLimiter {
         let Some(state) = self.inner.policies.get(&*in_flight.policy) else {
             return;
         };
+        let id = in_flight.keys.join("\u{0}");
         let target = Target {
             state,
             keys: &in_flight.keys,
+            id: &id,
             holder: Some(&in_flight.holder),
         };
         if in_flight.local {
@@ -347,9 +351,16 @@ impl RateLimiter {
         if let Permit::Skip(open_for) = self.inner.breaker.permit(Instant::now()) {
             return self.fallback(target, cost, None, open_for);
         }
+        if let Err(error) = self.settle(target).await {
+            let wait = self.inner.breaker.open_for();
+            return self.fallback(target, cost, Some(error), wait);
+        }
         let groups = self.plan(target.state, target.keys);
         match self.acquire(target, &groups, cost, None, "acquire").await {
-            Ok(acquired) => store_decision(target.state, &acquired),
+            Ok(acquired) => {
+                self.remember(target, &acquired, cost);
+                store_decision(target.state, &acquired)
+            }
             Err(error) => {
                 let wait = self.inner.breaker.open_for();
                 self.fallback(target, cost, Some(error), wait)

@@ -13,6 +13,7 @@
     missing_docs
 )]
 
+mod continuity;
 mod fleet;
 mod http;
 mod limiter;
