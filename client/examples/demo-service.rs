@@ -45,7 +45,7 @@ fn parse_args() -> Result<Args, String> {
     let mut window = None;
     let mut replicas = 1;
     let mut lease = None;
-    let mut timeout = Duration::from_millis(5);
+    let mut timeout = redis_ratelimit_client::policy::DEFAULT_TIMEOUT;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;

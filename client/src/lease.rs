@@ -27,6 +27,8 @@ pub(crate) struct LeaseSlot {
     pub(crate) views: Vec<(usize, View)>,
     /// The last claim's result, for the requests that waited for it.
     pub(crate) last_claim: Option<LastClaim>,
+    /// Units the last claim asked for (claims grow while a key stays hot).
+    pub(crate) claim_units: u64,
 }
 
 /// What the last claim of a lease came to, and when.
@@ -104,6 +106,7 @@ impl Leases {
                     expires: now,
                     views: Vec::new(),
                     last_claim: None,
+                    claim_units: 0,
                 }),
             })
         }))

@@ -178,10 +178,10 @@ impl RateLimiter {
     /// One store call, bounded by the policy's timeout, recorded in metrics and the
     /// breaker.
     ///
-    /// A call that timed out while the store answered other calls since it was sent was
-    /// caught in a stall (this process descheduled, a loaded machine), not in an outage: it
-    /// gets one more timeout before it counts as a failure. Before deciding that, the
-    /// connection gets a turn to read replies that arrived during the stall.
+    /// A call that timed out while the store answered other calls since it was sent, or
+    /// whose timer fired late (this process was not running), was caught in a stall, not in
+    /// an outage: it gets one more timeout before it counts as a failure. Before deciding
+    /// that, the connection gets a turn to read replies that arrived during the stall.
     async fn timed_acquire(
         &self,
         state: &PolicyState,
@@ -196,7 +196,10 @@ impl RateLimiter {
         let mut result = tokio::time::timeout(timeout, &mut call).await;
         if result.is_err() {
             tokio::task::yield_now().await;
-            if breaker.answered_since(sent) {
+            // The timer fired late: this process was not running (a stall of its own).
+            let late =
+                sent.elapsed() > timeout.saturating_add(timeout.checked_div(2).unwrap_or_default());
+            if late || breaker.answered_since(sent) {
                 result = tokio::time::timeout(timeout, &mut call).await;
             }
         }

@@ -83,9 +83,20 @@ impl RateLimiter {
             return self.fallback(target, cost, Some(error), wait);
         }
         let held_units = held.units;
-        let want = lease
-            .claim_for(cost, slot.waiting())
-            .saturating_sub(held_units);
+        // The last batch went within a quarter of its lifetime: the key is hot, claim more.
+        let hot = held.last_claim.as_ref().is_some_and(|last| {
+            matches!(last.result, ClaimResult::Granted)
+                && now.saturating_duration_since(last.at)
+                    < lease.lifetime.checked_div(4).unwrap_or_default()
+        });
+        let recent = if hot {
+            held.claim_units.saturating_mul(2)
+        } else {
+            lease.units
+        };
+        let size = lease.claim_for(cost, slot.waiting(), recent);
+        held.claim_units = size;
+        let want = size.saturating_sub(held_units);
         let min = cost.saturating_sub(held_units).max(1);
         let groups = self.plan(state, target.keys);
         let claimed = self

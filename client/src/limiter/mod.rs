@@ -33,6 +33,9 @@ pub enum CheckError {
     UnknownPolicy(String),
     /// A key template needs an input the check did not give.
     MissingInput(MissingInput),
+    /// A check of cost 0 (it would charge nothing, or be counted as 1: neither is what the
+    /// caller meant).
+    ZeroCost,
 }
 
 impl fmt::Display for CheckError {
@@ -40,6 +43,7 @@ impl fmt::Display for CheckError {
         match self {
             Self::UnknownPolicy(name) => write!(f, "no policy is named '{name}'"),
             Self::MissingInput(missing) => missing.fmt(f),
+            Self::ZeroCost => write!(f, "a check costs at least 1 unit (got 0)"),
         }
     }
 }
@@ -237,14 +241,33 @@ impl RateLimiter {
         self.check_cost(policy, inputs, 1).await
     }
 
-    /// Checks a request of `cost` units (at least 1) against policy `policy`: admitted only
-    /// if every limit of the policy admits it, and then charged to every limit.
-    pub async fn check_cost(
+    /// Checks without a store call that `policy` exists and `inputs` give every input its
+    /// key templates need: call it at start-up with the inputs `classify` gives (any
+    /// values), so a missing input is found then, not as a `500` at request time.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use redis_ratelimit_client::{Algorithm, Inputs, Limit, Policy, RateLimiter};
+    /// # use redis_ratelimit_client::store::MemoryStore;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let policy = Policy::builder("api")
+    ///     .limit(Limit::new("per-key", Algorithm::token_bucket(10, Duration::from_secs(1))?, "rl:{tenant}:{key}")?)
+    ///     .build()?;
+    /// let limiter = RateLimiter::builder(MemoryStore::new()).policy(policy).build()?;
+    /// assert!(limiter.validate("api", &Inputs::new().with("key", "k")).is_err()); // no tenant
+    /// limiter.validate("api", &Inputs::new().with("key", "k").with("tenant", "t"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn validate(&self, policy: &str, inputs: &Inputs) -> Result<(), CheckError> {
+        self.render(policy, inputs).map(|_| ())
+    }
+
+    /// The policy's state and its keys rendered from `inputs`.
+    fn render(
         &self,
         policy: &str,
         inputs: &Inputs,
-        cost: u64,
-    ) -> Result<Decision, CheckError> {
+    ) -> Result<(&PolicyState, Vec<String>), CheckError> {
         let state = self
             .inner
             .policies
@@ -257,7 +280,22 @@ impl RateLimiter {
             .map(|limit| limit.key().render(inputs))
             .collect::<Result<Vec<String>, MissingInput>>()
             .map_err(CheckError::MissingInput)?;
-        let cost = cost.max(1);
+        Ok((state, keys))
+    }
+
+    /// Checks a request of `cost` units (at least 1; 0 is refused) against policy `policy`:
+    /// admitted only if every limit of the policy admits it, and then charged to every
+    /// limit.
+    pub async fn check_cost(
+        &self,
+        policy: &str,
+        inputs: &Inputs,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        if cost == 0 {
+            return Err(CheckError::ZeroCost);
+        }
+        let (state, keys) = self.render(policy, inputs)?;
         let id = keys.join("\u{0}");
         let holder = state.holds_slots().then(InFlight::new_holder);
         let target = Target {

@@ -196,7 +196,7 @@ async fn caller_mistakes_are_errors_not_decisions() {
 fn leased_policy(capacity: u64, units: u64, lifetime: Duration) -> Policy {
     Policy::builder("api")
         .limit(limit("per-user", capacity, "rl:{user}"))
-        .lease(Lease::new(units).lifetime(lifetime))
+        .lease(Lease::new(units).max_units(units).lifetime(lifetime))
         .build()
         .unwrap()
 }
