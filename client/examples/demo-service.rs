@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p redis-ratelimit-client --example demo-service -- \
 //!     --redis redis://127.0.0.1:6379/ --listen 127.0.0.1:8080 --limit 100 --window 60 \
-//!     [--replicas 3] [--lease 10] [--timeout-ms 5]
+//!     [--replicas 3] [--lease 10] [--timeout-ms 50]
 //! ```
 //!
 //! `GET /` is limited per `x-api-key` header (requests without one share the key
@@ -25,8 +25,22 @@ use redis_ratelimit_client::http::{Check, RateLimitLayer};
 use redis_ratelimit_client::store::RedisStore;
 use redis_ratelimit_client::{Algorithm, Fallback, Lease, Limit, Policy, RateLimiter, Replicas};
 
-const USAGE: &str = "usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS \
-                     [--replicas K] [--lease N] [--timeout-ms MS]";
+const USAGE: &str = "\
+usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS
+                    [--replicas K] [--lease N] [--timeout-ms MS]
+
+A rate-limited HTTP service: GET / is limited per x-api-key header (requests without one
+share the key 'anonymous') by a token bucket of --limit tokens refilled over --window
+seconds, decided in Redis for every replica; GET /metrics is Prometheus text.
+
+  --redis URL        the Redis server with the module, e.g. redis://127.0.0.1:6379/
+  --listen ADDR      where to listen, e.g. 127.0.0.1:8080 (port 0: any free port)
+  --limit N          tokens per key
+  --window SECONDS   time to refill an empty bucket
+  --replicas K       replicas of this service; without Redis each allows limit / K (default 1)
+  --lease N          claim N tokens per Redis call and spend them from memory (default off)
+  --timeout-ms MS    longest wait for Redis before the local fallback decides (default 50)
+  -h, --help         this text";
 
 struct Args {
     redis: String,
@@ -38,7 +52,8 @@ struct Args {
     timeout: Duration,
 }
 
-fn parse_args() -> Result<Args, String> {
+/// The arguments, or `None` when help was asked for (and printed).
+fn parse_args() -> Result<Option<Args>, String> {
     let mut redis = None;
     let mut listen = None;
     let mut limit = None;
@@ -48,6 +63,10 @@ fn parse_args() -> Result<Args, String> {
     let mut timeout = redis_ratelimit_client::policy::DEFAULT_TIMEOUT;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            return Ok(None);
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = || {
             value
@@ -71,7 +90,7 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
-    Ok(Args {
+    Ok(Some(Args {
         redis: redis.ok_or("--redis is required")?,
         listen: listen.ok_or("--listen is required")?,
         limit: limit.ok_or("--limit is required")?,
@@ -79,7 +98,7 @@ fn parse_args() -> Result<Args, String> {
         replicas,
         lease,
         timeout,
-    })
+    }))
 }
 
 fn policy(args: &Args) -> Result<Policy, Box<dyn std::error::Error>> {
@@ -148,9 +167,10 @@ async fn shutdown() {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = match parse_args() {
-        Ok(args) => args,
+        Ok(Some(args)) => args,
+        Ok(None) => return ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{error}\n{USAGE}");
+            eprintln!("demo-service: {error}\n(demo-service --help lists the options)");
             return ExitCode::from(2);
         }
     };

@@ -190,6 +190,20 @@ async fn caller_mistakes_are_errors_not_decisions() {
         missing.to_string(),
         "the key template needs the input 'user'"
     );
+    assert_eq!(
+        limiter
+            .check_cost("api", &user("ann"), 0)
+            .await
+            .unwrap_err(),
+        CheckError::ZeroCost
+    );
+    // The same mistakes, found at start-up without a store call.
+    assert_eq!(
+        limiter.validate("api", &Inputs::new()).unwrap_err(),
+        missing
+    );
+    limiter.validate("api", &user("any")).unwrap();
+    assert_eq!(limiter.policy("api").unwrap().inputs(), ["user"]);
     assert_eq!(store.calls(), 0);
 }
 
