@@ -16,7 +16,7 @@
 //! algorithm = "token_bucket"
 //! capacity = 100
 //! refill_s = 60             # or refill_ms, or rate = "1.5" (tokens per second)
-//! # max_wait_ms = 500       # pace instead of refusing (MAXWAIT; not with leases)
+//! ## max_wait_ms = 500      # pace instead of refusing (MAXWAIT; not with leases)
 //!
 //! [[policy.limit]]
 //! name = "daily"
@@ -34,7 +34,7 @@
 //! count = 10
 //! period_s = 1
 //!
-//! # An in-flight limit holds a slot per request: its policy cannot be leased.
+//! ## An in-flight limit holds a slot per request: its policy cannot be leased.
 //! [[policy]]
 //! name = "uploads"
 //!
