@@ -39,10 +39,33 @@ pub(super) struct Seed {
     pub(super) answered_at_us: i64,
 }
 
+/// Entries by key set id, and the size at which expired ones are next dropped.
+#[derive(Debug)]
+struct Table {
+    entries: HashMap<String, Entry>,
+    prune_at: usize,
+}
+
+impl std::ops::Deref for Table {
+    type Target = HashMap<String, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.entries
+    }
+}
+
+impl std::ops::DerefMut for Table {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.entries
+    }
+}
+
+/// Fewest entries before expired ones are dropped.
+const PRUNE_FROM: usize = 1024;
+
 /// The store's last answers for one policy's key sets.
 #[derive(Debug)]
 pub(super) struct Answers {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<Table>,
     /// How long an answer (or a debt) is kept: the policy's longest window or refill
     /// period; after that the store has refilled completely and a fresh share is right.
     keep_us: i64,
@@ -52,12 +75,15 @@ impl Answers {
     pub(super) fn new(keep: Duration) -> Self {
         let keep_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
         Self {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(Table {
+                entries: HashMap::new(),
+                prune_at: PRUNE_FROM,
+            }),
             keep_us: keep_us.max(1_000_000),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -76,8 +102,10 @@ impl Answers {
             (now_us.saturating_add(wait_us), cost)
         });
         let mut entries = self.lock();
-        if entries.len() >= 1024 && !entries.contains_key(id) {
+        if entries.len() >= entries.prune_at {
+            // Amortised: after a pass, the next waits until the live entries have doubled.
             entries.retain(|_, entry| entry.expires_at_us > now_us);
+            entries.prune_at = entries.len().saturating_mul(2).max(PRUNE_FROM);
         }
         match entries.get_mut(id) {
             Some(entry) => {
@@ -211,6 +239,17 @@ mod tests {
             "a smaller cost"
         );
         assert_eq!(answers.denied_for("k", 2, T0 + 500_000), None, "waited out");
+    }
+
+    #[test]
+    fn expired_answers_are_dropped_as_the_table_grows() {
+        let answers = Answers::new(Duration::from_secs(1));
+        for index in 0..PRUNE_FROM {
+            answers.record(&index.to_string(), &[(0, view(1, None))], None, T0);
+        }
+        let later = T0 + 2_000_000;
+        answers.record("new", &[(0, view(1, None))], None, later);
+        assert_eq!(answers.lock().len(), 1, "the expired answers went");
     }
 
     #[test]

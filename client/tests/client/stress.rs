@@ -13,6 +13,7 @@
 //!
 //! The figures are printed (`cargo test -p redis-ratelimit-client --test client stress --
 //! --nocapture --test-threads=1`), with Redis's own CPU per request (`INFO cpu`).
+//! `RL_STRESS_S=20` runs the healthy runs for 20 s each, as the issue did (default 5).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -97,7 +98,11 @@ fn healthy_run(server: &Server, connections: usize, extra: &[&str], bound: u64, 
         &[&["--window", WINDOW], extra].concat(),
     );
     let key = format!("stress-{run}");
-    let seen = load(&replicas, &key, connections, Duration::from_secs(5));
+    let seconds = std::env::var("RL_STRESS_S")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(5);
+    let seen = load(&replicas, &key, connections, Duration::from_secs(seconds));
     let from_fallback = fallbacks(&replicas);
     let allowance = allowance(seen.elapsed);
     println!(
