@@ -51,7 +51,7 @@ impl RateLimiter {
                     min,
                     views,
                     binding,
-                } if cost >= *min => {
+                } if cost.saturating_sub(held.units) >= *min => {
                     let acquired = Acquired {
                         granted: 0,
                         views: views.clone(),
