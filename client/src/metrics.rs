@@ -8,11 +8,11 @@
 //! |---|---|---|
 //! | `ratelimit_decisions_total` | counter | `policy`, `outcome` (`allowed`, `denied`, `fallback_allowed`, `fallback_denied`, `error`), `source` (`store`, `lease`, `cache`, `fallback`) |
 //! | `ratelimit_store_latency_seconds` | histogram | `policy`, `op` (`acquire`, `claim`, `refund`) |
-//! | `ratelimit_store_errors_total` | counter | `policy`, `kind` (`timeout`, `unavailable`, `server`) |
+//! | `ratelimit_store_errors_total` | counter | `policy`, `kind` (`timeout`, `unavailable`, `server`, `config`; `lease_wait`: a request waited for a lease claim that found the store out of reach, and went to the fallback) |
 //! | `ratelimit_lease_claims_total` | counter | `policy` |
 //! | `ratelimit_lease_units_claimed_total` | counter | `policy` |
 //! | `ratelimit_lease_units_refunded_total` | counter | `policy` |
-//! | `ratelimit_fallback_units_owed_total`, `ratelimit_fallback_units_settled_total` | counters | `policy` (units the local fallback admitted, charged to the store when it answers again; settled: what it could take) |
+//! | `ratelimit_fallback_units_owed_total`, `ratelimit_fallback_units_settled_total` | counters | `policy` (units the local fallback admitted, counted when charged to the store as it answers again; settled: what the store could take) |
 //! | `ratelimit_group_refunds_total` | counter | `policy` (an earlier group refunded because a later one denied) |
 //! | `ratelimit_circuit_open` | gauge | none (1 while the breaker holds store calls back) |
 //! | `ratelimit_circuit_opened_total` | counter | none (times the breaker opened: a gauge scraped every 15 s misses a 0.5 s opening) |
