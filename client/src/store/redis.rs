@@ -50,7 +50,8 @@ impl Default for RedisStoreOptions {
 
 enum Target {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    /// The client, and the nodes it was given (for error messages).
+    Cluster(ClusterClient, String),
 }
 
 #[derive(Clone)]
@@ -147,7 +148,8 @@ impl RedisStore {
             .map_err(|error| {
                 StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
             })?;
-        Ok(Self::from_target(Target::Cluster(client), options))
+        let named = format!("the cluster at {}", nodes.join(", "));
+        Ok(Self::from_target(Target::Cluster(client, named), options))
     }
 
     fn from_target(target: Target, options: RedisStoreOptions) -> Self {
@@ -260,7 +262,7 @@ impl RedisStore {
                     .map(|manager| Connection::Single(Box::new(manager)))
                     .map_err(|error| store_error(&error))
             }
-            Target::Cluster(client) => client
+            Target::Cluster(client, _) => client
                 .get_async_connection()
                 .await
                 .map(Connection::Cluster)
@@ -277,7 +279,7 @@ impl RedisStore {
     fn naming_the_address(&self, error: StoreError) -> StoreError {
         let address = match &self.inner.target {
             Target::Single(client) => client.get_connection_info().addr.to_string(),
-            Target::Cluster(_) => "the cluster".to_string(),
+            Target::Cluster(_, nodes) => nodes.clone(),
         };
         let named = |detail: String| format!("cannot connect to {address}: {detail}");
         match error {
@@ -384,7 +386,7 @@ impl Store for RedisStore {
     fn slot(&self, key: &str) -> Option<u16> {
         match self.inner.target {
             Target::Single(_) => None,
-            Target::Cluster(_) => Some(redis::cluster_routing::get_slot(key.as_bytes())),
+            Target::Cluster(..) => Some(redis::cluster_routing::get_slot(key.as_bytes())),
         }
     }
 }
