@@ -15,6 +15,7 @@ pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
 pub mod grant;
+pub mod kinds;
 pub mod multi;
 pub mod number;
 pub mod sliding_log;

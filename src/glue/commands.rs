@@ -1,5 +1,6 @@
-//! The command bodies: read the clock once, parse the arguments (pure, in [`crate::args`],
-//! remembered per command), hand over to the [`driver`], count and reply.
+//! The command bodies: read the clock once, parse the arguments (pure, in
+//! [`redis_ratelimit_wire::args`], remembered per command in a [`Memo`]), hand over to the
+//! [`driver`], count and reply.
 
 use std::cell::Cell;
 
@@ -7,17 +8,18 @@ use redis_module::raw;
 
 use super::api::Call;
 use super::driver::{self, MultiBuffers, Outcome};
+use super::memo::Memo;
 use super::stats::{self, CommandStats};
 use super::store::{LimiterKey, kind_mismatch};
 use super::{clock, config, reply, scratch};
-use crate::args::multi::{self, MultiArgs};
-use crate::args::{self, CallArgs, Memo, Settings};
-use crate::core::concurrency::ConcurrencyAlgorithm;
-use crate::core::gcra::{GcraAlgorithm, GcraParams};
-use crate::core::grant::Grant;
-use crate::core::{Commit, Decision};
-use crate::error::CommandError;
-use crate::kinds::{Change, Kind, LimiterRef, Quota};
+use redis_ratelimit_core::concurrency::ConcurrencyAlgorithm;
+use redis_ratelimit_core::gcra::{GcraAlgorithm, GcraParams};
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::{Change, Kind, LimiterRef, Quota};
+use redis_ratelimit_core::{Commit, Decision};
+use redis_ratelimit_wire::args::multi::{self, MultiArgs};
+use redis_ratelimit_wire::args::{self, CallArgs, Settings};
+use redis_ratelimit_wire::error::CommandError;
 
 /// Number of kinds, for per-kind tables.
 const KINDS: usize = Kind::ALL.len();

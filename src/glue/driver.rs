@@ -11,7 +11,7 @@
 //!
 //! A multi-key call works in buffers it reuses from call to call ([`super::scratch`]).
 //!
-//! Evaluation goes through the type-erased [`Quota`](crate::kinds::Quota), so one driver
+//! Evaluation goes through the type-erased [`Quota`](redis_ratelimit_core::kinds::Quota), so one driver
 //! serves every algorithm and a multi-limit call can mix them.
 
 use std::ffi::CStr;
@@ -22,13 +22,13 @@ use super::api::Call;
 use super::effects::{self, Replicated};
 use super::scratch::Reusable;
 use super::store::{LimiterKey, kind_mismatch};
-use crate::args::CallArgs;
-use crate::args::multi::MultiArgs;
-use crate::core::grant::Grant;
-use crate::core::multi::{self, Bound};
-use crate::core::{Commit, Decision, Evaluation};
-use crate::error::CommandError;
-use crate::kinds::{Change, Kind, Quota};
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::{Change, Kind, Quota};
+use redis_ratelimit_core::multi::{self, Bound};
+use redis_ratelimit_core::{Commit, Decision, Evaluation};
+use redis_ratelimit_wire::args::CallArgs;
+use redis_ratelimit_wire::args::multi::MultiArgs;
+use redis_ratelimit_wire::error::CommandError;
 
 /// What a single-key call decided.
 #[derive(Clone, Copy, Debug)]

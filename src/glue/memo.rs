@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use crate::error::CommandError;
+use redis_ratelimit_wire::error::CommandError;
 
 /// Room for the arguments a memo remembers, each with a length byte: enough for the limits
 /// of a multi-limit call over a few keys.

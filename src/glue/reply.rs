@@ -8,8 +8,8 @@
 
 use super::api::Call;
 use super::driver::MultiOutcome;
-use crate::core::Decision;
-use crate::core::gcra::{CellOutcome, cell_reply};
+use redis_ratelimit_core::Decision;
+use redis_ratelimit_core::gcra::{CellOutcome, cell_reply};
 
 /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
 pub fn decision(call: &Call<'_>, decision: &Decision) {

@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_module::raw;
 
 use super::api::{Call, Key, KeyContent, KeyMode};
-use crate::error::CommandError;
-use crate::kinds::{Change, Kind, Limiter, LimiterRef};
 use crate::value;
+use redis_ratelimit_core::kinds::{Change, Kind, Limiter, LimiterRef};
+use redis_ratelimit_wire::error::CommandError;
 
 /// The registered `ratelimit` type; null until `OnLoad` creates it.
 static LIMITER_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(null_mut());

@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use crate::core::number::NumberError;
-use crate::kinds::Kind;
+use redis_ratelimit_core::kinds::Kind;
+use redis_ratelimit_core::number::NumberError;
 
 /// The rule an argument broke.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,22 +5,19 @@
 //! - this module reads numbers, durations, algorithm names, and the server settings parsing
 //!   depends on;
 //! - [`quota`] reads each algorithm's parameters;
-//! - [`call`] reads a single-key call (`[cost] [PARTIAL [MIN m]]` after the parameters);
-//! - [`multi`] reads `RL.MULTI`;
-//! - [`memo`] remembers the last arguments each command parsed.
+//! - [`mod@call`] reads a single-key call (`[cost] [PARTIAL [MIN m]]` after the parameters);
+//! - [`multi`] reads `RL.MULTI`.
 
 pub mod call;
-pub mod memo;
 pub mod multi;
 pub mod quota;
 
-use crate::core::number::{Decimal, parse_positive_integer};
-use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 use crate::error::{ArgError, CommandError, Rule};
-use crate::kinds::Kind;
+use redis_ratelimit_core::kinds::Kind;
+use redis_ratelimit_core::number::{Decimal, parse_positive_integer};
+use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 
 pub use call::{CallArgs, call, peek, refund};
-pub use memo::Memo;
 pub use quota::throttle;
 
 /// The server settings that bound what arguments are accepted.

@@ -8,9 +8,9 @@
 use super::call::partial;
 use super::quota::{self, arity, quota};
 use super::{Settings, algorithm, positive_integer};
-use crate::core::grant::Grant;
 use crate::error::{ArgError, CommandError, Rule, quote};
-use crate::kinds::Quota;
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::Quota;
 
 /// Most keys one `RL.MULTI` call checks: real policies combine a handful of limits (global,
 /// plan, user, endpoint), and the bound keeps a call's work and reply small.
@@ -152,7 +152,7 @@ pub fn limits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::Kind;
+    use redis_ratelimit_core::kinds::Kind;
 
     const SETTINGS: Settings = Settings {
         max_log_entries: 10_000,
