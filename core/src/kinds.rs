@@ -12,7 +12,7 @@
 //!   which refuses a key holding another kind.
 //!
 //! The module and the client work only with these type-erased forms, so one engine
-//! serves every algorithm and a multi-limit call can mix them. This is the
+//! ([`crate::engine`]) serves every algorithm and a multi-limit call can mix them. This is the
 //! only registry of algorithms: adding one is a line in the table, then its encoding and
 //! its arguments in the `redis-ratelimit-wire` crate (the compiler lists what is missing).
 
@@ -171,6 +171,11 @@ macro_rules! kinds {
             /// Borrows the limiter.
             pub fn as_ref(&self) -> LimiterRef<'_> {
                 match self { $(Limiter::$variant(state) => LimiterRef::$variant(state),)* }
+            }
+
+            /// Mutably borrows the limiter.
+            pub fn as_mut(&mut self) -> LimiterMut<'_> {
+                match self { $(Limiter::$variant(state) => LimiterMut::$variant(state),)* }
             }
 
             /// Overwrites a limiter of the same kind; hands this one back for another kind.

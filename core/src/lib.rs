@@ -12,6 +12,7 @@
 
 pub mod concurrency;
 pub mod decision;
+pub mod engine;
 pub mod fixed_window;
 pub mod gcra;
 pub mod grant;

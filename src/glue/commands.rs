@@ -10,13 +10,11 @@ use super::api::Call;
 use super::driver::{self, MultiBuffers, Outcome};
 use super::memo::Memo;
 use super::stats::{self, CommandStats};
-use super::store::{LimiterKey, kind_mismatch};
 use super::{clock, config, reply, scratch};
-use redis_ratelimit_core::concurrency::ConcurrencyAlgorithm;
-use redis_ratelimit_core::gcra::{GcraAlgorithm, GcraParams};
+use redis_ratelimit_core::Decision;
+use redis_ratelimit_core::gcra::GcraParams;
 use redis_ratelimit_core::grant::Grant;
-use redis_ratelimit_core::kinds::{Change, Kind, LimiterRef, Quota};
-use redis_ratelimit_core::{Commit, Decision};
+use redis_ratelimit_core::kinds::{Kind, Quota};
 use redis_ratelimit_wire::args::multi::{self, MultiArgs};
 use redis_ratelimit_wire::args::{self, CallArgs, Settings};
 use redis_ratelimit_wire::error::CommandError;
@@ -153,21 +151,7 @@ pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let holder = args::quota::holder(call.arg_bytes(2))?;
     let now_us = clock::now_us();
-    let key = LimiterKey::open(call, name)?;
-    let state = match key.held() {
-        None => None,
-        Some(LimiterRef::Concurrency(state)) => Some(state),
-        Some(other) => return Err(kind_mismatch(other.kind(), Kind::Concurrency)),
-    };
-    let commit = ConcurrencyAlgorithm::release(state, &holder, now_us);
-    let released = commit.is_some();
-    if let Some(commit) = commit {
-        let commit = Commit {
-            change: Change::Concurrency(commit.change.into()),
-            expires_at_ms: commit.expires_at_ms,
-        };
-        driver::record(call, stats::RELEASE.event, key, commit)?;
-    }
+    let released = driver::release(call, stats::RELEASE.event, name, &holder, now_us)?;
     stats::RELEASE.record(released);
     call.reply_integer(i64::from(released));
     Ok(())
@@ -188,19 +172,7 @@ pub fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
     let now_us = clock::now_us();
     let arguments = call.args_bytes(2..);
     let params = THROTTLE_ARGS.with(|memo| memo.with(&arguments, 0, args::throttle, |p| *p))?;
-    let key = LimiterKey::open(call, name)?;
-    let state = match key.held() {
-        None => None,
-        Some(LimiterRef::Gcra(state)) => Some(state),
-        Some(other) => return Err(kind_mismatch(other.kind(), Kind::Gcra)),
-    };
-    let (evaluation, cell) = GcraAlgorithm::throttle(state, &params, now_us);
-    driver::commit_one(
-        call,
-        stats::THROTTLE.event,
-        key,
-        evaluation.map_change(Change::Gcra),
-    )?;
+    let cell = driver::throttle(call, stats::THROTTLE.event, name, &params, now_us)?;
     stats::THROTTLE.record(!cell.limited);
     reply::cell(call, &cell);
     Ok(())
@@ -242,7 +214,7 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
         })??;
         stats::MULTI.record(outcome.bound.decision.allowed);
         let first = first_field(outcome.units, &outcome.bound.decision, grant);
-        reply::multi(call, &outcome, &buffers.per_limit, first);
+        reply::multi(call, &outcome, buffers.engine.per_limit(), first);
         Ok(())
     })
 }

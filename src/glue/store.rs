@@ -103,7 +103,7 @@ impl LimiterKey {
 }
 
 /// The error for a key holding another kind of limiter (`held`) than a call works on.
-pub fn kind_mismatch(held: Kind, wanted: Kind) -> CommandError {
+fn kind_mismatch(held: Kind, wanted: Kind) -> CommandError {
     CommandError::KindMismatch { held, wanted }
 }
 

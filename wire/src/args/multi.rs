@@ -9,6 +9,7 @@ use super::call::partial;
 use super::quota::{self, arity, quota};
 use super::{Settings, algorithm, positive_integer};
 use crate::error::{ArgError, CommandError, Rule, quote};
+use redis_ratelimit_core::engine::Limits;
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::Quota;
 
@@ -30,13 +31,14 @@ pub struct MultiArgs {
 }
 
 impl MultiArgs {
-    /// Each limit's quota for a call of `units` units: `units × weight` each (the products
-    /// were checked when parsing for the call's cost, so smaller units cannot overflow).
-    pub fn quotas_for(&self, units: u64) -> impl Iterator<Item = Quota> + '_ {
-        self.quotas
-            .iter()
-            .zip(&self.weights)
-            .map(move |(quota, weight)| quota.with_cost(units.saturating_mul(*weight)))
+    /// The limits as the engine takes them.
+    pub fn limits(&self) -> Limits<'_> {
+        Limits {
+            quotas: &self.quotas,
+            weights: &self.weights,
+            cost: self.cost,
+            grant: self.grant,
+        }
     }
 }
 
@@ -194,7 +196,11 @@ mod tests {
             (call.cost, call.weights.clone(), call.grant),
             (3, vec![1, 2], Grant::Whole)
         );
-        let costs: Vec<u64> = call.quotas_for(call.cost).map(|q| q.cost()).collect();
+        let costs: Vec<u64> = call
+            .limits()
+            .quotas_for(call.cost)
+            .map(|q| q.cost())
+            .collect();
         assert_eq!(costs, [3, 6]);
         let call = parsed(&["a"], &["GCRA", "9", "10", "60", "PARTIAL", "MIN", "1"]).unwrap();
         assert_eq!(call.grant, Grant::Partial { min: 1 });
