@@ -81,6 +81,7 @@ mod lease;
 mod limiter;
 mod local;
 pub mod metrics;
+mod outcome;
 pub mod policy;
 mod replicas;
 pub mod store;
