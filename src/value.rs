@@ -8,7 +8,7 @@
 //! would instead push a 16-byte state into the allocator's 32-byte size class.
 //!
 //! This is the only module that turns raw value pointers into references. It has no code per
-//! kind: the kinds table in [`crate::limiter`] dispatches to the generic functions here.
+//! kind: the kinds table of [`redis_ratelimit_core::kinds`] dispatches to the generic functions here.
 
 use std::ffi::c_void;
 

@@ -34,7 +34,11 @@ thread_local! {
 
 /// The command's key: argument 1.
 fn key_name(call: &Call<'_>) -> Result<*mut raw::RedisModuleString, CommandError> {
-    call.arg(1).ok_or(CommandError::WrongArity)
+    // Not `ok_or`: the error it builds would be dropped on every call.
+    match call.arg(1) {
+        Some(name) => Ok(name),
+        None => Err(CommandError::WrongArity),
+    }
 }
 
 /// `RL.TOKENBUCKET key capacity rate [cost] [PARTIAL [MIN m] | MAXWAIT ms]`
@@ -72,7 +76,9 @@ fn limiter_call(call: &Call<'_>, kind: Kind, stats: &CommandStats) -> Result<(),
     let settings = settings();
     let arguments = call.args_bytes(2..);
     let (outcome, grant) = CALL_ARGS.with(|memos| {
-        let memo = memos.get(kind as usize).ok_or(CommandError::WrongArity)?;
+        let Some(memo) = memos.get(kind as usize) else {
+            return Err(CommandError::WrongArity);
+        };
         memo.with(
             &arguments,
             settings.fingerprint(),

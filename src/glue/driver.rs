@@ -136,7 +136,7 @@ fn record(
     key: LimiterKey,
     commit: Commit<Change>,
 ) -> Result<(), CommandError> {
-    effects::commit(call, event, &mut [Replicated::new(key, commit)])
+    effects::commit_one(call, event, key, commit)
 }
 
 /// The working memory of a multi-limit call (see [`super::scratch`]).

@@ -78,6 +78,20 @@ pub fn commit(
     Ok(())
 }
 
+/// Commits one key's write: [`commit`] for a single write, without staging it.
+pub fn commit_one(
+    call: &Call<'_>,
+    event: &CStr,
+    mut key: LimiterKey,
+    commit: Commit<Change>,
+) -> Result<(), CommandError> {
+    let effect = codec::encode_effect(commit.expires_at_ms, &commit.change);
+    store::apply_one(&mut key, commit)?;
+    call.replicate(SET_STATE, key.name(), effect.as_bytes());
+    call.announce_write(event, key.name());
+    Ok(())
+}
+
 /// The strings of one multi-key propagation, reused between calls (see [`scratch`]).
 #[derive(Default)]
 struct Propagation {
