@@ -8,7 +8,6 @@ use redis_module::raw;
 
 use super::api::Call;
 use super::driver::{self, MultiBuffers, Outcome};
-use super::memo::Memo;
 use super::stats::{self, CommandStats};
 use super::{clock, config, reply, scratch};
 use redis_ratelimit_core::Decision;
@@ -16,7 +15,7 @@ use redis_ratelimit_core::gcra::GcraParams;
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::{Kind, Quota};
 use redis_ratelimit_wire::args::multi::{self, MultiArgs};
-use redis_ratelimit_wire::args::{self, CallArgs, Settings};
+use redis_ratelimit_wire::args::{self, CallArgs, Memo, Settings};
 use redis_ratelimit_wire::error::CommandError;
 
 /// Number of kinds, for per-kind tables.

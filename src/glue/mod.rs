@@ -7,7 +7,6 @@
 //! - [`effects`]: the effects protocol (`RL.SETSTATE`): commit and propagate on the primary,
 //!   apply on replicas and at AOF load, AOF rewrite;
 //! - [`store`]: limiters in keys, and writes applied to several keys all or nothing;
-//! - [`memo`]: the last arguments each command parsed, and what they parsed to;
 //! - [`scratch`]: working memory multi-key commands reuse between calls;
 //! - [`datatype`]: the `ratelimit` type's callbacks; [`reply`], [`stats`], [`clock`],
 //!   [`config`], and [`api`], the safe wrappers over every FFI call.
@@ -21,7 +20,6 @@ pub mod config;
 pub mod datatype;
 pub mod driver;
 pub mod effects;
-pub mod memo;
 pub mod registry;
 pub mod reply;
 pub mod scratch;

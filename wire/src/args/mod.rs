@@ -6,9 +6,11 @@
 //!   depends on;
 //! - [`quota`] reads each algorithm's parameters;
 //! - [`mod@call`] reads a single-key call (`[cost] [PARTIAL [MIN m]]` after the parameters);
-//! - [`multi`] reads `RL.MULTI`.
+//! - [`multi`] reads `RL.MULTI`;
+//! - [`memo`] remembers the last arguments each command parsed.
 
 pub mod call;
+pub mod memo;
 pub mod multi;
 pub mod quota;
 
@@ -18,6 +20,7 @@ use redis_ratelimit_core::number::{Decimal, parse_positive_integer};
 use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 
 pub use call::{CallArgs, call, peek, refund};
+pub use memo::Memo;
 pub use quota::throttle;
 
 /// The server settings that bound what arguments are accepted.

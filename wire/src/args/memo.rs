@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 
-use redis_ratelimit_wire::error::CommandError;
+use crate::error::CommandError;
 
 /// Room for the arguments a memo remembers, each with a length byte: enough for the limits
 /// of a multi-limit call over a few keys.
