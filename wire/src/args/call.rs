@@ -1,7 +1,7 @@
 //! A single-key call: the algorithm's parameters, then `[cost]`, then options.
 
 use super::quota::{arity, concurrency_peek, quota};
-use super::{Settings, positive_integer};
+use super::value::{Settings, positive_integer};
 use crate::error::{ArgError, CommandError, Rule};
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::{Kind, Quota};

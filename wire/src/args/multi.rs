@@ -7,7 +7,7 @@
 
 use super::call::partial;
 use super::quota::{self, arity, quota};
-use super::{Settings, algorithm, positive_integer};
+use super::value::{Settings, algorithm, positive_integer};
 use crate::error::{ArgError, CommandError, Rule, quote};
 use redis_ratelimit_core::engine::Limits;
 use redis_ratelimit_core::grant::Grant;

@@ -1,7 +1,7 @@
 //! The parameters of each algorithm, as its own command and an `RL.MULTI` limit take them,
 //! for a call of one unit: [`mod@super::call`] and [`super::multi`] set the cost.
 
-use super::{Settings, duration_us, positive_decimal, positive_integer};
+use super::value::{Settings, duration_us, positive_decimal, positive_integer};
 use crate::error::{ArgError, CommandError, Rule};
 use redis_ratelimit_core::concurrency::{
     ConcurrencyParamError, ConcurrencyParams, HolderId, MAX_STORED_HOLDERS,

@@ -18,7 +18,7 @@
 use super::call::{self, CallArgs};
 use super::multi::{self, LimitsError, MultiArgs};
 use super::quota;
-use super::{Settings, algorithm};
+use super::value::{Settings, algorithm};
 use crate::error::CommandError;
 use redis_ratelimit_core::gcra::GcraParams;
 use redis_ratelimit_core::kinds::{Kind, Quota};
