@@ -157,6 +157,16 @@ fn a_key_of_another_algorithm_is_refused_naming_both() {
         wanted: Kind::TokenBucket,
     };
     assert_eq!(refused, Err(expected));
+    let partial = Limits {
+        grant: Grant::Partial { min: 1 },
+        ..limits
+    };
+    let refused = acquire_many(&states.held(), partial, T0_US, &mut buffers);
+    assert_eq!(
+        refused,
+        Err(expected),
+        "partial grants ask the same question first"
+    );
     let held = states.held()[1];
     let single = Refused::KindMismatch {
         index: 0,
