@@ -11,6 +11,11 @@
 //! Redis is out of reach each replica falls back to `limit / replicas`. `GET /metrics` is the
 //! Prometheus text of the limiter's metrics. Anything else is a quick 404.
 //!
+//! With `--plans` (issue 17), `GET /` is limited instead by the limits the policy store gives
+//! the tenant named in the `x-tenant` header (`anonymous` without one), followed through
+//! its change notifications and a version check every `--plans-check-ms` (default 500);
+//! `--limit`/`--window` are then the defaults (a tenant on no plan, or Redis not read yet).
+//!
 //! On start it prints `listening on ADDR` (with the real port when `--listen` ends in `:0`).
 //! On SIGTERM or Ctrl-C it refunds its unspent leases before exiting.
 
@@ -23,10 +28,12 @@ use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
 use redis_ratelimit_client::store::RedisStore;
-use redis_ratelimit_client::{Algorithm, Fallback, Lease, Limit, Policy, RateLimiter, Replicas};
+use redis_ratelimit_client::{
+    Algorithm, Fallback, Lease, Limit, PlanOptions, PlanSource, Policy, RateLimiter, Replicas,
+};
 
 const USAGE: &str = "usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS \
-                     [--replicas K] [--lease N] [--timeout-ms MS]";
+                     [--replicas K] [--lease N] [--timeout-ms MS] [--plans [--plans-check-ms MS]]";
 
 struct Args {
     redis: String,
@@ -36,6 +43,8 @@ struct Args {
     replicas: u64,
     lease: Option<u64>,
     timeout: Duration,
+    /// Plans: limits from the policy store per `x-tenant`, and the backstop period.
+    plans: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -46,8 +55,13 @@ fn parse_args() -> Result<Args, String> {
     let mut replicas = 1;
     let mut lease = None;
     let mut timeout = Duration::from_millis(5);
+    let mut plans = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--plans" {
+            plans = plans.or(Some(PlanOptions::default().check_every));
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = || {
             value
@@ -68,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
             "--replicas" => replicas = number()?,
             "--lease" => lease = Some(number()?),
             "--timeout-ms" => timeout = Duration::from_millis(number()?),
+            "--plans-check-ms" => plans = Some(Duration::from_millis(number()?)),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -79,13 +94,19 @@ fn parse_args() -> Result<Args, String> {
         replicas,
         lease,
         timeout,
+        plans,
     })
 }
 
 fn policy(args: &Args) -> Result<Policy, Box<dyn std::error::Error>> {
     let bucket = Algorithm::token_bucket(args.limit, args.window)?;
     // The hash tag keeps every key of one API key in one cluster slot.
-    let mut builder = Policy::builder("demo")
+    let mut builder = match args.plans {
+        // Plans: the bucket is the default; keys are the store's (per tenant).
+        Some(_) => Policy::from_store("demo", "tenant"),
+        None => Policy::builder("demo"),
+    };
+    builder = builder
         .limit(Limit::new("per-key", bucket, "demo:{{{api_key}}}")?)
         .fallback(Fallback::Local)
         .timeout(args.timeout);
@@ -108,17 +129,32 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Err(error) = store.connect().await {
         eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile");
     }
-    let limiter = RateLimiter::builder(store)
+    let mut limiter = RateLimiter::builder(store)
         .policy(policy(&args)?)
-        .replicas(Replicas::fixed(args.replicas))
-        .build()?;
+        .replicas(Replicas::fixed(args.replicas));
+    if let Some(check_every) = args.plans {
+        let options = PlanOptions {
+            check_every,
+            ..PlanOptions::default()
+        };
+        let source = PlanSource::connect(&args.redis, options).await?;
+        eprintln!("demo-service: {}", source.status());
+        limiter = limiter.plans(source);
+    }
+    let limiter = limiter.build()?;
     let layer = RateLimitLayer::new(limiter.clone(), |request| {
-        let key = request
-            .headers
-            .get("x-api-key")
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("anonymous");
-        Some(Check::new("demo").input("api_key", key))
+        let header = |name: &str| {
+            request
+                .headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or("anonymous")
+        };
+        Some(
+            Check::new("demo")
+                .input("api_key", header("x-api-key"))
+                .input("tenant", header("x-tenant")),
+        )
     });
     let app = Router::new()
         .route("/", get(|| async { "ok\n" }))

@@ -7,6 +7,8 @@
 //! timeout_ms = 5            # store timeout (default 5)
 //! deny_cache = true         # default true
 //! lease = { units = 10, lifetime_ms = 1000 }   # optional
+//! # from_store = "tenant"  # limits from the policy store for input `tenant` (plans);
+//! #                        # the limits below are then its defaults
 //!
 //! [[policy.limit]]
 //! name = "per-key"
@@ -90,6 +92,8 @@ struct PolicyConfig {
     timeout_ms: Option<u64>,
     deny_cache: Option<bool>,
     lease: Option<LeaseConfig>,
+    /// Plans: the input naming the tenant whose limits come from the policy store.
+    from_store: Option<String>,
     #[serde(default, rename = "limit")]
     limits: Vec<LimitConfig>,
 }
@@ -138,7 +142,10 @@ pub fn from_toml(text: &str) -> Result<Vec<Policy>, ConfigError> {
 fn policy(config: PolicyConfig) -> Result<Policy, ConfigError> {
     let name = config.name;
     let invalid = |error: PolicyError| ConfigError::Invalid(format!("policy '{name}': {error}"));
-    let mut builder = Policy::builder(&name);
+    let mut builder = match &config.from_store {
+        Some(tenant_input) => Policy::from_store(&name, tenant_input),
+        None => Policy::builder(&name),
+    };
     if let Some(fallback) = config.fallback {
         builder = builder.fallback(match fallback.as_str() {
             "open" => Fallback::Open,

@@ -82,6 +82,7 @@ mod limiter;
 mod local;
 pub mod metrics;
 mod outcome;
+pub mod plans;
 pub mod policy;
 mod replicas;
 pub mod store;
@@ -92,6 +93,7 @@ pub use decision::{Decision, LimitStatus, Outcome, Source};
 pub use in_flight::InFlight;
 pub use key::{Inputs, KeyTemplate};
 pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
+pub use plans::{PlanOptions, PlanSource, PlanStatus};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
 

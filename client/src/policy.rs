@@ -179,6 +179,8 @@ pub struct Policy {
     fallback: Fallback,
     timeout: Duration,
     deny_cache: bool,
+    /// Plans (issue 17): the input naming the tenant whose limits come from the store.
+    store_tenant: Option<Arc<str>>,
 }
 
 impl Policy {
@@ -191,7 +193,25 @@ impl Policy {
             fallback: Fallback::default(),
             timeout: DEFAULT_TIMEOUT,
             deny_cache: true,
+            store_tenant: None,
         }
+    }
+
+    /// Starts a policy named `name` whose limits come from the policy store
+    /// ([`plans`](crate::plans)) for the tenant named by the check's input `tenant_input`.
+    /// The limits added to the builder are the defaults: they apply to a tenant on no plan,
+    /// and to everyone until the store has been read. The keys are derived from the tenant
+    /// and each limit's name and kind ([`plans::key_template`](crate::plans::key_template)),
+    /// so the defaults' key templates are not used.
+    pub fn from_store(name: &str, tenant_input: &str) -> PolicyBuilder {
+        let mut builder = Self::builder(name);
+        builder.store_tenant = Some(tenant_input.into());
+        builder
+    }
+
+    /// The input naming the tenant, for a policy whose limits come from the store.
+    pub fn store_tenant(&self) -> Option<&str> {
+        self.store_tenant.as_deref()
     }
 
     /// The policy's name (the `policy` label of its metrics).
@@ -238,6 +258,7 @@ pub struct PolicyBuilder {
     fallback: Fallback,
     timeout: Duration,
     deny_cache: bool,
+    store_tenant: Option<Arc<str>>,
 }
 
 impl PolicyBuilder {
@@ -325,6 +346,7 @@ impl PolicyBuilder {
             fallback: self.fallback,
             timeout: self.timeout,
             deny_cache: self.deny_cache,
+            store_tenant: self.store_tenant,
         })
     }
 }

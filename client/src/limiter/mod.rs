@@ -6,6 +6,7 @@ mod decide;
 mod fallback;
 mod groups;
 mod leased;
+mod plans;
 mod state;
 
 use std::collections::HashMap;
@@ -50,12 +51,15 @@ impl std::error::Error for CheckError {}
 pub enum BuildError {
     /// Two policies with one name.
     DuplicatePolicy(String),
+    /// A store-backed policy that cannot be served (plans, issue 17).
+    StorePolicy(String),
 }
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::DuplicatePolicy(name) => write!(f, "two policies are named '{name}'"),
+            Self::StorePolicy(reason) => f.write_str(reason),
         }
     }
 }
@@ -70,6 +74,8 @@ struct Inner {
     /// The local fallback's limiter states (shares of the quota).
     local: Mutex<LocalLimits>,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Plans: the store-backed policies' resolved states.
+    plans: plans::StorePolicies,
 }
 
 impl Drop for Inner {
@@ -124,6 +130,7 @@ pub struct RateLimiterBuilder {
     policies: Vec<Policy>,
     replicas: Replicas,
     breaker: BreakerConfig,
+    plans: Option<crate::plans::PlanSource>,
 }
 
 impl RateLimiterBuilder {
@@ -171,6 +178,7 @@ impl RateLimiterBuilder {
             .filter_map(|state| state.policy.lease())
             .map(|lease| lease.lifetime.checked_div(2).unwrap_or(lease.lifetime))
             .min();
+        let plans = plans::StorePolicies::new(self.plans, &policies)?;
         metrics::describe();
         metrics::circuit(false);
         let limiter = RateLimiter {
@@ -181,6 +189,7 @@ impl RateLimiterBuilder {
                 breaker: Breaker::new(self.breaker),
                 local: Mutex::new(LocalLimits::lenient()),
                 sweeper: Mutex::new(None),
+                plans,
             }),
         };
         if let (Some(every), Ok(runtime)) = (sweep_every, tokio::runtime::Handle::try_current()) {
@@ -223,6 +232,7 @@ impl RateLimiter {
             policies: Vec::new(),
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
+            plans: None,
         }
     }
 
@@ -249,6 +259,9 @@ impl RateLimiter {
             .policies
             .get(policy)
             .ok_or_else(|| CheckError::UnknownPolicy(policy.to_string()))?;
+        // Plans: a store-backed policy runs against the tenant's limits (one snapshot).
+        let resolved = self.inner.plans.resolve(state, inputs)?;
+        let state = resolved.as_deref().unwrap_or(state);
         let keys = state
             .policy
             .limits()
@@ -370,7 +383,14 @@ impl RateLimiter {
 
     async fn sweep_once(&self, all: bool) {
         let now = Instant::now();
-        for state in self.inner.policies.values() {
+        // Plans: the store-backed policies' resolved states too.
+        let resolved = self.inner.plans.states();
+        for state in self
+            .inner
+            .policies
+            .values()
+            .chain(resolved.iter().map(|s| &**s))
+        {
             state.deny.purge(now);
             for (keys, units) in state.leases.take_expired(now, all) {
                 self.refund_lease(state, &keys, units).await;

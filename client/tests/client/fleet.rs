@@ -39,9 +39,9 @@ fn demo_binary() -> PathBuf {
 }
 
 /// One replica of the demo service; killed on drop, even when a test fails.
-struct Replica {
+pub(super) struct Replica {
     child: Child,
-    addr: SocketAddr,
+    pub(super) addr: SocketAddr,
 }
 
 impl Drop for Replica {
@@ -53,7 +53,7 @@ impl Drop for Replica {
 
 /// Starts `count` replicas in parallel on free ports and waits until each says where it
 /// listens.
-fn fleet(redis: &str, count: usize, limit: u64, extra: &[&str]) -> Vec<Replica> {
+pub(super) fn fleet(redis: &str, count: usize, limit: u64, extra: &[&str]) -> Vec<Replica> {
     let binary = demo_binary();
     let mut starting = Vec::new();
     for _ in 0..count {

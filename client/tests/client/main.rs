@@ -16,4 +16,6 @@
 mod fleet;
 mod http;
 mod limiter;
+mod plans;
+mod plans_fleet;
 mod redis_store;
