@@ -407,7 +407,7 @@ mod tests {
             error_of(&format!(
                 "{base}algorithm = \"fixed_window\"\nlimit = 0\nwindow_s = 1"
             ))
-            .contains("policy 'p', limit 'l': limit must be at least 1")
+            .contains("policy 'p', limit 'l': limit must be greater than 0 (got '0')")
         );
         assert!(
             error_of(&format!("{base}algorithm = \"gcra\"\ncolor = 1")).contains("unknown field")
@@ -434,7 +434,7 @@ mod tests {
             error_of(&format!(
                 "{base}algorithm = \"token_bucket\"\ncapacity = 0\nrefill_s = 60"
             ))
-            .contains("capacity must be at least 1")
+            .contains("capacity must be greater than 0 (got '0')")
         );
     }
 

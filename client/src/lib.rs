@@ -93,6 +93,7 @@ mod lease;
 mod limiter;
 mod local;
 pub mod metrics;
+mod outcome;
 pub mod plans;
 pub mod policy;
 mod replicas;

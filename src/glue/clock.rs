@@ -6,8 +6,8 @@
 //! wall clock at millisecond resolution. Never the client's clock, never a process-local one.
 
 use super::api::api;
-use crate::core::time::MAX_NOW_US;
-use crate::error::CommandError;
+use redis_ratelimit_core::time::MAX_NOW_US;
+use redis_ratelimit_wire::error::CommandError;
 
 /// Unix time in microseconds according to the server.
 ///

@@ -1,5 +1,6 @@
-//! The command bodies: read the clock once, parse the arguments (pure, in [`crate::args`],
-//! remembered per command), hand over to the [`driver`], count and reply.
+//! The command bodies: read the clock once, parse the arguments (pure, in
+//! [`redis_ratelimit_wire::args`], remembered per command in a [`Memo`]), hand over to the
+//! [`driver`], count and reply.
 
 use std::cell::Cell;
 
@@ -8,17 +9,15 @@ use redis_module::raw;
 use super::api::Call;
 use super::driver::{self, MultiBuffers, Outcome};
 use super::stats::{self, CommandStats};
-use super::store::{LimiterKey, kind_mismatch};
 use super::{clock, config, reply, scratch};
-use crate::args::multi::{self, MultiArgs};
-use crate::args::remembered::{self, MultiContext};
-use crate::args::{self, CallArgs, Memo, Settings};
-use crate::core::concurrency::ConcurrencyAlgorithm;
-use crate::core::gcra::{GcraAlgorithm, GcraParams};
-use crate::core::grant::Grant;
-use crate::core::{Commit, Decision};
-use crate::error::CommandError;
-use crate::kinds::{Change, Kind, LimiterRef, Quota};
+use redis_ratelimit_core::Decision;
+use redis_ratelimit_core::gcra::GcraParams;
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::{Kind, Quota};
+use redis_ratelimit_wire::args::multi::{self, MultiArgs};
+use redis_ratelimit_wire::args::remembered::{self, MultiContext};
+use redis_ratelimit_wire::args::{self, CallArgs, Memo, Settings};
+use redis_ratelimit_wire::error::CommandError;
 
 /// Number of kinds, for per-kind tables.
 const KINDS: usize = Kind::ALL.len();
@@ -37,7 +36,11 @@ thread_local! {
 
 /// The command's key: argument 1.
 fn key_name(call: &Call<'_>) -> Result<*mut raw::RedisModuleString, CommandError> {
-    call.arg(1).ok_or(CommandError::WrongArity)
+    // Not `ok_or`: the error it builds would be dropped on every call.
+    match call.arg(1) {
+        Some(name) => Ok(name),
+        None => Err(CommandError::WrongArity),
+    }
 }
 
 /// `RL.TOKENBUCKET key capacity rate [cost] [PARTIAL [MIN m] | MAXWAIT ms]`
@@ -75,7 +78,9 @@ fn limiter_call(call: &Call<'_>, kind: Kind, stats: &CommandStats) -> Result<(),
     let settings = settings();
     let arguments = call.args_bytes(2..);
     let (outcome, grant) = CALL_ARGS.with(|memos| {
-        let memo = memos.get(kind as usize).ok_or(CommandError::WrongArity)?;
+        let Some(memo) = memos.get(kind as usize) else {
+            return Err(CommandError::WrongArity);
+        };
         memo.with(
             &arguments,
             (kind, settings),
@@ -146,21 +151,7 @@ pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let holder = args::quota::holder(call.arg_bytes(2))?;
     let now_us = clock::now_us()?;
-    let key = LimiterKey::open(call, name)?;
-    let state = match key.held() {
-        None => None,
-        Some(LimiterRef::Concurrency(state)) => Some(state),
-        Some(other) => return Err(kind_mismatch(other.kind(), Kind::Concurrency)),
-    };
-    let commit = ConcurrencyAlgorithm::release(state, &holder, now_us);
-    let released = commit.is_some();
-    if let Some(commit) = commit {
-        let commit = Commit {
-            change: Change::Concurrency(commit.change.into()),
-            expires_at_ms: commit.expires_at_ms,
-        };
-        driver::record(call, stats::RELEASE.event, key, commit)?;
-    }
+    let released = driver::release(call, stats::RELEASE.event, name, &holder, now_us)?;
     stats::RELEASE.record(released);
     call.reply_integer(i64::from(released));
     Ok(())
@@ -173,19 +164,7 @@ pub fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
     let arguments = call.args_bytes(2..);
     let params =
         THROTTLE_ARGS.with(|memo| memo.with(&arguments, (), remembered::throttle, |p| *p))?;
-    let key = LimiterKey::open(call, name)?;
-    let state = match key.held() {
-        None => None,
-        Some(LimiterRef::Gcra(state)) => Some(state),
-        Some(other) => return Err(kind_mismatch(other.kind(), Kind::Gcra)),
-    };
-    let (evaluation, cell) = GcraAlgorithm::throttle(state, &params, now_us);
-    driver::commit_one(
-        call,
-        stats::THROTTLE.event,
-        key,
-        evaluation.map_change(Change::Gcra),
-    )?;
+    let cell = driver::throttle(call, stats::THROTTLE.event, name, &params, now_us)?;
     stats::THROTTLE.record(!cell.limited);
     reply::cell(call, &cell);
     Ok(())
@@ -228,7 +207,7 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
             .map_err(|error| error.naming_keys(&key_bytes))??;
         stats::MULTI.record(outcome.bound.decision.allowed);
         let first = first_field(outcome.units, &outcome.bound.decision, grant);
-        reply::multi(call, &outcome, &buffers.per_limit, first);
+        reply::multi(call, &outcome, buffers.engine.per_limit(), first);
         Ok(())
     })
 }

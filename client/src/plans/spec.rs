@@ -347,7 +347,7 @@ mod tests {
         assert!(error("a=leaky:1/1s").contains("unknown algorithm 'leaky'"));
         assert!(error("a=fixed:x/1s").contains("'x' is not a whole number"));
         assert!(error("a=fixed:1/1y").contains("bad duration '1y'"));
-        assert!(error("a=fixed:0/1s").contains("limit must be at least 1"));
+        assert!(error("a=fixed:0/1s").contains("limit must be greater than 0 (got '0')"));
         assert!(error("a b=fixed:1/1s").contains("bad name 'a b'"));
         assert!(error("g=gcra:1/1500ms").contains("GCRA period"));
         assert!(error("a=fixed:1/0s").contains("above zero"));

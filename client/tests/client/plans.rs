@@ -311,7 +311,7 @@ async fn bad_rlctl_input_is_refused_clearly_and_writes_nothing() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["plan", "set", "x", "--limit", "per-minute=sliding:0/60s"],
-            "bad limit 'per-minute=sliding:0/60s': limit must be at least 1",
+            "bad limit 'per-minute=sliding:0/60s': limit must be greater than 0 (got '0')",
         ),
         (
             &["plan", "set", "x", "--limit", "m=leaky:1/1s"],

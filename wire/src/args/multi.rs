@@ -7,10 +7,11 @@
 
 use super::call::partial;
 use super::quota::{self, arity, quota};
-use super::{Settings, algorithm, positive_integer};
-use crate::core::grant::Grant;
+use super::value::{Settings, algorithm, positive_integer};
 use crate::error::{ArgError, CommandError, Rule, quote};
-use crate::kinds::Quota;
+use redis_ratelimit_core::engine::Limits;
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::Quota;
 
 /// Most keys one `RL.MULTI` call checks: real policies combine a handful of limits (global,
 /// plan, user, endpoint), and the bound keeps a call's work and reply small.
@@ -30,13 +31,14 @@ pub struct MultiArgs {
 }
 
 impl MultiArgs {
-    /// Each limit's quota for a call of `units` units: `units × weight` each (the products
-    /// were checked when parsing for the call's cost, so smaller units cannot overflow).
-    pub fn quotas_for(&self, units: u64) -> impl Iterator<Item = Quota> + '_ {
-        self.quotas
-            .iter()
-            .zip(&self.weights)
-            .map(move |(quota, weight)| quota.with_cost(units.saturating_mul(*weight)))
+    /// The limits as the engine takes them.
+    pub fn limits(&self) -> Limits<'_> {
+        Limits {
+            quotas: &self.quotas,
+            weights: &self.weights,
+            cost: self.cost,
+            grant: self.grant,
+        }
     }
 }
 
@@ -197,7 +199,7 @@ pub fn limits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::Kind;
+    use redis_ratelimit_core::kinds::Kind;
 
     const SETTINGS: Settings = Settings {
         max_log_entries: 10_000,
@@ -239,7 +241,11 @@ mod tests {
             (call.cost, call.weights.clone(), call.grant),
             (3, vec![1, 2], Grant::Whole)
         );
-        let costs: Vec<u64> = call.quotas_for(call.cost).map(|q| q.cost()).collect();
+        let costs: Vec<u64> = call
+            .limits()
+            .quotas_for(call.cost)
+            .map(|q| q.cost())
+            .collect();
         assert_eq!(costs, [3, 6]);
         let call = parsed(&["a"], &["GCRA", "9", "10", "60", "PARTIAL", "MIN", "1"]).unwrap();
         assert_eq!(call.grant, Grant::Partial { min: 1 });

@@ -18,10 +18,10 @@
 use super::call::{self, CallArgs};
 use super::multi::{self, LimitsError, MultiArgs};
 use super::quota;
-use super::{Settings, algorithm};
-use crate::core::gcra::GcraParams;
+use super::value::{Settings, algorithm};
 use crate::error::CommandError;
-use crate::kinds::{Kind, Quota};
+use redis_ratelimit_core::gcra::GcraParams;
+use redis_ratelimit_core::kinds::{Kind, Quota};
 
 /// What `RL.MULTI`'s parse depends on besides the arguments after its keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

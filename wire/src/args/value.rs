@@ -1,29 +1,10 @@
-//! Parsing command arguments into validated parameters.
-//!
-//! Pure functions over byte slices, so every error message is unit-tested without a server.
-//!
-//! - this module reads numbers, durations, algorithm names, and the server settings parsing
-//!   depends on;
-//! - [`quota`] reads each algorithm's parameters;
-//! - [`call`] reads a single-key call (`[cost] [PARTIAL [MIN m]]` after the parameters);
-//! - [`multi`] reads `RL.MULTI`;
-//! - [`memo`] remembers the last arguments each command parsed;
-//! - [`remembered`] says what each command remembers, with its parse as a function of it.
+//! Single argument values: numbers, durations and algorithm names, and the server settings
+//! the parsers check them against. A leaf the other parsers build on.
 
-pub mod call;
-pub mod memo;
-pub mod multi;
-pub mod quota;
-pub mod remembered;
-
-use crate::core::number::{Decimal, parse_positive_integer};
-use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 use crate::error::{ArgError, CommandError, Rule};
-use crate::kinds::Kind;
-
-pub use call::{CallArgs, call, peek, refund};
-pub use memo::Memo;
-pub use quota::throttle;
+use redis_ratelimit_core::kinds::Kind;
+use redis_ratelimit_core::number::{Decimal, parse_positive_integer};
+use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 
 /// The server settings that bound what arguments are accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
