@@ -42,13 +42,14 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 
 test: prereqs lint unit test-prereqs integration client-test service-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, client library, service and container tests
 
-lint: ## cargo fmt --check, clippy -D warnings, and the pure-core check
+lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES),redis-ratelimit/system-alloc -- -D warnings
-	@! grep -rn 'redis_module' core/src src/args src/error.rs src/kinds.rs src/codec.rs src/value.rs \
+	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-core -p redis-ratelimit-wire --no-deps
+	@! grep -rn 'redis_module\|redis-module' core/ wire/ src/value.rs --include='*.rs' --include='Cargo.toml' \
 	  || { echo "the pure layers must not use redis_module"; exit 1; }
 
-unit: ## Unit and property tests of the pure core and the module's pure layers
+unit: ## Unit and property tests of the pure crates (core, wire), the module and the client
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
 
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
@@ -102,8 +103,8 @@ bench: ## Criterion benches, the server benchmark (target/bench/report.md), the 
 	@$(MAKE) --no-print-directory bench-client
 	@$(MAKE) --no-print-directory bench-service
 
-bench-criterion: prereqs ## Criterion benches of the algorithms
-	$(CARGO) bench --features system-alloc --bench algorithms
+bench-criterion: ## Criterion benches of the algorithms, the parsers and the codec (pure crates only)
+	$(CARGO) bench -p redis-ratelimit-wire --bench algorithms
 
 bench-server: prereqs ## Module vs Lua vs INCR on a private redis-server: target/bench/report.md
 	$(CARGO) build --release
@@ -130,8 +131,8 @@ bench-service: prereqs ## The service: checks/s, p50/p99 (gRPC, HTTP), Redis CPU
 
 # cargo-fuzz on the stable toolchain: without a sanitizer (-Zsanitizer needs nightly), the
 # coverage instrumentation, debug assertions and overflow checks it adds are all stable
-# flags. The fuzzed layers (src/args.rs, src/limiter.rs, src/core) have no unsafe code, so a
-# sanitizer would add little there.
+# flags. The fuzzed layers (the core and wire crates) forbid unsafe code, so a sanitizer
+# would add little there.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := args decode
 FUZZ_FLAGS := --sanitizer none --target-dir $(CURDIR)/fuzz/target

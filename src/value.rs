@@ -8,11 +8,13 @@
 //! would instead push a 16-byte state into the allocator's 32-byte size class.
 //!
 //! This is the only module that turns raw value pointers into references. It has no code per
-//! kind: the kinds table in [`crate::limiter`] dispatches to the generic functions here.
+//! kind: the kinds table of [`redis_ratelimit_core::kinds`] dispatches to the generic functions here.
 
 use std::ffi::c_void;
 
-use crate::kinds::{Kind, KindState, Limiter, LimiterMut, LimiterRef, StateVisitor, TypeVisitor};
+use redis_ratelimit_core::kinds::{
+    Kind, KindState, Limiter, LimiterMut, LimiterRef, StateVisitor, TypeVisitor,
+};
 
 const TAG_MASK: usize = 0b111;
 
@@ -133,8 +135,8 @@ pub unsafe fn allocated_bytes(raw: *const c_void) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::sliding_log::SlidingLog;
-    use crate::core::token_bucket::TokenBucket;
+    use redis_ratelimit_core::sliding_log::SlidingLog;
+    use redis_ratelimit_core::token_bucket::TokenBucket;
 
     fn bucket(empty_at_ns: i64) -> TokenBucket {
         TokenBucket::from_parts(empty_at_ns, 1_000).unwrap()

@@ -1,17 +1,24 @@
 //! The algorithms a limit can use, their parameters, and the two forms they take: the
-//! arguments the module's commands expect, and the integer parameters of the shared core
-//! (the local fallback and the in-memory store run the very same arithmetic as the server).
+//! arguments the module's commands expect, and the core's [`Quota`] (the local fallback and
+//! the in-memory store run the very same engine as the server).
+//!
+//! Parameters are validated by the server's own parser (`redis-ratelimit-wire`) on the
+//! arguments this client would send, so a limit is refused here exactly when the server
+//! would refuse it, with the server's words.
 
 use std::fmt;
 use std::time::Duration;
 
 use redis_ratelimit_core::concurrency::{ConcurrencyParams, MAX_STORED_HOLDERS};
 use redis_ratelimit_core::gcra::GcraParams;
+use redis_ratelimit_core::kinds::{Kind, Quota};
 use redis_ratelimit_core::number::Decimal;
 use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
 use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
 use redis_ratelimit_core::token_bucket::TokenBucketParams;
 use redis_ratelimit_core::window::WindowParams;
+use redis_ratelimit_wire::args::{self, Settings};
+use redis_ratelimit_wire::error::CommandError;
 
 /// Why an algorithm's parameters are refused (the same rules the module applies, checked
 /// when the policy is built rather than on the first request).
@@ -29,6 +36,26 @@ impl std::error::Error for AlgorithmError {}
 fn refuse<T>(message: impl Into<String>) -> Result<T, AlgorithmError> {
     Err(AlgorithmError(message.into()))
 }
+
+impl From<CommandError> for AlgorithmError {
+    /// The server's text, without its error code (`ERR`).
+    fn from(error: CommandError) -> Self {
+        let text = error.to_string();
+        match text.split_once(' ') {
+            Some((code, detail)) if code.bytes().all(|b| b.is_ascii_uppercase()) => {
+                AlgorithmError(detail.to_string())
+            }
+            _ => AlgorithmError(text),
+        }
+    }
+}
+
+/// The largest settings any server accepts: what the client checks against (a server may be
+/// configured lower, and then refuses the call itself).
+const SERVER_LIMITS: Settings = Settings {
+    max_log_entries: MAX_STORED_ENTRIES,
+    max_holders: MAX_STORED_HOLDERS,
+};
 
 /// A refill rate in tokens per second, kept as the exact decimal text sent to the server.
 ///
@@ -172,6 +199,10 @@ impl Algorithm {
     /// A token bucket of `capacity` tokens that refills completely over `refill`
     /// (`capacity / refill` tokens per second): "100 requests per minute, bursts of 100".
     pub fn token_bucket(capacity: u64, refill: Duration) -> Result<Self, AlgorithmError> {
+        // The capacity first, by the server's rule: "0 tokens per 60 s is not a rate" would
+        // not say what to change.
+        args::positive_integer("capacity", capacity.to_string().as_bytes())
+            .map_err(CommandError::from)?;
         let algorithm = Self::TokenBucket {
             capacity,
             rate: Rate::per(capacity, refill)?,
@@ -227,25 +258,31 @@ impl Algorithm {
         Ok(algorithm)
     }
 
-    /// Checks the parameters with the rules the server applies.
+    /// Checks the parameters with the server's own parser, on the arguments this client
+    /// sends, then that the client can express them exactly.
     pub fn validate(&self) -> Result<(), AlgorithmError> {
-        match self.shape() {
-            Ok(shape) => shape.params(1).map(|_| ()),
-            Err(error) => Err(error),
+        let wire_args = self.wire_args();
+        let arguments: Vec<&[u8]> = wire_args.iter().map(String::as_bytes).collect();
+        args::quota::quota(self.kind(), &arguments, SERVER_LIMITS)?;
+        self.shape()?.to_quota().map(|_| ())
+    }
+
+    /// The kind of limiter the module keeps for this algorithm.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::TokenBucket { .. } => Kind::TokenBucket,
+            Self::SlidingWindow { .. } => Kind::SlidingWindow,
+            Self::FixedWindow { .. } => Kind::FixedWindow,
+            Self::SlidingLog { .. } => Kind::SlidingLog,
+            Self::Concurrency { .. } => Kind::Concurrency,
+            Self::Gcra { .. } => Kind::Gcra,
         }
     }
 
     /// The command name the module knows the algorithm by (`RL.<name>`, `RL.MULTI`'s limit
     /// names, `RL.REFUND`'s algorithm argument).
     pub fn wire_name(&self) -> &'static str {
-        match self {
-            Self::TokenBucket { .. } => "TOKENBUCKET",
-            Self::SlidingWindow { .. } => "SLIDING",
-            Self::FixedWindow { .. } => "FIXED",
-            Self::SlidingLog { .. } => "SLIDINGLOG",
-            Self::Concurrency { .. } => "CONCURRENCY",
-            Self::Gcra { .. } => "GCRA",
-        }
+        self.kind().command_name().unwrap_or_default()
     }
 
     /// The parameters after the key, as the module's commands take them.
@@ -294,19 +331,19 @@ impl Algorithm {
     pub(crate) fn shape(&self) -> Result<Shape, AlgorithmError> {
         Ok(match self {
             Self::TokenBucket { capacity, rate } => Shape::TokenBucket {
-                capacity: positive(*capacity, "capacity")?,
+                capacity: *capacity,
                 interval_ns: rate.interval_ns(),
             },
             Self::SlidingWindow { limit, window } => Shape::SlidingWindow {
-                limit: positive(*limit, "limit")?,
+                limit: *limit,
                 window_us: window_us(*window)?,
             },
             Self::FixedWindow { limit, window } => Shape::FixedWindow {
-                limit: positive(*limit, "limit")?,
+                limit: *limit,
                 window_us: window_us(*window)?,
             },
             Self::SlidingLog { limit, window } => Shape::SlidingLog {
-                limit: positive(*limit, "limit")?,
+                limit: *limit,
                 window_us: window_us(*window)?,
             },
             Self::Concurrency { limit, ttl } => {
@@ -316,7 +353,7 @@ impl Algorithm {
                     ));
                 }
                 Shape::Concurrency {
-                    limit: positive(*limit, "limit")?,
+                    limit: *limit,
                     ttl_us: window_us(*ttl)?,
                 }
             }
@@ -328,7 +365,7 @@ impl Algorithm {
                 if period.subsec_nanos() != 0 || period.is_zero() {
                     return refuse("a GCRA period is a whole number of seconds (at least 1)");
                 }
-                let count = i64::try_from(positive(*count, "count")?).unwrap_or(i64::MAX);
+                let count = i64::try_from(*count).unwrap_or(i64::MAX);
                 let period = i64::try_from(period.as_secs()).unwrap_or(i64::MAX);
                 let max_burst = i64::try_from(*max_burst).unwrap_or(i64::MAX);
                 match GcraParams::new(max_burst, count, period, 1) {
@@ -340,14 +377,6 @@ impl Algorithm {
                 }
             }
         })
-    }
-}
-
-fn positive(value: u64, name: &str) -> Result<u64, AlgorithmError> {
-    if value == 0 {
-        refuse(format!("{name} must be at least 1"))
-    } else {
-        Ok(value)
     }
 }
 
@@ -399,17 +428,6 @@ pub(crate) enum Shape {
     Gcra { max_burst: i64, interval_ns: i64 },
 }
 
-/// Validated core parameters of one call.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum CoreParams {
-    TokenBucket(TokenBucketParams),
-    SlidingWindow(WindowParams),
-    FixedWindow(WindowParams),
-    SlidingLog(SlidingLogParams),
-    Concurrency(ConcurrencyParams),
-    Gcra(GcraParams),
-}
-
 impl Shape {
     /// The limit this replica enforces alone when the store is unreachable: `1 / replicas`
     /// of the quota, rounded down, refilled `replicas` times slower, so the shares of all
@@ -456,42 +474,37 @@ impl Shape {
         })
     }
 
-    /// The core parameters for a call of `cost` units.
-    pub(crate) fn params(self, cost: u64) -> Result<CoreParams, AlgorithmError> {
-        let cost = cost.max(1);
+    /// The core's quota for a call of one unit.
+    pub(crate) fn to_quota(self) -> Result<Quota, AlgorithmError> {
         match self {
             Shape::TokenBucket {
                 capacity,
                 interval_ns,
-            } => TokenBucketParams::from_interval(capacity, interval_ns, cost)
-                .map(CoreParams::TokenBucket)
+            } => TokenBucketParams::from_interval(capacity, interval_ns, 1)
+                .map(Quota::TokenBucket)
                 .or_else(|_| refuse("capacity / rate must be at most 100 years")),
-            Shape::SlidingWindow { limit, window_us } => WindowParams::new(limit, window_us, cost)
-                .map(CoreParams::SlidingWindow)
+            Shape::SlidingWindow { limit, window_us } => WindowParams::new(limit, window_us, 1)
+                .map(Quota::SlidingWindow)
                 .or_else(|_| refuse("limit must be at most 4294967295")),
-            Shape::FixedWindow { limit, window_us } => WindowParams::new(limit, window_us, cost)
-                .map(CoreParams::FixedWindow)
+            Shape::FixedWindow { limit, window_us } => WindowParams::new(limit, window_us, 1)
+                .map(Quota::FixedWindow)
                 .or_else(|_| refuse("limit must be at most 4294967295")),
             Shape::SlidingLog { limit, window_us } => {
-                SlidingLogParams::new(limit, window_us, cost, MAX_STORED_ENTRIES)
-                    .map(CoreParams::SlidingLog)
+                SlidingLogParams::new(limit, window_us, 1, MAX_STORED_ENTRIES)
+                    .map(Quota::SlidingLog)
                     .or_else(|_| refuse("a sliding log's limit is at most 10,000,000"))
             }
             Shape::Concurrency { limit, ttl_us } => {
                 ConcurrencyParams::new(limit, ttl_us, MAX_STORED_HOLDERS)
-                    .map(CoreParams::Concurrency)
+                    .map(|params| Quota::Concurrency(Box::new(params)))
                     .or_else(|_| refuse("an in-flight limit is at most 100,000 requests"))
             }
             Shape::Gcra {
                 max_burst,
                 interval_ns,
-            } => GcraParams::from_interval(
-                max_burst,
-                interval_ns,
-                i64::try_from(cost).unwrap_or(i64::MAX),
-            )
-            .map(CoreParams::Gcra)
-            .or_else(|error| refuse(format!("GCRA parameters refused: {error:?}"))),
+            } => GcraParams::from_interval(max_burst, interval_ns, 1)
+                .map(Quota::Gcra)
+                .or_else(|error| refuse(format!("GCRA parameters refused: {error:?}"))),
         }
     }
 
@@ -637,6 +650,35 @@ mod tests {
         assert!(Algorithm::sliding_window(1 << 33, Duration::from_secs(1)).is_err());
         assert!(Algorithm::gcra(1, 1, Duration::from_millis(1500)).is_err());
         assert!(Algorithm::token_bucket(0, Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn refusals_are_the_servers_own() {
+        let zero = Algorithm::FixedWindow {
+            limit: 0,
+            window: Duration::from_secs(1),
+        };
+        assert_eq!(
+            zero.validate().unwrap_err().to_string(),
+            "limit must be greater than 0 (got '0')"
+        );
+        let too_many = Algorithm::SlidingWindow {
+            limit: 1 << 33,
+            window: Duration::from_secs(1),
+        };
+        let too_long = Algorithm::TokenBucket {
+            capacity: u64::MAX,
+            rate: Rate::per_second("0.001").unwrap(),
+        };
+        for algorithm in [too_many, too_long] {
+            let wire_args = algorithm.wire_args();
+            let arguments: Vec<&[u8]> = wire_args.iter().map(String::as_bytes).collect();
+            let server = args::quota::quota(algorithm.kind(), &arguments, SERVER_LIMITS)
+                .unwrap_err()
+                .to_string();
+            let client = algorithm.validate().unwrap_err().to_string();
+            assert_eq!(format!("ERR {client}"), server, "{algorithm:?}");
+        }
     }
 
     #[test]

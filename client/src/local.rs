@@ -1,28 +1,22 @@
-//! Limits decided in process with the core algorithms: the engine behind the local fallback
-//! and the in-memory store.
+//! Limits decided in process: the engine behind the local fallback and the in-memory store.
 //!
-//! It is `RL.MULTI` in process, built from the same core functions the module uses: every
-//! limit of a group is evaluated before any is charged, a partial grant takes the same number
-//! of units from each ([`multi::units_to_evaluate`] over each algorithm's `grantable`), and
-//! the binding limit is chosen by [`multi::bind`]. Only the clock differs: the caller passes
-//! this process's.
+//! It is `RL.MULTI` in process: the limiter states sit in a map instead of Redis keys, and
+//! every call is decided by the core's own engine ([`engine`]), the one the module runs, so
+//! a group is decided by the very same rules (every limit evaluated before any is charged,
+//! partial grants, the binding limit, all or nothing). Only the clock differs: the caller
+//! passes this process's.
 
 use std::collections::HashMap;
 
-use redis_ratelimit_core::concurrency::{
-    Concurrency, ConcurrencyAlgorithm, ConcurrencyChange, HolderId,
-};
-use redis_ratelimit_core::decision::{Algorithm as _, Decision};
-use redis_ratelimit_core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
-use redis_ratelimit_core::gcra::{Gcra, GcraAlgorithm};
+use redis_ratelimit_core::Commit;
+use redis_ratelimit_core::concurrency::HolderId;
+use redis_ratelimit_core::decision::Decision;
+use redis_ratelimit_core::engine::{self, Limits, Refused};
 use redis_ratelimit_core::grant::Grant as CoreGrant;
-use redis_ratelimit_core::multi;
-use redis_ratelimit_core::sliding_log::{SlidingLog, SlidingLogAlgorithm, SlidingLogChange};
-use redis_ratelimit_core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
-use redis_ratelimit_core::token_bucket::{TokenBucket, TokenBucketAlgorithm};
+use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef, Quota};
 
-use crate::algorithm::{CoreParams, Shape};
-use crate::store::{Grant, View};
+use crate::algorithm::Shape;
+use crate::outcome::{Grant, View};
 
 /// One limit of a local group.
 #[derive(Clone, Copy, Debug)]
@@ -45,41 +39,12 @@ pub(crate) enum LocalError {
     Params(String),
 }
 
-#[derive(Clone, Debug)]
-enum State {
-    TokenBucket(TokenBucket),
-    SlidingWindow(SlidingWindow),
-    FixedWindow(FixedWindow),
-    SlidingLog(SlidingLog),
-    Concurrency(Concurrency),
-    Gcra(Gcra),
-}
-
+/// A key's limiter and its expiry (Unix ms), as Redis would hold them.
 #[derive(Clone, Debug)]
 struct Stored {
-    state: State,
+    limiter: Limiter,
     expires_at_ms: i64,
 }
-
-#[derive(Clone, Debug)]
-enum Change {
-    TokenBucket(TokenBucket),
-    SlidingWindow(SlidingWindow),
-    FixedWindow(FixedWindow),
-    SlidingLog(SlidingLogChange),
-    Concurrency(ConcurrencyChange),
-    Gcra(Gcra),
-}
-
-/// A change to store under a key, and its expiry.
-#[derive(Clone, Debug)]
-struct Pending {
-    change: Change,
-    expires_at_ms: i64,
-}
-
-/// Each limit's decision for one cost, and what to store if all admit.
-type Evaluation = Vec<(Decision, Option<Pending>)>;
 
 /// Limiter states by key, with Redis's expiry semantics (an expired state is a missing key).
 #[derive(Debug, Default)]
@@ -88,6 +53,8 @@ pub(crate) struct LocalLimits {
     /// Refuse a key holding another algorithm (as the server does) instead of replacing it.
     strict: bool,
     operations: u32,
+    /// The engine's working memory, reused from call to call.
+    buffers: engine::Buffers,
 }
 
 impl LocalLimits {
@@ -105,14 +72,33 @@ impl LocalLimits {
         Self::default()
     }
 
-    /// Forgets every state.
-    pub(crate) fn clear(&mut self) {
-        self.states.clear();
+    /// Starts `call.key` over from what the store last said: `remaining` units of the
+    /// call's shape left at `at_us`, as if a fresh limiter had been charged the rest then
+    /// (a bucket holding `remaining` tokens, a window with the rest used). Any state the key
+    /// had is replaced. Units are the limit's own (the call's weight is not applied).
+    pub(crate) fn seed(
+        &mut self,
+        call: &LocalCall<'_>,
+        remaining: u64,
+        at_us: i64,
+    ) -> Result<(), LocalError> {
+        self.states.remove(call.key);
+        let used = call.shape.quota().saturating_sub(remaining);
+        if used == 0 {
+            return Ok(());
+        }
+        let unweighted = LocalCall {
+            weight: 1,
+            max_wait_ns: None,
+            ..*call
+        };
+        self.acquire(&[unweighted], used, Some(1), at_us)
+            .map(|_| ())
     }
 
     /// Takes `units × weight` from every limit, all or nothing, or with `partial_min` the
-    /// most units (from `partial_min` to `units`) that every limit can give: `RL.MULTI`'s
-    /// rules, from the core's own functions.
+    /// most units (from `partial_min` to `units`) that every limit can give: `RL.MULTI`, run
+    /// by the core's engine.
     pub(crate) fn acquire(
         &mut self,
         calls: &[LocalCall<'_>],
@@ -121,151 +107,91 @@ impl LocalLimits {
         now_us: i64,
     ) -> Result<Grant, LocalError> {
         self.maybe_prune(now_us);
-        let units = units.max(1);
-        let units = match partial_min {
-            None => units,
-            Some(min) => {
-                let grantable = calls
-                    .iter()
-                    .map(|call| {
-                        let weight = call.weight.max(1);
-                        let cost = units.saturating_mul(weight);
-                        let params = self.params(call, cost)?;
-                        let stored = self.live(call.key, now_us);
-                        let op = Op::Grantable(cost);
-                        match ask(stored, params, now_us, op, self.strict, call.key)? {
-                            Answer::Grantable(units) => Ok((units, weight)),
-                            Answer::Decided(..) => Ok((0, weight)),
-                        }
-                    })
-                    .collect::<Result<Vec<(u64, u64)>, LocalError>>()?;
-                multi::units_to_evaluate(units, CoreGrant::Partial { min }, grantable)
-            }
+        let quotas = calls.iter().map(quota).collect::<Result<Vec<_>, _>>()?;
+        let weights: Vec<u64> = calls.iter().map(|call| call.weight.max(1)).collect();
+        let limits = Limits {
+            quotas: &quotas,
+            weights: &weights,
+            cost: units.max(1),
+            grant: partial_min.map_or(CoreGrant::Whole, |min| CoreGrant::Partial { min }),
         };
-        let evaluation = self.evaluate_all(calls, units, now_us, false)?;
-        let decisions: Vec<Decision> = evaluation.iter().map(|(d, _)| *d).collect();
-        let costs: Vec<u64> = calls
-            .iter()
-            .map(|call| units.saturating_mul(call.weight.max(1)))
-            .collect();
-        let admitted = decisions.iter().all(|decision| decision.allowed);
-        let binding = multi::bind(&decisions, &costs).map_or(0, |bound| bound.binding);
-        let views = decisions.iter().map(view_of).collect();
-        if admitted {
-            for (call, (_, pending)) in calls.iter().zip(evaluation) {
-                if let Some(pending) = pending {
-                    self.commit(call.key, pending);
-                }
+        let held = held(&self.states, self.strict, calls, &quotas, now_us);
+        let verdict = engine::acquire_many(&held, limits, now_us, &mut self.buffers)
+            .map_err(|refused| mismatch(calls, refused))?;
+        let views = self.buffers.per_limit().iter().map(view_of).collect();
+        let commits: Vec<_> = self.buffers.take_commits().collect();
+        for (call, commit) in calls.iter().zip(commits) {
+            if let Some(commit) = commit {
+                self.commit(call.key, commit, now_us);
             }
         }
         Ok(Grant {
-            granted: if admitted { units } else { 0 },
-            binding,
+            granted: verdict.units,
+            binding: verdict.bound.binding,
             views,
         })
     }
 
-    /// Gives `units × weight` back to every limit, never beyond its limit.
+    /// Gives `units × weight` back to every limit, never beyond its limit (an in-flight
+    /// limit frees the holder's slot).
     pub(crate) fn refund(
         &mut self,
         calls: &[LocalCall<'_>],
         units: u64,
         now_us: i64,
     ) -> Result<(), LocalError> {
-        let evaluation = self.evaluate_all(calls, units.max(1), now_us, true)?;
-        for (call, (_, pending)) in calls.iter().zip(evaluation) {
-            if let Some(pending) = pending {
-                self.commit(call.key, pending);
+        let quotas = calls
+            .iter()
+            .map(|call| Ok(quota(call)?.with_cost(units.max(1).saturating_mul(call.weight.max(1)))))
+            .collect::<Result<Vec<_>, LocalError>>()?;
+        let held = held(&self.states, self.strict, calls, &quotas, now_us);
+        let commits = held
+            .iter()
+            .zip(&quotas)
+            .enumerate()
+            .map(|(index, (held, quota))| {
+                engine::refund(*held, quota, now_us)
+                    .map(|evaluation| evaluation.commit)
+                    .map_err(|refused| mismatch(calls, shift(refused, index)))
+            })
+            .collect::<Result<Vec<_>, LocalError>>()?;
+        for (call, commit) in calls.iter().zip(commits) {
+            if let Some(commit) = commit {
+                self.commit(call.key, commit, now_us);
             }
         }
         Ok(())
     }
 
-    fn params(&self, call: &LocalCall<'_>, cost: u64) -> Result<CoreParams, LocalError> {
-        let params = call
-            .shape
-            .params(cost)
-            .map_err(|error| LocalError::Params(error.to_string()))?;
-        match (params, call.max_wait_ns, call.holder) {
-            (CoreParams::TokenBucket(bucket), Some(wait_ns), _) => bucket
-                .with_max_wait_ns(wait_ns)
-                .map(CoreParams::TokenBucket)
-                .map_err(|_| LocalError::Params("MAXWAIT is at most a day".into())),
-            (CoreParams::Concurrency(slots), None, Some(holder)) => {
-                HolderId::new(holder.as_bytes())
-                    .map(|holder| CoreParams::Concurrency(slots.with_holder(holder)))
-                    .map_err(|_| LocalError::Params("a holder id is 1 to 128 bytes".into()))
-            }
-            (CoreParams::Concurrency(_), None, None) => Err(LocalError::Params(
-                "an in-flight limit needs the caller's holder id".into(),
-            )),
-            (params, None, _) => Ok(params),
-            (_, Some(_), _) => Err(LocalError::Params("only token buckets can be paced".into())),
-        }
-    }
-
-    /// The state under `key`, unless it has expired (then the key is missing).
-    fn live(&self, key: &str, now_us: i64) -> Option<&Stored> {
-        let now_ms = now_us.div_euclid(1_000);
-        self.states
-            .get(key)
-            .filter(|stored| stored.expires_at_ms > now_ms)
-    }
-
-    fn evaluate_all(
-        &self,
-        calls: &[LocalCall<'_>],
-        units: u64,
-        now_us: i64,
-        refund: bool,
-    ) -> Result<Evaluation, LocalError> {
-        calls
-            .iter()
-            .map(|call| {
-                let params = self.params(call, units.saturating_mul(call.weight.max(1)))?;
-                let stored = self.live(call.key, now_us);
-                let op = if refund { Op::Refund } else { Op::Evaluate };
-                match ask(stored, params, now_us, op, self.strict, call.key)? {
-                    Answer::Decided(decision, pending) => Ok((decision, pending)),
-                    Answer::Grantable(_) => Err(LocalError::Params("unexpected answer".into())),
-                }
-            })
-            .collect()
-    }
-
-    fn commit(&mut self, key: &str, pending: Pending) {
-        let Pending {
+    /// Writes a commit to `key`: applied to its live limiter of the same kind, otherwise
+    /// creating one; a limiter left holding nothing goes, as the module deletes its key.
+    fn commit(&mut self, key: &str, commit: Commit<Change>, now_us: i64) {
+        let Commit {
             change,
             expires_at_ms,
-        } = pending;
-        let previous = self.states.remove(key).map(|stored| stored.state);
-        let state = match (previous, change) {
-            (Some(State::SlidingLog(mut log)), Change::SlidingLog(change)) => {
-                SlidingLogAlgorithm::apply(&mut log, change);
-                State::SlidingLog(log)
+        } = commit;
+        let live = live(&self.states, key, now_us)
+            .is_some_and(|stored| stored.limiter.as_ref().kind() == change.kind());
+        let stored = match self.states.get_mut(key) {
+            Some(stored) if live => stored,
+            _ => {
+                let limiter = change.create();
+                self.states.insert(
+                    key.to_string(),
+                    Stored {
+                        limiter,
+                        expires_at_ms,
+                    },
+                );
+                return;
             }
-            (_, Change::SlidingLog(change)) => {
-                State::SlidingLog(SlidingLogAlgorithm::create(change))
-            }
-            (Some(State::Concurrency(mut slots)), Change::Concurrency(change)) => {
-                ConcurrencyAlgorithm::apply(&mut slots, change);
-                State::Concurrency(slots)
-            }
-            (_, Change::Concurrency(change)) => {
-                State::Concurrency(ConcurrencyAlgorithm::create(change))
-            }
-            (_, Change::TokenBucket(state)) => State::TokenBucket(state),
-            (_, Change::SlidingWindow(state)) => State::SlidingWindow(state),
-            (_, Change::FixedWindow(state)) => State::FixedWindow(state),
-            (_, Change::Gcra(state)) => State::Gcra(state),
         };
-        self.states.insert(
-            key.to_string(),
-            Stored {
-                state,
-                expires_at_ms,
-            },
-        );
+        // The kinds match (checked above), so the change applies.
+        let _ = change.apply(stored.limiter.as_mut());
+        stored.expires_at_ms = expires_at_ms;
+        if stored.limiter.as_ref().is_vacant() {
+            self.states.remove(key);
+        }
     }
 
     /// Drops expired states now and then, so a local map of many keys does not grow without
@@ -280,62 +206,77 @@ impl LocalLimits {
     }
 }
 
-/// What to ask a limit.
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    /// Decide a call (read-only: the change is returned, not applied).
-    Evaluate,
-    /// Decide a refund.
-    Refund,
-    /// The most units, up to this many, a call could take now.
-    Grantable(u64),
-}
-
-/// A limit's answer to an [`Op`].
-enum Answer {
-    Decided(Decision, Option<Pending>),
-    Grantable(u64),
-}
-
-/// Asks one limit, with the core algorithm matching its parameters.
-fn ask(
-    stored: Option<&Stored>,
-    params: CoreParams,
-    now_us: i64,
-    op: Op,
+/// Each call's live limiter in `states`; unless `strict`, a limiter of another kind than the
+/// call's counts as missing (its commit replaces it).
+fn held<'s>(
+    states: &'s HashMap<String, Stored>,
     strict: bool,
-    key: &str,
-) -> Result<Answer, LocalError> {
-    let state = stored.map(|stored| &stored.state);
-    macro_rules! ask {
-        ($algorithm:ty, $variant:ident, $params:expr) => {{
-            let current = match state {
-                Some(State::$variant(current)) => Some(current),
-                Some(_) if strict => return Err(LocalError::KindMismatch(key.to_string())),
-                _ => None,
-            };
-            let evaluation = match op {
-                Op::Grantable(up_to) => {
-                    let units = <$algorithm>::grantable(current, &$params, up_to, now_us);
-                    return Ok(Answer::Grantable(units));
-                }
-                Op::Evaluate => <$algorithm>::evaluate(current, &$params, now_us),
-                Op::Refund => <$algorithm>::refund(current, &$params, now_us),
-            };
-            let pending = evaluation.commit.map(|commit| Pending {
-                change: Change::$variant(commit.change),
-                expires_at_ms: commit.expires_at_ms,
-            });
-            Ok(Answer::Decided(evaluation.decision, pending))
-        }};
+    calls: &[LocalCall<'_>],
+    quotas: &[Quota],
+    now_us: i64,
+) -> Vec<Option<LimiterRef<'s>>> {
+    calls
+        .iter()
+        .zip(quotas)
+        .map(|(call, quota)| {
+            live(states, call.key, now_us)
+                .map(|stored| stored.limiter.as_ref())
+                .filter(|held| strict || held.kind() == quota.kind())
+        })
+        .collect()
+}
+
+/// The state under `key`, unless it has expired (then the key is missing).
+fn live<'s>(states: &'s HashMap<String, Stored>, key: &str, now_us: i64) -> Option<&'s Stored> {
+    let now_ms = now_us.div_euclid(1_000);
+    states
+        .get(key)
+        .filter(|stored| stored.expires_at_ms > now_ms)
+}
+
+/// The quota of one call, for one unit: its shape, paced or holding the caller's slot.
+fn quota(call: &LocalCall<'_>) -> Result<Quota, LocalError> {
+    let quota = call
+        .shape
+        .to_quota()
+        .map_err(|error| LocalError::Params(error.to_string()))?;
+    match (quota, call.max_wait_ns, call.holder) {
+        (Quota::TokenBucket(bucket), Some(wait_ns), _) => bucket
+            .with_max_wait_ns(wait_ns)
+            .map(Quota::TokenBucket)
+            .map_err(|_| LocalError::Params("MAXWAIT is at most a day".into())),
+        (Quota::Concurrency(slots), None, Some(holder)) => HolderId::new(holder.as_bytes())
+            .map(|holder| Quota::Concurrency(Box::new(slots.with_holder(holder))))
+            .map_err(|_| LocalError::Params("a holder id is 1 to 128 bytes".into())),
+        (Quota::Concurrency(_), None, None) => Err(LocalError::Params(
+            "an in-flight limit needs the caller's holder id".into(),
+        )),
+        (quota, None, _) => Ok(quota),
+        (_, Some(_), _) => Err(LocalError::Params("only token buckets can be paced".into())),
     }
-    match params {
-        CoreParams::TokenBucket(p) => ask!(TokenBucketAlgorithm, TokenBucket, p),
-        CoreParams::SlidingWindow(p) => ask!(SlidingWindowAlgorithm, SlidingWindow, p),
-        CoreParams::FixedWindow(p) => ask!(FixedWindowAlgorithm, FixedWindow, p),
-        CoreParams::SlidingLog(p) => ask!(SlidingLogAlgorithm, SlidingLog, p),
-        CoreParams::Concurrency(p) => ask!(ConcurrencyAlgorithm, Concurrency, p),
-        CoreParams::Gcra(p) => ask!(GcraAlgorithm, Gcra, p),
+}
+
+/// The refusal of a single-key call, said of key `index` of its group.
+fn shift(refused: Refused, index: usize) -> Refused {
+    match refused {
+        Refused::KindMismatch { held, wanted, .. } => Refused::KindMismatch {
+            index,
+            held,
+            wanted,
+        },
+        other => other,
+    }
+}
+
+/// The engine's refusal as a local error, naming the key.
+fn mismatch(calls: &[LocalCall<'_>], refused: Refused) -> LocalError {
+    match refused {
+        Refused::KindMismatch { index, .. } => LocalError::KindMismatch(
+            calls
+                .get(index)
+                .map_or_else(String::new, |call| call.key.to_string()),
+        ),
+        Refused::NoLimits => LocalError::Params("a group needs at least one limit".into()),
     }
 }
 
@@ -482,6 +423,32 @@ mod tests {
             }];
             assert_eq!(limits.acquire(&second, 1, None, T0).is_err(), refuses);
         }
+    }
+
+    #[test]
+    fn a_seeded_state_continues_from_the_answer() {
+        let mut limits = LocalLimits::lenient();
+        // 10 tokens refilled over an hour: one every 6 minutes.
+        let calls = [LocalCall {
+            key: "a",
+            shape: bucket(10),
+            weight: 2,
+            max_wait_ns: None,
+            holder: None,
+        }];
+        limits.acquire(&calls, 5, None, T0).unwrap();
+        limits.seed(&calls[0], 3, T0).unwrap();
+        let grant = limits.acquire(&calls, 1, None, T0).unwrap();
+        assert_eq!((grant.granted, grant.views[0].remaining), (1, 1));
+        assert_eq!(limits.acquire(&calls, 1, None, T0).unwrap().granted, 0);
+        // Exhausted: nothing until the refill.
+        limits.seed(&calls[0], 0, T0).unwrap();
+        let denied = limits.acquire(&calls, 1, None, T0 + 1_000_000).unwrap();
+        assert_eq!(denied.granted, 0);
+        assert!(denied.views[0].retry_after.unwrap() > Duration::from_secs(600));
+        // Full: as a fresh limiter.
+        limits.seed(&calls[0], 10, T0).unwrap();
+        assert_eq!(limits.acquire(&calls, 5, None, T0).unwrap().granted, 5);
     }
 
     #[test]

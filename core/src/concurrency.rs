@@ -20,7 +20,7 @@
 //! - **Renewing never shortens a holder's life**: its expiry becomes `max(old, now + ttl)`, so
 //!   a shorter `ttl` or a clock that stepped back keeps the later expiry (the holder can always
 //!   release). Stored instants therefore never move back.
-//! - **Cost**: a call takes one slot whatever its cost. [`CallCost`] is implemented so the
+//! - **Cost**: a call takes one slot whatever its cost. [`CallCost`](crate::CallCost) is implemented so the
 //!   limiter plugs into partial grants and multi-limit calls, where its
 //!   [`grantable`](ConcurrencyAlgorithm::grantable) is all of `up_to` or nothing: it never
 //!   scales the units of a call, it only admits or denies it.

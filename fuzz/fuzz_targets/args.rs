@@ -1,4 +1,4 @@
-//! Every argument parser of `src/args/` fed with arbitrary bytes.
+//! Every argument parser of `wire/src/args/` fed with arbitrary bytes.
 //!
 //! The input is split on 0xFF into command arguments (0xFF is one non-ASCII byte like any
 //! other to the parsers, so nothing is lost by reserving it). Each piece goes through the
@@ -9,14 +9,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_ratelimit::args;
-use redis_ratelimit::core::CallCost;
-use redis_ratelimit::core::sliding_log::MAX_STORED_ENTRIES;
-use redis_ratelimit::core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
-use redis_ratelimit::core::token_bucket::MAX_REFILL_NS;
-use redis_ratelimit::core::grant::Grant;
-use redis_ratelimit::error::{ArgError, CommandError};
-use redis_ratelimit::kinds::{Kind, Quota};
+use redis_ratelimit_wire::args;
+use redis_ratelimit_core::CallCost;
+use redis_ratelimit_core::sliding_log::MAX_STORED_ENTRIES;
+use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
+use redis_ratelimit_core::token_bucket::MAX_REFILL_NS;
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_wire::error::{ArgError, CommandError};
+use redis_ratelimit_core::kinds::{Kind, Quota};
 
 const SEPARATOR: u8 = 0xFF;
 
@@ -138,7 +138,7 @@ fn commands(list: &[&[u8]]) {
         if let Some((numkeys, rest)) = list.split_first() {
             if let Ok(count) = args::multi::key_count(numkeys) {
                 if let Some((keys, rest)) = rest.split_at_checked(count) {
-                    match args::multi::limits(count, keys, rest, settings) {
+                    match args::multi::limits(count, rest, settings).map_err(|e| e.naming_keys(keys)) {
                         Ok(parsed) => {
                             assert_eq!(parsed.quotas.len(), count);
                             assert_eq!(parsed.weights.len(), count);

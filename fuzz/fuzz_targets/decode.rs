@@ -12,26 +12,26 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_ratelimit::core::concurrency::{
+use redis_ratelimit_core::concurrency::{
     Concurrency, ConcurrencyAlgorithm, ConcurrencyParams, HolderId, MAX_STORED_HOLDERS, MAX_TTL_US,
     MIN_TTL_US,
 };
-use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
-use redis_ratelimit::core::window::WindowParams;
-use redis_ratelimit::core::gcra::{GcraAlgorithm, GcraParams, MAX_TOLERANCE_NS};
-use redis_ratelimit::core::sliding_log::{
+use redis_ratelimit_core::fixed_window::FixedWindowAlgorithm;
+use redis_ratelimit_core::window::WindowParams;
+use redis_ratelimit_core::gcra::{GcraAlgorithm, GcraParams, MAX_TOLERANCE_NS};
+use redis_ratelimit_core::sliding_log::{
     SlidingLogAction, SlidingLogAlgorithm, SlidingLogParams,
 };
-use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
-use redis_ratelimit::core::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US};
-use redis_ratelimit::core::token_bucket::{
+use redis_ratelimit_core::sliding_window::SlidingWindowAlgorithm;
+use redis_ratelimit_core::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US};
+use redis_ratelimit_core::token_bucket::{
     MAX_REFILL_NS, MAX_WAIT_NS, TokenBucketAlgorithm, TokenBucketParams,
 };
-use redis_ratelimit::core::{Algorithm, Evaluation};
-use redis_ratelimit::codec::{
+use redis_ratelimit_core::{Algorithm, Evaluation};
+use redis_ratelimit_wire::codec::{
     EffectBody, EffectRecord, decode, decode_effect, encode, encode_effect, encode_state_effect,
 };
-use redis_ratelimit::kinds::{Change, KindAlgorithm, KindState, Limiter};
+use redis_ratelimit_core::kinds::{Change, KindAlgorithm, KindState, Limiter};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(limiter) = decode(data) {

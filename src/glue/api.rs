@@ -141,7 +141,9 @@ impl<'a> Call<'a> {
     }
 
     /// Arguments `range` (indexes into the command's arguments), as bytes; empty past the
-    /// end. Allocates only for long argument lists.
+    /// end. Allocates only for long argument lists. (Inlined, so the list is built in the
+    /// caller's frame rather than copied there.)
+    #[inline(always)]
     pub fn args_bytes<R>(&self, range: R) -> ArgList<'a>
     where
         R: std::slice::SliceIndex<
@@ -227,8 +229,12 @@ impl<'a> Call<'a> {
     /// Replies with an array of integers.
     pub fn reply_integers(&self, values: &[i64]) {
         self.reply_array(values.len());
+        let Some(integer) = api!(RedisModule_ReplyWithLongLong) else {
+            return;
+        };
         for &value in values {
-            self.reply_integer(value);
+            // SAFETY: live context.
+            unsafe { integer(self.ctx, value) };
         }
     }
 
@@ -443,14 +449,16 @@ impl Key {
             return KeyContent::Other;
         };
         let key = self.key.as_ptr();
+        // The common case first: a limiter (the type is null for an empty key or another
+        // Redis type, so one call tells it).
+        // SAFETY: the key is open.
+        if unsafe { get_type(key) } == limiter_type {
+            // SAFETY: the key is open and holds a value of this module's type.
+            return KeyContent::Limiter(unsafe { get_value(key) });
+        }
         // SAFETY: the key is open.
         match unsafe { key_type(key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY => KeyContent::Empty,
-            // SAFETY: the key is open and holds a module value.
-            raw::REDISMODULE_KEYTYPE_MODULE if unsafe { get_type(key) } == limiter_type => {
-                // SAFETY: as above.
-                KeyContent::Limiter(unsafe { get_value(key) })
-            }
             _ => KeyContent::Other,
         }
     }

@@ -1,7 +1,8 @@
 //! The `ratelimit` module data type and its callbacks.
 //!
-//! The callbacks only move bytes: they encode or decode through [`crate::codec`] (the AOF
-//! rewrite through [`super::effects`], which owns `RL.SETSTATE`) and hand pointers to
+//! The callbacks only move bytes: they encode or decode through
+//! [`redis_ratelimit_wire::codec`] (the AOF rewrite through [`super::effects`], which owns
+//! `RL.SETSTATE`) and hand pointers to
 //! [`crate::value`]. Every loaded value (RDB file, full sync, `RESTORE` payload)
 //! passes the same strict decoder as replicated state; anything it refuses makes the load
 //! fail cleanly (NULL), with a log line, never a crash.
@@ -14,8 +15,8 @@ use redis_module::raw;
 
 use super::api::{api, log};
 use super::{effects, store};
-use crate::codec::{self, ENCODING_VERSION};
 use crate::value;
+use redis_ratelimit_wire::codec::{self, ENCODING_VERSION};
 
 /// Registers the `ratelimit` type. Must run during `OnLoad`.
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {

@@ -2,8 +2,9 @@
 //!
 //! Commands decide on the primary with the primary's clock and replicate their *effects*,
 //! never themselves: `RL.SETSTATE key effect [key effect ...]`, where each effect (encoded by
-//! [`crate::codec`]) carries the key's new state or change and its absolute expiry. Replicas
-//! and AOF replay therefore hold exactly the primary's state whatever their own clocks say.
+//! [`redis_ratelimit_wire::codec`]) carries the key's new state or change and its absolute
+//! expiry. Replicas and AOF replay therefore hold exactly the primary's state whatever their
+//! own clocks say.
 //!
 //! This module owns every step of it:
 //! - [`commit`]: the primary applies a command's writes all or nothing, then propagates
@@ -24,10 +25,10 @@ use redis_module::raw;
 use super::api::{Call, OwnedString, api};
 use super::scratch::{self, Reusable};
 use super::store::{self, LimiterKey, Update, Write};
-use crate::codec::{self, EffectBody, Encoded};
-use crate::core::Commit;
-use crate::error::CommandError;
-use crate::kinds::{Change, LimiterRef};
+use redis_ratelimit_core::Commit;
+use redis_ratelimit_core::kinds::{Change, LimiterRef};
+use redis_ratelimit_wire::codec::{self, EffectBody, Encoded};
+use redis_ratelimit_wire::error::CommandError;
 
 /// The internal command that carries replicated and AOF-rewritten state.
 pub const SET_STATE: &CStr = c"rl.setstate";
@@ -74,6 +75,20 @@ pub fn commit(
     for replicated in &*writes {
         call.announce_write(event, replicated.write.key.name());
     }
+    Ok(())
+}
+
+/// Commits one key's write: [`commit`] for a single write, without staging it.
+pub fn commit_one(
+    call: &Call<'_>,
+    event: &CStr,
+    mut key: LimiterKey,
+    commit: Commit<Change>,
+) -> Result<(), CommandError> {
+    let effect = codec::encode_effect(commit.expires_at_ms, &commit.change);
+    store::apply_one(&mut key, commit)?;
+    call.replicate(SET_STATE, key.name(), effect.as_bytes());
+    call.announce_write(event, key.name());
     Ok(())
 }
 
@@ -130,7 +145,7 @@ pub fn set_state(call: &Call<'_>) -> Result<(), CommandError> {
     }
     let pairs = (1..argc).step_by(2);
     let keys: Vec<&[u8]> = pairs.clone().map(|index| call.arg_bytes(index)).collect();
-    if crate::args::multi::repeated_key(&keys).is_some() {
+    if redis_ratelimit_wire::args::multi::repeated_key(&keys).is_some() {
         return Err(CommandError::Message("ERR RL.SETSTATE got a key twice"));
     }
     let mut writes = Vec::with_capacity(keys.len());

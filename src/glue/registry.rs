@@ -13,7 +13,7 @@ use redis_module::raw;
 
 use super::api::{Call, api, log};
 use super::{commands, effects};
-use crate::error::CommandError;
+use redis_ratelimit_wire::error::CommandError;
 
 /// Where a command's keys are, and how it uses them (declared to Redis).
 #[derive(Clone, Copy)]

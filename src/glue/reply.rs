@@ -7,9 +7,9 @@
 //! - `CL.THROTTLE`: redis-cell's five fields.
 
 use super::api::Call;
-use super::driver::MultiOutcome;
-use crate::core::Decision;
-use crate::core::gcra::{CellOutcome, cell_reply};
+use redis_ratelimit_core::Decision;
+use redis_ratelimit_core::engine::Verdict;
+use redis_ratelimit_core::gcra::{CellOutcome, cell_reply};
 
 /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
 pub fn decision(call: &Call<'_>, decision: &Decision) {
@@ -22,10 +22,10 @@ pub fn decision_with_first(call: &Call<'_>, decision: &Decision, first: i64) {
 }
 
 /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit, binding, per_limit]`.
-pub fn multi(call: &Call<'_>, outcome: &MultiOutcome, per_limit: &[Decision], first: i64) {
-    let binding = i64::try_from(outcome.bound.binding).unwrap_or(i64::MAX);
+pub fn multi(call: &Call<'_>, verdict: &Verdict, per_limit: &[Decision], first: i64) {
+    let binding = i64::try_from(verdict.bound.binding).unwrap_or(i64::MAX);
     call.reply_array(7);
-    for field in with_first(&outcome.bound.decision, first) {
+    for field in with_first(&verdict.bound.decision, first) {
         call.reply_integer(field);
     }
     call.reply_integer(binding);

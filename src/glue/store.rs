@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_module::raw;
 
 use super::api::{Call, Key, KeyContent, KeyMode};
-use crate::error::CommandError;
-use crate::kinds::{Change, Kind, Limiter, LimiterRef};
 use crate::value;
+use redis_ratelimit_core::Commit;
+use redis_ratelimit_core::kinds::{Change, Kind, Limiter, LimiterRef};
+use redis_ratelimit_wire::error::CommandError;
 
 /// The registered `ratelimit` type; null until `OnLoad` creates it.
 static LIMITER_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(null_mut());
@@ -40,10 +41,11 @@ pub struct LimiterKey {
 impl LimiterKey {
     /// Opens `name` for reading and writing; WRONGTYPE if it holds another Redis type.
     pub fn open(call: &Call<'_>, name: *mut raw::RedisModuleString) -> Result<Self, CommandError> {
-        let key = call
-            .open_key(name, KeyMode::Write)
-            .ok_or(CommandError::Message("ERR the key could not be opened"))?;
-        Self::classify(key, name)
+        // Not `ok_or`: the error it builds would be dropped on every call.
+        match call.open_key(name, KeyMode::Write) {
+            Some(key) => Self::classify(key, name),
+            None => Err(CommandError::Message("ERR the key could not be opened")),
+        }
     }
 
     /// Opens `name` for reading only: `None` if it is missing (or, on a replica, logically
@@ -103,7 +105,7 @@ impl LimiterKey {
 }
 
 /// The error for a key holding another kind of limiter (`held`) than a call works on.
-pub fn kind_mismatch(held: Kind, wanted: Kind) -> CommandError {
+fn kind_mismatch(held: Kind, wanted: Kind) -> CommandError {
     CommandError::KindMismatch { held, wanted }
 }
 
@@ -179,16 +181,47 @@ pub fn apply<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandError> {
         if let Some(update) = write.update.take() {
             update_in_place(&write.key, update);
         }
-        if write.key.held().is_some_and(LimiterRef::is_vacant) {
-            // The last in-flight holder was released: the key goes rather than waiting
-            // for an expiry a missing key would not have.
-            write.key.delete();
-        } else {
-            write.key.expire_at_ms(write.expires_at_ms);
-        }
+        settle(&mut write.key, write.expires_at_ms);
     }
     Ok(())
 }
+
+/// Applies one change to one key and sets its expiry: [`apply`] for a single write, which
+/// needs no staging (the only step that can fail, storing a new value, comes first).
+pub fn apply_one(key: &mut LimiterKey, commit: Commit<Change>) -> Result<(), CommandError> {
+    let Commit {
+        change,
+        expires_at_ms,
+    } = commit;
+    match key.held().map(LimiterRef::kind) {
+        Some(held) if held != change.kind() => return Err(kind_mismatch(held, change.kind())),
+        Some(_) => update_in_place(key, Update::Change(change)),
+        None => {
+            if let Err(refused) = key.store(value::into_raw(change.create())) {
+                // SAFETY: Redis refused the value, so it is still ours to free.
+                unsafe { value::free(refused) };
+                return Err(NOT_STORED);
+            }
+        }
+    }
+    settle(key, expires_at_ms);
+    Ok(())
+}
+
+/// The last step of a write: the key's expiry, or its deletion when its limiter holds
+/// nothing.
+fn settle(key: &mut LimiterKey, expires_at_ms: i64) {
+    if key.held().is_some_and(LimiterRef::is_vacant) {
+        // The last in-flight holder was released: the key goes rather than waiting for an
+        // expiry a missing key would not have.
+        key.delete();
+    } else {
+        key.expire_at_ms(expires_at_ms);
+    }
+}
+
+/// The error when Redis refuses a new value.
+const NOT_STORED: CommandError = CommandError::Message("ERR the limiter could not be stored");
 
 /// Checks a write against its key and allocates the value it will store, if any.
 fn prepare(write: &mut Write) -> Result<(), CommandError> {
@@ -235,7 +268,7 @@ fn store_new_values<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandErro
                     stored.key.delete();
                 }
             }
-            return Err(CommandError::Message("ERR the limiter could not be stored"));
+            return Err(NOT_STORED);
         }
     }
     Ok(())
@@ -246,7 +279,7 @@ fn store_new_values<W: AsMut<Write>>(writes: &mut [W]) -> Result<(), CommandErro
 fn update_in_place(key: &LimiterKey, update: Update) {
     let Some(raw_value) = key.value else { return };
     // SAFETY: the value belongs to this module's type; the key is open for writing and no
-    // other borrow of the value exists (`held` borrows end within `prepare`).
+    // other borrow of the value exists (`held` borrows end before the update).
     let Some(limiter) = (unsafe { value::borrow_mut(raw_value) }) else {
         return;
     };

@@ -1,18 +1,18 @@
 //! The parameters of each algorithm, as its own command and an `RL.MULTI` limit take them,
-//! for a call of one unit: [`super::call`] and [`super::multi`] set the cost.
+//! for a call of one unit: [`mod@super::call`] and [`super::multi`] set the cost.
 
-use super::{Settings, duration_us, positive_decimal, positive_integer};
-use crate::core::concurrency::{
+use super::value::{Settings, duration_us, positive_decimal, positive_integer};
+use crate::error::{ArgError, CommandError, Rule};
+use redis_ratelimit_core::concurrency::{
     ConcurrencyParamError, ConcurrencyParams, HolderId, MAX_STORED_HOLDERS,
 };
-use crate::core::gcra::{GcraParamError, GcraParams};
-use crate::core::number::{NumberError, parse_integer};
-use crate::core::sliding_log::{SlidingLogParamError, SlidingLogParams};
-use crate::core::time::US_PER_MS;
-use crate::core::token_bucket::{TokenBucketParamError, TokenBucketParams};
-use crate::core::window::{WindowParamError, WindowParams};
-use crate::error::{ArgError, CommandError, Rule};
-use crate::kinds::{Kind, Quota};
+use redis_ratelimit_core::gcra::{GcraParamError, GcraParams};
+use redis_ratelimit_core::kinds::{Kind, Quota};
+use redis_ratelimit_core::number::{NumberError, parse_integer};
+use redis_ratelimit_core::sliding_log::{SlidingLogParamError, SlidingLogParams};
+use redis_ratelimit_core::time::US_PER_MS;
+use redis_ratelimit_core::token_bucket::{TokenBucketParamError, TokenBucketParams};
+use redis_ratelimit_core::window::{WindowParamError, WindowParams};
 
 /// How many arguments the parameters of `kind` take.
 pub fn arity(kind: Kind) -> usize {
@@ -209,7 +209,7 @@ pub fn gcra(args: &[&[u8]]) -> Result<GcraParams, CommandError> {
                 ArgError::new("max_burst", Rule::NotNegative, burst_arg)
             }
             GcraParamError::ToleranceTooLong => ArgError::combination(
-                "period / count × (max_burst + 1)",
+                "period / count * (max_burst + 1)",
                 Rule::AtMost("100 years"),
             ),
         })
@@ -219,7 +219,7 @@ pub fn gcra(args: &[&[u8]]) -> Result<GcraParams, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::CallCost;
+    use redis_ratelimit_core::CallCost;
 
     fn message(args: &[&str]) -> String {
         let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
@@ -287,6 +287,10 @@ mod tests {
         assert_eq!(
             message(&[b"1", b"-1", b"60"]),
             "ERR count and period must have the same sign"
+        );
+        assert_eq!(
+            message(&[b"1000000", b"1", b"3155760"]),
+            "ERR period / count * (max_burst + 1) must be at most 100 years"
         );
         assert_eq!(throttle(&[b"1", b"1"]), Err(CommandError::WrongArity));
     }

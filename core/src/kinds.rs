@@ -1,6 +1,6 @@
 //! The kinds of limiter one `ratelimit` key can hold, declared once.
 //!
-//! Every per-kind fact lives in the [`kinds!`] table below, and everything that has to know
+//! Every per-kind fact lives in the `kinds!` table below, and everything that has to know
 //! the kinds is generated from it:
 //!
 //! - [`Kind`]: the tag of a stored limiter (also its byte in the encoding);
@@ -11,23 +11,20 @@
 //! - the dispatch from a [`Quota`] and the key's state to the algorithm's pure functions,
 //!   which refuses a key holding another kind.
 //!
-//! The glue works only with these type-erased forms, so one driver serves every algorithm
-//! and a multi-limit call can mix them. Adding an algorithm: one line in the table, then its
-//! encoding in [`crate::codec`] (the compiler lists what is missing).
+//! The module and the client work only with these type-erased forms, so one engine
+//! ([`crate::engine`]) serves every algorithm and a multi-limit call can mix them. This is the
+//! only registry of algorithms: adding one is a line in the table, then its encoding and
+//! its arguments in the `redis-ratelimit-wire` crate (the compiler lists what is missing).
 
-use crate::core::concurrency::{
-    Concurrency, ConcurrencyAlgorithm, ConcurrencyChange, ConcurrencyParams,
-};
-use crate::core::fixed_window::{FixedWindow, FixedWindowAlgorithm};
-use crate::core::gcra::{Gcra, GcraAlgorithm, GcraParams};
-use crate::core::grant::{self, Grant, Granted};
-use crate::core::sliding_log::{
-    SlidingLog, SlidingLogAlgorithm, SlidingLogChange, SlidingLogParams,
-};
-use crate::core::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
-use crate::core::token_bucket::{TokenBucket, TokenBucketAlgorithm, TokenBucketParams};
-use crate::core::window::WindowParams;
-use crate::core::{Algorithm, CallCost, Evaluation};
+use crate::concurrency::{Concurrency, ConcurrencyAlgorithm, ConcurrencyChange, ConcurrencyParams};
+use crate::fixed_window::{FixedWindow, FixedWindowAlgorithm};
+use crate::gcra::{Gcra, GcraAlgorithm, GcraParams};
+use crate::grant::{self, Grant, Granted};
+use crate::sliding_log::{SlidingLog, SlidingLogAlgorithm, SlidingLogChange, SlidingLogParams};
+use crate::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
+use crate::token_bucket::{TokenBucket, TokenBucketAlgorithm, TokenBucketParams};
+use crate::window::WindowParams;
+use crate::{Algorithm, CallCost, Evaluation};
 
 /// A state type stored under one [`Kind`].
 pub trait KindState: Sized + Clone + 'static {
@@ -174,6 +171,11 @@ macro_rules! kinds {
             /// Borrows the limiter.
             pub fn as_ref(&self) -> LimiterRef<'_> {
                 match self { $(Limiter::$variant(state) => LimiterRef::$variant(state),)* }
+            }
+
+            /// Mutably borrows the limiter.
+            pub fn as_mut(&mut self) -> LimiterMut<'_> {
+                match self { $(Limiter::$variant(state) => LimiterMut::$variant(state),)* }
             }
 
             /// Overwrites a limiter of the same kind; hands this one back for another kind.

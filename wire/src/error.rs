@@ -5,8 +5,9 @@
 
 use std::fmt;
 
-use crate::core::number::NumberError;
-use crate::kinds::Kind;
+use redis_ratelimit_core::engine::Refused;
+use redis_ratelimit_core::kinds::Kind;
+use redis_ratelimit_core::number::NumberError;
 
 /// The rule an argument broke.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,6 +188,17 @@ impl CommandError {
 impl From<ArgError> for CommandError {
     fn from(error: ArgError) -> Self {
         CommandError::Argument(error)
+    }
+}
+
+impl From<Refused> for CommandError {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::KindMismatch { held, wanted, .. } => {
+                CommandError::KindMismatch { held, wanted }
+            }
+            Refused::NoLimits => CommandError::Message("ERR RL.MULTI needs at least one key"),
+        }
     }
 }
 

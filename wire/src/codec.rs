@@ -12,13 +12,15 @@
 //! change *is* their new state) or, for kinds that replicate an edit rather than their whole
 //! state, `[version][kind | 0x80][change fields]`. An expiry of 0 means none.
 
-use crate::core::concurrency::{Concurrency, ConcurrencyAction, ConcurrencyChange, HolderId};
-use crate::core::fixed_window::FixedWindow;
-use crate::core::gcra::Gcra;
-use crate::core::sliding_log::{SlidingLog, SlidingLogAction, SlidingLogChange};
-use crate::core::sliding_window::SlidingWindow;
-use crate::core::token_bucket::TokenBucket;
-use crate::kinds::{Change, Kind, KindState, Limiter, LimiterRef};
+use redis_ratelimit_core::concurrency::{
+    Concurrency, ConcurrencyAction, ConcurrencyChange, HolderId,
+};
+use redis_ratelimit_core::fixed_window::FixedWindow;
+use redis_ratelimit_core::gcra::Gcra;
+use redis_ratelimit_core::kinds::{Change, Kind, KindState, Limiter, LimiterRef};
+use redis_ratelimit_core::sliding_log::{SlidingLog, SlidingLogAction, SlidingLogChange};
+use redis_ratelimit_core::sliding_window::SlidingWindow;
+use redis_ratelimit_core::token_bucket::TokenBucket;
 
 /// Version of the encoding written by this build; also the module type's `encver`.
 pub const ENCODING_VERSION: u8 = 1;
@@ -514,14 +516,14 @@ impl<'a> Reader<'a> {
 #[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
-    use crate::core::concurrency::{ConcurrencyAlgorithm, ConcurrencyParams, HolderId};
-    use crate::core::fixed_window::FixedWindowAlgorithm;
-    use crate::core::sliding_log::SlidingLogAlgorithm;
-    use crate::core::sliding_log::SlidingLogParams;
-    use crate::core::sliding_window::SlidingWindowAlgorithm;
-    use crate::core::window::WindowParams;
-    use crate::core::{Algorithm, Commit};
     use proptest::prelude::*;
+    use redis_ratelimit_core::concurrency::{ConcurrencyAlgorithm, ConcurrencyParams, HolderId};
+    use redis_ratelimit_core::fixed_window::FixedWindowAlgorithm;
+    use redis_ratelimit_core::sliding_log::SlidingLogAlgorithm;
+    use redis_ratelimit_core::sliding_log::SlidingLogParams;
+    use redis_ratelimit_core::sliding_window::SlidingWindowAlgorithm;
+    use redis_ratelimit_core::window::WindowParams;
+    use redis_ratelimit_core::{Algorithm, Commit};
 
     const NOW_US: i64 = 1_700_000_000_000_000;
 
@@ -650,7 +652,7 @@ mod tests {
     /// so that mutations start from payloads the decoders accept.
     #[test]
     fn the_fuzz_seeds_are_valid_payloads() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/decode");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/decode");
         let mut seeds = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();

@@ -3,8 +3,7 @@
 //! advances, as whole calls and as partial grants) and denied; plus argument parsing and the state codec, which also sit on the
 //! command's hot path.
 //!
-//! Run with `make bench-criterion` (`cargo bench --features system-alloc --bench algorithms`):
-//! the system allocator is needed outside a Redis server.
+//! Run with `make bench-criterion` (`cargo bench -p redis-ratelimit-wire --bench algorithms`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -15,19 +14,19 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use redis_ratelimit::args;
-use redis_ratelimit::codec;
-use redis_ratelimit::core::concurrency::{
+use redis_ratelimit_core::concurrency::{
     Concurrency, ConcurrencyAlgorithm, ConcurrencyParams, HolderId,
 };
-use redis_ratelimit::core::fixed_window::FixedWindowAlgorithm;
-use redis_ratelimit::core::gcra::GcraAlgorithm;
-use redis_ratelimit::core::grant::{self, Grant};
-use redis_ratelimit::core::sliding_log::SlidingLogAlgorithm;
-use redis_ratelimit::core::sliding_window::SlidingWindowAlgorithm;
-use redis_ratelimit::core::token_bucket::TokenBucketAlgorithm;
-use redis_ratelimit::core::{Algorithm, Commit};
-use redis_ratelimit::kinds::KindState;
+use redis_ratelimit_core::fixed_window::FixedWindowAlgorithm;
+use redis_ratelimit_core::gcra::GcraAlgorithm;
+use redis_ratelimit_core::grant::{self, Grant};
+use redis_ratelimit_core::kinds::KindState;
+use redis_ratelimit_core::sliding_log::SlidingLogAlgorithm;
+use redis_ratelimit_core::sliding_window::SlidingWindowAlgorithm;
+use redis_ratelimit_core::token_bucket::TokenBucketAlgorithm;
+use redis_ratelimit_core::{Algorithm, Commit};
+use redis_ratelimit_wire::args;
+use redis_ratelimit_wire::codec;
 
 const T0_US: i64 = 1_700_000_000_000_000;
 

@@ -1,12 +1,12 @@
 //! A single-key call: the algorithm's parameters, then `[cost]`, then options.
 
 use super::quota::{arity, concurrency_peek, quota};
-use super::{Settings, positive_integer};
-use crate::core::grant::Grant;
-use crate::core::number::{NumberError, parse_positive_integer};
-use crate::core::time::NS_PER_MS;
+use super::value::{Settings, positive_integer};
 use crate::error::{ArgError, CommandError, Rule};
-use crate::kinds::{Kind, Quota};
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::{Kind, Quota};
+use redis_ratelimit_core::number::{NumberError, parse_positive_integer};
+use redis_ratelimit_core::time::NS_PER_MS;
 
 /// What a single-key call asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +141,7 @@ pub(super) fn partial<'a, 'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::CallCost;
+    use redis_ratelimit_core::CallCost;
 
     const SETTINGS: Settings = Settings {
         max_log_entries: 10_000,

@@ -1,27 +1,10 @@
-//! Parsing command arguments into validated parameters.
-//!
-//! Pure functions over byte slices, so every error message is unit-tested without a server.
-//!
-//! - this module reads numbers, durations, algorithm names, and the server settings parsing
-//!   depends on;
-//! - [`quota`] reads each algorithm's parameters;
-//! - [`call`] reads a single-key call (`[cost] [PARTIAL [MIN m]]` after the parameters);
-//! - [`multi`] reads `RL.MULTI`;
-//! - [`memo`] remembers the last arguments each command parsed.
+//! Single argument values: numbers, durations and algorithm names, and the server settings
+//! the parsers check them against. A leaf the other parsers build on.
 
-pub mod call;
-pub mod memo;
-pub mod multi;
-pub mod quota;
-
-use crate::core::number::{Decimal, parse_positive_integer};
-use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 use crate::error::{ArgError, CommandError, Rule};
-use crate::kinds::Kind;
-
-pub use call::{CallArgs, call, peek, refund};
-pub use memo::Memo;
-pub use quota::throttle;
+use redis_ratelimit_core::kinds::Kind;
+use redis_ratelimit_core::number::{Decimal, parse_positive_integer};
+use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
 
 /// The server settings that bound what arguments are accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,14 +13,6 @@ pub struct Settings {
     pub max_log_entries: u64,
     /// `ratelimit.max-holders`: the largest in-flight `limit`.
     pub max_holders: u64,
-}
-
-impl Settings {
-    /// A value that changes whenever a setting does: parsed arguments are only reused under
-    /// the settings they were parsed with. (Both settings are below 2^32.)
-    pub fn fingerprint(self) -> u64 {
-        (self.max_log_entries << 32) ^ self.max_holders
-    }
 }
 
 /// A positive integer argument.

@@ -1,0 +1,67 @@
+//! What a group of limits answers: each limit's [`View`] and the group's [`Grant`].
+//!
+//! Below both the stores (which read them from the module's replies) and the local engine
+//! (which builds them from the core's decisions), so neither imports the other for them.
+
+use std::time::Duration;
+
+/// One limit's view after a call, as the module replies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct View {
+    /// Whether this limit admitted the call (alone).
+    pub allowed: bool,
+    /// Whole units still available.
+    pub remaining: u64,
+    /// Denied: `Some(d)`, this same call would be admitted after `d`; `None`, never (the
+    /// cost exceeds the limit). Admitted: zero, or with pacing the wait before proceeding.
+    pub retry_after: Option<Duration>,
+    /// Time until the limiter is back to unused.
+    pub reset_after: Duration,
+    /// The configured limit.
+    pub limit: u64,
+}
+
+impl View {
+    /// Reads the five integers of an `RL.*` reply.
+    pub fn from_fields(fields: [i64; 5]) -> Self {
+        let [allowed, remaining, retry_ms, reset_ms, limit] = fields;
+        Self {
+            allowed: allowed != 0,
+            remaining: u64::try_from(remaining).unwrap_or(0),
+            retry_after: u64::try_from(retry_ms).ok().map(Duration::from_millis),
+            reset_after: Duration::from_millis(u64::try_from(reset_ms).unwrap_or(0)),
+            limit: u64::try_from(limit).unwrap_or(0),
+        }
+    }
+}
+
+impl View {
+    /// The view as the core's decision (to apply the core's rules to it).
+    pub(crate) fn to_core(self) -> redis_ratelimit_core::Decision {
+        use redis_ratelimit_core::Retry;
+        redis_ratelimit_core::Decision {
+            allowed: self.allowed,
+            remaining: self.remaining,
+            retry: match self.retry_after {
+                None => Retry::Never,
+                Some(wait) if wait.is_zero() => Retry::Now,
+                Some(wait) => Retry::AfterMs(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+            },
+            reset_after_ms: u64::try_from(self.reset_after.as_millis()).unwrap_or(u64::MAX),
+            limit: self.limit,
+        }
+    }
+}
+
+/// What a group answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Units granted: the units asked for, or with a partial request anything from `min` to
+    /// them; 0 when denied (nothing was taken from any limit).
+    pub granted: u64,
+    /// The index (in the request) of the limit that decided: the one that denied with the
+    /// longest wait, or when admitted the one with the fewest calls left.
+    pub binding: usize,
+    /// Every limit's own view, in request order.
+    pub views: Vec<View>,
+}

@@ -1,0 +1,19 @@
+//! The command language and the bytes of redis-ratelimit, pure and shared.
+//!
+//! - [`args`]: every command's arguments parsed into validated [`Quota`]s and calls, with
+//!   the exact error texts of [`error`];
+//! - [`codec`]: the one binary encoding of limiters (RDB, `DUMP`/`RESTORE`, AOF rewrite) and
+//!   of the effects replicated to replicas.
+//!
+//! The Redis module parses and encodes with this crate, and so do the client library (it
+//! refuses exactly what the server refuses, with the server's words), the fuzz targets and
+//! the benches, none of which link the Redis module API. Nothing here knows about Redis or
+//! reads a clock.
+//!
+//! [`Quota`]: redis_ratelimit_core::kinds::Quota
+
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod codec;
+pub mod error;
