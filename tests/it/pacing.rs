@@ -187,23 +187,30 @@ fn a_rate_change_keeps_the_queue_of_a_bucket_in_debt() {
     let server = Server::start(&[]);
     let mut con = server.conn();
     for (key, new_rate, interval_ms) in [("faster", "10", 100), ("slower", "0.1", 10_000)] {
-        let started = server_time_ms(&mut con);
+        // The first call's instant, bracketed by the server clock: five calls of one token
+        // on a bucket of two at 1/s leave the queue's tail exactly 3 s after it.
+        let before_first = server_time_ms(&mut con);
         let waits: Vec<i64> = (0..5)
             .map(|_| paced(&mut con, key, "2 1 MAXWAIT 5000")[2])
             .collect();
-        // Two tokens, then three reservations one second apart.
-        assert_eq!(waits[..2], [0, 0], "{waits:?}");
-        let elapsed = server_time_ms(&mut con) - started;
-        let last_due = 3_000 - elapsed;
-        assert!((last_due - 1..=3_000).contains(&waits[4]), "{waits:?}");
+        assert_eq!(
+            waits[..2],
+            [0, 0],
+            "two tokens, then reservations: {waits:?}"
+        );
+        let before_change = server_time_ms(&mut con);
         let next = paced(&mut con, key, &format!("2 {new_rate} MAXWAIT 20000"));
-        let elapsed = server_time_ms(&mut con) - started;
-        let expected = 3_000 + interval_ms - elapsed;
+        let after_change = server_time_ms(&mut con);
         assert_eq!(next[..2], [1, 0], "{key}: admitted, in debt: {next:?}");
+        // wait = first + 3 s + one interval - now, rounded up to the ms; the first call lies
+        // in [before_first, before_change], the changed call in [before_change, after_change].
+        let tail_and_interval = 3_000 + interval_ms;
+        let earliest = before_first + tail_and_interval - after_change - 1;
+        let latest = tail_and_interval + 1;
         assert!(
-            (expected - 1..=expected + 2).contains(&next[2]),
+            (earliest..=latest).contains(&next[2]),
             "{key}: the next call waits for the queue's tail plus one interval at the new rate \
-             ({expected} ms): {next:?}"
+             ({earliest}..={latest} ms): {next:?}"
         );
     }
 }
