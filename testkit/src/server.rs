@@ -63,7 +63,8 @@ fn free_port() -> u16 {
     panic!("no free port with a free cluster bus port after 100 attempts")
 }
 
-fn fresh_dir() -> PathBuf {
+/// A new empty temporary directory for a server.
+pub fn fresh_dir() -> PathBuf {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "redis-ratelimit-it-{}-{}",
@@ -83,6 +84,8 @@ pub struct Server {
     /// Its working directory (RDB, AOF, log).
     pub dir: PathBuf,
     args: Vec<String>,
+    /// Extra environment of the process (an `LD_PRELOAD` clock, say).
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -93,13 +96,24 @@ impl Server {
 
     /// Starts a server in an existing directory (to reload its RDB or AOF).
     pub fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
+        Server::start_with_env(dir, extra, &[])
+    }
+
+    /// Starts a server in `dir` with `extra` arguments and extra environment variables
+    /// (kept for restarts).
+    pub fn start_with_env(dir: PathBuf, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
         for _attempt in 0..5 {
             let mut server = Server {
                 child: None,
                 port: free_port(),
                 dir: dir.clone(),
                 args: args.clone(),
+                env: env.clone(),
             };
             if server.spawn() {
                 return server;
@@ -127,6 +141,7 @@ impl Server {
             .arg("--loadmodule")
             .arg(&module)
             .args(&self.args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
