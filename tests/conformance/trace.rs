@@ -98,23 +98,37 @@ fn key(rng: &mut Rng, family: &str) -> String {
 }
 
 fn token_bucket_params(rng: &mut Rng) -> Vec<String> {
-    let capacity = rng.pick(&["1", "2", "5", "10", "100", "3"]);
-    let rate = rng.pick(&[
-        "0.5", "1", "2", "3", "7.5", "10", "1000", "0.001", "250000", "3e-2", "0.3",
-    ]);
-    vec![capacity.into(), rate.into()]
+    loop {
+        let capacity = rng.pick(&["1", "2", "5", "10", "100", "3", "1000000", "86400"]);
+        // Rates that divide 1e9 and rates that round (3, 0.3, 123.456789, 1.23e-2), slow
+        // and fast.
+        let rate = rng.pick(&[
+            "0.5", "1", "2", "3", "7.5", "10", "1000", "0.001", "250000", "3e-2", "0.3",
+            "123.456789", "1e6", "0.0000123e3", "999999937",
+        ]);
+        // Within the library's range: an empty bucket refills within 52 days (1000000
+        // tokens at 0.5/s take 23).
+        let refill_days = capacity.parse::<f64>().unwrap() / rate.parse::<f64>().unwrap() / 86_400.0;
+        if refill_days < 50.0 {
+            return vec![capacity.into(), rate.into()];
+        }
+    }
 }
 
 fn window_params(rng: &mut Rng) -> Vec<String> {
-    let limit = rng.pick(&["1", "3", "10", "50", "7"]);
-    let window = rng.pick(&["0.5", "1", "2.5", "60", "0.0015", "3600", "0.25"]);
+    // Large limits over long windows make counts × window exceed 2^53 (the library's exact
+    // wide products); the sliding log's limit is at most 10000.
+    let limit = rng.pick(&["1", "3", "10", "50", "7", "10000", "4294967295"]);
+    let window = rng.pick(&[
+        "0.5", "1", "2.5", "60", "0.0015", "3600", "0.25", "86400", "3155760000", "0.0010001",
+    ]);
     vec![limit.into(), window.into()]
 }
 
 fn gcra_params(rng: &mut Rng) -> Vec<String> {
-    let burst = rng.pick(&["0", "1", "5", "15"]);
-    let count = rng.pick(&["1", "10", "30", "7"]);
-    let period = rng.pick(&["1", "60", "2"]);
+    let burst = rng.pick(&["0", "1", "5", "15", "100"]);
+    let count = rng.pick(&["1", "10", "30", "7", "-3", "999"]);
+    let period = rng.pick(&["1", "60", "2", "-7", "3600"]);
     vec![burst.into(), count.into(), period.into()]
 }
 
@@ -122,7 +136,7 @@ fn cost(rng: &mut Rng, args: &mut Vec<String>) -> u64 {
     if rng.chance(50) {
         return 1;
     }
-    let cost = rng.pick(&["1", "2", "3", "7", "20"]);
+    let cost = rng.pick(&["1", "2", "3", "7", "20", "5000"]);
     args.push(cost.into());
     cost.parse().unwrap_or(1)
 }
@@ -245,7 +259,8 @@ fn bad_call(rng: &mut Rng) -> Call {
 }
 
 fn multi_call(rng: &mut Rng) -> Call {
-    let count = 1 + rng.below(3);
+    let most = if rng.chance(10) { 6 } else { 3 };
+    let count = 1 + rng.below(most);
     let mut keys: Vec<String> = Vec::new();
     let mut args = Vec::new();
     let mut has_holder_limit = false;
@@ -381,7 +396,9 @@ pub fn random_step_us(rng: &mut Rng) -> i64 {
         88..=92 => 1_000_000 * (1 + rng.below(120)) as i64,
         93..=96 => -(rng.below(5_000_000) as i64),
         97 => -(60_000_000 * (1 + rng.below(10)) as i64),
-        _ => 60_000_000 * (1 + rng.below(120)) as i64,
+        98 => 60_000_000 * (1 + rng.below(120)) as i64,
+        // Days, and now and then beyond the library's 52 days.
+        _ => 86_400_000_000 * (1 + rng.below(60)) as i64,
     }
 }
 
