@@ -42,6 +42,7 @@ pub struct ClockedServer {
     /// The server (stopped on drop).
     pub server: Server,
     clock: File,
+    clock_path: PathBuf,
 }
 
 impl ClockedServer {
@@ -53,23 +54,20 @@ impl ClockedServer {
         clock
             .write_all_at(&BASE_US.to_ne_bytes(), 0)
             .expect("set the clock");
-        let shim = shim().to_str().expect("utf-8 path").to_string();
-        let clock_file = clock_path.to_str().expect("utf-8 path").to_string();
-        let server = Server::start_with_env(
-            dir,
-            extra,
-            &[("LD_PRELOAD", &shim), ("RL_FAKE_CLOCK_FILE", &clock_file)],
-        );
-        let mut clocked = ClockedServer { server, clock };
+        let server = start_on_clock(dir, extra, &clock_path);
+        let clocked = ClockedServer {
+            server,
+            clock,
+            clock_path,
+        };
         let mut con = clocked.server.conn();
-        let time = clocked.server_time_us(&mut con);
-        assert_eq!(
-            time, BASE_US,
-            "the clock shim is not in effect (LD_PRELOAD refused?): TIME says {time}"
-        );
         load_library(&mut con);
-        clocked.set(BASE_US);
         clocked
+    }
+
+    /// Another server on the same clock (a replica, say), without the library loaded.
+    pub fn start_another(&self, extra: &[&str]) -> Server {
+        start_on_clock(fresh_dir(), extra, &self.clock_path)
     }
 
     /// Sets the server's wall clock to `now_us` (Unix µs).
@@ -78,11 +76,31 @@ impl ClockedServer {
             .write_all_at(&now_us.to_ne_bytes(), 0)
             .expect("set the clock");
     }
+}
 
-    fn server_time_us(&self, con: &mut redis::Connection) -> i64 {
-        let time: Vec<String> = redis::cmd("TIME").query(con).expect("TIME");
-        time[0].parse::<i64>().expect("seconds") * 1_000_000 + time[1].parse::<i64>().expect("µs")
-    }
+/// A server whose wall clock reads the instant in `clock_path`.
+fn start_on_clock(dir: PathBuf, extra: &[&str], clock_path: &std::path::Path) -> Server {
+    let shim = shim().to_str().expect("utf-8 path").to_string();
+    let clock_file = clock_path.to_str().expect("utf-8 path").to_string();
+    let server = Server::start_with_env(
+        dir,
+        extra,
+        &[("LD_PRELOAD", &shim), ("RL_FAKE_CLOCK_FILE", &clock_file)],
+    );
+    let mut con = server.conn();
+    let time: Vec<String> = redis::cmd("TIME").query(&mut con).expect("TIME");
+    let time_us =
+        time[0].parse::<i64>().expect("seconds") * 1_000_000 + time[1].parse::<i64>().expect("µs");
+    let set_us = i64::from_ne_bytes(
+        std::fs::read(clock_path).expect("clock file")[..8]
+            .try_into()
+            .expect("8 bytes"),
+    );
+    assert_eq!(
+        time_us, set_us,
+        "the clock shim is not in effect (LD_PRELOAD refused?): TIME says {time_us}"
+    );
+    server
 }
 
 /// `FUNCTION LOAD REPLACE` of the library.

@@ -103,12 +103,26 @@ fn token_bucket_params(rng: &mut Rng) -> Vec<String> {
         // Rates that divide 1e9 and rates that round (3, 0.3, 123.456789, 1.23e-2), slow
         // and fast.
         let rate = rng.pick(&[
-            "0.5", "1", "2", "3", "7.5", "10", "1000", "0.001", "250000", "3e-2", "0.3",
-            "123.456789", "1e6", "0.0000123e3", "999999937",
+            "0.5",
+            "1",
+            "2",
+            "3",
+            "7.5",
+            "10",
+            "1000",
+            "0.001",
+            "250000",
+            "3e-2",
+            "0.3",
+            "123.456789",
+            "1e6",
+            "0.0000123e3",
+            "999999937",
         ]);
         // Within the library's range: an empty bucket refills within 52 days (1000000
         // tokens at 0.5/s take 23).
-        let refill_days = capacity.parse::<f64>().unwrap() / rate.parse::<f64>().unwrap() / 86_400.0;
+        let refill_days =
+            capacity.parse::<f64>().unwrap() / rate.parse::<f64>().unwrap() / 86_400.0;
         if refill_days < 50.0 {
             return vec![capacity.into(), rate.into()];
         }
@@ -120,7 +134,16 @@ fn window_params(rng: &mut Rng) -> Vec<String> {
     // wide products); the sliding log's limit is at most 10000.
     let limit = rng.pick(&["1", "3", "10", "50", "7", "10000", "4294967295"]);
     let window = rng.pick(&[
-        "0.5", "1", "2.5", "60", "0.0015", "3600", "0.25", "86400", "3155760000", "0.0010001",
+        "0.5",
+        "1",
+        "2.5",
+        "60",
+        "0.0015",
+        "3600",
+        "0.25",
+        "86400",
+        "3155760000",
+        "0.0010001",
     ]);
     vec![limit.into(), window.into()]
 }
