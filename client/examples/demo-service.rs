@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p redis-ratelimit-client --example demo-service -- \
 //!     --redis redis://127.0.0.1:6379/ --listen 127.0.0.1:8080 --limit 100 --window 60 \
-//!     [--replicas 3] [--lease 10] [--timeout-ms 5]
+//!     [--replicas 3] [--lease 10] [--timeout-ms 5] [--backend auto|module|functions|scripts]
 //! ```
 //!
 //! `GET /` is limited per `x-api-key` header (requests without one share the key
@@ -11,7 +11,11 @@
 //! Redis is out of reach each replica falls back to `limit / replicas`. `GET /metrics` is the
 //! Prometheus text of the limiter's metrics. Anything else is a quick 404.
 //!
-//! On start it prints `listening on ADDR` (with the real port when `--listen` ends in `:0`).
+//! `--backend` picks what runs the limits in Redis (default `auto`: the module if loaded, else
+//! the Functions library, loaded if absent, else the library as a script).
+//!
+//! On start it prints `listening on ADDR` (with the real port when `--listen` ends in `:0`),
+//! and on stderr `demo-service: backend NAME` once connected.
 //! On SIGTERM or Ctrl-C it refunds its unspent leases before exiting.
 
 use std::net::SocketAddr;
@@ -22,11 +26,14 @@ use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
-use redis_ratelimit_client::store::RedisStore;
-use redis_ratelimit_client::{Algorithm, Fallback, Lease, Limit, Policy, RateLimiter, Replicas};
+use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions};
+use redis_ratelimit_client::{
+    Algorithm, Backend, Fallback, Lease, Limit, Policy, RateLimiter, Replicas,
+};
 
 const USAGE: &str = "usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS \
-                     [--replicas K] [--lease N] [--timeout-ms MS]";
+                     [--replicas K] [--lease N] [--timeout-ms MS] \
+                     [--backend auto|module|functions|scripts]";
 
 struct Args {
     redis: String,
@@ -36,6 +43,7 @@ struct Args {
     replicas: u64,
     lease: Option<u64>,
     timeout: Duration,
+    backend: Backend,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -46,6 +54,7 @@ fn parse_args() -> Result<Args, String> {
     let mut replicas = 1;
     let mut lease = None;
     let mut timeout = Duration::from_millis(5);
+    let mut backend = Backend::Auto;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -68,6 +77,9 @@ fn parse_args() -> Result<Args, String> {
             "--replicas" => replicas = number()?,
             "--lease" => lease = Some(number()?),
             "--timeout-ms" => timeout = Duration::from_millis(number()?),
+            "--backend" => {
+                backend = Backend::parse(&value).ok_or(format!("bad --backend '{value}'"))?
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -79,6 +91,7 @@ fn parse_args() -> Result<Args, String> {
         replicas,
         lease,
         timeout,
+        backend,
     })
 }
 
@@ -102,11 +115,21 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             &[0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1],
         )?
         .install_recorder()?;
-    let store = RedisStore::new(&args.redis)?;
+    let options = RedisStoreOptions {
+        backend: args.backend,
+        ..RedisStoreOptions::default()
+    };
+    let store = RedisStore::with_options(&args.redis, options)?;
     // Connect now if Redis is there; if not, serve anyway (the fallback decides) and connect
     // when it comes up.
-    if let Err(error) = store.connect().await {
-        eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile");
+    match store.connect().await {
+        Ok(()) => eprintln!(
+            "demo-service: backend {}",
+            store.backend().unwrap_or(args.backend)
+        ),
+        Err(error) => {
+            eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile")
+        }
     }
     let limiter = RateLimiter::builder(store)
         .policy(policy(&args)?)

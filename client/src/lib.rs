@@ -93,6 +93,7 @@ pub use key::{Inputs, KeyTemplate};
 pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
+pub use store::Backend;
 
 /// The README's examples, compiled and run as doctests so they cannot rot.
 #[cfg(doctest)]

@@ -86,6 +86,8 @@ pub struct Server {
     args: Vec<String>,
     /// Extra environment of the process (an `LD_PRELOAD` clock, say).
     env: Vec<(String, String)>,
+    /// Whether the module is loaded (a managed host has none).
+    module: bool,
 }
 
 impl Server {
@@ -102,6 +104,16 @@ impl Server {
     /// Starts a server in `dir` with `extra` arguments and extra environment variables
     /// (kept for restarts).
     pub fn start_with_env(dir: PathBuf, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::launch(dir, extra, env, true)
+    }
+
+    /// Starts a server without the module, as a managed host runs (add
+    /// `--enable-module-command no` to refuse `MODULE LOAD` too).
+    pub fn start_without_module(extra: &[&str]) -> Server {
+        Server::launch(fresh_dir(), extra, &[], false)
+    }
+
+    fn launch(dir: PathBuf, extra: &[&str], env: &[(&str, &str)], module: bool) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let env: Vec<(String, String)> = env
             .iter()
@@ -114,6 +126,7 @@ impl Server {
                 dir: dir.clone(),
                 args: args.clone(),
                 env: env.clone(),
+                module,
             };
             if server.spawn() {
                 return server;
@@ -126,7 +139,6 @@ impl Server {
     }
 
     fn spawn(&mut self) -> bool {
-        let module = module_path();
         let mut command = Command::new(server_binary());
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -137,9 +149,11 @@ impl Server {
                 "log",
             ])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--enable-debug-command", "yes", "--protected-mode", "no"])
-            .arg("--loadmodule")
-            .arg(&module)
+            .args(["--enable-debug-command", "yes", "--protected-mode", "no"]);
+        if self.module {
+            command.arg("--loadmodule").arg(module_path());
+        }
+        command
             .args(&self.args)
             .envs(self.env.iter().map(|(name, value)| (name, value)))
             .current_dir(&self.dir)
