@@ -18,11 +18,12 @@
 -- whose arithmetic would leave that range are refused with an error that says so, never
 -- computed approximately (see LIBRARY LIMITS below).
 --
--- Storage. A limiter is one key of a plain Redis type, expiring (PEXPIREAT) at the
--- millisecond the module's key would: a hash {k = kind, a, b, c} for the token bucket,
--- windows, sliding log and GCRA, and a sorted set (score = expiry in µs, member = holder)
--- for an in-flight limit. A key of another type, or one of the module's keys, is refused
--- with WRONGTYPE and left alone.
+-- Storage. A limiter is one key of a plain Redis type, expiring at the millisecond the
+-- module's key would: a string "<kind> <a> <b> <c> <x>" (written with SET ... PXAT, one
+-- command) for the token bucket, windows, sliding log and GCRA, and a sorted set (score =
+-- expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
+-- that is not a limiter, or one of the module's keys, is refused with WRONGTYPE and left
+-- alone.
 --
 -- Clock. The module reads whole milliseconds on Redis 7.0/7.1 and the cached microsecond
 -- clock on 7.2+; the library reads TIME once per call and follows the same rule.
@@ -91,9 +92,24 @@ local function arity(command) fail(format("ERR wrong number of arguments for '%s
 
 -- Integer arithmetic on doubles --------------------------------------------------------
 
--- floor(a / b) for b > 0, exact for integers below 2^53 (fmod is exact).
+local TWO52 = 4503599627370496
+
+-- a mod b for b > 0, the sign of a (as C's fmod). Below 2^52 the VM's `%` (a − floor(a/b)
+-- × b, exact there but for a quotient rounded up by one) is corrected, which costs no call;
+-- beyond, fmod, which is always exact.
+local function rem(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    if a < 0 and r > 0 then r = r - b end
+    return r
+  end
+  return fmod(a, b)
+end
+
+-- floor(a / b) for b > 0, exact for integers below 2^53.
 local function fdiv(a, b)
-  local r = fmod(a, b)
+  local r = rem(a, b)
   local q = (a - r) / b
   if r < 0 then q = q - 1 end
   return q
@@ -101,14 +117,14 @@ end
 
 -- ceil(a / b) for b > 0.
 local function cdiv(a, b)
-  local r = fmod(a, b)
+  local r = rem(a, b)
   local q = (a - r) / b
   if r > 0 then q = q + 1 end
   return q
 end
 
 -- a / b truncated towards zero, b > 0.
-local function tdiv(a, b) return (a - fmod(a, b)) / b end
+local function tdiv(a, b) return (a - rem(a, b)) / b end
 
 -- floor(a × b / c) and whether it had a remainder, exact for integers 0 ≤ a, b < 2^53,
 -- 0 < c < 2^53 whose quotient is below 2^53. Products below 2^53 are exact as they are;
@@ -412,7 +428,8 @@ local function token_bucket_params(capacity_arg, rate_arg)
     if approx * capacity > MAX_REFILL_NS then too_long() end
     library_refusal()
   end
-  return {kind = 'tb', capacity = capacity, interval = interval, refill = refill, cost = 1, max_wait = 0}
+  return {kind = 'tb', capacity = capacity, interval = interval, interval_s = int(interval),
+          refill = refill, cost = 1, max_wait = 0}
 end
 
 local function window_params(kind, limit_arg, window_arg)
@@ -565,6 +582,53 @@ local function call_args(kind, a, i, command)
   return q, min
 end
 
+-- The last parameters each command parsed, remembered as the module remembers them: parsing
+-- exactly, digit by digit, costs more than deciding, and a service sends the same parameters
+-- call after call. A parsed quota is never changed afterwards (`with_cost` copies it).
+local MEMO_SIZE = 256
+local PARSED = 0 -- the key of a parse result in the tree (arguments are strings)
+local function remembered(parse)
+  local root, size = {}, 0
+  return function(a, keys)
+    -- A tree of the arguments, one level per argument (then the keys, if any).
+    local node = root
+    for i = 1, #a do
+      node = node[a[i]]
+      if node == nil then break end
+    end
+    if node and keys then
+      node = node[PARSED + 1]
+      for i = 1, #keys do
+        if node == nil then break end
+        node = node[keys[i]]
+      end
+    end
+    local hit = node and node[PARSED]
+    if hit then return hit[1], hit[2] end
+    local q, min = parse(a, keys)
+    if size >= MEMO_SIZE then root, size = {}, 0 end
+    node = root
+    for i = 1, #a do
+      local next_node = node[a[i]]
+      if next_node == nil then next_node = {}; node[a[i]] = next_node end
+      node = next_node
+    end
+    if keys then
+      local next_node = node[PARSED + 1]
+      if next_node == nil then next_node = {}; node[PARSED + 1] = next_node end
+      node = next_node
+      for i = 1, #keys do
+        next_node = node[keys[i]]
+        if next_node == nil then next_node = {}; node[keys[i]] = next_node end
+        node = next_node
+      end
+    end
+    node[PARSED] = {q, min}
+    size = size + 1
+    return q, min
+  end
+end
+
 -- Reading keys -----------------------------------------------------------------------------
 
 -- A key's limiter: nil (missing), or {kind, a, b, c} (hash kinds) or {kind = 'cc', holders}
@@ -584,16 +648,20 @@ local function zset_state(reply)
   return {kind = 'cc', holders = holders}
 end
 
--- A hash limiter. Field x is set only on a limiter back to unused at the very millisecond
--- of its write (see `commit`): it is gone once that millisecond has passed.
-local function hash_state(reply, now)
-  if reply[1] then
-    local x = reply[5] and tonumber(reply[5])
-    if x and x * 1000 < now.us - fmod(now.us, 1000) then return nil end
-    return {kind = reply[1], a = reply[2], b = reply[3], c = reply[4], x = x}
+-- A limiter in a string: "<kind> <a> <b> <c> <x>", '-' for a field it does not use. Field
+-- x is set only on a limiter back to unused at the very millisecond of its write (see
+-- `commit`): it is gone once that millisecond has passed. A string that does not parse is
+-- not a limiter.
+local function string_state(value, now)
+  local kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
+  if not kind or not NAMES[kind] then fail(WRONG_TYPE) end
+  if x ~= '-' then
+    x = tonumber(x)
+    if x * 1000 < now.us - fmod(now.us, 1000) then return nil end
+  else
+    x = nil
   end
-  if reply[2] or reply[3] or reply[4] then fail(WRONG_TYPE) end
-  return nil
+  return {kind = kind, a = a, b = b, c = c, x = x}
 end
 
 -- Opens a key, expecting `kind` (which only chooses the read tried first).
@@ -604,11 +672,12 @@ local function open(key, kind, now)
       if #reply == 0 then return nil end
       return zset_state(reply)
     end
-    if refine_wrong_type(key) ~= 'hash' then fail(WRONG_TYPE) end
-    return hash_state(redis.call('HMGET', key, 'k', 'a', 'b', 'c', 'x'), now)
+    if refine_wrong_type(key) ~= 'string' then fail(WRONG_TYPE) end
+    return string_state(redis.call('GET', key), now)
   end
-  local reply = redis.pcall('HMGET', key, 'k', 'a', 'b', 'c', 'x')
-  if not reply.err then return hash_state(reply, now) end
+  local reply = redis.pcall('GET', key)
+  if not reply then return nil end
+  if not reply.err then return string_state(reply, now) end
   if refine_wrong_type(key) == 'zset' then
     return zset_state(redis.call('ZRANGE', key, 0, -1, 'WITHSCORES'))
   end
@@ -645,12 +714,12 @@ local function tb_view(state, q, now)
   local empty_at = -refill
   if state then
     local rel, ahead = relative(state.a, now.s, now.n)
-    local old = tonumber(state.b)
     if rel == nil and ahead then clock_behind() end
-    if old == q.interval or (rel and rel >= 0) then
+    if state.b == q.interval_s or (rel and rel >= 0) then
       if rel and rel > empty_at then empty_at = rel end
     else
       -- The rate changed: keep the tokens accrued at the old rate, clamped to the capacity.
+      local old = tonumber(state.b)
       local old_full = q.capacity * old
       local elapsed = rel and -rel
       if elapsed == nil then
@@ -684,7 +753,7 @@ end
 local function tb_write(q, empty_at, now)
   local s, n = shift(now.s, now.n, empty_at)
   local es, en = shift(s, n, q.refill)
-  return {fields = {'tb', ns_string(s, n), int(q.interval), nil}, expiry = expiry_ms_ns(es, en)}
+  return {fields = {'tb', ns_string(s, n), q.interval_s, nil}, expiry = expiry_ms_ns(es, en)}
 end
 
 function TB.evaluate(state, q, now)
@@ -884,7 +953,7 @@ function FW.grantable(state, q, up_to, now)
   return left
 end
 
--- Sliding log: the admitted units' instants, stored as runs "t n t n ..." (n units at t).
+-- Sliding log: the admitted units' instants, stored as runs "t:n,t:n,..." (n units at t).
 local SL = {}
 Algo.sl = SL
 
@@ -894,7 +963,7 @@ local function sl_view(state, q, now)
   if state then
     local as_of = tonumber(state.a)
     if as_of > at then at = as_of end
-    for t, n in string.gmatch(state.b or '', '(%d+) (%d+)') do
+    for t, n in string.gmatch(state.b, '(%d+):(%d+)') do
       local count = tonumber(n)
       runs[#runs + 1] = {tonumber(t), count}
       len = len + count
@@ -962,8 +1031,9 @@ local function sl_write(v, add, drop_newest, expiry)
     local last = kept[#kept]
     if last and last[1] == v.at then last[2] = last[2] + add else kept[#kept + 1] = {v.at, add} end
   end
-  for _, run in ipairs(kept) do out[#out + 1] = int(run[1]) .. ' ' .. int(run[2]) end
-  return {fields = {'sl', int(v.at), concat(out, ' '), nil}, expiry = expiry}
+  for _, run in ipairs(kept) do out[#out + 1] = int(run[1]) .. ':' .. int(run[2]) end
+  local runs = concat(out, ',')
+  return {fields = {'sl', int(v.at), runs ~= '' and runs or '-', nil}, expiry = expiry}
 end
 
 function SL.evaluate(state, q, now)
@@ -1187,25 +1257,23 @@ end
 
 -- Writing ----------------------------------------------------------------------------------
 
--- Writes a decision's change. A limiter back to unused at this very millisecond expires,
--- in the module, at `now`: Redis keeps such a key until the millisecond ends (a key expires
--- strictly after its instant), which a clock stepping back can observe. PEXPIREAT of `now`
--- would delete the key at once, so the library keeps it one millisecond more and records in
--- field x the instant it is really gone (`hash_state` reads it so).
+-- Writes a decision's change: the limiter's string with its absolute expiry in one SET.
+-- A limiter back to unused at this very millisecond expires, in the module, at `now`: Redis
+-- keeps such a key until the millisecond ends (a key expires strictly after its instant),
+-- which a clock stepping back can observe. An expiry of `now` would delete the key at once,
+-- so the library keeps it one millisecond more and records in field x the instant it is
+-- really gone (`string_state` reads it so).
 local function commit(key, write, state, now)
   if write.fields then
     local f = write.fields
     local expiry = write.expiry
-    if f[4] then redis.call('HSET', key, 'k', f[1], 'a', f[2], 'b', f[3], 'c', f[4])
-    elseif f[3] then redis.call('HSET', key, 'k', f[1], 'a', f[2], 'b', f[3])
-    else redis.call('HSET', key, 'k', f[1], 'a', f[2]) end
+    local x = '-'
     if expiry * 1000 <= now.us then
-      redis.call('HSET', key, 'x', int(expiry))
+      x = int(expiry)
       expiry = expiry + 1
-    elseif state and state.x then
-      redis.call('HDEL', key, 'x')
     end
-    redis.call('PEXPIREAT', key, int(expiry))
+    local value = f[1] .. ' ' .. f[2] .. ' ' .. (f[3] or '-') .. ' ' .. (f[4] or '-') .. ' ' .. x
+    redis.call('SET', key, value, 'PXAT', int(expiry))
     return
   end
   if write.expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(write.now)) end
@@ -1230,7 +1298,8 @@ local function grant(state, q, min, now)
     local grantable = algo.grantable(state, q, q.cost, now)
     if grantable >= min then units = grantable else units = min end
   end
-  local d, write = algo.evaluate(state, with_cost(q, units), now)
+  if units ~= q.cost then q = with_cost(q, units) end
+  local d, write = algo.evaluate(state, q, now)
   if d[1] == 0 then units = 0 end
   return units, d, write
 end
@@ -1255,11 +1324,12 @@ local function single_key(keys, command)
 end
 
 local function limiter_command(kind, command)
+  local parse = remembered(function(a) return call_args(kind, a, 1, command) end)
   return function(keys, a)
     local key = single_key(keys, command)
     if #a < 2 then arity(command) end
     local now = now_reading()
-    local q, min = call_args(kind, a, 1, command)
+    local q, min = parse(a)
     local state = open(key, kind, now)
     check_kind(state, kind)
     local units, d, write = grant(state, q, min, now)
@@ -1268,12 +1338,8 @@ local function limiter_command(kind, command)
   end
 end
 
-local function peek(keys, a)
-  local key = single_key(keys, 'rl.peek')
-  if #a < 2 then arity('rl.peek') end
-  local now = now_reading()
+local peek_args = remembered(function(a)
   local kind = algorithm(a[1])
-  local q, min
   if kind == 'cc' then
     if #a ~= 2 then arity('rl.peek') end
     local limit_digits, problem = parse_positive(a[2])
@@ -1281,24 +1347,37 @@ local function peek(keys, a)
     if digits_above(limit_digits, tostring(MAX_HOLDERS)) then
       arg_error('limit', format('must be at most %d (the ratelimit.max-holders setting)', MAX_HOLDERS), a[2])
     end
-    q = {kind = 'cc', limit = tonumber(limit_digits), ttl = 1000, cost = 1}
-  else
-    q, min = call_args(kind, a, 2, 'rl.peek')
+    return {kind = 'cc', limit = tonumber(limit_digits), ttl = 1000, cost = 1}, nil
   end
+  return call_args(kind, a, 2, 'rl.peek')
+end)
+
+local function peek(keys, a)
+  local key = single_key(keys, 'rl.peek')
+  if #a < 2 then arity('rl.peek') end
+  local now = now_reading()
+  local q, min = peek_args(a)
+  local kind = q.kind
   local state = open(key, kind, now)
   check_kind(state, kind)
   local units, d = grant(state, q, min, now)
   return first_field(units, d, min)
 end
 
-local function refund(keys, a)
-  local key = single_key(keys, 'rl.refund')
-  if #a < 3 then arity('rl.refund') end
-  local now = now_reading()
+local refund_args = remembered(function(a)
   local kind = algorithm(a[1])
   if kind == 'cc' then fail('ERR in-flight slots are given back with RL.RELEASE key holder') end
   local q, i = with_cost_arg(kind, a, 2, 'rl.refund')
   if a[i] ~= nil then arity('rl.refund') end
+  return q
+end)
+
+local function refund(keys, a)
+  local key = single_key(keys, 'rl.refund')
+  if #a < 3 then arity('rl.refund') end
+  local now = now_reading()
+  local q = refund_args(a)
+  local kind = q.kind
   local state = open(key, kind, now)
   check_kind(state, kind)
   local d, write = Algo[kind].refund(state, q, now)
@@ -1306,10 +1385,7 @@ local function refund(keys, a)
   return d
 end
 
-local function throttle(keys, a)
-  local key = single_key(keys, 'cl.throttle')
-  if #a < 3 then arity('cl.throttle') end
-  local now = now_reading()
+local throttle_args = remembered(function(a)
   local quantity, quantity_digits = 1, '1'
   if #a == 4 then quantity, quantity_digits = integer('quantity', a[4])
   elseif #a ~= 3 then arity('cl.throttle') end
@@ -1318,6 +1394,14 @@ local function throttle(keys, a)
     arg_error('quantity', 'must be at most 9007199254740992 in magnitude' .. LIBRARY, a[4])
   end
   q.quantity = quantity
+  return q
+end)
+
+local function throttle(keys, a)
+  local key = single_key(keys, 'cl.throttle')
+  if #a < 3 then arity('cl.throttle') end
+  local now = now_reading()
+  local q = throttle_args(a)
   local state = open(key, 'gcra', now)
   check_kind(state, 'gcra')
   local _, write, cell = GC.throttle(state, q, now)
@@ -1394,19 +1478,8 @@ local function bind(decisions, costs)
   return binding, {allowed and 1 or 0, chosen[2], retry, reset, chosen[5]}
 end
 
-local function multi(keys, a)
+local multi_args = remembered(function(a, keys)
   local count = #keys
-  if count + #a + 2 < 6 then arity('rl.multi') end
-  if count == 0 then arg_error('numkeys', 'must be greater than 0', '0') end
-  if count > MAX_KEYS then arg_error('numkeys', 'must be at most 16', tostring(count)) end
-  for i = 2, count do
-    for j = 1, i - 1 do
-      if keys[i] == keys[j] then
-        fail(format("ERR key '%s' is given twice: each key takes one limit", quote(keys[i])))
-      end
-    end
-  end
-  local now = now_reading()
   local quotas, i = {}, 1
   for index = 1, count do
     local name = a[i]
@@ -1468,6 +1541,24 @@ local function multi(keys, a)
       arg_error('cost × weight', 'must be at most 9007199254740992' .. LIBRARY)
     end
   end
+  return {quotas = quotas, cost = cost, weights = weights, min = min}
+end)
+
+local function multi(keys, a)
+  local count = #keys
+  if count + #a + 2 < 6 then arity('rl.multi') end
+  if count == 0 then arg_error('numkeys', 'must be greater than 0', '0') end
+  if count > MAX_KEYS then arg_error('numkeys', 'must be at most 16', tostring(count)) end
+  for i = 2, count do
+    for j = 1, i - 1 do
+      if keys[i] == keys[j] then
+        fail(format("ERR key '%s' is given twice: each key takes one limit", quote(keys[i])))
+      end
+    end
+  end
+  local now = now_reading()
+  local parsed = multi_args(a, keys)
+  local quotas, cost, weights, min = parsed.quotas, parsed.cost, parsed.weights, parsed.min
   -- Open every key, then evaluate every limit against one clock reading.
   local states = {}
   for index = 1, count do states[index] = open(keys[index], quotas[index].kind, now) or false end

@@ -56,18 +56,21 @@ fn module_expiries(con: &mut redis::Connection, keys: &[String]) -> Vec<(i64, i6
     times.chunks(2).map(|pair| (pair[0], pair[1])).collect()
 }
 
-/// For each key: PTTL, PEXPIRETIME and, for a hash, its field `x` (-1 when absent).
+/// For each key: PTTL, PEXPIRETIME and, for a limiter in a string, its field `x` (the last
+/// of five; -1 when absent).
 const LIBRARY_EXPIRIES: &str = r"
 local out = {}
 for i, key in ipairs(KEYS) do
   local x = -1
-  if redis.call('TYPE', key).ok == 'hash' then x = tonumber(redis.call('HGET', key, 'x')) or -1 end
+  if redis.call('TYPE', key).ok == 'string' then
+    x = tonumber(string.match(redis.call('GET', key), ' (%d+)$')) or -1
+  end
   out[i] = {redis.call('PTTL', key), redis.call('PEXPIRETIME', key), x}
 end
 return out";
 
 /// The library's keys, as the module's expiries would read. A library key written back to
-/// unused at the very millisecond `x` of its write carries field `x`: the module's key
+/// unused at the very millisecond `x` of its write carries its field `x`: the module's key
 /// expires at `x` and lingers until that millisecond ends, but PEXPIREAT of `x` would delete
 /// the library's at once, so it expires at `x + 1` and is gone, for the library, after `x`
 /// (see `commit` in the library).
