@@ -469,13 +469,10 @@ local function gcra_params(burst_arg, count_arg, period_arg)
   if max_burst < 0 then arg_error('max_burst', 'must be at least 0', burst_arg) end
   local tolerance = interval * (max_burst + 1)
   if tolerance > MAX_REFILL_NS then
-    arg_error('period / count × (max_burst + 1)', 'must be at most 100 years')
+    arg_error('period / count * (max_burst + 1)', 'must be at most 100 years')
   end
   if tolerance > MAX_DURATION_NS then
-    arg_error('period / count × (max_burst + 1)', 'must be at most 4503599627370496 ns (52 days)' .. LIBRARY)
-  end
-  if interval < 1000 then
-    arg_error('count / period', 'must be at most 1000000 per second' .. LIBRARY)
+    arg_error('period / count * (max_burst + 1)', 'must be at most 4503599627370496 ns (52 days)' .. LIBRARY)
   end
   return {kind = 'gcra', max_burst = max_burst, interval = interval, tolerance = tolerance, cost = 1}
 end
@@ -1097,10 +1094,23 @@ local function gc_judge(q, tat, increment)
   return {limited = false, new_tat = new_tat, ttl = new_tat}
 end
 
+-- redis-cell's remaining (whole µs of the slack over whole µs of the interval, truncated),
+-- at most the limit. Below a µs of interval redis-cell divides by zero; the module's
+-- checked division gives i64::MAX (then the limit) for a positive slack.
 local function gc_remaining(q, ttl)
   local next_ns = q.tolerance - ttl
   if next_ns <= -q.interval then return 0 end
-  return tdiv(tdiv(next_ns, 1000), tdiv(q.interval, 1000))
+  local next_us = tdiv(next_ns, 1000)
+  local interval_us = tdiv(q.interval, 1000)
+  local limit = q.max_burst + 1
+  if interval_us == 0 then
+    if next_us > 0 then return limit end
+    if next_us < 0 then return -9223372036854775808 end
+    return 0
+  end
+  local remaining = tdiv(next_us, interval_us)
+  if remaining > limit then return limit end
+  return remaining
 end
 
 local function gc_decision(q, allowed, j, ttl)
@@ -1528,17 +1538,22 @@ local multi_args = remembered(function(a, keys)
       arg_error('option', 'must be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m]', option)
     end
   end
+  local holder_used = false
   for _, q in ipairs(quotas) do
     if q.kind == 'cc' then
       if holder == nil then fail("ERR a CONCURRENCY limit needs HOLDER id: the caller's id for its slot") end
       q.holder = holder
+      holder_used = true
     end
+  end
+  if holder ~= nil and not holder_used then
+    fail('ERR HOLDER id is for CONCURRENCY limits, and this call has none')
   end
   if min ~= nil and min > cost then arg_error('MIN', 'must be at most the cost', int(min)) end
   for _, w in ipairs(weights) do
     if w * cost > TWO53 then
-      if w * cost >= 18446744073709551616 then arg_error('cost × weight', 'is too large') end
-      arg_error('cost × weight', 'must be at most 9007199254740992' .. LIBRARY)
+      if w * cost >= 18446744073709551616 then arg_error('cost * weight', 'is too large') end
+      arg_error('cost * weight', 'must be at most 9007199254740992' .. LIBRARY)
     end
   end
   return {quotas = quotas, cost = cost, weights = weights, min = min}

@@ -3,13 +3,18 @@
 //! ```text
 //! cargo run --release -p redis-ratelimit-client --example demo-service -- \
 //!     --redis redis://127.0.0.1:6379/ --listen 127.0.0.1:8080 --limit 100 --window 60 \
-//!     [--replicas 3] [--lease 10] [--timeout-ms 5] [--backend auto|module|functions|scripts]
+//!     [--replicas 3] [--lease 10] [--timeout-ms 50] [--backend auto|module|functions|scripts]
 //! ```
 //!
 //! `GET /` is limited per `x-api-key` header (requests without one share the key
 //! `anonymous`) by a token bucket of `--limit` tokens refilled over `--window` seconds. When
 //! Redis is out of reach each replica falls back to `limit / replicas`. `GET /metrics` is the
 //! Prometheus text of the limiter's metrics. Anything else is a quick 404.
+//!
+//! With `--plans`, `GET /` is limited instead by the limits the policy store gives
+//! the tenant named in the `x-tenant` header (`anonymous` without one), followed through
+//! its change notifications and a version check every `--plans-check-ms` (default 500);
+//! `--limit`/`--window` are then the defaults (a tenant on no plan, or Redis not read yet).
 //!
 //! `--backend` picks what runs the limits in Redis (default `auto`: the module if loaded, else
 //! the Functions library, loaded if absent, else the library as a script).
@@ -28,12 +33,34 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions};
 use redis_ratelimit_client::{
-    Algorithm, Backend, Fallback, Lease, Limit, Policy, RateLimiter, Replicas,
+    Algorithm, Backend, Fallback, Lease, Limit, PlanOptions, PlanSource, Policy, RateLimiter,
+    Replicas,
 };
 
-const USAGE: &str = "usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS \
-                     [--replicas K] [--lease N] [--timeout-ms MS] \
-                     [--backend auto|module|functions|scripts]";
+const USAGE: &str = "\
+usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS
+                    [--replicas K] [--lease N] [--timeout-ms MS] [--plans [--plans-check-ms MS]]
+                    [--backend auto|module|functions|scripts]
+
+A rate-limited HTTP service: GET / is limited per x-api-key header (requests without one
+share the key 'anonymous') by a token bucket of --limit tokens refilled over --window
+seconds, decided in Redis for every replica; GET /metrics is Prometheus text.
+
+  --redis URL        the Redis server with the module, e.g. redis://127.0.0.1:6379/
+  --listen ADDR      where to listen, e.g. 127.0.0.1:8080 (port 0: any free port)
+  --limit N          tokens per key
+  --window SECONDS   time to refill an empty bucket
+  --replicas K       replicas of this service; without Redis each allows limit / K (default 1)
+  --lease N          claim N tokens per Redis call and spend them from memory (default off)
+  --timeout-ms MS    longest wait for Redis before the local fallback decides (default 50)
+  --backend NAME     what runs the limits in Redis: auto (default: the module if loaded, else
+                     the Functions library, loaded if absent, else it as a script), module,
+                     functions or scripts
+  --plans            limit GET / by the plan of the tenant in the x-tenant header, read from
+                     the policy store in Redis (rlctl edits it); --limit and --window are the
+                     defaults of tenants without a plan
+  --plans-check-ms MS  the backstop: compare the store's version this often (default 500)
+  -h, --help         this text";
 
 struct Args {
     redis: String,
@@ -43,20 +70,33 @@ struct Args {
     replicas: u64,
     lease: Option<u64>,
     timeout: Duration,
+    /// Plans: limits from the policy store per `x-tenant`, and the backstop period.
+    plans: Option<Duration>,
+    /// What runs the limits in Redis.
     backend: Backend,
 }
 
-fn parse_args() -> Result<Args, String> {
+/// The arguments, or `None` when help was asked for (and printed).
+fn parse_args() -> Result<Option<Args>, String> {
     let mut redis = None;
     let mut listen = None;
     let mut limit = None;
     let mut window = None;
     let mut replicas = 1;
     let mut lease = None;
-    let mut timeout = Duration::from_millis(5);
+    let mut timeout = redis_ratelimit_client::policy::DEFAULT_TIMEOUT;
+    let mut plans = None;
     let mut backend = Backend::Auto;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            return Ok(None);
+        }
+        if flag == "--plans" {
+            plans = plans.or(Some(PlanOptions::default().check_every));
+            continue;
+        }
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
         let number = || {
             value
@@ -77,13 +117,14 @@ fn parse_args() -> Result<Args, String> {
             "--replicas" => replicas = number()?,
             "--lease" => lease = Some(number()?),
             "--timeout-ms" => timeout = Duration::from_millis(number()?),
+            "--plans-check-ms" => plans = Some(Duration::from_millis(number()?)),
             "--backend" => {
                 backend = Backend::parse(&value).ok_or(format!("bad --backend '{value}'"))?
             }
             other => return Err(format!("unknown option {other}")),
         }
     }
-    Ok(Args {
+    Ok(Some(Args {
         redis: redis.ok_or("--redis is required")?,
         listen: listen.ok_or("--listen is required")?,
         limit: limit.ok_or("--limit is required")?,
@@ -91,14 +132,20 @@ fn parse_args() -> Result<Args, String> {
         replicas,
         lease,
         timeout,
+        plans,
         backend,
-    })
+    }))
 }
 
 fn policy(args: &Args) -> Result<Policy, Box<dyn std::error::Error>> {
     let bucket = Algorithm::token_bucket(args.limit, args.window)?;
     // The hash tag keeps every key of one API key in one cluster slot.
-    let mut builder = Policy::builder("demo")
+    let mut builder = match args.plans {
+        // Plans: the bucket is the default; keys are the store's (per tenant).
+        Some(_) => Policy::from_store("demo", "tenant"),
+        None => Policy::builder("demo"),
+    };
+    builder = builder
         .limit(Limit::new("per-key", bucket, "demo:{{{api_key}}}")?)
         .fallback(Fallback::Local)
         .timeout(args.timeout);
@@ -131,17 +178,32 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile")
         }
     }
-    let limiter = RateLimiter::builder(store)
+    let mut limiter = RateLimiter::builder(store)
         .policy(policy(&args)?)
-        .replicas(Replicas::fixed(args.replicas))
-        .build()?;
+        .replicas(Replicas::fixed(args.replicas));
+    if let Some(check_every) = args.plans {
+        let options = PlanOptions {
+            check_every,
+            ..PlanOptions::default()
+        };
+        let source = PlanSource::connect(&args.redis, options).await?;
+        eprintln!("demo-service: {}", source.status());
+        limiter = limiter.plans(source);
+    }
+    let limiter = limiter.build()?;
     let layer = RateLimitLayer::new(limiter.clone(), |request| {
-        let key = request
-            .headers
-            .get("x-api-key")
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("anonymous");
-        Some(Check::new("demo").input("api_key", key))
+        let header = |name: &str| {
+            request
+                .headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or("anonymous")
+        };
+        Some(
+            Check::new("demo")
+                .input("api_key", header("x-api-key"))
+                .input("tenant", header("x-tenant")),
+        )
     });
     let app = Router::new()
         .route("/", get(|| async { "ok\n" }))
@@ -171,9 +233,10 @@ async fn shutdown() {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = match parse_args() {
-        Ok(args) => args,
+        Ok(Some(args)) => args,
+        Ok(None) => return ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{error}\n{USAGE}");
+            eprintln!("demo-service: {error}\n(demo-service --help lists the options)");
             return ExitCode::from(2);
         }
     };

@@ -172,6 +172,8 @@ impl Algorithm {
     /// A token bucket of `capacity` tokens that refills completely over `refill`
     /// (`capacity / refill` tokens per second): "100 requests per minute, bursts of 100".
     pub fn token_bucket(capacity: u64, refill: Duration) -> Result<Self, AlgorithmError> {
+        // Named first: "0 tokens per 60 s is not a rate" would not say what to change.
+        positive(capacity, "capacity")?;
         let algorithm = Self::TokenBucket {
             capacity,
             rate: Rate::per(capacity, refill)?,

@@ -1,12 +1,16 @@
 //! Policies read from a TOML file, so operators change limits without a rebuild.
 //!
-//! ```toml
+//! ```
+//! # fn main() -> Result<(), redis_ratelimit_client::config::ConfigError> {
+//! let policies = redis_ratelimit_client::config::from_toml(r#"
 //! [[policy]]
 //! name = "api"
 //! fallback = "local"        # open | closed | local (default local)
-//! timeout_ms = 5            # store timeout (default 5)
+//! timeout_ms = 50           # store timeout (default 50)
 //! deny_cache = true         # default true
-//! lease = { units = 10, lifetime_ms = 1000 }   # optional
+//! lease = { units = 10, max_units = 40, lifetime_ms = 1000 }   # optional
+//! # from_store = "tenant"  # limits from the policy store for input `tenant` (plans);
+//! #                        # the limits below are then its defaults
 //!
 //! [[policy.limit]]
 //! name = "per-key"
@@ -14,7 +18,7 @@
 //! algorithm = "token_bucket"
 //! capacity = 100
 //! refill_s = 60             # or refill_ms, or rate = "1.5" (tokens per second)
-//! # max_wait_ms = 500       # pace instead of refusing (MAXWAIT; not with leases)
+//! ## max_wait_ms = 500      # pace instead of refusing (MAXWAIT; not with leases)
 //!
 //! [[policy.limit]]
 //! name = "daily"
@@ -25,26 +29,35 @@
 //! weight = 1                   # optional
 //!
 //! [[policy.limit]]
-//! name = "in-flight"
-//! key = "rl:{{{api_key}}}:inflight"
-//! algorithm = "concurrency"    # at most `limit` requests at once (not with leases)
-//! limit = 5
-//! ttl_ms = 30000               # a slot never released frees itself after this
-//!
-//! [[policy.limit]]
 //! name = "burst"
 //! key = "rl:{{{api_key}}}:gcra"
 //! algorithm = "gcra"
 //! max_burst = 9
 //! count = 10
 //! period_s = 1
+//!
+//! ## An in-flight limit holds a slot per request: its policy cannot be leased.
+//! [[policy]]
+//! name = "uploads"
+//!
+//! [[policy.limit]]
+//! name = "in-flight"
+//! key = "rl:{{{api_key}}}:inflight"
+//! algorithm = "concurrency"    # at most `limit` requests at once
+//! limit = 5
+//! ttl_ms = 30000               # a slot never released frees itself after this
+//! "#)?;
+//! assert_eq!(policies.len(), 2);
+//! assert_eq!(policies[0].inputs(), ["api_key"]);
+//! # Ok(()) }
 //! ```
 //!
 //! Every field is checked: unknown fields, missing parameters and parameters that belong to
-//! another algorithm are refused with the policy and limit named.
+//! another algorithm are refused with the policy and limit named, and so is a file without
+//! any policy (every check would then be refused).
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -56,7 +69,12 @@ use crate::policy::{Fallback, Lease, Limit, Policy, PolicyError};
 #[derive(Debug)]
 pub enum ConfigError {
     /// The file could not be read.
-    Io(std::io::Error),
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
     /// Not valid TOML, or fields of the wrong type or unknown.
     Syntax(String),
     /// A policy or limit that does not make sense.
@@ -66,7 +84,11 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io(error) => write!(f, "cannot read the configuration: {error}"),
+            Self::Io { path, error } => write!(
+                f,
+                "cannot read the configuration file {}: {error}",
+                path.display()
+            ),
             Self::Syntax(error) => write!(f, "bad configuration: {error}"),
             Self::Invalid(error) => write!(f, "bad configuration: {error}"),
         }
@@ -90,6 +112,8 @@ struct PolicyConfig {
     timeout_ms: Option<u64>,
     deny_cache: Option<bool>,
     lease: Option<LeaseConfig>,
+    /// Plans: the input naming the tenant whose limits come from the policy store.
+    from_store: Option<String>,
     #[serde(default, rename = "limit")]
     limits: Vec<LimitConfig>,
 }
@@ -98,6 +122,7 @@ struct PolicyConfig {
 #[serde(deny_unknown_fields)]
 struct LeaseConfig {
     units: u64,
+    max_units: Option<u64>,
     lifetime_ms: Option<u64>,
 }
 
@@ -124,7 +149,11 @@ struct LimitConfig {
 
 /// Reads policies from a TOML file.
 pub fn from_file(path: impl AsRef<Path>) -> Result<Vec<Policy>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(ConfigError::Io)?;
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
     from_toml(&text)
 }
 
@@ -132,13 +161,23 @@ pub fn from_file(path: impl AsRef<Path>) -> Result<Vec<Policy>, ConfigError> {
 pub fn from_toml(text: &str) -> Result<Vec<Policy>, ConfigError> {
     let file: File =
         toml::from_str(text).map_err(|error| ConfigError::Syntax(error.to_string()))?;
+    if file.policies.is_empty() {
+        return Err(ConfigError::Invalid(
+            "no policy: add at least one [[policy]] with a [[policy.limit]] \
+             (without one, every check is refused as naming an unknown policy)"
+                .into(),
+        ));
+    }
     file.policies.into_iter().map(policy).collect()
 }
 
 fn policy(config: PolicyConfig) -> Result<Policy, ConfigError> {
     let name = config.name;
     let invalid = |error: PolicyError| ConfigError::Invalid(format!("policy '{name}': {error}"));
-    let mut builder = Policy::builder(&name);
+    let mut builder = match &config.from_store {
+        Some(tenant_input) => Policy::from_store(&name, tenant_input),
+        None => Policy::builder(&name),
+    };
     if let Some(fallback) = config.fallback {
         builder = builder.fallback(match fallback.as_str() {
             "open" => Fallback::Open,
@@ -159,6 +198,9 @@ fn policy(config: PolicyConfig) -> Result<Policy, ConfigError> {
     }
     if let Some(lease) = config.lease {
         let mut built = Lease::new(lease.units);
+        if let Some(max_units) = lease.max_units {
+            built = built.max_units(max_units);
+        }
         if let Some(ms) = lease.lifetime_ms {
             built = built.lifetime(Duration::from_millis(ms));
         }
@@ -376,6 +418,34 @@ mod tests {
                 "{base}algorithm = \"token_bucket\"\ncapacity = 5\nrate = \"x\""
             ))
             .contains("rate must be a positive decimal")
+        );
+        assert!(error_of("").contains("no policy"));
+        assert!(error_of("# nothing yet\n").contains("no policy"));
+        assert!(
+            error_of(&format!(
+                "lease = {{ units = 0 }}\n{base}algorithm = \"token_bucket\"\ncapacity = 5\nrefill_s = 1"
+            ))
+            .contains("unknown field")
+        );
+        let leased = "[[policy]]\nname = \"p\"\nlease = { units = 0 }\n[[policy.limit]]\n\
+                      name = \"l\"\nkey = \"k\"\nalgorithm = \"token_bucket\"\ncapacity = 5\nrefill_s = 1";
+        assert!(error_of(leased).contains("policy 'p': a lease of 0 units claims nothing"));
+        assert!(
+            error_of(&format!(
+                "{base}algorithm = \"token_bucket\"\ncapacity = 0\nrefill_s = 60"
+            ))
+            .contains("capacity must be at least 1")
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let error = from_file("/nonexistent/limits.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("/nonexistent/limits.toml") && error.contains("cannot read"),
+            "{error}"
         );
     }
 }

@@ -69,6 +69,9 @@ pub struct LimitStatus {
     /// Its quota (capacity or units per window), as enforced for this decision: during a
     /// local fallback, this replica's share.
     pub quota: u64,
+    /// Its quota as configured: `quota` but for a local fallback, where `quota` is this
+    /// replica's share (the `RateLimit-Policy` field shows this one, so it stays stable).
+    pub configured_quota: u64,
     /// The window the quota applies to (time to refill completely for a bucket; zero for an
     /// in-flight limit).
     pub window: Duration,
@@ -101,6 +104,7 @@ impl LimitStatus {
             name,
             in_flight: matches!(shape, Shape::Concurrency { .. }),
             quota: view.limit,
+            configured_quota: view.limit,
             window,
             allowed: view.allowed,
             remaining: view.remaining,

@@ -3,9 +3,12 @@
 //!
 //! Each key set has its own async lock, held while its lease is spent or renewed: concurrent
 //! requests for one key wait for a single claim instead of each claiming a batch (which would
-//! multiply the units outstanding).
+//! multiply the units outstanding). A request that waited takes that claim's result: it
+//! spends from the units claimed, or is denied by the claim's denial; the claim is sized for
+//! the requests waiting on it (within the policy's cap), so one store call serves them all.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -22,13 +25,67 @@ pub(crate) struct LeaseSlot {
     pub(crate) expires: Instant,
     /// Each consulted limit's view when the units were claimed (policy index, view).
     pub(crate) views: Vec<(usize, View)>,
-    /// When a claim last failed (store unreachable): requests that were waiting for that
-    /// claim go straight to the fallback instead of each waiting for a timeout of its own.
-    pub(crate) failed_at: Option<Instant>,
+    /// The last claim's result, for the requests that waited for it.
+    pub(crate) last_claim: Option<LastClaim>,
+    /// Units the last claim asked for (claims grow while a key stays hot).
+    pub(crate) claim_units: u64,
+}
+
+/// What the last claim of a lease came to, and when.
+#[derive(Debug)]
+pub(crate) struct LastClaim {
+    pub(crate) at: Instant,
+    pub(crate) result: ClaimResult,
+}
+
+#[derive(Debug)]
+pub(crate) enum ClaimResult {
+    /// Units were granted (waiters spend them, or claim anew when they are gone).
+    Granted,
+    /// The store denied a claim of at least `min` units; waiters of that cost or more are
+    /// denied by it. `views` and `binding` are the denial's (policy indices).
+    Denied {
+        min: u64,
+        views: Vec<(usize, View)>,
+        binding: usize,
+    },
+    /// The store was out of reach: waiters go to the fallback without a timeout of their
+    /// own.
+    Failed,
+}
+
+/// One key set's lease behind its lock, and how many requests are waiting for the lock.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    waiting: AtomicU64,
+    lease: tokio::sync::Mutex<LeaseSlot>,
+}
+
+/// Counts a request as waiting while it is alive (dropped with a cancelled wait, too).
+struct Waiting<'a>(&'a AtomicU64);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Slot {
+    /// Waits for the lease (counted among the waiting while it waits).
+    pub(crate) async fn lock(&self) -> tokio::sync::MutexGuard<'_, LeaseSlot> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&self.waiting);
+        self.lease.lock().await
+    }
+
+    /// Requests waiting for the lease now (besides its holder).
+    pub(crate) fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
+    }
 }
 
 /// A shared handle to one key set's lease.
-pub(crate) type SharedSlot = Arc<tokio::sync::Mutex<LeaseSlot>>;
+pub(crate) type SharedSlot = Arc<Slot>;
 
 /// A policy's leases.
 #[derive(Debug, Default)]
@@ -41,13 +98,17 @@ impl Leases {
     pub(crate) fn slot(&self, id: &str, keys: &[String], now: Instant) -> SharedSlot {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(slots.entry(id.to_string()).or_insert_with(|| {
-            Arc::new(tokio::sync::Mutex::new(LeaseSlot {
-                keys: keys.to_vec(),
-                units: 0,
-                expires: now,
-                views: Vec::new(),
-                failed_at: None,
-            }))
+            Arc::new(Slot {
+                waiting: AtomicU64::new(0),
+                lease: tokio::sync::Mutex::new(LeaseSlot {
+                    keys: keys.to_vec(),
+                    units: 0,
+                    expires: now,
+                    views: Vec::new(),
+                    last_claim: None,
+                    claim_units: 0,
+                }),
+            })
         }))
     }
 
@@ -58,7 +119,7 @@ impl Leases {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let mut taken = Vec::new();
         slots.retain(|_, slot| {
-            let Ok(mut lease) = slot.try_lock() else {
+            let Ok(mut lease) = slot.lease.try_lock() else {
                 return true;
             };
             if lease.expires > now && !all {

@@ -5,28 +5,37 @@
 //!
 //! # Quick start (axum)
 //!
+//! With `axum = "0.8"` and `tokio = { version = "1", features = ["macros",
+//! "rt-multi-thread"] }` next to this crate in `Cargo.toml`:
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use axum::{Router, routing::get};
 //! use redis_ratelimit_client::http::{Check, RateLimitLayer};
 //! use redis_ratelimit_client::store::RedisStore;
-//! use redis_ratelimit_client::{Algorithm, Limit, Policy, RateLimiter, Replicas};
+//! use redis_ratelimit_client::{Algorithm, Inputs, Limit, Policy, RateLimiter, Replicas};
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let policy = Policy::builder("api")
 //!         .limit(Limit::new("per-key", Algorithm::token_bucket(100, Duration::from_secs(60))?, "rl:{{{key}}}")?)
 //!         .build()?;
-//!     let limiter = RateLimiter::builder(RedisStore::new("redis://127.0.0.1/")?)
+//!     let store = RedisStore::new("redis://127.0.0.1/")?;
+//!     if let Err(error) = store.connect().await {
+//!         eprintln!("Redis is not reachable yet ({error}); the local fallback decides meanwhile");
+//!     }
+//!     let limiter = RateLimiter::builder(store)
 //!         .policy(policy)
-//!         .replicas(Replicas::fixed(3)) // the fallback enforces 100 / 3 per replica
+//!         .replicas(Replicas::fixed(3)) // the fallback enforces a share of 100 / 3
 //!         .build()?;
+//!     limiter.validate("api", &Inputs::new().with("key", "any"))?; // inputs, at start-up
 //!     let layer = RateLimitLayer::new(limiter, |request| {
-//!         let key = request.headers.get("x-api-key")?.to_str().ok()?;
+//!         // Without an API key, one shared key (None would let the request through unlimited).
+//!         let key = request.headers.get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or("anonymous");
 //!         Some(Check::new("api").input("key", key))
 //!     });
 //!     let app = Router::new().route("/", get(|| async { "hello" })).route_layer(layer);
-//!     let listener = tokio::net::TcpListener::bind("0.0.0.0:8080").await?;
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //!     axum::serve(listener, app).await?;
 //!     Ok(())
 //! }
@@ -45,18 +54,21 @@
 //!    most specific key first (a per-user key before a global one, so the hot shared key is
 //!    rarely charged and refunded); if a later group denies, the earlier ones are refunded,
 //!    so the policy is all-or-nothing. [`Source::Store`].
-//! 5. **Fallback**: every store call has a timeout (default 5 ms). On timeout or a
-//!    connection error the policy's [`Fallback`] decides (open, closed, or `local` at
-//!    `quota / replicas`), [`Source::Fallback`]. A circuit breaker stops calling a dead
-//!    store after a few failures and probes it every half second.
+//! 5. **Fallback**: every store call has a timeout (default 50 ms, from measurement: see
+//!    [`DEFAULT_TIMEOUT`](policy::DEFAULT_TIMEOUT)). On timeout or a connection error the
+//!    policy's [`Fallback`] decides (open, closed, or `local` at `quota / replicas`,
+//!    continuing from the store's last answer for the key and charging the store what it
+//!    admitted once it answers again), [`Source::Fallback`]. A circuit breaker stops
+//!    calling a dead store after a few outages (a stall that times out every call in flight
+//!    counts once) and probes it every half second.
 //!
 //! # Guarantees
 //!
 //! | situation | bound on what the fleet admits for a key |
 //! |---|---|
 //! | store reachable, no leases | exactly what the module admits: one quota whatever the replica count |
-//! | with leases of `N` units | never more than the store granted; over any interval, at most the limit's allowance for the interval plus the units outstanding in leases at its start (≤ `replicas × N`) |
-//! | store unreachable, `local` fallback | each replica at most `⌊quota / replicas⌋` (its share, on its own clock); the fleet at most the quota if the replica count is right |
+//! | with leases (claims up to `M` units) | never more than the store granted; over any interval, at most the limit's allowance for the interval plus the units outstanding in leases at its start (≤ `replicas × M`) |
+//! | store unreachable, `local` fallback | over any interval, at most the allowance, plus the leases outstanding, plus the stale part of the replicas' last answers (each replica starts from `⌊remaining / replicas⌋` of the store's last answer, and what it admits is charged to the store when it answers again): nothing more for a key the store had exhausted, however often it flaps (the README's *Fallback bound*) |
 //! | during scaling, count lagging | with `n` replicas believing there are `m`, up to `n / m` quotas during a fallback |
 //! | a timed-out call | may still have been applied by the server: it charged units nobody used (under-admission, never over) |
 //! | a lost refund | under-admits by the refunded units until the limiter refills; never over-admits |
@@ -81,6 +93,7 @@ mod lease;
 mod limiter;
 mod local;
 pub mod metrics;
+pub mod plans;
 pub mod policy;
 mod replicas;
 pub mod store;
@@ -91,6 +104,7 @@ pub use decision::{Decision, LimitStatus, Outcome, Source};
 pub use in_flight::InFlight;
 pub use key::{Inputs, KeyTemplate};
 pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
+pub use plans::{PlanOptions, PlanSource, PlanStatus};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
 pub use store::Backend;

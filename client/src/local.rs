@@ -105,9 +105,28 @@ impl LocalLimits {
         Self::default()
     }
 
-    /// Forgets every state.
-    pub(crate) fn clear(&mut self) {
-        self.states.clear();
+    /// Starts `call.key` over from what the store last said: `remaining` units of the
+    /// call's shape left at `at_us`, as if a fresh limiter had been charged the rest then
+    /// (a bucket holding `remaining` tokens, a window with the rest used). Any state the key
+    /// had is replaced. Units are the limit's own (the call's weight is not applied).
+    pub(crate) fn seed(
+        &mut self,
+        call: &LocalCall<'_>,
+        remaining: u64,
+        at_us: i64,
+    ) -> Result<(), LocalError> {
+        self.states.remove(call.key);
+        let used = call.shape.quota().saturating_sub(remaining);
+        if used == 0 {
+            return Ok(());
+        }
+        let unweighted = LocalCall {
+            weight: 1,
+            max_wait_ns: None,
+            ..*call
+        };
+        self.acquire(&[unweighted], used, Some(1), at_us)
+            .map(|_| ())
     }
 
     /// Takes `units × weight` from every limit, all or nothing, or with `partial_min` the
@@ -482,6 +501,32 @@ mod tests {
             }];
             assert_eq!(limits.acquire(&second, 1, None, T0).is_err(), refuses);
         }
+    }
+
+    #[test]
+    fn a_seeded_state_continues_from_the_answer() {
+        let mut limits = LocalLimits::lenient();
+        // 10 tokens refilled over an hour: one every 6 minutes.
+        let calls = [LocalCall {
+            key: "a",
+            shape: bucket(10),
+            weight: 2,
+            max_wait_ns: None,
+            holder: None,
+        }];
+        limits.acquire(&calls, 5, None, T0).unwrap();
+        limits.seed(&calls[0], 3, T0).unwrap();
+        let grant = limits.acquire(&calls, 1, None, T0).unwrap();
+        assert_eq!((grant.granted, grant.views[0].remaining), (1, 1));
+        assert_eq!(limits.acquire(&calls, 1, None, T0).unwrap().granted, 0);
+        // Exhausted: nothing until the refill.
+        limits.seed(&calls[0], 0, T0).unwrap();
+        let denied = limits.acquire(&calls, 1, None, T0 + 1_000_000).unwrap();
+        assert_eq!(denied.granted, 0);
+        assert!(denied.views[0].retry_after.unwrap() > Duration::from_secs(600));
+        // Full: as a fresh limiter.
+        limits.seed(&calls[0], 10, T0).unwrap();
+        assert_eq!(limits.acquire(&calls, 5, None, T0).unwrap().granted, 5);
     }
 
     #[test]

@@ -93,6 +93,9 @@
 //!   Error while setting key expire` after having written the TAT (without expiry); within
 //!   2 ms of `now`, or on older servers, it succeeds with `remaining` computed from the past
 //!   TAT. Here the limiter is simply full, with the same reply as a missing key.
+//! - **Remaining above the limit.** For an interval under 1 µs (more than a million units a
+//!   second), redis-cell divides by zero whole microseconds and replies `remaining =
+//!   i64::MAX`. Here `remaining` never exceeds the limit, `max_burst + 1`.
 //! - **Remaining below zero.** When a stored TAT lies further ahead than the current
 //!   tolerance (the parameters shrank, or the clock went back) and the interval is not a whole
 //!   number of microseconds, redis-cell can reply `remaining = -1`. [`CellOutcome`] carries it;
@@ -264,8 +267,8 @@ pub struct CellOutcome {
     pub limited: bool,
     /// `max_burst + 1`.
     pub limit: i64,
-    /// redis-cell's remaining count (can exceed `max_burst`, be `i64::MAX` for intervals
-    /// under 1 µs, or be −1; see the module documentation).
+    /// redis-cell's remaining count (can exceed `max_burst` but never `limit`, or be −1;
+    /// see the module documentation).
     pub remaining: i64,
     /// Nanoseconds until the same call is admitted; `None` where redis-cell leaves its −1 s
     /// default (the call was admitted, or its quantity exceeds `max_burst + 1`).
@@ -398,11 +401,18 @@ impl View {
         }
     }
 
+    /// redis-cell's remaining count for a key whose TAT is `ttl` after now, never above the
+    /// limit (intentional difference: redis-cell divides by zero whole microseconds for
+    /// intervals under 1 µs and says `i64::MAX`).
+    fn remaining(&self, params: &GcraParams, ttl: i128) -> i64 {
+        cell_remaining(self.tolerance, self.interval, ttl).min(params.limit_i64())
+    }
+
     fn cell(&self, params: &GcraParams, judgement: &Judgement) -> CellOutcome {
         CellOutcome {
             limited: judgement.limited,
             limit: params.limit_i64(),
-            remaining: cell_remaining(self.tolerance, self.interval, judgement.ttl),
+            remaining: self.remaining(params, judgement.ttl),
             retry_after_ns: judgement.retry_ns.map(saturating_i64),
             reset_after_ns: saturating_i64(judgement.ttl),
         }
@@ -427,8 +437,7 @@ impl View {
         };
         Decision {
             allowed,
-            remaining: u64::try_from(cell_remaining(self.tolerance, self.interval, ttl))
-                .unwrap_or(0),
+            remaining: u64::try_from(self.remaining(params, ttl)).unwrap_or(0),
             retry,
             reset_after_ms: ceil_ms_from_ns(ttl),
             limit: params.limit(),
@@ -1017,9 +1026,10 @@ mod tests {
 
     #[test]
     fn remaining_follows_redis_cell_quirks() {
-        // An interval under 1 µs divides by zero microseconds: +inf saturates.
+        // An interval under 1 µs divides by zero whole microseconds: redis-cell says
+        // i64::MAX, here remaining never exceeds the limit (max_burst + 1).
         let (_, cell) = GcraAlgorithm::throttle(None, &params(10, 2_000_000, 1, 1), T0_US);
-        assert_eq!(cell.remaining, i64::MAX);
+        assert_eq!(cell.remaining, 11);
         // An interval that is not whole microseconds truncates both operands: 1,500 ns.
         let p = params(2, 666_666, 1, 1);
         assert_eq!(p.interval_ns(), 1_500);
@@ -1196,7 +1206,11 @@ mod tests {
                     // The documented differences: follow our state from here on.
                     reference.value = key.state.map(|s| s.tat_ns() as u64);
                 } else {
-                    prop_assert_eq!(call.reply, Ok(cell_reply(&cell)), "at {} with {:?}", now, (max_burst, count, period, quantity));
+                    // Remaining never above the limit: an intentional difference.
+                    let expected = call.reply.map(|[limited, limit, remaining, retry, reset]| {
+                        [limited, limit, remaining.min(limit), retry, reset]
+                    });
+                    prop_assert_eq!(expected, Ok(cell_reply(&cell)), "at {} with {:?}", now, (max_burst, count, period, quantity));
                 }
                 prop_assert_eq!(
                     effective(reference.value.map(i128::from), now_ns),
@@ -1285,6 +1299,8 @@ mod tests {
             for state in [None, Gcra::from_parts(tat)] {
                 let (evaluation, cell) = GcraAlgorithm::throttle(state.as_ref(), &p, now);
                 assert_decision_matches(&evaluation.decision, &cell);
+                prop_assert!(cell.remaining <= cell.limit);
+                prop_assert!(evaluation.decision.remaining <= evaluation.decision.limit);
                 let _ = cell_reply(&cell);
                 for commit in [evaluation.commit, GcraAlgorithm::refund(state.as_ref(), &p, now).commit].into_iter().flatten() {
                     prop_assert_eq!(Gcra::from_parts(commit.change.tat_ns()), Some(commit.change));

@@ -138,7 +138,7 @@ fn commands(list: &[&[u8]]) {
         if let Some((numkeys, rest)) = list.split_first() {
             if let Ok(count) = args::multi::key_count(numkeys) {
                 if let Some((keys, rest)) = rest.split_at_checked(count) {
-                    match args::multi::limits(count, keys, rest, settings) {
+                    match args::multi::limits(count, rest, settings).map_err(|e| e.naming_keys(keys)) {
                         Ok(parsed) => {
                             assert_eq!(parsed.quotas.len(), count);
                             assert_eq!(parsed.weights.len(), count);

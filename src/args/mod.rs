@@ -7,12 +7,14 @@
 //! - [`quota`] reads each algorithm's parameters;
 //! - [`call`] reads a single-key call (`[cost] [PARTIAL [MIN m]]` after the parameters);
 //! - [`multi`] reads `RL.MULTI`;
-//! - [`memo`] remembers the last arguments each command parsed.
+//! - [`memo`] remembers the last arguments each command parsed;
+//! - [`remembered`] says what each command remembers, with its parse as a function of it.
 
 pub mod call;
 pub mod memo;
 pub mod multi;
 pub mod quota;
+pub mod remembered;
 
 use crate::core::number::{Decimal, parse_positive_integer};
 use crate::core::time::{MAX_WINDOW_US, MIN_WINDOW_US, US_PER_SECOND};
@@ -30,14 +32,6 @@ pub struct Settings {
     pub max_log_entries: u64,
     /// `ratelimit.max-holders`: the largest in-flight `limit`.
     pub max_holders: u64,
-}
-
-impl Settings {
-    /// A value that changes whenever a setting does: parsed arguments are only reused under
-    /// the settings they were parsed with. (Both settings are below 2^32.)
-    pub fn fingerprint(self) -> u64 {
-        (self.max_log_entries << 32) ^ self.max_holders
-    }
 }
 
 /// A positive integer argument.

@@ -65,26 +65,63 @@ pub fn repeated_key_error(key: &[u8]) -> CommandError {
     ))
 }
 
+/// Why the limits of an `RL.MULTI` call were refused: the parse sees the key count, not
+/// the key names (so that it depends only on what the command's memo compares), and an
+/// error about one limit names its key once the caller has the names at hand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LimitsError {
+    /// The limit of key `index` is wrong.
+    Limit {
+        /// The key's 0-based position.
+        index: usize,
+        /// What is wrong with its limit.
+        error: CommandError,
+    },
+    /// An error about the call as a whole (its options, their combination, its arity).
+    Call(CommandError),
+}
+
+impl LimitsError {
+    /// The error the client is sent, naming the key of a wrong limit.
+    pub fn naming_keys(self, keys: &[&[u8]]) -> CommandError {
+        match self {
+            LimitsError::Limit { index, error } => error.about(|| {
+                let key = keys.get(index).copied().unwrap_or_default();
+                format!("limit of key '{}'", quote(key))
+            }),
+            LimitsError::Call(error) => error,
+        }
+    }
+}
+
+impl From<CommandError> for LimitsError {
+    fn from(error: CommandError) -> Self {
+        LimitsError::Call(error)
+    }
+}
+
+impl From<ArgError> for LimitsError {
+    fn from(error: ArgError) -> Self {
+        LimitsError::Call(error.into())
+    }
+}
+
 /// Parses the limits and options that follow `key_count` keys.
 pub fn limits(
     key_count: usize,
-    keys: &[&[u8]],
     args: &[&[u8]],
     settings: Settings,
-) -> Result<MultiArgs, CommandError> {
+) -> Result<MultiArgs, LimitsError> {
     let mut rest = args;
     let mut quotas = Vec::with_capacity(key_count);
     for index in 0..key_count {
-        let subject = || {
-            let key = keys.get(index).copied().unwrap_or_default();
-            format!("limit of key '{}'", quote(key))
-        };
+        let in_limit = |error: CommandError| LimitsError::Limit { index, error };
         let (&name, after_name) = rest.split_first().ok_or(CommandError::WrongArity)?;
-        let kind = algorithm(name).map_err(|error| error.about(subject))?;
+        let kind = algorithm(name).map_err(in_limit)?;
         let (params, after_params) = after_name
             .split_at_checked(arity(kind))
             .ok_or(CommandError::WrongArity)?;
-        quotas.push(quota(kind, params, settings).map_err(|error| error.about(subject))?);
+        quotas.push(quota(kind, params, settings).map_err(in_limit)?);
         rest = after_params;
     }
     let mut parsed = MultiArgs {
@@ -124,13 +161,21 @@ pub fn limits(
             .into());
         }
     }
+    let mut holder_used = false;
     for quota in &mut parsed.quotas {
         if let Quota::Concurrency(params) = quota {
             let id = holder.ok_or(CommandError::Message(
                 "ERR a CONCURRENCY limit needs HOLDER id: the caller's id for its slot",
             ))?;
             **params = params.with_holder(id);
+            holder_used = true;
         }
+    }
+    if holder.is_some() && !holder_used {
+        return Err(CommandError::Message(
+            "ERR HOLDER id is for CONCURRENCY limits, and this call has none",
+        )
+        .into());
     }
     if let Grant::Partial { min } = parsed.grant {
         if min > parsed.cost {
@@ -144,7 +189,7 @@ pub fn limits(
         .iter()
         .any(|weight| weight.checked_mul(parsed.cost).is_none())
     {
-        return Err(ArgError::combination("cost × weight", Rule::TooLarge).into());
+        return Err(ArgError::combination("cost * weight", Rule::TooLarge).into());
     }
     Ok(parsed)
 }
@@ -162,7 +207,7 @@ mod tests {
     fn parsed(keys: &[&str], args: &[&str]) -> Result<MultiArgs, CommandError> {
         let keys: Vec<&[u8]> = keys.iter().map(|a| a.as_bytes()).collect();
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        limits(keys.len(), &keys, &args, SETTINGS)
+        limits(keys.len(), &args, SETTINGS).map_err(|error| error.naming_keys(&keys))
     }
 
     fn message(keys: &[&str], args: &[&str]) -> String {
@@ -222,7 +267,7 @@ mod tests {
             (&["a"], &["FIXED", "10", "60", "10"],
              "ERR option must be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m] (got '10')"),
             (&["a"], &["FIXED", "10", "60", "COST", "9999999999", "WEIGHTS", "9999999999"],
-             "ERR cost × weight is too large"),
+             "ERR cost * weight is too large"),
         ];
         for (keys, args, expected) in cases {
             assert_eq!(message(keys, args), *expected, "{args:?}");

@@ -209,7 +209,7 @@ pub fn gcra(args: &[&[u8]]) -> Result<GcraParams, CommandError> {
                 ArgError::new("max_burst", Rule::NotNegative, burst_arg)
             }
             GcraParamError::ToleranceTooLong => ArgError::combination(
-                "period / count × (max_burst + 1)",
+                "period / count * (max_burst + 1)",
                 Rule::AtMost("100 years"),
             ),
         })
@@ -287,6 +287,10 @@ mod tests {
         assert_eq!(
             message(&[b"1", b"-1", b"60"]),
             "ERR count and period must have the same sign"
+        );
+        assert_eq!(
+            message(&[b"1000000", b"1", b"3155760"]),
+            "ERR period / count * (max_burst + 1) must be at most 100 years"
         );
         assert_eq!(throttle(&[b"1", b"1"]), Err(CommandError::WrongArity));
     }

@@ -6,9 +6,15 @@
 //! wall clock at millisecond resolution. Never the client's clock, never a process-local one.
 
 use super::api::api;
+use crate::core::time::MAX_NOW_US;
+use crate::error::CommandError;
 
 /// Unix time in microseconds according to the server.
-pub fn now_us() -> i64 {
+///
+/// Refused past [`MAX_NOW_US`] (2^62 ns, 2116-02-20): the algorithms' instants are bounded
+/// there, and a reply computed as of a clamped instant would disagree with the expiries Redis
+/// applies on its real clock.
+pub fn now_us() -> Result<i64, CommandError> {
     let now = if let Some(cached) = api!(RedisModule_CachedMicroseconds) {
         // SAFETY: takes no arguments; reads the server's cached command time.
         unsafe { cached() }
@@ -16,7 +22,9 @@ pub fn now_us() -> i64 {
         // SAFETY: takes no arguments; reads the server's wall clock.
         unsafe { milliseconds() }.saturating_mul(1_000)
     } else {
-        0
+        return Err(CommandError::Message(
+            "ERR the server offers the module no clock (RedisModule_Milliseconds is missing)",
+        ));
     };
     #[cfg(feature = "test-hooks")]
     let now = now.saturating_add(
@@ -24,5 +32,10 @@ pub fn now_us() -> i64 {
             .get()
             .saturating_mul(1_000),
     );
-    now
+    if now > MAX_NOW_US {
+        return Err(CommandError::Message(
+            "ERR the server clock is past 2116-02-20 (2^62 ns since 1970), the last instant rate limits are computed for",
+        ));
+    }
+    Ok(now)
 }

@@ -11,6 +11,7 @@ use super::stats::{self, CommandStats};
 use super::store::{LimiterKey, kind_mismatch};
 use super::{clock, config, reply, scratch};
 use crate::args::multi::{self, MultiArgs};
+use crate::args::remembered::{self, MultiContext};
 use crate::args::{self, CallArgs, Memo, Settings};
 use crate::core::concurrency::ConcurrencyAlgorithm;
 use crate::core::gcra::{GcraAlgorithm, GcraParams};
@@ -24,11 +25,13 @@ const KINDS: usize = Kind::ALL.len();
 
 // The last arguments each command parsed (commands run on the main thread only).
 thread_local! {
-    static CALL_ARGS: [Memo<CallArgs>; KINDS] = const { [const { Memo::new() }; KINDS] };
-    static PEEK_ARGS: Memo<CallArgs> = const { Memo::new() };
-    static REFUND_ARGS: Memo<Quota> = const { Memo::new() };
-    static THROTTLE_ARGS: Memo<GcraParams> = const { Memo::new() };
-    static MULTI_ARGS: Memo<MultiArgs> = const { Memo::new() };
+    // One memo per kind, so services alternating algorithms keep every parse.
+    static CALL_ARGS: [Memo<(Kind, Settings), CallArgs>; KINDS] =
+        const { [const { Memo::new() }; KINDS] };
+    static PEEK_ARGS: Memo<Settings, CallArgs> = const { Memo::new() };
+    static REFUND_ARGS: Memo<Settings, Quota> = const { Memo::new() };
+    static THROTTLE_ARGS: Memo<(), GcraParams> = const { Memo::new() };
+    static MULTI_ARGS: Memo<MultiContext, MultiArgs> = const { Memo::new() };
     static MULTI_BUFFERS: Cell<Option<MultiBuffers>> = const { Cell::new(None) };
 }
 
@@ -68,15 +71,15 @@ fn settings() -> Settings {
 /// A limiter command on its key, with the algorithm's arguments after the key.
 fn limiter_call(call: &Call<'_>, kind: Kind, stats: &CommandStats) -> Result<(), CommandError> {
     let name = key_name(call)?;
-    let now_us = clock::now_us();
+    let now_us = clock::now_us()?;
     let settings = settings();
     let arguments = call.args_bytes(2..);
     let (outcome, grant) = CALL_ARGS.with(|memos| {
         let memo = memos.get(kind as usize).ok_or(CommandError::WrongArity)?;
         memo.with(
             &arguments,
-            settings.fingerprint(),
-            |arguments| args::call(kind, arguments, settings),
+            (kind, settings),
+            remembered::limiter_call,
             |parsed| {
                 driver::acquire(call, stats.event, name, parsed, now_us)
                     .map(|outcome| (outcome, parsed.grant))
@@ -91,18 +94,13 @@ fn limiter_call(call: &Call<'_>, kind: Kind, stats: &CommandStats) -> Result<(),
 /// get now; changes nothing.
 pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
-    let now_us = clock::now_us();
+    let now_us = clock::now_us()?;
     let settings = settings();
     let arguments = call.args_bytes(2..);
     let (outcome, grant) = PEEK_ARGS.with(|memo| {
-        memo.with(
-            &arguments,
-            settings.fingerprint(),
-            |arguments| after_algorithm(arguments, |kind, rest| args::peek(kind, rest, settings)),
-            |parsed| {
-                driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
-            },
-        )
+        memo.with(&arguments, settings, remembered::peek, |parsed| {
+            driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
+        })
     })??;
     respond(call, &stats::PEEK, outcome, grant);
     Ok(())
@@ -112,16 +110,13 @@ pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
 /// limit.
 pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
-    let now_us = clock::now_us();
+    let now_us = clock::now_us()?;
     let settings = settings();
     let arguments = call.args_bytes(2..);
     let decision = REFUND_ARGS.with(|memo| {
-        memo.with(
-            &arguments,
-            settings.fingerprint(),
-            |arguments| after_algorithm(arguments, |kind, rest| args::refund(kind, rest, settings)),
-            |quota| driver::refund(call, stats::REFUND.event, name, quota, now_us),
-        )
+        memo.with(&arguments, settings, remembered::refund, |quota| {
+            driver::refund(call, stats::REFUND.event, name, quota, now_us)
+        })
     })??;
     stats::REFUND.record(decision.allowed);
     reply::decision(call, &decision);
@@ -134,7 +129,7 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
 /// Not memoized: the holder changes with every request.
 pub fn acquire(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
-    let now_us = clock::now_us();
+    let now_us = clock::now_us()?;
     let quota = args::quota::acquire(&call.args_bytes(2..), settings().max_holders)?;
     let call_args = CallArgs {
         quota,
@@ -150,7 +145,7 @@ pub fn acquire(call: &Call<'_>) -> Result<(), CommandError> {
 pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let holder = args::quota::holder(call.arg_bytes(2))?;
-    let now_us = clock::now_us();
+    let now_us = clock::now_us()?;
     let key = LimiterKey::open(call, name)?;
     let state = match key.held() {
         None => None,
@@ -171,21 +166,13 @@ pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
     Ok(())
 }
 
-/// Parses `ALGORITHM args...` with `parse` for the named algorithm.
-fn after_algorithm<T>(
-    arguments: &[&[u8]],
-    parse: impl FnOnce(Kind, &[&[u8]]) -> Result<T, CommandError>,
-) -> Result<T, CommandError> {
-    let (algorithm, rest) = arguments.split_first().ok_or(CommandError::WrongArity)?;
-    parse(args::algorithm(algorithm)?, rest)
-}
-
 /// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command and reply.
 pub fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
-    let now_us = clock::now_us();
+    let now_us = clock::now_us()?;
     let arguments = call.args_bytes(2..);
-    let params = THROTTLE_ARGS.with(|memo| memo.with(&arguments, 0, args::throttle, |p| *p))?;
+    let params =
+        THROTTLE_ARGS.with(|memo| memo.with(&arguments, (), remembered::throttle, |p| *p))?;
     let key = LimiterKey::open(call, name)?;
     let state = match key.held() {
         None => None,
@@ -223,21 +210,22 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
             key_bytes.get(index).copied().unwrap_or_default(),
         ));
     }
-    let now_us = clock::now_us();
+    let now_us = clock::now_us()?;
     let settings = settings();
     let arguments = call.args_bytes(first_limit..);
     scratch::reusing(&MULTI_BUFFERS, |buffers| {
-        let (outcome, grant) = MULTI_ARGS.with(|memo| {
-            memo.with(
-                &arguments,
-                settings.fingerprint(),
-                |arguments| multi::limits(key_count, &key_bytes, arguments, settings),
-                |parsed| {
+        let context = MultiContext {
+            key_count,
+            settings,
+        };
+        let (outcome, grant) = MULTI_ARGS
+            .with(|memo| {
+                memo.with(&arguments, context, remembered::multi_limits, |parsed| {
                     driver::acquire_many(call, stats::MULTI.event, names, parsed, now_us, buffers)
                         .map(|outcome| (outcome, parsed.grant))
-                },
-            )
-        })??;
+                })
+            })
+            .map_err(|error| error.naming_keys(&key_bytes))??;
         stats::MULTI.record(outcome.bound.decision.allowed);
         let first = first_field(outcome.units, &outcome.bound.decision, grant);
         reply::multi(call, &outcome, &buffers.per_limit, first);

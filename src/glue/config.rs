@@ -45,13 +45,14 @@ pub static MAX_LOG_ENTRIES: NumericConfig =
 pub static MAX_HOLDERS: NumericConfig = NumericConfig::new(c"max-holders", 1_000, 1, 100_000);
 
 /// Milliseconds added to the clock the module reads: lets tests simulate a node whose clock
-/// is skewed. Redis's own expiry clock is not shifted. Only in builds with `test-hooks`.
+/// is skewed, or one past the last instant the module computes with. Up to 100 years either
+/// way. Redis's own expiry clock is not shifted. Only in builds with `test-hooks`.
 #[cfg(feature = "test-hooks")]
 pub static TEST_CLOCK_OFFSET_MS: NumericConfig = NumericConfig::new(
     c"test-clock-offset-ms",
     0,
-    -315_576_000_000,
-    315_576_000_000,
+    -3_155_760_000_000,
+    3_155_760_000_000,
 );
 
 #[cfg(not(feature = "test-hooks"))]

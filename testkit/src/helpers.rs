@@ -190,3 +190,113 @@ pub fn write_marks(con: &mut Connection) -> WriteMarks {
         changes: info_int(con, "persistence", "rdb_changes_since_last_save"),
     }
 }
+
+/// The commands whose key is argument 1 and whose arguments after it are remembered (parsed
+/// once, reused while they repeat), or whose calls are at least harmless to repeat on another
+/// key.
+const SINGLE_KEY_COMMANDS: [&str; 9] = [
+    "RL.TOKENBUCKET",
+    "RL.SLIDING",
+    "RL.FIXED",
+    "RL.SLIDINGLOG",
+    "RL.PEEK",
+    "RL.REFUND",
+    "CL.THROTTLE",
+    "RL.ACQUIRE",
+    "RL.RELEASE",
+];
+
+/// Calls that leave in the command's parsed-arguments memo exactly what `args` (a command
+/// line) would be remembered as, if any of them succeeds: the same arguments on another key
+/// for a single-key command; for `RL.MULTI`, the same limits and options after every key
+/// count from 1 to 16, on other keys of the first key's hash tag (the call's own key count
+/// first). Empty for a command line refused before its arguments are parsed.
+pub fn memo_primers(args: &[&[u8]]) -> Vec<Vec<Vec<u8>>> {
+    let Some((command, rest)) = args.split_first() else {
+        return Vec::new();
+    };
+    let name = String::from_utf8_lossy(command).to_ascii_uppercase();
+    if SINGLE_KEY_COMMANDS.contains(&name.as_str()) {
+        let Some((key, after_key)) = rest.split_first() else {
+            return Vec::new();
+        };
+        let mut primer = vec![command.to_vec(), [*key, b":memo-primer"].concat()];
+        primer.extend(after_key.iter().map(|arg| arg.to_vec()));
+        return vec![primer];
+    }
+    if name != "RL.MULTI" {
+        return Vec::new();
+    }
+    let Some(key_count) = rest
+        .first()
+        .and_then(|numkeys| std::str::from_utf8(numkeys).ok())
+        .and_then(|numkeys| numkeys.parse::<usize>().ok())
+        .filter(|count| (1..=16).contains(count))
+    else {
+        return Vec::new();
+    };
+    let Some(keys) = rest.get(1..=key_count) else {
+        return Vec::new();
+    };
+    let limits = &rest[1 + key_count..];
+    let first_key = String::from_utf8_lossy(keys[0]);
+    let tag = match (first_key.find('{'), first_key.find('}')) {
+        (Some(open), Some(close)) if open < close => &first_key[open..=close],
+        _ => "",
+    };
+    std::iter::once(key_count)
+        .chain((1..=16).filter(|&count| count != key_count))
+        .map(|count| {
+            let mut primer = vec![command.to_vec(), count.to_string().into_bytes()];
+            primer.extend((0..count).map(|i| format!("{tag}memo-primer:{i}").into_bytes()));
+            primer.extend(limits.iter().map(|arg| arg.to_vec()));
+            primer
+        })
+        .collect()
+}
+
+/// Sends `args`, which must be refused, right after each call of [`memo_primers`] that
+/// succeeds (so the command's memo holds exactly what it would remember of `args`): every
+/// time the same error, and nothing written or propagated by the refused call. Returns the
+/// error, or the plain refusal if no primer succeeds (the arguments never parse).
+///
+/// Run the cases once without primers too (as on a fresh server): both must refuse alike,
+/// whatever was called before.
+pub fn expect_error_primed(con: &mut Connection, args: &[&[u8]]) -> String {
+    let mut error = None;
+    for primer in memo_primers(args) {
+        let mut command = redis::cmd(&String::from_utf8_lossy(&primer[0]));
+        command.arg(&primer[1..]);
+        if command.query::<redis::Value>(con).is_err() {
+            continue;
+        }
+        let marks = write_marks(con);
+        let message = expect_error(con, args);
+        assert_eq!(
+            write_marks(con),
+            marks,
+            "{:?} after a call sharing its remembered arguments wrote or propagated something",
+            String::from_utf8_lossy(&args.join(&b' ')),
+        );
+        if let Some(first) = &error {
+            assert_eq!(&message, first, "the same refusal after every primer");
+        }
+        error = Some(message);
+    }
+    error.unwrap_or_else(|| expect_error(con, args))
+}
+
+/// Sends `args`, which must be refused, as it comes (the memo holding whatever was called
+/// before) and then through [`expect_error_primed`]: the same error both ways, which is
+/// returned. Primers may leave keys of their own (`...memo-primer...`) behind.
+pub fn expect_refusal(con: &mut Connection, args: &[&[u8]]) -> String {
+    let plain = expect_error(con, args);
+    let primed = expect_error_primed(con, args);
+    assert_eq!(
+        primed,
+        plain,
+        "{:?} is refused alike whatever was called before",
+        String::from_utf8_lossy(&args.join(&b' ')),
+    );
+    plain
+}

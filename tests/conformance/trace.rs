@@ -150,7 +150,7 @@ fn window_params(rng: &mut Rng) -> Vec<String> {
 
 fn gcra_params(rng: &mut Rng) -> Vec<String> {
     let burst = rng.pick(&["0", "1", "5", "15", "100"]);
-    let count = rng.pick(&["1", "10", "30", "7", "-3", "999"]);
+    let count = rng.pick(&["1", "10", "30", "7", "-3", "999", "3000000"]);
     let period = rng.pick(&["1", "60", "2", "-7", "3600"]);
     vec![burst.into(), count.into(), period.into()]
 }

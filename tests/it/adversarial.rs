@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    dump, error_text, expect_error, keys, mixed_traffic, wait_replicas, write_marks,
+    dump, error_text, expect_error, expect_refusal, keys, mixed_traffic, wait_replicas, write_marks,
 };
 use crate::server::{Server, info_int, primary_and_replica};
 
@@ -433,7 +433,7 @@ fn bad_numbers_are_refused_by_every_command_without_side_effects() {
                             good.as_bytes()
                         });
                     }
-                    let message = expect_error(&mut con, &args);
+                    let message = expect_refusal(&mut con, &args);
                     let shown = String::from_utf8_lossy(&bad[..bad.len().min(20)]).to_string();
                     assert!(
                         message.starts_with("ERR "),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::helpers::{expect_error, token_bucket};
+use crate::helpers::{expect_refusal, token_bucket};
 use crate::server::Server;
 
 fn call(con: &mut redis::Connection, command: &str, key: &str, args: &[&str]) -> [i64; 5] {
@@ -113,7 +113,7 @@ fn the_log_length_is_bounded_by_a_setting() {
         .unwrap();
     assert_eq!(call(&mut con, "RL.SLIDINGLOG", "k", &["5", "10"])[0], 1);
     assert_eq!(
-        expect_error(&mut con, &[b"RL.SLIDINGLOG", b"k", b"6", b"10"]),
+        expect_refusal(&mut con, &[b"RL.SLIDINGLOG", b"k", b"6", b"10"]),
         "ERR limit must be at most 5 (the ratelimit.max-log-entries setting) (got '6')"
     );
     let max: Vec<String> = redis::cmd("CONFIG")
@@ -131,11 +131,11 @@ fn a_key_keeps_its_algorithm() {
     token_bucket(&mut con, "bucket", 10, "1", 1);
     let before: Vec<u8> = redis::cmd("DUMP").arg("bucket").query(&mut con).unwrap();
     assert_eq!(
-        expect_error(&mut con, &[b"RL.SLIDING", b"bucket", b"10", b"60"]),
+        expect_refusal(&mut con, &[b"RL.SLIDING", b"bucket", b"10", b"60"]),
         "ERR key holds a token bucket, not a sliding window: use the matching command or delete the key"
     );
     assert_eq!(
-        expect_error(
+        expect_refusal(
             &mut con,
             &[b"RL.PEEK", b"bucket", b"SLIDINGLOG", b"10", b"60"]
         ),
@@ -152,24 +152,24 @@ fn window_arguments_are_validated() {
     for command in ["RL.SLIDING", "RL.FIXED", "RL.SLIDINGLOG"] {
         let c = command.as_bytes();
         assert_eq!(
-            expect_error(&mut con, &[c, b"k", b"10", b"0.0001"]),
+            expect_refusal(&mut con, &[c, b"k", b"10", b"0.0001"]),
             "ERR window must be at least 0.001 seconds (1 ms) (got '0.0001')"
         );
         assert_eq!(
-            expect_error(&mut con, &[c, b"k", b"10", b"inf"]),
+            expect_refusal(&mut con, &[c, b"k", b"10", b"inf"]),
             "ERR window must be a finite number (got 'inf')"
         );
         assert_eq!(
-            expect_error(&mut con, &[c, b"k", b"0", b"10"]),
+            expect_refusal(&mut con, &[c, b"k", b"0", b"10"]),
             "ERR limit must be greater than 0 (got '0')"
         );
         assert_eq!(
-            expect_error(&mut con, &[c, b"k", b"10", b"10", b"1", b"x"]),
+            expect_refusal(&mut con, &[c, b"k", b"10", b"10", b"1", b"x"]),
             "ERR option must be PARTIAL [MIN m] (got 'x')"
         );
     }
     assert_eq!(
-        expect_error(&mut con, &[b"RL.FIXED", b"k", b"4294967296", b"10"]),
+        expect_refusal(&mut con, &[b"RL.FIXED", b"k", b"4294967296", b"10"]),
         "ERR limit must be at most 4294967295 (got '4294967296')"
     );
 }

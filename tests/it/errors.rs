@@ -1,7 +1,7 @@
 //! Bad input gets a clear error, changes nothing, propagates nothing, and never hurts the
 //! server or its replica.
 
-use crate::helpers::{dump, expect_error, token_bucket};
+use crate::helpers::{dump, expect_error, expect_refusal, token_bucket};
 use crate::server::Server;
 
 // Every numeric argument of every command at its extremes, with a replica attached:
@@ -56,7 +56,7 @@ fn messages_name_the_argument_and_the_rule() {
     for (args, expected) in cases {
         let mut all: Vec<&[u8]> = vec![b"RL.TOKENBUCKET"];
         all.extend(args.iter().map(|a| a.as_bytes()));
-        assert_eq!(expect_error(&mut con, &all), *expected, "{args:?}");
+        assert_eq!(expect_refusal(&mut con, &all), *expected, "{args:?}");
     }
 }
 
@@ -82,7 +82,7 @@ fn other_types_get_wrongtype_and_stay_intact() {
         .unwrap();
     for key in ["string", "list", "hash"] {
         let before = dump(&mut con, key);
-        let message = expect_error(&mut con, &[b"RL.TOKENBUCKET", key.as_bytes(), b"10", b"1"]);
+        let message = expect_refusal(&mut con, &[b"RL.TOKENBUCKET", key.as_bytes(), b"10", b"1"]);
         assert_eq!(
             message,
             "WRONGTYPE Operation against a key holding the wrong kind of value"

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{dump, expect_error, multi, snapshot, wait_replicas, words};
+use crate::helpers::{dump, expect_refusal, multi, snapshot, wait_replicas, words};
 use crate::server::{Server, info_int, primary_and_replica, wait_until};
 
 fn acquire(
@@ -354,7 +354,7 @@ fn bad_input_creates_nothing() {
     ];
     for (args, expected) in &cases {
         let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        assert_eq!(expect_error(&mut con, &bytes), *expected, "{args:?}");
+        assert_eq!(expect_refusal(&mut con, &bytes), *expected, "{args:?}");
     }
     assert_eq!(dump(&mut con, "k"), None);
     // Another algorithm's key is refused, both ways.
@@ -363,16 +363,16 @@ fn bad_input_creates_nothing() {
         .query(&mut con)
         .unwrap();
     assert_eq!(
-        expect_error(&mut con, &[b"RL.ACQUIRE", b"tb", b"1", b"h", b"10"]),
+        expect_refusal(&mut con, &[b"RL.ACQUIRE", b"tb", b"1", b"h", b"10"]),
         "ERR key holds a token bucket, not an in-flight limit: use the matching command or delete the key"
     );
     assert_eq!(
-        expect_error(&mut con, &[b"RL.RELEASE", b"tb", b"h"]),
+        expect_refusal(&mut con, &[b"RL.RELEASE", b"tb", b"h"]),
         "ERR key holds a token bucket, not an in-flight limit: use the matching command or delete the key"
     );
     acquire(&mut con, "sem", 1, "h", 10_000);
     assert_eq!(
-        expect_error(&mut con, &[b"RL.TOKENBUCKET", b"sem", b"1", b"1"]),
+        expect_refusal(&mut con, &[b"RL.TOKENBUCKET", b"sem", b"1", b"1"]),
         "ERR key holds an in-flight limit, not a token bucket: use the matching command or delete the key"
     );
     let types: HashSet<String> = ["sem", "tb"]

@@ -22,6 +22,7 @@ mod failover;
 mod inflight;
 mod keyspace;
 mod limiter_model;
+mod memo;
 mod memory;
 mod multi;
 mod pacing;

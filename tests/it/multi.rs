@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    commandstat_calls, dump, error_text, expect_error, multi, snapshot, try_multi, wait_replicas,
-    words, write_marks,
+    commandstat_calls, dump, error_text, expect_error, expect_error_primed, multi, snapshot,
+    try_multi, wait_replicas, words, write_marks,
 };
 use crate::server::{Server, info_int, primary_and_replica, wait_until};
 
@@ -113,6 +113,34 @@ fn the_reply_follows_the_binding_limit() {
     assert!((900..=1000).contains(&denied.per_limit[0][2]));
 }
 
+/// A denied call charges nothing, so its field 4 is the largest reset of the limits as they
+/// stand; each limit's own entry is what its call alone would do (an admitting limit shows
+/// its reset after being charged).
+#[test]
+fn a_denial_reports_the_reset_of_the_states_as_they_stand() {
+    let server = Server::start(&[]);
+    let mut con = server.conn();
+    let _: Vec<i64> = redis::cmd("RL.TOKENBUCKET")
+        .arg(words("a 2 1 2"))
+        .query(&mut con)
+        .unwrap();
+    let reply = multi(
+        &mut con,
+        &words("2 a b TOKENBUCKET 2 1 TOKENBUCKET 10 0.001 COST 2"),
+    );
+    assert_eq!((reply.fields[0], reply.binding), (0, 0), "{reply:?}");
+    assert!(
+        (1_900..=2_000).contains(&reply.fields[3]),
+        "a refills in 2 s, b was not charged: {reply:?}"
+    );
+    assert_eq!(reply.per_limit[1][..2], [1, 8], "b alone would admit");
+    assert_eq!(
+        reply.per_limit[1][3], 2_000_000,
+        "b alone would be full in 2,000 s"
+    );
+    assert_eq!(dump(&mut con, "b"), None, "nothing was charged");
+}
+
 #[test]
 fn cost_and_weights_charge_each_limit_and_algorithms_mix() {
     let server = Server::start(&[]);
@@ -166,7 +194,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         .arg("x")
         .query(&mut con)
         .unwrap();
-    multi(&mut con, &["1", "{e}:bucket", "TOKENBUCKET", "10", "1"]);
+    // A bucket that refills for 10,000 s: it does not expire while the test runs.
+    multi(&mut con, &["1", "{e}:bucket", "TOKENBUCKET", "10", "0.001"]);
     assert_eq!(wait_replicas(&mut con), 1);
     let marks = write_marks(&mut con);
     let keys = ["{e}:string", "{e}:bucket"];
@@ -242,7 +271,19 @@ fn bad_input_is_refused_and_changes_nothing() {
         ),
         (
             words("1 {e}:a TOKENBUCKET 1 1 COST 99999999999 WEIGHTS 999999999999"),
-            "ERR cost × weight is too large",
+            "ERR cost * weight is too large",
+        ),
+        (
+            words("3 {e}:a {e}:b {e}:c TOKENBUCKET 5 1"),
+            "ERR wrong number of arguments for 'rl.multi' command",
+        ),
+        (
+            words("1 {e}:a TOKENBUCKET 5 1 TOKENBUCKET 5 1"),
+            "ERR option must be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m] (got 'TOKENBUCKET')",
+        ),
+        (
+            words("1 {e}:a TOKENBUCKET 5 1 HOLDER h"),
+            "ERR HOLDER id is for CONCURRENCY limits, and this call has none",
         ),
         (
             words("2 {e}:a {e}:a TOKENBUCKET 1 1 TOKENBUCKET 1 1"),
@@ -270,6 +311,18 @@ fn bad_input_is_refused_and_changes_nothing() {
         marks,
         "nothing written or propagated"
     );
+    // The same refusals right after a successful call that leaves the bad call's limits in
+    // the memo (with each key count that parses them): a remembered parse never stands in
+    // for another key count.
+    for (args, expected) in &cases {
+        let mut all: Vec<&[u8]> = vec![b"RL.MULTI"];
+        all.extend(args.iter().map(|a| a.as_bytes()));
+        assert_eq!(expect_error_primed(&mut con, &all), *expected, "{args:?}");
+    }
+    assert_eq!(dump(&mut con, "{e}:a"), None, "nothing was created");
+    assert_eq!(dump(&mut con, "{e}:b"), None);
+    assert_eq!(dump(&mut con, "{e}:c"), None);
+    assert_eq!(snapshot(&mut con, &keys.map(String::from)), before);
 }
 
 #[test]

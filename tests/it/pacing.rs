@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{dump, expect_error, snapshot, wait_replicas, words};
+use crate::helpers::{dump, expect_refusal, snapshot, wait_replicas, words};
 use crate::server::{Server, primary_and_replica};
 
 fn server_time_ms(con: &mut redis::Connection) -> i64 {
@@ -161,14 +161,14 @@ fn debt_replicates_persists_and_restores_exactly() {
     assert_eq!(dump(&mut con, "copy"), dump(&mut con, "debt"));
     // Bad MAXWAIT use is refused and creates nothing.
     assert_eq!(
-        expect_error(
+        expect_refusal(
             &mut con,
             &[b"RL.FIXED", b"f", b"10", b"60", b"MAXWAIT", b"5"]
         ),
         "ERR MAXWAIT paces token buckets only (RL.TOKENBUCKET)"
     );
     assert_eq!(
-        expect_error(
+        expect_refusal(
             &mut con,
             &[b"RL.TOKENBUCKET", b"t", b"1", b"1", b"MAXWAIT", b"86400001"]
         ),
@@ -176,4 +176,34 @@ fn debt_replicates_persists_and_restores_exactly() {
     );
     assert_eq!(dump(&mut con, "f"), None);
     assert_eq!(dump(&mut con, "t"), None);
+}
+
+/// A queue is first in, first out: when the rate changes, the reservations already handed
+/// out stay where they were scheduled and the next call queues behind the last of them at
+/// the new rate. Raising the rate lets no new call overtake one already told to wait;
+/// lowering it pushes back none of them.
+#[test]
+fn a_rate_change_keeps_the_queue_of_a_bucket_in_debt() {
+    let server = Server::start(&[]);
+    let mut con = server.conn();
+    for (key, new_rate, interval_ms) in [("faster", "10", 100), ("slower", "0.1", 10_000)] {
+        let started = server_time_ms(&mut con);
+        let waits: Vec<i64> = (0..5)
+            .map(|_| paced(&mut con, key, "2 1 MAXWAIT 5000")[2])
+            .collect();
+        // Two tokens, then three reservations one second apart.
+        assert_eq!(waits[..2], [0, 0], "{waits:?}");
+        let elapsed = server_time_ms(&mut con) - started;
+        let last_due = 3_000 - elapsed;
+        assert!((last_due - 1..=3_000).contains(&waits[4]), "{waits:?}");
+        let next = paced(&mut con, key, &format!("2 {new_rate} MAXWAIT 20000"));
+        let elapsed = server_time_ms(&mut con) - started;
+        let expected = 3_000 + interval_ms - elapsed;
+        assert_eq!(next[..2], [1, 0], "{key}: admitted, in debt: {next:?}");
+        assert!(
+            (expected - 1..=expected + 2).contains(&next[2]),
+            "{key}: the next call waits for the queue's tail plus one interval at the new rate \
+             ({expected} ms): {next:?}"
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! `RL.PEEK` and `RL.REFUND`, for every algorithm they can name.
 
-use crate::helpers::{dump, error_text, expect_error, wait_replicas};
+use crate::helpers::{dump, error_text, expect_refusal, wait_replicas};
 use crate::server::{Server, info_int, primary_and_replica};
 
 /// (ALGORITHM, its arguments with a limit of 3 units and a slow refill or long window, the
@@ -125,11 +125,11 @@ fn algorithm_names_and_arities_are_checked() {
     let server = Server::start(&[]);
     let mut con = server.conn();
     assert_eq!(
-        expect_error(&mut con, &[b"RL.PEEK", b"k", b"LEAKY", b"1", b"1"]),
+        expect_refusal(&mut con, &[b"RL.PEEK", b"k", b"LEAKY", b"1", b"1"]),
         "ERR algorithm must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY (got 'LEAKY')"
     );
     for command in ["RL.PEEK", "RL.REFUND"] {
-        let message = expect_error(&mut con, &[command.as_bytes(), b"k", b"TOKENBUCKET", b"1"]);
+        let message = expect_refusal(&mut con, &[command.as_bytes(), b"k", b"TOKENBUCKET", b"1"]);
         assert_eq!(
             message,
             format!(
@@ -137,7 +137,7 @@ fn algorithm_names_and_arities_are_checked() {
                 command.to_lowercase()
             )
         );
-        let message = expect_error(
+        let message = expect_refusal(
             &mut con,
             &[
                 command.as_bytes(),

@@ -1,6 +1,6 @@
 //! `CL.THROTTLE`: a drop-in for redis-cell, with the server clock and effects replication.
 
-use crate::helpers::{dump, expect_error, wait_replicas};
+use crate::helpers::{dump, expect_refusal, wait_replicas};
 use crate::server::{Server, info_field, primary_and_replica};
 
 fn throttle(con: &mut redis::Connection, key: &str, args: &[&str]) -> Vec<i64> {
@@ -90,10 +90,10 @@ fn replicates_effects_and_refuses_bad_input() {
     for (args, expected) in cases {
         let mut all: Vec<&[u8]> = vec![b"CL.THROTTLE"];
         all.extend(args.iter().map(|a| a.as_bytes()));
-        assert_eq!(expect_error(&mut con, &all), *expected);
+        assert_eq!(expect_refusal(&mut con, &all), *expected);
     }
     assert_eq!(
-        expect_error(&mut con, &[b"RL.PEEK", b"k", b"TOKENBUCKET", b"1", b"1"]),
+        expect_refusal(&mut con, &[b"RL.PEEK", b"k", b"TOKENBUCKET", b"1", b"1"]),
         "ERR key holds a CL.THROTTLE (GCRA), not a token bucket: use the matching command or delete the key"
     );
 }

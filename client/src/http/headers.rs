@@ -17,7 +17,11 @@
 //! is available (rounded up): exactly when the next token or window comes for buckets,
 //! GCRA and fixed windows; for the sliding algorithms their reset time when admitted (an
 //! upper bound) and their exact wait when denied. So on a refusal `t` never points past
-//! `Retry-After`, as the draft requires. Seconds are whole (the draft has no fractions), and
+//! `Retry-After`, as the draft requires. For the sliding algorithms `t` can reach twice `w`:
+//! units taken late in one window still weigh on the next (the counter's previous window,
+//! the log's entries), so the limiter is back to unused up to two windows after a call.
+//! `RateLimit-Policy` is the policy as configured, whatever decided; during a local
+//! fallback `RateLimit` shows this replica's share of it. Seconds are whole (the draft has no fractions), and
 //! `Retry-After` is at least 1 so a client never retries in a busy loop.
 
 use std::fmt::Write as _;
@@ -60,8 +64,11 @@ pub fn retry_after_seconds(decision: &Decision) -> Option<u64> {
     decision.retry_after.map(|wait| ceil_seconds(wait).max(1))
 }
 
-/// The `RateLimit-Policy` value: from the limits the decision consulted (during a local
-/// fallback, this replica's shares), or else from the policy's definition.
+/// The `RateLimit-Policy` value: the quotas as configured, so it stays the same whatever
+/// decided (the draft asks for a stable policy; during a local fallback the `RateLimit`
+/// field shows what is left of this replica's share). From the limits the decision
+/// consulted (for a store-backed policy, the tenant's), or when it consulted none (a
+/// blanket fallback) from the policy's definition.
 pub fn policy_field(decision: &Decision, policy: Option<&Policy>) -> Option<String> {
     let mut field = String::new();
     if decision.limits.is_empty() {
@@ -76,7 +83,7 @@ pub fn policy_field(decision: &Decision, policy: Option<&Policy>) -> Option<Stri
             push_policy(
                 &mut field,
                 &limit.name,
-                limit.quota,
+                limit.configured_quota,
                 limit.in_flight,
                 limit.window,
             );
@@ -137,6 +144,16 @@ impl Default for HeaderOptions {
         Self {
             on_admitted: true,
             legacy: false,
+        }
+    }
+}
+
+/// Adds only `Retry-After` (a refusal that consulted no limit: the store was out of reach
+/// and the policy fails closed).
+pub fn insert_retry_after(headers: &mut HeaderMap, decision: &Decision) {
+    if let Some(seconds) = retry_after_seconds(decision) {
+        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+            headers.insert(http::header::RETRY_AFTER, value);
         }
     }
 }
@@ -205,9 +222,15 @@ pub fn problem_body(decision: &Decision, status: http::StatusCode) -> String {
         (None, _) => format!("Policy '{}' refused the request.", decision.policy),
     };
     let mut body = format!(
-        "{{\"type\":\"{kind}\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{detail}\",\"violated-policies\":[",
+        "{{\"type\":\"{kind}\",\"title\":\"{title}\",\"status\":{},\"detail\":\"{detail}\"",
         status.as_u16()
     );
+    if status == http::StatusCode::SERVICE_UNAVAILABLE {
+        // No quota was exceeded: the store could not be asked.
+        body.push('}');
+        return body;
+    }
+    body.push_str(",\"violated-policies\":[");
     for (index, name) in violated.iter().enumerate() {
         if index > 0 {
             body.push(',');
@@ -230,6 +253,7 @@ mod tests {
             name: Arc::from(name),
             in_flight: false,
             quota: 100,
+            configured_quota: 100,
             window: Duration::from_secs(60),
             allowed,
             remaining,
@@ -279,6 +303,7 @@ mod tests {
         let mut decision = decision(true);
         decision.limits[1].in_flight = true;
         decision.limits[1].quota = 5;
+        decision.limits[1].configured_quota = 5;
         decision.limits[1].remaining = 3;
         assert_eq!(
             policy_field(&decision, None).unwrap(),
@@ -324,6 +349,15 @@ mod tests {
              \"detail\":\"Limit 'per-key' of policy 'api' is exhausted; retry in 3 s.\",\
              \"violated-policies\":[\"per-key\"]}"
         );
+    }
+
+    #[test]
+    fn a_failed_closed_refusal_names_no_violated_policy() {
+        let mut closed = decision(false);
+        closed.limits.clear();
+        let body = problem_body(&closed, http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("temporary-reduced-capacity"), "{body}");
+        assert!(!body.contains("violated-policies"), "{body}");
     }
 
     #[test]

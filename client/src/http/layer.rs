@@ -13,7 +13,7 @@ use super::headers::{self, HeaderOptions};
 use crate::decision::{Decision, Source};
 use crate::in_flight::InFlight;
 use crate::key::Inputs;
-use crate::limiter::RateLimiter;
+use crate::limiter::{CheckError, RateLimiter};
 use crate::policy::Fallback;
 use crate::store::BoxFuture;
 
@@ -45,10 +45,10 @@ impl Check {
         self
     }
 
-    /// Sets the cost.
+    /// Sets the cost (0 is refused by the check: the request is answered `500`).
     #[must_use]
     pub fn cost(mut self, cost: u64) -> Self {
-        self.cost = cost.max(1);
+        self.cost = cost;
         self
     }
 }
@@ -73,6 +73,18 @@ pub struct RateLimitLayer<F> {
     limiter: RateLimiter,
     classify: Arc<F>,
     options: HeaderOptions,
+    on_error: OnError,
+}
+
+/// What the layer does with a check that could not be made (the detail of a `500`).
+type OnError = Arc<dyn Fn(&Check, &CheckError) + Send + Sync>;
+
+/// The default: one line on standard error, naming the policy and what is wrong.
+fn log_to_stderr(check: &Check, error: &CheckError) {
+    eprintln!(
+        "rate limit: a request for policy '{}' could not be checked ({error}); answered 500",
+        check.policy
+    );
 }
 
 impl<F> RateLimitLayer<F>
@@ -85,7 +97,20 @@ where
             limiter,
             classify: Arc::new(classify),
             options: HeaderOptions::default(),
+            on_error: Arc::new(log_to_stderr),
         }
+    }
+
+    /// Reports checks that could not be made (an unknown policy, an input `classify` did not
+    /// give) to `report` instead of standard error, e.g. to the service's logger. The
+    /// client gets a `500` with a generic body either way.
+    #[must_use]
+    pub fn on_error(
+        mut self,
+        report: impl Fn(&Check, &CheckError) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_error = Arc::new(report);
+        self
     }
 
     /// Chooses which header fields are sent.
@@ -105,6 +130,7 @@ impl<S, F> Layer<S> for RateLimitLayer<F> {
             limiter: self.limiter.clone(),
             classify: Arc::clone(&self.classify),
             options: self.options,
+            on_error: Arc::clone(&self.on_error),
         }
     }
 }
@@ -115,6 +141,7 @@ pub struct RateLimitService<S, F> {
     limiter: RateLimiter,
     classify: Arc<F>,
     options: HeaderOptions,
+    on_error: OnError,
 }
 
 impl<S: Clone, F> Clone for RateLimitService<S, F> {
@@ -124,6 +151,7 @@ impl<S: Clone, F> Clone for RateLimitService<S, F> {
             limiter: self.limiter.clone(),
             classify: Arc::clone(&self.classify),
             options: self.options,
+            on_error: Arc::clone(&self.on_error),
         }
     }
 }
@@ -154,6 +182,7 @@ where
         let request = Request::from_parts(parts, body);
         let limiter = self.limiter.clone();
         let options = self.options;
+        let on_error = Arc::clone(&self.on_error);
         Box::pin(async move {
             let Some(check) = check else {
                 return inner.call(request).await;
@@ -164,17 +193,23 @@ where
             {
                 Ok(decision) => decision,
                 Err(error) => {
-                    let body = format!(
-                        "{{\"title\":\"Internal Server Error\",\"status\":500,\"detail\":\"rate limit check failed: {error}\"}}"
-                    );
-                    return Ok(problem(StatusCode::INTERNAL_SERVER_ERROR, body));
+                    // The detail names the service's configuration: it is for the
+                    // operator's log, not for the client.
+                    (on_error)(&check, &error);
+                    let body = "{\"title\":\"Internal Server Error\",\"status\":500,\"detail\":\"The request could not be checked against its rate limit.\"}";
+                    return Ok(problem(StatusCode::INTERNAL_SERVER_ERROR, body.to_string()));
                 }
             };
             let policy = limiter.policy(&decision.policy);
             if !decision.allowed {
                 let status = refusal_status(&decision, policy.map(|p| p.fallback()));
                 let mut response = problem(status, headers::problem_body(&decision, status));
-                headers::insert(response.headers_mut(), &decision, policy, options);
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    // No limit was consulted: no quota to show, only when to come back.
+                    headers::insert_retry_after(response.headers_mut(), &decision);
+                } else {
+                    headers::insert(response.headers_mut(), &decision, policy, options);
+                }
                 return Ok(response);
             }
             // Slots in in-flight limits are held until the service has answered.

@@ -1,15 +1,18 @@
 //! Decisions when the store cannot decide: the policy's fallback mode, and this replica's
-//! share of each limit decided in process.
+//! share of each limit decided in process, continuing from the store's last answer (see
+//! [`answers`](super::answers)); and, when the store answers again, charging it what the
+//! fallback admitted meanwhile.
 
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::RateLimiter;
 use super::decide::decided;
-use super::state::Target;
+use super::state::{Acquired, Target};
 use crate::clock;
 use crate::decision::{Decision, LimitStatus, Outcome, Source};
-use crate::local::LocalCall;
+use crate::local::{LocalCall, LocalLimits};
+use crate::metrics;
 use crate::policy::Fallback;
 use crate::store::StoreError;
 
@@ -39,28 +42,43 @@ impl RateLimiter {
         decision
     }
 
-    /// This replica's share of every limit, decided in process.
+    /// This replica's share of every limit, decided in process: continuing from the store's
+    /// last answer for these keys (a denial stays a denial until its wait is over), and
+    /// owing the store what it admits.
     fn local_decision(&self, target: Target<'_>, cost: u64, wait: Duration) -> Decision {
         let state = target.state;
+        let now_us = clock::now_us();
+        if let Some(left) = state.answers.denied_for(target.id, cost, now_us) {
+            return blanket(target, false, left);
+        }
         let Some(calls) = self.local_calls(target) else {
             // Some limit's share is below one unit: this replica admits nothing alone.
             return blanket(target, false, wait);
         };
-        let grant = self
-            .inner
-            .local
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .acquire(&calls, cost, None, clock::now_us());
+        let grant = {
+            let mut local = self
+                .inner
+                .local
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(seed) = state.answers.seed(target.id, now_us) {
+                self.seed_local(target, &calls, &seed.views, seed.answered_at_us, &mut local);
+            }
+            local.acquire(&calls, cost, None, now_us)
+        };
         let Ok(grant) = grant else {
             return blanket(target, false, wait);
         };
+        if grant.granted > 0 {
+            state.answers.owe(target.id, grant.granted, now_us);
+        }
         let limits: Vec<LimitStatus> = calls
             .iter()
             .zip(state.policy.limits())
             .zip(&grant.views)
-            .map(|((call, limit), view)| {
-                LimitStatus::from_view(limit.shared_name(), call.shape, view)
+            .map(|((call, limit), view)| LimitStatus {
+                configured_quota: limit.algorithm().quota(),
+                ..LimitStatus::from_view(limit.shared_name(), call.shape, view)
             })
             .collect();
         decided(
@@ -70,6 +88,88 @@ impl RateLimiter {
             limits,
             grant.binding,
         )
+    }
+
+    /// Starts each limit's local state from the store's view of it at `answered_at_us`:
+    /// this replica's part of the units it had left, `⌊remaining / replicas⌋`. In-flight
+    /// limits start empty (their slots come back as requests end).
+    fn seed_local(
+        &self,
+        target: Target<'_>,
+        calls: &[LocalCall<'_>],
+        views: &[(usize, crate::store::View)],
+        answered_at_us: i64,
+        local: &mut LocalLimits,
+    ) {
+        let replicas = self.inner.replicas.get().max(1);
+        for (index, view) in views {
+            if target.state.in_flight(*index) {
+                continue;
+            }
+            if let Some(call) = calls.get(*index) {
+                let remaining = view.remaining.checked_div(replicas).unwrap_or(0);
+                // A seed that fails (parameters out of range) leaves a fresh share, which
+                // the acquire that follows refuses or admits by the same rules.
+                let _ = local.seed(call, remaining, answered_at_us);
+            }
+        }
+    }
+
+    /// Remembers what the store answered, for the fallback to continue from.
+    pub(super) fn remember(&self, target: Target<'_>, acquired: &Acquired, cost: u64) {
+        let state = target.state;
+        let denied = (acquired.granted == 0 && !state.in_flight(acquired.binding))
+            .then(|| {
+                acquired
+                    .views
+                    .iter()
+                    .find(|(index, _)| *index == acquired.binding)
+                    .and_then(|(_, view)| view.retry_after)
+            })
+            .flatten()
+            .map(|wait| (wait, cost));
+        state
+            .answers
+            .record(target.id, &acquired.views, denied, clock::now_us());
+    }
+
+    /// Charges the store what the fallback admitted for the target's keys while it could
+    /// not ask (a partial grant: what the store has, up to that; in-flight limits are not
+    /// charged, their local slots were released). Call it before any other call for these
+    /// keys once the store is reachable again. An error is the store still out of reach:
+    /// the units stay owed.
+    pub(super) async fn settle(&self, target: Target<'_>) -> Result<(), StoreError> {
+        let state = target.state;
+        let Some(owed) = state.answers.take_owed(target.id, clock::now_us()) else {
+            return Ok(());
+        };
+        let groups: Vec<Vec<usize>> = self
+            .plan(state, target.keys)
+            .into_iter()
+            .map(|group| {
+                group
+                    .into_iter()
+                    .filter(|index| !state.in_flight(*index))
+                    .collect::<Vec<usize>>()
+            })
+            .filter(|group| !group.is_empty())
+            .collect();
+        let unheld = Target {
+            holder: None,
+            ..target
+        };
+        match self.acquire(unheld, &groups, owed, Some(1), "settle").await {
+            Ok(acquired) => {
+                metrics::fallback_settled(&state.name, owed, acquired.granted);
+                Ok(())
+            }
+            Err(error) if error.is_unavailability() => {
+                state.answers.owe(target.id, owed, clock::now_us());
+                Err(error)
+            }
+            // Refused (a configuration problem): the check that follows reports it.
+            Err(_) => Ok(()),
+        }
     }
 
     /// Every limit of the target at this replica's share (`None` if some share is below one

@@ -1,7 +1,6 @@
 //! Store calls: a policy's limits grouped by slot, called in turn, with refunds keeping the
 //! whole check all-or-nothing across groups.
 
-use std::sync::PoisonError;
 use std::time::Instant;
 
 use super::RateLimiter;
@@ -178,34 +177,45 @@ impl RateLimiter {
 
     /// One store call, bounded by the policy's timeout, recorded in metrics and the
     /// breaker.
+    ///
+    /// A call that timed out while the store answered other calls since it was sent, or
+    /// whose timer fired late (this process was not running), was caught in a stall, not in
+    /// an outage: it gets one more timeout before it counts as a failure. Before deciding
+    /// that, the connection gets a turn to read replies that arrived during the stall.
     async fn timed_acquire(
         &self,
         state: &PolicyState,
         request: &Acquire<'_>,
         op: &'static str,
     ) -> Result<Grant, StoreError> {
-        let started = Instant::now();
-        let result =
-            tokio::time::timeout(state.policy.timeout(), self.inner.store.acquire(request))
-                .await
-                .unwrap_or(Err(StoreError::Timeout));
-        metrics::store_latency(&state.name, op, started.elapsed());
+        let timeout = state.policy.timeout();
+        let breaker = &self.inner.breaker;
+        let sent = Instant::now();
+        let call = self.inner.store.acquire(request);
+        tokio::pin!(call);
+        let mut result = tokio::time::timeout(timeout, &mut call).await;
+        if result.is_err() {
+            tokio::task::yield_now().await;
+            // The timer fired late: this process was not running (a stall of its own).
+            let late =
+                sent.elapsed() > timeout.saturating_add(timeout.checked_div(2).unwrap_or_default());
+            if late || breaker.answered_since(sent) {
+                result = tokio::time::timeout(timeout, &mut call).await;
+            }
+        }
+        let result = result.unwrap_or(Err(StoreError::Timeout));
+        let now = Instant::now();
+        metrics::store_latency(&state.name, op, now.saturating_duration_since(sent));
         match &result {
             Ok(_) => {
-                if self.inner.breaker.success() {
+                if breaker.success(now) {
                     metrics::circuit(false);
-                    // Back on the store: the local shares no longer apply.
-                    self.inner
-                        .local
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clear();
                 }
             }
             Err(error) => {
                 metrics::store_error(&state.name, error.kind());
-                if error.is_unavailability() && self.inner.breaker.failure(Instant::now()) {
-                    metrics::circuit(true);
+                if error.is_unavailability() && breaker.failure(sent, now) {
+                    metrics::circuit_opened();
                 }
             }
         }

@@ -8,25 +8,26 @@ use super::decide::{binding_of, store_decision};
 use super::state::{Acquired, PolicyState, Target};
 use crate::breaker::Permit;
 use crate::decision::{Decision, Source};
-use crate::lease::LeaseSlot;
+use crate::lease::{ClaimResult, LastClaim, LeaseSlot};
 use crate::metrics;
 use crate::store::StoreError;
 
 impl RateLimiter {
     /// A check with leases: spend leased units, or claim a new batch (a partial grant of up
-    /// to the lease size, at least what this request needs).
-    pub(super) async fn check_leased(&self, target: Target<'_>, id: &str, cost: u64) -> Decision {
+    /// to the claim size, at least what this request needs).
+    ///
+    /// A request that finds the lease locked waits for the claim in progress (the claim is
+    /// bounded by the store timeout) and takes its result: it spends the units claimed, is
+    /// denied by the claim's denial, or goes to the fallback at once if the claim found the
+    /// store out of reach. It never falls back because it waited.
+    pub(super) async fn check_leased(&self, target: Target<'_>, cost: u64) -> Decision {
         let state = target.state;
         let Some(lease) = state.policy.lease() else {
             return self.check_store(target, cost).await;
         };
         let started = Instant::now();
-        let slot = state.leases.slot(id, target.keys, started);
-        // Waiting for another request's claim is bounded like a store call.
-        let Ok(mut held) = tokio::time::timeout(state.policy.timeout(), slot.lock()).await else {
-            let wait = self.inner.breaker.open_for();
-            return self.fallback(target, cost, Some(StoreError::Timeout), wait);
-        };
+        let slot = state.leases.slot(target.id, target.keys, started);
+        let mut held = slot.lock().await;
         let now = Instant::now();
         if held.expires <= now && held.units > 0 {
             let units = std::mem::take(&mut held.units);
@@ -43,37 +44,99 @@ impl RateLimiter {
             held.units = held.units.saturating_sub(cost);
             return lease_decision(state, &held);
         }
-        // A claim failed while this request waited for it: do not wait a timeout again.
-        if held.failed_at.is_some_and(|failed| failed >= started) {
-            let wait = self.inner.breaker.open_for();
-            return self.fallback(target, cost, Some(StoreError::Timeout), wait);
+        // A claim answered while this request waited for it: take its result.
+        if let Some(last) = held.last_claim.as_ref().filter(|last| last.at >= started) {
+            match &last.result {
+                ClaimResult::Denied {
+                    min,
+                    views,
+                    binding,
+                } if cost.saturating_sub(held.units) >= *min => {
+                    let acquired = Acquired {
+                        granted: 0,
+                        views: views.clone(),
+                        binding: *binding,
+                    };
+                    let mut decision = store_decision(state, &acquired);
+                    decision.source = Source::Lease;
+                    return decision;
+                }
+                ClaimResult::Failed => {
+                    metrics::store_error(&state.name, "lease_wait");
+                    let wait = self.inner.breaker.open_for();
+                    return self.fallback(target, cost, Some(StoreError::Timeout), wait);
+                }
+                // Granted but spent by the requests before this one, or denied for a larger
+                // cost: claim anew.
+                ClaimResult::Granted | ClaimResult::Denied { .. } => {}
+            }
         }
         if let Permit::Skip(open_for) = self.inner.breaker.permit(now) {
             return self.fallback(target, cost, None, open_for);
         }
+        if let Err(error) = self.settle(target).await {
+            held.last_claim = Some(LastClaim {
+                at: Instant::now(),
+                result: ClaimResult::Failed,
+            });
+            let wait = self.inner.breaker.open_for();
+            return self.fallback(target, cost, Some(error), wait);
+        }
         let held_units = held.units;
-        let want = lease.units.max(cost).saturating_sub(held_units);
+        // The last batch went within a quarter of its lifetime: the key is hot, claim more.
+        let hot = held.last_claim.as_ref().is_some_and(|last| {
+            matches!(last.result, ClaimResult::Granted)
+                && now.saturating_duration_since(last.at)
+                    < lease.lifetime.checked_div(4).unwrap_or_default()
+        });
+        let recent = if hot {
+            held.claim_units.saturating_mul(2)
+        } else {
+            lease.units
+        };
+        let size = lease.claim_for(cost, slot.waiting(), recent);
+        held.claim_units = size;
+        let want = size.saturating_sub(held_units);
         let min = cost.saturating_sub(held_units).max(1);
         let groups = self.plan(state, target.keys);
-        match self
+        let claimed = self
             .acquire(target, &groups, want, Some(min), "claim")
-            .await
-        {
-            Ok(acquired) if acquired.granted == 0 => store_decision(state, &acquired),
+            .await;
+        let answered = Instant::now();
+        match claimed {
+            Ok(acquired) if acquired.granted == 0 => {
+                self.remember(target, &acquired, min);
+                held.last_claim = Some(LastClaim {
+                    at: answered,
+                    result: ClaimResult::Denied {
+                        min,
+                        views: acquired.views.clone(),
+                        binding: acquired.binding,
+                    },
+                });
+                store_decision(state, &acquired)
+            }
             Ok(acquired) => {
+                self.remember(target, &acquired, min);
                 metrics::lease_claimed(&state.name, acquired.granted);
                 held.units = held_units
                     .saturating_add(acquired.granted)
                     .saturating_sub(cost);
                 held.expires = now.checked_add(lease.lifetime).unwrap_or(now);
                 held.views = acquired.views.clone();
-                held.failed_at = None;
+                held.last_claim = Some(LastClaim {
+                    at: answered,
+                    result: ClaimResult::Granted,
+                });
                 let mut decision = store_decision(state, &acquired);
                 add_leased(&mut decision, state, held.units);
                 decision
             }
             Err(error) => {
-                held.failed_at = Some(Instant::now());
+                held.last_claim = Some(LastClaim {
+                    at: answered,
+                    result: ClaimResult::Failed,
+                });
                 let wait = self.inner.breaker.open_for();
                 self.fallback(target, cost, Some(error), wait)
             }
@@ -82,9 +145,11 @@ impl RateLimiter {
 
     /// Gives a lease's unspent units back to every limit.
     pub(super) async fn refund_lease(&self, state: &PolicyState, keys: &[String], units: u64) {
+        let id = keys.join("\u{0}");
         let target = Target {
             state,
             keys,
+            id: &id,
             holder: None,
         };
         let refunds: Vec<(Vec<usize>, u64)> = self

@@ -2,10 +2,12 @@
 //! cache, the lease, the store (grouped by slot, with refunds keeping all-or-nothing across
 //! groups) and, when the store is out of reach, the policy's fallback.
 
+mod answers;
 mod decide;
 mod fallback;
 mod groups;
 mod leased;
+mod plans;
 mod state;
 
 use std::collections::HashMap;
@@ -32,6 +34,9 @@ pub enum CheckError {
     UnknownPolicy(String),
     /// A key template needs an input the check did not give.
     MissingInput(MissingInput),
+    /// A check of cost 0 (it would charge nothing, or be counted as 1: neither is what the
+    /// caller meant).
+    ZeroCost,
 }
 
 impl fmt::Display for CheckError {
@@ -39,6 +44,7 @@ impl fmt::Display for CheckError {
         match self {
             Self::UnknownPolicy(name) => write!(f, "no policy is named '{name}'"),
             Self::MissingInput(missing) => missing.fmt(f),
+            Self::ZeroCost => write!(f, "a check costs at least 1 unit (got 0)"),
         }
     }
 }
@@ -50,12 +56,15 @@ impl std::error::Error for CheckError {}
 pub enum BuildError {
     /// Two policies with one name.
     DuplicatePolicy(String),
+    /// A store-backed policy that cannot be served (plans, issue 17).
+    StorePolicy(String),
 }
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::DuplicatePolicy(name) => write!(f, "two policies are named '{name}'"),
+            Self::StorePolicy(reason) => f.write_str(reason),
         }
     }
 }
@@ -70,6 +79,8 @@ struct Inner {
     /// The local fallback's limiter states (shares of the quota).
     local: Mutex<LocalLimits>,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Plans: the store-backed policies' resolved states.
+    plans: plans::StorePolicies,
 }
 
 impl Drop for Inner {
@@ -124,6 +135,7 @@ pub struct RateLimiterBuilder {
     policies: Vec<Policy>,
     replicas: Replicas,
     breaker: BreakerConfig,
+    plans: Option<crate::plans::PlanSource>,
 }
 
 impl RateLimiterBuilder {
@@ -171,6 +183,7 @@ impl RateLimiterBuilder {
             .filter_map(|state| state.policy.lease())
             .map(|lease| lease.lifetime.checked_div(2).unwrap_or(lease.lifetime))
             .min();
+        let plans = plans::StorePolicies::new(self.plans, &policies)?;
         metrics::describe();
         metrics::circuit(false);
         let limiter = RateLimiter {
@@ -181,6 +194,7 @@ impl RateLimiterBuilder {
                 breaker: Breaker::new(self.breaker),
                 local: Mutex::new(LocalLimits::lenient()),
                 sweeper: Mutex::new(None),
+                plans,
             }),
         };
         if let (Some(every), Ok(runtime)) = (sweep_every, tokio::runtime::Handle::try_current()) {
@@ -193,6 +207,20 @@ impl RateLimiterBuilder {
                 .unwrap_or_else(PoisonError::into_inner) = Some(handle);
         }
         Ok(limiter)
+    }
+}
+
+/// A check's policy state and keys: the registered policy's, or for a store-backed policy
+/// the state of the tenant's limits in the snapshot the check resolved.
+struct Rendered<'a> {
+    registered: &'a PolicyState,
+    resolved: Option<Arc<PolicyState>>,
+    keys: Vec<String>,
+}
+
+impl Rendered<'_> {
+    fn state(&self) -> &PolicyState {
+        self.resolved.as_deref().unwrap_or(self.registered)
     }
 }
 
@@ -223,6 +251,7 @@ impl RateLimiter {
             policies: Vec::new(),
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
+            plans: None,
         }
     }
 
@@ -236,19 +265,37 @@ impl RateLimiter {
         self.check_cost(policy, inputs, 1).await
     }
 
-    /// Checks a request of `cost` units (at least 1) against policy `policy`: admitted only
-    /// if every limit of the policy admits it, and then charged to every limit.
-    pub async fn check_cost(
-        &self,
-        policy: &str,
-        inputs: &Inputs,
-        cost: u64,
-    ) -> Result<Decision, CheckError> {
-        let state = self
+    /// Checks without a store call that `policy` exists and `inputs` give every input its
+    /// key templates need: call it at start-up with the inputs `classify` gives (any
+    /// values), so a missing input is found then, not as a `500` at request time.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use redis_ratelimit_client::{Algorithm, Inputs, Limit, Policy, RateLimiter};
+    /// # use redis_ratelimit_client::store::MemoryStore;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let policy = Policy::builder("api")
+    ///     .limit(Limit::new("per-key", Algorithm::token_bucket(10, Duration::from_secs(1))?, "rl:{tenant}:{key}")?)
+    ///     .build()?;
+    /// let limiter = RateLimiter::builder(MemoryStore::new()).policy(policy).build()?;
+    /// assert!(limiter.validate("api", &Inputs::new().with("key", "k")).is_err()); // no tenant
+    /// limiter.validate("api", &Inputs::new().with("key", "k").with("tenant", "t"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn validate(&self, policy: &str, inputs: &Inputs) -> Result<(), CheckError> {
+        self.render(policy, inputs).map(|_| ())
+    }
+
+    /// The policy's state for `inputs` and its keys rendered from them.
+    fn render(&self, policy: &str, inputs: &Inputs) -> Result<Rendered<'_>, CheckError> {
+        let registered = self
             .inner
             .policies
             .get(policy)
             .ok_or_else(|| CheckError::UnknownPolicy(policy.to_string()))?;
+        // Plans: a store-backed policy runs against the tenant's limits (one snapshot).
+        let resolved = self.inner.plans.resolve(registered, inputs)?;
+        let state = resolved.as_deref().unwrap_or(registered);
         let keys = state
             .policy
             .limits()
@@ -256,12 +303,33 @@ impl RateLimiter {
             .map(|limit| limit.key().render(inputs))
             .collect::<Result<Vec<String>, MissingInput>>()
             .map_err(CheckError::MissingInput)?;
-        let cost = cost.max(1);
+        Ok(Rendered {
+            registered,
+            resolved,
+            keys,
+        })
+    }
+
+    /// Checks a request of `cost` units (at least 1; 0 is refused) against policy `policy`:
+    /// admitted only if every limit of the policy admits it, and then charged to every
+    /// limit.
+    pub async fn check_cost(
+        &self,
+        policy: &str,
+        inputs: &Inputs,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        if cost == 0 {
+            return Err(CheckError::ZeroCost);
+        }
+        let rendered = self.render(policy, inputs)?;
+        let (state, keys) = (rendered.state(), &rendered.keys);
         let id = keys.join("\u{0}");
         let holder = state.holds_slots().then(InFlight::new_holder);
         let target = Target {
             state,
-            keys: &keys,
+            keys,
+            id: &id,
             holder: holder.as_deref(),
         };
         let now = Instant::now();
@@ -278,7 +346,7 @@ impl RateLimiter {
                     .lease()
                     .filter(|lease| cost <= lease.units && self.inner.store.capabilities().partial);
                 let mut decision = match leasable {
-                    Some(_) => self.check_leased(target, &id, cost).await,
+                    Some(_) => self.check_leased(target, cost).await,
                     None => self.check_store(target, cost).await,
                 };
                 // An in-flight limit's wait is only an upper bound (a release may come any
@@ -317,9 +385,11 @@ impl RateLimiter {
         let Some(state) = self.inner.policies.get(&*in_flight.policy) else {
             return;
         };
+        let id = in_flight.keys.join("\u{0}");
         let target = Target {
             state,
             keys: &in_flight.keys,
+            id: &id,
             holder: Some(&in_flight.holder),
         };
         if in_flight.local {
@@ -347,9 +417,16 @@ impl RateLimiter {
         if let Permit::Skip(open_for) = self.inner.breaker.permit(Instant::now()) {
             return self.fallback(target, cost, None, open_for);
         }
+        if let Err(error) = self.settle(target).await {
+            let wait = self.inner.breaker.open_for();
+            return self.fallback(target, cost, Some(error), wait);
+        }
         let groups = self.plan(target.state, target.keys);
         match self.acquire(target, &groups, cost, None, "acquire").await {
-            Ok(acquired) => store_decision(target.state, &acquired),
+            Ok(acquired) => {
+                self.remember(target, &acquired, cost);
+                store_decision(target.state, &acquired)
+            }
             Err(error) => {
                 let wait = self.inner.breaker.open_for();
                 self.fallback(target, cost, Some(error), wait)
@@ -370,7 +447,14 @@ impl RateLimiter {
 
     async fn sweep_once(&self, all: bool) {
         let now = Instant::now();
-        for state in self.inner.policies.values() {
+        // Plans: the store-backed policies' resolved states too.
+        let resolved = self.inner.plans.states();
+        for state in self
+            .inner
+            .policies
+            .values()
+            .chain(resolved.iter().map(|s| &**s))
+        {
             state.deny.purge(now);
             for (keys, units) in state.leases.take_expired(now, all) {
                 self.refund_lease(state, &keys, units).await;

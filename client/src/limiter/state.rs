@@ -1,7 +1,9 @@
 //! What the limiter keeps per policy, and what one check is about.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::answers::Answers;
 use crate::algorithm::{Algorithm, Shape};
 use crate::decision::LimitStatus;
 use crate::deny_cache::DenyCache;
@@ -18,16 +20,23 @@ pub(super) struct PolicyState {
     pub(super) order: Vec<usize>,
     pub(super) deny: DenyCache,
     pub(super) leases: Leases,
+    /// The store's last answer per key set, what the fallback continues from.
+    pub(super) answers: Answers,
 }
 
 impl PolicyState {
     pub(super) fn new(policy: Policy) -> Self {
-        let shapes = policy
+        let shapes: Vec<Shape> = policy
             .limits()
             .iter()
             // Limits are validated when built, so the shape always exists.
             .filter_map(|limit| limit.algorithm().shape().ok())
             .collect();
+        let longest = shapes
+            .iter()
+            .map(|shape| shape.window())
+            .max()
+            .unwrap_or(Duration::ZERO);
         let mut order: Vec<usize> = (0..policy.limits().len()).collect();
         // Stable: among equally specific limits, declaration order.
         order.sort_by_key(|index| {
@@ -45,6 +54,7 @@ impl PolicyState {
             order,
             deny: DenyCache::default(),
             leases: Leases::default(),
+            answers: Answers::new(longest),
         }
     }
 
@@ -84,12 +94,13 @@ impl PolicyState {
     }
 }
 
-/// What one check is about: the policy, its rendered keys (policy order), and the holder
-/// id of the slots it takes in in-flight limits.
+/// What one check is about: the policy, its rendered keys (policy order) and their joined
+/// form (the key set's id), and the holder id of the slots it takes in in-flight limits.
 #[derive(Clone, Copy)]
 pub(super) struct Target<'a> {
     pub(super) state: &'a PolicyState,
     pub(super) keys: &'a [String],
+    pub(super) id: &'a str,
     pub(super) holder: Option<&'a str>,
 }
 

@@ -145,6 +145,8 @@ pub enum StoreError {
     /// The store answered with an error that retrying will not fix (bad arguments, a key
     /// holding another type, an unknown command, a reply of an unexpected shape).
     Server(String),
+    /// The store cannot be set up as given (an unparsable URL, a cluster without nodes).
+    Config(String),
 }
 
 impl StoreError {
@@ -160,6 +162,7 @@ impl StoreError {
             Self::Timeout => "timeout",
             Self::Unavailable(_) => "unavailable",
             Self::Server(_) => "server",
+            Self::Config(_) => "config",
         }
     }
 }
@@ -170,6 +173,7 @@ impl fmt::Display for StoreError {
             Self::Timeout => write!(f, "the store did not answer in time"),
             Self::Unavailable(detail) => write!(f, "the store is unavailable: {detail}"),
             Self::Server(detail) => write!(f, "the store refused the request: {detail}"),
+            Self::Config(detail) => write!(f, "bad store configuration: {detail}"),
         }
     }
 }

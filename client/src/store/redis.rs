@@ -55,7 +55,8 @@ impl Default for RedisStoreOptions {
 
 enum Target {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    /// The client, and the nodes it was given (for error messages).
+    Cluster(ClusterClient, String),
 }
 
 #[derive(Clone)]
@@ -137,7 +138,12 @@ impl RedisStore {
 
     /// A store on one server.
     pub fn with_options(url: &str, options: RedisStoreOptions) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|error| config_error(&error))?;
+        let client = redis::Client::open(url).map_err(|error| {
+            StoreError::Config(format!(
+                "'{url}' is not a Redis URL ({error}); write redis://host:port/db, \
+                 rediss:// for TLS, or redis+unix:///path/to/socket"
+            ))
+        })?;
         Ok(Self::from_target(Target::Single(client), options))
     }
 
@@ -146,8 +152,11 @@ impl RedisStore {
         let client = ClusterClient::builder(nodes.to_vec())
             .connection_timeout(options.connect_timeout)
             .build()
-            .map_err(|error| config_error(&error))?;
-        Ok(Self::from_target(Target::Cluster(client), options))
+            .map_err(|error| {
+                StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
+            })?;
+        let named = format!("the cluster at {}", nodes.join(", "));
+        Ok(Self::from_target(Target::Cluster(client, named), options))
     }
 
     fn from_target(target: Target, options: RedisStoreOptions) -> Self {
@@ -219,7 +228,12 @@ impl RedisStore {
             Ok(connection)
         })
         .await
-        .unwrap_or(Err(StoreError::Timeout));
+        .unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!(
+                "no answer within {bound:?}"
+            )))
+        })
+        .map_err(|error| self.naming_the_address(error));
         let error = match result {
             Ok(connection) => {
                 let _ = self.inner.connection.set(connection);
@@ -267,7 +281,7 @@ impl RedisStore {
                     .map(|manager| Connection::Single(Box::new(manager)))
                     .map_err(|error| store_error(&error))
             }
-            Target::Cluster(client) => client
+            Target::Cluster(client, _) => client
                 .get_async_connection()
                 .await
                 .map(Connection::Cluster)
@@ -277,6 +291,22 @@ impl RedisStore {
 
     fn multi(&self) -> bool {
         self.inner.multi.load(Ordering::SeqCst) == PRESENT
+    }
+
+    /// A connection error with the address it was for ("cannot connect to 127.0.0.1:6379:
+    /// Connection refused").
+    fn naming_the_address(&self, error: StoreError) -> StoreError {
+        let address = match &self.inner.target {
+            Target::Single(client) => client.get_connection_info().addr.to_string(),
+            Target::Cluster(_, nodes) => nodes.clone(),
+        };
+        let named = |detail: String| format!("cannot connect to {address}: {detail}");
+        match error {
+            StoreError::Timeout => StoreError::Unavailable(named("timed out".into())),
+            StoreError::Unavailable(detail) => StoreError::Unavailable(named(detail)),
+            StoreError::Server(detail) => StoreError::Server(named(detail)),
+            StoreError::Config(detail) => StoreError::Config(named(detail)),
+        }
     }
 
     /// The backend in use (the module, the Functions library or scripts), once connected.
@@ -338,10 +368,6 @@ fn to_cmd(args: &[String]) -> Cmd {
         command.arg(arg.as_str());
     }
     command
-}
-
-fn config_error(error: &RedisError) -> StoreError {
-    StoreError::Server(format!("invalid Redis configuration: {error}"))
 }
 
 /// Sorts a client error into "the store is unavailable" (fall back) and "the store refused
@@ -425,7 +451,7 @@ impl Store for RedisStore {
     fn slot(&self, key: &str) -> Option<u16> {
         match self.inner.target {
             Target::Single(_) => None,
-            Target::Cluster(_) => Some(redis::cluster_routing::get_slot(key.as_bytes())),
+            Target::Cluster(..) => Some(redis::cluster_routing::get_slot(key.as_bytes())),
         }
     }
 }

@@ -25,7 +25,7 @@ const WINDOW_S: u64 = 86_400;
 
 /// The demo service binary, built next to this test (`make client-test` builds it; so does
 /// `cargo test -p redis-ratelimit-client`, which builds examples).
-fn demo_binary() -> PathBuf {
+pub(super) fn demo_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().and_then(|deps| deps.parent()).unwrap();
     let binary = profile.join("examples").join("demo-service");
@@ -39,9 +39,9 @@ fn demo_binary() -> PathBuf {
 }
 
 /// One replica of the demo service; killed on drop, even when a test fails.
-struct Replica {
+pub(super) struct Replica {
     child: Child,
-    addr: SocketAddr,
+    pub(super) addr: SocketAddr,
 }
 
 impl Drop for Replica {
@@ -53,7 +53,7 @@ impl Drop for Replica {
 
 /// Starts `count` replicas in parallel on free ports and waits until each says where it
 /// listens.
-fn fleet(redis: &str, count: usize, limit: u64, extra: &[&str]) -> Vec<Replica> {
+pub(super) fn fleet(redis: &str, count: usize, limit: u64, extra: &[&str]) -> Vec<Replica> {
     let binary = demo_binary();
     let mut starting = Vec::new();
     for _ in 0..count {
@@ -102,19 +102,19 @@ fn fleet(redis: &str, count: usize, limit: u64, extra: &[&str]) -> Vec<Replica> 
 }
 
 /// A response, as much of it as the tests read.
-struct Response {
-    status: u16,
-    headers: BTreeMap<String, String>,
-    body: String,
+pub(super) struct Response {
+    pub(super) status: u16,
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) body: String,
 }
 
 /// A minimal HTTP/1.1 client on one keep-alive connection.
-struct Client {
+pub(super) struct Client {
     reader: BufReader<TcpStream>,
 }
 
 impl Client {
-    fn connect(addr: SocketAddr) -> Client {
+    pub(super) fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).unwrap();
         stream.set_nodelay(true).unwrap();
         stream
@@ -125,7 +125,7 @@ impl Client {
         }
     }
 
-    fn get(&mut self, path: &str, api_key: &str) -> Response {
+    pub(super) fn get(&mut self, path: &str, api_key: &str) -> Response {
         let request = format!("GET {path} HTTP/1.1\r\nHost: fleet\r\nx-api-key: {api_key}\r\n\r\n");
         self.reader.get_mut().write_all(request.as_bytes()).unwrap();
         let mut line = String::new();
@@ -155,7 +155,7 @@ impl Client {
 
 /// Sends `requests` requests for `api_key` round-robin over the replicas; returns each
 /// request's replica index, status and latency.
-fn round_robin(
+pub(super) fn round_robin(
     replicas: &[Replica],
     api_key: &str,
     requests: usize,
@@ -171,7 +171,7 @@ fn round_robin(
         .collect()
 }
 
-fn admitted(results: &[(usize, u16, Duration)]) -> u64 {
+pub(super) fn admitted(results: &[(usize, u16, Duration)]) -> u64 {
     results
         .iter()
         .filter(|(_, status, _)| *status == 200)
@@ -180,7 +180,7 @@ fn admitted(results: &[(usize, u16, Duration)]) -> u64 {
 
 /// Sums one metric over the replicas' `/metrics` (lines whose name and labels contain every
 /// one of `parts`).
-fn metric(replicas: &[Replica], parts: &[&str]) -> f64 {
+pub(super) fn metric(replicas: &[Replica], parts: &[&str]) -> f64 {
     replicas
         .iter()
         .map(|replica| {
@@ -195,7 +195,7 @@ fn metric(replicas: &[Replica], parts: &[&str]) -> f64 {
 }
 
 /// Calls of the module's commands so far (`INFO commandstats`).
-fn module_calls(server: &Server) -> u64 {
+pub(super) fn module_calls(server: &Server) -> u64 {
     let mut con = server.conn();
     ["rl.tokenbucket", "rl.multi", "rl.refund"]
         .iter()
@@ -210,7 +210,7 @@ fn module_calls(server: &Server) -> u64 {
         .sum()
 }
 
-fn url(server: &Server) -> String {
+pub(super) fn url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}/", server.port)
 }
 
@@ -229,6 +229,7 @@ fn peek_remaining(server: &Server, api_key: &str, limit: u64) -> i64 {
 
 #[test]
 fn one_quota_whatever_the_replica_count() {
+    let _heavy = super::exclusive();
     let server = Server::start(&[]);
     let quota = 60;
     for count in [1, 3, 6] {
@@ -329,6 +330,7 @@ fn without_the_module_the_library_admits_one_quota() {
 
 #[test]
 fn leases_cut_redis_calls_and_never_exceed_the_quota() {
+    let _heavy = super::exclusive();
     let server = Server::start(&[]);
     let count = 3;
     let requests = 600;
@@ -383,8 +385,10 @@ fn leases_cut_redis_calls_and_never_exceed_the_quota() {
         admitted <= quota,
         "{admitted} admitted above the quota of {quota}"
     );
+    // Claims grow up to 4 × the lease size while a key is hot.
+    let max_claim = 4 * lease;
     assert!(
-        admitted >= quota - count as u64 * lease,
+        admitted >= quota.saturating_sub(count as u64 * max_claim),
         "{admitted} admitted: more than the leases outstanding went missing"
     );
     let conserved = wait_until(Duration::from_secs(10), || {
@@ -398,17 +402,17 @@ fn leases_cut_redis_calls_and_never_exceed_the_quota() {
 }
 
 /// The server's process id.
-fn pid(server: &Server) -> String {
+pub(super) fn pid(server: &Server) -> String {
     info_field(&mut server.conn(), "server", "process_id").unwrap()
 }
 
-fn signal(pid: &str, signal: &str) {
+pub(super) fn signal(pid: &str, signal: &str) {
     let status = Command::new("kill").args([signal, pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}");
 }
 
 /// Resumes a stopped server when dropped, so a failing test never leaves it stopped.
-struct Resume(String);
+pub(super) struct Resume(pub(super) String);
 
 impl Drop for Resume {
     fn drop(&mut self) {
@@ -418,6 +422,7 @@ impl Drop for Resume {
 
 #[test]
 fn when_redis_stops_each_replica_falls_back_to_its_share() {
+    let _heavy = super::exclusive();
     let server = Server::start(&[]);
     let count = 3;
     let quota = 30;
@@ -491,14 +496,12 @@ fn when_redis_stops_each_replica_falls_back_to_its_share() {
         ) > 0.0
     );
 
-    // Redis back: every replica's breaker probes and decisions come from the store again.
+    // Redis back: every replica's breaker probes and decisions come from the store again
+    // (denials too: what the replicas admitted of key "after" meanwhile is charged to the
+    // store first, and that may be its whole quota).
     drop(resume);
-    let store_decisions = |replica: &Replica| {
-        metric(
-            std::slice::from_ref(replica),
-            &["outcome=\"allowed\"", "source=\"store\""],
-        )
-    };
+    let store_decisions =
+        |replica: &Replica| metric(std::slice::from_ref(replica), &["source=\"store\""]);
     let before: Vec<f64> = replicas.iter().map(store_decisions).collect();
     let recovered = wait_until(Duration::from_secs(15), || {
         round_robin(&replicas, "after", count);

@@ -1,5 +1,6 @@
 //! The tower layer in an axum router: status codes, header fields, bodies.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -170,7 +171,45 @@ async fn a_check_that_cannot_be_made_is_a_500() {
     );
     let response = get_with_key(&app, "/", None).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(body(response).await.contains("needs the input 'key'"));
+    // The detail (which input, which template) is the operator's, not the client's.
+    let text = body(response).await;
+    assert!(text.contains("could not be checked"), "{text}");
+    assert!(!text.contains("key") && !text.contains("rl:"), "{text}");
+
+    // The detail goes where the service says.
+    let reported = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let policy = Policy::builder("api")
+        .limit(
+            Limit::new(
+                "per-key",
+                Algorithm::token_bucket(2, Duration::from_secs(20)).unwrap(),
+                "rl:{key}",
+            )
+            .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder(MemoryStore::new())
+        .policy(policy)
+        .build()
+        .unwrap();
+    let sink = Arc::clone(&reported);
+    let layer = RateLimitLayer::new(limiter, |_request| Some(Check::new("api"))).on_error(
+        move |check, error| {
+            sink.lock()
+                .unwrap()
+                .push(format!("{}: {error}", check.policy))
+        },
+    );
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route_layer(layer);
+    let response = get_with_key(&app, "/", None).await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        reported.lock().unwrap().as_slice(),
+        ["api: the key template needs the input 'key'"]
+    );
 }
 
 #[tokio::test]
@@ -181,12 +220,12 @@ async fn failing_closed_without_a_store_is_a_503() {
     let response = get_with_key(&app, "/", Some("alice")).await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(header(&response, "retry-after").is_some());
-    assert_eq!(
-        header(&response, "ratelimit-policy"),
-        Some(r#""per-key";q=2;w=20"#),
-        "the policy is still advertised"
-    );
-    assert!(body(response).await.contains("#temporary-reduced-capacity"));
+    // No limit was consulted: no quota is shown, and none is said to be violated.
+    assert_eq!(header(&response, "ratelimit-policy"), None);
+    assert_eq!(header(&response, "ratelimit"), None);
+    let text = body(response).await;
+    assert!(text.contains("#temporary-reduced-capacity"), "{text}");
+    assert!(!text.contains("violated-policies"), "{text}");
 }
 
 #[tokio::test]

@@ -190,13 +190,27 @@ async fn caller_mistakes_are_errors_not_decisions() {
         missing.to_string(),
         "the key template needs the input 'user'"
     );
+    assert_eq!(
+        limiter
+            .check_cost("api", &user("ann"), 0)
+            .await
+            .unwrap_err(),
+        CheckError::ZeroCost
+    );
+    // The same mistakes, found at start-up without a store call.
+    assert_eq!(
+        limiter.validate("api", &Inputs::new()).unwrap_err(),
+        missing
+    );
+    limiter.validate("api", &user("any")).unwrap();
+    assert_eq!(limiter.policy("api").unwrap().inputs(), ["user"]);
     assert_eq!(store.calls(), 0);
 }
 
 fn leased_policy(capacity: u64, units: u64, lifetime: Duration) -> Policy {
     Policy::builder("api")
         .limit(limit("per-user", capacity, "rl:{user}"))
-        .lease(Lease::new(units).lifetime(lifetime))
+        .lease(Lease::new(units).max_units(units).lifetime(lifetime))
         .build()
         .unwrap()
 }

@@ -13,7 +13,21 @@
     missing_docs
 )]
 
+mod continuity;
 mod fleet;
 mod http;
 mod limiter;
+mod plans;
+mod plans_fleet;
 mod redis_store;
+mod stress;
+
+/// Held by the tests that load the machine (fleets of processes, load generators): run one
+/// at a time, so a test with a short timeout is not starved by another's load on a 2-core
+/// machine.
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

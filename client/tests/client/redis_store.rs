@@ -377,3 +377,23 @@ async fn a_restarted_server_is_reconnected_to() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn configuration_mistakes_name_what_is_wrong() {
+    use redis_ratelimit_client::store::RedisStore;
+    let error = RedisStore::new("localhost:6379").err().unwrap().to_string();
+    assert!(
+        error.contains("'localhost:6379' is not a Redis URL") && !error.contains("refused"),
+        "{error}"
+    );
+    // A port nobody listens on: the error names the address.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let store = RedisStore::new(&format!("redis://127.0.0.1:{port}/")).unwrap();
+    let error = store.connect().await.unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("cannot connect to 127.0.0.1:{port}")),
+        "{error}"
+    );
+}

@@ -1,0 +1,246 @@
+//! `rlctl`: plans, tenants and overrides in the policy store, changed in one place and
+//! followed by every replica (see the client's README, "Plans").
+//!
+//! Every write is one atomic change against the version read just before (or the one
+//! `--if-version` names); a change that would break the store or a limit the server would
+//! refuse is refused with the reason, and nothing is written. Exit status: 0 done, 1 Redis
+//! failed, 2 bad input, 3 stale (someone else changed the store first).
+
+/// `print!` that never panics: a closed pipe (`rlctl list | head -1`) just ends the output.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
+mod args;
+mod show;
+
+use std::process::ExitCode;
+
+use redis_ratelimit_client::plans::edit::{self, Edit};
+use redis_ratelimit_client::plans::file;
+use redis_ratelimit_client::plans::snapshot::Snapshot;
+use redis_ratelimit_client::plans::spec::{LimitSpec, Pattern, SpecError, check_tenant};
+use redis_ratelimit_client::plans::store::{self, PlanStoreError};
+
+use self::args::{Args, Command, USAGE};
+
+/// How a run fails, and its exit status.
+enum Failure {
+    Input(String),
+    Store(PlanStoreError),
+}
+
+impl From<SpecError> for Failure {
+    fn from(error: SpecError) -> Self {
+        Failure::Input(error.0)
+    }
+}
+
+impl From<PlanStoreError> for Failure {
+    fn from(error: PlanStoreError) -> Self {
+        Failure::Store(error)
+    }
+}
+
+impl From<redis::RedisError> for Failure {
+    fn from(error: redis::RedisError) -> Self {
+        Failure::Store(PlanStoreError::Redis(error))
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match args::parse(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            outln!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            errln!("rlctl: {error}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            errln!("rlctl: cannot start: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Input(error)) => {
+            errln!("rlctl: {error}; nothing was written");
+            ExitCode::from(2)
+        }
+        Err(Failure::Store(error @ PlanStoreError::Stale { .. })) => {
+            errln!("rlctl: {error}");
+            ExitCode::from(3)
+        }
+        Err(Failure::Store(error)) => {
+            errln!("rlctl: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> Result<(), Failure> {
+    // Check the input completely before touching Redis.
+    if let Command::Import { path } = &args.command {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| Failure::Input(format!("cannot read {path}: {error}")))?;
+        file::import(&text)?;
+    }
+    let client = redis::Client::open(args.redis.as_str())?;
+    let patience = std::time::Duration::from_secs(5);
+    let mut con = client
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(patience)
+                .set_response_timeout(patience),
+        )
+        .await?;
+    let (snapshot, now_ms) = store::read(&mut con).await?;
+    let (op, edits) = match &args.command {
+        Command::Get { tenant } => {
+            check_tenant(tenant)?;
+            out!("{}", show::effective(&snapshot, tenant, now_ms));
+            return Ok(());
+        }
+        Command::List => {
+            out!("{}", show::list(&snapshot, now_ms));
+            return Ok(());
+        }
+        Command::History { tenant, count } => {
+            let scanned = if tenant.is_some() { 10_000 } else { *count };
+            let entries = store::history(&mut con, scanned).await?;
+            out!(
+                "{}",
+                show::history(&snapshot, &entries, tenant.as_deref(), *count)
+            );
+            return Ok(());
+        }
+        Command::Export => {
+            out!("{}", file::export(&snapshot)?);
+            return Ok(());
+        }
+        command => changes(&snapshot, command, now_ms)?,
+    };
+    if let Some(wanted) = args.if_version.filter(|wanted| *wanted != snapshot.version) {
+        return Err(Failure::Store(PlanStoreError::Stale {
+            expected: wanted,
+            current: snapshot.version,
+        }));
+    }
+    if edits.is_empty() {
+        outln!(
+            "nothing to change (the store is at version {})",
+            snapshot.version
+        );
+        return Ok(());
+    }
+    if args.dry_run {
+        outln!(
+            "dry run, nothing written: {op} would change, at version {}:",
+            snapshot.version
+        );
+        out!("{}", show::edits(&snapshot, &edits));
+        return Ok(());
+    }
+    let version = store::write(&mut con, snapshot.version, &args.who, &op, &edits).await?;
+    outln!("{op}: version {} -> {version}", snapshot.version);
+    out!("{}", show::edits(&snapshot, &edits));
+    Ok(())
+}
+
+/// The edits a write command makes, and its description for the audit stream.
+fn changes(
+    snapshot: &Snapshot,
+    command: &Command,
+    now_ms: u64,
+) -> Result<(String, Vec<Edit>), Failure> {
+    let parse = |texts: &[String]| {
+        texts
+            .iter()
+            .map(|text| LimitSpec::parse(text))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    Ok(match command {
+        Command::PlanSet { name, limits } => (
+            format!("plan set {name}"),
+            edit::plan_set(snapshot, name, &parse(limits)?)?,
+        ),
+        Command::PlanDelete { name } => (
+            format!("plan delete {name}"),
+            edit::plan_delete(snapshot, name)?,
+        ),
+        Command::TenantSet { tenant, plan } => (
+            format!("tenant set {tenant} --plan {plan}"),
+            edit::tenant_set(snapshot, tenant, plan)?,
+        ),
+        Command::TenantDelete { tenant } => (
+            format!("tenant delete {tenant}"),
+            edit::tenant_delete(snapshot, tenant)?,
+        ),
+        Command::OverrideSet {
+            pattern,
+            limits,
+            all,
+            ttl,
+        } => {
+            let expires_at_ms = ttl.map(|ttl| {
+                now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+            });
+            let pattern = Pattern::parse(pattern)?;
+            (
+                format!("override set {pattern}"),
+                edit::override_set(snapshot, &pattern, &parse(limits)?, *all, expires_at_ms)?,
+            )
+        }
+        Command::OverrideDelete { pattern, limit } => {
+            let pattern = Pattern::parse(pattern)?;
+            (
+                format!("override delete {pattern}"),
+                edit::override_delete(snapshot, &pattern, limit.as_deref())?,
+            )
+        }
+        Command::OverridePrune => (
+            "override prune".to_string(),
+            edit::override_prune(snapshot, now_ms),
+        ),
+        Command::Import { path } => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| Failure::Input(format!("cannot read {path}: {error}")))?;
+            let wanted = file::import(&text)?;
+            (
+                format!("import {path}"),
+                edit::replace_all(snapshot, &wanted)?,
+            )
+        }
+        Command::Get { .. } | Command::List | Command::History { .. } | Command::Export => {
+            (String::new(), Vec::new())
+        }
+    })
+}

@@ -1,0 +1,229 @@
+//! What rlctl prints.
+
+use std::fmt::Write;
+
+use redis_ratelimit_client::plans::edit::{Edit, Table};
+use redis_ratelimit_client::plans::snapshot::{Rule, Snapshot};
+use redis_ratelimit_client::plans::spec::Pattern;
+use redis_ratelimit_client::plans::store::AuditEntry;
+
+/// `2026-12-01T10:06:12Z` for milliseconds since the Unix epoch (UTC, proleptic Gregorian).
+pub fn utc(ms: u64) -> String {
+    let seconds = ms.checked_div(1_000).unwrap_or(0);
+    let days = i64::try_from(seconds.checked_div(86_400).unwrap_or(0)).unwrap_or(0);
+    let of_day = seconds.checked_rem(86_400).unwrap_or(0);
+    // Howard Hinnant's days-to-civil.
+    let z = days.saturating_add(719_468);
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = doe
+        .saturating_sub(doe / 1_460)
+        .saturating_add(doe / 36_524)
+        .saturating_sub(doe / 146_096)
+        / 365;
+    let doy = doe.saturating_sub(
+        yoe.saturating_mul(365)
+            .saturating_add(yoe / 4)
+            .saturating_sub(yoe / 100),
+    );
+    let mp = doy.saturating_mul(5).saturating_add(2) / 153;
+    let day = doy
+        .saturating_sub(mp.saturating_mul(153).saturating_add(2) / 5)
+        .saturating_add(1);
+    let month = if mp < 10 {
+        mp.saturating_add(3)
+    } else {
+        mp.saturating_sub(9)
+    };
+    let year = yoe
+        .saturating_add(era.saturating_mul(400))
+        .saturating_add(i64::from(month <= 2));
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3_600,
+        of_day.checked_rem(3_600).unwrap_or(0) / 60,
+        of_day.checked_rem(60).unwrap_or(0)
+    )
+}
+
+fn rule(rule: &Rule) -> String {
+    match rule {
+        Rule::Override {
+            pattern,
+            expires_at_ms: Some(at),
+        } => {
+            let kind = match pattern {
+                Pattern::Exact(_) => "override",
+                Pattern::Prefix(_) => "wildcard override",
+            };
+            format!("{kind} '{pattern}' until {}", utc(*at))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// `rlctl get`: the limits the store gives `tenant`, and the rule each comes from.
+pub fn effective(snapshot: &Snapshot, tenant: &str, now_ms: u64) -> String {
+    let mut out = String::new();
+    let plan = snapshot
+        .tenants
+        .get(tenant)
+        .map_or("no plan".to_string(), |plan| format!("plan {plan}"));
+    let _ = writeln!(
+        out,
+        "tenant {tenant} ({plan}), store version {}",
+        snapshot.version
+    );
+    let limits = snapshot.resolve(tenant, &[], now_ms);
+    if limits.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no limits from the store: each policy's defaults apply"
+        );
+    }
+    for limit in limits {
+        let _ = writeln!(
+            out,
+            "  {:<40} {}",
+            limit.spec.to_string(),
+            rule(&limit.rule)
+        );
+    }
+    out
+}
+
+/// `rlctl list`.
+pub fn list(snapshot: &Snapshot, now_ms: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "version {}", snapshot.version);
+    let _ = writeln!(out, "plans:");
+    for (name, limits) in &snapshot.plans {
+        let texts: Vec<String> = limits.iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "  {name}: {}", texts.join(" "));
+    }
+    let _ = writeln!(out, "tenants:");
+    for (tenant, plan) in &snapshot.tenants {
+        let _ = writeln!(out, "  {tenant}: {plan}");
+    }
+    let _ = writeln!(out, "overrides:");
+    for entry in snapshot.overrides.values() {
+        let texts: Vec<String> = entry.limits.iter().map(ToString::to_string).collect();
+        let scope = if entry.limit.is_none() {
+            " (all limits)"
+        } else {
+            ""
+        };
+        let expiry = match entry.expires_at_ms {
+            Some(at) if at <= now_ms => format!(" (expired {})", utc(at)),
+            Some(at) => format!(" (until {})", utc(at)),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {}{scope}: {}{expiry}",
+            entry.pattern,
+            texts.join(" ")
+        );
+    }
+    out
+}
+
+/// Whether an audit entry concerns `tenant`: its plan assignment, an override matching it,
+/// or the plan it is on now.
+fn concerns(snapshot: &Snapshot, entry: &AuditEntry, tenant: &str) -> bool {
+    let name = entry.get("name");
+    match entry.get("kind") {
+        "tenant" => name == tenant,
+        "override" => name
+            .split(' ')
+            .next()
+            .and_then(|pattern| Pattern::parse(pattern).ok())
+            .is_some_and(|pattern| pattern.matches(tenant)),
+        "plan" => snapshot
+            .tenants
+            .get(tenant)
+            .is_some_and(|plan| plan == name),
+        _ => false,
+    }
+}
+
+/// `rlctl history`.
+pub fn history(
+    snapshot: &Snapshot,
+    entries: &[AuditEntry],
+    tenant: Option<&str>,
+    count: u64,
+) -> String {
+    let mut out = String::new();
+    let shown = entries
+        .iter()
+        .filter(|entry| tenant.is_none_or(|tenant| concerns(snapshot, entry, tenant)))
+        .take(usize::try_from(count).unwrap_or(usize::MAX));
+    for entry in shown {
+        let at = entry
+            .get("at_ms")
+            .parse()
+            .map_or_else(|_| "?".to_string(), utc);
+        let value = |text: &str| {
+            if text.is_empty() {
+                "(none)".to_string()
+            } else {
+                text.to_string()
+            }
+        };
+        let _ = writeln!(
+            out,
+            "v{} {at} {} [{}] {} {}: {} -> {}",
+            entry.get("version"),
+            entry.get("who"),
+            entry.get("op"),
+            entry.get("kind"),
+            entry.get("name"),
+            value(entry.get("old")),
+            value(entry.get("new")),
+        );
+    }
+    out
+}
+
+/// The edits of a change, with the values they replace.
+pub fn edits(snapshot: &Snapshot, edits: &[Edit]) -> String {
+    let mut out = String::new();
+    for edit in edits {
+        let old = match edit.table {
+            Table::Plans => snapshot.plans.get(&edit.field).map(|limits| {
+                limits
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }),
+            Table::Tenants => snapshot.tenants.get(&edit.field).cloned(),
+            Table::Overrides => snapshot
+                .overrides
+                .get(&edit.field)
+                .map(|entry| entry.encode_value()),
+        };
+        let _ = writeln!(
+            out,
+            "  {} {}: {} -> {}",
+            edit.table.kind(),
+            edit.field,
+            old.as_deref().unwrap_or("(none)"),
+            edit.value.as_deref().unwrap_or("(deleted)")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(1_796_119_572_000), "2026-12-01T10:06:12Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
+    }
+}

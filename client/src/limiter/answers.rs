@@ -1,0 +1,271 @@
+//! What the store last answered for each key set, and what the local fallback admitted
+//! since it could not ask.
+//!
+//! The fallback continues from the store's last answer instead of a fresh share: a key the
+//! store had exhausted stays exhausted, a key with 30 units left gets `30 / replicas`. The
+//! local states seeded from an answer are used until the store answers again (they survive
+//! breaker cycles; they expire on their own once back to unused, at least a window or refill
+//! period). Units the fallback admitted are owed to the store, and charged to it (a partial
+//! grant: as many as it has) the first time it answers again for that key set, so the
+//! refill the store saw during an outage pays for what the fallback admitted, and a flapping
+//! store never grants a share twice.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::store::View;
+
+/// One key set's last answer from the store.
+#[derive(Debug)]
+struct Entry {
+    /// Each consulted limit's view (policy index).
+    views: Vec<(usize, View)>,
+    /// When the answer came (this process's clock, Unix µs).
+    answered_at_us: i64,
+    /// A denial: denied until then (Unix µs) for calls of at least this cost.
+    denied: Option<(i64, u64)>,
+    /// Whether the local states were seeded from this answer (then they continue).
+    seeded: bool,
+    /// Units the fallback admitted since, not yet charged to the store.
+    owed: u64,
+    /// The entry is forgotten after this (Unix µs).
+    expires_at_us: i64,
+}
+
+/// A seed for the local states: the store's views and when they were true.
+pub(super) struct Seed {
+    pub(super) views: Vec<(usize, View)>,
+    pub(super) answered_at_us: i64,
+}
+
+/// Entries by key set id, and the size at which expired ones are next dropped.
+#[derive(Debug)]
+struct Table {
+    entries: HashMap<String, Entry>,
+    prune_at: usize,
+}
+
+impl std::ops::Deref for Table {
+    type Target = HashMap<String, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.entries
+    }
+}
+
+impl std::ops::DerefMut for Table {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.entries
+    }
+}
+
+/// Fewest entries before expired ones are dropped.
+const PRUNE_FROM: usize = 1024;
+
+/// The store's last answers for one policy's key sets.
+#[derive(Debug)]
+pub(super) struct Answers {
+    entries: Mutex<Table>,
+    /// How long an answer (or a debt) is kept: the policy's longest window or refill
+    /// period; after that the store has refilled completely and a fresh share is right.
+    keep_us: i64,
+}
+
+impl Answers {
+    pub(super) fn new(keep: Duration) -> Self {
+        let keep_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
+        Self {
+            entries: Mutex::new(Table {
+                entries: HashMap::new(),
+                prune_at: PRUNE_FROM,
+            }),
+            keep_us: keep_us.max(1_000_000),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records what the store answered for key set `id` at `now_us`; `denied` is the
+    /// answer's wait and the cost it was for, when it denied.
+    pub(super) fn record(
+        &self,
+        id: &str,
+        views: &[(usize, View)],
+        denied: Option<(Duration, u64)>,
+        now_us: i64,
+    ) {
+        let expires_at_us = now_us.saturating_add(self.keep_us);
+        let denied = denied.map(|(wait, cost)| {
+            let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
+            (now_us.saturating_add(wait_us), cost)
+        });
+        let mut entries = self.lock();
+        if entries.len() >= entries.prune_at {
+            // Amortised: after a pass, the next waits until the live entries have doubled.
+            entries.retain(|_, entry| entry.expires_at_us > now_us);
+            entries.prune_at = entries.len().saturating_mul(2).max(PRUNE_FROM);
+        }
+        match entries.get_mut(id) {
+            Some(entry) => {
+                entry.views.clear();
+                entry.views.extend_from_slice(views);
+                entry.answered_at_us = now_us;
+                entry.denied = denied;
+                entry.seeded = false;
+                entry.expires_at_us = expires_at_us;
+            }
+            None => {
+                entries.insert(
+                    id.to_string(),
+                    Entry {
+                        views: views.to_vec(),
+                        answered_at_us: now_us,
+                        denied,
+                        seeded: false,
+                        owed: 0,
+                        expires_at_us,
+                    },
+                );
+            }
+        }
+    }
+
+    /// How much longer the store's last denial of key set `id` holds for a call of `cost`
+    /// (a denial the store made stays a denial in the fallback).
+    pub(super) fn denied_for(&self, id: &str, cost: u64, now_us: i64) -> Option<Duration> {
+        let entries = self.lock();
+        let (until_us, denied_cost) = entries.get(id)?.denied?;
+        let left_us = until_us.saturating_sub(now_us);
+        (cost >= denied_cost && left_us > 0)
+            .then(|| Duration::from_micros(u64::try_from(left_us).unwrap_or(0)))
+    }
+
+    /// The answer to seed key set `id`'s local states from, once per answer: `None` when
+    /// they were seeded from the latest answer already (they continue), or there is none.
+    pub(super) fn seed(&self, id: &str, now_us: i64) -> Option<Seed> {
+        let mut entries = self.lock();
+        let entry = entries
+            .get_mut(id)
+            .filter(|entry| !entry.seeded && entry.expires_at_us > now_us)?;
+        entry.seeded = true;
+        Some(Seed {
+            views: entry.views.clone(),
+            answered_at_us: entry.answered_at_us,
+        })
+    }
+
+    /// Records `units` admitted by the fallback for key set `id`, owed to the store.
+    pub(super) fn owe(&self, id: &str, units: u64, now_us: i64) {
+        let expires_at_us = now_us.saturating_add(self.keep_us);
+        let mut entries = self.lock();
+        let entry = entries.entry(id.to_string()).or_insert_with(|| Entry {
+            views: Vec::new(),
+            answered_at_us: now_us,
+            denied: None,
+            // No answer to seed from: the local states start from a fresh share.
+            seeded: true,
+            owed: 0,
+            expires_at_us,
+        });
+        entry.owed = entry.owed.saturating_add(units);
+        entry.expires_at_us = entry.expires_at_us.max(expires_at_us);
+    }
+
+    /// Takes what key set `id` owes the store (to charge it now).
+    pub(super) fn take_owed(&self, id: &str, now_us: i64) -> Option<u64> {
+        let mut entries = self.lock();
+        let entry = entries.get_mut(id)?;
+        if entry.expires_at_us <= now_us {
+            // A window has passed: the store has refilled what the fallback took.
+            entry.owed = 0;
+            return None;
+        }
+        Some(std::mem::take(&mut entry.owed)).filter(|owed| *owed > 0)
+    }
+
+    /// What key set `id` owes the store.
+    #[cfg(test)]
+    pub(super) fn owed(&self, id: &str) -> u64 {
+        self.lock().get(id).map_or(0, |entry| entry.owed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_700_000_000_000_000;
+
+    fn view(remaining: u64, retry_ms: Option<u64>) -> View {
+        View {
+            allowed: retry_ms.is_none(),
+            remaining,
+            retry_after: Some(Duration::from_millis(retry_ms.unwrap_or(0))),
+            reset_after: Duration::from_secs(1),
+            limit: 100,
+        }
+    }
+
+    #[test]
+    fn an_answer_seeds_once_then_the_local_states_continue() {
+        let answers = Answers::new(Duration::from_secs(60));
+        answers.record("k", &[(0, view(30, None))], None, T0);
+        let seed = answers.seed("k", T0 + 5).unwrap();
+        assert_eq!(seed.views[0].1.remaining, 30);
+        assert_eq!(seed.answered_at_us, T0);
+        assert!(
+            answers.seed("k", T0 + 10).is_none(),
+            "seeded once per answer"
+        );
+        answers.record("k", &[(0, view(10, None))], None, T0 + 20);
+        assert_eq!(answers.seed("k", T0 + 30).unwrap().views[0].1.remaining, 10);
+        assert!(answers.seed("other", T0).is_none());
+    }
+
+    #[test]
+    fn a_denial_holds_for_its_wait_and_cost() {
+        let answers = Answers::new(Duration::from_secs(60));
+        let wait = Duration::from_millis(500);
+        answers.record("k", &[(0, view(0, Some(500)))], Some((wait, 2)), T0);
+        assert_eq!(
+            answers.denied_for("k", 2, T0 + 100_000),
+            Some(Duration::from_millis(400))
+        );
+        assert_eq!(
+            answers.denied_for("k", 1, T0 + 100_000),
+            None,
+            "a smaller cost"
+        );
+        assert_eq!(answers.denied_for("k", 2, T0 + 500_000), None, "waited out");
+    }
+
+    #[test]
+    fn expired_answers_are_dropped_as_the_table_grows() {
+        let answers = Answers::new(Duration::from_secs(1));
+        for index in 0..PRUNE_FROM {
+            answers.record(&index.to_string(), &[(0, view(1, None))], None, T0);
+        }
+        let later = T0 + 2_000_000;
+        answers.record("new", &[(0, view(1, None))], None, later);
+        assert_eq!(answers.lock().len(), 1, "the expired answers went");
+    }
+
+    #[test]
+    fn debts_accumulate_until_taken_and_expire_with_the_window() {
+        let answers = Answers::new(Duration::from_secs(2));
+        answers.owe("k", 2, T0);
+        answers.owe("k", 3, T0);
+        assert_eq!(answers.owed("k"), 5);
+        assert!(answers.seed("k", T0).is_none(), "no answer to seed from");
+        assert_eq!(answers.take_owed("k", T0), Some(5));
+        assert_eq!(answers.take_owed("k", T0), None);
+        answers.owe("k", 1, T0);
+        assert_eq!(
+            answers.take_owed("k", T0 + 2_000_000),
+            None,
+            "refilled since"
+        );
+    }
+}

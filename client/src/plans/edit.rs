@@ -1,0 +1,368 @@
+//! The changes an administrator makes, as edits of the store's hashes computed from the
+//! snapshot they were read at (so the write can refuse them if the store moved meanwhile).
+//! Every function here checks its input completely and returns the edits or an error: a
+//! refused change never reaches the store.
+
+use std::collections::BTreeSet;
+
+use super::snapshot::{Override, Snapshot, encode_limits, field};
+use super::spec::{LimitSpec, Pattern, SpecError, check_limit_name, check_tenant};
+use crate::policy::MAX_LIMITS;
+
+/// One of the store's hashes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// Plan name -> limits.
+    Plans,
+    /// Tenant -> plan.
+    Tenants,
+    /// Override field -> override.
+    Overrides,
+}
+
+impl Table {
+    /// The name of what it holds, as the audit stream writes it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Table::Plans => "plan",
+            Table::Tenants => "tenant",
+            Table::Overrides => "override",
+        }
+    }
+}
+
+/// Sets (`Some`) or deletes (`None`) one field of one hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edit {
+    /// The hash.
+    pub table: Table,
+    /// The field.
+    pub field: String,
+    /// The new value; `None` deletes the field.
+    pub value: Option<String>,
+}
+
+fn refuse<T>(message: impl Into<String>) -> Result<T, SpecError> {
+    Err(SpecError(message.into()))
+}
+
+fn set(table: Table, field: String, value: String, current: Option<String>) -> Vec<Edit> {
+    if current.as_deref() == Some(value.as_str()) {
+        return Vec::new();
+    }
+    vec![Edit {
+        table,
+        field,
+        value: Some(value),
+    }]
+}
+
+fn check_limits(what: &str, limits: &[LimitSpec]) -> Result<(), SpecError> {
+    if limits.is_empty() {
+        return refuse(format!("{what}: give at least one limit"));
+    }
+    if limits.len() > MAX_LIMITS {
+        return refuse(format!("{what}: at most {MAX_LIMITS} limits"));
+    }
+    let mut names = BTreeSet::new();
+    for limit in limits {
+        if !names.insert(limit.name()) {
+            return refuse(format!("{what}: two limits are named '{}'", limit.name()));
+        }
+    }
+    Ok(())
+}
+
+/// Creates or replaces plan `name`.
+pub fn plan_set(
+    snapshot: &Snapshot,
+    name: &str,
+    limits: &[LimitSpec],
+) -> Result<Vec<Edit>, SpecError> {
+    check_limit_name(name).map_err(|error| SpecError(format!("plan: {error}")))?;
+    check_limits(&format!("plan '{name}'"), limits)?;
+    let current = snapshot.plans.get(name).map(|limits| encode_limits(limits));
+    Ok(set(
+        Table::Plans,
+        name.into(),
+        encode_limits(limits),
+        current,
+    ))
+}
+
+/// Deletes plan `name`, which no tenant may be on.
+pub fn plan_delete(snapshot: &Snapshot, name: &str) -> Result<Vec<Edit>, SpecError> {
+    if !snapshot.plans.contains_key(name) {
+        return refuse(format!("there is no plan '{name}'"));
+    }
+    let users: Vec<&str> = snapshot
+        .tenants
+        .iter()
+        .filter(|(_, plan)| *plan == name)
+        .map(|(tenant, _)| tenant.as_str())
+        .collect();
+    if !users.is_empty() {
+        return refuse(format!(
+            "plan '{name}' is in use by {}: move them first",
+            users.join(", ")
+        ));
+    }
+    Ok(vec![Edit {
+        table: Table::Plans,
+        field: name.into(),
+        value: None,
+    }])
+}
+
+/// Puts `tenant` on `plan`, which must exist.
+pub fn tenant_set(snapshot: &Snapshot, tenant: &str, plan: &str) -> Result<Vec<Edit>, SpecError> {
+    check_tenant(tenant)?;
+    if !snapshot.plans.contains_key(plan) {
+        return refuse(format!(
+            "there is no plan '{plan}' (create it with plan set)"
+        ));
+    }
+    let current = snapshot.tenants.get(tenant).cloned();
+    Ok(set(Table::Tenants, tenant.into(), plan.into(), current))
+}
+
+/// Takes `tenant` off its plan (the policy's defaults apply again).
+pub fn tenant_delete(snapshot: &Snapshot, tenant: &str) -> Result<Vec<Edit>, SpecError> {
+    if !snapshot.tenants.contains_key(tenant) {
+        return refuse(format!("tenant '{tenant}' is on no plan"));
+    }
+    Ok(vec![Edit {
+        table: Table::Tenants,
+        field: tenant.into(),
+        value: None,
+    }])
+}
+
+/// Overrides limits for `pattern`: each of `limits` on its own, or with `all` the whole
+/// set, until `expires_at_ms` if given.
+pub fn override_set(
+    snapshot: &Snapshot,
+    pattern: &Pattern,
+    limits: &[LimitSpec],
+    all: bool,
+    expires_at_ms: Option<u64>,
+) -> Result<Vec<Edit>, SpecError> {
+    check_limits(&format!("override '{pattern}'"), limits)?;
+    let entries: Vec<Override> = if all {
+        vec![Override {
+            pattern: pattern.clone(),
+            limit: None,
+            limits: limits.to_vec(),
+            expires_at_ms,
+        }]
+    } else {
+        limits
+            .iter()
+            .map(|limit| Override {
+                pattern: pattern.clone(),
+                limit: Some(limit.name().to_string()),
+                limits: vec![limit.clone()],
+                expires_at_ms,
+            })
+            .collect()
+    };
+    Ok(entries
+        .into_iter()
+        .flat_map(|entry| {
+            let field = entry.field();
+            let current = snapshot.overrides.get(&field).map(Override::encode_value);
+            set(Table::Overrides, field, entry.encode_value(), current)
+        })
+        .collect())
+}
+
+/// Deletes the override of one limit of `pattern`, or with `limit` `None` every override
+/// of `pattern`.
+pub fn override_delete(
+    snapshot: &Snapshot,
+    pattern: &Pattern,
+    limit: Option<&str>,
+) -> Result<Vec<Edit>, SpecError> {
+    let fields: Vec<String> = match limit {
+        Some(limit) => {
+            let one = field(pattern, Some(limit));
+            snapshot
+                .overrides
+                .contains_key(&one)
+                .then_some(one)
+                .into_iter()
+                .collect()
+        }
+        None => snapshot
+            .overrides
+            .values()
+            .filter(|entry| &entry.pattern == pattern)
+            .map(Override::field)
+            .collect(),
+    };
+    if fields.is_empty() {
+        let what = limit.map_or(String::new(), |limit| format!(" of limit '{limit}'"));
+        return refuse(format!("there is no override{what} for '{pattern}'"));
+    }
+    Ok(fields
+        .into_iter()
+        .map(|field| Edit {
+            table: Table::Overrides,
+            field,
+            value: None,
+        })
+        .collect())
+}
+
+/// Deletes the overrides that expired by `now_ms` (they already apply to nobody).
+pub fn override_prune(snapshot: &Snapshot, now_ms: u64) -> Vec<Edit> {
+    snapshot
+        .overrides
+        .values()
+        .filter(|entry| !entry.live(now_ms))
+        .map(|entry| Edit {
+            table: Table::Overrides,
+            field: entry.field(),
+            value: None,
+        })
+        .collect()
+}
+
+/// The edits that make the store hold exactly `wanted` (its version is ignored). `wanted`
+/// is checked as a whole: every tenant's plan exists, every plan and override is valid.
+pub fn replace_all(snapshot: &Snapshot, wanted: &Snapshot) -> Result<Vec<Edit>, SpecError> {
+    for (name, limits) in &wanted.plans {
+        check_limit_name(name).map_err(|error| SpecError(format!("plan: {error}")))?;
+        check_limits(&format!("plan '{name}'"), limits)?;
+    }
+    for (tenant, plan) in &wanted.tenants {
+        check_tenant(tenant)?;
+        if !wanted.plans.contains_key(plan) {
+            return refuse(format!(
+                "tenant '{tenant}' is on plan '{plan}', which is not defined"
+            ));
+        }
+    }
+    let mut edits = Vec::new();
+    let mut sync = |table: Table, current: Vec<(String, String)>, wanted: Vec<(String, String)>| {
+        for (field, value) in &wanted {
+            let now = current
+                .iter()
+                .find(|(other, _)| other == field)
+                .map(|(_, v)| v.clone());
+            edits.extend(set(table, field.clone(), value.clone(), now));
+        }
+        for (field, _) in current {
+            if !wanted.iter().any(|(other, _)| *other == field) {
+                edits.push(Edit {
+                    table,
+                    field,
+                    value: None,
+                });
+            }
+        }
+    };
+    let plans = |store: &Snapshot| {
+        store
+            .plans
+            .iter()
+            .map(|(name, limits)| (name.clone(), encode_limits(limits)))
+            .collect()
+    };
+    let tenants = |store: &Snapshot| {
+        store
+            .tenants
+            .iter()
+            .map(|(tenant, plan)| (tenant.clone(), plan.clone()))
+            .collect()
+    };
+    let overrides = |store: &Snapshot| {
+        store
+            .overrides
+            .values()
+            .map(|entry| (entry.field(), entry.encode_value()))
+            .collect()
+    };
+    sync(Table::Plans, plans(snapshot), plans(wanted));
+    sync(Table::Tenants, tenants(snapshot), tenants(wanted));
+    sync(Table::Overrides, overrides(snapshot), overrides(wanted));
+    Ok(edits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(texts: &[&str]) -> Vec<LimitSpec> {
+        texts
+            .iter()
+            .map(|text| LimitSpec::parse(text).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn refuses_what_would_leave_the_store_inconsistent() {
+        let mut snapshot = Snapshot::default();
+        assert!(
+            tenant_set(&snapshot, "acme", "pro")
+                .unwrap_err()
+                .0
+                .contains("there is no plan 'pro'")
+        );
+        snapshot
+            .plans
+            .insert("pro".into(), limits(&["a=fixed:1/1s"]));
+        snapshot.tenants.insert("acme".into(), "pro".into());
+        assert!(
+            plan_delete(&snapshot, "pro")
+                .unwrap_err()
+                .0
+                .contains("in use by acme")
+        );
+        assert!(
+            plan_set(&snapshot, "p", &limits(&["a=fixed:1/1s", "a=fixed:2/1s"]))
+                .unwrap_err()
+                .0
+                .contains("two limits are named 'a'")
+        );
+        assert!(plan_set(&snapshot, "p", &[]).is_err());
+        assert_eq!(
+            plan_set(&snapshot, "pro", &limits(&["a=fixed:1/1s"])).unwrap(),
+            []
+        );
+        let pattern = Pattern::parse("acme").unwrap();
+        assert!(override_delete(&snapshot, &pattern, None).is_err());
+    }
+
+    #[test]
+    fn replace_all_computes_the_difference() {
+        let mut current = Snapshot::default();
+        current
+            .plans
+            .insert("old".into(), limits(&["a=fixed:1/1s"]));
+        current
+            .plans
+            .insert("same".into(), limits(&["a=fixed:1/1s"]));
+        let mut wanted = Snapshot::default();
+        wanted
+            .plans
+            .insert("same".into(), limits(&["a=fixed:1/1s"]));
+        wanted.plans.insert("new".into(), limits(&["b=token:5/1s"]));
+        wanted.tenants.insert("t".into(), "new".into());
+        let edits = replace_all(&current, &wanted).unwrap();
+        let summary: Vec<(&str, Option<&str>)> = edits
+            .iter()
+            .map(|edit| (edit.field.as_str(), edit.value.as_deref()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("new", Some("b=token:5/1s")),
+                ("old", None),
+                ("t", Some("new"))
+            ]
+        );
+        wanted.tenants.insert("u".into(), "gone".into());
+        assert!(replace_all(&current, &wanted).is_err());
+    }
+}

@@ -1,0 +1,299 @@
+//! A replica's view of the policy store: the latest snapshot, kept current by the change
+//! notifications (pub/sub) and, as the backstop for a lost message or a reconnect, a version
+//! check every [`PlanOptions::check_every`].
+//!
+//! Until a first snapshot is read (Redis down at start) the view is empty, so every
+//! store-backed policy applies its own defaults; [`PlanSource::status`] and the metrics
+//! `ratelimit_plans_loaded` / `ratelimit_plans_version` say so. Once read, a snapshot is
+//! kept while Redis is out of reach.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use redis::aio::MultiplexedConnection;
+
+use super::snapshot::Snapshot;
+use super::store::{self, CHANNEL, PlanStoreError};
+
+/// How a [`PlanSource`] follows the store.
+#[derive(Clone, Debug)]
+pub struct PlanOptions {
+    /// The backstop: how often the version is compared even without a notification. A
+    /// replica is never staler than this (plus one read) while Redis is reachable.
+    pub check_every: Duration,
+    /// Whether to follow the change notifications (off: only the periodic check).
+    pub subscribe: bool,
+    /// Longest wait for a connection or a read.
+    pub timeout: Duration,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self {
+            check_every: Duration::from_millis(500),
+            subscribe: true,
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Whether the store has been read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanStatus {
+    /// Never read: the policies' defaults apply. The reason is the last error.
+    Defaults(String),
+    /// The snapshot at this version applies.
+    Loaded(u64),
+}
+
+impl fmt::Display for PlanStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Defaults(reason) => write!(
+                f,
+                "policy store not read yet ({reason}): the policies' defaults apply"
+            ),
+            Self::Loaded(version) => write!(f, "policy store at version {version}"),
+        }
+    }
+}
+
+/// The snapshot in use and the offset of Redis's clock over this host's (override expiries
+/// are instants of Redis's clock).
+pub(crate) struct View {
+    pub(crate) snapshot: Snapshot,
+    clock_offset_ms: i64,
+}
+
+impl View {
+    /// Now on Redis's clock, in ms since the Unix epoch.
+    pub(crate) fn now_ms(&self) -> u64 {
+        let local = local_now_ms();
+        let now = i128::from(local).saturating_add(i128::from(self.clock_offset_ms));
+        u64::try_from(now.max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+fn local_now_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+struct Inner {
+    client: redis::Client,
+    options: PlanOptions,
+    view: RwLock<Arc<View>>,
+    status: RwLock<PlanStatus>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let task = self.task.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(task) = task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The policy store as this replica sees it. Cheap to clone (clones share one view).
+#[derive(Clone)]
+pub struct PlanSource {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for PlanSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlanSource")
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PlanSource {
+    /// Follows the store at `url`: reads it once now (bounded by the options' timeout; if
+    /// Redis is not there, the defaults apply meanwhile), then keeps the view current in a
+    /// task of the current Tokio runtime (outside one, an error). Fails only on a malformed
+    /// URL.
+    pub async fn connect(url: &str, options: PlanOptions) -> Result<PlanSource, PlanStoreError> {
+        let client = redis::Client::open(url)?;
+        let source = PlanSource {
+            inner: Arc::new(Inner {
+                client,
+                options,
+                view: RwLock::new(Arc::new(View {
+                    snapshot: Snapshot::default(),
+                    clock_offset_ms: 0,
+                })),
+                status: RwLock::new(PlanStatus::Defaults("not read yet".into())),
+                task: Mutex::new(None),
+            }),
+        };
+        let mut connection = None;
+        refresh(&source.inner, &mut connection).await;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            PlanStoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::ClientError,
+                "PlanSource::connect runs inside a Tokio runtime (it follows the store in a task)",
+            )))
+        })?;
+        let task = runtime.spawn(follow(Arc::downgrade(&source.inner), connection));
+        *source
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(task);
+        Ok(source)
+    }
+
+    /// Whether the store was read, and at which version.
+    pub fn status(&self) -> PlanStatus {
+        self.inner
+            .status
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The version in use (0 before the first read).
+    pub fn version(&self) -> u64 {
+        self.view().snapshot.version
+    }
+
+    /// The view in use; one check uses one view throughout.
+    pub(crate) fn view(&self) -> Arc<View> {
+        Arc::clone(
+            &self
+                .inner
+                .view
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+/// Reads the store if its version differs from the view's (or always, with `force`).
+async fn refresh(inner: &Inner, connection: &mut Option<MultiplexedConnection>) {
+    let timeout = inner.options.timeout;
+    let result = tokio::time::timeout(timeout, async {
+        let con = match connection {
+            Some(con) => con,
+            None => connection.insert(
+                inner
+                    .client
+                    .get_multiplexed_async_connection_with_config(
+                        &redis::AsyncConnectionConfig::new()
+                            .set_connection_timeout(timeout)
+                            .set_response_timeout(timeout),
+                    )
+                    .await?,
+            ),
+        };
+        let current = inner
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .snapshot
+            .version;
+        let loaded = matches!(
+            *inner.status.read().unwrap_or_else(PoisonError::into_inner),
+            PlanStatus::Loaded(_)
+        );
+        if loaded && store::version(con).await? == current {
+            return Ok(None);
+        }
+        let local_before = local_now_ms();
+        let (snapshot, server_ms) = store::read(con).await?;
+        let local_after = local_now_ms();
+        let local_mid = local_before.saturating_add(local_after.saturating_sub(local_before) / 2);
+        let offset = i128::from(server_ms).saturating_sub(i128::from(local_mid));
+        Ok::<_, PlanStoreError>(Some((snapshot, i64::try_from(offset).unwrap_or(0))))
+    })
+    .await;
+    match result {
+        Ok(Ok(Some((snapshot, clock_offset_ms)))) => {
+            let version = snapshot.version;
+            let mut view = inner.view.write().unwrap_or_else(PoisonError::into_inner);
+            // Never go back to an older version (two reads racing).
+            if version >= view.snapshot.version {
+                *view = Arc::new(View {
+                    snapshot,
+                    clock_offset_ms,
+                });
+            }
+            drop(view);
+            *inner.status.write().unwrap_or_else(PoisonError::into_inner) =
+                PlanStatus::Loaded(version);
+            metrics::gauge!("ratelimit_plans_version").set(version as f64);
+            metrics::gauge!("ratelimit_plans_loaded").set(1.0);
+        }
+        Ok(Ok(None)) => {}
+        Ok(Err(error)) => failed(inner, connection, error.to_string()),
+        Err(_) => failed(inner, connection, format!("no answer within {timeout:?}")),
+    }
+}
+
+fn failed(inner: &Inner, connection: &mut Option<MultiplexedConnection>, reason: String) {
+    *connection = None;
+    metrics::counter!("ratelimit_plans_read_errors_total").increment(1);
+    let mut status = inner.status.write().unwrap_or_else(PoisonError::into_inner);
+    if let PlanStatus::Defaults(_) = *status {
+        *status = PlanStatus::Defaults(reason);
+        metrics::gauge!("ratelimit_plans_loaded").set(0.0);
+    }
+}
+
+/// Follows the store until the source is dropped: notifications when subscribed, a version
+/// check every period in any case; a lost subscription is made again at the next period.
+async fn follow(weak: Weak<Inner>, mut connection: Option<MultiplexedConnection>) {
+    let Some((client, options)) = weak
+        .upgrade()
+        .map(|inner| (inner.client.clone(), inner.options.clone()))
+    else {
+        return;
+    };
+    let mut ticker = tokio::time::interval(options.check_every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut messages = None;
+        if options.subscribe {
+            let subscribed = tokio::time::timeout(options.timeout, async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(CHANNEL).await?;
+                Ok::<_, redis::RedisError>(pubsub)
+            })
+            .await;
+            if let Ok(Ok(pubsub)) = subscribed {
+                messages = Some(pubsub.into_on_message());
+            }
+        }
+        // Read after subscribing: a change between the last read and the subscription is
+        // not missed.
+        {
+            let Some(inner) = weak.upgrade() else { return };
+            refresh(&inner, &mut connection).await;
+        }
+        loop {
+            let notified = async {
+                match messages.as_mut() {
+                    Some(stream) => stream.next().await.map(|_| ()),
+                    None => std::future::pending().await,
+                }
+            };
+            let lost = tokio::select! {
+                message = notified => message.is_none(),
+                _ = ticker.tick() => false,
+            };
+            let Some(inner) = weak.upgrade() else { return };
+            refresh(&inner, &mut connection).await;
+            drop(inner);
+            if lost || (options.subscribe && messages.is_none()) {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! The text forms of the policy store: a named limit (`per-minute=sliding:1000/60s`), a
+//! duration (`90s`, `7d`), a tenant id and an override pattern (`acme`, `acme-*`).
+//!
+//! Limits are checked by the [`Algorithm`] constructors, that is by the rules the server
+//! applies, so a limit the store accepts is one every replica can enforce.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::algorithm::Algorithm;
+
+/// The algorithms a plan's limit can use (in-flight limits are not part of plans: a slot is
+/// held by one request and released by the replica that took it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A token bucket of `amount` tokens refilled completely over `period`.
+    Token,
+    /// A sliding-window counter of `amount` per `period`.
+    Sliding,
+    /// A fixed window of `amount` per `period`.
+    Fixed,
+    /// A sliding log of `amount` per `period`.
+    Log,
+    /// GCRA: `amount` per `period` (whole seconds), a burst of `amount`.
+    Gcra,
+}
+
+impl Kind {
+    const ALL: [Kind; 5] = [
+        Kind::Token,
+        Kind::Sliding,
+        Kind::Fixed,
+        Kind::Log,
+        Kind::Gcra,
+    ];
+
+    /// The name used in limit texts and keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Token => "token",
+            Kind::Sliding => "sliding",
+            Kind::Fixed => "fixed",
+            Kind::Log => "log",
+            Kind::Gcra => "gcra",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.as_str() == text)
+    }
+
+    /// The kind of an algorithm, `None` for an in-flight limit.
+    pub fn of(algorithm: &Algorithm) -> Option<Kind> {
+        Some(match algorithm {
+            Algorithm::TokenBucket { .. } => Kind::Token,
+            Algorithm::SlidingWindow { .. } => Kind::Sliding,
+            Algorithm::FixedWindow { .. } => Kind::Fixed,
+            Algorithm::SlidingLog { .. } => Kind::Log,
+            Algorithm::Gcra { .. } => Kind::Gcra,
+            Algorithm::Concurrency { .. } => return None,
+        })
+    }
+}
+
+/// Why a text of the policy store is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError(pub String);
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+fn refuse<T>(message: impl Into<String>) -> Result<T, SpecError> {
+    Err(SpecError(message.into()))
+}
+
+/// One named limit: `NAME=KIND:AMOUNT/PERIOD`, for example `per-day=fixed:100000/1d`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LimitSpec {
+    name: String,
+    kind: Kind,
+    amount: u64,
+    period: Duration,
+}
+
+/// The grammar, for error messages.
+pub const LIMIT_SYNTAX: &str = "NAME=KIND:AMOUNT/PERIOD with KIND token, sliding, fixed, log or gcra and \
+     PERIOD a whole number of ms, s, m, h or d (per-minute=sliding:1000/60s)";
+
+impl LimitSpec {
+    /// Parses and validates `NAME=KIND:AMOUNT/PERIOD`.
+    pub fn parse(text: &str) -> Result<LimitSpec, SpecError> {
+        let message = |why: &str| format!("bad limit '{text}': {why}; write {LIMIT_SYNTAX}");
+        let bad = |why: &str| refuse(message(why));
+        let Some((name, rest)) = text.split_once('=') else {
+            return bad("no '='");
+        };
+        let Some((kind, rest)) = rest.split_once(':') else {
+            return bad("no ':' after the algorithm");
+        };
+        let Some((amount, period)) = rest.split_once('/') else {
+            return bad("no '/' before the period");
+        };
+        check_limit_name(name).map_err(|error| SpecError(message(&error.0)))?;
+        let Some(kind) = Kind::parse(kind) else {
+            return bad(&format!("unknown algorithm '{kind}'"));
+        };
+        let Ok(amount) = amount.parse::<u64>() else {
+            return bad(&format!("'{amount}' is not a whole number"));
+        };
+        let period = parse_duration(period).map_err(|error| SpecError(message(&error.0)))?;
+        let spec = LimitSpec {
+            name: name.to_string(),
+            kind,
+            amount,
+            period,
+        };
+        if let Err(error) = spec.algorithm() {
+            return refuse(format!("bad limit '{text}': {error}"));
+        }
+        Ok(spec)
+    }
+
+    /// The limit a policy's default algorithm stands for (`None` for an in-flight limit, or
+    /// a token bucket whose rate is not "capacity per period").
+    pub fn from_algorithm(name: &str, algorithm: &Algorithm) -> Option<LimitSpec> {
+        let (amount, period) = match algorithm {
+            Algorithm::TokenBucket { capacity, .. } => (*capacity, algorithm.window()),
+            Algorithm::SlidingWindow { limit, window }
+            | Algorithm::FixedWindow { limit, window }
+            | Algorithm::SlidingLog { limit, window } => (*limit, *window),
+            Algorithm::Gcra { count, period, .. } => (*count, *period),
+            Algorithm::Concurrency { .. } => return None,
+        };
+        let spec = LimitSpec {
+            name: name.to_string(),
+            kind: Kind::of(algorithm)?,
+            amount,
+            period,
+        };
+        (spec.algorithm().ok().as_ref() == Some(algorithm)).then_some(spec)
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its algorithm kind (part of its key).
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The algorithm with its parameters, by the server's rules.
+    pub fn algorithm(&self) -> Result<Algorithm, crate::algorithm::AlgorithmError> {
+        match self.kind {
+            Kind::Token => Algorithm::token_bucket(self.amount, self.period),
+            Kind::Sliding => Algorithm::sliding_window(self.amount, self.period),
+            Kind::Fixed => Algorithm::fixed_window(self.amount, self.period),
+            Kind::Log => Algorithm::sliding_log(self.amount, self.period),
+            Kind::Gcra => Algorithm::gcra(self.amount.saturating_sub(1), self.amount, self.period),
+        }
+    }
+}
+
+impl fmt::Display for LimitSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}={}:{}/{}",
+            self.name,
+            self.kind.as_str(),
+            self.amount,
+            DurationText(self.period)
+        )
+    }
+}
+
+/// A duration written in its largest exact unit: `60s` is `1m`, `86400s` is `1d`.
+pub struct DurationText(pub Duration);
+
+impl fmt::Display for DurationText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        for (unit, size) in [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1_000),
+        ] {
+            if ms >= size && ms.checked_rem(size) == Some(0) {
+                return write!(f, "{}{unit}", ms.checked_div(size).unwrap_or(0));
+            }
+        }
+        write!(f, "{ms}ms")
+    }
+}
+
+/// Parses `250ms`, `60s`, `5m`, `2h`, `7d` (a whole number and a unit, above zero).
+pub fn parse_duration(text: &str) -> Result<Duration, SpecError> {
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits_end);
+    let ms_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return refuse(format!(
+                "bad duration '{text}': a whole number then ms, s, m, h or d (60s, 7d)"
+            ));
+        }
+    };
+    match number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(ms_per_unit))
+    {
+        Some(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => refuse(format!(
+            "bad duration '{text}': a whole number above zero then ms, s, m, h or d"
+        )),
+    }
+}
+
+/// A plan's or limit's name: ASCII letters, digits, `_`, `-`, `.` (names go into header
+/// fields, metric labels and keys).
+pub fn check_limit_name(name: &str) -> Result<(), SpecError> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        refuse(format!(
+            "bad name '{name}': 1 to 64 ASCII letters, digits, '_', '-' or '.'"
+        ))
+    }
+}
+
+/// A tenant id: 1 to 256 printable ASCII characters other than space, `*`, `{` and `}` (it
+/// goes into keys, inside a hash tag).
+pub fn check_tenant(tenant: &str) -> Result<(), SpecError> {
+    let valid = !tenant.is_empty()
+        && tenant.len() <= 256
+        && tenant
+            .chars()
+            .all(|c| c.is_ascii_graphic() && !matches!(c, '*' | '{' | '}'));
+    if valid {
+        Ok(())
+    } else {
+        refuse(format!(
+            "bad tenant '{tenant}': 1 to 256 printable ASCII characters, no space, '*', '{{' or '}}'"
+        ))
+    }
+}
+
+/// Who an override applies to: one tenant, or every tenant whose id starts with a prefix
+/// (`acme-*`; `*` alone is every tenant).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pattern {
+    /// Exactly this tenant.
+    Exact(String),
+    /// Tenants starting with this prefix.
+    Prefix(String),
+}
+
+impl Pattern {
+    /// Parses `acme` or `acme-*`.
+    pub fn parse(text: &str) -> Result<Pattern, SpecError> {
+        match text.strip_suffix('*') {
+            Some("") => Ok(Pattern::Prefix(String::new())),
+            Some(prefix) => {
+                check_tenant(prefix).map_err(|_| {
+                    SpecError(format!(
+                        "bad pattern '{text}': a tenant id, or a prefix then one '*' at the end (acme-*)"
+                    ))
+                })?;
+                Ok(Pattern::Prefix(prefix.to_string()))
+            }
+            None => {
+                check_tenant(text)?;
+                Ok(Pattern::Exact(text.to_string()))
+            }
+        }
+    }
+
+    /// Whether the pattern covers `tenant`.
+    pub fn matches(&self, tenant: &str) -> bool {
+        match self {
+            Pattern::Exact(id) => id == tenant,
+            Pattern::Prefix(prefix) => tenant.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Exact(id) => f.write_str(id),
+            Pattern::Prefix(prefix) => write!(f, "{prefix}*"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_round_trip_in_canonical_form() {
+        let spec = LimitSpec::parse("per-day=fixed:100000/86400s").unwrap();
+        assert_eq!(spec.to_string(), "per-day=fixed:100000/1d");
+        assert_eq!(LimitSpec::parse(&spec.to_string()).unwrap(), spec);
+        let bucket = LimitSpec::parse("burst=token:10/1500ms").unwrap();
+        assert_eq!(bucket.to_string(), "burst=token:10/1500ms");
+        assert_eq!(
+            bucket.algorithm().unwrap(),
+            Algorithm::token_bucket(10, Duration::from_millis(1500)).unwrap()
+        );
+        let gcra = LimitSpec::parse("g=gcra:10/1s").unwrap();
+        assert_eq!(gcra.algorithm().unwrap().quota(), 10);
+        assert_eq!(
+            LimitSpec::from_algorithm("g", &gcra.algorithm().unwrap()),
+            Some(gcra)
+        );
+        let window = Algorithm::sliding_window(1000, Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            LimitSpec::from_algorithm("m", &window).unwrap().to_string(),
+            "m=sliding:1000/1m"
+        );
+    }
+
+    #[test]
+    fn bad_limits_say_what_is_wrong() {
+        let error = |text: &str| LimitSpec::parse(text).unwrap_err().0;
+        assert!(error("per-minute").contains("no '='"));
+        assert!(error("a=leaky:1/1s").contains("unknown algorithm 'leaky'"));
+        assert!(error("a=fixed:x/1s").contains("'x' is not a whole number"));
+        assert!(error("a=fixed:1/1y").contains("bad duration '1y'"));
+        assert!(error("a=fixed:0/1s").contains("limit must be at least 1"));
+        assert!(error("a b=fixed:1/1s").contains("bad name 'a b'"));
+        assert!(error("g=gcra:1/1500ms").contains("GCRA period"));
+        assert!(error("a=fixed:1/0s").contains("above zero"));
+    }
+
+    #[test]
+    fn patterns_are_exact_or_prefixes() {
+        assert_eq!(
+            Pattern::parse("acme").unwrap(),
+            Pattern::Exact("acme".into())
+        );
+        let prefix = Pattern::parse("acme-*").unwrap();
+        assert!(prefix.matches("acme-eu") && !prefix.matches("acm"));
+        assert!(Pattern::parse("*").unwrap().matches("anyone"));
+        assert!(Pattern::parse("a*b").is_err());
+        assert!(Pattern::parse("a**").is_err());
+        assert!(Pattern::parse("").is_err());
+        assert!(check_tenant("a{b}").is_err());
+    }
+}
