@@ -587,18 +587,16 @@ local PARSED = 0 -- the key of a parse result in the tree (arguments are strings
 local function remembered(parse)
   local root, size = {}, 0
   return function(a, keys)
-    -- A tree of the arguments, one level per argument (then the keys, if any).
+    -- A tree of the arguments, one level per argument (then the key count, if any).
     local node = root
     for i = 1, #a do
       node = node[a[i]]
       if node == nil then break end
     end
     if node and keys then
+      -- Only the key count shapes a parse: key names appear in errors alone, never kept.
       node = node[PARSED + 1]
-      for i = 1, #keys do
-        if node == nil then break end
-        node = node[keys[i]]
-      end
+      node = node and node[#keys]
     end
     local hit = node and node[PARSED]
     if hit then return hit[1], hit[2] end
@@ -614,11 +612,9 @@ local function remembered(parse)
       local next_node = node[PARSED + 1]
       if next_node == nil then next_node = {}; node[PARSED + 1] = next_node end
       node = next_node
-      for i = 1, #keys do
-        next_node = node[keys[i]]
-        if next_node == nil then next_node = {}; node[keys[i]] = next_node end
-        node = next_node
-      end
+      next_node = node[#keys]
+      if next_node == nil then next_node = {}; node[#keys] = next_node end
+      node = next_node
     end
     node[PARSED] = {q, min}
     size = size + 1
