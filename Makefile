@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration containers client-test service-test test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers client-test service-test test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	$(CARGO) build --release -p redis-ratelimit-server
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration client-test service-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, client library, service and container tests
+test: prereqs lint unit test-prereqs integration conformance client-test service-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, library conformance, client library, service and container tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
 	$(CARGO) fmt --all -- --check
@@ -59,6 +59,13 @@ integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) test --test it --features $(TEST_FEATURES)
+
+# The Functions library (functions/ratelimit.lua) against the module: random traces at
+# identical instants on a preloaded clock (built with cc), replicas, AOF, racing clients.
+# RL_CONFORMANCE_SEED=<n> replays one trace; RL_TEST_LONG=1 runs ten times as many.
+conformance: ## The Functions library against the module, call for call (10,000 calls per run)
+	$(CARGO) build --features $(TEST_FEATURES)
+	$(CARGO) test --test conformance --features $(TEST_FEATURES) -- --nocapture
 
 # Where a Docker engine answers: the release module, then the test image from the same
 # Dockerfile as `make docker`, tagged by the module's hash (so concurrent runs from other

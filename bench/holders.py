@@ -14,7 +14,8 @@ Phases:
              calls / KEYS holders (100 -> 120 with the default 20,000 calls)
   release    releases of the holders `new` acquired, in random order (120 -> 100)
 
-Usage: holders.py phase module|lua calls [semaphore_sha release_sha] > calls.resp
+Usage: holders.py phase module|lua|functions calls [semaphore_sha release_sha] > calls.resp
+(functions: the Functions library's rl_acquire / rl_release, through FCALL)
 """
 
 import random
@@ -41,15 +42,20 @@ def resp(args: list[str]) -> bytes:
 def main() -> None:
     phase, implementation, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
     lua = implementation == "lua"
+    functions = implementation == "functions"
 
     def acquire(key: str, who: str) -> list[str]:
         if lua:
             return ["EVALSHA", sys.argv[4], "1", key, LIMIT, who, TTL_MS]
+        if functions:
+            return ["FCALL", "rl_acquire", "1", key, LIMIT, who, TTL_MS]
         return ["RL.ACQUIRE", key, LIMIT, who, TTL_MS]
 
     def release(key: str, who: str) -> list[str]:
         if lua:
             return ["EVALSHA", sys.argv[5], "1", key, who]
+        if functions:
+            return ["FCALL", "rl_release", "1", key, who]
         return ["RL.RELEASE", key, who]
 
     rng = random.Random(1)

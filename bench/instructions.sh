@@ -4,9 +4,11 @@
 # Runs redis-server (with the release module) under `valgrind --tool=callgrind`, counts
 # only inside Redis's `call()` (the command itself: lookups, the module, replies and
 # propagation; not socket I/O or protocol parsing), and prints instructions per call for
-# INCR, each RL command and the Lua script of the same algorithm, plus the most expensive
-# functions for RL.TOKENBUCKET, RL.MULTI, RL.ACQUIRE and RL.RELEASE.
+# INCR, each RL command, the Lua script of the same algorithm and the Functions library's
+# function (functions/ratelimit.lua, FCALL), plus the most expensive functions for
+# RL.TOKENBUCKET, RL.MULTI, RL.ACQUIRE and RL.RELEASE.
 # Usage: bench/instructions.sh [module.so] [calls]
+# BENCH_ONLY=<regex> measures only the calls whose label matches (e.g. BENCH_ONLY='FCALL|Lua token').
 set -euo pipefail
 
 module=${1:-target/release/libredis_ratelimit.so}
@@ -40,6 +42,16 @@ start_server() { # starts redis-server under callgrind, counting nothing yet; se
     --loadmodule "$module" --daemonize no --logfile "$dir/log" >/dev/null 2>&1 &
   pid=$!
   for _ in $(seq 150); do cli ping >/dev/null 2>&1 && break; sleep 0.2; done
+  cli -x FUNCTION LOAD REPLACE <functions/ratelimit.lua >/dev/null
+}
+
+keep() { # name: keeps the last measure's callgrind output as $dir/<name>.out, if it ran
+  if [[ -f $dir/last ]]; then cp "$(cat "$dir/last")" "$dir/$1.out"; fi
+  rm -f "$dir/last"
+}
+
+selected() { # label: whether BENCH_ONLY (a regex, default all) selects it
+  [[ -z ${BENCH_ONLY:-} || $1 =~ $BENCH_ONLY ]]
 }
 
 report() { # label: stops the server, prints instructions per measured call
@@ -54,6 +66,7 @@ report() { # label: stops the server, prints instructions per measured call
 
 measure() { # label, command words...
   local label=$1; shift
+  selected "$label" || return 0
   start_server
   local words=("$@")
   for name in "${!sha[@]}"; do
@@ -80,8 +93,9 @@ pipe() { # phase, implementation (module|lua): sends bench/holders.py's calls, f
   [[ $result == *"errors: 0,"* ]] || { echo "$1 ($2): $result" >&2; exit 1; }
 }
 
-measure_holders() { # label, implementation (module|lua), measured phase, phases before it...
+measure_holders() { # label, implementation (module|lua|functions), measured phase, phases before it...
   local label=$1 impl=$2 phase=$3; shift 3
+  selected "$label" || return 0
   start_server
   sha[semaphore]=$(cli script load "$(cat bench/lua/semaphore.lua)")
   sha[semaphore_release]=$(cli script load "$(cat bench/lua/semaphore_release.lua)")
@@ -99,7 +113,7 @@ echo "| command | instructions |"
 echo "|---|--:|"
 measure "INCR" INCR key:__rand_int__
 measure "RL.TOKENBUCKET (admitted)" RL.TOKENBUCKET tb:__rand_int__ 1000000 0.001 1
-cp "$(cat "$dir/last")" "$dir/token_bucket.out"
+keep token_bucket
 measure "RL.TOKENBUCKET (denied, hot key)" RL.TOKENBUCKET hot 1 0.001 1
 measure "RL.TOKENBUCKET PARTIAL (admitted)" RL.TOKENBUCKET tbp:__rand_int__ 1000000 0.001 1 PARTIAL
 measure "RL.SLIDING (admitted)" RL.SLIDING sw:__rand_int__ 1000000 86400 1
@@ -114,7 +128,7 @@ bucket=(TOKENBUCKET 1000000 0.001)
 measure "RL.MULTI, 3 token buckets (admitted)" RL.MULTI 3 \
   "{mb:__rand_int__}:1" "{mb:__rand_int__}:2" "{mb:__rand_int__}:3" \
   "${bucket[@]}" "${bucket[@]}" "${bucket[@]}"
-cp "$(cat "$dir/last")" "$dir/multi.out"
+keep multi
 measure "Lua multi, 3 buckets (EVALSHA)" EVALSHA @multi_token_bucket@ 3 \
   "{lm:__rand_int__}:1" "{lm:__rand_int__}:2" "{lm:__rand_int__}:3" \
   1000000 0.001 1000000 0.001 1000000 0.001 1
@@ -123,7 +137,7 @@ measure "Lua multi, 3 buckets (EVALSHA)" EVALSHA @multi_token_bucket@ 3 \
 # admitted with a wait (a day, MAXWAIT, is 172 calls a key). Denied: the drained hot
 # key's next token is 1000 s away, beyond MAXWAIT 1 s.
 measure "RL.TOKENBUCKET MAXWAIT (with a wait)" RL.TOKENBUCKET mw:__rand_int__ 1 0.002 1 MAXWAIT 86400000
-cp "$(cat "$dir/last")" "$dir/maxwait.out"
+keep maxwait
 measure "RL.TOKENBUCKET MAXWAIT (denied, hot key)" RL.TOKENBUCKET hot 1 0.001 1 MAXWAIT 1000
 measure "Lua reservation, with a wait (EVALSHA)" EVALSHA @reservation@ 1 lmw:__rand_int__ 1 0.002 1 86400000
 measure "Lua reservation, denied (EVALSHA)" EVALSHA @reservation@ 1 hot 1 0.001 1 1000
@@ -131,14 +145,37 @@ measure "Lua reservation, denied (EVALSHA)" EVALSHA @reservation@ 1 hot 1 0.001 
 # measured calls: renewals of those holders; new holders (a key grows from 100 to 120);
 # releases of those new holders (from 120 back to 100), in random order.
 measure_holders "RL.ACQUIRE (renew, 100 holders)" module renew residents
-cp "$(cat "$dir/last")" "$dir/renew.out"
+keep renew
 measure_holders "RL.ACQUIRE (new holder, 100+ holders)" module new residents
-cp "$(cat "$dir/last")" "$dir/new.out"
+keep new
 measure_holders "RL.RELEASE (100+ holders)" module release residents new
-cp "$(cat "$dir/last")" "$dir/release.out"
+keep release
 measure_holders "Lua semaphore, renew (EVALSHA)" lua renew residents
 measure_holders "Lua semaphore, new holder (EVALSHA)" lua new residents
 measure_holders "Lua semaphore release (EVALSHA)" lua release residents new
+
+# The Functions library (functions/ratelimit.lua) through FCALL: the same calls, with
+# parameters within the library's range (an empty bucket refills within 52 days). A
+# sliding window of 1,000,000 a day makes count × window exceed 2^53 (the exact wide
+# product); 1,000 a minute stays within it.
+measure "rl_tokenbucket (FCALL, admitted)" FCALL rl_tokenbucket 1 ftb:__rand_int__ 1000000 1 1
+measure "rl_tokenbucket (FCALL, denied, hot key)" FCALL rl_tokenbucket 1 fhot 1 0.001 1
+measure "rl_tokenbucket PARTIAL (FCALL, admitted)" FCALL rl_tokenbucket 1 ftbp:__rand_int__ 1000000 1 1 PARTIAL
+measure "rl_tokenbucket MAXWAIT (FCALL, with a wait)" FCALL rl_tokenbucket 1 fmw:__rand_int__ 1 0.002 1 MAXWAIT 86400000
+measure "rl_sliding (FCALL, 1000000 a day)" FCALL rl_sliding 1 fsw:__rand_int__ 1000000 86400 1
+measure "rl_sliding (FCALL, 1000 a minute)" FCALL rl_sliding 1 fsm:__rand_int__ 1000 60 1
+measure "rl_fixed (FCALL, admitted)" FCALL rl_fixed 1 ffw:__rand_int__ 1000000 86400 1
+measure "rl_slidinglog (FCALL, admitted)" FCALL rl_slidinglog 1 fsl:__rand_int__ 10000 86400 1
+measure "cl_throttle (FCALL, admitted)" FCALL cl_throttle 1 fcl:__rand_int__ 1000 1 60
+measure "rl_peek (FCALL)" FCALL rl_peek 1 fpk:__rand_int__ TOKENBUCKET 1000000 1
+measure "rl_refund (FCALL)" FCALL rl_refund 1 frf:__rand_int__ TOKENBUCKET 1000000 1 1
+fbucket=(TOKENBUCKET 1000000 1)
+measure "rl_multi, 3 token buckets (FCALL, admitted)" FCALL rl_multi 3 \
+  "{fm:__rand_int__}:1" "{fm:__rand_int__}:2" "{fm:__rand_int__}:3" \
+  "${fbucket[@]}" "${fbucket[@]}" "${fbucket[@]}"
+measure_holders "rl_acquire (FCALL, renew, 100 holders)" functions renew residents
+measure_holders "rl_acquire (FCALL, new holder, 100+ holders)" functions new residents
+measure_holders "rl_release (FCALL, 100+ holders)" functions release residents new
 
 breakdown() { # label, callgrind output, lines: the costliest functions of interest
   echo
@@ -165,6 +202,7 @@ for name, total in list(seen.items())[:lines]:
     print("  %8.0f  %s" % (total / calls, name[:80]))
 ' "$calls" "$3"
 }
+[[ -z ${BENCH_ONLY:-} ]] || exit 0
 breakdown RL.TOKENBUCKET "$dir/token_bucket.out" 14
 breakdown RL.MULTI "$dir/multi.out" 20
 breakdown "RL.TOKENBUCKET MAXWAIT" "$dir/maxwait.out" 14

@@ -66,6 +66,13 @@ HOLDER_TTL_MS = "86400000"  # a day: no holder expires during a benchmark
 # day (75,000 s) and every call is admitted with a wait.
 QUEUE_RATE = "20"
 MAX_WAIT_MS = "86400000"
+# The Functions library refuses a bucket (or GCRA tolerance) that takes more than 52 days
+# to refill (Lua's doubles, see the README), so its rows refill the hot key's 3e6 tokens at
+# 1 per second (35 days), and their random keys are buckets of LIBRARY_RANDOM_LIMIT tokens
+# at 0.001 per second (46 days), which a run never empties and whose keys outlive it.
+LIBRARY_HOT_RATE = "1"
+LIBRARY_RANDOM_LIMIT = "4000"
+LIBRARY = BENCH_DIR.parent / "functions" / "ratelimit.lua"
 
 
 def holder_id(n: int | str, prefix: str = CALLERS) -> str:
@@ -99,8 +106,8 @@ class Approach:
     """
 
     name: str
-    kind: str  # "native", "module" or "lua"
-    command: str  # the command (module/native) or the Lua file under bench/lua
+    kind: str  # "native", "module", "lua" or "functions" (the Functions library, FCALL)
+    command: str  # the command (module/native), the Lua file under bench/lua, or the function
     admit: tuple[str, ...]
     deny: tuple[str, ...]
     reply: str | None = "rl"
@@ -120,7 +127,7 @@ class Approach:
 
     @property
     def stat(self) -> str:
-        return "evalsha" if self.kind == "lua" else self.command.lower()
+        return {"lua": "evalsha", "functions": "fcall"}.get(self.kind, self.command.lower())
 
     @property
     def stats(self) -> tuple[str, ...]:
@@ -230,6 +237,34 @@ APPROACHES = [
              counter="release", single="RL.TOKENBUCKET", min_lua_factor=5),
     Approach("Lua semaphore + release", "lua", "semaphore_release.lua", ("{holder}",),
              ("{holder}",), reply="int", pairs_with="Lua semaphore"),
+    # The Functions library (functions/ratelimit.lua) through FCALL: the same commands
+    # without the module. "× Lua" compares each with the seed's Lua token bucket (the
+    # target: no costlier), or for three buckets with the Lua multi.
+    Approach("rl_tokenbucket (FCALL)", "functions", "rl_tokenbucket",
+             ("{limit}", LIBRARY_HOT_RATE), ("1", SLOW_RATE),
+             random_admit=(LIBRARY_RANDOM_LIMIT, SLOW_RATE), lua_twin="Lua token bucket"),
+    Approach("rl_sliding (FCALL)", "functions", "rl_sliding",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}"), lua_twin="Lua token bucket"),
+    Approach("rl_fixed (FCALL)", "functions", "rl_fixed",
+             ("{limit}", f"{WINDOW_S}"), ("1", f"{WINDOW_S}"), lua_twin="Lua token bucket"),
+    Approach("cl_throttle (FCALL)", "functions", "cl_throttle",
+             ("{burst}", "1", "1"), ("0", "1", f"{GCRA_PERIOD_S}"),
+             random_admit=("3999", "1", f"{GCRA_PERIOD_S}"), reply="cell",
+             lua_twin="Lua token bucket"),
+    Approach("rl_tokenbucket PARTIAL (FCALL)", "functions", "rl_tokenbucket",
+             ("{limit}", LIBRARY_HOT_RATE, "1", "PARTIAL"), ("1", SLOW_RATE, "1", "PARTIAL"),
+             random_admit=(LIBRARY_RANDOM_LIMIT, SLOW_RATE, "1", "PARTIAL"),
+             lua_twin="Lua token bucket"),
+    Approach("rl_multi (FCALL, 3 buckets)", "functions", "rl_multi",
+             ("TOKENBUCKET", "{limit}", LIBRARY_HOT_RATE) * 3,
+             ("TOKENBUCKET", "{limit}", LIBRARY_HOT_RATE) * 2 + ("TOKENBUCKET", "1", SLOW_RATE),
+             random_admit=("TOKENBUCKET", LIBRARY_RANDOM_LIMIT, SLOW_RATE) * 3,
+             lua_twin="Lua multi (3 buckets)", keys=3),
+    Approach("rl_tokenbucket MAXWAIT (FCALL)", "functions", "rl_tokenbucket",
+             ("{limit}", QUEUE_RATE, "1", "MAXWAIT", MAX_WAIT_MS),
+             ("1", SLOW_RATE, "1", "MAXWAIT", "1000"),
+             random_admit=(LIBRARY_RANDOM_LIMIT, SLOW_RATE, "1", "MAXWAIT", MAX_WAIT_MS),
+             limit=1, lua_twin="Lua token bucket"),
 ]
 BY_NAME = {a.name: a for a in APPROACHES}
 
@@ -462,6 +497,8 @@ class Bench:
         keys = approach.call_keys(key)
         if approach.kind == "lua":
             return ["EVALSHA", self.shas[approach.name], str(len(keys)), *keys, *params]
+        if approach.kind == "functions":
+            return ["FCALL", approach.command, str(len(keys)), *keys, *params]
         if approach.keys > 1:  # RL.MULTI's form: numkeys key [key ...]
             return [approach.command, str(len(keys)), *keys, *params]
         return [approach.command, key, *params]
@@ -788,13 +825,21 @@ def matching_keys(client: Client, bases: list[str]) -> list[str]:
 
 
 def detect(client: Client) -> list[Approach]:
-    """Native and Lua rows always; module rows whose command the server has."""
+    """Native and Lua rows always; module rows whose command the server has; the library's
+    rows if it loads (Redis 7.0+)."""
+    try:
+        client.call("FUNCTION", "LOAD", "REPLACE", LIBRARY.read_text())
+        library = True
+    except RedisError:
+        library = False
     present = []
     for approach in APPROACHES:
         if approach.kind == "module":
             info = client.call("COMMAND", "INFO", approach.command)
             if not info or info[0] is None:
                 continue
+        if approach.kind == "functions" and not library:
+            continue
         present.append(approach)
     return present
 

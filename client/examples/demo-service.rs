@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p redis-ratelimit-client --example demo-service -- \
 //!     --redis redis://127.0.0.1:6379/ --listen 127.0.0.1:8080 --limit 100 --window 60 \
-//!     [--replicas 3] [--lease 10] [--timeout-ms 50]
+//!     [--replicas 3] [--lease 10] [--timeout-ms 50] [--backend auto|module|functions|scripts]
 //! ```
 //!
 //! `GET /` is limited per `x-api-key` header (requests without one share the key
@@ -16,7 +16,11 @@
 //! its change notifications and a version check every `--plans-check-ms` (default 500);
 //! `--limit`/`--window` are then the defaults (a tenant on no plan, or Redis not read yet).
 //!
-//! On start it prints `listening on ADDR` (with the real port when `--listen` ends in `:0`).
+//! `--backend` picks what runs the limits in Redis (default `auto`: the module if loaded, else
+//! the Functions library, loaded if absent, else the library as a script).
+//!
+//! On start it prints `listening on ADDR` (with the real port when `--listen` ends in `:0`),
+//! and on stderr `demo-service: backend NAME` once connected.
 //! On SIGTERM or Ctrl-C it refunds its unspent leases before exiting.
 
 use std::net::SocketAddr;
@@ -27,14 +31,16 @@ use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
-use redis_ratelimit_client::store::RedisStore;
+use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions};
 use redis_ratelimit_client::{
-    Algorithm, Fallback, Lease, Limit, PlanOptions, PlanSource, Policy, RateLimiter, Replicas,
+    Algorithm, Backend, Fallback, Lease, Limit, PlanOptions, PlanSource, Policy, RateLimiter,
+    Replicas,
 };
 
 const USAGE: &str = "\
 usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS
                     [--replicas K] [--lease N] [--timeout-ms MS] [--plans [--plans-check-ms MS]]
+                    [--backend auto|module|functions|scripts]
 
 A rate-limited HTTP service: GET / is limited per x-api-key header (requests without one
 share the key 'anonymous') by a token bucket of --limit tokens refilled over --window
@@ -47,6 +53,9 @@ seconds, decided in Redis for every replica; GET /metrics is Prometheus text.
   --replicas K       replicas of this service; without Redis each allows limit / K (default 1)
   --lease N          claim N tokens per Redis call and spend them from memory (default off)
   --timeout-ms MS    longest wait for Redis before the local fallback decides (default 50)
+  --backend NAME     what runs the limits in Redis: auto (default: the module if loaded, else
+                     the Functions library, loaded if absent, else it as a script), module,
+                     functions or scripts
   --plans            limit GET / by the plan of the tenant in the x-tenant header, read from
                      the policy store in Redis (rlctl edits it); --limit and --window are the
                      defaults of tenants without a plan
@@ -63,6 +72,8 @@ struct Args {
     timeout: Duration,
     /// Plans: limits from the policy store per `x-tenant`, and the backstop period.
     plans: Option<Duration>,
+    /// What runs the limits in Redis.
+    backend: Backend,
 }
 
 /// The arguments, or `None` when help was asked for (and printed).
@@ -75,6 +86,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut lease = None;
     let mut timeout = redis_ratelimit_client::policy::DEFAULT_TIMEOUT;
     let mut plans = None;
+    let mut backend = Backend::Auto;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -106,6 +118,9 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--lease" => lease = Some(number()?),
             "--timeout-ms" => timeout = Duration::from_millis(number()?),
             "--plans-check-ms" => plans = Some(Duration::from_millis(number()?)),
+            "--backend" => {
+                backend = Backend::parse(&value).ok_or(format!("bad --backend '{value}'"))?
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -118,6 +133,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         lease,
         timeout,
         plans,
+        backend,
     }))
 }
 
@@ -146,11 +162,21 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             &[0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1],
         )?
         .install_recorder()?;
-    let store = RedisStore::new(&args.redis)?;
+    let options = RedisStoreOptions {
+        backend: args.backend,
+        ..RedisStoreOptions::default()
+    };
+    let store = RedisStore::with_options(&args.redis, options)?;
     // Connect now if Redis is there; if not, serve anyway (the fallback decides) and connect
     // when it comes up.
-    if let Err(error) = store.connect().await {
-        eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile");
+    match store.connect().await {
+        Ok(()) => eprintln!(
+            "demo-service: backend {}",
+            store.backend().unwrap_or(args.backend)
+        ),
+        Err(error) => {
+            eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile")
+        }
     }
     let mut limiter = RateLimiter::builder(store)
         .policy(policy(&args)?)

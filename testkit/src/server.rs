@@ -63,7 +63,8 @@ fn free_port() -> u16 {
     panic!("no free port with a free cluster bus port after 100 attempts")
 }
 
-fn fresh_dir() -> PathBuf {
+/// A new empty temporary directory for a server.
+pub fn fresh_dir() -> PathBuf {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "redis-ratelimit-it-{}-{}",
@@ -83,6 +84,10 @@ pub struct Server {
     /// Its working directory (RDB, AOF, log).
     pub dir: PathBuf,
     args: Vec<String>,
+    /// Extra environment of the process (an `LD_PRELOAD` clock, say).
+    env: Vec<(String, String)>,
+    /// Whether the module is loaded (a managed host has none).
+    module: bool,
 }
 
 impl Server {
@@ -93,13 +98,35 @@ impl Server {
 
     /// Starts a server in an existing directory (to reload its RDB or AOF).
     pub fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
+        Server::start_with_env(dir, extra, &[])
+    }
+
+    /// Starts a server in `dir` with `extra` arguments and extra environment variables
+    /// (kept for restarts).
+    pub fn start_with_env(dir: PathBuf, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::launch(dir, extra, env, true)
+    }
+
+    /// Starts a server without the module, as a managed host runs (add
+    /// `--enable-module-command no` to refuse `MODULE LOAD` too).
+    pub fn start_without_module(extra: &[&str]) -> Server {
+        Server::launch(fresh_dir(), extra, &[], false)
+    }
+
+    fn launch(dir: PathBuf, extra: &[&str], env: &[(&str, &str)], module: bool) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
         for _attempt in 0..5 {
             let mut server = Server {
                 child: None,
                 port: free_port(),
                 dir: dir.clone(),
                 args: args.clone(),
+                env: env.clone(),
+                module,
             };
             if server.spawn() {
                 return server;
@@ -112,7 +139,6 @@ impl Server {
     }
 
     fn spawn(&mut self) -> bool {
-        let module = module_path();
         let mut command = Command::new(server_binary());
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -123,10 +149,13 @@ impl Server {
                 "log",
             ])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--enable-debug-command", "yes", "--protected-mode", "no"])
-            .arg("--loadmodule")
-            .arg(&module)
+            .args(["--enable-debug-command", "yes", "--protected-mode", "no"]);
+        if self.module {
+            command.arg("--loadmodule").arg(module_path());
+        }
+        command
             .args(&self.args)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null());

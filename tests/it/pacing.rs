@@ -198,12 +198,11 @@ fn a_rate_change_keeps_the_queue_of_a_bucket_in_debt() {
             [0, 0],
             "two tokens, then reservations: {waits:?}"
         );
-        let before_change = server_time_ms(&mut con);
         let next = paced(&mut con, key, &format!("2 {new_rate} MAXWAIT 20000"));
         let after_change = server_time_ms(&mut con);
         assert_eq!(next[..2], [1, 0], "{key}: admitted, in debt: {next:?}");
-        // wait = first + 3 s + one interval - now, rounded up to the ms; the first call lies
-        // in [before_first, before_change], the changed call in [before_change, after_change].
+        // wait = first + 3 s + one interval - now, rounded up to the ms, where the first call
+        // came after before_first and the changed call (now) after it, before after_change.
         let tail_and_interval = 3_000 + interval_ms;
         let earliest = before_first + tail_and_interval - after_change - 1;
         let latest = tail_and_interval + 1;

@@ -6,6 +6,7 @@
 //! [`MemoryStore`] runs the same core algorithms in process, for tests and examples that
 //! have no server.
 
+mod backend;
 mod memory;
 mod redis;
 mod reply;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use crate::algorithm::Algorithm;
 
+pub use self::backend::Backend;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
 pub use crate::outcome::{Grant, View};

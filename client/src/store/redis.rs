@@ -15,6 +15,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, Value};
 use tokio::sync::watch;
 
+use super::backend::{self, Backend, Probe, Resolved};
 use super::reply;
 use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreError};
 
@@ -37,6 +38,9 @@ pub struct RedisStoreOptions {
     pub connect_timeout: Duration,
     /// Whether `RL.MULTI` is available.
     pub multi: MultiSupport,
+    /// Which implementation to call: the module, the Functions library, or the library as
+    /// a script; [`Backend::Auto`] (the default) picks when first connected.
+    pub backend: Backend,
 }
 
 impl Default for RedisStoreOptions {
@@ -44,6 +48,7 @@ impl Default for RedisStoreOptions {
         Self {
             connect_timeout: Duration::from_secs(1),
             multi: MultiSupport::Detect,
+            backend: Backend::Auto,
         }
     }
 }
@@ -113,6 +118,8 @@ struct Inner {
     /// timeout is a few ms) must not cancel a connection that takes longer to set up.
     attempts: watch::Sender<Attempt>,
     multi: AtomicU8,
+    /// The backend in use, once resolved on the first connection.
+    backend: OnceLock<Resolved>,
 }
 
 /// The latest connection attempt.
@@ -165,6 +172,7 @@ impl RedisStore {
                 connection: OnceLock::new(),
                 attempts: watch::Sender::new(Attempt::default()),
                 multi: AtomicU8::new(multi),
+                backend: OnceLock::new(),
             }),
         }
     }
@@ -240,6 +248,17 @@ impl RedisStore {
     }
 
     async fn detect(&self, connection: &Connection) -> Result<(), StoreError> {
+        if self.inner.backend.get().is_none() {
+            let resolved = backend::resolve(connection, self.inner.options.backend)
+                .await
+                .map_err(StoreError::Server)?;
+            backend::record(resolved.backend);
+            let _ = self.inner.backend.set(resolved);
+        }
+        if self.backend() != Some(Backend::Module) {
+            // The library has every command, RL.MULTI and partial grants included.
+            self.inner.multi.store(PRESENT, Ordering::SeqCst);
+        }
         if self.inner.multi.load(Ordering::SeqCst) == UNKNOWN {
             let present = has_command(connection, "rl.multi").await?;
             let value = if present { PRESENT } else { ABSENT };
@@ -288,6 +307,44 @@ impl RedisStore {
             StoreError::Server(detail) => StoreError::Server(named(detail)),
             StoreError::Config(detail) => StoreError::Config(named(detail)),
         }
+    }
+
+    /// The backend in use (the module, the Functions library or scripts), once connected.
+    pub fn backend(&self) -> Option<Backend> {
+        self.inner.backend.get().map(|resolved| resolved.backend)
+    }
+
+    /// The command running the module command `args` on the backend in use.
+    fn command(&self, args: &[String]) -> Cmd {
+        match self.inner.backend.get() {
+            Some(resolved) => backend::command(resolved.backend, &resolved.sha, args),
+            None => to_cmd(args),
+        }
+    }
+
+    /// Runs `args` on the backend; a script the server no longer has (`NOSCRIPT`: a
+    /// restart, `SCRIPT FLUSH`, a failover) is loaded again and the call retried once.
+    async fn run(&self, connection: &Connection, args: &[String]) -> Result<Value, RedisError> {
+        let result = connection.query(&self.command(args)).await;
+        match result {
+            Err(error) if error.code() == Some("NOSCRIPT") => {
+                let _ = backend::load_script(connection).await;
+                connection.query(&self.command(args)).await
+            }
+            other => other,
+        }
+    }
+}
+
+impl Probe for Connection {
+    async fn has_command(&self, name: &str) -> Result<bool, String> {
+        has_command(self, name)
+            .await
+            .map_err(|error| error.to_string())
+    }
+
+    async fn run(&self, command: &Cmd) -> Result<Value, String> {
+        self.query(command).await.map_err(|error| error.to_string())
     }
 }
 
@@ -342,8 +399,8 @@ impl Store for RedisStore {
             let connection = self.connection().await?;
             let command =
                 reply::acquire_command(request, self.multi()).map_err(StoreError::Server)?;
-            let value = connection
-                .query(&to_cmd(command.args()))
+            let value = self
+                .run(connection, command.args())
                 .await
                 .map_err(|error| store_error(&error))?;
             reply::parse_acquire(&command, request, &value)
@@ -358,12 +415,20 @@ impl Store for RedisStore {
             // The limits of a group share a slot, so one pipeline reaches them all.
             let mut pipeline = redis::pipe();
             for args in &commands {
-                pipeline.add_command(to_cmd(args));
+                pipeline.add_command(self.command(args));
             }
-            let replies = connection
+            let mut replies = connection
                 .pipeline(&pipeline, commands.len())
                 .await
                 .map_err(|error| store_error(&error))?;
+            let no_script = |reply: &Value| matches!(reply, Value::ServerError(error) if error.code() == "NOSCRIPT");
+            if replies.iter().any(no_script) {
+                let _ = backend::load_script(connection).await;
+                replies = connection
+                    .pipeline(&pipeline, commands.len())
+                    .await
+                    .map_err(|error| store_error(&error))?;
+            }
             // A pipeline answers each command on its own: an error reply is a value.
             match replies.into_iter().find_map(|reply| match reply {
                 Value::ServerError(error) => Some(error),

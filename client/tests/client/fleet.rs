@@ -278,6 +278,56 @@ fn one_quota_whatever_the_replica_count() {
     assert_eq!(client.get("/nowhere", "x").status, 404);
 }
 
+/// A managed host: no module, and `MODULE LOAD` refused. The replicas find no `RL.*`
+/// command and use the Functions library (`--backend auto` loads it once), or the library
+/// as a script (`--backend scripts`): the fleet still admits exactly one quota.
+#[test]
+fn without_the_module_the_library_admits_one_quota() {
+    let server = Server::start_without_module(&["--enable-module-command", "no"]);
+    let quota = 60;
+    let runs: [(&str, &[usize]); 2] = [("auto", &[1, 3, 6]), ("scripts", &[3])];
+    for (backend, counts) in runs {
+        for &count in counts {
+            let extra = ["--timeout-ms", "1000", "--backend", backend];
+            let replicas = fleet(&url(&server), count, quota, &extra);
+            let key = format!("managed-{backend}-{count}");
+            let results = round_robin(&replicas, &key, 3 * quota as usize);
+            let fallbacks = metric(&replicas, &["source=\"fallback\""]);
+            assert_eq!(
+                fallbacks, 0.0,
+                "{backend} K={count}: a store call fell back"
+            );
+            let admitted = admitted(&results);
+            println!(
+                "fleet without the module, {backend} K={count}: {admitted} admitted of {} requests, quota {quota}",
+                results.len()
+            );
+            assert_eq!(
+                admitted, quota,
+                "{backend} K={count}: one quota for the whole fleet"
+            );
+            let on_library = metric(
+                &replicas,
+                &["ratelimit_store_backend", "backend=\"functions\""],
+            ) + metric(
+                &replicas,
+                &["ratelimit_store_backend", "backend=\"scripts\""],
+            );
+            assert_eq!(
+                on_library, count as f64,
+                "{backend} K={count}: every replica says its backend"
+            );
+        }
+    }
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg("ratelimit")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(libraries.len(), 1, "the replicas loaded the library");
+}
+
 #[test]
 fn leases_cut_redis_calls_and_never_exceed_the_quota() {
     let _heavy = super::exclusive();

@@ -1,0 +1,276 @@
+//! Which server-side implementation a [`RedisStore`](super::RedisStore) calls: the module's
+//! `RL.*` commands, or the same commands as the Functions library
+//! (`functions/ratelimit.lua`, through `FCALL`), or that library sent as a script
+//! (`EVALSHA`) where the host refuses `FUNCTION`. All three answer with the same replies
+//! (the repository's conformance suite holds the library to the module call for call), so
+//! the rest of the client never knows which one ran.
+//!
+//! [`Backend::Auto`] picks, once per connection: the module if its commands exist, else the
+//! library (loaded if absent), else the script.
+
+use std::fmt;
+
+use redis::{Cmd, Value};
+
+/// The library's source, as `FUNCTION LOAD` takes it.
+pub const LIBRARY: &str = include_str!("../../../functions/ratelimit.lua");
+
+/// The library's name (`#!lua name=ratelimit`).
+const LIBRARY_NAME: &str = "ratelimit";
+
+/// Which implementation to call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The module if the server has its commands, else the Functions library (loaded once
+    /// if absent), else the library as a script.
+    #[default]
+    Auto,
+    /// The module's `RL.*` commands.
+    Module,
+    /// The Functions library through `FCALL` (loaded with `FUNCTION LOAD` if absent).
+    Functions,
+    /// The library as a script, through `EVALSHA` (loaded with `SCRIPT LOAD`, again after
+    /// `NOSCRIPT`).
+    Scripts,
+}
+
+impl Backend {
+    /// Its name: `auto`, `module`, `functions`, `scripts` (the `backend` metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Module => "module",
+            Self::Functions => "functions",
+            Self::Scripts => "scripts",
+        }
+    }
+
+    /// The backend a name (as [`Backend::as_str`] gives it) stands for.
+    pub fn parse(name: &str) -> Option<Backend> {
+        [Self::Auto, Self::Module, Self::Functions, Self::Scripts]
+            .into_iter()
+            .find(|backend| backend.as_str().eq_ignore_ascii_case(name))
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The library's script form: the file without its first line (`#!lua name=...`), which
+/// dispatches on its first argument.
+pub(crate) fn script() -> &'static str {
+    LIBRARY.split_once('\n').map_or(LIBRARY, |(_, rest)| rest)
+}
+
+/// The function standing for a module command, and whether the command carries its own
+/// key count (`RL.MULTI numkeys ...`) or names one key.
+fn function_of(command: &str) -> Option<(&'static str, bool)> {
+    let function = match command.to_ascii_uppercase().as_str() {
+        "RL.TOKENBUCKET" => ("rl_tokenbucket", false),
+        "RL.SLIDING" => ("rl_sliding", false),
+        "RL.FIXED" => ("rl_fixed", false),
+        "RL.SLIDINGLOG" => ("rl_slidinglog", false),
+        "CL.THROTTLE" => ("cl_throttle", false),
+        "RL.MULTI" => ("rl_multi", true),
+        "RL.ACQUIRE" => ("rl_acquire", false),
+        "RL.RELEASE" => ("rl_release", false),
+        "RL.PEEK" => ("rl_peek", false),
+        "RL.REFUND" => ("rl_refund", false),
+        _ => return None,
+    };
+    Some(function)
+}
+
+/// The command that runs the module command `args` (`RL.TOKENBUCKET key ...`) on a resolved
+/// backend (`sha`: the script's, for [`Backend::Scripts`]).
+pub(crate) fn command(backend: Backend, sha: &str, args: &[String]) -> Cmd {
+    let mut command = Cmd::new();
+    let translated = match (backend, args.split_first()) {
+        (Backend::Module | Backend::Auto, _) | (_, None) => None,
+        (backend, Some((name, rest))) => {
+            function_of(name).map(|(function, counted)| (backend, function, counted, rest))
+        }
+    };
+    let Some((backend, function, counted, rest)) = translated else {
+        for arg in args {
+            command.arg(arg.as_str());
+        }
+        return command;
+    };
+    // FCALL function numkeys key ... arg ... / EVALSHA sha numkeys key ... function arg ...
+    let (keys, after_keys) = if counted {
+        let count = rest
+            .first()
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0);
+        let keys = rest.get(1..count.saturating_add(1)).unwrap_or_default();
+        let after = rest.get(count.saturating_add(1)..).unwrap_or_default();
+        (keys, after)
+    } else {
+        rest.split_at_checked(1).unwrap_or((rest, &[]))
+    };
+    if backend == Backend::Scripts {
+        command.arg("EVALSHA").arg(sha).arg(keys.len());
+        command.arg(keys).arg(function);
+    } else {
+        command.arg("FCALL").arg(function).arg(keys.len());
+        command.arg(keys);
+    }
+    command.arg(after_keys);
+    command
+}
+
+/// What resolving needs to ask the server, so that [`resolve`] is tested without one.
+pub(crate) trait Probe {
+    /// Whether the server has this command (`COMMAND INFO`).
+    async fn has_command(&self, name: &str) -> Result<bool, String>;
+    /// Runs a command, returning its reply or the server's error text.
+    async fn run(&self, command: &Cmd) -> Result<Value, String>;
+}
+
+/// A backend ready to be called: which one, and the script's SHA for [`Backend::Scripts`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    pub backend: Backend,
+    pub sha: String,
+}
+
+/// Picks and prepares the backend `wanted` stands for: loads the library or the script as
+/// needed. `Err` when the wanted backend cannot work on this server, saying why.
+pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resolved, String> {
+    let resolved = |backend, sha: String| Ok(Resolved { backend, sha });
+    match wanted {
+        Backend::Module => resolved(Backend::Module, String::new()),
+        Backend::Functions => load_library(probe)
+            .await
+            .and_then(|()| resolved(Backend::Functions, String::new())),
+        Backend::Scripts => load_script(probe)
+            .await
+            .and_then(|sha| resolved(Backend::Scripts, sha)),
+        Backend::Auto => {
+            if probe.has_command("rl.tokenbucket").await? {
+                return resolved(Backend::Module, String::new());
+            }
+            match load_library(probe).await {
+                Ok(()) => resolved(Backend::Functions, String::new()),
+                Err(functions) => match load_script(probe).await {
+                    Ok(sha) => resolved(Backend::Scripts, sha),
+                    Err(scripts) => Err(format!(
+                        "no rate-limit backend on this server: no module commands; \
+                         the Functions library: {functions}; scripts: {scripts}"
+                    )),
+                },
+            }
+        }
+    }
+}
+
+/// Publishes the backend in use: the gauge `ratelimit_store_backend{backend}` is 1 for it.
+pub(crate) fn record(backend: Backend) {
+    metrics::gauge!("ratelimit_store_backend", "backend" => backend.as_str()).set(1.0);
+}
+
+/// Loads the library unless this server already has it (`FUNCTION LIST LIBRARYNAME`).
+/// Another process may load it meanwhile: `REPLACE` makes that harmless.
+async fn load_library(probe: &impl Probe) -> Result<(), String> {
+    let mut list = redis::cmd("FUNCTION");
+    list.arg("LIST").arg("LIBRARYNAME").arg(LIBRARY_NAME);
+    let present = match probe.run(&list).await? {
+        Value::Array(libraries) => !libraries.is_empty(),
+        _ => false,
+    };
+    if present {
+        return Ok(());
+    }
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg("REPLACE").arg(LIBRARY);
+    probe.run(&load).await.map(|_| ())
+}
+
+/// Loads the script (idempotent: the SHA is the text's).
+pub(crate) async fn load_script(probe: &impl Probe) -> Result<String, String> {
+    let mut load = redis::cmd("SCRIPT");
+    load.arg("LOAD").arg(script());
+    match probe.run(&load).await? {
+        Value::BulkString(sha) => String::from_utf8(sha).map_err(|e| e.to_string()),
+        Value::SimpleString(sha) => Ok(sha),
+        other => Err(format!("SCRIPT LOAD answered {other:?}")),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn words(command: &Cmd) -> Vec<String> {
+        command
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                redis::Arg::Cursor => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    fn line(text: &str) -> Vec<String> {
+        text.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn module_commands_become_fcall_or_evalsha() {
+        let single = line("RL.TOKENBUCKET user:42 10 2 3 PARTIAL MIN 1");
+        assert_eq!(words(&command(Backend::Module, "", &single)), single);
+        assert_eq!(
+            words(&command(Backend::Functions, "", &single)).join(" "),
+            "FCALL rl_tokenbucket 1 user:42 10 2 3 PARTIAL MIN 1"
+        );
+        assert_eq!(
+            words(&command(Backend::Scripts, "abc", &single)).join(" "),
+            "EVALSHA abc 1 user:42 rl_tokenbucket 10 2 3 PARTIAL MIN 1"
+        );
+        let multi = line("RL.MULTI 2 {t}:a {t}:b TOKENBUCKET 5 1 FIXED 10 60 COST 2");
+        assert_eq!(
+            words(&command(Backend::Functions, "", &multi)).join(" "),
+            "FCALL rl_multi 2 {t}:a {t}:b TOKENBUCKET 5 1 FIXED 10 60 COST 2"
+        );
+        assert_eq!(
+            words(&command(Backend::Scripts, "abc", &multi)).join(" "),
+            "EVALSHA abc 2 {t}:a {t}:b rl_multi TOKENBUCKET 5 1 FIXED 10 60 COST 2"
+        );
+        let release = line("RL.RELEASE k req-1");
+        assert_eq!(
+            words(&command(Backend::Functions, "", &release)).join(" "),
+            "FCALL rl_release 1 k req-1"
+        );
+        let other = line("PING");
+        assert_eq!(words(&command(Backend::Functions, "", &other)), other);
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for backend in [
+            Backend::Auto,
+            Backend::Module,
+            Backend::Functions,
+            Backend::Scripts,
+        ] {
+            assert_eq!(Backend::parse(backend.as_str()), Some(backend));
+        }
+        assert_eq!(Backend::parse("Functions"), Some(Backend::Functions));
+        assert_eq!(Backend::parse("lua"), None);
+    }
+
+    #[test]
+    fn the_script_is_the_library_without_its_first_line() {
+        assert!(LIBRARY.starts_with("#!lua name=ratelimit\n"));
+        assert!(!script().starts_with("#!"));
+        assert_eq!(
+            script().len() + "#!lua name=ratelimit\n".len(),
+            LIBRARY.len()
+        );
+    }
+}

@@ -1,0 +1,1682 @@
+#!lua name=ratelimit
+-- redis-ratelimit as a Redis Functions library: the module's commands, with its exact
+-- arithmetic, for servers that cannot load the module (managed Redis, Valkey services).
+--
+--   redis-cli -x FUNCTION LOAD REPLACE < functions/ratelimit.lua
+--   FCALL rl_tokenbucket 1 key capacity rate [cost] [PARTIAL [MIN m] | MAXWAIT ms]
+--
+-- One function per command, same arguments, same replies, same errors as the module
+-- (README, "Without the module"). Where EVAL is allowed but FUNCTION is not, the same file
+-- minus its first line is a script: EVALSHA sha numkeys key ... function_name arg ...
+--
+-- Exactness. Lua numbers are doubles, exact for integers up to 2^53. The module's instants
+-- are Unix nanoseconds (about 2^61), so an instant is held as whole seconds plus
+-- nanoseconds, and every computation works on durations relative to the call's `now`,
+-- which stay below 2^53. Products that can exceed 2^53 (a count times a window in
+-- microseconds) go through `muldiv`, which is exact for any operands below 2^53. Every
+-- rounding rule of the module is copied: durations and expiries round up. The few inputs
+-- whose arithmetic would leave that range are refused with an error that says so, never
+-- computed approximately (see LIBRARY LIMITS below).
+--
+-- Storage. A limiter is one key of a plain Redis type, expiring at the millisecond the
+-- module's key would: a string "<kind> <a> <b> <c> <x>" (written with SET ... PXAT, one
+-- command) for the token bucket, windows, sliding log and GCRA, and a sorted set (score =
+-- expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
+-- that is not a limiter, or one of the module's keys, is refused with WRONGTYPE and left
+-- alone.
+--
+-- Clock. The module reads whole milliseconds on Redis 7.0/7.1 and the cached microsecond
+-- clock on 7.2+; the library reads TIME once per call and follows the same rule.
+
+-- Loading a library runs with no standard library at hand (string, math, table are
+-- absent until a function is called), so the library is built on its first call and kept.
+local function build()
+
+local floor, fmod, huge = math.floor, math.fmod, math.huge
+local format, sub, byte, find = string.format, string.sub, string.byte, string.find
+local concat = table.concat
+
+local TWO53 = 9007199254740992
+-- LIBRARY LIMITS: the longest duration in nanoseconds the library computes with (2^52,
+-- about 52 days), so that a sum of two such durations is still exact.
+local MAX_DURATION_NS = 4503599627370496
+local LIBRARY = ' in the ratelimit library (Lua numbers are exact only to 2^53); the module accepts more'
+
+local NS_PER_S = 1000000000
+local MAX_REFILL_NS = 3155760000000000000 -- 100 Julian years, as a double (for messages)
+local MAX_WINDOW_US = 3155760000000000
+local MIN_WINDOW_US = 1000
+local MAX_WAIT_MS = 86400000
+local MAX_LOG_ENTRIES = 10000 -- the module's ratelimit.max-log-entries default
+local MAX_HOLDERS = 1000      -- the module's ratelimit.max-holders default
+local MAX_KEYS = 16
+local U64_MAX = '18446744073709551615'
+local I64_MAX = '9223372036854775807'
+local I64_MIN_DIGITS = '9223372036854775808'
+
+local MS_CLOCK = redis.REDIS_VERSION_NUM < 0x070200
+
+local NAMES = {
+  tb = 'a token bucket', sw = 'a sliding window', fw = 'a fixed window',
+  sl = 'a sliding log', gcra = 'a CL.THROTTLE (GCRA)', cc = 'an in-flight limit',
+}
+local ALGORITHMS = {
+  TOKENBUCKET = 'tb', SLIDING = 'sw', FIXED = 'fw', SLIDINGLOG = 'sl', GCRA = 'gcra',
+  CONCURRENCY = 'cc',
+}
+local WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+
+-- Errors -----------------------------------------------------------------------------
+
+-- Raised with a table so that the entry point tells them from bugs.
+local function fail(message) error({message}, 0) end
+
+local function quote(value)
+  local out = {}
+  local n = #value
+  for i = 1, (n < 32 and n or 32) do
+    local b = byte(value, i)
+    out[#out + 1] = (b >= 32 and b < 127) and string.char(b) or '?'
+  end
+  local text = concat(out)
+  if n > 32 then text = text .. '...' end
+  return text
+end
+
+local function arg_error(name, rule, value)
+  if value then fail(format("ERR %s %s (got '%s')", name, rule, quote(value))) end
+  fail(format('ERR %s %s', name, rule))
+end
+
+local function arity(command) fail(format("ERR wrong number of arguments for '%s' command", command)) end
+
+-- Integer arithmetic on doubles --------------------------------------------------------
+
+local TWO52 = 4503599627370496
+
+-- a mod b for b > 0, the sign of a (as C's fmod). Below 2^52 the VM's `%` (a − floor(a/b)
+-- × b, exact there but for a quotient rounded up by one) is corrected, which costs no call;
+-- beyond, fmod, which is always exact.
+local function rem(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    if a < 0 and r > 0 then r = r - b end
+    return r
+  end
+  return fmod(a, b)
+end
+
+-- floor(a / b) for b > 0, exact for integers below 2^53.
+local function fdiv(a, b)
+  local r = rem(a, b)
+  local q = (a - r) / b
+  if r < 0 then q = q - 1 end
+  return q
+end
+
+-- ceil(a / b) for b > 0.
+local function cdiv(a, b)
+  local r = rem(a, b)
+  local q = (a - r) / b
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+-- a / b truncated towards zero, b > 0.
+local function tdiv(a, b) return (a - rem(a, b)) / b end
+
+-- floor(a × b / c) and whether it had a remainder, exact for integers 0 ≤ a, b < 2^53,
+-- 0 < c < 2^53 whose quotient is below 2^53. Products below 2^53 are exact as they are;
+-- larger ones are computed bit by bit, keeping the remainder below c.
+local function muldiv(a, b, c)
+  local p = a * b
+  if p < TWO53 then
+    local r = fmod(p, c)
+    return (p - r) / c, r > 0
+  end
+  if a > b then a, b = b, a end
+  local bq, br = fdiv(b, c), fmod(b, c)
+  local bits = {}
+  while a > 0 do
+    local bit = fmod(a, 2)
+    bits[#bits + 1] = bit
+    a = (a - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q = q + q
+    if r >= c - r then r = r - (c - r); q = q + 1 else r = r + r end
+    if bits[i] == 1 then
+      q = q + bq
+      if r >= c - br then r = r - (c - br); q = q + 1 else r = r + br end
+    end
+  end
+  return q, r > 0
+end
+
+local function muldiv_ceil(a, b, c)
+  local q, rest = muldiv(a, b, c)
+  if rest then return q + 1 end
+  return q
+end
+
+-- Milliseconds, rounded up, in a duration of `d` units of which `per` make a millisecond.
+local function ceil_ms(d, per)
+  if d <= 0 then return 0 end
+  return cdiv(d, per)
+end
+
+local function int(x) return format('%d', x) end
+
+-- Instants in nanoseconds: whole seconds and nanoseconds. --------------------------------
+
+-- An instant `rel` ns from (s, n), as (seconds, nanoseconds).
+local function shift(s, n, rel)
+  local t = n + rel
+  local off = fdiv(t, NS_PER_S)
+  return s + off, t - off * NS_PER_S
+end
+
+local function ns_string(s, n)
+  if s == 0 then return int(n) end
+  return format('%d%09d', s, n)
+end
+
+-- The Unix millisecond, rounded up, of an instant (never 0: 0 would mean no expiry).
+local function expiry_ms_ns(s, n)
+  local ms = s * 1000 + cdiv(n, 1000000)
+  if ms < 1 then return 1 end
+  return ms
+end
+
+local function expiry_ms_us(us)
+  local ms = cdiv(us, 1000)
+  if ms < 1 then return 1 end
+  return ms
+end
+
+-- A stored instant (decimal ns) relative to now (s, n), in ns; nil when it is more than
+-- MAX_DURATION_NS away (the caller decides what that means).
+local function relative(stored, s, n)
+  local len = #stored
+  local ss, sn
+  if len > 9 then
+    ss, sn = tonumber(sub(stored, 1, len - 9)), tonumber(sub(stored, len - 8))
+  else
+    ss, sn = 0, tonumber(stored)
+  end
+  local ds = ss - s
+  if ds > 4503599 or ds < -4503599 then return nil, ds > 0 end
+  return ds * NS_PER_S + (sn - n)
+end
+
+local function clock_behind()
+  fail('ERR the server clock is more than 52 days behind this limiter\'s state: the ratelimit library cannot compute it exactly (delete the key, or use the module)')
+end
+
+-- Numbers, parsed as the module parses them ------------------------------------------------
+
+local function is_digit(b) return b >= 48 and b <= 57 end
+
+local function non_finite(text)
+  local t = string.lower(text)
+  return t == 'nan' or t == 'inf' or t == 'infinity'
+end
+
+-- The module's unsigned_part: nil when fine, else the NumberError name.
+local function unsigned_part(text)
+  local first = byte(text, 1)
+  if first and (is_digit(first) or first == 46) then return nil end
+  local unsigned = text
+  if first == 45 or first == 43 then unsigned = sub(text, 2) end
+  if non_finite(unsigned) then return 'NotFinite' end
+  if first == 45 then
+    if #unsigned > 0 and not find(unsigned, '[^0-9.eE]') then return 'Negative' end
+    return 'Malformed'
+  end
+  return 'Malformed'
+end
+
+local RULES = {
+  NotFinite = 'must be a finite number', Negative = 'must be greater than 0',
+  Zero = 'must be greater than 0', TooLarge = 'is too large',
+}
+
+-- Digits without leading zeros, compared as numbers.
+local function strip_zeros(digits)
+  local s = string.match(digits, '^0*(.*)$')
+  return s
+end
+
+local function digits_above(digits, bound)
+  if #digits ~= #bound then return #digits > #bound end
+  return digits > bound
+end
+
+-- parse_positive_integer: the value, or nil and the NumberError.
+local function parse_positive(text)
+  local problem = unsigned_part(text)
+  if problem then return nil, problem end
+  local bad = find(text, '[^0-9]')
+  local prefix = strip_zeros(bad and sub(text, 1, bad - 1) or text)
+  if digits_above(prefix, U64_MAX) then return nil, 'TooLarge' end
+  if bad or #text == 0 then return nil, 'Malformed' end
+  if prefix == '' then return nil, 'Zero' end
+  return prefix
+end
+
+-- A positive integer argument: its value (exact), or the module's error; values the module
+-- accepts but that are not exact as doubles are refused.
+local function positive_integer(name, text)
+  local digits, problem = parse_positive(text)
+  if not digits then arg_error(name, RULES[problem] or 'must be a positive integer', text) end
+  if digits_above(digits, '9007199254740992') then
+    arg_error(name, 'must be at most 9007199254740992' .. LIBRARY, text)
+  end
+  return tonumber(digits)
+end
+
+-- parse_integer (CL.THROTTLE's signed arguments).
+local function integer(name, text)
+  local first = byte(text, 1)
+  local negative, digits = false, text
+  if first == 45 then negative, digits = true, sub(text, 2)
+  elseif first == 43 then digits = sub(text, 2) end
+  if non_finite(digits) then arg_error(name, 'must be a finite number', text) end
+  if #digits == 0 then arg_error(name, 'must be an integer', text) end
+  local bad = find(digits, '[^0-9]')
+  local prefix = strip_zeros(bad and sub(digits, 1, bad - 1) or digits)
+  if digits_above(prefix, negative and I64_MIN_DIGITS or I64_MAX) then
+    arg_error(name, 'is too large', text)
+  end
+  if bad then arg_error(name, 'must be an integer', text) end
+  return (negative and -1 or 1) * (tonumber(prefix) or 0), prefix
+end
+
+-- Decimal::parse_positive: significant digits (no leading or trailing zeros) and exponent.
+local U128_MAX = '340282366920938463463374607431768211455'
+local function parse_decimal(text)
+  local problem = unsigned_part(text)
+  if problem then return nil, problem end
+  local digits, pending, fraction, written = '', 0, 0, 0
+  local seen, in_fraction = false, false
+  local i, n = 1, #text
+  while i <= n do
+    local b = byte(text, i)
+    if b == 48 then
+      pending = pending + 1
+      if in_fraction then fraction = fraction + 1 end
+      seen = true
+    elseif b >= 49 and b <= 57 then
+      if pending + 1 > 38 then return nil, 'TooLarge' end
+      if digits ~= '' then digits = digits .. string.rep('0', pending) end
+      digits = digits .. string.char(b)
+      if digits_above(digits, U128_MAX) then return nil, 'TooLarge' end
+      pending = 0
+      if in_fraction then fraction = fraction + 1 end
+      seen = true
+    elseif b == 46 and not in_fraction then
+      in_fraction = true
+    elseif (b == 101 or b == 69) and seen then
+      local tail = sub(text, i + 1)
+      local sign = byte(tail, 1)
+      local negative = sign == 45
+      if sign == 45 or sign == 43 then tail = sub(tail, 2) end
+      if #tail == 0 then return nil, 'Malformed' end
+      if #tail > 6 then return nil, 'TooLarge' end
+      if find(tail, '[^0-9]') then return nil, 'Malformed' end
+      written = tonumber(tail) * (negative and -1 or 1)
+      break
+    else
+      return nil, 'Malformed'
+    end
+    i = i + 1
+  end
+  if not seen then return nil, 'Malformed' end
+  if digits == '' then return nil, 'Zero' end
+  return digits, written + pending - fraction
+end
+
+local function positive_decimal(name, text)
+  local digits, exponent = parse_decimal(text)
+  if not digits then arg_error(name, RULES[exponent] or 'must be a positive decimal number', text) end
+  return digits, exponent
+end
+
+-- Whether digits × 10^exponent > 10^power.
+local function exceeds_power_of_ten(digits, exponent, power)
+  local shift_by = power - exponent
+  if shift_by < 0 then return true end
+  if #digits ~= shift_by + 1 then return #digits > shift_by + 1 end
+  return digits ~= '1' .. string.rep('0', shift_by)
+end
+
+-- Seconds as a decimal, in µs rounded up (the module's duration_us).
+local function duration_us(name, text)
+  local digits, exponent = positive_decimal(name, text)
+  local e, us = exponent + 6, nil
+  local L = #digits
+  if e >= 0 then
+    if L + e <= 16 then
+      local whole = digits .. string.rep('0', e)
+      if not digits_above(whole, '3155760000000000') then us = tonumber(whole) end
+    end
+  else
+    local f = -e
+    if L <= f then us = 1
+    elseif L - f <= 16 then
+      local whole = sub(digits, 1, L - f)
+      if not digits_above(whole, '3155759999999999') then us = tonumber(whole) + 1 end
+    end
+  end
+  if us and us < MIN_WINDOW_US then arg_error(name, 'must be at least 0.001 seconds (1 ms)', text) end
+  if not us then arg_error(name, 'must be at most 3155760000 seconds (100 years)', text) end
+  return us
+end
+
+-- Parameters -------------------------------------------------------------------------------
+-- A quota is a table {kind, cost, ...}; `with_cost` copies it with another cost.
+
+local function with_cost(q, cost)
+  local c = {}
+  for key, value in pairs(q) do c[key] = value end
+  if cost < 1 then cost = 1 end
+  c.cost = cost
+  return c
+end
+
+local function token_bucket_params(capacity_arg, rate_arg)
+  local capacity_digits, problem = parse_positive(capacity_arg)
+  if not capacity_digits then
+    arg_error('capacity', RULES[problem] or 'must be a positive integer', capacity_arg)
+  end
+  local capacity = tonumber(capacity_digits)
+  local digits, exponent = positive_decimal('rate', rate_arg)
+  if exceeds_power_of_ten(digits, exponent, 9) then
+    arg_error('rate', 'must be at most 1000000000 tokens per second', rate_arg)
+  end
+  local too_long = function()
+    arg_error('capacity / rate', 'must be at most 100 years (the time an empty bucket takes to refill)')
+  end
+  -- interval = ceil(10^k / D), k = 9 - exponent ≥ 0.
+  local k = 9 - exponent
+  local approx = 10 ^ k / tonumber(digits)
+  if approx ~= approx or approx * capacity > MAX_REFILL_NS * 1.000001 or (exponent < 0 and -exponent > 29) then
+    too_long()
+  end
+  local library_refusal = function()
+    arg_error('capacity / rate', 'must be at most 4503599627370496 ns (52 days)' .. LIBRARY)
+  end
+  if #digits > 14 or #capacity_digits > 16 then
+    if approx * capacity > MAX_REFILL_NS then too_long() end
+    if #digits > 14 then arg_error('rate', 'must have at most 14 significant digits' .. LIBRARY, rate_arg) end
+    library_refusal()
+  end
+  local d = tonumber(digits)
+  local q, r, interval = 0, 0, nil
+  for i = 0, k do
+    r = r * 10 + (i == 0 and 1 or 0)
+    local digit = fdiv(r, d)
+    q = q * 10 + digit
+    r = r - digit * d
+    if q > TWO53 then break end
+  end
+  if q <= TWO53 then interval = q + (r > 0 and 1 or 0) end
+  local refill = interval and interval * capacity
+  if not refill or refill > MAX_DURATION_NS then
+    if approx * capacity > MAX_REFILL_NS then too_long() end
+    library_refusal()
+  end
+  return {kind = 'tb', capacity = capacity, interval = interval, interval_s = int(interval),
+          refill = refill, cost = 1, max_wait = 0}
+end
+
+local function window_params(kind, limit_arg, window_arg)
+  local limit_digits, problem = parse_positive(limit_arg)
+  if not limit_digits then arg_error('limit', RULES[problem] or 'must be a positive integer', limit_arg) end
+  local window = duration_us('window', window_arg)
+  local limit = tonumber(limit_digits)
+  if kind == 'sl' then
+    if digits_above(limit_digits, tostring(MAX_LOG_ENTRIES)) then
+      arg_error('limit', format('must be at most %d (the ratelimit.max-log-entries setting)', MAX_LOG_ENTRIES), limit_arg)
+    end
+  elseif digits_above(limit_digits, '4294967295') then
+    arg_error('limit', 'must be at most 4294967295', limit_arg)
+  end
+  return {kind = kind, limit = limit, window = window, cost = 1}
+end
+
+local function gcra_params(burst_arg, count_arg, period_arg)
+  local max_burst, burst_digits = integer('max_burst', burst_arg)
+  local count, count_digits = integer('count', count_arg)
+  local period, period_digits = integer('period', period_arg)
+  if count == 0 or period == 0 then
+    arg_error('count / period', 'must be a non-zero rate of at most 1e9 per second (zero rates are not supported)')
+  end
+  for _, pair in ipairs({{'max_burst', burst_digits, burst_arg}, {'count', count_digits, count_arg}, {'period', period_digits, period_arg}}) do
+    if digits_above(pair[2], '9007199254740992') then
+      arg_error(pair[1], 'must be at most 9007199254740992 in magnitude' .. LIBRARY, pair[3])
+    end
+  end
+  -- As redis-cell: (period × 1e9 as f64) / (count as f64), truncated.
+  local interval = (period * 1e9) / count
+  if interval >= 0 then interval = floor(interval) else interval = -floor(-interval) end
+  if interval == 0 then
+    arg_error('count / period', 'must be a non-zero rate of at most 1e9 per second (zero rates are not supported)')
+  end
+  if interval < 0 then arg_error('count and period', 'must have the same sign') end
+  if max_burst < 0 then arg_error('max_burst', 'must be at least 0', burst_arg) end
+  local tolerance = interval * (max_burst + 1)
+  if tolerance > MAX_REFILL_NS then
+    arg_error('period / count * (max_burst + 1)', 'must be at most 100 years')
+  end
+  if tolerance > MAX_DURATION_NS then
+    arg_error('period / count * (max_burst + 1)', 'must be at most 4503599627370496 ns (52 days)' .. LIBRARY)
+  end
+  return {kind = 'gcra', max_burst = max_burst, interval = interval, tolerance = tolerance, cost = 1}
+end
+
+local function concurrency_params(limit_arg, ttl_arg)
+  local limit_digits, problem = parse_positive(limit_arg)
+  if not limit_digits then arg_error('limit', RULES[problem] or 'must be a positive integer', limit_arg) end
+  local ttl_digits, ttl_problem = parse_positive(ttl_arg)
+  if not ttl_digits then arg_error('ttl_ms', RULES[ttl_problem] or 'must be a positive integer', ttl_arg) end
+  if digits_above(limit_digits, tostring(MAX_HOLDERS)) then
+    arg_error('limit', format('must be at most %d (the ratelimit.max-holders setting)', MAX_HOLDERS), limit_arg)
+  end
+  if digits_above(ttl_digits, '3155760000000') then
+    arg_error('ttl_ms', 'must be at most 3155760000000 (100 years)', ttl_arg)
+  end
+  return {kind = 'cc', limit = tonumber(limit_digits), ttl = tonumber(ttl_digits) * 1000, cost = 1}
+end
+
+local function holder_id(id)
+  if #id < 1 or #id > 128 then arg_error('holder', 'must be 1 to 128 bytes', id) end
+  return id
+end
+
+local PARAM_COUNT = {tb = 2, sw = 2, fw = 2, sl = 2, gcra = 3, cc = 2}
+
+local function quota(kind, a, i)
+  if kind == 'tb' then return token_bucket_params(a[i], a[i + 1])
+  elseif kind == 'gcra' then return gcra_params(a[i], a[i + 1], a[i + 2])
+  elseif kind == 'cc' then return concurrency_params(a[i], a[i + 1])
+  end
+  return window_params(kind, a[i], a[i + 1])
+end
+
+local function algorithm(name)
+  local kind = ALGORITHMS[string.upper(name)]
+  if not kind then
+    arg_error('algorithm', 'must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY', name)
+  end
+  return kind
+end
+
+local function upper_is(arg, word) return arg ~= nil and string.upper(arg) == word end
+
+local function is_option(arg) return upper_is(arg, 'PARTIAL') or upper_is(arg, 'MAXWAIT') end
+
+-- PARTIAL [MIN m] after position i (the PARTIAL itself): min and the next position.
+local function partial(a, i, cost, command)
+  if upper_is(a[i + 1], 'MIN') then
+    if a[i + 2] == nil then arity(command) end
+    local at_least = positive_integer('MIN', a[i + 2])
+    if at_least > cost then arg_error('MIN', 'must be at most the cost', a[i + 2]) end
+    return at_least, i + 3
+  end
+  return 1, i + 1
+end
+
+-- The parameters, then [cost], from position i: the quota and the next position.
+local function with_cost_arg(kind, a, i, command)
+  local count = PARAM_COUNT[kind]
+  if #a - i + 1 < count then arity(command) end
+  local q = quota(kind, a, i)
+  i = i + count
+  local cost = a[i]
+  if cost ~= nil and not is_option(cost) then
+    q.cost = positive_integer('cost', cost)
+    i = i + 1
+  end
+  return q, i
+end
+
+local function max_wait(q, wait)
+  local too_long = function() arg_error('MAXWAIT', 'must be at most 86400000 ms (1 day)', wait) end
+  if q.kind ~= 'tb' then fail('ERR MAXWAIT paces token buckets only (RL.TOKENBUCKET)') end
+  local digits, problem = parse_positive(wait)
+  local ms
+  if digits then ms = digits
+  elseif problem == 'Zero' then ms = '0'
+  elseif problem == 'TooLarge' then too_long()
+  elseif problem == 'Negative' then arg_error('MAXWAIT', 'must be at least 0', wait)
+  else arg_error('MAXWAIT', RULES[problem] or 'must be a whole number of milliseconds', wait) end
+  if digits_above(ms, tostring(MAX_WAIT_MS)) then too_long() end
+  q.max_wait = tonumber(ms) * 1000000
+end
+
+-- A single-key call: the quota and the minimum of a partial grant (nil: all or nothing).
+local function call_args(kind, a, i, command)
+  local q
+  q, i = with_cost_arg(kind, a, i, command)
+  local min, waited = nil, false
+  while a[i] ~= nil do
+    local option = a[i]
+    if min == nil and upper_is(option, 'PARTIAL') then
+      min, i = partial(a, i, q.cost, command)
+    elseif not waited and upper_is(option, 'MAXWAIT') then
+      if a[i + 1] == nil then arity(command) end
+      max_wait(q, a[i + 1])
+      waited, i = true, i + 2
+    else
+      arg_error('option', kind == 'tb' and 'must be PARTIAL [MIN m] or MAXWAIT ms' or 'must be PARTIAL [MIN m]', option)
+    end
+  end
+  if waited and min ~= nil then arg_error('PARTIAL and MAXWAIT', 'must not be combined') end
+  if q.cost > TWO53 then arg_error('cost', 'must be at most 9007199254740992' .. LIBRARY) end
+  return q, min
+end
+
+-- The last parameters each command parsed, remembered as the module remembers them: parsing
+-- exactly, digit by digit, costs more than deciding, and a service sends the same parameters
+-- call after call. A parsed quota is never changed afterwards (`with_cost` copies it).
+local MEMO_SIZE = 256
+local PARSED = 0 -- the key of a parse result in the tree (arguments are strings)
+local function remembered(parse)
+  local root, size = {}, 0
+  return function(a, keys)
+    -- A tree of the arguments, one level per argument (then the key count, if any).
+    local node = root
+    for i = 1, #a do
+      node = node[a[i]]
+      if node == nil then break end
+    end
+    if node and keys then
+      -- Only the key count shapes a parse: key names appear in errors alone, never kept.
+      node = node[PARSED + 1]
+      node = node and node[#keys]
+    end
+    local hit = node and node[PARSED]
+    if hit then return hit[1], hit[2] end
+    local q, min = parse(a, keys)
+    if size >= MEMO_SIZE then root, size = {}, 0 end
+    node = root
+    for i = 1, #a do
+      local next_node = node[a[i]]
+      if next_node == nil then next_node = {}; node[a[i]] = next_node end
+      node = next_node
+    end
+    if keys then
+      local next_node = node[PARSED + 1]
+      if next_node == nil then next_node = {}; node[PARSED + 1] = next_node end
+      node = next_node
+      next_node = node[#keys]
+      if next_node == nil then next_node = {}; node[#keys] = next_node end
+      node = next_node
+    end
+    node[PARSED] = {q, min}
+    size = size + 1
+    return q, min
+  end
+end
+
+-- Reading keys -----------------------------------------------------------------------------
+
+-- A key's limiter: nil (missing), or {kind, a, b, c} (hash kinds) or {kind = 'cc', holders}
+-- (holders: {expiry_us, id} in order, expired ones included).
+local function refine_wrong_type(key)
+  local t = redis.call('TYPE', key)
+  t = t.ok or t
+  if t == 'ratelimit' then
+    fail('WRONGTYPE key holds a limiter of the ratelimit module: call its RL.* command or delete the key')
+  end
+  return t
+end
+
+local function zset_state(reply)
+  local holders = {}
+  for j = 1, #reply, 2 do holders[#holders + 1] = {tonumber(reply[j + 1]), reply[j]} end
+  return {kind = 'cc', holders = holders}
+end
+
+-- A limiter in a string: "<kind> <a> <b> <c> <x>", '-' for a field it does not use. Field
+-- x is set only on a limiter back to unused at the very millisecond of its write (see
+-- `commit`): it is gone once that millisecond has passed. A string that does not parse is
+-- not a limiter.
+local function string_state(value, now)
+  local kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
+  if not kind or not NAMES[kind] then fail(WRONG_TYPE) end
+  if x ~= '-' then
+    x = tonumber(x)
+    if x * 1000 < now.us - fmod(now.us, 1000) then return nil end
+  else
+    x = nil
+  end
+  return {kind = kind, a = a, b = b, c = c, x = x}
+end
+
+-- Opens a key, expecting `kind` (which only chooses the read tried first).
+local function open(key, kind, now)
+  if kind == 'cc' then
+    local reply = redis.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+    if not reply.err then
+      if #reply == 0 then return nil end
+      return zset_state(reply)
+    end
+    if refine_wrong_type(key) ~= 'string' then fail(WRONG_TYPE) end
+    return string_state(redis.call('GET', key), now)
+  end
+  local reply = redis.pcall('GET', key)
+  if not reply then return nil end
+  if not reply.err then return string_state(reply, now) end
+  if refine_wrong_type(key) == 'zset' then
+    return zset_state(redis.call('ZRANGE', key, 0, -1, 'WITHSCORES'))
+  end
+  fail(WRONG_TYPE)
+end
+
+local function check_kind(state, kind)
+  if state and state.kind ~= kind then
+    local held = NAMES[state.kind]
+    if not held then fail(WRONG_TYPE) end
+    fail(format('ERR key holds %s, not %s: use the matching command or delete the key', held, NAMES[kind]))
+  end
+end
+
+-- The algorithms ---------------------------------------------------------------------------
+-- Each takes (state, quota, now) where now = {us = Unix µs, s = seconds, n = ns within the
+-- second}, and returns a decision {allowed, remaining, retry, reset, limit} (retry: 0 now,
+-- -1 never, else ms) and a write (nil: nothing to write). `grantable` gives the most units
+-- a call could take.
+
+local Algo = {}
+
+local function decision(allowed, remaining, retry, reset, limit)
+  return {allowed and 1 or 0, remaining, retry, reset, limit}
+end
+
+-- Token bucket. Instants are ns relative to now; the state is the empty instant and the
+-- refill interval of one token.
+local TB = {}
+Algo.tb = TB
+
+local function tb_view(state, q, now)
+  local refill = q.refill
+  local empty_at = -refill
+  if state then
+    local rel, ahead = relative(state.a, now.s, now.n)
+    if rel == nil and ahead then clock_behind() end
+    if state.b == q.interval_s or (rel and rel >= 0) then
+      if rel and rel > empty_at then empty_at = rel end
+    else
+      -- The rate changed: keep the tokens accrued at the old rate, clamped to the capacity.
+      local old = tonumber(state.b)
+      local old_full = q.capacity * old
+      local elapsed = rel and -rel
+      if elapsed == nil then
+        if old_full > MAX_DURATION_NS then clock_behind() end
+        elapsed = huge
+      end
+      if elapsed < old_full then
+        local rescaled = muldiv(elapsed, q.interval, old)
+        if -rescaled > empty_at then empty_at = -rescaled end
+      end
+    end
+  end
+  return empty_at
+end
+
+local function tb_retry(q, empty_at)
+  if q.cost > q.capacity then return -1 end
+  local missing = (q.cost * q.interval - q.max_wait) + empty_at
+  if missing <= 0 then return 0 end
+  local ms = ceil_ms(missing, 1000000)
+  if ms < 1 then ms = 1 end
+  return ms
+end
+
+local function tb_decision(q, allowed, empty_at, retry)
+  local remaining = 0
+  if empty_at < 0 then remaining = fdiv(-empty_at, q.interval) end
+  return decision(allowed, remaining, retry, ceil_ms(empty_at + q.refill, 1000000), q.capacity)
+end
+
+local function tb_write(q, empty_at, now)
+  local s, n = shift(now.s, now.n, empty_at)
+  local es, en = shift(s, n, q.refill)
+  return {fields = {'tb', ns_string(s, n), q.interval_s, nil}, expiry = expiry_ms_ns(es, en)}
+end
+
+function TB.evaluate(state, q, now)
+  local empty_at = tb_view(state, q, now)
+  local retry = tb_retry(q, empty_at)
+  if retry == 0 then
+    empty_at = empty_at + q.cost * q.interval
+    return tb_decision(q, true, empty_at, ceil_ms(empty_at, 1000000)), tb_write(q, empty_at, now)
+  end
+  return tb_decision(q, false, empty_at, retry), nil
+end
+
+function TB.refund(state, q, now)
+  local before = tb_view(state, q, now)
+  local empty_at = before - q.cost * q.interval
+  if empty_at < -q.refill then empty_at = -q.refill end
+  local refunded = state ~= nil and empty_at < before
+  local d = tb_decision(q, refunded, empty_at, tb_retry(q, empty_at))
+  return d, refunded and tb_write(q, empty_at, now) or nil
+end
+
+function TB.grantable(state, q, up_to, now)
+  local within = q.max_wait - tb_view(state, q, now)
+  local tokens = 0
+  if within > 0 then tokens = fdiv(within, q.interval) end
+  if tokens > q.capacity then tokens = q.capacity end
+  if tokens > up_to then tokens = up_to end
+  return tokens
+end
+
+-- Windows (µs). -----------------------------------------------------------------------------
+
+local function window_start(t, w) return t - fmod(t, w) end -- t ≥ 0
+
+-- Sliding window: counts of the previous and current epoch-aligned windows.
+local SW = {}
+Algo.sw = SW
+
+local function sw_view(state, q, now)
+  local w = q.window
+  local current_start = window_start(now.us, w)
+  local start, previous, current = current_start, 0, 0
+  if state then
+    local stored_start = window_start(tonumber(state.a), w)
+    local p, c = tonumber(state.b), tonumber(state.c)
+    if stored_start >= current_start then start, previous, current = stored_start, p, c
+    elseif stored_start + w == current_start then previous = c end
+  end
+  local elapsed = now.us - start
+  if elapsed < 0 then elapsed = 0 end
+  return {start = start, elapsed = elapsed, previous = previous, current = current, now = now.us, w = w}
+end
+
+-- ceil(previous × (W − e) / W): the previous window's weighted share, rounded up.
+local function sw_previous_share(v, previous)
+  return muldiv_ceil(previous, v.w - v.elapsed, v.w)
+end
+
+local function sw_room(q, v, previous, current)
+  local room = q.limit - current - sw_previous_share(v, previous)
+  if room < 0 then return 0 end
+  return room
+end
+
+local function sw_admits(q, v, previous, current)
+  local room = q.limit - current - q.cost
+  if room < 0 then return false end
+  -- previous × (W − e) ≤ room × W  ⇔  ceil(previous × (W − e) / W) ≤ room.
+  return sw_previous_share(v, previous) <= room
+end
+
+local function earliest_elapsed(weight, room, w)
+  if weight <= room then return 0 end
+  return muldiv_ceil(weight - room, w, weight)
+end
+
+local function sw_retry(q, v, previous, current)
+  if q.cost > q.limit then return -1 end
+  local at
+  local room = q.limit - current - q.cost
+  if room >= 0 then
+    local e = earliest_elapsed(previous, room, v.w)
+    if e <= v.elapsed then at = v.now else at = v.start + e end
+  else
+    at = v.start + v.w + earliest_elapsed(current, q.limit - q.cost, v.w)
+  end
+  if at <= v.now then return 0 end
+  local ms = ceil_ms(at - v.now, 1000)
+  if ms < 1 then ms = 1 end
+  return ms
+end
+
+local function sw_empty_at(v, previous, current)
+  if current > 0 then return v.start + 2 * v.w end
+  if previous > 0 then return v.start + v.w end
+  return nil
+end
+
+local function sw_decision(q, v, allowed, previous, current, retry)
+  local empty = sw_empty_at(v, previous, current)
+  local reset = empty and ceil_ms(empty - v.now, 1000) or 0
+  return decision(allowed, sw_room(q, v, previous, current), retry, reset, q.limit)
+end
+
+local function sw_write(v, previous, current)
+  return {fields = {'sw', int(v.start), int(previous), int(current)},
+          expiry = expiry_ms_us(sw_empty_at(v, previous, current) or v.now)}
+end
+
+function SW.evaluate(state, q, now)
+  local v = sw_view(state, q, now)
+  local p, c = v.previous, v.current
+  if q.cost <= q.limit and sw_admits(q, v, p, c) then
+    c = c + q.cost
+    return sw_decision(q, v, true, p, c, 0), sw_write(v, p, c)
+  end
+  return sw_decision(q, v, false, p, c, sw_retry(q, v, p, c)), nil
+end
+
+function SW.refund(state, q, now)
+  local v = sw_view(state, q, now)
+  local from_current = v.current < q.cost and v.current or q.cost
+  local c = v.current - from_current
+  local p = v.previous - (q.cost - from_current)
+  if p < 0 then p = 0 end
+  local refunded = c < v.current or p < v.previous
+  local d = sw_decision(q, v, refunded, p, c, sw_retry(q, v, p, c))
+  return d, refunded and sw_write(v, p, c) or nil
+end
+
+function SW.grantable(state, q, up_to, now)
+  local v = sw_view(state, q, now)
+  local room = sw_room(q, v, v.previous, v.current)
+  if room > up_to then return up_to end
+  return room
+end
+
+-- Fixed window.
+local FW = {}
+Algo.fw = FW
+
+local function fw_view(state, q, now)
+  local current = window_start(now.us, q.window)
+  local start, count = current, 0
+  if state then
+    local stored_start = window_start(tonumber(state.a), q.window)
+    if stored_start >= current then start, count = stored_start, tonumber(state.b) end
+  end
+  return {start = start, count = count, now = now.us, finish = start + q.window}
+end
+
+local function fw_retry(q, v, count)
+  if q.cost > q.limit then return -1 end
+  if count + q.cost <= q.limit then return 0 end
+  local ms = ceil_ms(v.finish - v.now, 1000)
+  if ms < 1 then ms = 1 end
+  return ms
+end
+
+local function fw_decision(q, v, allowed, count, retry)
+  local reset = 0
+  if count > 0 then reset = ceil_ms(v.finish - v.now, 1000) end
+  local remaining = q.limit - count
+  if remaining < 0 then remaining = 0 end
+  return decision(allowed, remaining, retry, reset, q.limit)
+end
+
+local function fw_write(v, count)
+  return {fields = {'fw', int(v.start), int(count), nil},
+          expiry = expiry_ms_us(count == 0 and v.now or v.finish)}
+end
+
+function FW.evaluate(state, q, now)
+  local v = fw_view(state, q, now)
+  local retry = fw_retry(q, v, v.count)
+  if retry == 0 then
+    local count = v.count + q.cost
+    return fw_decision(q, v, true, count, 0), fw_write(v, count)
+  end
+  return fw_decision(q, v, false, v.count, retry), nil
+end
+
+function FW.refund(state, q, now)
+  local v = fw_view(state, q, now)
+  local count = v.count - q.cost
+  if count < 0 then count = 0 end
+  local refunded = count < v.count
+  local d = fw_decision(q, v, refunded, count, fw_retry(q, v, count))
+  return d, refunded and fw_write(v, count) or nil
+end
+
+function FW.grantable(state, q, up_to, now)
+  local v = fw_view(state, q, now)
+  local left = q.limit - v.count
+  if left < 0 then left = 0 end
+  if left > up_to then return up_to end
+  return left
+end
+
+-- Sliding log: the admitted units' instants, stored as runs "t:n,t:n,..." (n units at t).
+local SL = {}
+Algo.sl = SL
+
+local function sl_view(state, q, now)
+  local runs, len = {}, 0
+  local at = now.us
+  if state then
+    local as_of = tonumber(state.a)
+    if as_of > at then at = as_of end
+    for t, n in string.gmatch(state.b, '(%d+):(%d+)') do
+      local count = tonumber(n)
+      runs[#runs + 1] = {tonumber(t), count}
+      len = len + count
+    end
+  end
+  local cutoff = at - q.window
+  local start = 0
+  for _, run in ipairs(runs) do
+    if run[1] > cutoff then break end
+    start = start + run[2]
+  end
+  return {runs = runs, len = len, start = start, at = at, now = now.us, w = q.window}
+end
+
+-- The k-th unit in the window (1-based), nil when there is none.
+local function sl_nth(v, k)
+  if k < 1 then return nil end
+  local index = v.start + k
+  if index > v.len then return nil end
+  for _, run in ipairs(v.runs) do
+    if index <= run[2] then return run[1] end
+    index = index - run[2]
+  end
+  return nil
+end
+
+local function sl_until_gone(v, t) return ceil_ms(t + v.w - v.now, 1000) end
+
+local function sl_decision(q, v, allowed, in_window)
+  local retry
+  if q.cost > q.limit then retry = -1
+  else
+    local needed = in_window + q.cost - q.limit
+    if needed <= 0 then retry = 0
+    else
+      retry = sl_until_gone(v, sl_nth(v, needed) or v.at)
+      if retry < 1 then retry = 1 end
+    end
+  end
+  local newest = sl_nth(v, in_window)
+  local remaining = q.limit - in_window
+  if remaining < 0 then remaining = 0 end
+  return decision(allowed, remaining, retry, newest and sl_until_gone(v, newest) or 0, q.limit)
+end
+
+-- The log after dropping the expired units and then `drop_newest` (or adding `add` at `at`).
+local function sl_write(v, add, drop_newest, expiry)
+  local out, skip = {}, v.start
+  local kept = {}
+  for _, run in ipairs(v.runs) do
+    local n = run[2]
+    if skip >= n then skip = skip - n
+    else
+      kept[#kept + 1] = {run[1], n - skip}
+      skip = 0
+    end
+  end
+  local drop = drop_newest
+  while drop > 0 and #kept > 0 do
+    local last = kept[#kept]
+    if last[2] <= drop then drop = drop - last[2]; kept[#kept] = nil
+    else last[2] = last[2] - drop; drop = 0 end
+  end
+  if add > 0 then
+    local last = kept[#kept]
+    if last and last[1] == v.at then last[2] = last[2] + add else kept[#kept + 1] = {v.at, add} end
+  end
+  for _, run in ipairs(kept) do out[#out + 1] = int(run[1]) .. ':' .. int(run[2]) end
+  local runs = concat(out, ',')
+  return {fields = {'sl', int(v.at), runs ~= '' and runs or '-', nil}, expiry = expiry}
+end
+
+function SL.evaluate(state, q, now)
+  local v = sl_view(state, q, now)
+  local in_window = v.len - v.start
+  if q.cost > q.limit or in_window + q.cost > q.limit then
+    return sl_decision(q, v, false, in_window), nil
+  end
+  local d = decision(true, q.limit - in_window - q.cost, 0, sl_until_gone(v, v.at), q.limit)
+  return d, sl_write(v, q.cost, 0, expiry_ms_us(v.at + v.w))
+end
+
+function SL.refund(state, q, now)
+  local v = sl_view(state, q, now)
+  local in_window = v.len - v.start
+  local back = q.cost < in_window and q.cost or in_window
+  local after = in_window - back
+  local d = sl_decision(q, v, back > 0, after)
+  if back == 0 then return d, nil end
+  local newest = sl_nth(v, after)
+  return d, sl_write(v, 0, back, expiry_ms_us(newest and newest + v.w or v.at))
+end
+
+function SL.grantable(state, q, up_to, now)
+  local v = sl_view(state, q, now)
+  local left = q.limit - (v.len - v.start)
+  if left < 0 then left = 0 end
+  if left > up_to then return up_to end
+  return left
+end
+
+-- GCRA (CL.THROTTLE): the theoretical arrival time, in ns relative to now.
+local GC = {}
+Algo.gcra = GC
+
+local function gc_tat(state, now)
+  if not state then return 0 end
+  local rel, ahead = relative(state.a, now.s, now.n)
+  if rel == nil then
+    if ahead then clock_behind() end
+    return 0
+  end
+  if rel < 0 then return 0 end
+  return rel
+end
+
+local function gc_increment(q)
+  local quantity = q.quantity or q.cost
+  return q.interval * quantity
+end
+
+local function gc_judge(q, tat, increment)
+  local diff = (q.tolerance - tat) - increment
+  if diff < 0 then
+    local retry = nil
+    if increment <= q.tolerance then retry = -diff end
+    return {limited = true, new_tat = tat, retry = retry, ttl = tat}
+  end
+  local new_tat = tat + increment
+  if new_tat < 0 then new_tat = 0 end
+  return {limited = false, new_tat = new_tat, ttl = new_tat}
+end
+
+-- redis-cell's remaining (whole µs of the slack over whole µs of the interval, truncated),
+-- at most the limit. Below a µs of interval redis-cell divides by zero; the module's
+-- checked division gives i64::MAX (then the limit) for a positive slack.
+local function gc_remaining(q, ttl)
+  local next_ns = q.tolerance - ttl
+  if next_ns <= -q.interval then return 0 end
+  local next_us = tdiv(next_ns, 1000)
+  local interval_us = tdiv(q.interval, 1000)
+  local limit = q.max_burst + 1
+  if interval_us == 0 then
+    if next_us > 0 then return limit end
+    if next_us < 0 then return -9223372036854775808 end
+    return 0
+  end
+  local remaining = tdiv(next_us, interval_us)
+  if remaining > limit then return limit end
+  return remaining
+end
+
+local function gc_decision(q, allowed, j, ttl)
+  local retry = 0
+  if j.limited then
+    if j.retry then
+      retry = ceil_ms(j.retry, 1000000)
+      if retry < 1 then retry = 1 end
+    else retry = -1 end
+  end
+  local remaining = gc_remaining(q, ttl)
+  if remaining < 0 then remaining = 0 end
+  return decision(allowed, remaining, retry, ceil_ms(ttl, 1000000), q.max_burst + 1)
+end
+
+local function gc_write(tat, now)
+  local s, n = shift(now.s, now.n, tat)
+  return {fields = {'gcra', ns_string(s, n), nil, nil}, expiry = expiry_ms_ns(s, n)}
+end
+
+-- redis-cell's whole seconds: Duration::as_seconds_f64 truncated, plus one when at least a
+-- millisecond is left over.
+local function cell_seconds(ns)
+  local seconds = tdiv(ns, NS_PER_S)
+  local nanos = ns - seconds * NS_PER_S
+  local whole = seconds + nanos / 1e9
+  if whole >= 0 then whole = floor(whole) else whole = -floor(-whole) end
+  if tdiv(nanos, 1000000) > 0 then whole = whole + 1 end
+  return whole
+end
+
+function GC.throttle(state, q, now)
+  local tat = gc_tat(state, now)
+  local j = gc_judge(q, tat, gc_increment(q))
+  local cell = {j.limited and 1 or 0, q.max_burst + 1, gc_remaining(q, j.ttl),
+                j.retry and cell_seconds(j.retry) or -1, cell_seconds(j.ttl)}
+  local d = gc_decision(q, not j.limited, j, j.ttl)
+  local write = nil
+  if not j.limited and j.new_tat ~= tat then write = gc_write(j.new_tat, now) end
+  return d, write, cell
+end
+
+function GC.evaluate(state, q, now)
+  local d, write = GC.throttle(state, q, now)
+  return d, write
+end
+
+function GC.refund(state, q, now)
+  local before = gc_tat(state, now)
+  local increment = gc_increment(q)
+  local back = increment > 0 and increment or 0
+  local tat = before - back
+  if tat < 0 then tat = 0 end
+  local refunded = tat < before
+  local d = gc_decision(q, refunded, gc_judge(q, tat, increment), tat)
+  return d, refunded and gc_write(tat, now) or nil
+end
+
+function GC.grantable(state, q, up_to, now)
+  local slack = q.tolerance - gc_tat(state, now)
+  local fits = tdiv(slack, q.interval)
+  if fits < 0 then fits = 0 end
+  if fits > up_to then return up_to end
+  return fits
+end
+
+-- In-flight limit: holders {expiry_us, id} sorted by expiry.
+local CC = {}
+Algo.cc = CC
+
+local function cc_view(state, q, now)
+  local live = {}
+  local expired = 0
+  local own = nil
+  if state then
+    for _, h in ipairs(state.holders) do
+      if h[1] > now.us then
+        live[#live + 1] = h
+        if q.holder and h[2] == q.holder then own = #live end
+      else
+        expired = expired + 1
+      end
+    end
+  end
+  return {live = live, own = own, expired = expired, now = now.us}
+end
+
+-- The k-th live expiry (1-based), skipping the holder at index `skip`.
+local function cc_nth(v, k, skip)
+  if k < 1 then return nil end
+  local index = k
+  if skip and skip <= index then index = index + 1 end
+  local h = v.live[index]
+  return h and h[1]
+end
+
+local function cc_count(v, skip) return #v.live - (skip and 1 or 0) end
+
+local function cc_retry(q, v, skip)
+  local live = cc_count(v, skip)
+  if live < q.limit then return 0 end
+  local expiry = cc_nth(v, live - q.limit + 1, skip)
+  if not expiry then return -1 end
+  local ms = ceil_ms(expiry - v.now, 1000)
+  if ms < 1 then ms = 1 end
+  return ms
+end
+
+local function cc_decision(q, v, allowed, live, last, retry)
+  local remaining = q.limit - live
+  if remaining < 0 then remaining = 0 end
+  return decision(allowed, remaining, retry, last and ceil_ms(last - v.now, 1000) or 0, q.limit)
+end
+
+local function cc_admits(q, v) return (q.holder ~= nil and v.own ~= nil) or #v.live < q.limit end
+
+function CC.evaluate(state, q, now)
+  local v = cc_view(state, q, now)
+  local admitted = cc_admits(q, v)
+  if not (q.holder and admitted) then
+    local retry
+    if q.holder and v.own then retry = 0 else retry = cc_retry(q, v, nil) end
+    return cc_decision(q, v, admitted, #v.live, cc_nth(v, #v.live, nil), retry), nil
+  end
+  local expires = v.now + q.ttl
+  if v.own and v.live[v.own][1] > expires then expires = v.live[v.own][1] end
+  local live = cc_count(v, v.own) + 1
+  local last = cc_nth(v, cc_count(v, v.own), v.own)
+  if not last or last < expires then last = expires end
+  local d = cc_decision(q, v, true, live, last, 0)
+  return d, {zadd = {expires, q.holder}, expired = v.expired, now = v.now, expiry = expiry_ms_us(last)}
+end
+
+-- Releases the caller's slot (RL.RELEASE): the decision, and the write when it held one.
+function CC.refund(state, q, now)
+  local v = cc_view(state, q, now)
+  if not (q.holder and v.own) then
+    local retry
+    if q.holder and v.own then retry = 0 else retry = cc_retry(q, v, nil) end
+    return cc_decision(q, v, false, #v.live, cc_nth(v, #v.live, nil), retry), nil
+  end
+  local skip = v.own
+  local left = cc_count(v, skip)
+  local last = cc_nth(v, left, skip)
+  local d = cc_decision(q, v, true, left, last, cc_retry(q, v, skip))
+  return d, {zrem = q.holder, expired = v.expired, now = v.now, left = left,
+             expiry = expiry_ms_us(last or v.now)}
+end
+
+function CC.grantable(state, q, up_to, now)
+  if cc_admits(q, cc_view(state, q, now)) then return up_to end
+  return 0
+end
+
+-- Writing ----------------------------------------------------------------------------------
+
+-- Writes a decision's change: the limiter's string with its absolute expiry in one SET.
+-- A limiter back to unused at this very millisecond expires, in the module, at `now`: Redis
+-- keeps such a key until the millisecond ends (a key expires strictly after its instant),
+-- which a clock stepping back can observe. An expiry of `now` would delete the key at once,
+-- so the library keeps it one millisecond more and records in field x the instant it is
+-- really gone (`string_state` reads it so).
+local function commit(key, write, state, now)
+  if write.fields then
+    local f = write.fields
+    local expiry = write.expiry
+    local x = '-'
+    if expiry * 1000 <= now.us then
+      x = int(expiry)
+      expiry = expiry + 1
+    end
+    local value = f[1] .. ' ' .. f[2] .. ' ' .. (f[3] or '-') .. ' ' .. (f[4] or '-') .. ' ' .. x
+    redis.call('SET', key, value, 'PXAT', int(expiry))
+    return
+  end
+  if write.expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', int(write.now)) end
+  if write.zadd then
+    redis.call('ZADD', key, int(write.zadd[1]), write.zadd[2])
+  elseif write.left == 0 then
+    redis.call('DEL', key)
+    return
+  else
+    redis.call('ZREM', key, write.zrem)
+  end
+  redis.call('PEXPIREAT', key, int(write.expiry))
+end
+
+-- Grants -----------------------------------------------------------------------------------
+
+-- core::grant::evaluate: all or nothing (min nil), or the most units from min to the cost.
+local function grant(state, q, min, now)
+  local algo = Algo[q.kind]
+  local units = q.cost
+  if min ~= nil then
+    local grantable = algo.grantable(state, q, q.cost, now)
+    if grantable >= min then units = grantable else units = min end
+  end
+  if units ~= q.cost then q = with_cost(q, units) end
+  local d, write = algo.evaluate(state, q, now)
+  if d[1] == 0 then units = 0 end
+  return units, d, write
+end
+
+local function now_reading()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  if MS_CLOCK then us = us - fmod(us, 1000) end
+  return {us = s * 1000000 + us, s = s, n = us * 1000}
+end
+
+local function first_field(units, d, min)
+  if min ~= nil then d[1] = units end
+  return d
+end
+
+-- The commands -----------------------------------------------------------------------------
+
+local function single_key(keys, command)
+  if #keys ~= 1 then arity(command) end
+  return keys[1]
+end
+
+local function limiter_command(kind, command)
+  local parse = remembered(function(a) return call_args(kind, a, 1, command) end)
+  return function(keys, a)
+    local key = single_key(keys, command)
+    if #a < 2 then arity(command) end
+    local now = now_reading()
+    local q, min = parse(a)
+    local state = open(key, kind, now)
+    check_kind(state, kind)
+    local units, d, write = grant(state, q, min, now)
+    if write then commit(key, write, state, now) end
+    return first_field(units, d, min)
+  end
+end
+
+local peek_args = remembered(function(a)
+  local kind = algorithm(a[1])
+  if kind == 'cc' then
+    if #a ~= 2 then arity('rl.peek') end
+    local limit_digits, problem = parse_positive(a[2])
+    if not limit_digits then arg_error('limit', RULES[problem] or 'must be a positive integer', a[2]) end
+    if digits_above(limit_digits, tostring(MAX_HOLDERS)) then
+      arg_error('limit', format('must be at most %d (the ratelimit.max-holders setting)', MAX_HOLDERS), a[2])
+    end
+    return {kind = 'cc', limit = tonumber(limit_digits), ttl = 1000, cost = 1}, nil
+  end
+  return call_args(kind, a, 2, 'rl.peek')
+end)
+
+local function peek(keys, a)
+  local key = single_key(keys, 'rl.peek')
+  if #a < 2 then arity('rl.peek') end
+  local now = now_reading()
+  local q, min = peek_args(a)
+  local kind = q.kind
+  local state = open(key, kind, now)
+  check_kind(state, kind)
+  local units, d = grant(state, q, min, now)
+  return first_field(units, d, min)
+end
+
+local refund_args = remembered(function(a)
+  local kind = algorithm(a[1])
+  if kind == 'cc' then fail('ERR in-flight slots are given back with RL.RELEASE key holder') end
+  local q, i = with_cost_arg(kind, a, 2, 'rl.refund')
+  if a[i] ~= nil then arity('rl.refund') end
+  return q
+end)
+
+local function refund(keys, a)
+  local key = single_key(keys, 'rl.refund')
+  if #a < 3 then arity('rl.refund') end
+  local now = now_reading()
+  local q = refund_args(a)
+  local kind = q.kind
+  local state = open(key, kind, now)
+  check_kind(state, kind)
+  local d, write = Algo[kind].refund(state, q, now)
+  if write then commit(key, write, state, now) end
+  return d
+end
+
+local throttle_args = remembered(function(a)
+  local quantity, quantity_digits = 1, '1'
+  if #a == 4 then quantity, quantity_digits = integer('quantity', a[4])
+  elseif #a ~= 3 then arity('cl.throttle') end
+  local q = gcra_params(a[1], a[2], a[3])
+  if digits_above(quantity_digits, '9007199254740992') then
+    arg_error('quantity', 'must be at most 9007199254740992 in magnitude' .. LIBRARY, a[4])
+  end
+  q.quantity = quantity
+  return q
+end)
+
+local function throttle(keys, a)
+  local key = single_key(keys, 'cl.throttle')
+  if #a < 3 then arity('cl.throttle') end
+  local now = now_reading()
+  local q = throttle_args(a)
+  local state = open(key, 'gcra', now)
+  check_kind(state, 'gcra')
+  local _, write, cell = GC.throttle(state, q, now)
+  if write then commit(key, write, state, now) end
+  return cell
+end
+
+local function acquire(keys, a)
+  local key = single_key(keys, 'rl.acquire')
+  if #a ~= 3 then arity('rl.acquire') end
+  local now = now_reading()
+  local q = concurrency_params(a[1], a[3])
+  q.holder = holder_id(a[2])
+  local state = open(key, 'cc', now)
+  check_kind(state, 'cc')
+  local d, write = CC.evaluate(state, q, now)
+  if write then commit(key, write, state, now) end
+  return d
+end
+
+local function release(keys, a)
+  local key = single_key(keys, 'rl.release')
+  if #a ~= 1 then arity('rl.release') end
+  local holder = holder_id(a[1])
+  local now = now_reading()
+  local state = open(key, 'cc', now)
+  check_kind(state, 'cc')
+  local q = {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}
+  local _, write = CC.refund(state, q, now)
+  if write then commit(key, write, state, now) return 1 end
+  return 0
+end
+
+-- RL.MULTI: the binding limit (core::multi::bind).
+local function wait_rank(retry)
+  if retry == -1 then return 1, 0 end
+  return 0, retry
+end
+
+local function rank_above(a, b)
+  local a1, a2 = wait_rank(a)
+  local b1, b2 = wait_rank(b)
+  if a1 ~= b1 then return a1 > b1 end
+  return a2 > b2
+end
+
+local function bind(decisions, costs)
+  local allowed = true
+  local reset = 0
+  for _, d in ipairs(decisions) do
+    if d[1] == 0 then allowed = false end
+    if d[4] > reset then reset = d[4] end
+  end
+  local binding
+  if allowed then
+    local fewest
+    for i, d in ipairs(decisions) do
+      local left = fdiv(d[2], costs[i] < 1 and 1 or costs[i])
+      if fewest == nil or left < fewest then binding, fewest = i, left end
+    end
+  else
+    for i, d in ipairs(decisions) do
+      if d[1] == 0 and (binding == nil or rank_above(d[3], decisions[binding][3])) then binding = i end
+    end
+  end
+  local chosen = decisions[binding]
+  local retry = chosen[3]
+  if allowed then
+    retry = decisions[1][3]
+    for _, d in ipairs(decisions) do
+      if rank_above(d[3], retry) then retry = d[3] end
+    end
+  end
+  return binding, {allowed and 1 or 0, chosen[2], retry, reset, chosen[5]}
+end
+
+local multi_args = remembered(function(a, keys)
+  local count = #keys
+  local quotas, i = {}, 1
+  for index = 1, count do
+    local name = a[i]
+    if name == nil then arity('rl.multi') end
+    local ok, result = pcall(function()
+      local kind = algorithm(name)
+      if #a - i < PARAM_COUNT[kind] then return 'arity' end
+      return quota(kind, a, i + 1)
+    end)
+    if not ok then
+      if type(result) == 'table' and result[1] then
+        local code, detail = string.match(result[1], '^(%S+) (.*)$')
+        fail(format("%s limit of key '%s': %s", code, quote(keys[index]), detail))
+      end
+      error(result, 0)
+    end
+    if result == 'arity' then arity('rl.multi') end
+    quotas[index] = result
+    i = i + 1 + PARAM_COUNT[result.kind]
+  end
+  local cost, weights, min, holder = 1, {}, nil, nil
+  local cost_given, weights_given, partial_given = false, false, false
+  for index = 1, count do weights[index] = 1 end
+  while a[i] ~= nil do
+    local option = a[i]
+    if not cost_given and upper_is(option, 'COST') then
+      if a[i + 1] == nil then arity('rl.multi') end
+      cost = positive_integer('cost', a[i + 1])
+      cost_given, i = true, i + 2
+    elseif not weights_given and upper_is(option, 'WEIGHTS') then
+      if #a - i < count then arity('rl.multi') end
+      for index = 1, count do weights[index] = positive_integer('weight', a[i + index]) end
+      weights_given, i = true, i + 1 + count
+    elseif holder == nil and upper_is(option, 'HOLDER') then
+      if a[i + 1] == nil then arity('rl.multi') end
+      holder, i = holder_id(a[i + 1]), i + 2
+    elseif not partial_given and upper_is(option, 'PARTIAL') then
+      if upper_is(a[i + 1], 'MIN') then
+        if a[i + 2] == nil then arity('rl.multi') end
+        min, i = positive_integer('MIN', a[i + 2]), i + 3
+      else
+        min, i = 1, i + 1
+      end
+      partial_given = true
+    else
+      arg_error('option', 'must be COST c, WEIGHTS w1 ... wN, HOLDER id or PARTIAL [MIN m]', option)
+    end
+  end
+  local holder_used = false
+  for _, q in ipairs(quotas) do
+    if q.kind == 'cc' then
+      if holder == nil then fail("ERR a CONCURRENCY limit needs HOLDER id: the caller's id for its slot") end
+      q.holder = holder
+      holder_used = true
+    end
+  end
+  if holder ~= nil and not holder_used then
+    fail('ERR HOLDER id is for CONCURRENCY limits, and this call has none')
+  end
+  if min ~= nil and min > cost then arg_error('MIN', 'must be at most the cost', int(min)) end
+  for _, w in ipairs(weights) do
+    if w * cost > TWO53 then
+      if w * cost >= 18446744073709551616 then arg_error('cost * weight', 'is too large') end
+      arg_error('cost * weight', 'must be at most 9007199254740992' .. LIBRARY)
+    end
+  end
+  return {quotas = quotas, cost = cost, weights = weights, min = min}
+end)
+
+local function multi(keys, a)
+  local count = #keys
+  if count + #a + 2 < 6 then arity('rl.multi') end
+  if count == 0 then arg_error('numkeys', 'must be greater than 0', '0') end
+  if count > MAX_KEYS then arg_error('numkeys', 'must be at most 16', tostring(count)) end
+  for i = 2, count do
+    for j = 1, i - 1 do
+      if keys[i] == keys[j] then
+        fail(format("ERR key '%s' is given twice: each key takes one limit", quote(keys[i])))
+      end
+    end
+  end
+  local now = now_reading()
+  local parsed = multi_args(a, keys)
+  local quotas, cost, weights, min = parsed.quotas, parsed.cost, parsed.weights, parsed.min
+  -- Open every key, then evaluate every limit against one clock reading.
+  local states = {}
+  for index = 1, count do states[index] = open(keys[index], quotas[index].kind, now) or false end
+  local units = cost
+  if min ~= nil then
+    local all_can_give = cost
+    for index = 1, count do
+      local q = quotas[index]
+      local state = states[index] or nil
+      check_kind(state, q.kind)
+      local gives = fdiv(Algo[q.kind].grantable(state, with_cost(q, cost * weights[index]), cost * weights[index], now), weights[index])
+      if gives < all_can_give then all_can_give = gives end
+    end
+    units = all_can_give > min and all_can_give or min
+  end
+  local decisions, writes, costs = {}, {}, {}
+  for index = 1, count do
+    local q = with_cost(quotas[index], units * weights[index])
+    local state = states[index] or nil
+    check_kind(state, q.kind)
+    decisions[index], writes[index] = Algo[q.kind].evaluate(state, q, now)
+    costs[index] = q.kind == 'cc' and 1 or q.cost
+  end
+  local binding, d = bind(decisions, costs)
+  if d[1] == 0 then
+    -- Nothing is charged: the reset is every limit's as it stands.
+    local reset = 0
+    for index = 1, count do
+      local as_it_stands = decisions[index][4]
+      if decisions[index][1] == 1 then
+        local q = with_cost(quotas[index], huge)
+        local unchanged = Algo[q.kind].evaluate(states[index] or nil, q, now)
+        as_it_stands = unchanged[4]
+      end
+      if as_it_stands > reset then reset = as_it_stands end
+    end
+    d[4] = reset
+    units = 0
+  else
+    for index = 1, count do
+      if writes[index] then commit(keys[index], writes[index], states[index] or nil, now) end
+    end
+  end
+  if min ~= nil then d[1] = units end
+  d[6] = binding - 1
+  d[7] = decisions
+  return d
+end
+
+-- Registration -----------------------------------------------------------------------------
+
+-- Turns raised errors into error replies (bugs are re-raised for Redis to report).
+local function entry(body)
+  return function(keys, args)
+    local ok, result = pcall(body, keys, args)
+    if ok then return result end
+    if type(result) == 'table' then
+      if result[1] then return redis.error_reply(result[1]) end
+      if result.err then return result end
+    end
+    error(result, 0)
+  end
+end
+
+return {
+  rl_tokenbucket = entry(limiter_command('tb', 'rl.tokenbucket')),
+  rl_sliding = entry(limiter_command('sw', 'rl.sliding')),
+  rl_fixed = entry(limiter_command('fw', 'rl.fixed')),
+  rl_slidinglog = entry(limiter_command('sl', 'rl.slidinglog')),
+  cl_throttle = entry(throttle),
+  rl_multi = entry(multi),
+  rl_acquire = entry(acquire),
+  rl_release = entry(release),
+  rl_peek = entry(peek),
+  rl_refund = entry(refund),
+}
+end
+
+local commands = nil
+
+if redis.register_function then
+  local function register(name, flags)
+    redis.register_function{
+      function_name = name,
+      callback = function(keys, args)
+        if commands == nil then commands = build() end
+        return commands[name](keys, args)
+      end,
+      flags = flags,
+    }
+  end
+  register('rl_tokenbucket', {})
+  register('rl_sliding', {})
+  register('rl_fixed', {})
+  register('rl_slidinglog', {})
+  register('cl_throttle', {})
+  register('rl_multi', {})
+  register('rl_acquire', {})
+  register('rl_release', {})
+  register('rl_peek', {'no-writes'})
+  register('rl_refund', {})
+else
+  -- Loaded as a script: EVALSHA sha numkeys key ... function_name arg ...
+  commands = build()
+  local command = commands[ARGV[1] or '']
+  if command == nil then
+    return redis.error_reply("ERR the first argument must name one of the ratelimit library's functions (rl_tokenbucket, rl_sliding, rl_fixed, rl_slidinglog, cl_throttle, rl_multi, rl_acquire, rl_release, rl_peek, rl_refund)")
+  end
+  return command(KEYS, {unpack(ARGV, 2)})
+end
