@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use redis_ratelimit_client::Fallback;
+use redis_ratelimit_client::plans::PlanOptions;
 
 use crate::headers::{FieldsDraft, HeaderSettings};
 use crate::request::Bounds;
@@ -34,6 +35,8 @@ usage: redis-ratelimit-server --redis URL --config DIR [options]
   --grpc-tls-cert PEM --grpc-tls-key PEM   serve gRPC over TLS
   --http-tls-cert PEM --http-tls-key PEM   serve HTTP over TLS
   --watch-ms MS             how often the config directory is checked for changes (default 1000; 0: never)
+  --plans-check-ms MS       limits with 'tenant_key' (plans): the policy store's version is checked
+                            this often besides its change notifications (default 500)
 ";
 
 /// A certificate and its key.
@@ -80,6 +83,8 @@ pub struct Options {
     pub http_tls: Option<TlsFiles>,
     /// Config polling period (`None`: not watched).
     pub watch: Option<Duration>,
+    /// The policy store's backstop version check (plans).
+    pub plans_check: Duration,
 }
 
 fn number(flag: &str, text: &str) -> Result<u64, String> {
@@ -117,6 +122,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
     let mut http_token_file = None;
     let (mut grpc_cert, mut grpc_key, mut http_cert, mut http_key) = (None, None, None, None);
     let mut watch = Some(Duration::from_millis(1000));
+    let mut plans_check = PlanOptions::default().check_every;
     // `--flag=value` is `--flag value`.
     let mut args = args
         .into_iter()
@@ -190,6 +196,13 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
                 let ms = number(&flag, &value()?)?;
                 watch = (ms > 0).then(|| Duration::from_millis(ms));
             }
+            "--plans-check-ms" => {
+                let ms = number(&flag, &value()?)?;
+                if ms == 0 {
+                    return Err("--plans-check-ms must be above 0".into());
+                }
+                plans_check = Duration::from_millis(ms);
+            }
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown argument '{other}'")),
         }
@@ -218,6 +231,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
         grpc_tls: tls(grpc_cert, grpc_key, "grpc")?,
         http_tls: tls(http_cert, http_key, "http")?,
         watch,
+        plans_check,
     };
     if options.grpc_listen.is_none() && options.http_listen.is_none() {
         return Err("both listeners are off: nothing to serve".into());

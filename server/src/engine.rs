@@ -8,11 +8,14 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use redis_ratelimit_client::store::{LimitCall, Refund};
-use redis_ratelimit_client::{Decision, InFlight, Inputs, LimitStatus, RateLimiter, Source};
+use redis_ratelimit_client::{
+    Algorithm, Decision, InFlight, Inputs, LimitStatus, RateLimiter, Source,
+};
 
-use crate::config::{Config, LimitSpec, Unit};
+use crate::config::{Config, Unit};
 use crate::limiters::{Limiters, ShapeLimit, input_name, limit_name};
 use crate::metrics;
+use crate::plans::Plans;
 use crate::request::{BadRequest, Bounds, CheckRequest};
 
 /// The limit a status reports.
@@ -143,7 +146,10 @@ pub enum CheckFailure {
 struct Item {
     index: usize,
     reported: ReportedLimit,
-    spec: LimitSpec,
+    /// `None`: 0 requests per unit, every request denied and nothing charged.
+    algorithm: Option<Algorithm>,
+    /// The limit's unit (how long an unreleased in-flight slot is held).
+    ttl: Duration,
     key: String,
     hits: u64,
     depth: usize,
@@ -167,18 +173,31 @@ pub struct Engine {
     bounds: Bounds,
     key_prefix: String,
     held: Mutex<HashMap<String, Held>>,
+    plans: Plans,
 }
 
 impl Engine {
-    /// An engine over `config`.
-    pub fn new(config: Config, limiters: Limiters, bounds: Bounds, key_prefix: String) -> Self {
+    /// An engine over `config`; `plans` serves the limits that name a `tenant_key`.
+    pub fn new(
+        config: Config,
+        limiters: Limiters,
+        bounds: Bounds,
+        key_prefix: String,
+        plans: Plans,
+    ) -> Self {
         Self {
             config: RwLock::new(Arc::new(config)),
             limiters,
             bounds,
             key_prefix,
             held: Mutex::new(HashMap::new()),
+            plans,
         }
+    }
+
+    /// The policy store, followed once some limit uses plans.
+    pub fn plans(&self) -> &Plans {
+        &self.plans
     }
 
     /// The config in force.
@@ -209,9 +228,16 @@ impl Engine {
         let mut items: Vec<Item> = Vec::new();
         let mut replaced: HashSet<&str> = HashSet::new();
         for (index, descriptor) in request.descriptors.iter().enumerate() {
-            let (spec, name, path, shadow, detailed) =
+            let (spec, name, path, shadow, detailed, tenant_key) =
                 if let Some(spec) = descriptor.override_spec() {
-                    (Some(spec), None, "limit_override".to_string(), false, false)
+                    (
+                        Some(spec),
+                        None,
+                        "limit_override".to_string(),
+                        false,
+                        false,
+                        None,
+                    )
                 } else if let Some(found) = domain.find(&descriptor.entries) {
                     replaced.extend(found.limit.replaces.iter().map(String::as_str));
                     (
@@ -220,6 +246,7 @@ impl Engine {
                         found.rule.path.clone(),
                         found.rule.shadow_mode,
                         found.rule.detailed_metric,
+                        found.limit.tenant_key.as_deref(),
                     )
                 } else {
                     statuses.push(Status::open(None));
@@ -230,11 +257,40 @@ impl Engine {
                 statuses.push(Status::open(None));
                 continue;
             };
+            let internal = |error: String| CheckFailure::Internal(error);
+            let tenant = tenant_key.and_then(|tenant_key| {
+                descriptor
+                    .entries
+                    .iter()
+                    .find(|(key, _)| key == tenant_key)
+                    .map(|(_, value)| value.as_str())
+            });
+            let (algorithm, requests_per_unit, unit, key_suffix) = match (tenant, name.as_deref()) {
+                (Some(tenant), Some(limit_name)) => {
+                    let limit = self
+                        .plans
+                        .limit(tenant, limit_name, &spec)
+                        .map_err(internal)?;
+                    (
+                        limit.algorithm,
+                        limit.requests_per_unit,
+                        limit.unit,
+                        limit.key_suffix,
+                    )
+                }
+                _ => (
+                    spec.algorithm()
+                        .map_err(|error| internal(error.to_string()))?,
+                    spec.requests_per_unit,
+                    spec.unit,
+                    spec.key_suffix(),
+                ),
+            };
             let reported = ReportedLimit {
                 label: name.clone().unwrap_or_else(|| path.clone()),
                 name: name.unwrap_or_default(),
-                requests_per_unit: spec.requests_per_unit,
-                unit: spec.unit,
+                requests_per_unit,
+                unit,
             };
             let rule = if detailed {
                 descriptor
@@ -249,9 +305,10 @@ impl Engine {
             statuses.push(Status::open(Some(reported.clone())));
             items.push(Item {
                 index,
-                key: self.key(&request.domain, &descriptor.entries, &spec),
+                key: self.key(&request.domain, &descriptor.entries, &key_suffix),
                 reported,
-                spec,
+                algorithm,
+                ttl: Duration::from_secs(spec.unit.seconds()),
                 hits: request.hits(descriptor),
                 depth: descriptor.entries.len(),
                 shadow,
@@ -320,7 +377,7 @@ impl Engine {
         // A limit of 0 requests per unit denies every request, and nothing is charged.
         let blocked: Vec<&Item> = items
             .iter()
-            .filter(|item| item.spec.requests_per_unit == 0)
+            .filter(|item| item.algorithm.is_none())
             .collect();
         if !blocked.is_empty() {
             for item in blocked {
@@ -349,13 +406,9 @@ impl Engine {
         };
         let mut shape = Vec::with_capacity(order.len());
         for item in &order {
-            let algorithm = item
-                .spec
-                .algorithm()
-                .map_err(|error| CheckFailure::Internal(error.to_string()))?
-                .ok_or_else(|| {
-                    CheckFailure::Internal("a blocked limit reached the store".into())
-                })?;
+            let algorithm = item.algorithm.clone().ok_or_else(|| {
+                CheckFailure::Internal("a blocked limit reached the store".into())
+            })?;
             let weight = if uniform.is_some() {
                 1
             } else {
@@ -392,7 +445,7 @@ impl Engine {
         if let Some(in_flight) = decision.in_flight.clone() {
             let ttl = order
                 .iter()
-                .map(|item| Duration::from_secs(item.spec.unit.seconds()))
+                .map(|item| item.ttl)
                 .max()
                 .unwrap_or(Duration::from_secs(1));
             let id = in_flight.holder().to_string();
@@ -499,9 +552,9 @@ impl Engine {
     }
 
     /// The Redis key of a descriptor under a limit: prefix, domain, the entries, and the
-    /// limit's algorithm and unit. Each part is escaped so that two descriptors never share
+    /// limit's algorithm and unit (`suffix`). Each part is escaped so that two descriptors never share
     /// a key, and a value cannot carry a Cluster hash tag (`{`, `}`).
-    fn key(&self, domain: &str, entries: &[(String, String)], spec: &LimitSpec) -> String {
+    fn key(&self, domain: &str, entries: &[(String, String)], suffix: &str) -> String {
         let mut key = String::with_capacity(64);
         key.push_str(&self.key_prefix);
         escape_into(&mut key, domain);
@@ -512,7 +565,7 @@ impl Engine {
             escape_into(&mut key, value);
         }
         key.push('|');
-        key.push_str(&spec.key_suffix());
+        key.push_str(suffix);
         key
     }
 }

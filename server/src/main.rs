@@ -12,6 +12,7 @@ mod health;
 mod http;
 mod limiters;
 mod metrics;
+mod plans;
 mod request;
 mod tls;
 mod watch;
@@ -118,12 +119,24 @@ async fn run(options: Options) -> Result<(), String> {
             replicas: options.replicas,
         },
     );
+    let uses_plans = config.uses_plans();
+    let plans = plans::Plans::new(
+        options.redis.first().cloned().unwrap_or_default(),
+        redis_ratelimit_client::PlanOptions {
+            check_every: options.plans_check,
+            ..redis_ratelimit_client::PlanOptions::default()
+        },
+    );
     let engine = Arc::new(Engine::new(
         config,
         limiters,
         options.bounds,
         options.key_prefix.clone(),
+        plans,
     ));
+    if uses_plans {
+        engine.plans().connect().await?;
+    }
     let reachable = Arc::new(AtomicBool::new(false));
     let probe = tokio::spawn(health::probe(
         options.redis.clone(),

@@ -65,7 +65,11 @@ pub async fn watch(engine: Arc<Engine>, dir: std::path::PathBuf, every: Duration
             Some(config) => {
                 let domains = config.domains.len();
                 let files = config.files.len();
+                let uses_plans = config.uses_plans();
                 engine.swap(config);
+                if uses_plans && let Err(error) = engine.plans().connect().await {
+                    tracing::error!("{error}: limits with 'tenant_key' use their defaults");
+                }
                 metrics::reload(true);
                 tracing::info!(domains, files, "config reloaded");
             }

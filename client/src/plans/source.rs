@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 
-use super::snapshot::Snapshot;
+use super::snapshot::{Effective, Snapshot};
 use super::store::{self, CHANNEL, PlanStoreError};
 
 /// How a [`PlanSource`] follows the store.
@@ -162,6 +162,13 @@ impl PlanSource {
     /// The version in use (0 before the first read).
     pub fn version(&self) -> u64 {
         self.view().snapshot.version
+    }
+
+    /// The limits that apply to `tenant` now (on Redis's clock), given `defaults`, with the
+    /// rule each comes from: [`Snapshot::resolve`] on the snapshot in use.
+    pub fn resolve(&self, tenant: &str, defaults: &[super::spec::LimitSpec]) -> Vec<Effective> {
+        let view = self.view();
+        view.snapshot.resolve(tenant, defaults, view.now_ms())
     }
 
     /// The view in use; one check uses one view throughout.

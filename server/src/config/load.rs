@@ -271,7 +271,7 @@ impl Reader<'_> {
         for (field, value, _) in &fields {
             match *field {
                 "domain" => name = Some(self.string(value, "domain")?),
-                _ => rules = self.rules(value, "")?,
+                _ => rules = self.rules(value, "", &[])?,
             }
         }
         let name = name.ok_or_else(|| self.error(line(node), "the file has no 'domain'"))?;
@@ -283,14 +283,26 @@ impl Reader<'_> {
         })
     }
 
-    fn rules(&self, node: &MarkedYaml<'_>, parent: &str) -> Result<Vec<Rule>, ConfigError> {
+    /// The rules of a `descriptors` list under the rule at `parent` (its path), whose keys
+    /// from the top are `ancestors`.
+    fn rules(
+        &self,
+        node: &MarkedYaml<'_>,
+        parent: &str,
+        ancestors: &[&str],
+    ) -> Result<Vec<Rule>, ConfigError> {
         self.sequence(node, "descriptors")?
             .iter()
-            .map(|item| self.rule(item, parent))
+            .map(|item| self.rule(item, parent, ancestors))
             .collect()
     }
 
-    fn rule(&self, node: &MarkedYaml<'_>, parent: &str) -> Result<Rule, ConfigError> {
+    fn rule(
+        &self,
+        node: &MarkedYaml<'_>,
+        parent: &str,
+        ancestors: &[&str],
+    ) -> Result<Rule, ConfigError> {
         let fields = self.fields(
             node,
             "a descriptor",
@@ -313,7 +325,7 @@ impl Reader<'_> {
             match *field {
                 "key" => key = Some(self.string(item, "key")?),
                 "value" => value = Some(self.string(item, "value")?),
-                "rate_limit" => limit = Some(self.limit(item)?),
+                "rate_limit" => limit = Some((self.limit(item)?, line(item))),
                 "shadow_mode" => shadow_mode = self.boolean(item, "shadow_mode")?,
                 "detailed_metric" => detailed_metric = self.boolean(item, "detailed_metric")?,
                 _ => children_node = Some(*item),
@@ -329,8 +341,24 @@ impl Reader<'_> {
             path.push('=');
             path.push_str(value);
         }
+        let mut keys = ancestors.to_vec();
+        keys.push(&key);
+        let unknown_tenant_key = limit.as_ref().and_then(|(limit, at)| {
+            let tenant_key = limit.tenant_key.as_deref()?;
+            (!keys.contains(&tenant_key)).then_some((tenant_key, *at))
+        });
+        if let Some((tenant_key, at)) = unknown_tenant_key {
+            return Err(self.error(
+                at,
+                format!(
+                    "'tenant_key: {tenant_key}' is not a key of descriptor '{path}' (one of: {})",
+                    keys.join(", ")
+                ),
+            ));
+        }
+        let limit = limit.map(|(limit, _)| limit);
         let children = match children_node {
-            Some(children) => self.rules(children, &path)?,
+            Some(children) => self.rules(children, &path, &keys)?,
             None => Vec::new(),
         };
         check_unique(self, &children)?;
@@ -364,6 +392,7 @@ impl Reader<'_> {
                 "replaces",
                 "algorithm",
                 "burst",
+                "tenant_key",
             ],
         )?;
         let mut unit = None;
@@ -373,6 +402,7 @@ impl Reader<'_> {
         let mut replaces = Vec::new();
         let mut algorithm = None;
         let mut burst = None;
+        let mut tenant_key = None;
         for (field, item, _) in &fields {
             match *field {
                 "unit" => {
@@ -404,6 +434,9 @@ impl Reader<'_> {
                         )
                     })?, line(item)));
                 }
+                "tenant_key" => {
+                    tenant_key = Some((self.string(item, "tenant_key")?, line(item)));
+                }
                 _ => {
                     burst = Some((
                         self.integer(item, "burst", u64::from(u32::MAX))?,
@@ -414,6 +447,23 @@ impl Reader<'_> {
         }
         if !replaces.is_empty() && name.is_none() {
             return Err(self.error(line(node), "a limit with 'replaces' needs a 'name'"));
+        }
+        if let Some((_, at)) = &tenant_key {
+            if name.is_none() {
+                return Err(self.error(
+                    *at,
+                    "a limit with 'tenant_key' needs a 'name': the plan limit it takes",
+                ));
+            }
+            if unlimited {
+                return Err(self.error(*at, "an unlimited limit has no 'tenant_key'"));
+            }
+            if matches!(algorithm, Some((AlgorithmKind::Concurrency, _))) {
+                return Err(self.error(
+                    *at,
+                    "'tenant_key' is for rate limits; plans have no concurrency limits",
+                ));
+            }
         }
         if unlimited {
             if requests_per_unit.is_some_and(|rpu| rpu > 0)
@@ -429,6 +479,7 @@ impl Reader<'_> {
                 spec: None,
                 name,
                 replaces,
+                tenant_key: None,
             });
         }
         let unit = unit.ok_or_else(|| self.error(line(node), "rate_limit has no 'unit'"))?;
@@ -463,6 +514,7 @@ impl Reader<'_> {
             spec: Some(spec),
             name,
             replaces,
+            tenant_key: tenant_key.map(|(key, _)| key),
         })
     }
 
@@ -575,6 +627,23 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_limit_names_a_key_of_its_descriptor() {
+        let domain = parse(
+            "domain: a\ndescriptors:\n  - key: tenant\n    descriptors:\n      - key: path\n        rate_limit: {unit: second, requests_per_unit: 1, name: n, tenant_key: tenant}\n",
+        )
+        .unwrap();
+        let limit = domain.rules[0].children[0].limit.as_ref().unwrap();
+        assert_eq!(limit.tenant_key.as_deref(), Some("tenant"));
+        assert!(
+            Config {
+                domains: [("a".to_string(), domain)].into(),
+                files: Vec::new(),
+            }
+            .uses_plans()
+        );
+    }
+
+    #[test]
     fn refuses_with_the_line_and_the_reason() {
         let cases: &[(&str, usize, &str)] = &[
             (
@@ -629,6 +698,21 @@ mod tests {
                 "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n",
                 4,
                 "needs a 'name'",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      name: n\n      tenant_key: k\n",
+                7,
+                "an unlimited limit has no 'tenant_key'",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: n, algorithm: concurrency, tenant_key: k}\n",
+                4,
+                "plans have no concurrency limits",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: p\n        rate_limit: {unit: second, requests_per_unit: 1, name: n, tenant_key: q}\n",
+                6,
+                "not a key of descriptor 'k.p' (one of: k, p)",
             ),
         ];
         for (text, line, reason) in cases {

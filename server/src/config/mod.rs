@@ -20,6 +20,19 @@
 //! the reference's behaviour and the default; `sliding_window`; `token_bucket` and `gcra`,
 //! both with an optional `burst`; `concurrency`, at most `requests_per_unit` requests at once,
 //! a slot not released freed after one `unit`).
+//!
+//! A second per-limit extension takes the limit from the policy store (plans, see the
+//! client's `plans` module): `tenant_key: <descriptor key>` on a named limit means the
+//! tenant is the value of the request's entry with that key (the rule's own key or one of
+//! its parents'), and the tenant's effective limit called `name` replaces the YAML one,
+//! which stays the default (no plan for the tenant, the limit not in it, the store never
+//! read). `concurrency` limits are not plan limits.
+//!
+//! ```yaml
+//!   - key: tenant
+//!     rate_limit: {unit: minute, requests_per_unit: 100, name: per-minute,
+//!                  algorithm: sliding_window, tenant_key: tenant}
+//! ```
 
 mod load;
 mod pattern;
@@ -187,6 +200,9 @@ pub struct RuleLimit {
     pub name: Option<String>,
     /// Names of the limits this one replaces when both apply to a request.
     pub replaces: Vec<String>,
+    /// Plans: the descriptor key whose value names the tenant whose limit `name` of the
+    /// policy store replaces `spec` (the default).
+    pub tenant_key: Option<String>,
 }
 
 /// Where something was written.
@@ -292,6 +308,19 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether some limit takes its value from the policy store (`tenant_key`).
+    pub fn uses_plans(&self) -> bool {
+        fn any(rules: &[Rule]) -> bool {
+            rules.iter().any(|rule| {
+                rule.limit
+                    .as_ref()
+                    .is_some_and(|limit| limit.tenant_key.is_some())
+                    || any(&rule.children)
+            })
+        }
+        self.domains.values().any(|domain| any(&domain.rules))
+    }
+
     /// The domain named `name`.
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)

@@ -24,6 +24,10 @@ fn checks_statuses_headers_and_problems() {
     let redis = Server::start(&[]);
     let url = format!("redis://127.0.0.1:{}/", redis.port);
     let service = Service::start(&url, &[("api.yaml", API)], &[]);
+    assert!(
+        !service.log().contains("plans:"),
+        "a config without tenant_key follows no policy store"
+    );
     for left in [1, 0] {
         let (status, answer) = service.check_json(&body("k1"));
         assert_eq!(status, 200);

@@ -7,6 +7,8 @@
 //! - `operations`: Redis down under each failure mode, a reload under load, a bad config,
 //!   a graceful stop giving leases back;
 //! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics;
+//! - `plans`: limits with `tenant_key` from the policy store, a plan change and an override
+//!   within a second, the YAML default without a store, bad config refused;
 //! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos.
 #![allow(
     clippy::unwrap_used,
@@ -22,4 +24,5 @@ mod features;
 mod harness;
 mod http_api;
 mod operations;
+mod plans;
 mod python;

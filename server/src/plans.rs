@@ -1,0 +1,184 @@
+//! Limits from the policy store (issue 17's plans) for the rules that name a `tenant_key`:
+//! the tenant's effective limit called the rule's `name` replaces the YAML limit, which stays
+//! the default. One [`PlanSource`] follows the store, connected only when the config uses
+//! plans.
+
+use std::sync::{PoisonError, RwLock};
+use std::time::Duration;
+
+use redis_ratelimit_client::plans::snapshot::Rule as PlanRule;
+use redis_ratelimit_client::plans::spec::Kind;
+use redis_ratelimit_client::{Algorithm, PlanOptions, PlanSource};
+
+use crate::config::{LimitSpec, Unit};
+
+/// The limit a plan rule applies to one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanLimit {
+    /// The algorithm (`None`: the YAML default of 0 requests, every request denied).
+    pub algorithm: Option<Algorithm>,
+    /// Requests per unit, as reported to Envoy.
+    pub requests_per_unit: u64,
+    /// The unit reported.
+    pub unit: Unit,
+    /// The end of the Redis key: the limit's name and algorithm kind, never its amount or
+    /// plan, so a changed limit applies to the tenant's existing state.
+    pub key_suffix: String,
+}
+
+/// The policy store as this process follows it.
+pub struct Plans {
+    url: String,
+    options: PlanOptions,
+    source: RwLock<Option<PlanSource>>,
+}
+
+impl Plans {
+    /// Not connected yet: the store at `url`, followed with `options`.
+    pub fn new(url: String, options: PlanOptions) -> Self {
+        Self {
+            url,
+            options,
+            source: RwLock::new(None),
+        }
+    }
+
+    /// Connects the source if it is not yet (a first read bounded by the options' timeout),
+    /// logging its status.
+    pub async fn connect(&self) -> Result<(), String> {
+        if self.source().is_some() {
+            return Ok(());
+        }
+        let source = PlanSource::connect(&self.url, self.options.clone())
+            .await
+            .map_err(|error| format!("policy store: {error}"))?;
+        tracing::info!(
+            "plans: {} (version checked every {:?} besides notifications)",
+            source.status(),
+            self.options.check_every
+        );
+        *self.source.write().unwrap_or_else(PoisonError::into_inner) = Some(source);
+        Ok(())
+    }
+
+    /// The source, once connected.
+    pub fn source(&self) -> Option<PlanSource> {
+        self.source
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The limit `name` of `tenant`: the store's, or `default` (the rule's YAML limit).
+    pub fn limit(
+        &self,
+        tenant: &str,
+        name: &str,
+        default: &LimitSpec,
+    ) -> Result<PlanLimit, String> {
+        let effective = self.source().and_then(|source| {
+            source.resolve(tenant, &[]).into_iter().find(|effective| {
+                effective.spec.name() == name && effective.rule != PlanRule::Default
+            })
+        });
+        match effective {
+            Some(effective) => {
+                let algorithm = effective
+                    .spec
+                    .algorithm()
+                    .map_err(|error| error.to_string())?;
+                let (requests_per_unit, unit) = reported(algorithm.quota(), algorithm.window());
+                Ok(PlanLimit {
+                    key_suffix: suffix(name, effective.spec.kind()),
+                    algorithm: Some(algorithm),
+                    requests_per_unit,
+                    unit,
+                })
+            }
+            None => {
+                let algorithm = default.algorithm().map_err(|error| error.to_string())?;
+                let kind = algorithm.as_ref().and_then(Kind::of);
+                Ok(PlanLimit {
+                    key_suffix: kind
+                        .map_or_else(|| format!("plan:{name}:blocked"), |kind| suffix(name, kind)),
+                    algorithm,
+                    requests_per_unit: default.requests_per_unit,
+                    unit: default.unit,
+                })
+            }
+        }
+    }
+}
+
+fn suffix(name: &str, kind: Kind) -> String {
+    format!("plan:{name}:{}", kind.as_str())
+}
+
+/// A plan limit as Envoy's `requests_per_unit` and `unit`: the largest unit the window is a
+/// whole number of, the quota shared over it (rounded down; at least 1).
+fn reported(quota: u64, window: Duration) -> (u64, Unit) {
+    const UNITS: [Unit; 7] = [
+        Unit::Year,
+        Unit::Month,
+        Unit::Week,
+        Unit::Day,
+        Unit::Hour,
+        Unit::Minute,
+        Unit::Second,
+    ];
+    let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1);
+    for unit in UNITS {
+        let unit_ms = unit.seconds().saturating_mul(1_000);
+        if window_ms.checked_rem(unit_ms) == Some(0) {
+            let units = window_ms.checked_div(unit_ms).unwrap_or(1).max(1);
+            return (quota.checked_div(units).unwrap_or(quota).max(1), unit);
+        }
+    }
+    // Under a second, or not whole seconds: per second.
+    let per_second = u128::from(quota)
+        .saturating_mul(1_000)
+        .checked_div(u128::from(window_ms))
+        .unwrap_or(0);
+    (
+        u64::try_from(per_second).unwrap_or(u64::MAX).max(1),
+        Unit::Second,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_in_the_largest_whole_unit() {
+        assert_eq!(
+            reported(1000, Duration::from_secs(60)),
+            (1000, Unit::Minute)
+        );
+        assert_eq!(
+            reported(1000, Duration::from_secs(120)),
+            (500, Unit::Minute)
+        );
+        assert_eq!(reported(90, Duration::from_secs(90)), (1, Unit::Second));
+        assert_eq!(reported(5, Duration::from_millis(500)), (10, Unit::Second));
+        assert_eq!(
+            reported(100_000, Duration::from_secs(86_400)),
+            (100_000, Unit::Day)
+        );
+    }
+
+    #[test]
+    fn without_a_store_the_default_applies_under_a_stable_key() {
+        let plans = Plans::new("redis://127.0.0.1:1/".into(), PlanOptions::default());
+        let default = LimitSpec {
+            requests_per_unit: 3,
+            unit: Unit::Minute,
+            algorithm: crate::config::AlgorithmKind::SlidingWindow,
+            burst: None,
+        };
+        let limit = plans.limit("acme", "per-minute", &default).unwrap();
+        assert_eq!(limit.key_suffix, "plan:per-minute:sliding");
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, Unit::Minute));
+        assert_eq!(limit.algorithm, default.algorithm().unwrap());
+    }
+}
