@@ -9,6 +9,8 @@
 mod memory;
 mod redis;
 mod reply;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 
 use std::fmt;
 use std::future::Future;
@@ -19,6 +21,8 @@ use crate::algorithm::Algorithm;
 
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
+#[cfg(feature = "sentinel")]
+pub use self::sentinel::{RESOLVE_PACE, SentinelStore};
 
 /// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
