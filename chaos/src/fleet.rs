@@ -92,7 +92,8 @@ pub fn read_log(path: &Path) -> Vec<DecisionRecord> {
 }
 
 /// A directory of this run under the system's temporary directory, removed on drop unless
-/// the thread is panicking (its logs are then kept for diagnosis, and their path printed).
+/// the thread is panicking or `RL_CHAOS_KEEP_LOGS` is set (its logs are then kept for
+/// diagnosis, and their path printed).
 pub struct RunDir {
     pub path: PathBuf,
 }
@@ -111,8 +112,8 @@ impl RunDir {
 
 impl Drop for RunDir {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("logs of the failed run kept in {}", self.path.display());
+        if std::thread::panicking() || std::env::var_os("RL_CHAOS_KEEP_LOGS").is_some() {
+            eprintln!("logs of the run kept in {}", self.path.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.path);
         }

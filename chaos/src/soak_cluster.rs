@@ -32,6 +32,8 @@ pub struct SoakCluster {
     /// Every node's own address.
     pub ips: Vec<String>,
     pub network: Network,
+    /// Node 0's second network, between it and the proxy.
+    pub client_network: Network,
     pub node_timeout_ms: u64,
 }
 
@@ -45,14 +47,6 @@ impl SoakCluster {
         let socket = |ip: &str, port: u16| -> SocketAddr {
             format!("{ip}:{port}").parse().expect("address")
         };
-        // The proxy listens on the gateway at the node's own port: the node announces the
-        // gateway as its hostname, which clients are given (preferred endpoint: hostname),
-        // while the cluster bus and its replica use its address.
-        let proxy = Proxy::start(
-            socket(&gateway, REDIS_PORT),
-            socket(&ips[PROXIED], REDIS_PORT),
-        )
-        .unwrap_or_else(|error| panic!("proxy on {gateway}:{REDIS_PORT}: {error}"));
         let timeout = node_timeout_ms.to_string();
         let nodes: Vec<Container> = ips
             .iter()
@@ -85,11 +79,28 @@ impl SoakCluster {
                     .start()
             })
             .collect();
+        // Node 0 also sits on a second network, its clients' link: the proxy reaches it
+        // there, so a partition of the cluster's network leaves its clients connected (as
+        // when a primary loses its peers but not its clients: the README's partition).
+        let client_network = Network::create("soak-clients");
+        docker(&[
+            "network",
+            "connect",
+            &client_network.name,
+            &nodes[PROXIED].name,
+        ]);
+        let client_ip = nodes[PROXIED].ip_on(&client_network);
+        // The proxy listens on the gateway at the node's own port: the node announces the
+        // gateway as its hostname, which clients are given (preferred endpoint: hostname),
+        // while the cluster bus and its replica use its address.
+        let proxy = Proxy::start(socket(&gateway, REDIS_PORT), socket(&client_ip, REDIS_PORT))
+            .unwrap_or_else(|error| panic!("proxy on {gateway}:{REDIS_PORT}: {error}"));
         let cluster = SoakCluster {
             nodes,
             proxy,
             ips,
             network,
+            client_network,
             node_timeout_ms,
         };
         // Three primaries by redis-cli, then each replica by hand: redis-cli 7.0 leaves the
@@ -306,6 +317,9 @@ impl SoakCluster {
                 .get(random(shards.len() as u64) as usize)
                 .and_then(|(_, _, replica)| *replica)
                 .expect("a replica"),
+            // Half the partitions cut the proxied node off its peers only (its clients keep
+            // their link through the proxy): a primary that goes on admitting.
+            FaultKind::Partition if random(2) == 0 => PROXIED,
             FaultKind::Stop | FaultKind::Partition | FaultKind::Restart => {
                 // Half the time a primary (whose writes can be lost), else any node.
                 if random(2) == 0 {
