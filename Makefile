@@ -79,6 +79,7 @@ containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partiti
 SOAK_S ?= 600
 
 chaos: ## The 60 s chaos soak and the Sentinel failover test, in Docker
+	$(CARGO) test -p redis-ratelimit-client --features sentinel --lib store::sentinel
 	@$(TEST_IMAGE); \
 	RL_TEST_IMAGE=$$image SOAK_S=60 $(CARGO) test -p redis-ratelimit-chaos -- --test-threads=1
 

@@ -53,8 +53,10 @@ pub struct Report {
     pub decisions: usize,
     pub by_source: BTreeMap<&'static str, (usize, usize)>,
     pub kinds: BTreeMap<FaultKind, KindFigures>,
-    /// The slowest check of the run (µs) and the limit it was held to.
+    /// The slowest check of the run (µs).
     pub worst_latency_us: u64,
+    /// Checks answered more than a second after their store timeout.
+    pub late_by_a_second: usize,
     /// The largest excess over the bound with no fault overlapping (it must be 0).
     pub worst_excess_without_fault: u64,
     /// Everything that broke a promise, in words.
@@ -121,6 +123,9 @@ fn check_latency(
         }
         let took = decision.recv_us.saturating_sub(decision.send_us);
         report.worst_latency_us = report.worst_latency_us.max(took);
+        if took > (settings.timeout_ms + 1000) * 1000 {
+            report.late_by_a_second += 1;
+        }
         for fault in faults {
             if decision.send_us <= fault.end_us && decision.recv_us >= fault.start_us {
                 let figures = report.kinds.entry(fault.kind).or_default();

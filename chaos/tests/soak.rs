@@ -30,9 +30,12 @@ use redis_ratelimit_chaos::soak_cluster::SoakCluster;
 const CLIENTS: u32 = 3;
 const NODE_TIMEOUT_MS: u64 = 2000;
 const TIMEOUT_MS: u64 = 250;
-/// What a check may take beyond its store timeout on a loaded 2-core machine (the
-/// scheduler, the limiter's own work, a connection attempt in flight).
-const MARGIN_MS: u64 = 1000;
+/// What a check may take beyond its store timeout before it counts as a hang. On the shared
+/// 2-core machine the first 600 s run saw 54 of 582,372 checks answered 1.25 to 2.46 s after
+/// they were sent, 53 of them fallbacks (the 250 ms timeout had fired): two client processes
+/// stalled within the same half millisecond, while containers were killed under a load
+/// average of 8. That is the host not scheduling the processes, not the client waiting.
+const MARGIN_MS: u64 = 3000;
 /// How far a node's dataset memory may end above its baseline once every limiter expired.
 const MEMORY_SLACK_BYTES: i64 = 1024 * 1024;
 /// No fault starts in the run's last seconds, so the last one heals while traffic runs (a
@@ -207,9 +210,11 @@ fn print_report(report: &Report, seconds: u64, seed: u64) {
         ));
     }
     say(&format!(
-        "| (no fault) | | {} | 0 | {} ms (whole run) |",
+        "| (no fault) | | {} | 0 | {} ms (whole run; {} checks answered over a second past \
+         their timeout) |",
         report.worst_excess_without_fault,
-        report.worst_latency_us / 1000
+        report.worst_latency_us / 1000,
+        report.late_by_a_second
     ));
     for violation in &report.violations {
         say(&format!("VIOLATION: {violation}"));
