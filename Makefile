@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers client-test service-test test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	$(CARGO) build --release -p redis-ratelimit-server
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration conformance client-test service-test containers ## Everything CI runs: format, lints, unit, prerequisites, integration, library conformance, client library, service and container tests
+test: prereqs lint unit test-prereqs integration conformance client-test service-test containers chaos ## Everything CI runs: format, lints, unit, prerequisites, integration, library conformance, client library, service, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
 	$(CARGO) fmt --all -- --check
@@ -73,15 +73,31 @@ conformance: ## The Functions library against the module, call for call (10,000 
 # test. The release module, not the test-hooks build: these tests exercise what users run
 # (the build, the base, the glibc check), and need no clock hooks. Elsewhere the tests
 # print one CONTAINER TESTS SKIPPED line and pass.
-containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partition, in Docker
-	@image=""; \
+TEST_IMAGE := image=""; \
 	if timeout 20 docker info >/dev/null 2>&1; then \
 	  $(CARGO) build --release && \
 	  image=redis-ratelimit:test-$$(sha256sum $(DOCKER_MODULE) | cut -c1-12) && \
 	  IMAGE_TAGS=$$image BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION) \
 	  || exit 1; \
-	fi; \
+	fi
+
+containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partition, in Docker
+	@$(TEST_IMAGE); \
 	RL_TEST_IMAGE=$$image $(CARGO) test --test containers --features $(TEST_FEATURES) -- --test-threads=1
+
+# The chaos soak (chaos/tests/soak.rs): a 3+3 cluster in containers, 3 client processes over
+# every algorithm, a seeded random fault every few seconds, and the checker of every bound.
+# `make test` runs it for 60 s (with the Sentinel failover test); `make soak` for SOAK_S.
+SOAK_S ?= 600
+
+chaos: ## The 60 s chaos soak and the Sentinel failover test, in Docker
+	$(CARGO) test -p redis-ratelimit-client --features sentinel --lib store::sentinel
+	@$(TEST_IMAGE); \
+	RL_TEST_IMAGE=$$image SOAK_S=60 $(CARGO) test -p redis-ratelimit-chaos -- --test-threads=1
+
+soak: ## The chaos soak for SOAK_S seconds (default 600; RL_SOAK_SEED=n replays a run)
+	@$(TEST_IMAGE); \
+	RL_TEST_IMAGE=$$image SOAK_S=$(SOAK_S) $(CARGO) test -p redis-ratelimit-chaos --test soak -- --nocapture
 
 client-test: ## The client library: tests on real servers, demo-service fleets and a cluster; its docs
 	$(CARGO) build --features $(TEST_FEATURES)

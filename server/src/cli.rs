@@ -15,6 +15,7 @@ pub const USAGE: &str = "\
 usage: redis-ratelimit-server --redis URL --config DIR [options]
 
   --redis URL               redis://[user:password@]host:port/ or rediss:// (TLS);
+                            redis+sentinel://h1:port,h2:port/primary-name[/db] (Sentinel);
                             with --cluster, a comma-separated list of seed nodes
   --cluster                 the store is a Redis Cluster
   --config DIR              the envoyproxy/ratelimit YAML files (*.yaml, *.yml), watched

@@ -23,7 +23,7 @@ use std::sync::atomic::AtomicBool;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use redis_ratelimit_client::Fallback;
-use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, Store};
+use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, SentinelStore, Store};
 use tokio::sync::watch as signal_watch;
 
 use crate::cli::Options;
@@ -70,16 +70,21 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
         connect_timeout: options.timeout.max(std::time::Duration::from_millis(500)),
         ..RedisStoreOptions::default()
     };
-    let store = if options.cluster {
+    let store: Result<Arc<dyn Store>, _> = if options.cluster {
         let nodes: Vec<&str> = options.redis.iter().map(String::as_str).collect();
-        RedisStore::cluster(&nodes, store_options)
+        RedisStore::cluster(&nodes, store_options).map(|store| Arc::new(store) as Arc<dyn Store>)
     } else {
         let url = options.redis.first().ok_or("--redis is empty")?;
-        RedisStore::with_options(url, store_options)
+        if url.starts_with("redis+sentinel://") {
+            // The primary a set of sentinels names, followed through failovers.
+            SentinelStore::from_url(url, store_options)
+                .map(|store| Arc::new(store) as Arc<dyn Store>)
+        } else {
+            RedisStore::with_options(url, store_options)
+                .map(|store| Arc::new(store) as Arc<dyn Store>)
+        }
     };
-    store
-        .map(|store| Arc::new(store) as Arc<dyn Store>)
-        .map_err(|error| format!("--redis: {error}"))
+    store.map_err(|error| format!("--redis: {error}"))
 }
 
 async fn run(options: Options) -> Result<(), String> {

@@ -234,6 +234,12 @@ pub struct Spec<'a> {
     pub volume: Option<&'a Volume>,
     /// Arguments after the config file (they override it).
     pub server_args: Vec<String>,
+    /// The user to run as (`docker run --user`), instead of the image's.
+    pub user: Option<String>,
+    /// Files (path in the container, contents) copied in before it starts.
+    pub files: Vec<(String, String)>,
+    /// The whole command, instead of `redis-server <config file> <server_args>`.
+    pub command: Option<Vec<String>>,
 }
 
 impl<'a> Spec<'a> {
@@ -245,7 +251,29 @@ impl<'a> Spec<'a> {
             ip: None,
             volume: None,
             server_args: Vec::new(),
+            user: None,
+            files: Vec::new(),
+            command: None,
         }
+    }
+
+    /// Runs as `user` (`root` for a program that must write a file copied in).
+    pub fn user(mut self, user: &str) -> Spec<'a> {
+        self.user = Some(user.to_string());
+        self
+    }
+
+    /// Copies a file with `contents` to `path` in the container before it starts.
+    pub fn file(mut self, path: &str, contents: &str) -> Spec<'a> {
+        self.files.push((path.to_string(), contents.to_string()));
+        self
+    }
+
+    /// Runs `command` instead of `redis-server <config file> <server_args>` (for example
+    /// `redis-server /data/sentinel.conf --sentinel`).
+    pub fn command(mut self, command: &[&str]) -> Spec<'a> {
+        self.command = Some(command.iter().map(|s| s.to_string()).collect());
+        self
     }
 
     pub fn args(mut self, args: &[&str]) -> Spec<'a> {
@@ -268,9 +296,13 @@ impl<'a> Spec<'a> {
         let name = unique_name(self.role);
         let mount = self.volume.map(|v| format!("{}:/data", v.name));
         let run_label = label();
+        // With files to copy in: create, copy, then start.
         let mut args = vec![
-            "run",
-            "-d",
+            if self.files.is_empty() {
+                "run"
+            } else {
+                "create"
+            },
             "--name",
             &name,
             "--label",
@@ -284,13 +316,40 @@ impl<'a> Spec<'a> {
         if let Some(mount) = &mount {
             args.extend(["-v", mount]);
         }
-        args.extend([self.image, "redis-server", CONFIG_FILE]);
-        args.extend(self.server_args.iter().map(String::as_str));
+        if let Some(user) = &self.user {
+            args.extend(["--user", user]);
+        }
+        if self.files.is_empty() {
+            args.push("-d");
+        }
+        args.push(self.image);
+        match &self.command {
+            Some(command) => args.extend(command.iter().map(String::as_str)),
+            None => {
+                args.extend(["redis-server", CONFIG_FILE]);
+                args.extend(self.server_args.iter().map(String::as_str));
+            }
+        }
         docker(&args);
+        // The guard first: a failed copy or start still removes the container.
         let container = Container {
-            name,
+            name: name.clone(),
             network: self.network.name.clone(),
         };
+        for (index, (path, contents)) in self.files.iter().enumerate() {
+            let local = std::env::temp_dir().join(format!("{name}-file-{index}"));
+            std::fs::write(&local, contents)
+                .unwrap_or_else(|error| panic!("{}: {error}", local.display()));
+            let copied = docker_within(
+                &["cp", &local.to_string_lossy(), &format!("{name}:{path}")],
+                COMMAND_TIMEOUT,
+            );
+            let _ = std::fs::remove_file(&local);
+            copied.unwrap_or_else(|error| panic!("{error}"));
+        }
+        if !self.files.is_empty() {
+            docker(&["start", &name]);
+        }
         container.wait_ready();
         container
     }

@@ -10,6 +10,8 @@ mod backend;
 mod memory;
 mod redis;
 mod reply;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 
 use std::fmt;
 use std::future::Future;
@@ -21,6 +23,8 @@ use crate::algorithm::Algorithm;
 pub use self::backend::Backend;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
+#[cfg(feature = "sentinel")]
+pub use self::sentinel::{RESOLVE_PACE, SentinelStore};
 pub use crate::outcome::{Grant, View};
 
 /// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).

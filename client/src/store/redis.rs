@@ -147,6 +147,13 @@ impl RedisStore {
         Ok(Self::from_target(Target::Single(client), options))
     }
 
+    /// A store on one server, from a client of the `redis` crate (the Sentinel store's
+    /// primary).
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn from_client(client: redis::Client, options: RedisStoreOptions) -> Self {
+        Self::from_target(Target::Single(client), options)
+    }
+
     /// A store on a Redis Cluster, given some of its nodes.
     pub fn cluster(nodes: &[&str], options: RedisStoreOptions) -> Result<Self, StoreError> {
         let client = ClusterClient::builder(nodes.to_vec())

@@ -1,0 +1,255 @@
+//! The soak's limiters: every algorithm, several instances each (spread over the cluster's
+//! slots by their hash tags), with parameters known to both the load generator (which builds
+//! a policy for each) and the checker (which computes each one's bound).
+
+use std::time::Duration;
+
+use redis_ratelimit_client::{Algorithm, Fallback, Lease, Limit, Policy, Rate};
+
+/// One algorithm with its parameters, in units per second and milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `capacity` tokens, `per_s` a second.
+    TokenBucket {
+        capacity: u64,
+        per_s: u64,
+    },
+    /// A burst of `max_burst + 1`, `count` per `period_ms`.
+    Gcra {
+        max_burst: u64,
+        count: u64,
+        period_ms: u64,
+    },
+    FixedWindow {
+        limit: u64,
+        window_ms: u64,
+    },
+    SlidingWindow {
+        limit: u64,
+        window_ms: u64,
+    },
+    SlidingLog {
+        limit: u64,
+        window_ms: u64,
+    },
+    /// At most `limit` held at once.
+    Concurrency {
+        limit: u64,
+        ttl_ms: u64,
+    },
+}
+
+/// A limiter of the soak: its name (also its policy's name and hash tag), shape and lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SoakLimiter {
+    pub name: String,
+    pub shape: Shape,
+    /// Units claimed per lease (`None`: every check goes to the store).
+    pub lease: Option<u64>,
+}
+
+/// How long an admitted in-flight check holds its slot before releasing it.
+pub const HOLD: Duration = Duration::from_millis(40);
+
+/// Every limiter of the soak.
+pub fn limiters() -> Vec<SoakLimiter> {
+    let mut all = Vec::new();
+    let mut add = |prefix: &str, shapes: &[Shape], lease: Option<u64>| {
+        for (index, shape) in shapes.iter().enumerate() {
+            all.push(SoakLimiter {
+                name: format!("{prefix}{index}"),
+                shape: *shape,
+                lease,
+            });
+        }
+    };
+    add(
+        "tb",
+        &[
+            Shape::TokenBucket {
+                capacity: 10,
+                per_s: 5,
+            },
+            Shape::TokenBucket {
+                capacity: 3,
+                per_s: 10,
+            },
+            Shape::TokenBucket {
+                capacity: 20,
+                per_s: 2,
+            },
+            // Slow to refill: its key outlives the run by up to 30 s, for the replicas'
+            // comparison after the traffic stops.
+            Shape::TokenBucket {
+                capacity: 90,
+                per_s: 3,
+            },
+        ],
+        None,
+    );
+    add(
+        "gcra",
+        &[
+            Shape::Gcra {
+                max_burst: 4,
+                count: 5,
+                period_ms: 1000,
+            },
+            Shape::Gcra {
+                max_burst: 0,
+                count: 10,
+                period_ms: 1000,
+            },
+        ],
+        None,
+    );
+    add(
+        "fixed",
+        &[
+            Shape::FixedWindow {
+                limit: 10,
+                window_ms: 2000,
+            },
+            Shape::FixedWindow {
+                limit: 25,
+                window_ms: 5000,
+            },
+        ],
+        None,
+    );
+    add(
+        "sliding",
+        &[
+            Shape::SlidingWindow {
+                limit: 10,
+                window_ms: 2000,
+            },
+            Shape::SlidingWindow {
+                limit: 25,
+                window_ms: 5000,
+            },
+        ],
+        None,
+    );
+    add(
+        "log",
+        &[
+            Shape::SlidingLog {
+                limit: 10,
+                window_ms: 2000,
+            },
+            Shape::SlidingLog {
+                limit: 20,
+                window_ms: 3000,
+            },
+            Shape::SlidingLog {
+                limit: 60,
+                window_ms: 30_000,
+            },
+        ],
+        None,
+    );
+    add(
+        "inflight",
+        &[
+            Shape::Concurrency {
+                limit: 3,
+                ttl_ms: 5000,
+            },
+            Shape::Concurrency {
+                limit: 1,
+                ttl_ms: 5000,
+            },
+        ],
+        None,
+    );
+    add(
+        "leased",
+        &[
+            Shape::TokenBucket {
+                capacity: 30,
+                per_s: 15,
+            },
+            Shape::TokenBucket {
+                capacity: 10,
+                per_s: 5,
+            },
+        ],
+        Some(4),
+    );
+    all
+}
+
+impl SoakLimiter {
+    /// The client library's algorithm for it.
+    pub fn algorithm(&self) -> Result<Algorithm, String> {
+        let ms = Duration::from_millis;
+        match self.shape {
+            Shape::TokenBucket { capacity, per_s } => Algorithm::token_bucket_with_rate(
+                capacity,
+                Rate::per(per_s, Duration::from_secs(1)).map_err(|e| e.to_string())?,
+            ),
+            Shape::Gcra {
+                max_burst,
+                count,
+                period_ms,
+            } => Algorithm::gcra(max_burst, count, ms(period_ms)),
+            Shape::FixedWindow { limit, window_ms } => {
+                Algorithm::fixed_window(limit, ms(window_ms))
+            }
+            Shape::SlidingWindow { limit, window_ms } => {
+                Algorithm::sliding_window(limit, ms(window_ms))
+            }
+            Shape::SlidingLog { limit, window_ms } => Algorithm::sliding_log(limit, ms(window_ms)),
+            Shape::Concurrency { limit, ttl_ms } => Algorithm::concurrency(limit, ms(ttl_ms)),
+        }
+        .map_err(|error| format!("{}: {error}", self.name))
+    }
+
+    /// Its policy: one limit on the key `soak:{<name>}`, failing closed (so every
+    /// admission the checker sees is the store's or a lease's), a `timeout` per store call,
+    /// no deny cache (every check reaches the store: more traffic under the faults).
+    pub fn policy(&self, timeout: Duration) -> Result<Policy, String> {
+        let key = format!("soak:{{{{{}}}}}", self.name);
+        let limit = Limit::new(&self.name, self.algorithm()?, &key).map_err(|e| e.to_string())?;
+        let mut builder = Policy::builder(&self.name)
+            .limit(limit)
+            .fallback(Fallback::Closed)
+            .timeout(timeout)
+            .deny_cache(false);
+        if let Some(units) = self.lease {
+            builder = builder.lease(Lease::new(units));
+        }
+        builder.build().map_err(|error| error.to_string())
+    }
+
+    /// Whether a check of it takes an in-flight slot.
+    pub fn in_flight(&self) -> bool {
+        matches!(self.shape, Shape::Concurrency { .. })
+    }
+
+    /// The costs a check may ask for (in-flight and leased checks ask for one unit).
+    pub fn max_cost(&self) -> u64 {
+        if self.in_flight() || self.lease.is_some() {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+/// The Sentinel test's one limiter: a counter that never runs out (a fixed window of a
+/// billion an hour), so every admitted call is one increment the new primary must hold.
+pub fn counter() -> Vec<SoakLimiter> {
+    vec![SoakLimiter {
+        name: "counter".into(),
+        shape: Shape::FixedWindow {
+            limit: COUNTER_LIMIT,
+            window_ms: 3_600_000,
+        },
+        lease: None,
+    }]
+}
+
+/// The counter's limit.
+pub const COUNTER_LIMIT: u64 = 1_000_000_000;
