@@ -113,6 +113,13 @@ fn store_version(server: &Server) -> u64 {
     version.unwrap_or(0)
 }
 
+/// Runs an `rlctl` change and waits (at most 2 s) until `limiter` follows the store's new
+/// version.
+async fn rlctl_followed(server: &Server, limiter: &RateLimiter, args: &[&str]) {
+    rlctl_ok(server, args);
+    until_version(limiter, store_version(server), Duration::from_secs(2)).await;
+}
+
 #[tokio::test]
 async fn concurrent_writers_one_is_refused_as_stale_and_no_update_is_lost() {
     let server = Server::start(&[]);
@@ -543,8 +550,9 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
         |decision: &Decision| -> Vec<u64> { decision.limits.iter().map(|l| l.remaining).collect() };
     // Raised: the bucket keeps its 4 tokens (it does not refill to 20), the window its
     // count of 6 (14 of 20 left); one check charges one unit, once.
-    rlctl_ok(
+    rlctl_followed(
         &server,
+        &limiter,
         &[
             "plan",
             "set",
@@ -554,8 +562,8 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
             "--limit",
             "window=fixed:20/1d",
         ],
-    );
-    until_version(&limiter, store_version(&server), Duration::from_secs(2)).await;
+    )
+    .await;
     let decision = check(&limiter, "t").await;
     assert!(decision.allowed);
     assert_eq!(
@@ -565,8 +573,9 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
     assert_eq!(remaining(&decision), [3, 13]);
     // Lowered below what is left: the bucket is clamped to 2 tokens, the window's count of
     // 7 is above 5, so it denies; a denial charges nothing.
-    rlctl_ok(
+    rlctl_followed(
         &server,
+        &limiter,
         &[
             "plan",
             "set",
@@ -576,8 +585,8 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
             "--limit",
             "window=fixed:5/1d",
         ],
-    );
-    until_version(&limiter, store_version(&server), Duration::from_secs(2)).await;
+    )
+    .await;
     let decision = check(&limiter, "t").await;
     assert!(!decision.allowed);
     assert_eq!(
@@ -586,8 +595,9 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
     );
     assert_eq!(remaining(&decision), [2, 0]);
     // Raised again: the window's count is still 7, nothing was charged by the denial.
-    rlctl_ok(
+    rlctl_followed(
         &server,
+        &limiter,
         &[
             "plan",
             "set",
@@ -597,14 +607,15 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
             "--limit",
             "window=fixed:8/1d",
         ],
-    );
-    until_version(&limiter, store_version(&server), Duration::from_secs(2)).await;
+    )
+    .await;
     let decision = check(&limiter, "t").await;
     assert!(decision.allowed);
     assert_eq!(remaining(&decision), [1, 0]);
     // A change of algorithm is a fresh key of the other kind, never a read of this one's.
-    rlctl_ok(
+    rlctl_followed(
         &server,
+        &limiter,
         &[
             "plan",
             "set",
@@ -614,8 +625,8 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
             "--limit",
             "window=fixed:8/1d",
         ],
-    );
-    until_version(&limiter, store_version(&server), Duration::from_secs(2)).await;
+    )
+    .await;
     let decision = check(&limiter, "t").await;
     assert!(!decision.allowed, "the window is full");
     assert_eq!(remaining(&decision), [3, 0]);
@@ -821,11 +832,12 @@ async fn leases_of_a_store_backed_policy_are_spent_and_refunded_across_a_change(
         assert!(check(&limiter, "t").await.allowed);
     }
     // The plan changes while 7 leased units are unspent; they go back to the same key.
-    rlctl_ok(
+    rlctl_followed(
         &server,
+        &limiter,
         &["plan", "set", "p", "--limit", "per-day=fixed:200/1d"],
-    );
-    until_version(&limiter, store_version(&server), Duration::from_secs(2)).await;
+    )
+    .await;
     assert_eq!(
         quotas(&check(&limiter, "t").await),
         [("per-day".into(), 200)]
