@@ -439,10 +439,10 @@ impl SoakCluster {
     }
 
     /// Waits until every replica holds exactly its primary's keys, each with the same
-    /// `DEBUG DIGEST-VALUE`; returns how many keys were compared.
-    pub fn assert_replicas_identical(&self) -> usize {
+    /// `DEBUG DIGEST-VALUE`; returns the keys compared, as `node: key`.
+    pub fn assert_replicas_identical(&self) -> Vec<String> {
         let mut last = String::new();
-        let mut compared = 0;
+        let mut compared = Vec::new();
         let identical = wait_until(Duration::from_secs(30), || match self.compare_replicas() {
             Ok(keys) => {
                 compared = keys;
@@ -457,8 +457,8 @@ impl SoakCluster {
         compared
     }
 
-    fn compare_replicas(&self) -> Result<usize, String> {
-        let mut compared = 0;
+    fn compare_replicas(&self) -> Result<Vec<String>, String> {
+        let mut compared = Vec::new();
         for (primary, _, replica) in self.shards() {
             let replica = replica.ok_or(format!("node {primary} has no replica"))?;
             let mut on_primary = self.conn(primary)?;
@@ -493,7 +493,7 @@ impl SoakCluster {
                         "{key}: {mine:?} on {primary}, {theirs:?} on {replica}"
                     ));
                 }
-                compared += 1;
+                compared.push(format!("{primary}: {key}"));
             }
         }
         Ok(compared)
