@@ -40,7 +40,7 @@ impl Algorithm {
         Algorithm::Throttle,
     ];
 
-    /// The kind byte of keys this algorithm writes (see `src/limiter.rs`).
+    /// The kind byte of keys this algorithm writes (see `core/src/kinds.rs`).
     pub fn kind_byte(self) -> u8 {
         self as u8
     }
@@ -228,7 +228,7 @@ pub fn partly_use(con: &mut dyn ConnectionLike, limiter: &mut Limiter) {
 
 /// What a `DUMP` payload holds, decoded. Layout: `[7][0x81][8-byte module id][5 = string
 /// opcode][RDB string: length, state][0 = EOF][2-byte RDB version][8-byte CRC]`; the state is
-/// `[version 1][kind][fields, little-endian]` (`src/limiter.rs`).
+/// `[version 1][kind][fields, little-endian]` (`wire/src/codec.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredState {
     pub kind: u8,
