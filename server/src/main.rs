@@ -126,7 +126,8 @@ async fn run(options: Options) -> Result<(), String> {
     );
     let uses_plans = config.uses_plans();
     let plans = plans::Plans::new(
-        options.redis.first().cloned().unwrap_or_default(),
+        options.redis.clone(),
+        options.cluster,
         redis_ratelimit_client::PlanOptions {
             check_every: options.plans_check,
             ..redis_ratelimit_client::PlanOptions::default()

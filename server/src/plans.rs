@@ -28,16 +28,20 @@ pub struct PlanLimit {
 
 /// The policy store as this process follows it.
 pub struct Plans {
-    url: String,
+    /// The `--redis` URLs; with `cluster`, nodes of a Redis Cluster.
+    urls: Vec<String>,
+    cluster: bool,
     options: PlanOptions,
     source: RwLock<Option<PlanSource>>,
 }
 
 impl Plans {
-    /// Not connected yet: the store at `url`, followed with `options`.
-    pub fn new(url: String, options: PlanOptions) -> Self {
+    /// Not connected yet: the store at `urls` (one server, or with `cluster` some nodes of a
+    /// Redis Cluster), followed with `options`.
+    pub fn new(urls: Vec<String>, cluster: bool, options: PlanOptions) -> Self {
         Self {
-            url,
+            urls,
+            cluster,
             options,
             source: RwLock::new(None),
         }
@@ -49,9 +53,25 @@ impl Plans {
         if self.source().is_some() {
             return Ok(());
         }
-        let source = PlanSource::connect(&self.url, self.options.clone())
-            .await
-            .map_err(|error| format!("policy store: {error}"))?;
+        if self
+            .urls
+            .iter()
+            .any(|url| url.starts_with("redis+sentinel://"))
+        {
+            return Err(
+                "policy store: plans cannot follow a Sentinel URL yet (rules with \
+                 tenant_key need --redis on one server, or --cluster)"
+                    .into(),
+            );
+        }
+        let source = if self.cluster {
+            let nodes: Vec<&str> = self.urls.iter().map(String::as_str).collect();
+            PlanSource::connect_cluster(&nodes, self.options.clone()).await
+        } else {
+            let url = self.urls.first().map_or("", String::as_str);
+            PlanSource::connect(url, self.options.clone()).await
+        }
+        .map_err(|error| format!("policy store: {error}"))?;
         tracing::info!(
             "plans: {} (version checked every {:?} besides notifications)",
             source.status(),
@@ -169,7 +189,11 @@ mod tests {
 
     #[test]
     fn without_a_store_the_default_applies_under_a_stable_key() {
-        let plans = Plans::new("redis://127.0.0.1:1/".into(), PlanOptions::default());
+        let plans = Plans::new(
+            vec!["redis://127.0.0.1:1/".into()],
+            false,
+            PlanOptions::default(),
+        );
         let default = LimitSpec {
             requests_per_unit: 3,
             unit: Unit::Minute,

@@ -9,6 +9,7 @@
 //! - [`edit`]: changes as checked edits of the store;
 //! - [`store`]: the Redis layout, the atomic write, the audit stream;
 //! - [`PlanSource`]: a replica's view, kept current by notifications and a version check;
+//! - [`PlanServer`]: where the store is (one server or a cluster) and a connection to it;
 //! - [`file`](mod@file): the TOML export/import form.
 //!
 //! Keys of a store-backed policy do not depend on the plan: limit `per-minute` of policy
@@ -17,6 +18,7 @@
 //! to a lower capacity; a window keeps its count). The algorithm kind is part of the key, so
 //! a change of algorithm starts a fresh key rather than reading another kind's state.
 
+mod connection;
 pub mod edit;
 pub mod file;
 pub mod snapshot;
@@ -24,6 +26,7 @@ mod source;
 pub mod spec;
 pub mod store;
 
+pub use connection::{PlanConnection, PlanServer};
 pub use source::{PlanOptions, PlanSource, PlanStatus};
 
 /// The key template of limit `limit` (of kind `kind`) of store-backed policy `policy`,

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
-use redis::aio::MultiplexedConnection;
 
+use super::connection::{PlanConnection, PlanServer};
 use super::snapshot::{Effective, Snapshot};
 use super::store::{self, CHANNEL, PlanStoreError};
 
@@ -84,7 +84,7 @@ fn local_now_ms() -> u64 {
 }
 
 struct Inner {
-    client: redis::Client,
+    server: PlanServer,
     options: PlanOptions,
     view: RwLock<Arc<View>>,
     status: RwLock<PlanStatus>,
@@ -120,10 +120,28 @@ impl PlanSource {
     /// task of the current Tokio runtime (outside one, an error). Fails only on a malformed
     /// URL.
     pub async fn connect(url: &str, options: PlanOptions) -> Result<PlanSource, PlanStoreError> {
-        let client = redis::Client::open(url)?;
+        Self::follow(PlanServer::single(url)?, options).await
+    }
+
+    /// Follows the store on the Redis Cluster that `nodes` (URLs of some of its nodes)
+    /// belong to, as [`connect`](Self::connect) does on one server: the store's commands go
+    /// to the `{rl-policy}` slot's primary wherever it is.
+    pub async fn connect_cluster(
+        nodes: &[&str],
+        options: PlanOptions,
+    ) -> Result<PlanSource, PlanStoreError> {
+        let server = PlanServer::cluster(nodes, options.timeout)?;
+        Self::follow(server, options).await
+    }
+
+    /// Follows the store on `server`.
+    pub async fn follow(
+        server: PlanServer,
+        options: PlanOptions,
+    ) -> Result<PlanSource, PlanStoreError> {
         let source = PlanSource {
             inner: Arc::new(Inner {
-                client,
+                server,
                 options,
                 view: RwLock::new(Arc::new(View {
                     snapshot: Snapshot::default(),
@@ -141,7 +159,7 @@ impl PlanSource {
                 "PlanSource::connect runs inside a Tokio runtime (it follows the store in a task)",
             )))
         })?;
-        let task = runtime.spawn(follow(Arc::downgrade(&source.inner), connection));
+        let task = runtime.spawn(keep_following(Arc::downgrade(&source.inner), connection));
         *source
             .inner
             .task
@@ -184,21 +202,12 @@ impl PlanSource {
 }
 
 /// Reads the store if its version differs from the view's (or always, with `force`).
-async fn refresh(inner: &Inner, connection: &mut Option<MultiplexedConnection>) {
+async fn refresh(inner: &Inner, connection: &mut Option<PlanConnection>) {
     let timeout = inner.options.timeout;
     let result = tokio::time::timeout(timeout, async {
         let con = match connection {
             Some(con) => con,
-            None => connection.insert(
-                inner
-                    .client
-                    .get_multiplexed_async_connection_with_config(
-                        &redis::AsyncConnectionConfig::new()
-                            .set_connection_timeout(timeout)
-                            .set_response_timeout(timeout),
-                    )
-                    .await?,
-            ),
+            None => connection.insert(inner.server.connect(timeout).await?),
         };
         let current = inner
             .view
@@ -244,7 +253,7 @@ async fn refresh(inner: &Inner, connection: &mut Option<MultiplexedConnection>) 
     }
 }
 
-fn failed(inner: &Inner, connection: &mut Option<MultiplexedConnection>, reason: String) {
+fn failed(inner: &Inner, connection: &mut Option<PlanConnection>, reason: String) {
     *connection = None;
     metrics::counter!("ratelimit_plans_read_errors_total").increment(1);
     let mut status = inner.status.write().unwrap_or_else(PoisonError::into_inner);
@@ -256,10 +265,10 @@ fn failed(inner: &Inner, connection: &mut Option<MultiplexedConnection>, reason:
 
 /// Follows the store until the source is dropped: notifications when subscribed, a version
 /// check every period in any case; a lost subscription is made again at the next period.
-async fn follow(weak: Weak<Inner>, mut connection: Option<MultiplexedConnection>) {
-    let Some((client, options)) = weak
+async fn keep_following(weak: Weak<Inner>, mut connection: Option<PlanConnection>) {
+    let Some((server, options)) = weak
         .upgrade()
-        .map(|inner| (inner.client.clone(), inner.options.clone()))
+        .map(|inner| (inner.server.clone(), inner.options.clone()))
     else {
         return;
     };
@@ -269,7 +278,7 @@ async fn follow(weak: Weak<Inner>, mut connection: Option<MultiplexedConnection>
         let mut messages = None;
         if options.subscribe {
             let subscribed = tokio::time::timeout(options.timeout, async {
-                let mut pubsub = client.get_async_pubsub().await?;
+                let mut pubsub = server.pubsub().await?;
                 pubsub.subscribe(CHANNEL).await?;
                 Ok::<_, redis::RedisError>(pubsub)
             })

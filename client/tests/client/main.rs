@@ -18,6 +18,7 @@ mod fleet;
 mod http;
 mod limiter;
 mod plans;
+mod plans_cluster;
 mod plans_fleet;
 mod redis_store;
 mod stress;

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use redis_ratelimit_client::PlanServer;
 use redis_ratelimit_client::plans::spec::{LimitSpec, Pattern};
 use redis_ratelimit_client::plans::{edit, store};
+use redis_ratelimit_testkit::cluster::{Cluster, keyslot};
 use redis_ratelimit_testkit::server::Server;
 use tonic::transport::Channel;
 
@@ -24,7 +26,7 @@ descriptors:
 
 /// One change of the store, checked and written as `rlctl` does.
 async fn change(
-    con: &mut redis::aio::MultiplexedConnection,
+    con: &mut (impl redis::aio::ConnectionLike + Send),
     edits: impl FnOnce(&redis_ratelimit_client::plans::snapshot::Snapshot) -> Vec<edit::Edit>,
 ) {
     let (snapshot, _) = store::read(con).await.unwrap();
@@ -154,6 +156,56 @@ async fn a_tenant_gets_its_plan_and_follows_changes() {
         "no plan metrics:\n{metrics}"
     );
     assert!(metrics.contains("ratelimit_plans_loaded 1"));
+}
+
+/// On a cluster, the service given only nodes that do not own the `{rl-policy}` slot reads
+/// the store through the slot's primary and follows a change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_store_is_read_through_its_slot_owner() {
+    let cluster = Cluster::start(3, 0);
+    let owner = cluster.owner(keyslot(store::VERSION_KEY)).port;
+    let others: Vec<String> = cluster
+        .primaries()
+        .iter()
+        .filter(|node| node.port != owner)
+        .map(|node| format!("redis://127.0.0.1:{}/", node.port))
+        .collect();
+    let nodes: Vec<&str> = others.iter().map(String::as_str).collect();
+    let mut con = PlanServer::cluster(&nodes, Duration::from_secs(5))
+        .unwrap()
+        .connect(Duration::from_secs(5))
+        .await
+        .unwrap();
+    change(&mut con, |snapshot| {
+        let mut edits =
+            edit::plan_set(snapshot, "small", &limits(&["per-minute=sliding:3/60s"])).unwrap();
+        let mut with_plan = snapshot.clone();
+        with_plan
+            .plans
+            .insert("small".into(), limits(&["per-minute=sliding:3/60s"]));
+        edits.extend(edit::tenant_set(&with_plan, "acme", "small").unwrap());
+        edits
+    })
+    .await;
+    let service = Service::start(
+        &others.join(","),
+        &[("plans.yaml", PLANS)],
+        &["--cluster", "--plans-check-ms", "200"],
+    );
+    assert!(
+        service.log().contains("plans: policy store at version 1"),
+        "the plan source's status is not in the log:\n{}",
+        service.log()
+    );
+    let mut client = service.grpc().await;
+    assert_eq!(admitted(&mut client, "acme").await, 3);
+    change(&mut con, |snapshot| {
+        edit::plan_set(snapshot, "small", &limits(&["per-minute=sliding:5/60s"])).unwrap()
+    })
+    .await;
+    let took = until_admitted(&mut client, "acme").await;
+    assert!(took <= Duration::from_secs(1), "the change took {took:?}");
+    assert_eq!(admitted(&mut client, "acme").await, 1, "5 in all");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis_ratelimit_client::plans::spec::{LIMIT_SYNTAX, parse_duration};
 
 pub const USAGE: &str = "\
-usage: rlctl [--redis URL] [--who NAME] [--dry-run] [--if-version N] COMMAND
+usage: rlctl [--redis URL[,URL...]] [--cluster] [--who NAME] [--dry-run] [--if-version N] COMMAND
 
   plan set PLAN --limit LIMIT [--limit LIMIT ...]   create or replace a plan
   plan delete PLAN                                  delete a plan no tenant is on
@@ -28,6 +28,8 @@ number of ms, s, m, h or d: per-minute=sliding:1000/60s, per-day=fixed:100000/1d
 Precedence: exact override > longest matching wildcard > the tenant's plan > the policy's default.
 
 --redis    default $RLCTL_REDIS, else redis://127.0.0.1:6379/
+--cluster  the --redis URLs are nodes of a Redis Cluster (any of them: the store's
+           commands go to the primary of its {rl-policy} slot)
 --who      recorded in the audit stream; default $USER, else rlctl
 --dry-run  show what a write would change, write nothing
 --if-version N  write only if the store is still at version N (else exit 3, nothing written)";
@@ -76,6 +78,7 @@ pub enum Command {
 /// A parsed command line.
 pub struct Args {
     pub redis: String,
+    pub cluster: bool,
     pub who: String,
     pub dry_run: bool,
     pub if_version: Option<u64>,
@@ -88,6 +91,7 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Option<Args>, String> 
         std::env::var("RLCTL_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let mut who = std::env::var("USER").unwrap_or_else(|_| "rlctl".into());
     let mut dry_run = false;
+    let mut cluster = false;
     let mut if_version = None;
     let mut all = false;
     let mut limits = Vec::new();
@@ -104,6 +108,7 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Option<Args>, String> 
             "--redis" => redis = value("--redis")?,
             "--who" => who = value("--who")?,
             "--dry-run" => dry_run = true,
+            "--cluster" => cluster = true,
             "--all" => all = true,
             "--if-version" => {
                 let text = value("--if-version")?;
@@ -248,8 +253,14 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Option<Args>, String> 
         [] => return Err("no command given".into()),
         other => return Err(format!("unknown command '{}'", other.join(" "))),
     };
+    if !cluster && redis.contains(',') {
+        return Err(format!(
+            "--redis '{redis}' names several servers: add --cluster if they are nodes of a cluster"
+        ));
+    }
     Ok(Some(Args {
         redis,
+        cluster,
         who,
         dry_run,
         if_version,

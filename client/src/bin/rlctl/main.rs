@@ -35,6 +35,7 @@ mod show;
 
 use std::process::ExitCode;
 
+use redis_ratelimit_client::PlanServer;
 use redis_ratelimit_client::plans::edit::{self, Edit};
 use redis_ratelimit_client::plans::file;
 use redis_ratelimit_client::plans::snapshot::Snapshot;
@@ -100,7 +101,16 @@ fn main() -> ExitCode {
             ExitCode::from(3)
         }
         Err(Failure::Store(error)) => {
-            errln!("rlctl: {error}");
+            let moved =
+                matches!(&error, PlanStoreError::Redis(e) if e.kind() == redis::ErrorKind::Moved);
+            if moved {
+                errln!(
+                    "rlctl: {error}\nrlctl: this server is a cluster node that does not hold the \
+                     store's {{rl-policy}} slot: add --cluster (nothing was written)"
+                );
+            } else {
+                errln!("rlctl: {error}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -113,15 +123,14 @@ async fn run(args: &Args) -> Result<(), Failure> {
             .map_err(|error| Failure::Input(format!("cannot read {path}: {error}")))?;
         file::import(&text)?;
     }
-    let client = redis::Client::open(args.redis.as_str())?;
     let patience = std::time::Duration::from_secs(5);
-    let mut con = client
-        .get_multiplexed_async_connection_with_config(
-            &redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(patience)
-                .set_response_timeout(patience),
-        )
-        .await?;
+    let server = if args.cluster {
+        let nodes: Vec<&str> = args.redis.split(',').map(str::trim).collect();
+        PlanServer::cluster(&nodes, patience)?
+    } else {
+        PlanServer::single(&args.redis)?
+    };
+    let mut con = server.connect(patience).await?;
     let (snapshot, now_ms) = store::read(&mut con).await?;
     let (op, edits) = match &args.command {
         Command::Get { tenant } => {
