@@ -192,6 +192,17 @@ const COMMANDS: &[CommandSpec] = &[
         summary: c"Internal: applies limiter states or changes computed by the primary",
         complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
     },
+    CommandSpec {
+        name: effects::LEGACY_SET_STATE,
+        handler: set_state_entry,
+        flags: c"write deny-oom",
+        arity: -3,
+        keys: Keys::Pairs,
+        acl_categories: c"write slow",
+        summary:
+            c"Internal: RL.FX under its earlier name (AOF files and primaries of earlier versions)",
+        complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
+    },
 ];
 
 /// Runs a command body; turns its error, or a panic (a bug), into an error reply.

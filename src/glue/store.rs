@@ -2,7 +2,7 @@
 //! several keys all or nothing.
 //!
 //! Both writers use [`apply`]: the commands on a primary (with the changes they evaluated)
-//! and `RL.SETSTATE` on replicas and at AOF load (with the effects it decoded).
+//! and `RL.FX` on replicas and at AOF load (with the effects it decoded).
 
 use std::ffi::c_void;
 use std::ptr::null_mut;

@@ -2,7 +2,7 @@
 //!
 //! The same bytes travel everywhere a limiter leaves memory: the RDB file, `DUMP`/`RESTORE`
 //! payloads (and so `MIGRATE` in a cluster), the AOF rewrite, digests, and the effects
-//! replicated through `RL.SETSTATE` (see `glue::effects`). One encoder and one strict decoder
+//! replicated through `RL.FX` (see `glue::effects`). One encoder and one strict decoder
 //! mean a value accepted from any of those sources has passed the same validation.
 //!
 //! A limiter: `[version: u8][kind: u8][kind-specific fields]`, little-endian. The version
@@ -375,7 +375,7 @@ pub enum EffectBody {
     Change(Change),
 }
 
-/// A decoded `RL.SETSTATE` payload.
+/// A decoded `RL.FX` payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EffectRecord {
     /// Absolute expiry in Unix milliseconds; 0 for none.
@@ -384,7 +384,7 @@ pub struct EffectRecord {
     pub body: EffectBody,
 }
 
-/// Decodes and validates an `RL.SETSTATE` payload.
+/// Decodes and validates an `RL.FX` payload.
 pub fn decode_effect(bytes: &[u8]) -> Result<EffectRecord, DecodeError> {
     let mut reader = Reader { rest: bytes };
     let expires_at_ms = reader.i64()?;
