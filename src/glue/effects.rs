@@ -26,7 +26,7 @@ use super::api::{Call, OwnedString, api};
 use super::scratch::{self, Reusable};
 use super::store::{self, LimiterKey, Update, Write};
 use redis_ratelimit_core::Commit;
-use redis_ratelimit_core::kinds::{Change, LimiterRef};
+use redis_ratelimit_core::kinds::{Change, KindAlgorithm, LimiterRef};
 use redis_ratelimit_wire::codec::{self, EffectBody, Encoded};
 use redis_ratelimit_wire::error::CommandError;
 
@@ -99,6 +99,21 @@ pub fn commit_one(
 ) -> Result<(), CommandError> {
     let effect = codec::encode_effect(commit.expires_at_ms, &commit.change);
     store::apply_one(&mut key, commit)?;
+    call.replicate(SET_STATE, key.name(), effect.as_bytes());
+    call.announce_write(event, key.name());
+    Ok(())
+}
+
+/// [`commit_one`] for a change of algorithm `A`, known statically: encoded and applied as its
+/// own type (the single-key commands' path, with no dispatch on kinds).
+pub fn commit_one_as<A: KindAlgorithm>(
+    call: &Call<'_>,
+    event: &CStr,
+    mut key: LimiterKey,
+    commit: Commit<A::Change>,
+) -> Result<(), CommandError> {
+    let effect = codec::encode_change_effect(commit.expires_at_ms, A::erase_ref(&commit.change));
+    store::apply_one_as::<A>(&mut key, commit)?;
     call.replicate(SET_STATE, key.name(), effect.as_bytes());
     call.announce_write(event, key.name());
     Ok(())

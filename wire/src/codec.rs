@@ -17,7 +17,7 @@ use redis_ratelimit_core::concurrency::{
 };
 use redis_ratelimit_core::fixed_window::FixedWindow;
 use redis_ratelimit_core::gcra::Gcra;
-use redis_ratelimit_core::kinds::{Change, Kind, KindState, Limiter, LimiterRef};
+use redis_ratelimit_core::kinds::{Change, ChangeRef, Kind, KindState, Limiter, LimiterRef};
 use redis_ratelimit_core::sliding_log::{SlidingLog, SlidingLogAction, SlidingLogChange};
 use redis_ratelimit_core::sliding_window::SlidingWindow;
 use redis_ratelimit_core::token_bucket::TokenBucket;
@@ -173,17 +173,18 @@ fn read_fields(kind: Kind, reader: &mut Reader<'_>) -> Result<Limiter, DecodeErr
 /// Writes what records one change: the whole new state, except for the kinds whose change is
 /// an edit (a log replicates its change, a few integers, not its entries: a hot log with a
 /// large limit would otherwise copy up to `limit` entries to every replica on every call).
-fn write_change(change: &Change, out: &mut Encoded) {
+#[inline]
+fn write_change(change: ChangeRef<'_>, out: &mut Encoded) {
     match change {
-        Change::TokenBucket(state) => out.push_limiter(state.as_limiter()),
-        Change::SlidingWindow(state) => out.push_limiter(state.as_limiter()),
-        Change::FixedWindow(state) => out.push_limiter(state.as_limiter()),
-        Change::Gcra(state) => out.push_limiter(state.as_limiter()),
-        Change::SlidingLog(change) => {
+        ChangeRef::TokenBucket(state) => out.push_limiter(state.as_limiter()),
+        ChangeRef::SlidingWindow(state) => out.push_limiter(state.as_limiter()),
+        ChangeRef::FixedWindow(state) => out.push_limiter(state.as_limiter()),
+        ChangeRef::Gcra(state) => out.push_limiter(state.as_limiter()),
+        ChangeRef::SlidingLog(change) => {
             out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::SlidingLog as u8]);
             write_log_change(change, out);
         }
-        Change::Concurrency(change) => {
+        ChangeRef::Concurrency(change) => {
             out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::Concurrency as u8]);
             write_holders_change(change, out);
         }
@@ -351,6 +352,13 @@ pub fn encode(limiter: LimiterRef<'_>) -> Encoded {
 
 /// Encodes the effect of a commit: the change and the key's absolute expiry (Unix ms).
 pub fn encode_effect(expires_at_ms: i64, change: &Change) -> Encoded {
+    encode_change_effect(expires_at_ms, change.as_ref())
+}
+
+/// [`encode_effect`] of a borrowed change. Inlined: where the change's kind is known
+/// statically (the module's single-key commands), only that kind's encoding is compiled in.
+#[inline]
+pub fn encode_change_effect(expires_at_ms: i64, change: ChangeRef<'_>) -> Encoded {
     let mut encoded = Encoded::empty();
     encoded.push(&expires_at_ms.to_le_bytes());
     write_change(change, &mut encoded);
