@@ -176,10 +176,10 @@ fn read_fields(kind: Kind, reader: &mut Reader<'_>) -> Result<Limiter, DecodeErr
 #[inline]
 fn write_change(change: ChangeRef<'_>, out: &mut Encoded) {
     match change {
-        ChangeRef::TokenBucket(state) => out.push_limiter(state.as_limiter()),
-        ChangeRef::SlidingWindow(state) => out.push_limiter(state.as_limiter()),
-        ChangeRef::FixedWindow(state) => out.push_limiter(state.as_limiter()),
-        ChangeRef::Gcra(state) => out.push_limiter(state.as_limiter()),
+        ChangeRef::TokenBucket(state) => out.push_state(state),
+        ChangeRef::SlidingWindow(state) => out.push_state(state),
+        ChangeRef::FixedWindow(state) => out.push_state(state),
+        ChangeRef::Gcra(state) => out.push_state(state),
         ChangeRef::SlidingLog(change) => {
             out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::SlidingLog as u8]);
             write_log_change(change, out);
@@ -340,6 +340,13 @@ impl Encoded {
     fn push_limiter(&mut self, limiter: LimiterRef<'_>) {
         self.push(&[ENCODING_VERSION, limiter.kind() as u8]);
         write_fields(limiter, self);
+    }
+
+    /// [`Encoded::push_limiter`] for a state of a statically known kind.
+    #[inline]
+    fn push_state<S: KindState + Fields>(&mut self, state: &S) {
+        self.push(&[ENCODING_VERSION, S::KIND as u8]);
+        state.write(self);
     }
 }
 
