@@ -112,7 +112,12 @@ pub fn commit_one_as<A: KindAlgorithm>(
     mut key: LimiterKey,
     commit: Commit<A::Change>,
 ) -> Result<(), CommandError> {
-    let effect = codec::encode_change_effect(commit.expires_at_ms, A::erase_ref(&commit.change));
+    let mut effect = Encoded::default();
+    codec::write_effect(
+        commit.expires_at_ms,
+        A::erase_ref(&commit.change),
+        &mut effect,
+    );
     store::apply_one_as::<A>(&mut key, commit)?;
     call.replicate(SET_STATE, key.name(), effect.as_bytes());
     call.announce_write(event, key.name());
