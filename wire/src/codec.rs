@@ -37,8 +37,13 @@ trait Fields: Sized {
 
 impl Fields for TokenBucket {
     fn write(&self, out: &mut Encoded) {
-        out.push(&self.empty_at_ns().to_le_bytes());
-        out.push(&self.interval_ns().to_le_bytes());
+        // One push of both fields: the bounds are checked once, on the hot path of every
+        // admitted call.
+        let mut fields = [0; 16];
+        let (empty_at, interval) = fields.split_at_mut(8);
+        empty_at.copy_from_slice(&self.empty_at_ns().to_le_bytes());
+        interval.copy_from_slice(&self.interval_ns().to_le_bytes());
+        out.push(&fields);
     }
     fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let empty_at_ns = reader.i64()?;
