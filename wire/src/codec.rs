@@ -756,6 +756,69 @@ mod tests {
         assert_eq!(decode_effect(&negative), Err(DecodeError::InvalidState));
     }
 
+    /// The bytes of a token bucket and of its effect, written out: a change to how they are
+    /// produced (pushed field by field or at once, typed or type-erased) must not move one.
+    #[test]
+    fn a_token_bucket_and_its_effect_are_these_bytes() {
+        let state = TokenBucket::from_parts(0x0102_0304_0506_0708, 0x1112_1314).unwrap();
+        let fields = [
+            8, 7, 6, 5, 4, 3, 2, 1, // empty_at_ns
+            0x14, 0x13, 0x12, 0x11, 0, 0, 0, 0, // interval_ns
+        ];
+        let limiter = [&[ENCODING_VERSION, Kind::TokenBucket as u8][..], &fields].concat();
+        assert_eq!(encode(state.as_limiter()).as_bytes(), limiter);
+        let effect = [&0x2122_i64.to_le_bytes()[..], &limiter].concat();
+        assert_eq!(
+            encode_effect(0x2122, &Change::TokenBucket(state)).as_bytes(),
+            effect
+        );
+        let mut written = Encoded::default();
+        write_effect(0x2122, ChangeRef::TokenBucket(&state), &mut written);
+        assert_eq!(written.as_bytes(), effect);
+    }
+
+    /// The module's single-key path encodes a change of a statically known kind
+    /// (`write_effect` of a `ChangeRef`); every other path the type-erased `Change`. Same bytes.
+    #[test]
+    fn typed_and_type_erased_effects_are_the_same_bytes() {
+        let log = SlidingLogParams::new(10, 60_000_000, 3, 100).unwrap();
+        let holder = ConcurrencyParams::new(3, 5_000_000, 100)
+            .unwrap()
+            .with_holder(HolderId::new(b"h").unwrap());
+        let mut changes: Vec<Change> = one_of_each()
+            .into_iter()
+            .filter_map(|limiter| match limiter {
+                Limiter::TokenBucket(state) => Some(Change::TokenBucket(state)),
+                Limiter::SlidingWindow(state) => Some(Change::SlidingWindow(state)),
+                Limiter::FixedWindow(state) => Some(Change::FixedWindow(state)),
+                Limiter::Gcra(state) => Some(Change::Gcra(state)),
+                Limiter::SlidingLog(_) | Limiter::Concurrency(_) => None,
+            })
+            .collect();
+        changes.push(Change::SlidingLog(
+            SlidingLogAlgorithm::evaluate(None, &log, NOW_US)
+                .commit
+                .unwrap()
+                .change,
+        ));
+        changes.push(Change::Concurrency(Box::new(
+            ConcurrencyAlgorithm::evaluate(None, &holder, NOW_US)
+                .commit
+                .unwrap()
+                .change,
+        )));
+        assert_eq!(changes.len(), Kind::ALL.len());
+        for change in &changes {
+            let mut written = Encoded::default();
+            write_effect(77, change.as_ref(), &mut written);
+            assert_eq!(
+                written.as_bytes(),
+                encode_effect(77, change).as_bytes(),
+                "{change:?}"
+            );
+        }
+    }
+
     #[test]
     fn long_encodings_spill_to_the_heap() {
         let mut encoded = Encoded::empty();
