@@ -10,6 +10,7 @@
 //! still handles `None` without panicking (it reports failure instead).
 
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::mem::MaybeUninit;
 use std::ptr::{NonNull, null_mut};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -156,9 +157,12 @@ impl<'a> Call<'a> {
         if let Some(slots) = inline.get_mut(..strings.len()) {
             for (slot, &string) in slots.iter_mut().zip(strings) {
                 // SAFETY: as in arg_bytes.
-                *slot = unsafe { string_bytes(string) };
+                slot.write(unsafe { string_bytes(string) });
             }
-            return slots;
+            let slots: &[MaybeUninit<&'a [u8]>] = slots;
+            // SAFETY: `slots` and `strings` have the same length, so the loop wrote every
+            // slot; `MaybeUninit<T>` has the layout of `T`.
+            return unsafe { &*(std::ptr::from_ref(slots) as *const [&'a [u8]]) };
         }
         heap.clear();
         heap.extend(
@@ -365,8 +369,10 @@ impl<'a> Call<'a> {
 const INLINE_ARGS: usize = 8;
 
 /// Where [`Call::args_bytes`] reads arguments: on the stack when few, on the heap otherwise.
+/// The stack slots start uninitialised: each call writes those it returns (initialising all
+/// of them cost 16 stores a call).
 pub struct ArgBuffer<'a> {
-    inline: [&'a [u8]; INLINE_ARGS],
+    inline: [MaybeUninit<&'a [u8]>; INLINE_ARGS],
     heap: Vec<&'a [u8]>,
 }
 
@@ -374,7 +380,7 @@ impl ArgBuffer<'_> {
     /// An empty buffer (allocates nothing).
     pub const fn new() -> Self {
         ArgBuffer {
-            inline: [&[]; INLINE_ARGS],
+            inline: [const { MaybeUninit::uninit() }; INLINE_ARGS],
             heap: Vec::new(),
         }
     }
