@@ -8,7 +8,8 @@
 # function (functions/ratelimit.lua, FCALL), plus the most expensive functions for
 # RL.TOKENBUCKET, RL.MULTI, RL.ACQUIRE and RL.RELEASE.
 # Usage: bench/instructions.sh [module.so] [calls]
-# BENCH_ONLY=<regex> measures only the calls whose label matches (e.g. BENCH_ONLY='FCALL|Lua token').
+# BENCH_ONLY=<regex> measures only the calls whose label matches (e.g. BENCH_ONLY='FCALL|Lua token'),
+# and prints the breakdowns of those it measured.
 set -euo pipefail
 
 module=${1:-target/release/libredis_ratelimit.so}
