@@ -8,7 +8,8 @@
 # function (functions/ratelimit.lua, FCALL), plus the most expensive functions for
 # RL.TOKENBUCKET, RL.MULTI, RL.ACQUIRE and RL.RELEASE.
 # Usage: bench/instructions.sh [module.so] [calls]
-# BENCH_ONLY=<regex> measures only the calls whose label matches (e.g. BENCH_ONLY='FCALL|Lua token').
+# BENCH_ONLY=<regex> measures only the calls whose label matches (e.g. BENCH_ONLY='FCALL|Lua token'),
+# and prints the breakdowns of those it measured.
 set -euo pipefail
 
 module=${1:-target/release/libredis_ratelimit.so}
@@ -202,10 +203,13 @@ for name, total in list(seen.items())[:lines]:
     print("  %8.0f  %s" % (total / calls, name[:80]))
 ' "$calls" "$3"
 }
-[[ -z ${BENCH_ONLY:-} ]] || exit 0
-breakdown RL.TOKENBUCKET "$dir/token_bucket.out" 14
-breakdown RL.MULTI "$dir/multi.out" 20
-breakdown "RL.TOKENBUCKET MAXWAIT" "$dir/maxwait.out" 14
-breakdown "RL.ACQUIRE (renew)" "$dir/renew.out" 20
-breakdown "RL.ACQUIRE (new holder)" "$dir/new.out" 20
-breakdown RL.RELEASE "$dir/release.out" 20
+# Each breakdown whose row was measured (all of them unless BENCH_ONLY left some out).
+breakdowns=(
+  "RL.TOKENBUCKET|token_bucket|14" "RL.MULTI|multi|20" "RL.TOKENBUCKET MAXWAIT|maxwait|14"
+  "RL.ACQUIRE (renew)|renew|20" "RL.ACQUIRE (new holder)|new|20" "RL.RELEASE|release|20"
+)
+for entry in "${breakdowns[@]}"; do
+  IFS='|' read -r label name lines <<<"$entry"
+  [[ -f $dir/$name.out ]] && breakdown "$label" "$dir/$name.out" "$lines"
+done
+exit 0

@@ -20,7 +20,7 @@
 //! ## Replication model
 //!
 //! Commands compute on the primary with the primary's clock and replicate their *effects*:
-//! an internal `RL.SETSTATE key effect [key effect ...]`, each effect carrying the key's new
+//! an internal `RL.FX key effect [key effect ...]`, each effect carrying the key's new
 //! state (or change) and its absolute expiry. Replicas and AOF replay therefore hold exactly
 //! the primary's state, whatever their own clocks say. Denied calls change nothing and
 //! propagate nothing.

@@ -104,6 +104,40 @@ pub unsafe fn borrow_mut<'a>(raw: *mut c_void) -> Option<LimiterMut<'a>> {
     Some(kind_of(raw)?.visit_type(Borrower(raw)))
 }
 
+/// Boxes one state of a statically known kind and returns the tagged pointer Redis will hold.
+pub fn into_raw_as<S: KindState>(state: S) -> *mut c_void {
+    boxed(state)
+}
+
+/// Borrows the state behind a value pointer as `S`, its kind known statically: `None` for a
+/// pointer without a valid kind (as [`borrow`]), `Err` with the kind it holds if another.
+///
+/// # Safety
+/// As for [`borrow`].
+pub unsafe fn borrow_as<'a, S: KindState>(raw: *const c_void) -> Option<Result<&'a S, Kind>> {
+    let kind = kind_of(raw)?;
+    if kind != S::KIND {
+        return Some(Err(kind));
+    }
+    // SAFETY: the tag says the allocation is a Box<S>; the caller guarantees it is live and
+    // not mutably borrowed for the lifetime it picks.
+    Some(Ok(unsafe { &*untagged::<S>(raw) }))
+}
+
+/// Mutably borrows the state behind a value pointer as `S` (see [`borrow_as`]).
+///
+/// # Safety
+/// As for [`borrow_mut`].
+pub unsafe fn borrow_mut_as<'a, S: KindState>(raw: *mut c_void) -> Option<Result<&'a mut S, Kind>> {
+    let kind = kind_of(raw)?;
+    if kind != S::KIND {
+        return Some(Err(kind));
+    }
+    // SAFETY: the tag says the allocation is a Box<S>; the caller guarantees exclusive access
+    // for the lifetime it picks.
+    Some(Ok(unsafe { &mut *untagged::<S>(raw) }))
+}
+
 /// Frees a value pointer.
 ///
 /// # Safety

@@ -20,8 +20,8 @@
 use crate::concurrency::{ConcurrencyAlgorithm, HolderId};
 use crate::decision::{Commit, Decision, Evaluation};
 use crate::gcra::{CellOutcome, GcraAlgorithm, GcraParams};
-use crate::grant::{Grant, Granted};
-use crate::kinds::{Change, Kind, LimiterRef, Quota};
+use crate::grant::{self, Grant, Granted};
+use crate::kinds::{Change, Kind, KindAlgorithm, KindState, LimiterRef, Quota};
 use crate::multi::{self, Bound};
 
 /// A key as the engine sees it: the limiter it holds, if any.
@@ -127,6 +127,20 @@ pub fn acquire(
     quota
         .evaluate(held, grant, now_us)
         .map_err(mismatch(0, quota.kind()))
+}
+
+/// [`acquire`] for a quota of algorithm `A`, known statically (after one
+/// [`Quota::visit`](crate::kinds::Quota::visit)): the same evaluation
+/// ([`grant::evaluate`]) without dispatching on the kind again, for callers that then write
+/// the change as its own type. `held` is the key's state, or the kind it holds instead.
+pub fn acquire_as<A: KindAlgorithm>(
+    held: Result<Option<&A::State>, Kind>,
+    params: &A::Params,
+    grant: Grant,
+    now_us: i64,
+) -> Result<Granted<A::Change>, Refused> {
+    let state = held.map_err(mismatch(0, A::State::KIND))?;
+    Ok(grant::evaluate::<A>(state, params, grant, now_us))
 }
 
 /// Gives a call's cost back to the limiter of one key (never beyond its limit).

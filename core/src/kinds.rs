@@ -43,6 +43,37 @@ pub trait KindState: Sized + Clone + 'static {
 pub trait KindAlgorithm: Algorithm<State: KindState> {
     /// Wraps a change of this algorithm.
     fn erase(change: Self::Change) -> Change;
+    /// Borrows a change of this algorithm as a type-erased one (for encoding it where the
+    /// algorithm is known statically, without moving it into a [`Change`]).
+    fn erase_ref(change: &Self::Change) -> ChangeRef<'_>;
+}
+
+/// Something done with a quota's algorithm and parameters, statically typed (see
+/// [`Quota::visit`]): lets a caller dispatch on the kind once, then run code monomorphised
+/// for it.
+pub trait QuotaVisitor {
+    /// What the visit produces.
+    type Output;
+    /// Called with the quota's algorithm and parameters.
+    fn visit<A: KindAlgorithm>(self, params: &A::Params) -> Self::Output;
+}
+
+/// A value held either inline or boxed in the type-erased enums, borrowed as itself.
+pub trait Inner<T> {
+    /// The value.
+    fn inner(&self) -> &T;
+}
+
+impl<T> Inner<T> for T {
+    fn inner(&self) -> &T {
+        self
+    }
+}
+
+impl<T> Inner<T> for Box<T> {
+    fn inner(&self) -> &T {
+        self
+    }
 }
 
 /// A value held either inline or boxed in the type-erased enums, taken out as itself.
@@ -164,6 +195,15 @@ macro_rules! kinds {
             $(
                 #[doc = concat!("A change to ", $description, ".")]
                 $variant($change),
+            )*
+        }
+
+        /// A borrowed [`Change`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum ChangeRef<'a> {
+            $(
+                #[doc = concat!("A change to ", $description, ".")]
+                $variant(&'a <$algorithm as Algorithm>::Change),
             )*
         }
 
@@ -289,10 +329,30 @@ macro_rules! kinds {
             }
         }
 
+        impl Quota {
+            /// Calls `visitor` with the quota's algorithm and parameters.
+            pub fn visit<V: QuotaVisitor>(&self, visitor: V) -> V::Output {
+                match self {
+                    $(Quota::$variant(params) => visitor.visit::<$algorithm>(
+                        <$params as Inner<<$algorithm as Algorithm>::Params>>::inner(params),
+                    ),)*
+                }
+            }
+        }
+
         impl Change {
             /// The kind of limiter this change applies to.
             pub fn kind(&self) -> Kind {
                 match self { $(Change::$variant(_) => Kind::$variant,)* }
+            }
+
+            /// Borrows the change.
+            pub fn as_ref(&self) -> ChangeRef<'_> {
+                match self {
+                    $(Change::$variant(change) => ChangeRef::$variant(
+                        <$change as Inner<<$algorithm as Algorithm>::Change>>::inner(change),
+                    ),)*
+                }
             }
 
             /// The limiter of a key that did not exist yet, once this change is applied.
@@ -319,6 +379,9 @@ macro_rules! kinds {
             impl KindAlgorithm for $algorithm {
                 fn erase(change: Self::Change) -> Change {
                     Change::$variant(change.into())
+                }
+                fn erase_ref(change: &Self::Change) -> ChangeRef<'_> {
+                    ChangeRef::$variant(change)
                 }
             }
 

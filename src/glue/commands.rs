@@ -6,7 +6,7 @@ use std::cell::Cell;
 
 use redis_module::raw;
 
-use super::api::Call;
+use super::api::{ArgBuffer, Call};
 use super::driver::{self, MultiBuffers, Outcome};
 use super::stats::{self, CommandStats};
 use super::{clock, config, reply, scratch};
@@ -76,13 +76,14 @@ fn limiter_call(call: &Call<'_>, kind: Kind, stats: &CommandStats) -> Result<(),
     let name = key_name(call)?;
     let now_us = clock::now_us()?;
     let settings = settings();
-    let arguments = call.args_bytes(2..);
+    let mut buffer = ArgBuffer::new();
+    let arguments = call.args_bytes(2.., &mut buffer);
     let (outcome, grant) = CALL_ARGS.with(|memos| {
         let Some(memo) = memos.get(kind as usize) else {
             return Err(CommandError::WrongArity);
         };
         memo.with(
-            &arguments,
+            arguments,
             (kind, settings),
             remembered::limiter_call,
             |parsed| {
@@ -101,9 +102,10 @@ pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let now_us = clock::now_us()?;
     let settings = settings();
-    let arguments = call.args_bytes(2..);
+    let mut buffer = ArgBuffer::new();
+    let arguments = call.args_bytes(2.., &mut buffer);
     let (outcome, grant) = PEEK_ARGS.with(|memo| {
-        memo.with(&arguments, settings, remembered::peek, |parsed| {
+        memo.with(arguments, settings, remembered::peek, |parsed| {
             driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
         })
     })??;
@@ -117,9 +119,10 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let now_us = clock::now_us()?;
     let settings = settings();
-    let arguments = call.args_bytes(2..);
+    let mut buffer = ArgBuffer::new();
+    let arguments = call.args_bytes(2.., &mut buffer);
     let decision = REFUND_ARGS.with(|memo| {
-        memo.with(&arguments, settings, remembered::refund, |quota| {
+        memo.with(arguments, settings, remembered::refund, |quota| {
             driver::refund(call, stats::REFUND.event, name, quota, now_us)
         })
     })??;
@@ -135,7 +138,10 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
 pub fn acquire(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let now_us = clock::now_us()?;
-    let quota = args::quota::acquire(&call.args_bytes(2..), settings().max_holders)?;
+    let quota = args::quota::acquire(
+        call.args_bytes(2.., &mut ArgBuffer::new()),
+        settings().max_holders,
+    )?;
     let call_args = CallArgs {
         quota,
         grant: Grant::Whole,
@@ -161,9 +167,10 @@ pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
 pub fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let now_us = clock::now_us()?;
-    let arguments = call.args_bytes(2..);
+    let mut buffer = ArgBuffer::new();
+    let arguments = call.args_bytes(2.., &mut buffer);
     let params =
-        THROTTLE_ARGS.with(|memo| memo.with(&arguments, (), remembered::throttle, |p| *p))?;
+        THROTTLE_ARGS.with(|memo| memo.with(arguments, (), remembered::throttle, |p| *p))?;
     let cell = driver::throttle(call, stats::THROTTLE.event, name, &params, now_us)?;
     stats::THROTTLE.record(!cell.limited);
     reply::cell(call, &cell);
@@ -183,15 +190,17 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
     if names.len() != key_count {
         return Err(CommandError::WrongArity);
     }
-    let key_bytes = call.args_bytes(2..first_limit);
-    if let Some(index) = multi::repeated_key(&key_bytes) {
+    let mut key_buffer = ArgBuffer::new();
+    let key_bytes = call.args_bytes(2..first_limit, &mut key_buffer);
+    if let Some(index) = multi::repeated_key(key_bytes) {
         return Err(multi::repeated_key_error(
             key_bytes.get(index).copied().unwrap_or_default(),
         ));
     }
     let now_us = clock::now_us()?;
     let settings = settings();
-    let arguments = call.args_bytes(first_limit..);
+    let mut buffer = ArgBuffer::new();
+    let arguments = call.args_bytes(first_limit.., &mut buffer);
     scratch::reusing(&MULTI_BUFFERS, |buffers| {
         let context = MultiContext {
             key_count,
@@ -199,12 +208,12 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
         };
         let (outcome, grant) = MULTI_ARGS
             .with(|memo| {
-                memo.with(&arguments, context, remembered::multi_limits, |parsed| {
+                memo.with(arguments, context, remembered::multi_limits, |parsed| {
                     driver::acquire_many(call, stats::MULTI.event, names, parsed, now_us, buffers)
                         .map(|outcome| (outcome, parsed.grant))
                 })
             })
-            .map_err(|error| error.naming_keys(&key_bytes))??;
+            .map_err(|error| error.naming_keys(key_bytes))??;
         stats::MULTI.record(outcome.bound.decision.allowed);
         let first = first_field(outcome.units, &outcome.bound.decision, grant);
         reply::multi(call, &outcome, buffers.engine.per_limit(), first);

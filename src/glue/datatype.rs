@@ -2,7 +2,7 @@
 //!
 //! The callbacks only move bytes: they encode or decode through
 //! [`redis_ratelimit_wire::codec`] (the AOF rewrite through [`super::effects`], which owns
-//! `RL.SETSTATE`) and hand pointers to
+//! `RL.FX`) and hand pointers to
 //! [`crate::value`]. Every loaded value (RDB file, full sync, `RESTORE` payload)
 //! passes the same strict decoder as replicated state; anything it refuses makes the load
 //! fail cleanly (NULL), with a log line, never a crash.

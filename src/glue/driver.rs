@@ -17,7 +17,8 @@ use redis_module::raw;
 use redis_ratelimit_core::concurrency::HolderId;
 use redis_ratelimit_core::engine::{self, Held, Verdict};
 use redis_ratelimit_core::gcra::{CellOutcome, GcraParams};
-use redis_ratelimit_core::kinds::{Change, LimiterRef, Quota};
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::{Change, KindAlgorithm, LimiterRef, Quota, QuotaVisitor};
 use redis_ratelimit_core::{Commit, Decision, Evaluation};
 use redis_ratelimit_wire::args::CallArgs;
 use redis_ratelimit_wire::args::multi::MultiArgs;
@@ -46,13 +47,40 @@ pub fn acquire(
     now_us: i64,
 ) -> Result<Outcome, CommandError> {
     let key = LimiterKey::open(call, name)?;
-    let granted = engine::acquire(key.held(), &args.quota, args.grant, now_us)?;
-    let outcome = Outcome {
-        units: granted.units,
-        decision: granted.evaluation.decision,
-    };
-    commit_one(call, event, key, granted.evaluation)?;
-    Ok(outcome)
+    args.quota.visit(AcquireOne {
+        call,
+        event,
+        key,
+        grant: args.grant,
+        now_us,
+    })
+}
+
+/// The rest of [`acquire`], monomorphised for the quota's algorithm: decided, encoded and
+/// written as the algorithm's own types, with no dispatch on kinds after the one visit.
+struct AcquireOne<'c, 'a> {
+    call: &'c Call<'a>,
+    event: &'c CStr,
+    key: LimiterKey,
+    grant: Grant,
+    now_us: i64,
+}
+
+impl QuotaVisitor for AcquireOne<'_, '_> {
+    type Output = Result<Outcome, CommandError>;
+
+    fn visit<A: KindAlgorithm>(self, params: &A::Params) -> Self::Output {
+        let held = self.key.held_as::<A::State>();
+        let granted = engine::acquire_as::<A>(held, params, self.grant, self.now_us)?;
+        let outcome = Outcome {
+            units: granted.units,
+            decision: granted.evaluation.decision,
+        };
+        if let Some(commit) = granted.evaluation.commit {
+            effects::commit_one_as::<A>(self.call, self.event, self.key, commit)?;
+        }
+        Ok(outcome)
+    }
 }
 
 /// What a call on one key would get now, changing nothing (works on replicas).

@@ -4,7 +4,7 @@
 //!   entry points, which catch panics;
 //! - [`commands`]: each command's body: read the clock once, parse, drive, count, reply;
 //! - [`driver`]: prepare (open keys, evaluate against one `now`) then commit;
-//! - [`effects`]: the effects protocol (`RL.SETSTATE`): commit and propagate on the primary,
+//! - [`effects`]: the effects protocol (`RL.FX`): commit and propagate on the primary,
 //!   apply on replicas and at AOF load, AOF rewrite;
 //! - [`store`]: limiters in keys, and writes applied to several keys all or nothing;
 //! - [`scratch`]: working memory multi-key commands reuse between calls;

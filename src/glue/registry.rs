@@ -192,23 +192,53 @@ const COMMANDS: &[CommandSpec] = &[
         summary: c"Internal: applies limiter states or changes computed by the primary",
         complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
     },
+    CommandSpec {
+        name: effects::LEGACY_SET_STATE,
+        handler: set_state_entry,
+        flags: c"write deny-oom",
+        arity: -3,
+        keys: Keys::Pairs,
+        acl_categories: c"write slow",
+        summary:
+            c"Internal: RL.FX under its earlier name (AOF files and primaries of earlier versions)",
+        complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
+    },
 ];
 
 /// Runs a command body; turns its error, or a panic (a bug), into an error reply.
-fn dispatch(call: &Call<'_>, body: fn(&Call<'_>) -> Result<(), CommandError>) -> c_int {
+///
+/// Generic and inlined into each entry point, so the body is called directly (and its
+/// result checked where it is made) rather than through a function pointer; the failure
+/// replies stay out of line.
+#[inline(always)]
+fn dispatch(call: &Call<'_>, body: impl FnOnce(&Call<'_>) -> Result<(), CommandError>) -> c_int {
     match catch_unwind(AssertUnwindSafe(|| body(call))) {
         Ok(Ok(())) => {}
-        Ok(Err(CommandError::WrongArity)) => call.reply_wrong_arity(),
-        Ok(Err(error)) => call.reply_error(&error.to_string()),
-        Err(_) => {
-            log(
-                c"warning",
-                "ratelimit: internal error in a command; see the panic above",
-            );
-            call.reply_error("ERR internal error in the ratelimit module (see the server log)");
-        }
+        Ok(Err(error)) => reply_failure(call, error),
+        Err(_) => reply_panic(call),
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// Replies with a command's error.
+#[cold]
+#[inline(never)]
+fn reply_failure(call: &Call<'_>, error: CommandError) {
+    match error {
+        CommandError::WrongArity => call.reply_wrong_arity(),
+        error => call.reply_error(&error.to_string()),
+    }
+}
+
+/// Logs and replies after a panic in a command (a bug).
+#[cold]
+#[inline(never)]
+fn reply_panic(call: &Call<'_>) {
+    log(
+        c"warning",
+        "ratelimit: internal error in a command; see the panic above",
+    );
+    call.reply_error("ERR internal error in the ratelimit module (see the server log)");
 }
 
 /// Registers every command with its flags, arity, key specs and (where the server supports

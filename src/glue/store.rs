@@ -2,7 +2,7 @@
 //! several keys all or nothing.
 //!
 //! Both writers use [`apply`]: the commands on a primary (with the changes they evaluated)
-//! and `RL.SETSTATE` on replicas and at AOF load (with the effects it decoded).
+//! and `RL.FX` on replicas and at AOF load (with the effects it decoded).
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -13,7 +13,7 @@ use redis_module::raw;
 use super::api::{Call, Key, KeyContent, KeyMode};
 use crate::value;
 use redis_ratelimit_core::Commit;
-use redis_ratelimit_core::kinds::{Change, Kind, Limiter, LimiterRef};
+use redis_ratelimit_core::kinds::{Change, Kind, KindAlgorithm, KindState, Limiter, LimiterRef};
 use redis_ratelimit_wire::error::CommandError;
 
 /// The registered `ratelimit` type; null until `OnLoad` creates it.
@@ -79,6 +79,19 @@ impl LimiterKey {
         // open; nothing mutates it while this shared borrow of the key lives (writes take the
         // key by value in `apply`).
         self.value.and_then(|value| unsafe { value::borrow(value) })
+    }
+
+    /// The key's state if it holds a limiter of type `S` (`None` if it holds none); `Err`
+    /// with the kind it holds instead.
+    pub fn held_as<S: KindState>(&self) -> Result<Option<&S>, Kind> {
+        let Some(value) = self.value else {
+            return Ok(None);
+        };
+        // SAFETY: as in `held`.
+        match unsafe { value::borrow_as::<S>(value) } {
+            None => Ok(None),
+            Some(state) => state.map(Some),
+        }
     }
 
     /// Stores a new value in the key, which then owns it; hands it back if Redis refuses.
@@ -205,6 +218,48 @@ pub fn apply_one(key: &mut LimiterKey, commit: Commit<Change>) -> Result<(), Com
         }
     }
     settle(key, expires_at_ms);
+    Ok(())
+}
+
+/// [`apply_one`] for a change of algorithm `A`, known statically: the change is applied (or
+/// the new value built) as its own type, with no dispatch on kinds.
+pub fn apply_one_as<A: KindAlgorithm>(
+    key: &mut LimiterKey,
+    commit: Commit<A::Change>,
+) -> Result<(), CommandError> {
+    let Commit {
+        change,
+        expires_at_ms,
+    } = commit;
+    let existing = match key.value {
+        // SAFETY: the value belongs to this module's type; the key is open for writing and no
+        // other borrow of the value exists (`held` borrows end before the write).
+        Some(raw_value) => unsafe { value::borrow_mut_as::<A::State>(raw_value) },
+        None => None,
+    };
+    let vacant = match existing {
+        Some(Ok(state)) => {
+            A::apply(state, change);
+            state.as_limiter().is_vacant()
+        }
+        Some(Err(held)) => return Err(kind_mismatch(held, A::State::KIND)),
+        None => {
+            let created = A::create(change);
+            let vacant = created.as_limiter().is_vacant();
+            if let Err(refused) = key.store(value::into_raw_as(created)) {
+                // SAFETY: Redis refused the value, so it is still ours to free.
+                unsafe { value::free(refused) };
+                return Err(NOT_STORED);
+            }
+            vacant
+        }
+    };
+    // As `settle`, with the vacancy known from the state's type.
+    if vacant {
+        key.delete();
+    } else {
+        key.expire_at_ms(expires_at_ms);
+    }
     Ok(())
 }
 

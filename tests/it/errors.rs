@@ -97,12 +97,19 @@ fn the_internal_state_command_is_refused_to_clients() {
     let mut con = server.conn();
     token_bucket(&mut con, "k", 10, "1", 1);
     let state = dump(&mut con, "k");
+    let message = expect_error(&mut con, &[b"RL.FX", b"k", b"\x01\x00"]);
+    assert_eq!(
+        message,
+        "ERR RL.FX is internal: only the replication link and AOF loading may call it"
+    );
+    let message = expect_error(&mut con, &[b"RL.FX", b"fresh", b"\x01\x00"]);
+    assert!(message.starts_with("ERR RL.FX is internal"));
+    // Its earlier name, still accepted from the replication link and AOF files, is refused
+    // to clients as well.
     let message = expect_error(&mut con, &[b"RL.SETSTATE", b"k", b"\x01\x00"]);
     assert_eq!(
         message,
         "ERR RL.SETSTATE is internal: only the replication link and AOF loading may call it"
     );
-    let message = expect_error(&mut con, &[b"RL.SETSTATE", b"fresh", b"\x01\x00"]);
-    assert!(message.starts_with("ERR RL.SETSTATE is internal"));
     assert_eq!(dump(&mut con, "k"), state);
 }

@@ -346,7 +346,7 @@ fn denials_propagate_nothing_and_replicas_apply_each_call_as_one_op() {
     let keys = ["{p}:a", "{p}:b"].map(String::from);
     assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
     assert_eq!(
-        commandstat_calls(&mut replica_con, "rl.setstate"),
+        commandstat_calls(&mut replica_con, "rl.fx"),
         2,
         "one op per call"
     );
@@ -418,7 +418,7 @@ fn replicas_and_the_aof_hold_exactly_the_primary_state() {
         .flat_map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
         .collect::<Vec<u8>>();
     let text = String::from_utf8_lossy(&aof).to_lowercase();
-    assert!(text.contains("rl.setstate"));
+    assert!(text.contains("rl.fx"));
     assert!(
         !text.contains("rl.multi"),
         "the AOF holds effects, never the command"
@@ -435,11 +435,15 @@ fn keys_are_declared_for_getkeys_and_acl() {
         .query(&mut con)
         .unwrap();
     assert_eq!(keys, ["a", "b", "c"]);
-    let keys: Vec<String> = redis::cmd("COMMAND")
-        .arg(words("GETKEYS RL.SETSTATE a x b y"))
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(keys, ["a", "b"]);
+    for effects in ["RL.FX", "RL.SETSTATE"] {
+        let keys: Vec<String> = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg(effects)
+            .arg(words("a x b y"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(keys, ["a", "b"], "{effects}");
+    }
     let _: () = redis::cmd("ACL")
         .arg(words("SETUSER tenant on nopass ~{t1}:* +rl.multi"))
         .query(&mut con)

@@ -85,7 +85,39 @@ fn aof_replay_is_exact(preamble: &str) {
             "the AOF must hold effects, not {command}"
         );
     }
-    assert!(logged.contains("rl.setstate"));
+    assert!(logged.contains("rl.fx"));
+
+    // The same files under the effect command's earlier name, as earlier versions wrote
+    // them, replay to the same state.
+    let mut renamed = 0;
+    for entry in std::fs::read_dir(server.dir.join("appendonlydir")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|extension| extension == "aof") {
+            let text = std::fs::read(&path).unwrap();
+            let legacy = replace_all(&text, b"$5\r\nrl.fx\r\n", b"$11\r\nrl.setstate\r\n");
+            renamed += usize::from(legacy != text);
+            std::fs::write(&path, legacy).unwrap();
+        }
+    }
+    assert!(renamed > 0, "the AOF held no RL.FX to rename");
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    assert_eq!(snapshot(&mut con, &keys), before);
+}
+
+/// `bytes` with every `from` replaced by `to`.
+fn replace_all(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        if rest.starts_with(from) {
+            out.extend_from_slice(to);
+            rest = &rest[from.len()..];
+        } else {
+            out.push(rest[0]);
+            rest = &rest[1..];
+        }
+    }
+    out
 }
 
 #[test]

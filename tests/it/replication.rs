@@ -39,7 +39,7 @@ fn a_lagging_replica_ends_byte_identical() {
         0,
         "never re-executed"
     );
-    assert!(commandstat_calls(&mut replica_con, "rl.setstate") > 0);
+    assert!(commandstat_calls(&mut replica_con, "rl.fx") > 0);
     assert_eq!(
         info_int(&mut replica_con, "stats", "unexpected_error_replies"),
         0

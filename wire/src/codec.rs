@@ -2,7 +2,7 @@
 //!
 //! The same bytes travel everywhere a limiter leaves memory: the RDB file, `DUMP`/`RESTORE`
 //! payloads (and so `MIGRATE` in a cluster), the AOF rewrite, digests, and the effects
-//! replicated through `RL.SETSTATE` (see `glue::effects`). One encoder and one strict decoder
+//! replicated through `RL.FX` (see `glue::effects`). One encoder and one strict decoder
 //! mean a value accepted from any of those sources has passed the same validation.
 //!
 //! A limiter: `[version: u8][kind: u8][kind-specific fields]`, little-endian. The version
@@ -17,7 +17,7 @@ use redis_ratelimit_core::concurrency::{
 };
 use redis_ratelimit_core::fixed_window::FixedWindow;
 use redis_ratelimit_core::gcra::Gcra;
-use redis_ratelimit_core::kinds::{Change, Kind, KindState, Limiter, LimiterRef};
+use redis_ratelimit_core::kinds::{Change, ChangeRef, Kind, KindState, Limiter, LimiterRef};
 use redis_ratelimit_core::sliding_log::{SlidingLog, SlidingLogAction, SlidingLogChange};
 use redis_ratelimit_core::sliding_window::SlidingWindow;
 use redis_ratelimit_core::token_bucket::TokenBucket;
@@ -37,8 +37,13 @@ trait Fields: Sized {
 
 impl Fields for TokenBucket {
     fn write(&self, out: &mut Encoded) {
-        out.push(&self.empty_at_ns().to_le_bytes());
-        out.push(&self.interval_ns().to_le_bytes());
+        // One push of both fields: the bounds are checked once, on the hot path of every
+        // admitted call.
+        let mut fields = [0; 16];
+        let (empty_at, interval) = fields.split_at_mut(8);
+        empty_at.copy_from_slice(&self.empty_at_ns().to_le_bytes());
+        interval.copy_from_slice(&self.interval_ns().to_le_bytes());
+        out.push(&fields);
     }
     fn read(reader: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let empty_at_ns = reader.i64()?;
@@ -173,17 +178,18 @@ fn read_fields(kind: Kind, reader: &mut Reader<'_>) -> Result<Limiter, DecodeErr
 /// Writes what records one change: the whole new state, except for the kinds whose change is
 /// an edit (a log replicates its change, a few integers, not its entries: a hot log with a
 /// large limit would otherwise copy up to `limit` entries to every replica on every call).
-fn write_change(change: &Change, out: &mut Encoded) {
+#[inline]
+fn write_change(change: ChangeRef<'_>, out: &mut Encoded) {
     match change {
-        Change::TokenBucket(state) => out.push_limiter(state.as_limiter()),
-        Change::SlidingWindow(state) => out.push_limiter(state.as_limiter()),
-        Change::FixedWindow(state) => out.push_limiter(state.as_limiter()),
-        Change::Gcra(state) => out.push_limiter(state.as_limiter()),
-        Change::SlidingLog(change) => {
+        ChangeRef::TokenBucket(state) => out.push_state(state),
+        ChangeRef::SlidingWindow(state) => out.push_state(state),
+        ChangeRef::FixedWindow(state) => out.push_state(state),
+        ChangeRef::Gcra(state) => out.push_state(state),
+        ChangeRef::SlidingLog(change) => {
             out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::SlidingLog as u8]);
             write_log_change(change, out);
         }
-        Change::Concurrency(change) => {
+        ChangeRef::Concurrency(change) => {
             out.push(&[ENCODING_VERSION, CHANGE_FLAG | Kind::Concurrency as u8]);
             write_holders_change(change, out);
         }
@@ -288,6 +294,13 @@ pub struct Encoded {
     heap: Option<Vec<u8>>,
 }
 
+impl Default for Encoded {
+    /// An empty encoding.
+    fn default() -> Self {
+        Encoded::empty()
+    }
+}
+
 impl Encoded {
     #[inline]
     fn empty() -> Self {
@@ -340,6 +353,13 @@ impl Encoded {
         self.push(&[ENCODING_VERSION, limiter.kind() as u8]);
         write_fields(limiter, self);
     }
+
+    /// [`Encoded::push_limiter`] for a state of a statically known kind.
+    #[inline]
+    fn push_state<S: KindState + Fields>(&mut self, state: &S) {
+        self.push(&[ENCODING_VERSION, S::KIND as u8]);
+        state.write(self);
+    }
 }
 
 /// Encodes a limiter (for RDB, `DUMP` and digests).
@@ -351,10 +371,24 @@ pub fn encode(limiter: LimiterRef<'_>) -> Encoded {
 
 /// Encodes the effect of a commit: the change and the key's absolute expiry (Unix ms).
 pub fn encode_effect(expires_at_ms: i64, change: &Change) -> Encoded {
+    encode_change_effect(expires_at_ms, change.as_ref())
+}
+
+/// [`encode_effect`] of a borrowed change.
+pub fn encode_change_effect(expires_at_ms: i64, change: ChangeRef<'_>) -> Encoded {
     let mut encoded = Encoded::empty();
-    encoded.push(&expires_at_ms.to_le_bytes());
-    write_change(change, &mut encoded);
+    write_effect(expires_at_ms, change, &mut encoded);
     encoded
+}
+
+/// [`encode_change_effect`] into an empty encoding the caller holds ([`Encoded::default`]),
+/// so that a hot path's effect is written where it is kept rather than returned and copied
+/// there (192 bytes). Inlined: where the change's kind is known statically (the module's
+/// single-key commands), only that kind's encoding is compiled in.
+#[inline]
+pub fn write_effect(expires_at_ms: i64, change: ChangeRef<'_>, out: &mut Encoded) {
+    out.push(&expires_at_ms.to_le_bytes());
+    write_change(change, out);
 }
 
 /// Encodes an effect that sets a whole limiter (the AOF rewrite's, with expiry 0: Redis
@@ -375,7 +409,7 @@ pub enum EffectBody {
     Change(Change),
 }
 
-/// A decoded `RL.SETSTATE` payload.
+/// A decoded `RL.FX` payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EffectRecord {
     /// Absolute expiry in Unix milliseconds; 0 for none.
@@ -384,7 +418,7 @@ pub struct EffectRecord {
     pub body: EffectBody,
 }
 
-/// Decodes and validates an `RL.SETSTATE` payload.
+/// Decodes and validates an `RL.FX` payload.
 pub fn decode_effect(bytes: &[u8]) -> Result<EffectRecord, DecodeError> {
     let mut reader = Reader { rest: bytes };
     let expires_at_ms = reader.i64()?;
@@ -720,6 +754,69 @@ mod tests {
         let mut negative = effect.as_bytes().to_vec();
         negative[7] = 0x80;
         assert_eq!(decode_effect(&negative), Err(DecodeError::InvalidState));
+    }
+
+    /// The bytes of a token bucket and of its effect, written out: a change to how they are
+    /// produced (pushed field by field or at once, typed or type-erased) must not move one.
+    #[test]
+    fn a_token_bucket_and_its_effect_are_these_bytes() {
+        let state = TokenBucket::from_parts(0x0102_0304_0506_0708, 0x1112_1314).unwrap();
+        let fields = [
+            8, 7, 6, 5, 4, 3, 2, 1, // empty_at_ns
+            0x14, 0x13, 0x12, 0x11, 0, 0, 0, 0, // interval_ns
+        ];
+        let limiter = [&[ENCODING_VERSION, Kind::TokenBucket as u8][..], &fields].concat();
+        assert_eq!(encode(state.as_limiter()).as_bytes(), limiter);
+        let effect = [&0x2122_i64.to_le_bytes()[..], &limiter].concat();
+        assert_eq!(
+            encode_effect(0x2122, &Change::TokenBucket(state)).as_bytes(),
+            effect
+        );
+        let mut written = Encoded::default();
+        write_effect(0x2122, ChangeRef::TokenBucket(&state), &mut written);
+        assert_eq!(written.as_bytes(), effect);
+    }
+
+    /// The module's single-key path encodes a change of a statically known kind
+    /// (`write_effect` of a `ChangeRef`); every other path the type-erased `Change`. Same bytes.
+    #[test]
+    fn typed_and_type_erased_effects_are_the_same_bytes() {
+        let log = SlidingLogParams::new(10, 60_000_000, 3, 100).unwrap();
+        let holder = ConcurrencyParams::new(3, 5_000_000, 100)
+            .unwrap()
+            .with_holder(HolderId::new(b"h").unwrap());
+        let mut changes: Vec<Change> = one_of_each()
+            .into_iter()
+            .filter_map(|limiter| match limiter {
+                Limiter::TokenBucket(state) => Some(Change::TokenBucket(state)),
+                Limiter::SlidingWindow(state) => Some(Change::SlidingWindow(state)),
+                Limiter::FixedWindow(state) => Some(Change::FixedWindow(state)),
+                Limiter::Gcra(state) => Some(Change::Gcra(state)),
+                Limiter::SlidingLog(_) | Limiter::Concurrency(_) => None,
+            })
+            .collect();
+        changes.push(Change::SlidingLog(
+            SlidingLogAlgorithm::evaluate(None, &log, NOW_US)
+                .commit
+                .unwrap()
+                .change,
+        ));
+        changes.push(Change::Concurrency(Box::new(
+            ConcurrencyAlgorithm::evaluate(None, &holder, NOW_US)
+                .commit
+                .unwrap()
+                .change,
+        )));
+        assert_eq!(changes.len(), Kind::ALL.len());
+        for change in &changes {
+            let mut written = Encoded::default();
+            write_effect(77, change.as_ref(), &mut written);
+            assert_eq!(
+                written.as_bytes(),
+                encode_effect(77, change).as_bytes(),
+                "{change:?}"
+            );
+        }
     }
 
     #[test]

@@ -218,3 +218,85 @@ fn releasing_a_missing_key_writes_nothing() {
     let holder = HolderId::new(b"worker-1").unwrap();
     assert_eq!(release(None, &holder, T0_US), Ok(None));
 }
+
+/// `acquire_as` after a `Quota::visit` (the module's single-key path) decides as `acquire`:
+/// same decision, same write, and the same refusal of a key holding another algorithm.
+#[test]
+fn a_statically_typed_call_decides_as_the_type_erased_one() {
+    use crate::kinds::{KindAlgorithm, KindState, QuotaVisitor};
+
+    struct Typed<'a> {
+        held: Option<LimiterRef<'a>>,
+        grant: Grant,
+        now_us: i64,
+    }
+    impl QuotaVisitor for Typed<'_> {
+        type Output = Result<Granted<Change>, Refused>;
+        fn visit<A: KindAlgorithm>(self, params: &A::Params) -> Self::Output {
+            // What the module's value layer does with a key's value pointer.
+            let held = match self.held {
+                None => Ok(None),
+                Some(limiter) if limiter.kind() == A::State::KIND => {
+                    let state = match limiter {
+                        LimiterRef::TokenBucket(state) => {
+                            (state as &dyn std::any::Any).downcast_ref::<A::State>()
+                        }
+                        LimiterRef::FixedWindow(state) => {
+                            (state as &dyn std::any::Any).downcast_ref::<A::State>()
+                        }
+                        _ => None,
+                    };
+                    Ok(state)
+                }
+                Some(limiter) => Err(limiter.kind()),
+            };
+            acquire_as::<A>(held, params, self.grant, self.now_us)
+                .map(|granted| granted.map_change(A::erase))
+        }
+    }
+
+    let quotas = [bucket(3), window(2)];
+    let grants = [Grant::Whole, Grant::Partial { min: 1 }];
+    for quota in &quotas {
+        for grant in grants {
+            let mut state: Option<Limiter> = None;
+            for call in 0..5 {
+                let now_us = T0_US + call * 1_000;
+                let held = state.as_ref().map(Limiter::as_ref);
+                let erased = acquire(held, quota, grant, now_us);
+                let typed = quota.visit(Typed {
+                    held,
+                    grant,
+                    now_us,
+                });
+                assert_eq!(typed, erased, "{quota:?} {grant:?} call {call}");
+                if let Some(commit) = erased.unwrap().evaluation.commit {
+                    match state.as_mut() {
+                        Some(limiter) => commit.change.apply(limiter.as_mut()).unwrap(),
+                        None => state = Some(commit.change.create()),
+                    }
+                }
+            }
+        }
+    }
+    // A bucket's key asked for a window: refused alike, naming both.
+    let held = Some(Limiter::TokenBucket(
+        acquire(None, &bucket(3), Grant::Whole, T0_US)
+            .unwrap()
+            .evaluation
+            .commit
+            .map(|commit| match commit.change {
+                Change::TokenBucket(state) => state,
+                _ => unreachable!(),
+            })
+            .unwrap(),
+    ));
+    let held = held.as_ref().map(Limiter::as_ref);
+    let typed = window(2).visit(Typed {
+        held,
+        grant: Grant::Whole,
+        now_us: T0_US,
+    });
+    assert_eq!(typed, acquire(held, &window(2), Grant::Whole, T0_US));
+    assert!(matches!(typed, Err(Refused::KindMismatch { .. })));
+}
