@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::backend::{self, Backend, Probe, Resolved};
 use super::reply;
-use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreError};
+use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreBackend, StoreError};
 
 /// Whether the server has `RL.MULTI` (and partial grants, which came with it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -262,7 +262,7 @@ impl RedisStore {
             backend::record(resolved.backend);
             let _ = self.inner.backend.set(resolved);
         }
-        if self.backend() != Some(Backend::Module) {
+        if self.backend() != Some(StoreBackend::Module) {
             // The library has every command, RL.MULTI and partial grants included.
             self.inner.multi.store(PRESENT, Ordering::SeqCst);
         }
@@ -317,11 +317,12 @@ impl RedisStore {
     }
 
     /// The backend in use (the module, the Functions library or scripts), once connected.
-    pub fn backend(&self) -> Option<Backend> {
+    pub fn backend(&self) -> Option<StoreBackend> {
         self.inner.backend.get().map(|resolved| resolved.backend)
     }
 
-    /// The command running the module command `args` on the backend in use.
+    /// The command running the module command `args` on the backend in use (before the
+    /// first connection resolves one, the command itself: nothing is sent before then).
     fn command(&self, args: &[String]) -> Cmd {
         match self.inner.backend.get() {
             Some(resolved) => backend::command(resolved.backend, &resolved.sha, args),
@@ -404,13 +405,17 @@ impl Store for RedisStore {
     fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
         Box::pin(async move {
             let connection = self.connection().await?;
+            // Resolved before the connection is published, so always there by now.
+            let backend = self.backend().ok_or_else(|| {
+                StoreError::Unavailable("connected, but no backend resolved yet".into())
+            })?;
             let command =
                 reply::acquire_command(request, self.multi()).map_err(StoreError::Server)?;
             let value = self
                 .run(connection, command.args())
                 .await
                 .map_err(|error| store_error(&error))?;
-            reply::parse_acquire(&command, request, &value)
+            reply::parse_acquire(&command, request, &value, backend)
                 .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
         })
     }

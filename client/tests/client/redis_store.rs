@@ -336,7 +336,7 @@ async fn slow_proxy(target: u16, delay: Duration) -> u16 {
 
 #[tokio::test]
 async fn a_connection_slower_to_set_up_than_the_timeout_still_gets_made() {
-    use redis_ratelimit_client::{Inputs, Limit, Policy, RateLimiter, Source};
+    use redis_ratelimit_client::{Inputs, Limit, Policy, RateLimiter, Source, StoreBackend};
 
     let server = Server::start(&[]);
     // 8 ms each way: a call takes about 16 ms, within the 30 ms timeout, but setting up the
@@ -352,7 +352,7 @@ async fn a_connection_slower_to_set_up_than_the_timeout_still_gets_made() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let decision = limiter.check("api", &Inputs::new()).await.unwrap();
-        if decision.source == Source::Store {
+        if decision.source == Source::Store(StoreBackend::Module) {
             break;
         }
         assert!(
