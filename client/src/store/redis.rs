@@ -66,15 +66,20 @@ enum Connection {
 }
 
 impl Connection {
+    /// Runs one command. An error reply is an `Err`: the `redis` crate (0.27) hands a single
+    /// command's error reply back as `Ok(Value::ServerError)`, which would read a refused
+    /// `FUNCTION LOAD` as loaded, never see `NOSCRIPT`, and class `LOADING` or `READONLY`
+    /// as a refusal instead of an outage.
     async fn query(&self, command: &Cmd) -> Result<Value, RedisError> {
-        match self {
+        let reply = match self {
             Self::Single(manager) => {
                 ConnectionManager::clone(manager)
                     .req_packed_command(command)
                     .await
             }
             Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
-        }
+        };
+        reply.and_then(Value::extract_error)
     }
 
     async fn pipeline(
@@ -394,10 +399,15 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
                 | ErrorKind::ClusterConnectionNotFound
                 | ErrorKind::ReadOnly
         );
+    // The server's own words (`WRONGTYPE key holds ...`), as redis-cli shows them.
+    let text = match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => error.to_string(),
+    };
     if unavailable {
-        StoreError::Unavailable(error.to_string())
+        StoreError::Unavailable(text)
     } else {
-        StoreError::Server(error.to_string())
+        StoreError::Server(text)
     }
 }
 

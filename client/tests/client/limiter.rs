@@ -468,7 +468,7 @@ async fn a_store_refusal_is_an_error_outcome() {
 }
 
 #[test]
-fn metrics_count_decisions_by_outcome_and_source() {
+fn metrics_count_decisions_by_outcome_source_and_backend() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
@@ -502,23 +502,23 @@ fn metrics_count_decisions_by_outcome_and_source() {
     }
     let get = |name: &str| counts.get(name).copied().unwrap_or(0.0);
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store}"),
+        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store,backend=memory}"),
         2.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=lease}"),
+        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=lease,backend=memory}"),
         1.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=denied,source=store}"),
+        get("ratelimit_decisions_total{policy=api,outcome=denied,source=store,backend=memory}"),
         1.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=denied,source=cache}"),
+        get("ratelimit_decisions_total{policy=api,outcome=denied,source=cache,backend=memory}"),
         1.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback}"),
+        get("ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback,backend=none}"),
         1.0
     );
     assert_eq!(get("ratelimit_lease_units_claimed_total{policy=api}"), 3.0);
