@@ -172,7 +172,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     match store.connect().await {
         Ok(()) => eprintln!(
             "demo-service: backend {}",
-            store.backend().map_or(args.backend.as_str(), StoreBackend::as_str)
+            store
+                .backend()
+                .map_or(args.backend.as_str(), StoreBackend::as_str)
         ),
         Err(error) => {
             eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile")

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use redis_ratelimit_client::store::{LimitCall, Refund, StoreBackend};
-use redis_ratelimit_client::{
-    Algorithm, Decision, InFlight, Inputs, LimitStatus, RateLimiter,
-};
+use redis_ratelimit_client::{Algorithm, Decision, InFlight, Inputs, LimitStatus, RateLimiter};
 
 use crate::config::{Config, Unit};
 use crate::limiters::{Limiters, ShapeLimit, input_name, limit_name};

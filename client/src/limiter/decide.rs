@@ -13,7 +13,13 @@ use crate::store::View;
 /// The decision from what the store granted: the backend that answered decided.
 pub(super) fn store_decision(state: &PolicyState, acquired: &Acquired) -> Decision {
     let source = Source::Store(acquired.backend);
-    views_decision(state, acquired.granted > 0, &acquired.views, acquired.binding, source)
+    views_decision(
+        state,
+        acquired.granted > 0,
+        &acquired.views,
+        acquired.binding,
+        source,
+    )
 }
 
 /// The decision from limits' views (policy index, view) and the policy index of the binding

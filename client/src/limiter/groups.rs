@@ -114,7 +114,8 @@ impl RateLimiter {
         views.sort_by_key(|(index, _)| *index);
         let binding = binding_of(state, &views, units);
         // A policy has at least one limit, so at least one group answered.
-        let backend = backend.ok_or_else(|| StoreError::Config("a policy without limits".into()))?;
+        let backend =
+            backend.ok_or_else(|| StoreError::Config("a policy without limits".into()))?;
         Ok(Acquired {
             granted: units,
             views,

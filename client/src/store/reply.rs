@@ -289,7 +289,13 @@ mod tests {
             command.args(),
             ["RL.TOKENBUCKET", "k", "10", "2", "6", "PARTIAL", "MIN", "1"]
         );
-        let grant = parse_acquire(&command, &request, &ints(&[4, 0, 0, 1500, 10]), StoreBackend::Module).unwrap();
+        let grant = parse_acquire(
+            &command,
+            &request,
+            &ints(&[4, 0, 0, 1500, 10]),
+            StoreBackend::Module,
+        )
+        .unwrap();
         assert_eq!(
             grant.granted, 4,
             "field 1 of a partial reply is the units granted"
@@ -345,7 +351,9 @@ mod tests {
         assert_eq!(grant.granted, 0);
         assert_eq!(grant.binding, 1);
         assert_eq!(grant.views[1].retry_after, Some(Duration::from_millis(400)));
-        assert!(parse_acquire(&command, &request, &ints(&[1, 2, 3]), StoreBackend::Module).is_err());
+        assert!(
+            parse_acquire(&command, &request, &ints(&[1, 2, 3]), StoreBackend::Module).is_err()
+        );
     }
 
     #[test]
@@ -359,7 +367,13 @@ mod tests {
         };
         let command = acquire_command(&request, false).unwrap();
         assert_eq!(command.args(), ["CL.THROTTLE", "g", "4", "10", "60", "1"]);
-        let denied = parse_acquire(&command, &request, &ints(&[1, 5, 0, 6, 30]), StoreBackend::Module).unwrap();
+        let denied = parse_acquire(
+            &command,
+            &request,
+            &ints(&[1, 5, 0, 6, 30]),
+            StoreBackend::Module,
+        )
+        .unwrap();
         assert_eq!(denied.granted, 0);
         assert_eq!(denied.views[0].retry_after, Some(Duration::from_secs(6)));
         assert_eq!(
@@ -409,7 +423,13 @@ mod tests {
             command.args(),
             ["RL.TOKENBUCKET", "q", "1", "1", "1", "MAXWAIT", "1500"]
         );
-        let grant = parse_acquire(&command, &request, &ints(&[1, 0, 700, 1700, 1]), StoreBackend::Module).unwrap();
+        let grant = parse_acquire(
+            &command,
+            &request,
+            &ints(&[1, 0, 700, 1700, 1]),
+            StoreBackend::Module,
+        )
+        .unwrap();
         assert_eq!(grant.granted, 1);
         assert_eq!(
             grant.views[0].retry_after,

@@ -168,7 +168,11 @@ async fn a_stall_of_the_store_is_not_an_outage_when_it_answers_since() {
         Source::Store(StoreBackend::Memory)
     );
     let slow = slow.await.unwrap();
-    assert_eq!(slow.source, Source::Store(StoreBackend::Memory), "the slow call was waited for");
+    assert_eq!(
+        slow.source,
+        Source::Store(StoreBackend::Memory),
+        "the slow call was waited for"
+    );
     assert!(!limiter.store_unreachable());
 }
 

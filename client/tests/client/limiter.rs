@@ -153,10 +153,16 @@ async fn a_denial_is_remembered_until_its_retry_after() {
     let limiter = limiter_on(&store, policy);
     assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
     let denied = limiter.check("api", &user("ann")).await.unwrap();
-    assert_eq!((denied.allowed, denied.source), (false, Source::Store(StoreBackend::Memory)));
+    assert_eq!(
+        (denied.allowed, denied.source),
+        (false, Source::Store(StoreBackend::Memory))
+    );
     let calls = store.calls();
     let cached = limiter.check("api", &user("ann")).await.unwrap();
-    assert_eq!((cached.allowed, cached.source), (false, Source::Cache(StoreBackend::Memory)));
+    assert_eq!(
+        (cached.allowed, cached.source),
+        (false, Source::Cache(StoreBackend::Memory))
+    );
     assert_eq!(store.calls(), calls, "no store call for a cached denial");
     assert!(cached.retry_after.unwrap() <= denied.retry_after.unwrap());
     assert!(cached.retry_after.unwrap() > Duration::from_secs(3000));
@@ -226,8 +232,20 @@ async fn leases_serve_most_requests_from_memory() {
         sources.push(decision.source);
     }
     assert_eq!(store.calls(), 3, "one claim per 10 requests");
-    assert_eq!(sources.iter().filter(|s| **s == Source::Store(StoreBackend::Memory)).count(), 3);
-    assert_eq!(sources.iter().filter(|s| **s == Source::Lease(StoreBackend::Memory)).count(), 22);
+    assert_eq!(
+        sources
+            .iter()
+            .filter(|s| **s == Source::Store(StoreBackend::Memory))
+            .count(),
+        3
+    );
+    assert_eq!(
+        sources
+            .iter()
+            .filter(|s| **s == Source::Lease(StoreBackend::Memory))
+            .count(),
+        22
+    );
     // 25 spent, 5 leased; this check spends one more: 70 in the store + 4 in the lease.
     let decision = limiter.check("api", &user("ann")).await.unwrap();
     assert_eq!(decision.remaining(), 74);
@@ -518,7 +536,9 @@ fn metrics_count_decisions_by_outcome_source_and_backend() {
         1.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback,backend=none}"),
+        get(
+            "ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback,backend=none}"
+        ),
         1.0
     );
     assert_eq!(get("ratelimit_lease_units_claimed_total{policy=api}"), 3.0);

@@ -565,4 +565,3 @@ async fn a_script_the_server_lost_is_loaded_again() {
     let grant = store.acquire(&one("k", &bucket)).await.unwrap();
     assert_eq!(grant.views[0].remaining, 4);
 }
-
