@@ -189,13 +189,41 @@ async fn load_library(probe: &impl Probe) -> Result<(), String> {
     if present {
         return Ok(());
     }
+    replace_library(probe).await
+}
+
+/// `FUNCTION LOAD REPLACE` of the library (a cluster client sends it to every primary).
+async fn replace_library(probe: &impl Probe) -> Result<(), String> {
     let mut load = redis::cmd("FUNCTION");
     load.arg("LOAD").arg("REPLACE").arg(LIBRARY);
     probe.run(&load).await.map(|_| ())
 }
 
+/// Whether an error reply (`code`, the rest of its text) says the server lost the
+/// backend's code: `NOSCRIPT` for the script (a restart, `SCRIPT FLUSH`), `ERR Function not
+/// found` for the library (`FUNCTION FLUSH`, or on a cluster a primary that never got it
+/// while the one `FUNCTION LIST` asked had it).
+pub(crate) fn lost(backend: StoreBackend, code: Option<&str>, detail: Option<&str>) -> bool {
+    match backend {
+        StoreBackend::Scripts => code == Some("NOSCRIPT"),
+        StoreBackend::Functions => {
+            code == Some("ERR") && detail.is_some_and(|text| text.starts_with("Function not found"))
+        }
+        StoreBackend::Module | StoreBackend::Memory => false,
+    }
+}
+
+/// Gives the server the backend's code again, after [`lost`] said it lost it.
+pub(crate) async fn reload(probe: &impl Probe, backend: StoreBackend) -> Result<(), String> {
+    match backend {
+        StoreBackend::Scripts => load_script(probe).await.map(|_| ()),
+        StoreBackend::Functions => replace_library(probe).await,
+        StoreBackend::Module | StoreBackend::Memory => Ok(()),
+    }
+}
+
 /// Loads the script (idempotent: the SHA is the text's).
-pub(crate) async fn load_script(probe: &impl Probe) -> Result<String, String> {
+async fn load_script(probe: &impl Probe) -> Result<String, String> {
     let mut load = redis::cmd("SCRIPT");
     load.arg("LOAD").arg(script());
     match probe.run(&load).await? {
@@ -252,6 +280,21 @@ mod tests {
         );
         let other = line("PING");
         assert_eq!(words(&command(StoreBackend::Functions, "", &other)), other);
+    }
+
+    #[test]
+    fn only_its_own_code_gone_is_lost() {
+        let not_found = Some("Function not found");
+        assert!(lost(StoreBackend::Functions, Some("ERR"), not_found));
+        assert!(lost(StoreBackend::Scripts, Some("NOSCRIPT"), None));
+        assert!(!lost(StoreBackend::Scripts, Some("ERR"), not_found));
+        assert!(!lost(StoreBackend::Functions, Some("NOSCRIPT"), None));
+        assert!(!lost(
+            StoreBackend::Functions,
+            Some("ERR"),
+            Some("unknown command")
+        ));
+        assert!(!lost(StoreBackend::Module, Some("NOSCRIPT"), None));
     }
 
     #[test]

@@ -335,15 +335,25 @@ impl RedisStore {
         }
     }
 
-    /// Runs `args` on the backend; a script the server no longer has (`NOSCRIPT`: a
-    /// restart, `SCRIPT FLUSH`, a failover) is loaded again and the call retried once.
+    /// Whether an error reply says the server lost the backend's script or library.
+    fn lost(&self, code: Option<&str>, detail: Option<&str>) -> Option<StoreBackend> {
+        self.backend()
+            .filter(|backend| backend::lost(*backend, code, detail))
+    }
+
+    /// Runs `args` on the backend; a script or library the server no longer has
+    /// (`NOSCRIPT` after a restart or `SCRIPT FLUSH`; `Function not found` after `FUNCTION
+    /// FLUSH`) is loaded again and the call retried once.
     async fn run(&self, connection: &Connection, args: &[String]) -> Result<Value, RedisError> {
         let result = connection.query(&self.command(args)).await;
         match result {
-            Err(error) if error.code() == Some("NOSCRIPT") => {
-                let _ = backend::load_script(connection).await;
-                connection.query(&self.command(args)).await
-            }
+            Err(error) => match self.lost(error.code(), error.detail()) {
+                Some(backend) => {
+                    let _ = backend::reload(connection, backend).await;
+                    connection.query(&self.command(args)).await
+                }
+                None => Err(error),
+            },
             other => other,
         }
     }
@@ -443,9 +453,12 @@ impl Store for RedisStore {
                 .pipeline(&pipeline, commands.len())
                 .await
                 .map_err(|error| store_error(&error))?;
-            let no_script = |reply: &Value| matches!(reply, Value::ServerError(error) if error.code() == "NOSCRIPT");
-            if replies.iter().any(no_script) {
-                let _ = backend::load_script(connection).await;
+            let lost = replies.iter().find_map(|reply| match reply {
+                Value::ServerError(error) => self.lost(Some(error.code()), error.details()),
+                _ => None,
+            });
+            if let Some(backend) = lost {
+                let _ = backend::reload(connection, backend).await;
                 replies = connection
                     .pipeline(&pipeline, commands.len())
                     .await

@@ -535,33 +535,45 @@ fn decisions_name_scripts_where_function_is_refused() {
 }
 
 #[tokio::test]
-async fn a_script_the_server_lost_is_loaded_again() {
-    let server = Server::start_without_module(&[]);
-    let options = RedisStoreOptions {
-        backend: redis_ratelimit_client::Backend::Scripts,
-        ..RedisStoreOptions::default()
-    };
-    let store = RedisStore::with_options(&url(&server), options).unwrap();
-    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
-    let grant = store.acquire(&one("k", &bucket)).await.unwrap();
-    assert_eq!((grant.granted, grant.backend), (1, StoreBackend::Scripts));
-    // A restart, a failover or SCRIPT FLUSH: the next call gets NOSCRIPT, loads it, retries.
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query(&mut server.conn())
-        .unwrap();
-    let grant = store.acquire(&one("k", &bucket)).await.unwrap();
-    assert_eq!((grant.granted, grant.views[0].remaining), (1, 3));
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query(&mut server.conn())
-        .unwrap();
-    let refund = Refund {
-        limits: one("k", &bucket).limits,
-        units: 2,
-        holder: None,
-    };
-    store.refund(&refund).await.unwrap();
-    let grant = store.acquire(&one("k", &bucket)).await.unwrap();
-    assert_eq!(grant.views[0].remaining, 4);
+async fn a_script_or_library_the_server_lost_is_loaded_again() {
+    use redis_ratelimit_client::Backend;
+
+    // A restart, a failover, SCRIPT FLUSH or FUNCTION FLUSH: the next call gets NOSCRIPT or
+    // "Function not found", loads the code again and retries.
+    for (backend, flush, answered) in [
+        (Backend::Scripts, "SCRIPT", StoreBackend::Scripts),
+        (Backend::Functions, "FUNCTION", StoreBackend::Functions),
+    ] {
+        let server = Server::start_without_module(&[]);
+        let options = RedisStoreOptions {
+            backend,
+            ..RedisStoreOptions::default()
+        };
+        let store = RedisStore::with_options(&url(&server), options).unwrap();
+        let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+        let grant = store.acquire(&one("k", &bucket)).await.unwrap();
+        assert_eq!((grant.granted, grant.backend), (1, answered));
+        let flush = || {
+            let _: () = redis::cmd(flush)
+                .arg("FLUSH")
+                .query(&mut server.conn())
+                .unwrap();
+        };
+        flush();
+        let grant = store.acquire(&one("k", &bucket)).await.unwrap();
+        assert_eq!(
+            (grant.granted, grant.views[0].remaining),
+            (1, 3),
+            "{backend}"
+        );
+        flush();
+        let refund = Refund {
+            limits: one("k", &bucket).limits,
+            units: 2,
+            holder: None,
+        };
+        store.refund(&refund).await.unwrap();
+        let grant = store.acquire(&one("k", &bucket)).await.unwrap();
+        assert_eq!(grant.views[0].remaining, 4, "{backend}");
+    }
 }
