@@ -31,7 +31,7 @@ use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
-use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions};
+use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, StoreBackend};
 use redis_ratelimit_client::{
     Algorithm, Backend, Fallback, Lease, Limit, PlanOptions, PlanSource, Policy, RateLimiter,
     Replicas,
@@ -172,7 +172,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     match store.connect().await {
         Ok(()) => eprintln!(
             "demo-service: backend {}",
-            store.backend().unwrap_or(args.backend)
+            store
+                .backend()
+                .map_or(args.backend.as_str(), StoreBackend::as_str)
         ),
         Err(error) => {
             eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile")

@@ -5,17 +5,20 @@ use std::time::Duration;
 
 use crate::algorithm::Shape;
 use crate::in_flight::InFlight;
-use crate::store::View;
+use crate::store::{StoreBackend, View};
 
-/// Where a decision came from.
+/// Where a decision came from, and which store backend answered what it rests on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// The store decided (one or more `RL.*` calls).
-    Store,
-    /// Units leased earlier from the store paid for it, without a store call.
-    Lease,
-    /// A denial remembered locally until its `retry_after`, without a store call.
-    Cache,
+    /// The store decided (one or more `RL.*` calls), on this backend: the module, the
+    /// Functions library, the library as a script, or the in-process memory store.
+    Store(StoreBackend),
+    /// Units leased earlier from the store (from this backend) paid for it, without a store
+    /// call.
+    Lease(StoreBackend),
+    /// A denial of the store (of this backend) remembered locally until its `retry_after`,
+    /// without a store call.
+    Cache(StoreBackend),
     /// The store was unreachable (or refused the call): the policy's fallback decided.
     Fallback,
 }
@@ -24,11 +27,31 @@ impl Source {
     /// The `source` label of the decision metric.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Store => "store",
-            Self::Lease => "lease",
-            Self::Cache => "cache",
+            Self::Store(_) => "store",
+            Self::Lease(_) => "lease",
+            Self::Cache(_) => "cache",
             Self::Fallback => "fallback",
         }
+    }
+
+    /// The backend whose answer decided: the store call's, or the one that granted the
+    /// lease or the remembered denial; `None` for the fallback.
+    pub fn backend(self) -> Option<StoreBackend> {
+        match self {
+            Self::Store(backend) | Self::Lease(backend) | Self::Cache(backend) => Some(backend),
+            Self::Fallback => None,
+        }
+    }
+
+    /// Whether a store call decided this very request (on any backend).
+    pub fn is_store(self) -> bool {
+        matches!(self, Self::Store(_))
+    }
+
+    /// The `backend` label of the decision metric: the backend's name, `none` for the
+    /// fallback.
+    pub fn backend_label(self) -> &'static str {
+        self.backend().map_or("none", StoreBackend::as_str)
     }
 }
 

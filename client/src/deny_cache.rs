@@ -10,6 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::decision::{Decision, Outcome, Source};
+use crate::store::StoreBackend;
 
 /// Most keys remembered per policy; beyond it, new denials are not cached (the store still
 /// decides them, so only the saving is lost).
@@ -21,6 +22,8 @@ struct Denial {
     at: Instant,
     cost: u64,
     decision: Decision,
+    /// The backend that denied.
+    backend: StoreBackend,
 }
 
 /// A policy's remembered denials, by key set.
@@ -40,7 +43,7 @@ impl DenyCache {
         }
         let elapsed = now.saturating_duration_since(denial.at);
         let mut decision = denial.decision.clone();
-        decision.source = Source::Cache;
+        decision.source = Source::Cache(denial.backend);
         decision.outcome = Outcome::Denied;
         decision.retry_after = Some(denial.until.saturating_duration_since(now));
         for limit in &mut decision.limits {
@@ -54,6 +57,9 @@ impl DenyCache {
     /// Remembers a store denial of a request of `cost` (only when it says how long to wait).
     pub(crate) fn insert(&self, id: &str, cost: u64, decision: &Decision, now: Instant) {
         let Some(wait) = decision.retry_after.filter(|wait| *wait > Duration::ZERO) else {
+            return;
+        };
+        let Some(backend) = decision.source.backend() else {
             return;
         };
         let Some(until) = now.checked_add(wait) else {
@@ -73,6 +79,7 @@ impl DenyCache {
                 at: now,
                 cost,
                 decision: decision.clone(),
+                backend,
             },
         );
     }
@@ -101,7 +108,7 @@ mod tests {
         Decision {
             allowed: false,
             wait: Duration::ZERO,
-            source: Source::Store,
+            source: Source::Store(StoreBackend::Module),
             outcome: Outcome::Denied,
             policy: "p".into(),
             retry_after: wait,
@@ -118,7 +125,7 @@ mod tests {
         cache.insert("k", 1, &denial(Some(Duration::from_millis(800))), now);
         let later = now + Duration::from_millis(300);
         let cached = cache.get("k", 1, later).unwrap();
-        assert_eq!(cached.source, Source::Cache);
+        assert_eq!(cached.source, Source::Cache(StoreBackend::Module));
         assert_eq!(cached.retry_after, Some(Duration::from_millis(500)));
         assert!(
             cache

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use crate::store::View;
+use crate::store::{StoreBackend, View};
 
 /// One key set's lease.
 #[derive(Debug)]
@@ -25,6 +25,8 @@ pub(crate) struct LeaseSlot {
     pub(crate) expires: Instant,
     /// Each consulted limit's view when the units were claimed (policy index, view).
     pub(crate) views: Vec<(usize, View)>,
+    /// The backend that granted them (`None` before the first claim).
+    pub(crate) backend: Option<StoreBackend>,
     /// The last claim's result, for the requests that waited for it.
     pub(crate) last_claim: Option<LastClaim>,
     /// Units the last claim asked for (claims grow while a key stays hot).
@@ -48,6 +50,7 @@ pub(crate) enum ClaimResult {
         min: u64,
         views: Vec<(usize, View)>,
         binding: usize,
+        backend: StoreBackend,
     },
     /// The store was out of reach: waiters go to the fallback without a timeout of their
     /// own.
@@ -105,6 +108,7 @@ impl Leases {
                     units: 0,
                     expires: now,
                     views: Vec::new(),
+                    backend: None,
                     last_claim: None,
                     claim_units: 0,
                 }),

@@ -108,7 +108,7 @@ pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
 pub use plans::{PlanOptions, PlanServer, PlanSource, PlanStatus};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;
-pub use store::Backend;
+pub use store::{Backend, StoreBackend};
 
 /// The README's examples, compiled and run as doctests so they cannot rot.
 #[cfg(doctest)]

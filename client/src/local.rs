@@ -16,7 +16,7 @@ use redis_ratelimit_core::grant::Grant as CoreGrant;
 use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef, Quota};
 
 use crate::algorithm::Shape;
-use crate::outcome::{Grant, View};
+use crate::outcome::{Grant, StoreBackend, View};
 
 /// One limit of a local group.
 #[derive(Clone, Copy, Debug)]
@@ -129,6 +129,7 @@ impl LocalLimits {
             granted: verdict.units,
             binding: verdict.bound.binding,
             views,
+            backend: StoreBackend::Memory,
         })
     }
 

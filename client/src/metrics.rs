@@ -6,7 +6,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `ratelimit_decisions_total` | counter | `policy`, `outcome` (`allowed`, `denied`, `fallback_allowed`, `fallback_denied`, `error`), `source` (`store`, `lease`, `cache`, `fallback`) |
+//! | `ratelimit_decisions_total` | counter | `policy`, `outcome` (`allowed`, `denied`, `fallback_allowed`, `fallback_denied`, `error`), `source` (`store`, `lease`, `cache`, `fallback`), `backend` (the store backend whose answer decided, the store call's or the one that granted the lease or the cached denial: `module`, `functions`, `scripts`, `memory`; `none` for the fallback) |
 //! | `ratelimit_store_latency_seconds` | histogram | `policy`, `op` (`acquire`, `claim`, `refund`) |
 //! | `ratelimit_store_errors_total` | counter | `policy`, `kind` (`timeout`, `unavailable`, `server`, `config`; `lease_wait`: a request waited for a lease claim that found the store out of reach, and went to the fallback) |
 //! | `ratelimit_lease_claims_total` | counter | `policy` |
@@ -14,6 +14,7 @@
 //! | `ratelimit_lease_units_refunded_total` | counter | `policy` |
 //! | `ratelimit_fallback_units_owed_total`, `ratelimit_fallback_units_settled_total` | counters | `policy` (units the local fallback admitted, counted when charged to the store as it answers again; settled: what the store could take) |
 //! | `ratelimit_group_refunds_total` | counter | `policy` (an earlier group refunded because a later one denied) |
+//! | `ratelimit_store_backend` | gauge | `backend` (`module`, `functions`, `scripts`: 1 for the one a [`RedisStore`](crate::store::RedisStore) resolved) |
 //! | `ratelimit_circuit_open` | gauge | none (1 while the breaker holds store calls back) |
 //! | `ratelimit_circuit_opened_total` | counter | none (times the breaker opened: a gauge scraped every 15 s misses a 0.5 s opening) |
 
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 
-/// Decisions by policy, outcome and source.
+/// Decisions by policy, outcome, source and backend.
 pub const DECISIONS: &str = "ratelimit_decisions_total";
 /// Store call latency.
 pub const STORE_LATENCY: &str = "ratelimit_store_latency_seconds";
@@ -50,7 +51,7 @@ pub const CIRCUIT_OPENED: &str = "ratelimit_circuit_opened_total";
 pub fn describe() {
     metrics::describe_counter!(
         DECISIONS,
-        "Rate-limit decisions by policy, outcome and source"
+        "Rate-limit decisions by policy, outcome, source and backend"
     );
     metrics::describe_histogram!(
         STORE_LATENCY,
@@ -86,6 +87,7 @@ pub(crate) fn decision(decision: &Decision) {
         "policy" => Arc::clone(&decision.policy),
         "outcome" => decision.outcome.as_str(),
         "source" => decision.source.as_str(),
+        "backend" => decision.source.backend_label(),
     )
     .increment(1);
 }

@@ -3,6 +3,7 @@
 //! Below both the stores (which read them from the module's replies) and the local engine
 //! (which builds them from the core's decisions), so neither imports the other for them.
 
+use std::fmt;
 use std::time::Duration;
 
 /// One limit's view after a call, as the module replies it.
@@ -53,6 +54,41 @@ impl View {
     }
 }
 
+/// Which implementation answered a store call: a [`Backend`](crate::Backend) once resolved
+/// (never [`Backend::Auto`](crate::Backend::Auto)), or the in-process
+/// [`MemoryStore`](crate::store::MemoryStore). Every [`Grant`] says it, and a decision the
+/// store made carries it in [`Source::Store`](crate::Source::Store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreBackend {
+    /// The module's `RL.*` commands.
+    Module,
+    /// The Functions library, through `FCALL`.
+    Functions,
+    /// The library as a script, through `EVALSHA`.
+    Scripts,
+    /// The core's algorithms in this process ([`MemoryStore`](crate::store::MemoryStore)).
+    Memory,
+}
+
+impl StoreBackend {
+    /// Its name: `module`, `functions`, `scripts`, `memory` (the `backend` metric label, as
+    /// [`Backend::as_str`](crate::Backend::as_str) names the first three).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Module => "module",
+            Self::Functions => "functions",
+            Self::Scripts => "scripts",
+            Self::Memory => "memory",
+        }
+    }
+}
+
+impl fmt::Display for StoreBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a group answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -64,4 +100,6 @@ pub struct Grant {
     pub binding: usize,
     /// Every limit's own view, in request order.
     pub views: Vec<View>,
+    /// Which implementation answered.
+    pub backend: StoreBackend,
 }

@@ -7,10 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_client::store::{LimitCall, Refund};
-use redis_ratelimit_client::{
-    Algorithm, Decision, InFlight, Inputs, LimitStatus, RateLimiter, Source,
-};
+use redis_ratelimit_client::store::{LimitCall, Refund, StoreBackend};
+use redis_ratelimit_client::{Algorithm, Decision, InFlight, Inputs, LimitStatus, RateLimiter};
 
 use crate::config::{Config, Unit};
 use crate::limiters::{Limiters, ShapeLimit, input_name, limit_name};
@@ -76,8 +74,9 @@ impl Status {
 /// Who decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decider {
-    /// The store (or leased units, or the deny cache).
-    Store,
+    /// The store (or leased units, or the deny cache), and the backend whose answer decided
+    /// (`None` for a limit of 0, which denies without asking the store).
+    Store(Option<StoreBackend>),
     /// The failure mode, the store being out of reach.
     Fallback,
     /// No limit applied.
@@ -88,9 +87,17 @@ impl Decider {
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Store => "store",
+            Self::Store(_) => "store",
             Self::Fallback => "fallback",
             Self::Nothing => "none",
+        }
+    }
+
+    /// The store backend that decided (`module`, `functions`, `scripts`), if one did.
+    pub fn backend(self) -> Option<&'static str> {
+        match self {
+            Self::Store(backend) => backend.map(StoreBackend::as_str),
+            Self::Fallback | Self::Nothing => None,
         }
     }
 }
@@ -388,7 +395,7 @@ impl Engine {
                 }
             }
             verdict.allowed = false;
-            verdict.decider = Decider::Store;
+            verdict.decider = Decider::Store(None);
             verdict.retry_after = None;
             return Ok(());
         }
@@ -429,7 +436,7 @@ impl Engine {
             .check_cost(&policy, &inputs, cost)
             .await
             .map_err(|error| CheckFailure::Internal(error.to_string()))?;
-        let refunded = decision.allowed && probes && decision.source == Source::Store;
+        let refunded = decision.allowed && probes && decision.source.is_store();
         if refunded {
             self.refund_probes(&order, &shape).await;
         }
@@ -494,9 +501,9 @@ impl Engine {
     /// Writes a decision into the verdict's statuses.
     fn record(&self, order: &[&Item], decision: &Decision, verdict: &mut Verdict) {
         verdict.allowed = verdict.allowed && decision.allowed;
-        verdict.decider = match decision.source {
-            Source::Fallback => Decider::Fallback,
-            _ => Decider::Store,
+        verdict.decider = match decision.source.backend() {
+            None => Decider::Fallback,
+            backend => Decider::Store(backend),
         };
         if !decision.allowed {
             verdict.retry_after = decision.retry_after;

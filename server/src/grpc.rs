@@ -214,7 +214,8 @@ pub fn to_proto(
 }
 
 /// `denied_by` (and `shadow_denied_by`) name the limits that denied, so an access log can
-/// say which rule fired; `decided_by` says whether the store or the failure mode decided.
+/// say which rule fired; `decided_by` says whether the store or the failure mode decided,
+/// and `backend` which store backend (`module`, `functions`, `scripts`) answered.
 fn metadata(verdict: &Verdict) -> Option<Struct> {
     let denied = verdict.denied_by();
     let shadow = verdict.shadow_denied_by();
@@ -242,5 +243,13 @@ fn metadata(verdict: &Verdict) -> Option<Struct> {
             kind: Some(Kind::StringValue(verdict.decider.as_str().to_string())),
         },
     );
+    if let Some(backend) = verdict.decider.backend() {
+        fields.insert(
+            "backend".to_string(),
+            Value {
+                kind: Some(Kind::StringValue(backend.to_string())),
+            },
+        );
+    }
     Some(Struct { fields })
 }

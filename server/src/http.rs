@@ -329,6 +329,9 @@ fn verdict_json(request: &CheckRequest, verdict: &Verdict, settings: &HeaderSett
     if let Some(id) = &verdict.in_flight {
         body.insert("inFlight".into(), json!(id));
     }
+    if let Some(backend) = verdict.decider.backend() {
+        body.insert("backend".into(), json!(backend));
+    }
     Value::Object(body)
 }
 

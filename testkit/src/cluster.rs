@@ -149,8 +149,24 @@ impl Cluster {
     /// Starts `primaries` primaries with `replicas` replicas each, creates the cluster and
     /// waits until every node agrees on a complete slot map and every replica is in sync.
     pub fn start(primaries: usize, replicas: usize) -> Cluster {
+        Cluster::launch(primaries, replicas, true)
+    }
+
+    /// A cluster of servers without the module, as a managed host runs (for the Functions
+    /// library, which each primary must be given: functions are not spread across shards).
+    pub fn start_without_module(primaries: usize, replicas: usize) -> Cluster {
+        Cluster::launch(primaries, replicas, false)
+    }
+
+    fn launch(primaries: usize, replicas: usize, module: bool) -> Cluster {
         let nodes: Vec<Server> = (0..primaries * (1 + replicas))
-            .map(|_| Server::start(&NODE_ARGS))
+            .map(|_| {
+                if module {
+                    Server::start(&NODE_ARGS)
+                } else {
+                    Server::start_without_module(&NODE_ARGS)
+                }
+            })
             .collect();
         let cluster = Cluster { nodes };
         let mut create = Command::new(cli_binary());

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use redis_ratelimit_testkit::cluster::Cluster;
 use redis_ratelimit_testkit::helpers::{dump, error_text, pexpiretime};
 use redis_ratelimit_testkit::server::{Server, caught_up};
 
@@ -370,4 +371,104 @@ fn evalsha_runs_the_same_code_and_fcall_ro_peeks_on_a_replica() {
             .query::<redis::Value>(&mut replica_con)
             .is_err()
     );
+}
+
+/// On a Redis Cluster every function declares its keys: a key another primary owns is
+/// redirected (`MOVED`) and never created where it was sent, `rl_multi` over two slots is
+/// refused (`CROSSSLOT`) and writes nothing, and a cluster client reaches every function on
+/// every primary, each limiter on the primary that owns its key.
+#[test]
+fn on_a_cluster_keys_are_declared_and_routed() {
+    let cluster = Cluster::start_without_module(3, 0);
+    let primaries = cluster.primaries();
+    // Functions are per node: each primary is given the library (its replicas would get it
+    // by replication).
+    for primary in &primaries {
+        load_library(&mut primary.conn());
+    }
+    let (first, second) = (primaries[0], primaries[1]);
+    let here = cluster.tag_on(first, "here");
+    let there = cluster.tag_on(second, "there");
+    let mut con = first.conn();
+    let dbsize =
+        |server: &Server| -> i64 { redis::cmd("DBSIZE").query(&mut server.conn()).unwrap() };
+
+    let elsewhere = format!("{there}:k");
+    let moved = fcall_error(&mut con, "rl_tokenbucket", &[&elsewhere], &["10", "1"]);
+    assert!(moved.starts_with("MOVED "), "{moved}");
+    let (a, b) = (format!("{here}:a"), format!("{there}:b"));
+    let buckets = ["TOKENBUCKET", "5", "1", "TOKENBUCKET", "5", "1"];
+    let cross = fcall_error(&mut con, "rl_multi", &[&a, &b], &buckets);
+    assert!(cross.starts_with("CROSSSLOT "), "{cross}");
+    assert_eq!(
+        (dbsize(first), dbsize(second)),
+        (0, 0),
+        "nothing written anywhere"
+    );
+    // Two keys of one slot (one hash tag) are one atomic call.
+    let together = format!("{here}:b");
+    let reply = fcall(&mut con, "rl_multi", &[&a, &together], &buckets).unwrap();
+    assert!(
+        matches!(&reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(1))),
+        "{reply:?}"
+    );
+
+    let client = cluster.client();
+    let mut routed = client.get_connection().unwrap();
+    let calls: [(&str, &[&str]); 10] = [
+        ("rl_tokenbucket", &["10", "1"]),
+        ("rl_sliding", &["10", "60"]),
+        ("rl_fixed", &["10", "60"]),
+        ("rl_slidinglog", &["10", "60"]),
+        ("cl_throttle", &["9", "10", "60"]),
+        ("rl_acquire", &["3", "holder-1", "60000"]),
+        ("rl_release", &["holder-1"]),
+        ("rl_peek", &["TOKENBUCKET", "10", "1"]),
+        ("rl_refund", &["TOKENBUCKET", "10", "1", "1"]),
+        ("rl_tokenbucket", &["10", "1"]),
+    ];
+    for primary in &primaries {
+        let tag = cluster.tag_on(primary, "routed");
+        for (function, args) in calls {
+            // Each algorithm on its own key; the in-flight pair and the bucket's peek and
+            // refund share theirs.
+            let key = match function {
+                "rl_release" => format!("{tag}:rl_acquire"),
+                "rl_peek" | "rl_refund" => format!("{tag}:rl_tokenbucket"),
+                _ => format!("{tag}:{function}"),
+            };
+            let reply: redis::Value = redis::cmd("FCALL")
+                .arg(function)
+                .arg(1)
+                .arg(&key)
+                .arg(args)
+                .query(&mut routed)
+                .unwrap_or_else(|error| panic!("{function} on {key}: {}", error_text(&error)));
+            assert!(
+                matches!(reply, redis::Value::Array(_) | redis::Value::Int(_)),
+                "{function}: {reply:?}"
+            );
+        }
+        // Every limiter lives on the primary that owns its slot, nowhere else.
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut primary.conn())
+            .unwrap();
+        assert!(!keys.is_empty());
+        assert!(
+            keys.iter()
+                .all(|key| key.contains(&tag) || key.contains(&here)),
+            "{keys:?}"
+        );
+        let bucket: Vec<i64> = redis::cmd("FCALL")
+            .arg("rl_peek")
+            .arg(1)
+            .arg(format!("{tag}:rl_tokenbucket"))
+            .arg(&["TOKENBUCKET", "10", "1"])
+            .query(&mut routed)
+            .unwrap();
+        // Two calls took a unit each and the refund gave one back: 9 held, and the peek
+        // answers as a call would (8 left), unless a second of refill came meanwhile.
+        assert!((8..=9).contains(&bucket[1]), "{bucket:?}");
+    }
 }

@@ -249,9 +249,9 @@ async fn drive(
 
 fn source(source: redis_ratelimit_client::Source) -> Source {
     match source {
-        redis_ratelimit_client::Source::Store => Source::Store,
-        redis_ratelimit_client::Source::Lease => Source::Lease,
-        redis_ratelimit_client::Source::Cache => Source::Cache,
+        redis_ratelimit_client::Source::Store(_) => Source::Store,
+        redis_ratelimit_client::Source::Lease(_) => Source::Lease,
+        redis_ratelimit_client::Source::Cache(_) => Source::Cache,
         redis_ratelimit_client::Source::Fallback => Source::Fallback,
     }
 }

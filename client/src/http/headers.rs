@@ -247,6 +247,7 @@ mod tests {
 
     use super::*;
     use crate::decision::{LimitStatus, Outcome, Source};
+    use crate::store::StoreBackend;
 
     fn status(name: &str, remaining: u64, more_in_ms: u64, allowed: bool) -> LimitStatus {
         LimitStatus {
@@ -267,7 +268,7 @@ mod tests {
         Decision {
             allowed,
             wait: Duration::ZERO,
-            source: Source::Store,
+            source: Source::Store(StoreBackend::Module),
             outcome: if allowed {
                 Outcome::Allowed
             } else {

@@ -10,20 +10,38 @@ use super::state::{Acquired, PolicyState};
 use crate::decision::{Decision, LimitStatus, Outcome, Source};
 use crate::store::View;
 
-/// The decision from what the store granted.
+/// The decision from what the store granted: the backend that answered decided.
 pub(super) fn store_decision(state: &PolicyState, acquired: &Acquired) -> Decision {
-    let allowed = acquired.granted > 0;
-    let mut limits = Vec::with_capacity(acquired.views.len());
+    let source = Source::Store(acquired.backend);
+    views_decision(
+        state,
+        acquired.granted > 0,
+        &acquired.views,
+        acquired.binding,
+        source,
+    )
+}
+
+/// The decision from limits' views (policy index, view) and the policy index of the binding
+/// one: the store's answer, or a lease's record of it.
+pub(super) fn views_decision(
+    state: &PolicyState,
+    allowed: bool,
+    views: &[(usize, View)],
+    binding_index: usize,
+    source: Source,
+) -> Decision {
+    let mut limits = Vec::with_capacity(views.len());
     let mut binding = 0;
-    for (index, view) in &acquired.views {
-        if *index == acquired.binding {
+    for (index, view) in views {
+        if *index == binding_index {
             binding = limits.len();
         }
         if let Some(status) = state.status(*index, view) {
             limits.push(status);
         }
     }
-    decided(state, allowed, Source::Store, limits, binding)
+    decided(state, allowed, source, limits, binding)
 }
 
 /// A decision from the limits consulted: the wait is the binding limit's. (The outcome of a

@@ -54,6 +54,7 @@ impl RateLimiter {
         let mut units = units.max(1);
         let mut charged: Vec<(Vec<usize>, u64)> = Vec::new();
         let mut views: Vec<(usize, View)> = Vec::new();
+        let mut backend = None;
         for group in groups {
             let request = Acquire {
                 limits: target.calls(group),
@@ -72,7 +73,9 @@ impl RateLimiter {
                 granted,
                 binding,
                 views: group_views,
+                backend: answered,
             } = grant;
+            backend = Some(answered);
             views.extend(group.iter().copied().zip(group_views));
             if granted == 0 {
                 // Each limit's view is of the call as if charged; nothing was, so the limits
@@ -89,6 +92,7 @@ impl RateLimiter {
                     granted: 0,
                     views,
                     binding,
+                    backend: answered,
                 });
             }
             if granted < units {
@@ -109,10 +113,14 @@ impl RateLimiter {
         }
         views.sort_by_key(|(index, _)| *index);
         let binding = binding_of(state, &views, units);
+        // A policy has at least one limit, so at least one group answered.
+        let backend =
+            backend.ok_or_else(|| StoreError::Config("a policy without limits".into()))?;
         Ok(Acquired {
             granted: units,
             views,
             binding,
+            backend,
         })
     }
 

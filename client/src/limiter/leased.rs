@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::RateLimiter;
-use super::decide::{binding_of, store_decision};
-use super::state::{Acquired, PolicyState, Target};
+use super::decide::{binding_of, store_decision, views_decision};
+use super::state::{PolicyState, Target};
 use crate::breaker::Permit;
 use crate::decision::{Decision, Source};
 use crate::lease::{ClaimResult, LastClaim, LeaseSlot};
 use crate::metrics;
-use crate::store::StoreError;
+use crate::store::{StoreBackend, StoreError};
 
 impl RateLimiter {
     /// A check with leases: spend leased units, or claim a new batch (a partial grant of up
@@ -40,9 +40,10 @@ impl RateLimiter {
                 }
             });
         }
-        if held.units >= cost {
+        // Units are there only after a claim, which set the backend.
+        if let Some(backend) = held.backend.filter(|_| held.units >= cost) {
             held.units = held.units.saturating_sub(cost);
-            return lease_decision(state, &held);
+            return lease_decision(state, &held, backend);
         }
         // A claim answered while this request waited for it: take its result.
         if let Some(last) = held.last_claim.as_ref().filter(|last| last.at >= started) {
@@ -51,15 +52,9 @@ impl RateLimiter {
                     min,
                     views,
                     binding,
+                    backend,
                 } if cost.saturating_sub(held.units) >= *min => {
-                    let acquired = Acquired {
-                        granted: 0,
-                        views: views.clone(),
-                        binding: *binding,
-                    };
-                    let mut decision = store_decision(state, &acquired);
-                    decision.source = Source::Lease;
-                    return decision;
+                    return views_decision(state, false, views, *binding, Source::Lease(*backend));
                 }
                 ClaimResult::Failed => {
                     metrics::store_error(&state.name, "lease_wait");
@@ -112,6 +107,7 @@ impl RateLimiter {
                         min,
                         views: acquired.views.clone(),
                         binding: acquired.binding,
+                        backend: acquired.backend,
                     },
                 });
                 store_decision(state, &acquired)
@@ -124,6 +120,7 @@ impl RateLimiter {
                     .saturating_sub(cost);
                 held.expires = now.checked_add(lease.lifetime).unwrap_or(now);
                 held.views = acquired.views.clone();
+                held.backend = Some(acquired.backend);
                 held.last_claim = Some(LastClaim {
                     at: answered,
                     result: ClaimResult::Granted,
@@ -164,14 +161,10 @@ impl RateLimiter {
 }
 
 /// A request paid from the lease: the limits as they were when the units were claimed.
-fn lease_decision(state: &PolicyState, lease: &LeaseSlot) -> Decision {
-    let acquired = Acquired {
-        granted: 1,
-        views: lease.views.clone(),
-        binding: binding_of(state, &lease.views, 1),
-    };
-    let mut decision = store_decision(state, &acquired);
-    decision.source = Source::Lease;
+fn lease_decision(state: &PolicyState, lease: &LeaseSlot, backend: StoreBackend) -> Decision {
+    let binding = binding_of(state, &lease.views, 1);
+    let source = Source::Lease(backend);
+    let mut decision = views_decision(state, true, &lease.views, binding, source);
     add_leased(&mut decision, state, lease.units);
     decision
 }

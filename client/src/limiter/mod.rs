@@ -356,7 +356,7 @@ impl RateLimiter {
                     .is_some_and(|limit| limit.in_flight);
                 if state.policy.deny_cache()
                     && !decision.allowed
-                    && decision.source == Source::Store
+                    && decision.source.is_store()
                     && !bound_by_slots
                 {
                     state.deny.insert(&id, cost, &decision, now);

@@ -9,7 +9,7 @@ use crate::decision::LimitStatus;
 use crate::deny_cache::DenyCache;
 use crate::lease::Leases;
 use crate::policy::Policy;
-use crate::store::{LimitCall, View};
+use crate::store::{LimitCall, StoreBackend, View};
 
 /// A policy with what the limiter keeps for it.
 pub(super) struct PolicyState {
@@ -129,4 +129,6 @@ pub(super) struct Acquired {
     pub(super) views: Vec<(usize, View)>,
     /// Policy index of the binding limit.
     pub(super) binding: usize,
+    /// The backend that answered (every group is called on the same store).
+    pub(super) backend: StoreBackend,
 }

@@ -12,6 +12,8 @@ use std::fmt;
 
 use redis::{Cmd, Value};
 
+use crate::outcome::StoreBackend;
+
 /// The library's source, as `FUNCTION LOAD` takes it.
 pub const LIBRARY: &str = include_str!("../../../functions/ratelimit.lua");
 
@@ -85,11 +87,12 @@ fn function_of(command: &str) -> Option<(&'static str, bool)> {
 }
 
 /// The command that runs the module command `args` (`RL.TOKENBUCKET key ...`) on a resolved
-/// backend (`sha`: the script's, for [`Backend::Scripts`]).
-pub(crate) fn command(backend: Backend, sha: &str, args: &[String]) -> Cmd {
+/// backend (`sha`: the script's, for [`StoreBackend::Scripts`]). The module's, and the
+/// memory store's (which never reaches a server), are the command itself.
+pub(crate) fn command(backend: StoreBackend, sha: &str, args: &[String]) -> Cmd {
     let mut command = Cmd::new();
     let translated = match (backend, args.split_first()) {
-        (Backend::Module | Backend::Auto, _) | (_, None) => None,
+        (StoreBackend::Module | StoreBackend::Memory, _) | (_, None) => None,
         (backend, Some((name, rest))) => {
             function_of(name).map(|(function, counted)| (backend, function, counted, rest))
         }
@@ -112,7 +115,7 @@ pub(crate) fn command(backend: Backend, sha: &str, args: &[String]) -> Cmd {
     } else {
         rest.split_at_checked(1).unwrap_or((rest, &[]))
     };
-    if backend == Backend::Scripts {
+    if backend == StoreBackend::Scripts {
         command.arg("EVALSHA").arg(sha).arg(keys.len());
         command.arg(keys).arg(function);
     } else {
@@ -131,10 +134,11 @@ pub(crate) trait Probe {
     async fn run(&self, command: &Cmd) -> Result<Value, String>;
 }
 
-/// A backend ready to be called: which one, and the script's SHA for [`Backend::Scripts`].
+/// A backend ready to be called: which one, and the script's SHA for
+/// [`StoreBackend::Scripts`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Resolved {
-    pub backend: Backend,
+    pub backend: StoreBackend,
     pub sha: String,
 }
 
@@ -143,21 +147,21 @@ pub(crate) struct Resolved {
 pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resolved, String> {
     let resolved = |backend, sha: String| Ok(Resolved { backend, sha });
     match wanted {
-        Backend::Module => resolved(Backend::Module, String::new()),
+        Backend::Module => resolved(StoreBackend::Module, String::new()),
         Backend::Functions => load_library(probe)
             .await
-            .and_then(|()| resolved(Backend::Functions, String::new())),
+            .and_then(|()| resolved(StoreBackend::Functions, String::new())),
         Backend::Scripts => load_script(probe)
             .await
-            .and_then(|sha| resolved(Backend::Scripts, sha)),
+            .and_then(|sha| resolved(StoreBackend::Scripts, sha)),
         Backend::Auto => {
             if probe.has_command("rl.tokenbucket").await? {
-                return resolved(Backend::Module, String::new());
+                return resolved(StoreBackend::Module, String::new());
             }
             match load_library(probe).await {
-                Ok(()) => resolved(Backend::Functions, String::new()),
+                Ok(()) => resolved(StoreBackend::Functions, String::new()),
                 Err(functions) => match load_script(probe).await {
-                    Ok(sha) => resolved(Backend::Scripts, sha),
+                    Ok(sha) => resolved(StoreBackend::Scripts, sha),
                     Err(scripts) => Err(format!(
                         "no rate-limit backend on this server: no module commands; \
                          the Functions library: {functions}; scripts: {scripts}"
@@ -169,7 +173,7 @@ pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resol
 }
 
 /// Publishes the backend in use: the gauge `ratelimit_store_backend{backend}` is 1 for it.
-pub(crate) fn record(backend: Backend) {
+pub(crate) fn record(backend: StoreBackend) {
     metrics::gauge!("ratelimit_store_backend", "backend" => backend.as_str()).set(1.0);
 }
 
@@ -185,13 +189,41 @@ async fn load_library(probe: &impl Probe) -> Result<(), String> {
     if present {
         return Ok(());
     }
+    replace_library(probe).await
+}
+
+/// `FUNCTION LOAD REPLACE` of the library (a cluster client sends it to every primary).
+async fn replace_library(probe: &impl Probe) -> Result<(), String> {
     let mut load = redis::cmd("FUNCTION");
     load.arg("LOAD").arg("REPLACE").arg(LIBRARY);
     probe.run(&load).await.map(|_| ())
 }
 
+/// Whether an error reply (`code`, the rest of its text) says the server lost the
+/// backend's code: `NOSCRIPT` for the script (a restart, `SCRIPT FLUSH`), `ERR Function not
+/// found` for the library (`FUNCTION FLUSH`, or on a cluster a primary that never got it
+/// while the one `FUNCTION LIST` asked had it).
+pub(crate) fn lost(backend: StoreBackend, code: Option<&str>, detail: Option<&str>) -> bool {
+    match backend {
+        StoreBackend::Scripts => code == Some("NOSCRIPT"),
+        StoreBackend::Functions => {
+            code == Some("ERR") && detail.is_some_and(|text| text.starts_with("Function not found"))
+        }
+        StoreBackend::Module | StoreBackend::Memory => false,
+    }
+}
+
+/// Gives the server the backend's code again, after [`lost`] said it lost it.
+pub(crate) async fn reload(probe: &impl Probe, backend: StoreBackend) -> Result<(), String> {
+    match backend {
+        StoreBackend::Scripts => load_script(probe).await.map(|_| ()),
+        StoreBackend::Functions => replace_library(probe).await,
+        StoreBackend::Module | StoreBackend::Memory => Ok(()),
+    }
+}
+
 /// Loads the script (idempotent: the SHA is the text's).
-pub(crate) async fn load_script(probe: &impl Probe) -> Result<String, String> {
+async fn load_script(probe: &impl Probe) -> Result<String, String> {
     let mut load = redis::cmd("SCRIPT");
     load.arg("LOAD").arg(script());
     match probe.run(&load).await? {
@@ -223,31 +255,46 @@ mod tests {
     #[test]
     fn module_commands_become_fcall_or_evalsha() {
         let single = line("RL.TOKENBUCKET user:42 10 2 3 PARTIAL MIN 1");
-        assert_eq!(words(&command(Backend::Module, "", &single)), single);
+        assert_eq!(words(&command(StoreBackend::Module, "", &single)), single);
         assert_eq!(
-            words(&command(Backend::Functions, "", &single)).join(" "),
+            words(&command(StoreBackend::Functions, "", &single)).join(" "),
             "FCALL rl_tokenbucket 1 user:42 10 2 3 PARTIAL MIN 1"
         );
         assert_eq!(
-            words(&command(Backend::Scripts, "abc", &single)).join(" "),
+            words(&command(StoreBackend::Scripts, "abc", &single)).join(" "),
             "EVALSHA abc 1 user:42 rl_tokenbucket 10 2 3 PARTIAL MIN 1"
         );
         let multi = line("RL.MULTI 2 {t}:a {t}:b TOKENBUCKET 5 1 FIXED 10 60 COST 2");
         assert_eq!(
-            words(&command(Backend::Functions, "", &multi)).join(" "),
+            words(&command(StoreBackend::Functions, "", &multi)).join(" "),
             "FCALL rl_multi 2 {t}:a {t}:b TOKENBUCKET 5 1 FIXED 10 60 COST 2"
         );
         assert_eq!(
-            words(&command(Backend::Scripts, "abc", &multi)).join(" "),
+            words(&command(StoreBackend::Scripts, "abc", &multi)).join(" "),
             "EVALSHA abc 2 {t}:a {t}:b rl_multi TOKENBUCKET 5 1 FIXED 10 60 COST 2"
         );
         let release = line("RL.RELEASE k req-1");
         assert_eq!(
-            words(&command(Backend::Functions, "", &release)).join(" "),
+            words(&command(StoreBackend::Functions, "", &release)).join(" "),
             "FCALL rl_release 1 k req-1"
         );
         let other = line("PING");
-        assert_eq!(words(&command(Backend::Functions, "", &other)), other);
+        assert_eq!(words(&command(StoreBackend::Functions, "", &other)), other);
+    }
+
+    #[test]
+    fn only_its_own_code_gone_is_lost() {
+        let not_found = Some("Function not found");
+        assert!(lost(StoreBackend::Functions, Some("ERR"), not_found));
+        assert!(lost(StoreBackend::Scripts, Some("NOSCRIPT"), None));
+        assert!(!lost(StoreBackend::Scripts, Some("ERR"), not_found));
+        assert!(!lost(StoreBackend::Functions, Some("NOSCRIPT"), None));
+        assert!(!lost(
+            StoreBackend::Functions,
+            Some("ERR"),
+            Some("unknown command")
+        ));
+        assert!(!lost(StoreBackend::Module, Some("NOSCRIPT"), None));
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
 #[cfg(feature = "sentinel")]
 pub use self::sentinel::{RESOLVE_PACE, SentinelStore};
-pub use crate::outcome::{Grant, View};
+pub use crate::outcome::{Grant, StoreBackend, View};
 
 /// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::backend::{self, Backend, Probe, Resolved};
 use super::reply;
-use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreError};
+use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreBackend, StoreError};
 
 /// Whether the server has `RL.MULTI` (and partial grants, which came with it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,15 +66,20 @@ enum Connection {
 }
 
 impl Connection {
+    /// Runs one command. An error reply is an `Err`: the `redis` crate (0.27) hands a single
+    /// command's error reply back as `Ok(Value::ServerError)`, which would read a refused
+    /// `FUNCTION LOAD` as loaded, never see `NOSCRIPT`, and class `LOADING` or `READONLY`
+    /// as a refusal instead of an outage.
     async fn query(&self, command: &Cmd) -> Result<Value, RedisError> {
-        match self {
+        let reply = match self {
             Self::Single(manager) => {
                 ConnectionManager::clone(manager)
                     .req_packed_command(command)
                     .await
             }
             Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
-        }
+        };
+        reply.and_then(Value::extract_error)
     }
 
     async fn pipeline(
@@ -262,7 +267,7 @@ impl RedisStore {
             backend::record(resolved.backend);
             let _ = self.inner.backend.set(resolved);
         }
-        if self.backend() != Some(Backend::Module) {
+        if self.backend() != Some(StoreBackend::Module) {
             // The library has every command, RL.MULTI and partial grants included.
             self.inner.multi.store(PRESENT, Ordering::SeqCst);
         }
@@ -317,11 +322,12 @@ impl RedisStore {
     }
 
     /// The backend in use (the module, the Functions library or scripts), once connected.
-    pub fn backend(&self) -> Option<Backend> {
+    pub fn backend(&self) -> Option<StoreBackend> {
         self.inner.backend.get().map(|resolved| resolved.backend)
     }
 
-    /// The command running the module command `args` on the backend in use.
+    /// The command running the module command `args` on the backend in use (before the
+    /// first connection resolves one, the command itself: nothing is sent before then).
     fn command(&self, args: &[String]) -> Cmd {
         match self.inner.backend.get() {
             Some(resolved) => backend::command(resolved.backend, &resolved.sha, args),
@@ -329,15 +335,25 @@ impl RedisStore {
         }
     }
 
-    /// Runs `args` on the backend; a script the server no longer has (`NOSCRIPT`: a
-    /// restart, `SCRIPT FLUSH`, a failover) is loaded again and the call retried once.
+    /// Whether an error reply says the server lost the backend's script or library.
+    fn lost(&self, code: Option<&str>, detail: Option<&str>) -> Option<StoreBackend> {
+        self.backend()
+            .filter(|backend| backend::lost(*backend, code, detail))
+    }
+
+    /// Runs `args` on the backend; a script or library the server no longer has
+    /// (`NOSCRIPT` after a restart or `SCRIPT FLUSH`; `Function not found` after `FUNCTION
+    /// FLUSH`) is loaded again and the call retried once.
     async fn run(&self, connection: &Connection, args: &[String]) -> Result<Value, RedisError> {
         let result = connection.query(&self.command(args)).await;
         match result {
-            Err(error) if error.code() == Some("NOSCRIPT") => {
-                let _ = backend::load_script(connection).await;
-                connection.query(&self.command(args)).await
-            }
+            Err(error) => match self.lost(error.code(), error.detail()) {
+                Some(backend) => {
+                    let _ = backend::reload(connection, backend).await;
+                    connection.query(&self.command(args)).await
+                }
+                None => Err(error),
+            },
             other => other,
         }
     }
@@ -393,10 +409,15 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
                 | ErrorKind::ClusterConnectionNotFound
                 | ErrorKind::ReadOnly
         );
+    // The server's own words (`WRONGTYPE key holds ...`), as redis-cli shows them.
+    let text = match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => error.to_string(),
+    };
     if unavailable {
-        StoreError::Unavailable(error.to_string())
+        StoreError::Unavailable(text)
     } else {
-        StoreError::Server(error.to_string())
+        StoreError::Server(text)
     }
 }
 
@@ -404,13 +425,17 @@ impl Store for RedisStore {
     fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
         Box::pin(async move {
             let connection = self.connection().await?;
+            // Resolved before the connection is published, so always there by now.
+            let backend = self.backend().ok_or_else(|| {
+                StoreError::Unavailable("connected, but no backend resolved yet".into())
+            })?;
             let command =
                 reply::acquire_command(request, self.multi()).map_err(StoreError::Server)?;
             let value = self
                 .run(connection, command.args())
                 .await
                 .map_err(|error| store_error(&error))?;
-            reply::parse_acquire(&command, request, &value)
+            reply::parse_acquire(&command, request, &value, backend)
                 .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
         })
     }
@@ -428,9 +453,12 @@ impl Store for RedisStore {
                 .pipeline(&pipeline, commands.len())
                 .await
                 .map_err(|error| store_error(&error))?;
-            let no_script = |reply: &Value| matches!(reply, Value::ServerError(error) if error.code() == "NOSCRIPT");
-            if replies.iter().any(no_script) {
-                let _ = backend::load_script(connection).await;
+            let lost = replies.iter().find_map(|reply| match reply {
+                Value::ServerError(error) => self.lost(Some(error.code()), error.details()),
+                _ => None,
+            });
+            if let Some(backend) = lost {
+                let _ = backend::reload(connection, backend).await;
                 replies = connection
                     .pipeline(&pipeline, commands.len())
                     .await

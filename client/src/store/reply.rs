@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Acquire, Grant, LimitCall, Refund, View};
+use super::{Acquire, Grant, LimitCall, Refund, StoreBackend, View};
 use crate::algorithm::Algorithm;
 
 /// How a group is sent.
@@ -173,11 +173,12 @@ fn five(value: &Value) -> Result<[i64; 5], String> {
     }
 }
 
-/// Reads the reply of an acquire sent as `command`.
+/// Reads the reply of an acquire sent as `command` to `backend`.
 pub(crate) fn parse_acquire(
     command: &Command,
     request: &Acquire<'_>,
     reply: &Value,
+    backend: StoreBackend,
 ) -> Result<Grant, String> {
     let partial = request.partial_min.is_some();
     match command {
@@ -197,6 +198,7 @@ pub(crate) fn parse_acquire(
                 granted,
                 binding: 0,
                 views: vec![view],
+                backend,
             })
         }
         Command::Throttle(_) => {
@@ -218,6 +220,7 @@ pub(crate) fn parse_acquire(
                 granted: if allowed { request.units } else { 0 },
                 binding: 0,
                 views: vec![view],
+                backend,
             })
         }
         Command::Multi(_) => {
@@ -249,6 +252,7 @@ pub(crate) fn parse_acquire(
                 granted,
                 binding: binding.min(views.len().saturating_sub(1)),
                 views,
+                backend,
             })
         }
     }
@@ -285,7 +289,13 @@ mod tests {
             command.args(),
             ["RL.TOKENBUCKET", "k", "10", "2", "6", "PARTIAL", "MIN", "1"]
         );
-        let grant = parse_acquire(&command, &request, &ints(&[4, 0, 0, 1500, 10])).unwrap();
+        let grant = parse_acquire(
+            &command,
+            &request,
+            &ints(&[4, 0, 0, 1500, 10]),
+            StoreBackend::Module,
+        )
+        .unwrap();
         assert_eq!(
             grant.granted, 4,
             "field 1 of a partial reply is the units granted"
@@ -337,11 +347,13 @@ mod tests {
                 ints(&[0, 1, 400, 60_000, 100]),
             ]),
         ]);
-        let grant = parse_acquire(&command, &request, &reply).unwrap();
+        let grant = parse_acquire(&command, &request, &reply, StoreBackend::Module).unwrap();
         assert_eq!(grant.granted, 0);
         assert_eq!(grant.binding, 1);
         assert_eq!(grant.views[1].retry_after, Some(Duration::from_millis(400)));
-        assert!(parse_acquire(&command, &request, &ints(&[1, 2, 3])).is_err());
+        assert!(
+            parse_acquire(&command, &request, &ints(&[1, 2, 3]), StoreBackend::Module).is_err()
+        );
     }
 
     #[test]
@@ -355,7 +367,13 @@ mod tests {
         };
         let command = acquire_command(&request, false).unwrap();
         assert_eq!(command.args(), ["CL.THROTTLE", "g", "4", "10", "60", "1"]);
-        let denied = parse_acquire(&command, &request, &ints(&[1, 5, 0, 6, 30])).unwrap();
+        let denied = parse_acquire(
+            &command,
+            &request,
+            &ints(&[1, 5, 0, 6, 30]),
+            StoreBackend::Module,
+        )
+        .unwrap();
         assert_eq!(denied.granted, 0);
         assert_eq!(denied.views[0].retry_after, Some(Duration::from_secs(6)));
         assert_eq!(
@@ -405,7 +423,13 @@ mod tests {
             command.args(),
             ["RL.TOKENBUCKET", "q", "1", "1", "1", "MAXWAIT", "1500"]
         );
-        let grant = parse_acquire(&command, &request, &ints(&[1, 0, 700, 1700, 1])).unwrap();
+        let grant = parse_acquire(
+            &command,
+            &request,
+            &ints(&[1, 0, 700, 1700, 1]),
+            StoreBackend::Module,
+        )
+        .unwrap();
         assert_eq!(grant.granted, 1);
         assert_eq!(
             grant.views[0].retry_after,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_ratelimit_client::store::{MemoryStore, Store};
+use redis_ratelimit_client::store::{MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{
     Algorithm, BreakerConfig, Fallback, Inputs, Lease, Limit, Policy, RateLimiter, Replicas, Source,
 };
@@ -165,10 +165,14 @@ async fn a_stall_of_the_store_is_not_an_outage_when_it_answers_since() {
     store.set_delay(Duration::ZERO);
     assert_eq!(
         limiter.check("api", &Inputs::new()).await.unwrap().source,
-        Source::Store
+        Source::Store(StoreBackend::Memory)
     );
     let slow = slow.await.unwrap();
-    assert_eq!(slow.source, Source::Store, "the slow call was waited for");
+    assert_eq!(
+        slow.source,
+        Source::Store(StoreBackend::Memory),
+        "the slow call was waited for"
+    );
     assert!(!limiter.store_unreachable());
 }
 

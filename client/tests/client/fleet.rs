@@ -18,6 +18,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_client::store::StoreBackend;
 use redis_ratelimit_testkit::server::{Server, info_field, wait_until};
 
 /// The window of the fleet's bucket: a day, so refill during a test is below one token.
@@ -515,11 +516,34 @@ fn when_redis_stops_each_replica_falls_back_to_its_share() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_policy_across_two_slots_is_all_or_nothing() {
+    across_two_slots_of_a_cluster(StoreBackend::Module).await;
+}
+
+/// The same on a cluster without the module: the store loads the Functions library on every
+/// primary (a cluster client sends `FUNCTION LOAD` to each), and each call goes to the
+/// primary of the keys it declares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_without_the_module_the_library_is_all_or_nothing_too() {
+    across_two_slots_of_a_cluster(StoreBackend::Functions).await;
+}
+
+/// Three replicas of a service on a 3-primary cluster (with the module, or without it for
+/// the library), a policy with a global limit and a per-user one in another slot: the
+/// global limit binds exactly, and every per-user bucket holds exactly what was admitted
+/// (the units taken for requests the global limit denied were refunded).
+async fn across_two_slots_of_a_cluster(backend: StoreBackend) {
     use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions};
     use redis_ratelimit_client::{Inputs, Limit, Policy, RateLimiter};
     use redis_ratelimit_testkit::cluster::{Cluster, keyslot};
 
-    let cluster = tokio::task::block_in_place(|| Cluster::start(3, 0));
+    let module = backend == StoreBackend::Module;
+    let cluster = tokio::task::block_in_place(|| {
+        if module {
+            Cluster::start(3, 0)
+        } else {
+            Cluster::start_without_module(3, 0)
+        }
+    });
     let nodes: Vec<String> = cluster
         .nodes
         .iter()
@@ -582,7 +606,7 @@ async fn on_a_cluster_a_policy_across_two_slots_is_all_or_nothing() {
                         .check("api", &Inputs::new().with("user", user.as_str()))
                         .await
                         .unwrap();
-                    assert_ne!(decision.source, redis_ratelimit_client::Source::Fallback);
+                    assert_eq!(decision.source.backend(), Some(backend), "{decision:?}");
                     admitted += u64::from(decision.allowed);
                 }
                 (index, user, admitted)
@@ -603,7 +627,14 @@ async fn on_a_cluster_a_policy_across_two_slots_is_all_or_nothing() {
     let peek = |key: String, capacity: u64| {
         let bucket = Algorithm::token_bucket(capacity, hour).unwrap();
         let mut con = client.get_connection().unwrap();
-        let reply: Vec<i64> = redis::cmd("RL.PEEK")
+        let mut peek = if module {
+            redis::cmd("RL.PEEK")
+        } else {
+            let mut fcall = redis::cmd("FCALL");
+            fcall.arg("rl_peek").arg(1);
+            fcall
+        };
+        let reply: Vec<i64> = peek
             .arg(key)
             .arg("TOKENBUCKET")
             .arg(bucket.wire_args())
@@ -624,6 +655,21 @@ async fn on_a_cluster_a_policy_across_two_slots_is_all_or_nothing() {
     }
     let global_left = tokio::task::block_in_place(|| peek("rl:{global}".into(), global));
     assert_eq!(global_left, 0);
+    if !module {
+        // Every primary was given the library, by the first call of the stores.
+        for primary in cluster.primaries() {
+            let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .arg("LIBRARYNAME")
+                .arg("ratelimit")
+                .query(&mut primary.conn())
+                .unwrap();
+            assert_eq!(libraries.len(), 1, "primary {}", primary.port);
+        }
+        // The library keeps no per-command statistics (all are FCALL): the module run shows
+        // the refund path taken; here the buckets above show its effect.
+        return;
+    }
     // And refunds did happen: per-user units were taken for requests the global limit
     // denied afterwards.
     let refunds: u64 = cluster

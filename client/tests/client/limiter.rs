@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use redis_ratelimit_client::store::{Capabilities, MemoryStore, Store};
+use redis_ratelimit_client::store::{Capabilities, MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{
     Algorithm, BreakerConfig, CheckError, Fallback, Inputs, Lease, Limit, Outcome, Policy,
     RateLimiter, Replicas, Source,
@@ -48,7 +48,7 @@ async fn one_atomic_call_for_the_whole_policy_on_a_single_server() {
     for _ in 0..2 {
         let decision = limiter.check("api", &user("ann")).await.unwrap();
         assert!(decision.allowed);
-        assert_eq!(decision.source, Source::Store);
+        assert_eq!(decision.source, Source::Store(StoreBackend::Memory));
     }
     assert_eq!(
         store.calls(),
@@ -153,10 +153,16 @@ async fn a_denial_is_remembered_until_its_retry_after() {
     let limiter = limiter_on(&store, policy);
     assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
     let denied = limiter.check("api", &user("ann")).await.unwrap();
-    assert_eq!((denied.allowed, denied.source), (false, Source::Store));
+    assert_eq!(
+        (denied.allowed, denied.source),
+        (false, Source::Store(StoreBackend::Memory))
+    );
     let calls = store.calls();
     let cached = limiter.check("api", &user("ann")).await.unwrap();
-    assert_eq!((cached.allowed, cached.source), (false, Source::Cache));
+    assert_eq!(
+        (cached.allowed, cached.source),
+        (false, Source::Cache(StoreBackend::Memory))
+    );
     assert_eq!(store.calls(), calls, "no store call for a cached denial");
     assert!(cached.retry_after.unwrap() <= denied.retry_after.unwrap());
     assert!(cached.retry_after.unwrap() > Duration::from_secs(3000));
@@ -226,8 +232,20 @@ async fn leases_serve_most_requests_from_memory() {
         sources.push(decision.source);
     }
     assert_eq!(store.calls(), 3, "one claim per 10 requests");
-    assert_eq!(sources.iter().filter(|s| **s == Source::Store).count(), 3);
-    assert_eq!(sources.iter().filter(|s| **s == Source::Lease).count(), 22);
+    assert_eq!(
+        sources
+            .iter()
+            .filter(|s| **s == Source::Store(StoreBackend::Memory))
+            .count(),
+        3
+    );
+    assert_eq!(
+        sources
+            .iter()
+            .filter(|s| **s == Source::Lease(StoreBackend::Memory))
+            .count(),
+        22
+    );
     // 25 spent, 5 leased; this check spends one more: 70 in the store + 4 in the lease.
     let decision = limiter.check("api", &user("ann")).await.unwrap();
     assert_eq!(decision.remaining(), 74);
@@ -427,7 +445,7 @@ async fn a_slow_store_times_out_into_the_fallback_and_the_breaker_stops_calling_
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let decision = limiter.check("api", &user("ann")).await.unwrap();
-        if decision.source == Source::Store {
+        if decision.source == Source::Store(StoreBackend::Memory) {
             break;
         }
         assert!(Instant::now() < deadline, "never went back to the store");
@@ -468,7 +486,7 @@ async fn a_store_refusal_is_an_error_outcome() {
 }
 
 #[test]
-fn metrics_count_decisions_by_outcome_and_source() {
+fn metrics_count_decisions_by_outcome_source_and_backend() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
@@ -502,23 +520,25 @@ fn metrics_count_decisions_by_outcome_and_source() {
     }
     let get = |name: &str| counts.get(name).copied().unwrap_or(0.0);
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store}"),
+        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store,backend=memory}"),
         2.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=lease}"),
+        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=lease,backend=memory}"),
         1.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=denied,source=store}"),
+        get("ratelimit_decisions_total{policy=api,outcome=denied,source=store,backend=memory}"),
         1.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=denied,source=cache}"),
+        get("ratelimit_decisions_total{policy=api,outcome=denied,source=cache,backend=memory}"),
         1.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback}"),
+        get(
+            "ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback,backend=none}"
+        ),
         1.0
     );
     assert_eq!(get("ratelimit_lease_units_claimed_total{policy=api}"), 3.0);
@@ -621,7 +641,7 @@ async fn in_flight_slots_are_held_until_released() {
     limiter.release(&first).await;
     let third = limiter.check("api", &user("ann")).await.unwrap();
     assert!(third.allowed, "{third:?}");
-    assert_eq!(third.source, Source::Store);
+    assert_eq!(third.source, Source::Store(StoreBackend::Memory));
     // Another user has slots of their own.
     assert!(limiter.check("api", &user("bob")).await.unwrap().allowed);
     limiter.release(&second).await;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis_ratelimit_client::Algorithm;
 use redis_ratelimit_client::store::{
     Acquire, Capabilities, LimitCall, MemoryStore, MultiSupport, RedisStore, RedisStoreOptions,
-    Refund, Store, StoreError,
+    Refund, Store, StoreBackend, StoreError,
 };
 use redis_ratelimit_testkit::server::Server;
 
@@ -262,6 +262,17 @@ async fn refusals_and_outages_are_told_apart() {
     let refused = store.acquire(&on(&window)).await.unwrap_err();
     assert!(matches!(refused, StoreError::Server(_)), "{refused}");
     assert!(!refused.is_unavailability());
+    assert!(
+        refused.to_string().contains("ERR key holds a token bucket"),
+        "the server's words: {refused}"
+    );
+
+    // A node demoted to a replica (a failover) answers READONLY: an outage, not a refusal.
+    let replica = Server::start(&[]);
+    replica.replicate_from(&server);
+    let demoted = RedisStore::new(&url(&replica)).unwrap();
+    let read_only = demoted.acquire(&on(&bucket)).await.unwrap_err();
+    assert!(read_only.is_unavailability(), "{read_only}");
 
     // Nothing listens on this port: connection refused, an outage, and quickly.
     let port = TcpListener::bind("127.0.0.1:0")
@@ -352,7 +363,7 @@ async fn a_connection_slower_to_set_up_than_the_timeout_still_gets_made() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let decision = limiter.check("api", &Inputs::new()).await.unwrap();
-        if decision.source == Source::Store {
+        if decision.source == Source::Store(StoreBackend::Module) {
             break;
         }
         assert!(
@@ -396,4 +407,173 @@ async fn configuration_mistakes_name_what_is_wrong() {
         error.contains(&format!("cannot connect to 127.0.0.1:{port}")),
         "{error}"
     );
+}
+
+/// Checks through a limiter on `server` with `Backend::Auto`: a plain policy (store calls,
+/// then a denial remembered) and a leased one (a claim, then units from the lease). Returns
+/// the backend resolved, every decision's source, and each `ratelimit_decisions_total` and
+/// `ratelimit_store_backend` series recorded (name{labels} -> value).
+fn decisions_on(
+    server: &Server,
+) -> (
+    Option<StoreBackend>,
+    Vec<redis_ratelimit_client::Source>,
+    std::collections::BTreeMap<String, f64>,
+) {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use redis_ratelimit_client::{Inputs, Lease, Limit, Policy, RateLimiter};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let (backend, sources) = metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = RedisStore::new(&url(server)).unwrap();
+            let bucket = Algorithm::token_bucket(2, HOUR).unwrap();
+            let plain = Policy::builder("plain")
+                .limit(Limit::new("k", bucket.clone(), "plain").unwrap())
+                .timeout(Duration::from_secs(2))
+                .build()
+                .unwrap();
+            let leased = Policy::builder("leased")
+                .limit(Limit::new("k", bucket, "leased").unwrap())
+                .lease(Lease::new(2).max_units(2).lifetime(HOUR))
+                .timeout(Duration::from_secs(2))
+                .build()
+                .unwrap();
+            let limiter = RateLimiter::builder(store.clone())
+                .policy(plain)
+                .policy(leased)
+                .build()
+                .unwrap();
+            let mut sources = Vec::new();
+            for policy in ["plain", "plain", "plain", "plain", "leased", "leased"] {
+                let decision = limiter.check(policy, &Inputs::new()).await.unwrap();
+                sources.push(decision.source);
+            }
+            limiter.release_leases().await;
+            (store.backend(), sources)
+        })
+    });
+    let mut series = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        if !matches!(
+            key.name(),
+            "ratelimit_decisions_total" | "ratelimit_store_backend"
+        ) {
+            continue;
+        }
+        let labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        let value = match value {
+            DebugValue::Counter(count) => count as f64,
+            DebugValue::Gauge(value) => value.into_inner(),
+            DebugValue::Histogram(values) => values.len() as f64,
+        };
+        series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+    }
+    (backend, sources, series)
+}
+
+/// Every decision names the backend that answered, whichever `Backend::Auto` found: the
+/// store call's, the lease's claim, the remembered denial's; so do the metrics.
+fn assert_decided_by(server: &Server, expected: StoreBackend) {
+    use redis_ratelimit_client::Source;
+
+    let (backend, sources, series) = decisions_on(server);
+    assert_eq!(backend, Some(expected));
+    let name = expected.as_str();
+    assert_eq!(
+        sources,
+        [
+            Source::Store(expected),
+            Source::Store(expected),
+            Source::Store(expected),
+            Source::Cache(expected),
+            Source::Store(expected),
+            Source::Lease(expected),
+        ],
+        "{name}: the plain policy's two admissions, its denial and the denial remembered; \
+         the leased policy's claim of two units and the second unit spent from it"
+    );
+    let expected_series: std::collections::BTreeMap<String, f64> = [
+        (format!("ratelimit_decisions_total{{policy=plain,outcome=allowed,source=store,backend={name}}}"), 2.0),
+        (format!("ratelimit_decisions_total{{policy=plain,outcome=denied,source=store,backend={name}}}"), 1.0),
+        (format!("ratelimit_decisions_total{{policy=plain,outcome=denied,source=cache,backend={name}}}"), 1.0),
+        (format!("ratelimit_decisions_total{{policy=leased,outcome=allowed,source=store,backend={name}}}"), 1.0),
+        (format!("ratelimit_decisions_total{{policy=leased,outcome=allowed,source=lease,backend={name}}}"), 1.0),
+        (format!("ratelimit_store_backend{{backend={name}}}"), 1.0),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(series, expected_series);
+}
+
+#[test]
+fn decisions_name_the_module_when_the_server_has_it() {
+    let server = Server::start(&[]);
+    assert_decided_by(&server, StoreBackend::Module);
+}
+
+#[test]
+fn decisions_name_the_functions_library_on_a_server_without_the_module() {
+    let server = Server::start_without_module(&["--enable-module-command", "no"]);
+    assert_decided_by(&server, StoreBackend::Functions);
+}
+
+#[test]
+fn decisions_name_scripts_where_function_is_refused() {
+    // A host that renamed FUNCTION away: the library cannot be loaded, so it runs as a script.
+    let server = Server::start_without_module(&["--rename-command", "FUNCTION", ""]);
+    assert_decided_by(&server, StoreBackend::Scripts);
+}
+
+#[tokio::test]
+async fn a_script_or_library_the_server_lost_is_loaded_again() {
+    use redis_ratelimit_client::Backend;
+
+    // A restart, a failover, SCRIPT FLUSH or FUNCTION FLUSH: the next call gets NOSCRIPT or
+    // "Function not found", loads the code again and retries.
+    for (backend, flush, answered) in [
+        (Backend::Scripts, "SCRIPT", StoreBackend::Scripts),
+        (Backend::Functions, "FUNCTION", StoreBackend::Functions),
+    ] {
+        let server = Server::start_without_module(&[]);
+        let options = RedisStoreOptions {
+            backend,
+            ..RedisStoreOptions::default()
+        };
+        let store = RedisStore::with_options(&url(&server), options).unwrap();
+        let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+        let grant = store.acquire(&one("k", &bucket)).await.unwrap();
+        assert_eq!((grant.granted, grant.backend), (1, answered));
+        let flush = || {
+            let _: () = redis::cmd(flush)
+                .arg("FLUSH")
+                .query(&mut server.conn())
+                .unwrap();
+        };
+        flush();
+        let grant = store.acquire(&one("k", &bucket)).await.unwrap();
+        assert_eq!(
+            (grant.granted, grant.views[0].remaining),
+            (1, 3),
+            "{backend}"
+        );
+        flush();
+        let refund = Refund {
+            limits: one("k", &bucket).limits,
+            units: 2,
+            holder: None,
+        };
+        store.refund(&refund).await.unwrap();
+        let grant = store.acquire(&one("k", &bucket)).await.unwrap();
+        assert_eq!(grant.views[0].remaining, 4, "{backend}");
+    }
 }

@@ -89,6 +89,15 @@ fn header<'a>(response: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
         .map(|header| header.value.as_str())
 }
 
+/// A string field of the response's dynamic metadata.
+fn metadata_text(response: &RateLimitResponse, field: &str) -> Option<String> {
+    let value = response.dynamic_metadata.as_ref()?.fields.get(field)?;
+    match &value.kind {
+        Some(Kind::StringValue(text)) => Some(text.clone()),
+        _ => None,
+    }
+}
+
 fn metadata_names(response: &RateLimitResponse, field: &str) -> Vec<String> {
     let Some(metadata) = &response.dynamic_metadata else {
         return Vec::new();
@@ -153,6 +162,11 @@ async fn every_config_feature() {
         metadata_names(&denied, "denied_by"),
         vec!["per-key".to_string()]
     );
+    assert_eq!(
+        metadata_text(&denied, "decided_by").as_deref(),
+        Some("store")
+    );
+    assert_eq!(metadata_text(&denied, "backend").as_deref(), Some("module"));
     // Another value has its own counter.
     assert!(ok(&one(&mut client, &[("api_key", "k2")]).await));
 

@@ -1,6 +1,7 @@
 //! The HTTP JSON API.
 
 use redis_ratelimit_testkit::server::Server;
+use serde_json::json;
 
 use crate::harness::{Service, TempDir};
 
@@ -34,6 +35,10 @@ fn checks_statuses_headers_and_problems() {
         assert_eq!(answer["allowed"], true);
         assert_eq!(answer["overallCode"], "OK");
         assert_eq!(answer["status"], 200);
+        assert_eq!(
+            (&answer["decidedBy"], &answer["backend"]),
+            (&json!("store"), &json!("module"))
+        );
         let first = &answer["statuses"][0];
         assert_eq!(first["code"], "OK");
         assert_eq!(first["currentLimit"]["name"], "per-key");
@@ -50,6 +55,7 @@ fn checks_statuses_headers_and_problems() {
     assert_eq!(denied["overallCode"], "OVER_LIMIT");
     assert_eq!(denied["status"], 429);
     assert_eq!(denied["deniedBy"][0], "per-key");
+    assert_eq!(denied["backend"], "module");
     assert!(denied["headers"]["retry-after"].as_str().is_some());
     // snake_case field names are proto3 JSON too.
     let (_, snake) = service.check_json(
@@ -99,6 +105,34 @@ fn checks_statuses_headers_and_problems() {
         "{}",
         metrics.body
     );
+    assert!(
+        metrics
+            .body
+            .lines()
+            .filter(|line| line.starts_with("ratelimit_decisions_total{"))
+            .all(|line| line.contains("backend=\"module\"")),
+        "{}",
+        metrics.body
+    );
+}
+
+/// On a server without the module the service runs the Functions library, and says so.
+#[test]
+fn the_answer_names_the_backend_that_decided() {
+    let redis = Server::start_without_module(&["--enable-module-command", "no"]);
+    let url = format!("redis://127.0.0.1:{}/", redis.port);
+    let service = Service::start(&url, &[("api.yaml", API)], &[]);
+    let (status, answer) = service.check_json(&body("k1"));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (&answer["decidedBy"], &answer["backend"]),
+        (&json!("store"), &json!("functions"))
+    );
+    drop(redis);
+    // Redis gone: the failure mode decides, and no backend did.
+    let (_, fallback) = service.check_json(&body("k3"));
+    assert_eq!(fallback["decidedBy"], "fallback", "{fallback}");
+    assert!(fallback.get("backend").is_none(), "{fallback}");
 }
 
 #[test]
