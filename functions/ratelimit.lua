@@ -428,8 +428,9 @@ local function token_bucket_params(capacity_arg, rate_arg)
     if approx * capacity > MAX_REFILL_NS then too_long() end
     library_refusal()
   end
-  return {kind = 'tb', capacity = capacity, interval = interval, interval_s = int(interval),
-          refill = refill, cost = 1, max_wait = 0}
+  local interval_s = int(interval)
+  return {kind = 'tb', capacity = capacity, interval = interval, interval_s = interval_s,
+          tail = ' ' .. interval_s .. ' - -', refill = refill, cost = 1, max_wait = 0}
 end
 
 local function window_params(kind, limit_arg, window_arg)
@@ -657,6 +658,17 @@ local function string_state(value, now)
   return {kind = kind, a = a, b = b, c = c, x = x}
 end
 
+-- The limiter of a string key's GET reply (as `open` reads it): the fast paths read the key
+-- themselves and come here for everything they do not handle.
+local function string_reply_state(key, reply, now)
+  if not reply then return nil end
+  if not reply.err then return string_state(reply, now) end
+  if refine_wrong_type(key) == 'zset' then
+    return zset_state(redis.call('ZRANGE', key, 0, -1, 'WITHSCORES'))
+  end
+  fail(WRONG_TYPE)
+end
+
 -- Opens a key, expecting `kind` (which only chooses the read tried first).
 local function open(key, kind, now)
   if kind == 'cc' then
@@ -668,13 +680,7 @@ local function open(key, kind, now)
     if refine_wrong_type(key) ~= 'string' then fail(WRONG_TYPE) end
     return string_state(redis.call('GET', key), now)
   end
-  local reply = redis.pcall('GET', key)
-  if not reply then return nil end
-  if not reply.err then return string_state(reply, now) end
-  if refine_wrong_type(key) == 'zset' then
-    return zset_state(redis.call('ZRANGE', key, 0, -1, 'WITHSCORES'))
-  end
-  fail(WRONG_TYPE)
+  return string_reply_state(key, redis.pcall('GET', key), now)
 end
 
 local function check_kind(state, kind)
@@ -775,6 +781,22 @@ function TB.grantable(state, q, up_to, now)
   if tokens > q.capacity then tokens = q.capacity end
   if tokens > up_to then tokens = up_to end
   return tokens
+end
+
+-- floor(a / b) and ceil(a / b) for 0 < b and |a| + b < 2^53, in one call: `%` (a − floor(a/b)
+-- × b, exact there but for a quotient rounded up by one, which the correction undoes). The
+-- fast paths use these instead of fdiv/cdiv, whose nested call to rem costs as much again.
+local function floor_div(a, b)
+  local r = a % b
+  if r >= b then r = r - b elseif r < 0 then r = r + b end
+  return (a - r) / b
+end
+
+local function ceil_div(a, b)
+  local r = a % b
+  if r >= b then r = r - b elseif r < 0 then r = r + b end
+  if r > 0 then return (a - r) / b + 1 end
+  return (a - r) / b
 end
 
 -- Windows (µs). -----------------------------------------------------------------------------
@@ -1294,6 +1316,74 @@ local function commit(key, write, state, now)
   redis.call('PEXPIREAT', key, int(write.expiry))
 end
 
+-- The token bucket's fast path: a missing key, or a bucket written at this very rate with no
+-- field x (nearly every call), decided and written with inline arithmetic: the operations of
+-- `grant` with TB.grantable and TB.evaluate, in the same order, without their calls, tables
+-- and field parsing (a Lua call or a table costs hundreds of instructions, a C call or a new
+-- string more). `value` is the key's GET reply. Returns the reply, or nil when the call is
+-- not one of these (another kind, a rate change, the clock far off, a write at this very
+-- millisecond): the general path then decides, having written nothing.
+local function tb_fast(key, value, q, min, now)
+  local refill, interval = q.refill, q.interval
+  local empty_at = -refill
+  if value then
+    if value.err then return nil end
+    local b1, b2, b3 = byte(value, 1, 3)
+    if b1 ~= 116 or b2 ~= 98 or b3 ~= 32 then return nil end -- 'tb '
+    -- Field a (the empty instant, ns) ends at the first space; then this rate, '-' and '-'.
+    local p = find(value, ' ', 4, true)
+    if not p or p < 14 or sub(value, p) ~= q.tail then return nil end
+    local ds = sub(value, 4, p - 10) - now.s -- `relative`, strings coerced by arithmetic
+    if ds > 4503599 or ds < -4503599 then return nil end
+    local rel = ds * NS_PER_S + (sub(value, p - 9, p - 1) - now.n)
+    if rel > empty_at then empty_at = rel end
+  end
+  local capacity, max_wait_ns = q.capacity, q.max_wait
+  local units = q.cost
+  if min ~= nil then
+    local within = max_wait_ns - empty_at
+    local tokens = 0
+    if within > 0 then tokens = floor_div(within, interval) end
+    if tokens > capacity then tokens = capacity end
+    if tokens > units then tokens = units end
+    if tokens >= min then units = tokens else units = min end
+  end
+  local retry = 0
+  if units > capacity then retry = -1
+  else
+    local missing = (units * interval - max_wait_ns) + empty_at
+    if missing > 0 then
+      retry = ceil_div(missing, 1000000)
+      if retry < 1 then retry = 1 end
+    end
+  end
+  local allowed = 0
+  if retry == 0 then
+    allowed = 1
+    empty_at = empty_at + units * interval
+    if empty_at > 0 then retry = ceil_div(empty_at, 1000000) end
+  end
+  local remaining, full, reset = 0, empty_at + refill, 0
+  if empty_at < 0 then remaining = floor_div(-empty_at, interval) end
+  if full > 0 then reset = ceil_div(full, 1000000) end
+  if allowed == 1 then
+    local t = now.n + empty_at
+    local off = floor_div(t, NS_PER_S)
+    local s, n = now.s + off, t - off * NS_PER_S
+    t = n + refill
+    off = floor_div(t, NS_PER_S)
+    local ms = (s + off) * 1000 + ceil_div(t - off * NS_PER_S, 1000000)
+    if s <= 0 or ms * 1000 <= now.us then
+      commit(key, {fields = {'tb', ns_string(s, n), q.interval_s, nil}, expiry = ms < 1 and 1 or ms}, nil, now)
+    else
+      redis.call('SET', key, format('tb %d%09d%s', s, n, q.tail), 'PXAT', format('%d', ms))
+    end
+  elseif min ~= nil then
+    units = 0
+  end
+  return {min ~= nil and units or allowed, remaining, retry, reset, capacity}
+end
+
 -- Grants -----------------------------------------------------------------------------------
 
 -- core::grant::evaluate: all or nothing (min nil), or the most units from min to the cost.
@@ -1310,11 +1400,15 @@ local function grant(state, q, min, now)
   return units, d, write
 end
 
+-- One table for every call's reading (a call never outlives the next): allocating costs more
+-- than the fields. TIME's strings are coerced by arithmetic (`+ 0`: one conversion, no call).
+local NOW = {us = 0, s = 0, n = 0}
 local function now_reading()
   local t = redis.call('TIME')
-  local s, us = tonumber(t[1]), tonumber(t[2])
-  if MS_CLOCK then us = us - fmod(us, 1000) end
-  return {us = s * 1000000 + us, s = s, n = us * 1000}
+  local s, us = t[1] + 0, t[2] + 0
+  if MS_CLOCK then us = us - us % 1000 end
+  NOW.us, NOW.s, NOW.n = s * 1000000 + us, s, us * 1000
+  return NOW
 end
 
 local function first_field(units, d, min)
@@ -1336,7 +1430,15 @@ local function limiter_command(kind, command)
     if #a < 2 then arity(command) end
     local now = now_reading()
     local q, min = parse(a)
-    local state = open(key, kind, now)
+    local state
+    if kind == 'tb' then
+      local value = redis.pcall('GET', key)
+      local reply = tb_fast(key, value, q, min, now)
+      if reply then return reply end
+      state = string_reply_state(key, value, now)
+    else
+      state = open(key, kind, now)
+    end
     check_kind(state, kind)
     local units, d, write = grant(state, q, min, now)
     if write then commit(key, write, state, now) end
