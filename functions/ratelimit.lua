@@ -33,7 +33,7 @@
 local function build()
 
 local floor, fmod, huge = math.floor, math.fmod, math.huge
-local format, sub, byte, find = string.format, string.sub, string.byte, string.find
+local format, sub, byte, find, match = string.format, string.sub, string.byte, string.find, string.match
 local concat = table.concat
 
 local TWO53 = 9007199254740992
@@ -94,22 +94,18 @@ local function arity(command) fail(format("ERR wrong number of arguments for '%s
 
 local TWO52 = 4503599627370496
 
--- a mod b for b > 0, the sign of a (as C's fmod). Below 2^52 the VM's `%` (a − floor(a/b)
--- × b, exact there but for a quotient rounded up by one) is corrected, which costs no call;
--- beyond, fmod, which is always exact.
-local function rem(a, b)
-  if a < TWO52 and a > -TWO52 and b < TWO52 then
-    local r = a % b
-    if r >= b then r = r - b elseif r < 0 then r = r + b end
-    if a < 0 and r > 0 then r = r - b end
-    return r
-  end
-  return fmod(a, b)
-end
+-- Below 2^52 the divisions use the VM's `%` (a − floor(a/b) × b, exact there but for a
+-- quotient rounded up by one, which they correct: the floored remainder, in [0, b)), which
+-- costs no call; beyond, fmod (C's, the sign of a), which is always exact.
 
 -- floor(a / b) for b > 0, exact for integers below 2^53.
 local function fdiv(a, b)
-  local r = rem(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    return (a - r) / b
+  end
+  local r = fmod(a, b)
   local q = (a - r) / b
   if r < 0 then q = q - 1 end
   return q
@@ -117,14 +113,28 @@ end
 
 -- ceil(a / b) for b > 0.
 local function cdiv(a, b)
-  local r = rem(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    if r > 0 then return (a - r) / b + 1 end
+    return (a - r) / b
+  end
+  local r = fmod(a, b)
   local q = (a - r) / b
   if r > 0 then q = q + 1 end
   return q
 end
 
 -- a / b truncated towards zero, b > 0.
-local function tdiv(a, b) return (a - rem(a, b)) / b end
+local function tdiv(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    if a < 0 and r > 0 then return (a - r) / b + 1 end
+    return (a - r) / b
+  end
+  return (a - fmod(a, b)) / b
+end
 
 -- floor(a × b / c) and whether it had a remainder, exact for integers 0 ≤ a, b < 2^53,
 -- 0 < c < 2^53 whose quotient is below 2^53. Products below 2^53 are exact as they are;
@@ -475,7 +485,8 @@ local function gcra_params(burst_arg, count_arg, period_arg)
   if tolerance > MAX_DURATION_NS then
     arg_error('period / count * (max_burst + 1)', 'must be at most 4503599627370496 ns (52 days)' .. LIBRARY)
   end
-  return {kind = 'gcra', max_burst = max_burst, interval = interval, tolerance = tolerance, cost = 1}
+  return {kind = 'gcra', max_burst = max_burst, interval = interval, interval_us = tdiv(interval, 1000),
+          tolerance = tolerance, cost = 1}
 end
 
 local function concurrency_params(limit_arg, ttl_arg)
@@ -781,22 +792,6 @@ function TB.grantable(state, q, up_to, now)
   if tokens > q.capacity then tokens = q.capacity end
   if tokens > up_to then tokens = up_to end
   return tokens
-end
-
--- floor(a / b) and ceil(a / b) for 0 < b and |a| + b < 2^53, in one call: `%` (a − floor(a/b)
--- × b, exact there but for a quotient rounded up by one, which the correction undoes). The
--- fast paths use these instead of fdiv/cdiv, whose nested call to rem costs as much again.
-local function floor_div(a, b)
-  local r = a % b
-  if r >= b then r = r - b elseif r < 0 then r = r + b end
-  return (a - r) / b
-end
-
-local function ceil_div(a, b)
-  local r = a % b
-  if r >= b then r = r - b elseif r < 0 then r = r + b end
-  if r > 0 then return (a - r) / b + 1 end
-  return (a - r) / b
 end
 
 -- Windows (µs). -----------------------------------------------------------------------------
@@ -1119,7 +1114,7 @@ local function gc_remaining(q, ttl)
   local next_ns = q.tolerance - ttl
   if next_ns <= -q.interval then return 0 end
   local next_us = tdiv(next_ns, 1000)
-  local interval_us = tdiv(q.interval, 1000)
+  local interval_us = q.interval_us
   local limit = q.max_burst + 1
   if interval_us == 0 then
     if next_us > 0 then return limit end
@@ -1323,17 +1318,19 @@ end
 -- string more). `value` is the key's GET reply. Returns the reply, or nil when the call is
 -- not one of these (another kind, a rate change, the clock far off, a write at this very
 -- millisecond): the general path then decides, having written nothing.
-local function tb_fast(key, value, q, min, now)
+local function tb_fast(key, value, q, min, now, write)
   local refill, interval = q.refill, q.interval
   local empty_at = -refill
   if value then
     if value.err then return nil end
+    -- 'tb ', field a (the empty instant, ns) up to the first space, then this very rate, '-'
+    -- and '-' (q.tail). Plain finds and subs: a pattern match costs several times more.
     local b1, b2, b3 = byte(value, 1, 3)
-    if b1 ~= 116 or b2 ~= 98 or b3 ~= 32 then return nil end -- 'tb '
-    -- Field a (the empty instant, ns) ends at the first space; then this rate, '-' and '-'.
+    if b1 ~= 116 or b2 ~= 98 or b3 ~= 32 then return nil end
     local p = find(value, ' ', 4, true)
     if not p or p < 14 or sub(value, p) ~= q.tail then return nil end
-    local ds = sub(value, 4, p - 10) - now.s -- `relative`, strings coerced by arithmetic
+    -- `relative`, its strings coerced by arithmetic (one conversion, no call).
+    local ds = sub(value, 4, p - 10) - now.s
     if ds > 4503599 or ds < -4503599 then return nil end
     local rel = ds * NS_PER_S + (sub(value, p - 9, p - 1) - now.n)
     if rel > empty_at then empty_at = rel end
@@ -1343,7 +1340,7 @@ local function tb_fast(key, value, q, min, now)
   if min ~= nil then
     local within = max_wait_ns - empty_at
     local tokens = 0
-    if within > 0 then tokens = floor_div(within, interval) end
+    if within > 0 then tokens = fdiv(within, interval) end
     if tokens > capacity then tokens = capacity end
     if tokens > units then tokens = units end
     if tokens >= min then units = tokens else units = min end
@@ -1353,35 +1350,183 @@ local function tb_fast(key, value, q, min, now)
   else
     local missing = (units * interval - max_wait_ns) + empty_at
     if missing > 0 then
-      retry = ceil_div(missing, 1000000)
+      retry = cdiv(missing, 1000000)
       if retry < 1 then retry = 1 end
     end
   end
-  local allowed = 0
+  -- The divisions below are fdiv's and cdiv's, inline: every dividend and divisor here is
+  -- below 2^52 (an admitted bucket is at most MAXWAIT in debt; refill ≤ 2^52).
+  local allowed, r = 0, 0
   if retry == 0 then
     allowed = 1
     empty_at = empty_at + units * interval
-    if empty_at > 0 then retry = ceil_div(empty_at, 1000000) end
+    if empty_at > 0 then
+      r = empty_at % 1000000
+      if r >= 1000000 then r = r - 1000000 elseif r < 0 then r = r + 1000000 end
+      retry = (empty_at - r) / 1000000
+      if r > 0 then retry = retry + 1 end
+    end
   end
   local remaining, full, reset = 0, empty_at + refill, 0
-  if empty_at < 0 then remaining = floor_div(-empty_at, interval) end
-  if full > 0 then reset = ceil_div(full, 1000000) end
-  if allowed == 1 then
+  if empty_at < 0 then
+    r = -empty_at % interval
+    if r >= interval then r = r - interval elseif r < 0 then r = r + interval end
+    remaining = (-empty_at - r) / interval
+  end
+  if full > 0 then
+    r = full % 1000000
+    if r >= 1000000 then r = r - 1000000 elseif r < 0 then r = r + 1000000 end
+    reset = (full - r) / 1000000
+    if r > 0 then reset = reset + 1 end
+  end
+  if allowed == 1 and write then
+    -- shift(now, empty_at), then shift by refill and expiry_ms_ns.
     local t = now.n + empty_at
-    local off = floor_div(t, NS_PER_S)
-    local s, n = now.s + off, t - off * NS_PER_S
+    r = t % NS_PER_S
+    if r >= NS_PER_S then r = r - NS_PER_S elseif r < 0 then r = r + NS_PER_S end
+    local s, n = now.s + (t - r) / NS_PER_S, r
     t = n + refill
-    off = floor_div(t, NS_PER_S)
-    local ms = (s + off) * 1000 + ceil_div(t - off * NS_PER_S, 1000000)
+    r = t % NS_PER_S
+    if r >= NS_PER_S then r = r - NS_PER_S elseif r < 0 then r = r + NS_PER_S end
+    local ms = (s + (t - r) / NS_PER_S) * 1000
+    t = r % 1000000
+    if t >= 1000000 then t = t - 1000000 elseif t < 0 then t = t + 1000000 end
+    ms = ms + (r - t) / 1000000
+    if t > 0 then ms = ms + 1 end
     if s <= 0 or ms * 1000 <= now.us then
       commit(key, {fields = {'tb', ns_string(s, n), q.interval_s, nil}, expiry = ms < 1 and 1 or ms}, nil, now)
     else
-      redis.call('SET', key, format('tb %d%09d%s', s, n, q.tail), 'PXAT', format('%d', ms))
+      redis.call('SET', key, format('tb %d%09d %s - -', s, n, q.interval_s), 'PXAT', format('%d', ms))
     end
-  elseif min ~= nil then
-    units = 0
   end
+  if min ~= nil and allowed == 0 then units = 0 end
   return {min ~= nil and units or allowed, remaining, retry, reset, capacity}
+end
+
+
+-- The windows' and GCRA's fast paths, as tb_fast: a missing key or a limiter stored with no
+-- field x, parsed by one anchored match, decided inline; nil sends the call to the general
+-- path. A denied call builds the general path's view and asks its functions (it writes
+-- nothing, so it is not worth a copy of them).
+
+-- The start of t's window of w µs, t ≥ 0 (window_start without fmod's call).
+local function aligned(t, w)
+  local r = t % w
+  if r >= w then r = r - w elseif r < 0 then r = r + w end
+  return t - r
+end
+
+local function fw_fast(key, value, q, min, now, write)
+  local w, limit, us = q.window, q.limit, now.us
+  local start, count = aligned(us, w), 0
+  if value then
+    if value.err then return nil end
+    local a, b = match(value, '^fw (%d+) (%d+) %- %-$')
+    if not a then return nil end
+    local stored_start = aligned(a + 0, w)
+    if stored_start >= start then start, count = stored_start, b + 0 end
+  end
+  local finish = start + w
+  local units = q.cost
+  if min ~= nil then
+    local left = limit - count
+    if left < 0 then left = 0 end
+    if left > units then left = units end
+    if left >= min then units = left else units = min end
+  end
+  local retry, allowed = 0, 0
+  if units > limit then retry = -1
+  elseif count + units > limit then
+    retry = cdiv(finish - us, 1000)
+    if retry < 1 then retry = 1 end
+  else
+    allowed, count = 1, count + units
+    if write then
+      redis.call('SET', key, format('fw %d %d - -', start, count), 'PXAT', format('%d', expiry_ms_us(finish)))
+    end
+  end
+  local reset, remaining = 0, limit - count
+  if count > 0 then reset = cdiv(finish - us, 1000) end
+  if remaining < 0 then remaining = 0 end
+  if min ~= nil and allowed == 1 then allowed = units end
+  return {allowed, remaining, retry, reset, limit}
+end
+
+local function sw_fast(key, value, q, min, now, write)
+  local w, limit, us = q.window, q.limit, now.us
+  local start, previous, current = aligned(us, w), 0, 0
+  if value then
+    if value.err then return nil end
+    local a, b, c = match(value, '^sw (%d+) (%d+) (%d+) %-$')
+    if not a then return nil end
+    local stored_start = aligned(a + 0, w)
+    if stored_start >= start then start, previous, current = stored_start, b + 0, c + 0
+    elseif stored_start + w == start then previous = c + 0 end
+  end
+  local elapsed = us - start
+  if elapsed < 0 then elapsed = 0 end
+  -- sw_previous_share (0 without a call when the previous window is empty).
+  local share = 0
+  if previous > 0 then share = muldiv_ceil(previous, w - elapsed, w) end
+  local units = q.cost
+  if min ~= nil then
+    local room = limit - current - share
+    if room < 0 then room = 0 end
+    if room > units then room = units end
+    if room >= min then units = room else units = min end
+  end
+  if units > limit or limit - current - units < 0 or share > limit - current - units then
+    if units ~= q.cost then q = with_cost(q, units) end
+    local v = {start = start, elapsed = elapsed, previous = previous, current = current, now = us, w = w}
+    local d = sw_decision(q, v, false, previous, current, sw_retry(q, v, previous, current))
+    if min ~= nil then d[1] = 0 end
+    return d
+  end
+  current = current + units
+  local empty = start + 2 * w
+  if write then
+    redis.call('SET', key, format('sw %d %d %d -', start, previous, current), 'PXAT', format('%d', expiry_ms_us(empty)))
+  end
+  local remaining = limit - current - share
+  if remaining < 0 then remaining = 0 end
+  return {min ~= nil and units or 1, remaining, 0, cdiv(empty - us, 1000), limit}
+end
+
+local function gc_fast(key, value, q, now)
+  local tat = 0
+  if value then
+    if value.err then return nil end
+    local b1, b2, b3, b4, b5 = byte(value, 1, 5)
+    if b1 ~= 103 or b2 ~= 99 or b3 ~= 114 or b4 ~= 97 or b5 ~= 32 then return nil end -- 'gcra '
+    local p = find(value, ' ', 6, true)
+    if not p or p < 16 or sub(value, p) ~= ' - - -' then return nil end
+    local ds = sub(value, 6, p - 10) - now.s
+    if ds > 4503599 or ds < -4503599 then return nil end
+    local rel = ds * NS_PER_S + (sub(value, p - 9, p - 1) - now.n)
+    if rel > 0 then tat = rel end
+  end
+  local increment, tolerance = q.interval * q.quantity, q.tolerance
+  local diff = (tolerance - tat) - increment
+  local ttl, retry = tat, nil
+  if diff < 0 then
+    if increment <= tolerance then retry = -diff end
+  else
+    ttl = tat + increment
+    if ttl < 0 then ttl = 0 end
+    if ttl ~= tat then
+      local t = now.n + ttl
+      local off = fdiv(t, NS_PER_S)
+      local s, n = now.s + off, t - off * NS_PER_S
+      local ms = expiry_ms_ns(s, n)
+      if s <= 0 or ms * 1000 <= now.us then
+        commit(key, {fields = {'gcra', ns_string(s, n), nil, nil}, expiry = ms}, nil, now)
+      else
+        redis.call('SET', key, format('gcra %d%09d - - -', s, n), 'PXAT', format('%d', ms))
+      end
+    end
+  end
+  return {diff < 0 and 1 or 0, q.max_burst + 1, gc_remaining(q, ttl),
+          retry and cell_seconds(retry) or -1, cell_seconds(ttl)}
 end
 
 -- Grants -----------------------------------------------------------------------------------
@@ -1423,17 +1568,20 @@ local function single_key(keys, command)
   return keys[1]
 end
 
+local FAST = {tb = tb_fast, fw = fw_fast, sw = sw_fast}
+
 local function limiter_command(kind, command)
   local parse = remembered(function(a) return call_args(kind, a, 1, command) end)
+  local fast = FAST[kind]
   return function(keys, a)
     local key = single_key(keys, command)
     if #a < 2 then arity(command) end
     local now = now_reading()
     local q, min = parse(a)
     local state
-    if kind == 'tb' then
+    if fast then
       local value = redis.pcall('GET', key)
-      local reply = tb_fast(key, value, q, min, now)
+      local reply = fast(key, value, q, min, now, true)
       if reply then return reply end
       state = string_reply_state(key, value, now)
     else
@@ -1466,7 +1614,16 @@ local function peek(keys, a)
   local now = now_reading()
   local q, min = peek_args(a)
   local kind = q.kind
-  local state = open(key, kind, now)
+  local fast = FAST[kind]
+  local state
+  if fast then
+    local value = redis.pcall('GET', key)
+    local reply = fast(key, value, q, min, now, false)
+    if reply then return reply end
+    state = string_reply_state(key, value, now)
+  else
+    state = open(key, kind, now)
+  end
   check_kind(state, kind)
   local units, d = grant(state, q, min, now)
   return first_field(units, d, min)
@@ -1510,7 +1667,10 @@ local function throttle(keys, a)
   if #a < 3 then arity('cl.throttle') end
   local now = now_reading()
   local q = throttle_args(a)
-  local state = open(key, 'gcra', now)
+  local value = redis.pcall('GET', key)
+  local reply = gc_fast(key, value, q, now)
+  if reply then return reply end
+  local state = string_reply_state(key, value, now)
   check_kind(state, 'gcra')
   local _, write, cell = GC.throttle(state, q, now)
   if write then commit(key, write, state, now) end
