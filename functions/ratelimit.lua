@@ -658,7 +658,23 @@ end
 -- `commit`): it is gone once that millisecond has passed. A string that does not parse is
 -- not a limiter.
 local function string_state(value, now)
-  local kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
+  local kind, a, b, c, x
+  local b1, b2, b3 = byte(value, 1, 3)
+  if b1 == 115 and b2 == 108 and b3 == 32 then
+    -- A sliding log's records can be long: split at its spaces with plain finds (a pattern
+    -- costs instructions for every byte).
+    local p1 = find(value, ' ', 4, true)
+    local p2 = p1 and find(value, ' ', p1 + 1, true)
+    local p3 = p2 and find(value, ' ', p2 + 1, true)
+    if p3 and p1 > 4 and p2 > p1 + 1 and p3 > p2 + 1 and p3 < #value
+        and not find(value, ' ', p3 + 1, true) then
+      kind, a, b, c, x = 'sl', sub(value, 4, p1 - 1), sub(value, p1 + 1, p2 - 1),
+        sub(value, p2 + 1, p3 - 1), sub(value, p3 + 1)
+      if c ~= '-' and b ~= '-' and #b % 32 ~= 0 then kind = nil end
+    end
+  else
+    kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
+  end
   if not kind or not NAMES[kind] then fail(WRONG_TYPE) end
   if x ~= '-' then
     x = tonumber(x)
@@ -963,41 +979,83 @@ function FW.grantable(state, q, up_to, now)
   return left
 end
 
--- Sliding log: the admitted units' instants, stored as runs "t:n,t:n,..." (n units at t).
+-- Sliding log: the admitted units, oldest first, as records of RECORD bytes in field b (or
+-- '-'): the instant of a run of units admitted together (µs, 16 digits), then the count of
+-- units admitted up to and including that run (16 digits); field c is the count before the
+-- first record. The units in the window are then a difference of two counts, the first live
+-- record and the k-th unit binary searches, and a write drops the expired records and appends
+-- (or extends) the last one with `sub` and one `format`: no call walks the log in Lua.
 local SL = {}
 Algo.sl = SL
+local RECORD = 32
 
-local function sl_view(state, q, now)
-  local runs, len = {}, 0
-  local at = now.us
-  if state then
-    local as_of = tonumber(state.a)
-    if as_of > at then at = as_of end
-    for t, n in string.gmatch(state.b, '(%d+):(%d+)') do
-      local count = tonumber(n)
-      runs[#runs + 1] = {tonumber(t), count}
-      len = len + count
-    end
-  end
-  local cutoff = at - q.window
-  local start = 0
-  for _, run in ipairs(runs) do
-    if run[1] > cutoff then break end
-    start = start + run[2]
-  end
-  return {runs = runs, len = len, start = start, at = at, now = now.us, w = q.window}
+-- Record i's instant (offset 0) or count (offset 16).
+local function sl_field(records, i, offset)
+  local o = (i - 1) * RECORD + offset
+  return sub(records, o + 1, o + 16) + 0
 end
 
--- The k-th unit in the window (1-based), nil when there is none.
-local function sl_nth(v, k)
-  if k < 1 then return nil end
-  local index = v.start + k
-  if index > v.len then return nil end
-  for _, run in ipairs(v.runs) do
-    if index <= run[2] then return run[1] end
-    index = index - run[2]
+local function sl_record(t, cum) return format('%016d%016d', t, cum) end
+
+-- A log written by the library's first version (runs "t:n,t:n,..." in b, '-' in c).
+local function sl_records_of_runs(runs)
+  local out, cum = {}, 0
+  for t, n in string.gmatch(runs, '(%d+):(%d+)') do
+    cum = cum + n
+    out[#out + 1] = sl_record(t + 0, cum)
   end
-  return nil
+  return concat(out)
+end
+
+local function sl_view(state, q, now)
+  local at, records, base = now.us, '', 0
+  if state then
+    local as_of = state.a + 0
+    if as_of > at then at = as_of end
+    if state.c == '-' then
+      if state.b ~= '-' then records = sl_records_of_runs(state.b) end
+    else
+      base = state.c + 0
+      if state.b ~= '-' then records = state.b end
+    end
+  end
+  local count = #records / RECORD
+  local cutoff = at - q.window
+  -- The first live record: the first after the cutoff (usually the first one: a write drops
+  -- the expired records).
+  local first = 1
+  if count > 0 and sl_field(records, 1, 0) <= cutoff then
+    local lo, hi = 2, count + 1
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      if sl_field(records, mid, 0) > cutoff then hi = mid else lo = mid + 1 end
+    end
+    first = lo
+  end
+  local total = base
+  if count > 0 then total = sl_field(records, count, 16) end
+  local expired = base
+  if first > 1 then expired = sl_field(records, first - 1, 16) end
+  return {records = records, count = count, first = first, base = expired, total = total,
+          in_window = total - expired, at = at, now = now.us, w = q.window}
+end
+
+-- The first record at or after `from` whose count reaches unit u (a binary search).
+local function sl_holding(v, from, u)
+  local lo, hi = from, v.count
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if sl_field(v.records, mid, 16) >= u then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- The instant of the k-th unit in the window (1-based), nil when there is none.
+local function sl_nth(v, k)
+  if k < 1 or k > v.in_window then return nil end
+  local u = v.base + k
+  if u == v.total then return sl_field(v.records, v.count, 0) end
+  return sl_field(v.records, sl_holding(v, v.first, u), 0)
 end
 
 local function sl_until_gone(v, t) return ceil_ms(t + v.w - v.now, 1000) end
@@ -1019,36 +1077,43 @@ local function sl_decision(q, v, allowed, in_window)
   return decision(allowed, remaining, retry, newest and sl_until_gone(v, newest) or 0, q.limit)
 end
 
--- The log after dropping the expired units and then `drop_newest` (or adding `add` at `at`).
+-- The log after dropping the expired records and then `drop_newest` units (or adding `add`
+-- at `at`).
 local function sl_write(v, add, drop_newest, expiry)
-  local out, skip = {}, v.start
-  local kept = {}
-  for _, run in ipairs(v.runs) do
-    local n = run[2]
-    if skip >= n then skip = skip - n
+  local records, first, count = v.records, v.first, v.count
+  local base, total = v.base, v.total - drop_newest
+  local from = (first - 1) * RECORD + 1
+  local out
+  if drop_newest > 0 then
+    if total <= base then out = ''
     else
-      kept[#kept + 1] = {run[1], n - skip}
-      skip = 0
+      local last = sl_holding(v, first, total)
+      out = sub(records, from, (last - 1) * RECORD + 16) .. format('%016d', total)
     end
+  elseif add > 0 and count >= first and sl_field(records, count, 0) == v.at then
+    total = total + add
+    out = sub(records, from, count * RECORD - 16) .. format('%016d', total)
+  elseif add > 0 then
+    total = total + add
+    out = sub(records, from) .. sl_record(v.at, total)
+  else
+    out = sub(records, from)
   end
-  local drop = drop_newest
-  while drop > 0 and #kept > 0 do
-    local last = kept[#kept]
-    if last[2] <= drop then drop = drop - last[2]; kept[#kept] = nil
-    else last[2] = last[2] - drop; drop = 0 end
+  if out == '' then base = 0
+  elseif total >= 1e15 then
+    -- Counts stay below 2^53 (and 16 digits): renumber from 0, once in a very long while.
+    local rebased = {}
+    for i = 1, #out / RECORD do
+      rebased[i] = sub(out, (i - 1) * RECORD + 1, (i - 1) * RECORD + 16) .. format('%016d', sl_field(out, i, 16) - base)
+    end
+    out, base = concat(rebased), 0
   end
-  if add > 0 then
-    local last = kept[#kept]
-    if last and last[1] == v.at then last[2] = last[2] + add else kept[#kept + 1] = {v.at, add} end
-  end
-  for _, run in ipairs(kept) do out[#out + 1] = int(run[1]) .. ':' .. int(run[2]) end
-  local runs = concat(out, ',')
-  return {fields = {'sl', int(v.at), runs ~= '' and runs or '-', nil}, expiry = expiry}
+  return {fields = {'sl', int(v.at), out ~= '' and out or '-', int(base)}, expiry = expiry}
 end
 
 function SL.evaluate(state, q, now)
   local v = sl_view(state, q, now)
-  local in_window = v.len - v.start
+  local in_window = v.in_window
   if q.cost > q.limit or in_window + q.cost > q.limit then
     return sl_decision(q, v, false, in_window), nil
   end
@@ -1058,7 +1123,7 @@ end
 
 function SL.refund(state, q, now)
   local v = sl_view(state, q, now)
-  local in_window = v.len - v.start
+  local in_window = v.in_window
   local back = q.cost < in_window and q.cost or in_window
   local after = in_window - back
   local d = sl_decision(q, v, back > 0, after)
@@ -1069,7 +1134,7 @@ end
 
 function SL.grantable(state, q, up_to, now)
   local v = sl_view(state, q, now)
-  local left = q.limit - (v.len - v.start)
+  local left = q.limit - v.in_window
   if left < 0 then left = 0 end
   if left > up_to then return up_to end
   return left
