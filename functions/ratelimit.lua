@@ -1742,30 +1742,88 @@ local function throttle(keys, a)
   return cell
 end
 
-local function acquire(keys, a)
-  local key = single_key(keys, 'rl.acquire')
-  if #a ~= 3 then arity('rl.acquire') end
-  local now = now_reading()
-  local q = concurrency_params(a[1], a[3])
-  q.holder = holder_id(a[2])
+-- The general path of an in-flight call: every holder read into Lua (open), decided by CC.
+local function cc_general(key, q, now, release_only)
   local state = open(key, 'cc', now)
   check_kind(state, 'cc')
+  if release_only then
+    local _, write = CC.refund(state, q, now)
+    if write then commit(key, write, state, now) return 1 end
+    return 0
+  end
   local d, write = CC.evaluate(state, q, now)
   if write then commit(key, write, state, now) end
   return d
 end
 
+-- The highest score of a sorted set (its last holder's expiry), nil when it is empty.
+local function last_score(key)
+  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return top[2] and top[2] + 0
+end
+
+local acquire_args = remembered(function(a) return concurrency_params(a[1], a[2]) end)
+
+-- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
+-- holder into Lua): ZSCORE finds the caller, ZCOUNT counts the live holders (expiry after
+-- now), and only a denial reads the holder whose expiry frees a slot. An admitted call
+-- removes the expired holders, adds or renews the caller, and reads the last expiry for the
+-- key's. A key that is not a sorted set goes the general way (its errors).
+local function acquire(keys, a)
+  local key = single_key(keys, 'rl.acquire')
+  if #a ~= 3 then arity('rl.acquire') end
+  local now = now_reading()
+  local q = acquire_args({a[1], a[3]})
+  local holder = holder_id(a[2])
+  local own = redis.pcall('ZSCORE', key, holder)
+  if own and own.err then
+    return cc_general(key, {kind = 'cc', limit = q.limit, ttl = q.ttl, holder = holder, cost = 1}, now)
+  end
+  local us, limit = now.us, q.limit
+  local us_s = int(us)
+  if own then
+    own = own + 0
+    if own <= us then own = nil end
+  end
+  local live = redis.call('ZCOUNT', key, '(' .. us_s, '+inf')
+  if not own and live >= limit then
+    -- cc_retry: the (live − limit + 1)-th live expiry frees a slot.
+    local next_free = redis.call('ZRANGEBYSCORE', key, '(' .. us_s, '+inf', 'WITHSCORES', 'LIMIT', live - limit, 1)
+    local retry = ceil_ms(next_free[2] - us, 1000)
+    if retry < 1 then retry = 1 end
+    return {0, 0, retry, ceil_ms(last_score(key) - us, 1000), limit}
+  end
+  local expires = us + q.ttl
+  if own and own > expires then expires = own end
+  if own then live = live - 1 end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
+  redis.call('ZADD', key, int(expires), holder)
+  -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
+  local last = last_score(key)
+  redis.call('PEXPIREAT', key, int(expiry_ms_us(last)))
+  local remaining = limit - live - 1
+  if remaining < 0 then remaining = 0 end
+  return {1, remaining, 0, ceil_ms(last - us, 1000), limit}
+end
+
+-- RL.RELEASE, as RL.ACQUIRE: ZSCORE finds the caller; a live caller's slot is removed with
+-- the expired holders, and the key then expires with its last holder (or is gone with it).
 local function release(keys, a)
   local key = single_key(keys, 'rl.release')
   if #a ~= 1 then arity('rl.release') end
   local holder = holder_id(a[1])
   local now = now_reading()
-  local state = open(key, 'cc', now)
-  check_kind(state, 'cc')
-  local q = {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}
-  local _, write = CC.refund(state, q, now)
-  if write then commit(key, write, state, now) return 1 end
-  return 0
+  local own = redis.pcall('ZSCORE', key, holder)
+  if own and own.err then
+    return cc_general(key, {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}, now, true)
+  end
+  local us = now.us
+  if not own or own + 0 <= us then return 0 end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(us))
+  redis.call('ZREM', key, holder)
+  local last = last_score(key)
+  if last then redis.call('PEXPIREAT', key, int(expiry_ms_us(last))) end
+  return 1
 end
 
 -- RL.MULTI: the binding limit (core::multi::bind).
