@@ -657,24 +657,62 @@ end
 -- x is set only on a limiter back to unused at the very millisecond of its write (see
 -- `commit`): it is gone once that millisecond has passed. A string that does not parse is
 -- not a limiter.
-local function string_state(value, now)
-  local kind, a, b, c, x
-  local b1, b2, b3 = byte(value, 1, 3)
-  if b1 == 115 and b2 == 108 and b3 == 32 then
-    -- A sliding log's records can be long: split at its spaces with plain finds (a pattern
-    -- costs instructions for every byte).
-    local p1 = find(value, ' ', 4, true)
-    local p2 = p1 and find(value, ' ', p1 + 1, true)
-    local p3 = p2 and find(value, ' ', p2 + 1, true)
-    if p3 and p1 > 4 and p2 > p1 + 1 and p3 > p2 + 1 and p3 < #value
-        and not find(value, ' ', p3 + 1, true) then
-      kind, a, b, c, x = 'sl', sub(value, 4, p1 - 1), sub(value, p1 + 1, p2 - 1),
-        sub(value, p2 + 1, p3 - 1), sub(value, p3 + 1)
-      if c ~= '-' and b ~= '-' and #b % 32 ~= 0 then kind = nil end
-    end
-  else
-    kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
+-- The sliding log's storage (described with its algorithm, below).
+local RECORD = 32
+local SL_TRAILER = 98
+
+local NO_X = '----------------'
+local function sl_trailer(at, count, dead, base, oldest, x)
+  if x == 0 then return format('|%016d%016d%016d%016d%016d ', at, count, dead, base, oldest) .. NO_X end
+  return format('|%016d%016d%016d%016d%016d %016d', at, count, dead, base, oldest, x)
+end
+
+-- The state of a log from the string s whose trailer starts at p: s is the whole value
+-- (`full`) or its last record and trailer (read with GETRANGE from `key`). False when the
+-- trailer is not one, nil when field x says the log is gone.
+local function sl_state(s, p, full, key, now)
+  if byte(s, p) ~= 124 then return false end
+  local count = sub(s, p + 17, p + 32) + 0
+  local x = sub(s, p + 82, p + 97)
+  if x == NO_X then x = 0 else x = x + 0 end
+  if x > 0 and x * 1000 < now.us - now.us % 1000 then return nil end
+  local st = {kind = 'sl', as_of = sub(s, p + 1, p + 16) + 0, count = count,
+              dead = sub(s, p + 33, p + 48) + 0, base = sub(s, p + 49, p + 64) + 0,
+              oldest = sub(s, p + 65, p + 80) + 0, full = full, key = key, t_last = 0, cum_last = 0}
+  if count > 0 then
+    st.t_last, st.cum_last = sub(s, p - 32, p - 17) + 0, sub(s, p - 16, p - 1) + 0
   end
+  return st
+end
+
+-- A whole value that starts with 'sl ': a log, or one of the library's first version
+-- ("sl <as_of> <runs t:n,t:n,... or -> - <x>"), converted (and rewritten by its next write).
+local function sl_value_state(value, now)
+  local n = #value
+  if n >= 3 + SL_TRAILER and (n - 3 - SL_TRAILER) % RECORD == 0 then
+    local st = sl_state(value, n - SL_TRAILER + 1, value, nil, now)
+    if st == false or (st and st.count ~= (n - 3 - SL_TRAILER) / RECORD) then fail(WRONG_TYPE) end
+    return st
+  end
+  local as_of, runs, x = match(value, '^sl (%d+) (%S+) %- (%S+)$')
+  if not as_of then fail(WRONG_TYPE) end
+  if x ~= '-' and x * 1000 < now.us - now.us % 1000 then return nil end
+  local records, cum, oldest = {}, 0, 0
+  for t, units in string.gmatch(runs, '(%d+):(%d+)') do
+    cum = cum + units
+    if oldest == 0 then oldest = t + 0 end
+    records[#records + 1] = format('%016d%016d', t, cum)
+  end
+  local converted = 'sl ' .. concat(records) .. sl_trailer(as_of, #records, 0, 0, oldest, 0)
+  local st = sl_state(converted, #converted - SL_TRAILER + 1, converted, nil, now)
+  st.legacy = true
+  return st
+end
+
+local function string_state(value, now)
+  local b1, b2, b3 = byte(value, 1, 3)
+  if b1 == 115 and b2 == 108 and b3 == 32 then return sl_value_state(value, now) end
+  local kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
   if not kind or not NAMES[kind] then fail(WRONG_TYPE) end
   if x ~= '-' then
     x = tonumber(x)
@@ -708,6 +746,21 @@ local function open(key, kind, now)
     return string_state(redis.call('GET', key), now)
   end
   return string_reply_state(key, redis.pcall('GET', key), now)
+end
+
+-- Opens a sliding log reading only its last record and trailer (GETRANGE): a value shorter
+-- than those is whole (any kind's), anything else goes through `open`.
+local function sl_open(key, now)
+  local r = redis.pcall('GETRANGE', key, -(SL_TRAILER + RECORD), -1)
+  if not r.err then
+    if #r == SL_TRAILER + RECORD then
+      local st = sl_state(r, RECORD + 1, nil, key, now)
+      if st == nil or (st and st.count > 0) then return st end
+    elseif r ~= '' then
+      return string_state(r, now)
+    end
+  end
+  return open(key, 'sl', now)
 end
 
 local function check_kind(state, kind)
@@ -979,73 +1032,76 @@ function FW.grantable(state, q, up_to, now)
   return left
 end
 
--- Sliding log: the admitted units, oldest first, as records of RECORD bytes in field b (or
--- '-'): the instant of a run of units admitted together (µs, 16 digits), then the count of
--- units admitted up to and including that run (16 digits); field c is the count before the
--- first record. The units in the window are then a difference of two counts, the first live
--- record and the k-th unit binary searches, and a write drops the expired records and appends
--- (or extends) the last one with `sub` and one `format`: no call walks the log in Lua.
+-- Sliding log. The string is "sl " + records + trailer, so that a call reads and writes a few
+-- bytes of it, never the whole log: a record (RECORD bytes) is a run of units admitted
+-- together, its instant (µs) then the count of units admitted up to and including it (16
+-- digits each), oldest first; the trailer (SL_TRAILER bytes) is '|' then, in 16 digits each,
+-- the log's instant (the latest call's, which the clock stepping back does not undo), the
+-- number of records, how many of the first are expired (dead, kept until a rewrite), the
+-- count before the first live record, the first live record's instant and field x (0: none).
+-- The units in the window are a difference of two counts; the first live record (when the
+-- oldest has expired) and the k-th unit are binary searches reading records with GETRANGE;
+-- an admitted call writes one record and the trailer with one SETRANGE. The string is
+-- rewritten (SET) only when the dead records outnumber the live ones, or a refund drops
+-- whole records: O(1) amortized per unit.
 local SL = {}
 Algo.sl = SL
-local RECORD = 32
 
--- Record i's instant (offset 0) or count (offset 16).
-local function sl_field(records, i, offset)
-  local o = (i - 1) * RECORD + offset
-  return sub(records, o + 1, o + 16) + 0
-end
-
-local function sl_record(t, cum) return format('%016d%016d', t, cum) end
-
--- A log written by the library's first version (runs "t:n,t:n,..." in b, '-' in c).
-local function sl_records_of_runs(runs)
-  local out, cum = {}, 0
-  for t, n in string.gmatch(runs, '(%d+):(%d+)') do
-    cum = cum + n
-    out[#out + 1] = sl_record(t + 0, cum)
-  end
-  return concat(out)
+-- Record i's instant and count.
+local function sl_record(v, i)
+  if i == v.count then return v.t_last, v.cum_last end
+  local o = 3 + (i - 1) * RECORD
+  local r
+  if v.full then r = sub(v.full, o + 1, o + RECORD) else r = redis.call('GETRANGE', v.key, o, o + RECORD - 1) end
+  return sub(r, 1, 16) + 0, sub(r, 17, 32) + 0
 end
 
 local function sl_view(state, q, now)
-  local at, records, base = now.us, '', 0
+  local w = q.window
+  local v = {at = now.us, now = now.us, w = w, count = 0, first = 1, base = 0, total = 0,
+             oldest = 0, t_last = 0, cum_last = 0}
   if state then
-    local as_of = state.a + 0
-    if as_of > at then at = as_of end
-    if state.c == '-' then
-      if state.b ~= '-' then records = sl_records_of_runs(state.b) end
-    else
-      base = state.c + 0
-      if state.b ~= '-' then records = state.b end
+    if state.as_of > v.at then v.at = state.as_of end
+    v.count, v.base, v.oldest = state.count, state.base, state.oldest
+    v.t_last, v.cum_last, v.full, v.key, v.legacy = state.t_last, state.cum_last, state.full, state.key, state.legacy
+    v.total = state.count > 0 and state.cum_last or state.base
+    local first = state.dead + 1
+    local cutoff = v.at - w
+    if first <= v.count and v.oldest <= cutoff then
+      -- The first live record: the first after the cutoff (records are in order), found
+      -- doubling from the oldest then halving; the count before it is its predecessor's.
+      local lo, step, hi = first, 1, nil -- record lo has expired; hi (if any) is live
+      while true do
+        local j = lo + step
+        if j > v.count then break end
+        if sl_record(v, j) > cutoff then hi = j break end
+        lo, step = j, step * 2
+      end
+      hi = hi or v.count + 1
+      while hi - lo > 1 do
+        local mid = floor((lo + hi) / 2)
+        if sl_record(v, mid) > cutoff then hi = mid else lo = mid end
+      end
+      local _, cum = sl_record(v, lo)
+      v.base = cum
+      v.oldest = 0
+      if hi <= v.count then v.oldest = sl_record(v, hi) end
+      first = hi
     end
+    v.first = first
   end
-  local count = #records / RECORD
-  local cutoff = at - q.window
-  -- The first live record: the first after the cutoff (usually the first one: a write drops
-  -- the expired records).
-  local first = 1
-  if count > 0 and sl_field(records, 1, 0) <= cutoff then
-    local lo, hi = 2, count + 1
-    while lo < hi do
-      local mid = floor((lo + hi) / 2)
-      if sl_field(records, mid, 0) > cutoff then hi = mid else lo = mid + 1 end
-    end
-    first = lo
-  end
-  local total = base
-  if count > 0 then total = sl_field(records, count, 16) end
-  local expired = base
-  if first > 1 then expired = sl_field(records, first - 1, 16) end
-  return {records = records, count = count, first = first, base = expired, total = total,
-          in_window = total - expired, at = at, now = now.us, w = q.window}
+  v.in_window = v.total - v.base
+  return v
 end
 
--- The first record at or after `from` whose count reaches unit u (a binary search).
-local function sl_holding(v, from, u)
-  local lo, hi = from, v.count
+-- The record holding unit u (base < u ≤ total): the first whose count reaches it.
+local function sl_holding(v, u)
+  if u == v.total then return v.count end
+  local lo, hi = v.first, v.count
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    if sl_field(v.records, mid, 16) >= u then hi = mid else lo = mid + 1 end
+    local _, cum = sl_record(v, mid)
+    if cum >= u then hi = mid else lo = mid + 1 end
   end
   return lo
 end
@@ -1053,9 +1109,7 @@ end
 -- The instant of the k-th unit in the window (1-based), nil when there is none.
 local function sl_nth(v, k)
   if k < 1 or k > v.in_window then return nil end
-  local u = v.base + k
-  if u == v.total then return sl_field(v.records, v.count, 0) end
-  return sl_field(v.records, sl_holding(v, v.first, u), 0)
+  return (sl_record(v, sl_holding(v, v.base + k)))
 end
 
 local function sl_until_gone(v, t) return ceil_ms(t + v.w - v.now, 1000) end
@@ -1077,38 +1131,70 @@ local function sl_decision(q, v, allowed, in_window)
   return decision(allowed, remaining, retry, newest and sl_until_gone(v, newest) or 0, q.limit)
 end
 
--- The log after dropping the expired records and then `drop_newest` units (or adding `add`
--- at `at`).
-local function sl_write(v, add, drop_newest, expiry)
-  local records, first, count = v.records, v.first, v.count
-  local base, total = v.base, v.total - drop_newest
-  local from = (first - 1) * RECORD + 1
-  local out
-  if drop_newest > 0 then
-    if total <= base then out = ''
+-- The change of a log: `add` units at its instant, or the newest `drop` units taken back
+-- (expired records go with either); `commit` makes it (sl_commit).
+local function sl_write(v, add, drop, expiry)
+  return {log = v, add = add, drop = drop, expiry = expiry}
+end
+
+-- Writes a log's change: one SETRANGE (the last record and the trailer) and PEXPIREAT, or a
+-- rewrite with SET ... PXAT of the live records. Field x as in `commit`.
+local function sl_commit(key, write, now)
+  local v, expiry = write.log, write.expiry
+  local x = 0
+  if expiry * 1000 <= now.us then x, expiry = expiry, expiry + 1 end
+  local at, first, count, base = v.at, v.first, v.count, v.base
+  local live = count - first + 1
+  -- The live records first..last kept as they are, then `tail` (a record) or nothing.
+  local last, tail, total, oldest = count, nil, v.total, v.oldest
+  if write.drop > 0 then
+    total = total - write.drop
+    if total <= base then last, live = first - 1, 0
     else
-      local last = sl_holding(v, first, total)
-      out = sub(records, from, (last - 1) * RECORD + 16) .. format('%016d', total)
+      last = sl_holding(v, total)
+      tail = format('%016d%016d', (sl_record(v, last)), total)
+      last, live = last - 1, last - first + 1
     end
-  elseif add > 0 and count >= first and sl_field(records, count, 0) == v.at then
-    total = total + add
-    out = sub(records, from, count * RECORD - 16) .. format('%016d', total)
-  elseif add > 0 then
-    total = total + add
-    out = sub(records, from) .. sl_record(v.at, total)
   else
-    out = sub(records, from)
+    total = total + write.add
+    if live > 0 and v.t_last == at then last = count - 1
+    else live = live + 1 end
+    tail = format('%016d%016d', at, total)
+    if live == 1 then oldest = at end
   end
-  if out == '' then base = 0
-  elseif total >= 1e15 then
-    -- Counts stay below 2^53 (and 16 digits): renumber from 0, once in a very long while.
-    local rebased = {}
-    for i = 1, #out / RECORD do
-      rebased[i] = sub(out, (i - 1) * RECORD + 1, (i - 1) * RECORD + 16) .. format('%016d', sl_field(out, i, 16) - base)
+  local dead = first - 1
+  if live == 0 then
+    redis.call('SET', key, 'sl ' .. sl_trailer(at, 0, 0, 0, 0, x), 'PXAT', int(expiry))
+    return
+  end
+  if v.legacy or total >= 1e15 or (dead > 0 and dead >= live) or (write.drop > 0 and last + 1 < count) then
+    local kept = ''
+    if last >= first then
+      local from, to = 3 + (first - 1) * RECORD, 3 + last * RECORD - 1
+      if v.full then kept = sub(v.full, from + 1, to + 1) else kept = redis.call('GETRANGE', key, from, to) end
     end
-    out, base = concat(rebased), 0
+    if total >= 1e15 then
+      -- Counts stay below 2^53 (and 16 digits): renumbered from 0, once in a very long while.
+      local records = {}
+      for i = 1, #kept / RECORD do
+        local o = (i - 1) * RECORD
+        records[i] = sub(kept, o + 1, o + 16) .. format('%016d', sub(kept, o + 17, o + 32) - base)
+      end
+      tail = sub(tail, 1, 16) .. format('%016d', total - base)
+      kept, total, base = concat(records), total - base, 0
+    end
+    redis.call('SET', key, 'sl ' .. kept .. (tail or '') .. sl_trailer(at, live, 0, base, oldest, x),
+               'PXAT', int(expiry))
+    return
   end
-  return {fields = {'sl', int(v.at), out ~= '' and out or '-', int(base)}, expiry = expiry}
+  if v.count == 0 and not v.key and not v.full then
+    -- A new log.
+    redis.call('SET', key, 'sl ' .. tail .. sl_trailer(at, 1, 0, base, oldest, x), 'PXAT', int(expiry))
+    return
+  end
+  redis.call('SETRANGE', key, 3 + (last) * RECORD,
+             (tail or '') .. sl_trailer(at, last + (tail and 1 or 0), dead, base, oldest, x))
+  redis.call('PEXPIREAT', key, int(expiry))
 end
 
 function SL.evaluate(state, q, now)
@@ -1352,6 +1438,7 @@ end
 -- so the library keeps it one millisecond more and records in field x the instant it is
 -- really gone (`string_state` reads it so).
 local function commit(key, write, state, now)
+  if write.log then return sl_commit(key, write, now) end
   if write.fields then
     local f = write.fields
     local expiry = write.expiry
@@ -1649,6 +1736,8 @@ local function limiter_command(kind, command)
       local reply = fast(key, value, q, min, now, true)
       if reply then return reply end
       state = string_reply_state(key, value, now)
+    elseif kind == 'sl' then
+      state = sl_open(key, now)
     else
       state = open(key, kind, now)
     end
@@ -1686,6 +1775,8 @@ local function peek(keys, a)
     local reply = fast(key, value, q, min, now, false)
     if reply then return reply end
     state = string_reply_state(key, value, now)
+  elseif kind == 'sl' then
+    state = sl_open(key, now)
   else
     state = open(key, kind, now)
   end
@@ -1708,7 +1799,8 @@ local function refund(keys, a)
   local now = now_reading()
   local q = refund_args(a)
   local kind = q.kind
-  local state = open(key, kind, now)
+  local state
+  if kind == 'sl' then state = sl_open(key, now) else state = open(key, kind, now) end
   check_kind(state, kind)
   local d, write = Algo[kind].refund(state, q, now)
   if write then commit(key, write, state, now) end
@@ -1765,10 +1857,11 @@ end
 local acquire_args = remembered(function(a) return concurrency_params(a[1], a[2]) end)
 
 -- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
--- holder into Lua): ZSCORE finds the caller, ZCOUNT counts the live holders (expiry after
--- now), and only a denial reads the holder whose expiry frees a slot. An admitted call
--- removes the expired holders, adds or renews the caller, and reads the last expiry for the
--- key's. A key that is not a sorted set goes the general way (its errors).
+-- holder into Lua): ZSCORE finds the caller, ZCARD less the expired holders (ZCOUNT up to
+-- now, which walks only those) counts the live ones, and only a denial reads the holder whose
+-- expiry frees a slot. An admitted call removes the expired holders (if any), adds or renews
+-- the caller, and reads the last expiry for the key's. A key that is not a sorted set goes
+-- the general way (its errors).
 local function acquire(keys, a)
   local key = single_key(keys, 'rl.acquire')
   if #a ~= 3 then arity('rl.acquire') end
@@ -1785,10 +1878,14 @@ local function acquire(keys, a)
     own = own + 0
     if own <= us then own = nil end
   end
-  local live = redis.call('ZCOUNT', key, '(' .. us_s, '+inf')
+  local live, expired = redis.call('ZCARD', key), 0
+  if live > 0 then
+    expired = redis.call('ZCOUNT', key, '-inf', us_s)
+    live = live - expired
+  end
   if not own and live >= limit then
     -- cc_retry: the (live − limit + 1)-th live expiry frees a slot.
-    local next_free = redis.call('ZRANGEBYSCORE', key, '(' .. us_s, '+inf', 'WITHSCORES', 'LIMIT', live - limit, 1)
+    local next_free = redis.call('ZRANGE', key, expired + live - limit, expired + live - limit, 'WITHSCORES')
     local retry = ceil_ms(next_free[2] - us, 1000)
     if retry < 1 then retry = 1 end
     return {0, 0, retry, ceil_ms(last_score(key) - us, 1000), limit}
@@ -1796,7 +1893,7 @@ local function acquire(keys, a)
   local expires = us + q.ttl
   if own and own > expires then expires = own end
   if own then live = live - 1 end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
+  if expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
   redis.call('ZADD', key, int(expires), holder)
   -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
   local last = last_score(key)
