@@ -729,7 +729,7 @@ local function string_reply_state(key, reply, now)
   if not reply then return nil end
   if not reply.err then return string_state(reply, now) end
   if refine_wrong_type(key) == 'zset' then
-    return zset_state(redis.call('ZRANGE', key, 0, -1, 'WITHSCORES'))
+    return zset_state(redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES'))
   end
   fail(WRONG_TYPE)
 end
@@ -737,7 +737,7 @@ end
 -- Opens a key, expecting `kind` (which only chooses the read tried first).
 local function open(key, kind, now)
   if kind == 'cc' then
-    local reply = redis.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+    local reply = redis.pcall('ZRANGE', key, '0', '-1', 'WITHSCORES')
     if not reply.err then
       if #reply == 0 then return nil end
       return zset_state(reply)
@@ -750,8 +750,12 @@ end
 
 -- Opens a sliding log reading only its last record and trailer (GETRANGE): a value shorter
 -- than those is whole (any kind's), anything else goes through `open`.
-local function sl_open(key, now)
-  local r = redis.pcall('GETRANGE', key, -(SL_TRAILER + RECORD), -1)
+-- (Arguments to redis.call are strings: Redis converts a number with a printf of 17 digits,
+-- which costs more than `format`.)
+local SL_TAIL = tostring(-(SL_TRAILER + RECORD))
+local function sl_read(key) return redis.pcall('GETRANGE', key, SL_TAIL, '-1') end
+
+local function sl_open(key, now, r)
   if not r.err then
     if #r == SL_TRAILER + RECORD then
       local st = sl_state(r, RECORD + 1, nil, key, now)
@@ -1052,7 +1056,7 @@ local function sl_record(v, i)
   if i == v.count then return v.t_last, v.cum_last end
   local o = 3 + (i - 1) * RECORD
   local r
-  if v.full then r = sub(v.full, o + 1, o + RECORD) else r = redis.call('GETRANGE', v.key, o, o + RECORD - 1) end
+  if v.full then r = sub(v.full, o + 1, o + RECORD) else r = redis.call('GETRANGE', v.key, int(o), int(o + RECORD - 1)) end
   return sub(r, 1, 16) + 0, sub(r, 17, 32) + 0
 end
 
@@ -1171,7 +1175,7 @@ local function sl_commit(key, write, now)
     local kept = ''
     if last >= first then
       local from, to = 3 + (first - 1) * RECORD, 3 + last * RECORD - 1
-      if v.full then kept = sub(v.full, from + 1, to + 1) else kept = redis.call('GETRANGE', key, from, to) end
+      if v.full then kept = sub(v.full, from + 1, to + 1) else kept = redis.call('GETRANGE', key, int(from), int(to)) end
     end
     if total >= 1e15 then
       -- Counts stay below 2^53 (and 16 digits): renumbered from 0, once in a very long while.
@@ -1192,7 +1196,7 @@ local function sl_commit(key, write, now)
     redis.call('SET', key, 'sl ' .. tail .. sl_trailer(at, 1, 0, base, oldest, x), 'PXAT', int(expiry))
     return
   end
-  redis.call('SETRANGE', key, 3 + (last) * RECORD,
+  redis.call('SETRANGE', key, int(3 + last * RECORD),
              (tail or '') .. sl_trailer(at, last + (tail and 1 or 0), dead, base, oldest, x))
   redis.call('PEXPIREAT', key, int(expiry))
 end
@@ -1681,6 +1685,57 @@ local function gc_fast(key, value, q, now)
           retry and cell_seconds(retry) or -1, cell_seconds(ttl)}
 end
 
+
+-- The sliding log's fast path, as tb_fast: a log whose oldest live record is still in the
+-- window (nothing to search or drop) and no field x, from its last record and trailer (`r`,
+-- GETRANGE), admitted inline with one SETRANGE of its last record and trailer (the fields
+-- it does not change copied as they are) and PEXPIREAT. nil: the general path decides.
+local function sl_fast(key, r, q, min, now, write)
+  if r.err or #r ~= 130 or byte(r, 33) ~= 124 or sub(r, 115, 130) ~= NO_X then -- 130: RECORD + SL_TRAILER
+    return nil
+  end
+  local count, oldest = sub(r, 50, 65) + 0, sub(r, 98, 113) + 0
+  local at, w, limit = now.us, q.window, q.limit
+  -- Instants as 16 digits compare as their numbers: the log's instant and the last record's
+  -- are compared so, and the call's formatted once for the record and the trailer.
+  local at_s, as_of_s = format('%016d', at), sub(r, 34, 49)
+  if as_of_s > at_s then at, at_s = as_of_s + 0, as_of_s end
+  -- A stored log with records has a live one, the oldest (`sl_commit`).
+  if count < 1 or oldest <= at - w then return nil end
+  local total = sub(r, 17, 32) + 0
+  local in_window = total - sub(r, 82, 97)
+  local units = q.cost
+  if min ~= nil then
+    local left = limit - in_window
+    if left < 0 then left = 0 end
+    if left > units then left = units end
+    if left >= min then units = left else units = min end
+  end
+  if units > limit or in_window + units > limit then return nil end
+  -- cdiv(at + w − now, 1000) and expiry_ms_us(at + w), inline (both positive, below 2^53).
+  local gone, r_us = at + w, 0
+  r_us = gone % 1000
+  if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
+  local expiry = (gone - r_us) / 1000
+  if r_us > 0 then expiry = expiry + 1 end
+  local until_gone = gone - now.us
+  r_us = until_gone % 1000
+  if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
+  local reset = (until_gone - r_us) / 1000
+  if r_us > 0 then reset = reset + 1 end
+  if write then
+    if sub(r, 1, 16) == at_s then
+      redis.call('SETRANGE', key, format('%d', 3 + (count - 1) * RECORD),
+                 at_s .. format('%016d|', total + units) .. at_s .. sub(r, 50))
+    else
+      redis.call('SETRANGE', key, format('%d', 3 + count * RECORD),
+                 at_s .. format('%016d|%s%016d', total + units, at_s, count + 1) .. sub(r, 66))
+    end
+    redis.call('PEXPIREAT', key, format('%d', expiry))
+  end
+  return {min ~= nil and units or 1, limit - in_window - units, 0, reset, limit}
+end
+
 -- Grants -----------------------------------------------------------------------------------
 
 -- core::grant::evaluate: all or nothing (min nil), or the most units from min to the cost.
@@ -1737,7 +1792,10 @@ local function limiter_command(kind, command)
       if reply then return reply end
       state = string_reply_state(key, value, now)
     elseif kind == 'sl' then
-      state = sl_open(key, now)
+      local r = redis.pcall('GETRANGE', key, SL_TAIL, '-1') -- sl_read
+      local reply = sl_fast(key, r, q, min, now, true)
+      if reply then return reply end
+      state = sl_open(key, now, r)
     else
       state = open(key, kind, now)
     end
@@ -1776,7 +1834,10 @@ local function peek(keys, a)
     if reply then return reply end
     state = string_reply_state(key, value, now)
   elseif kind == 'sl' then
-    state = sl_open(key, now)
+    local r = sl_read(key)
+    local reply = sl_fast(key, r, q, min, now, false)
+    if reply then return reply end
+    state = sl_open(key, now, r)
   else
     state = open(key, kind, now)
   end
@@ -1800,7 +1861,7 @@ local function refund(keys, a)
   local q = refund_args(a)
   local kind = q.kind
   local state
-  if kind == 'sl' then state = sl_open(key, now) else state = open(key, kind, now) end
+  if kind == 'sl' then state = sl_open(key, now, sl_read(key)) else state = open(key, kind, now) end
   check_kind(state, kind)
   local d, write = Algo[kind].refund(state, q, now)
   if write then commit(key, write, state, now) end
@@ -1850,7 +1911,7 @@ end
 
 -- The highest score of a sorted set (its last holder's expiry), nil when it is empty.
 local function last_score(key)
-  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   return top[2] and top[2] + 0
 end
 
@@ -1885,7 +1946,8 @@ local function acquire(keys, a)
   end
   if not own and live >= limit then
     -- cc_retry: the (live − limit + 1)-th live expiry frees a slot.
-    local next_free = redis.call('ZRANGE', key, expired + live - limit, expired + live - limit, 'WITHSCORES')
+    local rank = int(expired + live - limit)
+    local next_free = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
     local retry = ceil_ms(next_free[2] - us, 1000)
     if retry < 1 then retry = 1 end
     return {0, 0, retry, ceil_ms(last_score(key) - us, 1000), limit}
