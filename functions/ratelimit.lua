@@ -1474,6 +1474,10 @@ end
 -- string more). `value` is the key's GET reply. Returns the reply, or nil when the call is
 -- not one of these (another kind, a rate change, the clock far off, a write at this very
 -- millisecond): the general path then decides, having written nothing.
+-- `write`: true writes an admitted call's state, false does not (a peek), DEFER returns it
+-- (the value and the expiry for SET ... PXAT, RL.MULTI's fast path), nil when it is not the
+-- plain SET.
+local DEFER = {}
 local function tb_fast(key, value, q, min, now, write)
   local refill, interval = q.refill, q.interval
   local empty_at = -refill
@@ -1550,7 +1554,10 @@ local function tb_fast(key, value, q, min, now, write)
     ms = ms + (r - t) / 1000000
     if t > 0 then ms = ms + 1 end
     if s <= 0 or ms * 1000 <= now.us then
+      if write == DEFER then return nil end
       commit(key, {fields = {'tb', ns_string(s, n), q.interval_s, nil}, expiry = ms < 1 and 1 or ms}, nil, now)
+    elseif write == DEFER then
+      return {allowed, remaining, retry, reset, capacity}, format('tb %d%09d %s - -', s, n, q.interval_s), format('%d', ms)
     else
       redis.call('SET', key, format('tb %d%09d %s - -', s, n, q.interval_s), 'PXAT', format('%d', ms))
     end
@@ -2096,7 +2103,9 @@ local multi_args = remembered(function(a, keys)
       arg_error('cost * weight', 'must be at most 9007199254740992' .. LIBRARY)
     end
   end
-  return {quotas = quotas, cost = cost, weights = weights, min = min}
+  local buckets = true
+  for _, q in ipairs(quotas) do if q.kind ~= 'tb' then buckets = false end end
+  return {quotas = quotas, cost = cost, weights = weights, min = min, buckets = buckets}
 end)
 
 local function multi(keys, a)
@@ -2114,6 +2123,27 @@ local function multi(keys, a)
   local now = now_reading()
   local parsed = multi_args(a, keys)
   local quotas, cost, weights, min = parsed.quotas, parsed.cost, parsed.weights, parsed.min
+  if parsed.buckets and min == nil then
+    -- Token buckets only, all or nothing: tb_fast decides each key; when every key is
+    -- admitted (and on its fast path) the writes are made, else the general path below
+    -- decides from the start (it has written nothing).
+    local decisions, values, expiries, costs = {}, {}, {}, {}
+    local admitted = true
+    for index = 1, count do
+      local q = quotas[index]
+      if q.cost ~= cost * weights[index] then q = with_cost(q, cost * weights[index]) end
+      local d, value, expiry = tb_fast(keys[index], redis.pcall('GET', keys[index]), q, nil, now, DEFER)
+      if not (d and value) then admitted = false break end
+      decisions[index], values[index], expiries[index], costs[index] = d, value, expiry, q.cost
+    end
+    if admitted then
+      local binding, d = bind(decisions, costs)
+      for index = 1, count do redis.call('SET', keys[index], values[index], 'PXAT', expiries[index]) end
+      d[6] = binding - 1
+      d[7] = decisions
+      return d
+    end
+  end
   -- Open every key, then evaluate every limit against one clock reading.
   local states = {}
   for index = 1, count do states[index] = open(keys[index], quotas[index].kind, now) or false end
