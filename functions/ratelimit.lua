@@ -20,10 +20,20 @@
 --
 -- Storage. A limiter is one key of a plain Redis type, expiring at the millisecond the
 -- module's key would: a string "<kind> <a> <b> <c> <x>" (written with SET ... PXAT, one
--- command) for the token bucket, windows, sliding log and GCRA, and a sorted set (score =
--- expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
+-- command) for the token bucket, windows and GCRA; a string "sl <records><trailer>" for a
+-- sliding log (fixed-width records and trailer, read with GETRANGE and written with SETRANGE
+-- a few bytes at a time: see "Sliding log" below; a log of the library's first version,
+-- "sl <as_of> <t:n,...> - <x>", is read and rewritten in this form); and a sorted set (score
+-- = expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
 -- that is not a limiter, or one of the module's keys, is refused with WRONGTYPE and left
 -- alone.
+--
+-- Cost. In this interpreter a Lua call, a table, a new string or a number formatted costs
+-- hundreds to thousands of instructions, so each command's common case has a fast path
+-- (tb_fast, fw_fast, sw_fast, gc_fast, sl_fast, acquire/release on Redis's sorted-set
+-- commands) doing the general path's operations inline, in the same order; what it does not
+-- handle goes to the general path, which it has not written to. Arguments to redis.call
+-- are strings (Redis converts numbers with a 17-digit printf).
 --
 -- Clock. The module reads whole milliseconds on Redis 7.0/7.1 and the cached microsecond
 -- clock on 7.2+; the library reads TIME once per call and follows the same rule.
@@ -653,10 +663,6 @@ local function zset_state(reply)
   return {kind = 'cc', holders = holders}
 end
 
--- A limiter in a string: "<kind> <a> <b> <c> <x>", '-' for a field it does not use. Field
--- x is set only on a limiter back to unused at the very millisecond of its write (see
--- `commit`): it is gone once that millisecond has passed. A string that does not parse is
--- not a limiter.
 -- The sliding log's storage (described with its algorithm, below).
 local RECORD = 32
 local SL_TRAILER = 98
@@ -709,6 +715,10 @@ local function sl_value_state(value, now)
   return st
 end
 
+-- A limiter in a string: "<kind> <a> <b> <c> <x>", '-' for a field it does not use. Field
+-- x is set only on a limiter back to unused at the very millisecond of its write (see
+-- `commit`): it is gone once that millisecond has passed. A string that does not parse is
+-- not a limiter.
 local function string_state(value, now)
   local b1, b2, b3 = byte(value, 1, 3)
   if b1 == 115 and b2 == 108 and b3 == 32 then return sl_value_state(value, now) end
@@ -1042,7 +1052,9 @@ end
 -- digits each), oldest first; the trailer (SL_TRAILER bytes) is '|' then, in 16 digits each,
 -- the log's instant (the latest call's, which the clock stepping back does not undo), the
 -- number of records, how many of the first are expired (dead, kept until a rewrite), the
--- count before the first live record, the first live record's instant and field x (0: none).
+-- count before the first live record and the first live record's instant; then a space and
+-- field x (16 digits, or 16 '-' when unset: last, after a space, as in the other strings).
+-- A log with records always has a live one when written: it has none only by expiring.
 -- The units in the window are a difference of two counts; the first live record (when the
 -- oldest has expired) and the k-th unit are binary searches reading records with GETRANGE;
 -- an admitted call writes one record and the trailer with one SETRANGE. The string is
