@@ -1986,6 +1986,9 @@ end
 
 -- RL.RELEASE, as RL.ACQUIRE: ZSCORE finds the caller; a live caller's slot is removed with
 -- the expired holders, and the key then expires with its last holder (or is gone with it).
+-- Every write of an in-flight limit leaves the key expiring with its last holder, so when
+-- the caller is not the last (the last holder read before the write is another), the
+-- expiry stands and is not written again.
 local function release(keys, a)
   local key = single_key(keys, 'rl.release')
   if #a ~= 1 then arity('rl.release') end
@@ -1997,8 +2000,10 @@ local function release(keys, a)
   end
   local us = now.us
   if not own or own + 0 <= us then return 0 end
+  local top = redis.call('ZRANGE', key, '-1', '-1')
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(us))
   redis.call('ZREM', key, holder)
+  if top[1] ~= holder then return 1 end
   local last = last_score(key)
   if last then redis.call('PEXPIREAT', key, int(expiry_ms_us(last))) end
   return 1
