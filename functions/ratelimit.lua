@@ -20,10 +20,20 @@
 --
 -- Storage. A limiter is one key of a plain Redis type, expiring at the millisecond the
 -- module's key would: a string "<kind> <a> <b> <c> <x>" (written with SET ... PXAT, one
--- command) for the token bucket, windows, sliding log and GCRA, and a sorted set (score =
--- expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
+-- command) for the token bucket, windows and GCRA; a string "sl <records><trailer>" for a
+-- sliding log (fixed-width records and trailer, read with GETRANGE and written with SETRANGE
+-- a few bytes at a time: see "Sliding log" below; a log of the library's first version,
+-- "sl <as_of> <t:n,...> - <x>", is read and rewritten in this form); and a sorted set (score
+-- = expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
 -- that is not a limiter, or one of the module's keys, is refused with WRONGTYPE and left
 -- alone.
+--
+-- Cost. In this interpreter a Lua call, a table, a new string or a number formatted costs
+-- hundreds to thousands of instructions, so each command's common case has a fast path
+-- (tb_fast, fw_fast, sw_fast, gc_fast, sl_fast, acquire/release on Redis's sorted-set
+-- commands) doing the general path's operations inline, in the same order; what it does not
+-- handle goes to the general path, which it has not written to. Arguments to redis.call
+-- are strings (Redis converts numbers with a 17-digit printf).
 --
 -- Clock. The module reads whole milliseconds on Redis 7.0/7.1 and the cached microsecond
 -- clock on 7.2+; the library reads TIME once per call and follows the same rule.
@@ -33,7 +43,7 @@
 local function build()
 
 local floor, fmod, huge = math.floor, math.fmod, math.huge
-local format, sub, byte, find = string.format, string.sub, string.byte, string.find
+local format, sub, byte, find, match = string.format, string.sub, string.byte, string.find, string.match
 local concat = table.concat
 
 local TWO53 = 9007199254740992
@@ -94,22 +104,18 @@ local function arity(command) fail(format("ERR wrong number of arguments for '%s
 
 local TWO52 = 4503599627370496
 
--- a mod b for b > 0, the sign of a (as C's fmod). Below 2^52 the VM's `%` (a − floor(a/b)
--- × b, exact there but for a quotient rounded up by one) is corrected, which costs no call;
--- beyond, fmod, which is always exact.
-local function rem(a, b)
-  if a < TWO52 and a > -TWO52 and b < TWO52 then
-    local r = a % b
-    if r >= b then r = r - b elseif r < 0 then r = r + b end
-    if a < 0 and r > 0 then r = r - b end
-    return r
-  end
-  return fmod(a, b)
-end
+-- Below 2^52 the divisions use the VM's `%` (a − floor(a/b) × b, exact there but for a
+-- quotient rounded up by one, which they correct: the floored remainder, in [0, b)), which
+-- costs no call; beyond, fmod (C's, the sign of a), which is always exact.
 
 -- floor(a / b) for b > 0, exact for integers below 2^53.
 local function fdiv(a, b)
-  local r = rem(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    return (a - r) / b
+  end
+  local r = fmod(a, b)
   local q = (a - r) / b
   if r < 0 then q = q - 1 end
   return q
@@ -117,14 +123,28 @@ end
 
 -- ceil(a / b) for b > 0.
 local function cdiv(a, b)
-  local r = rem(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    if r > 0 then return (a - r) / b + 1 end
+    return (a - r) / b
+  end
+  local r = fmod(a, b)
   local q = (a - r) / b
   if r > 0 then q = q + 1 end
   return q
 end
 
 -- a / b truncated towards zero, b > 0.
-local function tdiv(a, b) return (a - rem(a, b)) / b end
+local function tdiv(a, b)
+  if a < TWO52 and a > -TWO52 and b < TWO52 then
+    local r = a % b
+    if r >= b then r = r - b elseif r < 0 then r = r + b end
+    if a < 0 and r > 0 then return (a - r) / b + 1 end
+    return (a - r) / b
+  end
+  return (a - fmod(a, b)) / b
+end
 
 -- floor(a × b / c) and whether it had a remainder, exact for integers 0 ≤ a, b < 2^53,
 -- 0 < c < 2^53 whose quotient is below 2^53. Products below 2^53 are exact as they are;
@@ -428,8 +448,9 @@ local function token_bucket_params(capacity_arg, rate_arg)
     if approx * capacity > MAX_REFILL_NS then too_long() end
     library_refusal()
   end
-  return {kind = 'tb', capacity = capacity, interval = interval, interval_s = int(interval),
-          refill = refill, cost = 1, max_wait = 0}
+  local interval_s = int(interval)
+  return {kind = 'tb', capacity = capacity, interval = interval, interval_s = interval_s,
+          tail = ' ' .. interval_s .. ' - -', refill = refill, cost = 1, max_wait = 0}
 end
 
 local function window_params(kind, limit_arg, window_arg)
@@ -474,7 +495,8 @@ local function gcra_params(burst_arg, count_arg, period_arg)
   if tolerance > MAX_DURATION_NS then
     arg_error('period / count * (max_burst + 1)', 'must be at most 4503599627370496 ns (52 days)' .. LIBRARY)
   end
-  return {kind = 'gcra', max_burst = max_burst, interval = interval, tolerance = tolerance, cost = 1}
+  return {kind = 'gcra', max_burst = max_burst, interval = interval, interval_us = tdiv(interval, 1000),
+          tolerance = tolerance, cost = 1}
 end
 
 local function concurrency_params(limit_arg, ttl_arg)
@@ -641,11 +663,65 @@ local function zset_state(reply)
   return {kind = 'cc', holders = holders}
 end
 
+-- The sliding log's storage (described with its algorithm, below).
+local RECORD = 32
+local SL_TRAILER = 98
+
+local NO_X = '----------------'
+local function sl_trailer(at, count, dead, base, oldest, x)
+  if x == 0 then return format('|%016d%016d%016d%016d%016d ', at, count, dead, base, oldest) .. NO_X end
+  return format('|%016d%016d%016d%016d%016d %016d', at, count, dead, base, oldest, x)
+end
+
+-- The state of a log from the string s whose trailer starts at p: s is the whole value
+-- (`full`) or its last record and trailer (read with GETRANGE from `key`). False when the
+-- trailer is not one, nil when field x says the log is gone.
+local function sl_state(s, p, full, key, now)
+  if byte(s, p) ~= 124 then return false end
+  local count = sub(s, p + 17, p + 32) + 0
+  local x = sub(s, p + 82, p + 97)
+  if x == NO_X then x = 0 else x = x + 0 end
+  if x > 0 and x * 1000 < now.us - now.us % 1000 then return nil end
+  local st = {kind = 'sl', as_of = sub(s, p + 1, p + 16) + 0, count = count,
+              dead = sub(s, p + 33, p + 48) + 0, base = sub(s, p + 49, p + 64) + 0,
+              oldest = sub(s, p + 65, p + 80) + 0, full = full, key = key, t_last = 0, cum_last = 0}
+  if count > 0 then
+    st.t_last, st.cum_last = sub(s, p - 32, p - 17) + 0, sub(s, p - 16, p - 1) + 0
+  end
+  return st
+end
+
+-- A whole value that starts with 'sl ': a log, or one of the library's first version
+-- ("sl <as_of> <runs t:n,t:n,... or -> - <x>"), converted (and rewritten by its next write).
+local function sl_value_state(value, now)
+  local n = #value
+  if n >= 3 + SL_TRAILER and (n - 3 - SL_TRAILER) % RECORD == 0 then
+    local st = sl_state(value, n - SL_TRAILER + 1, value, nil, now)
+    if st == false or (st and st.count ~= (n - 3 - SL_TRAILER) / RECORD) then fail(WRONG_TYPE) end
+    return st
+  end
+  local as_of, runs, x = match(value, '^sl (%d+) (%S+) %- (%S+)$')
+  if not as_of then fail(WRONG_TYPE) end
+  if x ~= '-' and x * 1000 < now.us - now.us % 1000 then return nil end
+  local records, cum, oldest = {}, 0, 0
+  for t, units in string.gmatch(runs, '(%d+):(%d+)') do
+    cum = cum + units
+    if oldest == 0 then oldest = t + 0 end
+    records[#records + 1] = format('%016d%016d', t, cum)
+  end
+  local converted = 'sl ' .. concat(records) .. sl_trailer(as_of, #records, 0, 0, oldest, 0)
+  local st = sl_state(converted, #converted - SL_TRAILER + 1, converted, nil, now)
+  st.legacy = true
+  return st
+end
+
 -- A limiter in a string: "<kind> <a> <b> <c> <x>", '-' for a field it does not use. Field
 -- x is set only on a limiter back to unused at the very millisecond of its write (see
 -- `commit`): it is gone once that millisecond has passed. A string that does not parse is
 -- not a limiter.
 local function string_state(value, now)
+  local b1, b2, b3 = byte(value, 1, 3)
+  if b1 == 115 and b2 == 108 and b3 == 32 then return sl_value_state(value, now) end
   local kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
   if not kind or not NAMES[kind] then fail(WRONG_TYPE) end
   if x ~= '-' then
@@ -657,10 +733,21 @@ local function string_state(value, now)
   return {kind = kind, a = a, b = b, c = c, x = x}
 end
 
+-- The limiter of a string key's GET reply (as `open` reads it): the fast paths read the key
+-- themselves and come here for everything they do not handle.
+local function string_reply_state(key, reply, now)
+  if not reply then return nil end
+  if not reply.err then return string_state(reply, now) end
+  if refine_wrong_type(key) == 'zset' then
+    return zset_state(redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES'))
+  end
+  fail(WRONG_TYPE)
+end
+
 -- Opens a key, expecting `kind` (which only chooses the read tried first).
 local function open(key, kind, now)
   if kind == 'cc' then
-    local reply = redis.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+    local reply = redis.pcall('ZRANGE', key, '0', '-1', 'WITHSCORES')
     if not reply.err then
       if #reply == 0 then return nil end
       return zset_state(reply)
@@ -668,13 +755,26 @@ local function open(key, kind, now)
     if refine_wrong_type(key) ~= 'string' then fail(WRONG_TYPE) end
     return string_state(redis.call('GET', key), now)
   end
-  local reply = redis.pcall('GET', key)
-  if not reply then return nil end
-  if not reply.err then return string_state(reply, now) end
-  if refine_wrong_type(key) == 'zset' then
-    return zset_state(redis.call('ZRANGE', key, 0, -1, 'WITHSCORES'))
+  return string_reply_state(key, redis.pcall('GET', key), now)
+end
+
+-- Opens a sliding log reading only its last record and trailer (GETRANGE): a value shorter
+-- than those is whole (any kind's), anything else goes through `open`.
+-- (Arguments to redis.call are strings: Redis converts a number with a printf of 17 digits,
+-- which costs more than `format`.)
+local SL_TAIL = tostring(-(SL_TRAILER + RECORD))
+local function sl_read(key) return redis.pcall('GETRANGE', key, SL_TAIL, '-1') end
+
+local function sl_open(key, now, r)
+  if not r.err then
+    if #r == SL_TRAILER + RECORD then
+      local st = sl_state(r, RECORD + 1, nil, key, now)
+      if st == nil or (st and st.count > 0) then return st end
+    elseif r ~= '' then
+      return string_state(r, now)
+    end
   end
-  fail(WRONG_TYPE)
+  return open(key, 'sl', now)
 end
 
 local function check_kind(state, kind)
@@ -946,41 +1046,86 @@ function FW.grantable(state, q, up_to, now)
   return left
 end
 
--- Sliding log: the admitted units' instants, stored as runs "t:n,t:n,..." (n units at t).
+-- Sliding log. The string is "sl " + records + trailer, so that a call reads and writes a few
+-- bytes of it, never the whole log: a record (RECORD bytes) is a run of units admitted
+-- together, its instant (µs) then the count of units admitted up to and including it (16
+-- digits each), oldest first; the trailer (SL_TRAILER bytes) is '|' then, in 16 digits each,
+-- the log's instant (the latest call's, which the clock stepping back does not undo), the
+-- number of records, how many of the first are expired (dead, kept until a rewrite), the
+-- count before the first live record and the first live record's instant; then a space and
+-- field x (16 digits, or 16 '-' when unset: last, after a space, as in the other strings).
+-- A log with records always has a live one when written: it has none only by expiring.
+-- The units in the window are a difference of two counts; the first live record (when the
+-- oldest has expired) and the k-th unit are binary searches reading records with GETRANGE;
+-- an admitted call writes one record and the trailer with one SETRANGE. The string is
+-- rewritten (SET) only when the dead records outnumber the live ones, or a refund drops
+-- whole records: O(1) amortized per unit.
 local SL = {}
 Algo.sl = SL
 
-local function sl_view(state, q, now)
-  local runs, len = {}, 0
-  local at = now.us
-  if state then
-    local as_of = tonumber(state.a)
-    if as_of > at then at = as_of end
-    for t, n in string.gmatch(state.b, '(%d+):(%d+)') do
-      local count = tonumber(n)
-      runs[#runs + 1] = {tonumber(t), count}
-      len = len + count
-    end
-  end
-  local cutoff = at - q.window
-  local start = 0
-  for _, run in ipairs(runs) do
-    if run[1] > cutoff then break end
-    start = start + run[2]
-  end
-  return {runs = runs, len = len, start = start, at = at, now = now.us, w = q.window}
+-- Record i's instant and count.
+local function sl_record(v, i)
+  if i == v.count then return v.t_last, v.cum_last end
+  local o = 3 + (i - 1) * RECORD
+  local r
+  if v.full then r = sub(v.full, o + 1, o + RECORD) else r = redis.call('GETRANGE', v.key, int(o), int(o + RECORD - 1)) end
+  return sub(r, 1, 16) + 0, sub(r, 17, 32) + 0
 end
 
--- The k-th unit in the window (1-based), nil when there is none.
-local function sl_nth(v, k)
-  if k < 1 then return nil end
-  local index = v.start + k
-  if index > v.len then return nil end
-  for _, run in ipairs(v.runs) do
-    if index <= run[2] then return run[1] end
-    index = index - run[2]
+local function sl_view(state, q, now)
+  local w = q.window
+  local v = {at = now.us, now = now.us, w = w, count = 0, first = 1, base = 0, total = 0,
+             oldest = 0, t_last = 0, cum_last = 0}
+  if state then
+    if state.as_of > v.at then v.at = state.as_of end
+    v.count, v.base, v.oldest = state.count, state.base, state.oldest
+    v.t_last, v.cum_last, v.full, v.key, v.legacy = state.t_last, state.cum_last, state.full, state.key, state.legacy
+    v.total = state.count > 0 and state.cum_last or state.base
+    local first = state.dead + 1
+    local cutoff = v.at - w
+    if first <= v.count and v.oldest <= cutoff then
+      -- The first live record: the first after the cutoff (records are in order), found
+      -- doubling from the oldest then halving; the count before it is its predecessor's.
+      local lo, step, hi = first, 1, nil -- record lo has expired; hi (if any) is live
+      while true do
+        local j = lo + step
+        if j > v.count then break end
+        if sl_record(v, j) > cutoff then hi = j break end
+        lo, step = j, step * 2
+      end
+      hi = hi or v.count + 1
+      while hi - lo > 1 do
+        local mid = floor((lo + hi) / 2)
+        if sl_record(v, mid) > cutoff then hi = mid else lo = mid end
+      end
+      local _, cum = sl_record(v, lo)
+      v.base = cum
+      v.oldest = 0
+      if hi <= v.count then v.oldest = sl_record(v, hi) end
+      first = hi
+    end
+    v.first = first
   end
-  return nil
+  v.in_window = v.total - v.base
+  return v
+end
+
+-- The record holding unit u (base < u ≤ total): the first whose count reaches it.
+local function sl_holding(v, u)
+  if u == v.total then return v.count end
+  local lo, hi = v.first, v.count
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local _, cum = sl_record(v, mid)
+    if cum >= u then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- The instant of the k-th unit in the window (1-based), nil when there is none.
+local function sl_nth(v, k)
+  if k < 1 or k > v.in_window then return nil end
+  return (sl_record(v, sl_holding(v, v.base + k)))
 end
 
 local function sl_until_gone(v, t) return ceil_ms(t + v.w - v.now, 1000) end
@@ -1002,36 +1147,75 @@ local function sl_decision(q, v, allowed, in_window)
   return decision(allowed, remaining, retry, newest and sl_until_gone(v, newest) or 0, q.limit)
 end
 
--- The log after dropping the expired units and then `drop_newest` (or adding `add` at `at`).
-local function sl_write(v, add, drop_newest, expiry)
-  local out, skip = {}, v.start
-  local kept = {}
-  for _, run in ipairs(v.runs) do
-    local n = run[2]
-    if skip >= n then skip = skip - n
+-- The change of a log: `add` units at its instant, or the newest `drop` units taken back
+-- (expired records go with either); `commit` makes it (sl_commit).
+local function sl_write(v, add, drop, expiry)
+  return {log = v, add = add, drop = drop, expiry = expiry}
+end
+
+-- Writes a log's change: one SETRANGE (the last record and the trailer) and PEXPIREAT, or a
+-- rewrite with SET ... PXAT of the live records. Field x as in `commit`.
+local function sl_commit(key, write, now)
+  local v, expiry = write.log, write.expiry
+  local x = 0
+  if expiry * 1000 <= now.us then x, expiry = expiry, expiry + 1 end
+  local at, first, count, base = v.at, v.first, v.count, v.base
+  local live = count - first + 1
+  -- The live records first..last kept as they are, then `tail` (a record) or nothing.
+  local last, tail, total, oldest = count, nil, v.total, v.oldest
+  if write.drop > 0 then
+    total = total - write.drop
+    if total <= base then last, live = first - 1, 0
     else
-      kept[#kept + 1] = {run[1], n - skip}
-      skip = 0
+      last = sl_holding(v, total)
+      tail = format('%016d%016d', (sl_record(v, last)), total)
+      last, live = last - 1, last - first + 1
     end
+  else
+    total = total + write.add
+    if live > 0 and v.t_last == at then last = count - 1
+    else live = live + 1 end
+    tail = format('%016d%016d', at, total)
+    if live == 1 then oldest = at end
   end
-  local drop = drop_newest
-  while drop > 0 and #kept > 0 do
-    local last = kept[#kept]
-    if last[2] <= drop then drop = drop - last[2]; kept[#kept] = nil
-    else last[2] = last[2] - drop; drop = 0 end
+  local dead = first - 1
+  if live == 0 then
+    redis.call('SET', key, 'sl ' .. sl_trailer(at, 0, 0, 0, 0, x), 'PXAT', int(expiry))
+    return
   end
-  if add > 0 then
-    local last = kept[#kept]
-    if last and last[1] == v.at then last[2] = last[2] + add else kept[#kept + 1] = {v.at, add} end
+  if v.legacy or total >= 1e15 or (dead > 0 and dead >= live) or (write.drop > 0 and last + 1 < count) then
+    local kept = ''
+    if last >= first then
+      local from, to = 3 + (first - 1) * RECORD, 3 + last * RECORD - 1
+      if v.full then kept = sub(v.full, from + 1, to + 1) else kept = redis.call('GETRANGE', key, int(from), int(to)) end
+    end
+    if total >= 1e15 then
+      -- Counts stay below 2^53 (and 16 digits): renumbered from 0, once in a very long while.
+      local records = {}
+      for i = 1, #kept / RECORD do
+        local o = (i - 1) * RECORD
+        records[i] = sub(kept, o + 1, o + 16) .. format('%016d', sub(kept, o + 17, o + 32) - base)
+      end
+      tail = sub(tail, 1, 16) .. format('%016d', total - base)
+      kept, total, base = concat(records), total - base, 0
+    end
+    redis.call('SET', key, 'sl ' .. kept .. (tail or '') .. sl_trailer(at, live, 0, base, oldest, x),
+               'PXAT', int(expiry))
+    return
   end
-  for _, run in ipairs(kept) do out[#out + 1] = int(run[1]) .. ':' .. int(run[2]) end
-  local runs = concat(out, ',')
-  return {fields = {'sl', int(v.at), runs ~= '' and runs or '-', nil}, expiry = expiry}
+  if v.count == 0 and not v.key and not v.full then
+    -- A new log.
+    redis.call('SET', key, 'sl ' .. tail .. sl_trailer(at, 1, 0, base, oldest, x), 'PXAT', int(expiry))
+    return
+  end
+  redis.call('SETRANGE', key, int(3 + last * RECORD),
+             (tail or '') .. sl_trailer(at, last + (tail and 1 or 0), dead, base, oldest, x))
+  redis.call('PEXPIREAT', key, int(expiry))
 end
 
 function SL.evaluate(state, q, now)
   local v = sl_view(state, q, now)
-  local in_window = v.len - v.start
+  local in_window = v.in_window
   if q.cost > q.limit or in_window + q.cost > q.limit then
     return sl_decision(q, v, false, in_window), nil
   end
@@ -1041,7 +1225,7 @@ end
 
 function SL.refund(state, q, now)
   local v = sl_view(state, q, now)
-  local in_window = v.len - v.start
+  local in_window = v.in_window
   local back = q.cost < in_window and q.cost or in_window
   local after = in_window - back
   local d = sl_decision(q, v, back > 0, after)
@@ -1052,7 +1236,7 @@ end
 
 function SL.grantable(state, q, up_to, now)
   local v = sl_view(state, q, now)
-  local left = q.limit - (v.len - v.start)
+  local left = q.limit - v.in_window
   if left < 0 then left = 0 end
   if left > up_to then return up_to end
   return left
@@ -1097,7 +1281,7 @@ local function gc_remaining(q, ttl)
   local next_ns = q.tolerance - ttl
   if next_ns <= -q.interval then return 0 end
   local next_us = tdiv(next_ns, 1000)
-  local interval_us = tdiv(q.interval, 1000)
+  local interval_us = q.interval_us
   local limit = q.max_burst + 1
   if interval_us == 0 then
     if next_us > 0 then return limit end
@@ -1270,6 +1454,7 @@ end
 -- so the library keeps it one millisecond more and records in field x the instant it is
 -- really gone (`string_state` reads it so).
 local function commit(key, write, state, now)
+  if write.log then return sl_commit(key, write, now) end
   if write.fields then
     local f = write.fields
     local expiry = write.expiry
@@ -1294,6 +1479,282 @@ local function commit(key, write, state, now)
   redis.call('PEXPIREAT', key, int(write.expiry))
 end
 
+-- The token bucket's fast path: a missing key, or a bucket written at this very rate with no
+-- field x (nearly every call), decided and written with inline arithmetic: the operations of
+-- `grant` with TB.grantable and TB.evaluate, in the same order, without their calls, tables
+-- and field parsing (a Lua call or a table costs hundreds of instructions, a C call or a new
+-- string more). `value` is the key's GET reply. Returns the reply, or nil when the call is
+-- not one of these (another kind, a rate change, the clock far off, a write at this very
+-- millisecond): the general path then decides, having written nothing.
+-- `write`: true writes an admitted call's state, false does not (a peek), DEFER returns it
+-- (the value and the expiry for SET ... PXAT, RL.MULTI's fast path), nil when it is not the
+-- plain SET.
+local DEFER = {}
+local function tb_fast(key, value, q, min, now, write)
+  local refill, interval = q.refill, q.interval
+  local empty_at = -refill
+  if value then
+    if value.err then return nil end
+    -- 'tb ', field a (the empty instant, ns) up to the first space, then this very rate, '-'
+    -- and '-' (q.tail). Plain finds and subs: a pattern match costs several times more.
+    local b1, b2, b3 = byte(value, 1, 3)
+    if b1 ~= 116 or b2 ~= 98 or b3 ~= 32 then return nil end
+    local p = find(value, ' ', 4, true)
+    if not p or p < 14 or sub(value, p) ~= q.tail then return nil end
+    -- `relative`, its strings coerced by arithmetic (one conversion, no call).
+    local ds = sub(value, 4, p - 10) - now.s
+    if ds > 4503599 or ds < -4503599 then return nil end
+    local rel = ds * NS_PER_S + (sub(value, p - 9, p - 1) - now.n)
+    if rel > empty_at then empty_at = rel end
+  end
+  local capacity, max_wait_ns = q.capacity, q.max_wait
+  local units = q.cost
+  if min ~= nil then
+    local within = max_wait_ns - empty_at
+    local tokens = 0
+    if within > 0 then tokens = fdiv(within, interval) end
+    if tokens > capacity then tokens = capacity end
+    if tokens > units then tokens = units end
+    if tokens >= min then units = tokens else units = min end
+  end
+  local retry = 0
+  if units > capacity then retry = -1
+  else
+    local missing = (units * interval - max_wait_ns) + empty_at
+    if missing > 0 then
+      retry = cdiv(missing, 1000000)
+      if retry < 1 then retry = 1 end
+    end
+  end
+  -- The divisions below are fdiv's and cdiv's, inline: every dividend and divisor here is
+  -- below 2^52 (an admitted bucket is at most MAXWAIT in debt; refill ≤ 2^52).
+  local allowed, r = 0, 0
+  if retry == 0 then
+    allowed = 1
+    empty_at = empty_at + units * interval
+    if empty_at > 0 then
+      r = empty_at % 1000000
+      if r >= 1000000 then r = r - 1000000 elseif r < 0 then r = r + 1000000 end
+      retry = (empty_at - r) / 1000000
+      if r > 0 then retry = retry + 1 end
+    end
+  end
+  local remaining, full, reset = 0, empty_at + refill, 0
+  if empty_at < 0 then
+    r = -empty_at % interval
+    if r >= interval then r = r - interval elseif r < 0 then r = r + interval end
+    remaining = (-empty_at - r) / interval
+  end
+  if full > 0 then
+    r = full % 1000000
+    if r >= 1000000 then r = r - 1000000 elseif r < 0 then r = r + 1000000 end
+    reset = (full - r) / 1000000
+    if r > 0 then reset = reset + 1 end
+  end
+  if allowed == 1 and write then
+    -- shift(now, empty_at), then shift by refill and expiry_ms_ns.
+    local t = now.n + empty_at
+    r = t % NS_PER_S
+    if r >= NS_PER_S then r = r - NS_PER_S elseif r < 0 then r = r + NS_PER_S end
+    local s, n = now.s + (t - r) / NS_PER_S, r
+    t = n + refill
+    r = t % NS_PER_S
+    if r >= NS_PER_S then r = r - NS_PER_S elseif r < 0 then r = r + NS_PER_S end
+    local ms = (s + (t - r) / NS_PER_S) * 1000
+    t = r % 1000000
+    if t >= 1000000 then t = t - 1000000 elseif t < 0 then t = t + 1000000 end
+    ms = ms + (r - t) / 1000000
+    if t > 0 then ms = ms + 1 end
+    if s <= 0 or ms * 1000 <= now.us then
+      if write == DEFER then return nil end
+      commit(key, {fields = {'tb', ns_string(s, n), q.interval_s, nil}, expiry = ms < 1 and 1 or ms}, nil, now)
+    elseif write == DEFER then
+      return {allowed, remaining, retry, reset, capacity}, format('tb %d%09d %s - -', s, n, q.interval_s), format('%d', ms)
+    else
+      redis.call('SET', key, format('tb %d%09d %s - -', s, n, q.interval_s), 'PXAT', format('%d', ms))
+    end
+  end
+  if min ~= nil and allowed == 0 then units = 0 end
+  return {min ~= nil and units or allowed, remaining, retry, reset, capacity}
+end
+
+
+-- The windows' and GCRA's fast paths, as tb_fast: a missing key or a limiter stored with no
+-- field x, parsed by one anchored match, decided inline; nil sends the call to the general
+-- path. A denied call builds the general path's view and asks its functions (it writes
+-- nothing, so it is not worth a copy of them).
+
+-- The start of t's window of w µs, t ≥ 0 (window_start without fmod's call).
+local function aligned(t, w)
+  local r = t % w
+  if r >= w then r = r - w elseif r < 0 then r = r + w end
+  return t - r
+end
+
+local function fw_fast(key, value, q, min, now, write)
+  local w, limit, us = q.window, q.limit, now.us
+  local start, count = aligned(us, w), 0
+  if value then
+    if value.err then return nil end
+    local a, b = match(value, '^fw (%d+) (%d+) %- %-$')
+    if not a then return nil end
+    local stored_start = aligned(a + 0, w)
+    if stored_start >= start then start, count = stored_start, b + 0 end
+  end
+  local finish = start + w
+  local units = q.cost
+  if min ~= nil then
+    local left = limit - count
+    if left < 0 then left = 0 end
+    if left > units then left = units end
+    if left >= min then units = left else units = min end
+  end
+  local retry, allowed = 0, 0
+  if units > limit then retry = -1
+  elseif count + units > limit then
+    retry = cdiv(finish - us, 1000)
+    if retry < 1 then retry = 1 end
+  else
+    allowed, count = 1, count + units
+    if write then
+      redis.call('SET', key, format('fw %d %d - -', start, count), 'PXAT', format('%d', expiry_ms_us(finish)))
+    end
+  end
+  local reset, remaining = 0, limit - count
+  if count > 0 then reset = cdiv(finish - us, 1000) end
+  if remaining < 0 then remaining = 0 end
+  if min ~= nil and allowed == 1 then allowed = units end
+  return {allowed, remaining, retry, reset, limit}
+end
+
+local function sw_fast(key, value, q, min, now, write)
+  local w, limit, us = q.window, q.limit, now.us
+  local start, previous, current = aligned(us, w), 0, 0
+  if value then
+    if value.err then return nil end
+    local a, b, c = match(value, '^sw (%d+) (%d+) (%d+) %-$')
+    if not a then return nil end
+    local stored_start = aligned(a + 0, w)
+    if stored_start >= start then start, previous, current = stored_start, b + 0, c + 0
+    elseif stored_start + w == start then previous = c + 0 end
+  end
+  local elapsed = us - start
+  if elapsed < 0 then elapsed = 0 end
+  -- sw_previous_share (0 without a call when the previous window is empty).
+  local share = 0
+  if previous > 0 then share = muldiv_ceil(previous, w - elapsed, w) end
+  local units = q.cost
+  if min ~= nil then
+    local room = limit - current - share
+    if room < 0 then room = 0 end
+    if room > units then room = units end
+    if room >= min then units = room else units = min end
+  end
+  if units > limit or limit - current - units < 0 or share > limit - current - units then
+    if units ~= q.cost then q = with_cost(q, units) end
+    local v = {start = start, elapsed = elapsed, previous = previous, current = current, now = us, w = w}
+    local d = sw_decision(q, v, false, previous, current, sw_retry(q, v, previous, current))
+    if min ~= nil then d[1] = 0 end
+    return d
+  end
+  current = current + units
+  local empty = start + 2 * w
+  if write then
+    redis.call('SET', key, format('sw %d %d %d -', start, previous, current), 'PXAT', format('%d', expiry_ms_us(empty)))
+  end
+  local remaining = limit - current - share
+  if remaining < 0 then remaining = 0 end
+  return {min ~= nil and units or 1, remaining, 0, cdiv(empty - us, 1000), limit}
+end
+
+local function gc_fast(key, value, q, now)
+  local tat = 0
+  if value then
+    if value.err then return nil end
+    local b1, b2, b3, b4, b5 = byte(value, 1, 5)
+    if b1 ~= 103 or b2 ~= 99 or b3 ~= 114 or b4 ~= 97 or b5 ~= 32 then return nil end -- 'gcra '
+    local p = find(value, ' ', 6, true)
+    if not p or p < 16 or sub(value, p) ~= ' - - -' then return nil end
+    local ds = sub(value, 6, p - 10) - now.s
+    if ds > 4503599 or ds < -4503599 then return nil end
+    local rel = ds * NS_PER_S + (sub(value, p - 9, p - 1) - now.n)
+    if rel > 0 then tat = rel end
+  end
+  local increment, tolerance = q.interval * q.quantity, q.tolerance
+  local diff = (tolerance - tat) - increment
+  local ttl, retry = tat, nil
+  if diff < 0 then
+    if increment <= tolerance then retry = -diff end
+  else
+    ttl = tat + increment
+    if ttl < 0 then ttl = 0 end
+    if ttl ~= tat then
+      local t = now.n + ttl
+      local off = fdiv(t, NS_PER_S)
+      local s, n = now.s + off, t - off * NS_PER_S
+      local ms = expiry_ms_ns(s, n)
+      if s <= 0 or ms * 1000 <= now.us then
+        commit(key, {fields = {'gcra', ns_string(s, n), nil, nil}, expiry = ms}, nil, now)
+      else
+        redis.call('SET', key, format('gcra %d%09d - - -', s, n), 'PXAT', format('%d', ms))
+      end
+    end
+  end
+  return {diff < 0 and 1 or 0, q.max_burst + 1, gc_remaining(q, ttl),
+          retry and cell_seconds(retry) or -1, cell_seconds(ttl)}
+end
+
+
+-- The sliding log's fast path, as tb_fast: a log whose oldest live record is still in the
+-- window (nothing to search or drop) and no field x, from its last record and trailer (`r`,
+-- GETRANGE), admitted inline with one SETRANGE of its last record and trailer (the fields
+-- it does not change copied as they are) and PEXPIREAT. nil: the general path decides.
+local function sl_fast(key, r, q, min, now, write)
+  if r.err or #r ~= 130 or byte(r, 33) ~= 124 or sub(r, 115, 130) ~= NO_X then -- 130: RECORD + SL_TRAILER
+    return nil
+  end
+  local count, oldest = sub(r, 50, 65) + 0, sub(r, 98, 113) + 0
+  local at, w, limit = now.us, q.window, q.limit
+  -- Instants as 16 digits compare as their numbers: the log's instant and the last record's
+  -- are compared so, and the call's formatted once for the record and the trailer.
+  local at_s, as_of_s = format('%016d', at), sub(r, 34, 49)
+  if as_of_s > at_s then at, at_s = as_of_s + 0, as_of_s end
+  -- A stored log with records has a live one, the oldest (`sl_commit`).
+  if count < 1 or oldest <= at - w then return nil end
+  local total = sub(r, 17, 32) + 0
+  local in_window = total - sub(r, 82, 97)
+  local units = q.cost
+  if min ~= nil then
+    local left = limit - in_window
+    if left < 0 then left = 0 end
+    if left > units then left = units end
+    if left >= min then units = left else units = min end
+  end
+  if units > limit or in_window + units > limit then return nil end
+  -- cdiv(at + w − now, 1000) and expiry_ms_us(at + w), inline (both positive, below 2^53).
+  local gone, r_us = at + w, 0
+  r_us = gone % 1000
+  if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
+  local expiry = (gone - r_us) / 1000
+  if r_us > 0 then expiry = expiry + 1 end
+  local until_gone = gone - now.us
+  r_us = until_gone % 1000
+  if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
+  local reset = (until_gone - r_us) / 1000
+  if r_us > 0 then reset = reset + 1 end
+  if write then
+    if sub(r, 1, 16) == at_s then
+      redis.call('SETRANGE', key, format('%d', 3 + (count - 1) * RECORD),
+                 at_s .. format('%016d|', total + units) .. at_s .. sub(r, 50))
+    else
+      redis.call('SETRANGE', key, format('%d', 3 + count * RECORD),
+                 at_s .. format('%016d|%s%016d', total + units, at_s, count + 1) .. sub(r, 66))
+    end
+    redis.call('PEXPIREAT', key, format('%d', expiry))
+  end
+  return {min ~= nil and units or 1, limit - in_window - units, 0, reset, limit}
+end
+
 -- Grants -----------------------------------------------------------------------------------
 
 -- core::grant::evaluate: all or nothing (min nil), or the most units from min to the cost.
@@ -1310,11 +1771,15 @@ local function grant(state, q, min, now)
   return units, d, write
 end
 
+-- One table for every call's reading (a call never outlives the next): allocating costs more
+-- than the fields. TIME's strings are coerced by arithmetic (`+ 0`: one conversion, no call).
+local NOW = {us = 0, s = 0, n = 0}
 local function now_reading()
   local t = redis.call('TIME')
-  local s, us = tonumber(t[1]), tonumber(t[2])
-  if MS_CLOCK then us = us - fmod(us, 1000) end
-  return {us = s * 1000000 + us, s = s, n = us * 1000}
+  local s, us = t[1] + 0, t[2] + 0
+  if MS_CLOCK then us = us - us % 1000 end
+  NOW.us, NOW.s, NOW.n = s * 1000000 + us, s, us * 1000
+  return NOW
 end
 
 local function first_field(units, d, min)
@@ -1329,14 +1794,30 @@ local function single_key(keys, command)
   return keys[1]
 end
 
+local FAST = {tb = tb_fast, fw = fw_fast, sw = sw_fast}
+
 local function limiter_command(kind, command)
   local parse = remembered(function(a) return call_args(kind, a, 1, command) end)
+  local fast = FAST[kind]
   return function(keys, a)
     local key = single_key(keys, command)
     if #a < 2 then arity(command) end
     local now = now_reading()
     local q, min = parse(a)
-    local state = open(key, kind, now)
+    local state
+    if fast then
+      local value = redis.pcall('GET', key)
+      local reply = fast(key, value, q, min, now, true)
+      if reply then return reply end
+      state = string_reply_state(key, value, now)
+    elseif kind == 'sl' then
+      local r = redis.pcall('GETRANGE', key, SL_TAIL, '-1') -- sl_read
+      local reply = sl_fast(key, r, q, min, now, true)
+      if reply then return reply end
+      state = sl_open(key, now, r)
+    else
+      state = open(key, kind, now)
+    end
     check_kind(state, kind)
     local units, d, write = grant(state, q, min, now)
     if write then commit(key, write, state, now) end
@@ -1364,7 +1845,21 @@ local function peek(keys, a)
   local now = now_reading()
   local q, min = peek_args(a)
   local kind = q.kind
-  local state = open(key, kind, now)
+  local fast = FAST[kind]
+  local state
+  if fast then
+    local value = redis.pcall('GET', key)
+    local reply = fast(key, value, q, min, now, false)
+    if reply then return reply end
+    state = string_reply_state(key, value, now)
+  elseif kind == 'sl' then
+    local r = sl_read(key)
+    local reply = sl_fast(key, r, q, min, now, false)
+    if reply then return reply end
+    state = sl_open(key, now, r)
+  else
+    state = open(key, kind, now)
+  end
   check_kind(state, kind)
   local units, d = grant(state, q, min, now)
   return first_field(units, d, min)
@@ -1384,7 +1879,8 @@ local function refund(keys, a)
   local now = now_reading()
   local q = refund_args(a)
   local kind = q.kind
-  local state = open(key, kind, now)
+  local state
+  if kind == 'sl' then state = sl_open(key, now, sl_read(key)) else state = open(key, kind, now) end
   check_kind(state, kind)
   local d, write = Algo[kind].refund(state, q, now)
   if write then commit(key, write, state, now) end
@@ -1408,37 +1904,109 @@ local function throttle(keys, a)
   if #a < 3 then arity('cl.throttle') end
   local now = now_reading()
   local q = throttle_args(a)
-  local state = open(key, 'gcra', now)
+  local value = redis.pcall('GET', key)
+  local reply = gc_fast(key, value, q, now)
+  if reply then return reply end
+  local state = string_reply_state(key, value, now)
   check_kind(state, 'gcra')
   local _, write, cell = GC.throttle(state, q, now)
   if write then commit(key, write, state, now) end
   return cell
 end
 
-local function acquire(keys, a)
-  local key = single_key(keys, 'rl.acquire')
-  if #a ~= 3 then arity('rl.acquire') end
-  local now = now_reading()
-  local q = concurrency_params(a[1], a[3])
-  q.holder = holder_id(a[2])
+-- The general path of an in-flight call: every holder read into Lua (open), decided by CC.
+local function cc_general(key, q, now, release_only)
   local state = open(key, 'cc', now)
   check_kind(state, 'cc')
+  if release_only then
+    local _, write = CC.refund(state, q, now)
+    if write then commit(key, write, state, now) return 1 end
+    return 0
+  end
   local d, write = CC.evaluate(state, q, now)
   if write then commit(key, write, state, now) end
   return d
 end
 
+-- The highest score of a sorted set (its last holder's expiry), nil when it is empty.
+local function last_score(key)
+  local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+  return top[2] and top[2] + 0
+end
+
+local acquire_args = remembered(function(a) return concurrency_params(a[1], a[2]) end)
+
+-- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
+-- holder into Lua): ZSCORE finds the caller, ZCARD less the expired holders (ZCOUNT up to
+-- now, which walks only those) counts the live ones, and only a denial reads the holder whose
+-- expiry frees a slot. An admitted call removes the expired holders (if any), adds or renews
+-- the caller, and reads the last expiry for the key's. A key that is not a sorted set goes
+-- the general way (its errors).
+local function acquire(keys, a)
+  local key = single_key(keys, 'rl.acquire')
+  if #a ~= 3 then arity('rl.acquire') end
+  local now = now_reading()
+  local q = acquire_args({a[1], a[3]})
+  local holder = holder_id(a[2])
+  local own = redis.pcall('ZSCORE', key, holder)
+  if own and own.err then
+    return cc_general(key, {kind = 'cc', limit = q.limit, ttl = q.ttl, holder = holder, cost = 1}, now)
+  end
+  local us, limit = now.us, q.limit
+  local us_s = int(us)
+  if own then
+    own = own + 0
+    if own <= us then own = nil end
+  end
+  local live, expired = redis.call('ZCARD', key), 0
+  if live > 0 then
+    expired = redis.call('ZCOUNT', key, '-inf', us_s)
+    live = live - expired
+  end
+  if not own and live >= limit then
+    -- cc_retry: the (live − limit + 1)-th live expiry frees a slot.
+    local rank = int(expired + live - limit)
+    local next_free = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
+    local retry = ceil_ms(next_free[2] - us, 1000)
+    if retry < 1 then retry = 1 end
+    return {0, 0, retry, ceil_ms(last_score(key) - us, 1000), limit}
+  end
+  local expires = us + q.ttl
+  if own and own > expires then expires = own end
+  if own then live = live - 1 end
+  if expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
+  redis.call('ZADD', key, int(expires), holder)
+  -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
+  local last = last_score(key)
+  redis.call('PEXPIREAT', key, int(expiry_ms_us(last)))
+  local remaining = limit - live - 1
+  if remaining < 0 then remaining = 0 end
+  return {1, remaining, 0, ceil_ms(last - us, 1000), limit}
+end
+
+-- RL.RELEASE, as RL.ACQUIRE: ZSCORE finds the caller; a live caller's slot is removed with
+-- the expired holders, and the key then expires with its last holder (or is gone with it).
+-- Every write of an in-flight limit leaves the key expiring with its last holder, so when
+-- the caller is not the last (the last holder read before the write is another), the
+-- expiry stands and is not written again.
 local function release(keys, a)
   local key = single_key(keys, 'rl.release')
   if #a ~= 1 then arity('rl.release') end
   local holder = holder_id(a[1])
   local now = now_reading()
-  local state = open(key, 'cc', now)
-  check_kind(state, 'cc')
-  local q = {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}
-  local _, write = CC.refund(state, q, now)
-  if write then commit(key, write, state, now) return 1 end
-  return 0
+  local own = redis.pcall('ZSCORE', key, holder)
+  if own and own.err then
+    return cc_general(key, {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}, now, true)
+  end
+  local us = now.us
+  if not own or own + 0 <= us then return 0 end
+  local top = redis.call('ZRANGE', key, '-1', '-1')
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(us))
+  redis.call('ZREM', key, holder)
+  if top[1] ~= holder then return 1 end
+  local last = last_score(key)
+  if last then redis.call('PEXPIREAT', key, int(expiry_ms_us(last))) end
+  return 1
 end
 
 -- RL.MULTI: the binding limit (core::multi::bind).
@@ -1552,7 +2120,9 @@ local multi_args = remembered(function(a, keys)
       arg_error('cost * weight', 'must be at most 9007199254740992' .. LIBRARY)
     end
   end
-  return {quotas = quotas, cost = cost, weights = weights, min = min}
+  local buckets = true
+  for _, q in ipairs(quotas) do if q.kind ~= 'tb' then buckets = false end end
+  return {quotas = quotas, cost = cost, weights = weights, min = min, buckets = buckets}
 end)
 
 local function multi(keys, a)
@@ -1570,6 +2140,27 @@ local function multi(keys, a)
   local now = now_reading()
   local parsed = multi_args(a, keys)
   local quotas, cost, weights, min = parsed.quotas, parsed.cost, parsed.weights, parsed.min
+  if parsed.buckets and min == nil then
+    -- Token buckets only, all or nothing: tb_fast decides each key; when every key is
+    -- admitted (and on its fast path) the writes are made, else the general path below
+    -- decides from the start (it has written nothing).
+    local decisions, values, expiries, costs = {}, {}, {}, {}
+    local admitted = true
+    for index = 1, count do
+      local q = quotas[index]
+      if q.cost ~= cost * weights[index] then q = with_cost(q, cost * weights[index]) end
+      local d, value, expiry = tb_fast(keys[index], redis.pcall('GET', keys[index]), q, nil, now, DEFER)
+      if not (d and value) then admitted = false break end
+      decisions[index], values[index], expiries[index], costs[index] = d, value, expiry, q.cost
+    end
+    if admitted then
+      local binding, d = bind(decisions, costs)
+      for index = 1, count do redis.call('SET', keys[index], values[index], 'PXAT', expiries[index]) end
+      d[6] = binding - 1
+      d[7] = decisions
+      return d
+    end
+  end
   -- Open every key, then evaluate every limit against one clock reading.
   local states = {}
   for index = 1, count do states[index] = open(keys[index], quotas[index].kind, now) or false end

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use clock::{BASE_US, ClockedServer};
 use redis_ratelimit_testkit::helpers::error_text;
-use trace::{Step, trace};
+use trace::{Step, long_trace, trace};
 
 /// Traces per run and calls per trace: 40 × 250 = 10,000 calls to each backend.
 const TRACES: u64 = 40;
@@ -209,18 +209,31 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn the_library_answers_every_call_exactly_as_the_module() {
+    agree_on(&seeds(), "", |seed| trace(seed, TRACE_LEN));
+}
+
+/// Long sliding logs and many holders, which the random traces do not build (`long_trace`):
+/// a trace per window, of 1,500 calls.
+#[test]
+fn long_logs_and_many_holders_agree_too() {
+    let seeds: Vec<u64> = seeds().into_iter().take(3).collect();
+    agree_on(&seeds, "long ", |seed| long_trace(seed, 1_500));
+}
+
+/// Replays the traces `make` draws from `seeds` on both backends; a difference is shrunk
+/// and reported with its seed.
+fn agree_on(seeds: &[u64], name: &str, make: impl Fn(u64) -> Vec<Step>) {
     let mut backends = Backends::start();
-    let seeds = seeds();
     let started = Instant::now();
     println!(
-        "conformance: {} traces of {TRACE_LEN} calls, seeds {}..{} (RL_CONFORMANCE_SEED=<seed> replays one)",
+        "conformance: {} {name}traces, seeds {}..{} (RL_CONFORMANCE_SEED=<seed> replays one)",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1]
     );
     let mut calls = 0;
-    for &seed in &seeds {
-        let steps = trace(seed, TRACE_LEN);
+    for &seed in seeds {
+        let steps = make(seed);
         if let Some((index, _, _)) = backends.first_difference(&steps) {
             let shrunk = shrink(&mut backends, &steps[..=index]);
             let (_, module, library) = backends
@@ -237,7 +250,7 @@ fn the_library_answers_every_call_exactly_as_the_module() {
         calls += steps.len();
     }
     println!(
-        "conformance: {calls} calls to each backend agreed (replies, PTTL, PEXPIRETIME) in {:.1} s",
+        "conformance: {calls} {name}calls to each backend agreed (replies, PTTL, PEXPIRETIME) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }

@@ -435,3 +435,98 @@ pub fn trace(seed: u64, len: usize) -> Vec<Step> {
         })
         .collect()
 }
+
+/// A call of a trace on one sliding log and one in-flight limit that grow long: the
+/// library's sliding log keeps records it searches and rewrites only now and then, and
+/// `rl_acquire` / `rl_release` ask Redis about the holders instead of reading them all, so
+/// their searches, rewrites and counts need logs of hundreds of records and limits of dozens
+/// of holders, which the random traces (a few calls per key) do not build.
+fn long_call(rng: &mut Rng, window: &str) -> Call {
+    let log = "{t}long:log".to_string();
+    let holders = "{t}long:cc".to_string();
+    let window = window.to_string();
+    let mut args = vec!["10000".to_string(), window.clone()];
+    match rng.below(100) {
+        0..=49 => {
+            if rng.chance(30) {
+                args.push(rng.pick(&["2", "3", "40"]).into());
+            }
+            if rng.chance(10) {
+                args.push("PARTIAL".into());
+            }
+            single("RL.SLIDINGLOG", "rl_slidinglog", log, args)
+        }
+        50..=57 => {
+            let mut refund = vec!["SLIDINGLOG".to_string()];
+            refund.extend(args);
+            refund.push(rng.pick(&["1", "2", "5", "60"]).into());
+            single("RL.REFUND", "rl_refund", log, refund)
+        }
+        58..=62 => {
+            let mut peek = vec!["SLIDINGLOG".to_string()];
+            peek.extend(args);
+            peek.push(rng.pick(&["1", "9000", "10000"]).into());
+            single("RL.PEEK", "rl_peek", log, peek)
+        }
+        63..=65 => {
+            // A small limit on the long log: denials, whose retry is the k-th unit's instant.
+            let small = vec![
+                rng.pick(&["5", "50", "300"]).to_string(),
+                window,
+                rng.pick(&["1", "4"]).to_string(),
+            ];
+            single("RL.SLIDINGLOG", "rl_slidinglog", log, small)
+        }
+        66..=67 => {
+            let mut multi_args = vec!["SLIDINGLOG".to_string()];
+            multi_args.extend(args);
+            Call {
+                command: "RL.MULTI",
+                function: "rl_multi",
+                keys: vec![log],
+                args: multi_args,
+            }
+        }
+        68..=89 => single(
+            "RL.ACQUIRE",
+            "rl_acquire",
+            holders,
+            vec![
+                rng.pick(&["20", "40", "45"]).to_string(),
+                format!("h{}", rng.below(50)),
+                rng.pick(&["2000", "30000", "500", "100000"]).to_string(),
+            ],
+        ),
+        90..=97 => single(
+            "RL.RELEASE",
+            "rl_release",
+            holders,
+            vec![format!("h{}", rng.below(50))],
+        ),
+        _ => single(
+            "RL.PEEK",
+            "rl_peek",
+            holders,
+            vec!["CONCURRENCY".to_string(), "40".to_string()],
+        ),
+    }
+}
+
+/// A trace of `len` calls on a long sliding log (window 1, 2.5 or 60 s, limit 10,000) and
+/// an in-flight limit of up to 50 holders, tens of milliseconds apart, now and then a step
+/// back or seconds ahead.
+pub fn long_trace(seed: u64, len: usize) -> Vec<Step> {
+    let mut rng = Rng::new(seed);
+    let window = rng.pick(&["1", "2.5", "60"]);
+    (0..len)
+        .map(|_| Step {
+            step_us: match rng.below(100) {
+                0..=9 => 0,
+                10..=93 => rng.below(40_000) as i64,
+                94..=96 => -(rng.below(3_000_000) as i64),
+                _ => rng.below(20_000_000) as i64,
+            },
+            call: long_call(&mut rng, window),
+        })
+        .collect()
+}
