@@ -36,6 +36,18 @@ async fn change(
         .unwrap();
 }
 
+/// Plan `small` (3 a minute) and tenant `acme` on it, in one change.
+fn acme_on_a_small_plan(
+    snapshot: &redis_ratelimit_client::plans::snapshot::Snapshot,
+) -> Vec<edit::Edit> {
+    let small = limits(&["per-minute=sliding:3/60s"]);
+    let mut edits = edit::plan_set(snapshot, "small", &small).unwrap();
+    let mut with_plan = snapshot.clone();
+    with_plan.plans.insert("small".into(), small);
+    edits.extend(edit::tenant_set(&with_plan, "acme", "small").unwrap());
+    edits
+}
+
 fn limits(texts: &[&str]) -> Vec<LimitSpec> {
     texts
         .iter()
@@ -82,17 +94,7 @@ async fn a_tenant_gets_its_plan_and_follows_changes() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    change(&mut con, |snapshot| {
-        let mut edits =
-            edit::plan_set(snapshot, "small", &limits(&["per-minute=sliding:3/60s"])).unwrap();
-        let mut with_plan = snapshot.clone();
-        with_plan
-            .plans
-            .insert("small".into(), limits(&["per-minute=sliding:3/60s"]));
-        edits.extend(edit::tenant_set(&with_plan, "acme", "small").unwrap());
-        edits
-    })
-    .await;
+    change(&mut con, acme_on_a_small_plan).await;
     change(&mut con, |snapshot| {
         edit::plan_set(snapshot, "big", &limits(&["per-minute=sliding:6/60s"])).unwrap()
     })
@@ -176,17 +178,7 @@ async fn on_a_cluster_the_store_is_read_through_its_slot_owner() {
         .connect(Duration::from_secs(5))
         .await
         .unwrap();
-    change(&mut con, |snapshot| {
-        let mut edits =
-            edit::plan_set(snapshot, "small", &limits(&["per-minute=sliding:3/60s"])).unwrap();
-        let mut with_plan = snapshot.clone();
-        with_plan
-            .plans
-            .insert("small".into(), limits(&["per-minute=sliding:3/60s"]));
-        edits.extend(edit::tenant_set(&with_plan, "acme", "small").unwrap());
-        edits
-    })
-    .await;
+    change(&mut con, acme_on_a_small_plan).await;
     let service = Service::start(
         &others.join(","),
         &[("plans.yaml", PLANS)],
