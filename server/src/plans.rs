@@ -53,17 +53,6 @@ impl Plans {
         if self.source().is_some() {
             return Ok(());
         }
-        if self
-            .urls
-            .iter()
-            .any(|url| url.starts_with("redis+sentinel://"))
-        {
-            return Err(
-                "policy store: plans cannot follow a Sentinel URL yet (rules with \
-                 tenant_key need --redis on one server, or --cluster)"
-                    .into(),
-            );
-        }
         let source = if self.cluster {
             let nodes: Vec<&str> = self.urls.iter().map(String::as_str).collect();
             PlanSource::connect_cluster(&nodes, self.options.clone()).await

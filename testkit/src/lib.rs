@@ -3,7 +3,8 @@
 //!
 //! - [`server`]: one `redis-server` with the module, on a free loopback port, in its own
 //!   temporary directory, stopped and removed on drop (even when a test panics);
-//! - [`cluster`]: a loopback Redis Cluster of such servers;
+//! - [`cluster`]: a loopback Redis Cluster of such servers; [`sentinel`]: a Redis Sentinel
+//!   monitoring one;
 //! - [`docker`]: containers of the module's image on private networks (the container tests),
 //!   and [`docker_cluster`]: a Redis Cluster of them;
 //! - [`helpers`]: small wrappers over the module's commands and server introspection;
@@ -24,4 +25,5 @@ pub mod cluster;
 pub mod docker;
 pub mod docker_cluster;
 pub mod helpers;
+pub mod sentinel;
 pub mod server;

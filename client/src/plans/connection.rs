@@ -3,8 +3,13 @@
 //! plain connection to any other node answers `MOVED`. A [`PlanServer::cluster`] routes
 //! them through the `redis` crate's cluster client (which follows failovers and slot
 //! moves), and takes the change notifications from a plain connection to one of the given
-//! nodes, since a cluster delivers a `PUBLISH` to the subscribers of every node.
+//! nodes, since a cluster delivers a `PUBLISH` to the subscribers of every node. With the
+//! `sentinel` feature, a `redis+sentinel://` URL names the primary the sentinels monitor:
+//! each new connection (the first, and every one after a failure) asks them again, so the
+//! store is followed through a failover.
 
+#[cfg(feature = "sentinel")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
@@ -24,6 +29,38 @@ pub enum PlanServer {
         /// The given nodes, tried in turn for the notifications' subscription.
         nodes: Vec<redis::Client>,
     },
+    /// The primary that Redis Sentinels monitor under a name, asked for on every connect.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<SentinelPrimary>),
+}
+
+/// The sentinels, the monitored name, and how to reach the data nodes.
+#[cfg(feature = "sentinel")]
+pub struct SentinelPrimary {
+    sentinel: tokio::sync::Mutex<redis::sentinel::Sentinel>,
+    service: String,
+    node: redis::sentinel::SentinelNodeConnectionInfo,
+}
+
+#[cfg(feature = "sentinel")]
+impl SentinelPrimary {
+    /// The current primary, as the sentinels name it (checked with `ROLE` by the `redis`
+    /// crate).
+    async fn client(&self, timeout: Duration) -> Result<redis::Client, RedisError> {
+        let asked = tokio::time::timeout(timeout, async {
+            let mut sentinel = self.sentinel.lock().await;
+            sentinel
+                .async_master_for(&self.service, Some(&self.node))
+                .await
+        })
+        .await;
+        asked.map_err(|_| {
+            RedisError::from((
+                redis::ErrorKind::IoError,
+                "the sentinels named no primary within the timeout",
+            ))
+        })?
+    }
 }
 
 impl std::fmt::Debug for PlanServer {
@@ -37,14 +74,57 @@ impl std::fmt::Debug for PlanServer {
                     .collect();
                 write!(f, "Cluster({addresses:?})")
             }
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(primary) => write!(f, "Sentinel({:?})", primary.service),
         }
     }
 }
 
 impl PlanServer {
-    /// The store on the server at `url`.
+    /// The store on the server at `url`; a `redis+sentinel://h1:p1,h2:p2/name[/db]` URL
+    /// names the primary those sentinels monitor (with the `sentinel` feature).
     pub fn single(url: &str) -> Result<Self, RedisError> {
+        if url.starts_with("redis+sentinel://") {
+            return Self::sentinel(url);
+        }
         Ok(Self::Single(redis::Client::open(url)?))
+    }
+
+    #[cfg(feature = "sentinel")]
+    fn sentinel(url: &str) -> Result<Self, RedisError> {
+        let invalid = |why: String| {
+            RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "invalid Sentinel URL",
+                format!("{why} in '{url}'"),
+            ))
+        };
+        let (sentinels, service, db) = crate::store::sentinel::parse_url(url).map_err(invalid)?;
+        let urls: Vec<String> = sentinels
+            .iter()
+            .map(|address| format!("redis://{address}/"))
+            .collect();
+        let sentinel = redis::sentinel::Sentinel::build(urls)?;
+        Ok(Self::Sentinel(Arc::new(SentinelPrimary {
+            sentinel: tokio::sync::Mutex::new(sentinel),
+            service,
+            node: redis::sentinel::SentinelNodeConnectionInfo {
+                tls_mode: None,
+                redis_connection_info: Some(redis::RedisConnectionInfo {
+                    db,
+                    ..redis::RedisConnectionInfo::default()
+                }),
+            },
+        })))
+    }
+
+    #[cfg(not(feature = "sentinel"))]
+    fn sentinel(url: &str) -> Result<Self, RedisError> {
+        Err(RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "a Sentinel URL needs the client's `sentinel` feature",
+            url.to_string(),
+        )))
     }
 
     /// The store on the Redis Cluster that `nodes` (URLs of some of its nodes) belong to;
@@ -83,6 +163,19 @@ impl PlanServer {
                         .await?,
                 ))
             }
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(primary) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(timeout)
+                    .set_response_timeout(timeout);
+                Ok(PlanConnection::Single(
+                    primary
+                        .client(timeout)
+                        .await?
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ))
+            }
             Self::Cluster { client, .. } => {
                 let connection = tokio::time::timeout(timeout, client.get_async_connection())
                     .await
@@ -97,15 +190,28 @@ impl PlanServer {
         }
     }
 
-    /// A pub/sub connection for the change notifications: the server itself, or the first of
-    /// the cluster's given nodes that answers.
-    pub async fn pubsub(&self) -> Result<PubSub, RedisError> {
+    /// A pub/sub connection for the change notifications: the server itself (the current
+    /// primary, for sentinels), or the first of the cluster's given nodes that answers, each
+    /// attempt bounded by `timeout`.
+    pub async fn pubsub(&self, timeout: Duration) -> Result<PubSub, RedisError> {
+        let bounded = |client: redis::Client| async move {
+            tokio::time::timeout(timeout, client.get_async_pubsub())
+                .await
+                .map_err(|_| {
+                    RedisError::from((
+                        redis::ErrorKind::IoError,
+                        "no pub/sub connection within the timeout",
+                    ))
+                })?
+        };
         match self {
-            Self::Single(client) => client.get_async_pubsub().await,
+            Self::Single(client) => bounded(client.clone()).await,
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(primary) => bounded(primary.client(timeout).await?).await,
             Self::Cluster { nodes, .. } => {
                 let mut last = None;
                 for node in nodes {
-                    match node.get_async_pubsub().await {
+                    match bounded(node.clone()).await {
                         Ok(pubsub) => return Ok(pubsub),
                         Err(error) => last = Some(error),
                     }

@@ -115,7 +115,8 @@ impl fmt::Debug for PlanSource {
 }
 
 impl PlanSource {
-    /// Follows the store at `url`: reads it once now (bounded by the options' timeout; if
+    /// Follows the store at `url` (or, with the `sentinel` feature, on the primary a
+    /// `redis+sentinel://` URL names): reads it once now (bounded by the options' timeout; if
     /// Redis is not there, the defaults apply meanwhile), then keeps the view current in a
     /// task of the current Tokio runtime (outside one, an error). Fails only on a malformed
     /// URL.
@@ -278,7 +279,7 @@ async fn keep_following(weak: Weak<Inner>, mut connection: Option<PlanConnection
         let mut messages = None;
         if options.subscribe {
             let subscribed = tokio::time::timeout(options.timeout, async {
-                let mut pubsub = server.pubsub().await?;
+                let mut pubsub = server.pubsub(options.timeout).await?;
                 pubsub.subscribe(CHANNEL).await?;
                 Ok::<_, redis::RedisError>(pubsub)
             })

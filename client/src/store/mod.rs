@@ -11,7 +11,7 @@ mod memory;
 mod redis;
 mod reply;
 #[cfg(feature = "sentinel")]
-mod sentinel;
+pub(crate) mod sentinel;
 
 use std::fmt;
 use std::future::Future;

@@ -12,6 +12,7 @@ use redis_ratelimit_client::PlanServer;
 use redis_ratelimit_client::plans::spec::{LimitSpec, Pattern};
 use redis_ratelimit_client::plans::{edit, store};
 use redis_ratelimit_testkit::cluster::{Cluster, keyslot};
+use redis_ratelimit_testkit::sentinel::Sentinel;
 use redis_ratelimit_testkit::server::Server;
 use tonic::transport::Channel;
 
@@ -198,6 +199,43 @@ async fn on_a_cluster_the_store_is_read_through_its_slot_owner() {
     let took = until_admitted(&mut client, "acme").await;
     assert!(took <= Duration::from_secs(1), "the change took {took:?}");
     assert_eq!(admitted(&mut client, "acme").await, 1, "5 in all");
+}
+
+/// Through Redis Sentinel: the store is on the primary the sentinel names, for `rlctl`'s
+/// connection (the client's `PlanServer`) and the service's `--redis redis+sentinel://`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_sentinel_the_store_is_read_on_the_primary_it_names() {
+    let primary = Server::start(&[]);
+    let sentinel = Sentinel::start(&primary, "plans");
+    let mut con = PlanServer::single(&sentinel.url())
+        .unwrap()
+        .connect(Duration::from_secs(5))
+        .await
+        .unwrap();
+    change(&mut con, acme_on_a_small_plan).await;
+    let version: Option<u64> = redis::cmd("GET")
+        .arg(store::VERSION_KEY)
+        .query(&mut primary.conn())
+        .unwrap();
+    assert_eq!(version, Some(1), "the change is on the primary");
+    let service = Service::start(
+        &sentinel.url(),
+        &[("plans.yaml", PLANS)],
+        &["--plans-check-ms", "200"],
+    );
+    assert!(
+        service.log().contains("plans: policy store at version 1"),
+        "the plan source's status is not in the log:\n{}",
+        service.log()
+    );
+    let mut client = service.grpc().await;
+    assert_eq!(admitted(&mut client, "acme").await, 3);
+    change(&mut con, |snapshot| {
+        edit::plan_set(snapshot, "small", &limits(&["per-minute=sliding:5/60s"])).unwrap()
+    })
+    .await;
+    let took = until_admitted(&mut client, "acme").await;
+    assert!(took <= Duration::from_secs(1), "the change took {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

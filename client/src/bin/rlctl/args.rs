@@ -27,7 +27,8 @@ LIMIT is NAME=KIND:AMOUNT/PERIOD, KIND token, sliding, fixed, log or gcra, PERIO
 number of ms, s, m, h or d: per-minute=sliding:1000/60s, per-day=fixed:100000/1d.
 Precedence: exact override > longest matching wildcard > the tenant's plan > the policy's default.
 
---redis    default $RLCTL_REDIS, else redis://127.0.0.1:6379/
+--redis    default $RLCTL_REDIS, else redis://127.0.0.1:6379/; or the primary Redis
+           Sentinels name: redis+sentinel://HOST:PORT[,HOST:PORT...]/NAME
 --cluster  the --redis URLs are nodes of a Redis Cluster (any of them: the store's
            commands go to the primary of its {rl-policy} slot)
 --who      recorded in the audit stream; default $USER, else rlctl
