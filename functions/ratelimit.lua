@@ -604,11 +604,18 @@ end
 -- The last parameters each command parsed, remembered as the module remembers them: parsing
 -- exactly, digit by digit, costs more than deciding, and a service sends the same parameters
 -- call after call. A parsed quota is never changed afterwards (`with_cost` copies it).
+-- The last call's arguments (up to three, no keys: a single-key command's common case) are
+-- compared first: walking the tree costs more than three string compares.
 local MEMO_SIZE = 256
 local PARSED = 0 -- the key of a parse result in the tree (arguments are strings)
 local function remembered(parse)
   local root, size = {}, 0
+  local last_n, last1, last2, last3, last_q, last_min = -1, nil, nil, nil, nil, nil
   return function(a, keys)
+    local n = #a
+    if n == last_n and keys == nil and a[1] == last1 and a[2] == last2 and a[3] == last3 then
+      return last_q, last_min
+    end
     -- A tree of the arguments, one level per argument (then the key count, if any).
     local node = root
     for i = 1, #a do
@@ -621,25 +628,29 @@ local function remembered(parse)
       node = node and node[#keys]
     end
     local hit = node and node[PARSED]
-    if hit then return hit[1], hit[2] end
-    local q, min = parse(a, keys)
-    if size >= MEMO_SIZE then root, size = {}, 0 end
-    node = root
-    for i = 1, #a do
-      local next_node = node[a[i]]
-      if next_node == nil then next_node = {}; node[a[i]] = next_node end
-      node = next_node
+    local q, min
+    if hit then q, min = hit[1], hit[2]
+    else
+      q, min = parse(a, keys)
+      if size >= MEMO_SIZE then root, size = {}, 0 end
+      node = root
+      for i = 1, #a do
+        local next_node = node[a[i]]
+        if next_node == nil then next_node = {}; node[a[i]] = next_node end
+        node = next_node
+      end
+      if keys then
+        local next_node = node[PARSED + 1]
+        if next_node == nil then next_node = {}; node[PARSED + 1] = next_node end
+        node = next_node
+        next_node = node[#keys]
+        if next_node == nil then next_node = {}; node[#keys] = next_node end
+        node = next_node
+      end
+      node[PARSED] = {q, min}
+      size = size + 1
     end
-    if keys then
-      local next_node = node[PARSED + 1]
-      if next_node == nil then next_node = {}; node[PARSED + 1] = next_node end
-      node = next_node
-      next_node = node[#keys]
-      if next_node == nil then next_node = {}; node[#keys] = next_node end
-      node = next_node
-    end
-    node[PARSED] = {q, min}
-    size = size + 1
+    if n <= 3 and keys == nil then last_n, last1, last2, last3, last_q, last_min = n, a[1], a[2], a[3], q, min end
     return q, min
   end
 end
@@ -1708,9 +1719,12 @@ end
 -- The sliding log's fast path, as tb_fast: a log whose oldest live record is still in the
 -- window (nothing to search or drop) and no field x, from its last record and trailer (`r`,
 -- GETRANGE), admitted inline with one SETRANGE of its last record and trailer (the fields
--- it does not change copied as they are) and PEXPIREAT. nil: the general path decides.
+-- it does not change copied as they are) and PEXPIREAT. nil: the general path decides. Its
+-- reply is one table, refilled by each call (Redis reads it before the next call).
+local SL_REPLY = {0, 0, 0, 0, 0}
 local function sl_fast(key, r, q, min, now, write)
-  if r.err or #r ~= 130 or byte(r, 33) ~= 124 or sub(r, 115, 130) ~= NO_X then -- 130: RECORD + SL_TRAILER
+  -- 130: RECORD + SL_TRAILER; field x is 16 digits or NO_X, told apart by its first byte.
+  if r.err or #r ~= 130 or byte(r, 33) ~= 124 or byte(r, 115) ~= 45 then
     return nil
   end
   local count, oldest = sub(r, 50, 65) + 0, sub(r, 98, 113) + 0
@@ -1752,7 +1766,9 @@ local function sl_fast(key, r, q, min, now, write)
     end
     redis.call('PEXPIREAT', key, format('%d', expiry))
   end
-  return {min ~= nil and units or 1, limit - in_window - units, 0, reset, limit}
+  local d = SL_REPLY
+  d[1], d[2], d[3], d[4], d[5] = min ~= nil and units or 1, limit - in_window - units, 0, reset, limit
+  return d
 end
 
 -- Grants -----------------------------------------------------------------------------------
@@ -1800,9 +1816,14 @@ local function limiter_command(kind, command)
   local parse = remembered(function(a) return call_args(kind, a, 1, command) end)
   local fast = FAST[kind]
   return function(keys, a)
-    local key = single_key(keys, command)
-    if #a < 2 then arity(command) end
-    local now = now_reading()
+    if #keys ~= 1 or #a < 2 then arity(command) end
+    local key = keys[1]
+    -- now_reading and single_key, inline: these are the commands called most.
+    local t = redis.call('TIME')
+    local s, us = t[1] + 0, t[2] + 0
+    if MS_CLOCK then us = us - us % 1000 end
+    local now = NOW
+    now.us, now.s, now.n = s * 1000000 + us, s, us * 1000
     local q, min = parse(a)
     local state
     if fast then
@@ -2212,34 +2233,33 @@ end
 
 -- Registration -----------------------------------------------------------------------------
 
--- Turns raised errors into error replies (bugs are re-raised for Redis to report).
-local function entry(body)
-  return function(keys, args)
-    local ok, result = pcall(body, keys, args)
-    if ok then return result end
-    if type(result) == 'table' then
-      if result[1] then return redis.error_reply(result[1]) end
-      if result.err then return result end
-    end
-    error(result, 0)
-  end
-end
-
 return {
-  rl_tokenbucket = entry(limiter_command('tb', 'rl.tokenbucket')),
-  rl_sliding = entry(limiter_command('sw', 'rl.sliding')),
-  rl_fixed = entry(limiter_command('fw', 'rl.fixed')),
-  rl_slidinglog = entry(limiter_command('sl', 'rl.slidinglog')),
-  cl_throttle = entry(throttle),
-  rl_multi = entry(multi),
-  rl_acquire = entry(acquire),
-  rl_release = entry(release),
-  rl_peek = entry(peek),
-  rl_refund = entry(refund),
+  rl_tokenbucket = limiter_command('tb', 'rl.tokenbucket'),
+  rl_sliding = limiter_command('sw', 'rl.sliding'),
+  rl_fixed = limiter_command('fw', 'rl.fixed'),
+  rl_slidinglog = limiter_command('sl', 'rl.slidinglog'),
+  cl_throttle = throttle,
+  rl_multi = multi,
+  rl_acquire = acquire,
+  rl_release = release,
+  rl_peek = peek,
+  rl_refund = refund,
 }
 end
 
 local commands = nil
+
+-- What a command raised, as its reply: an error raised with `fail` (a table holding the
+-- message) or by redis.call (a table with `err`) is the command's error reply; anything
+-- else is a bug, re-raised for Redis to report. The callers run the command under pcall
+-- themselves, not through a wrapper: one Lua call less on every call.
+local function raised(result)
+  if type(result) == 'table' then
+    if result[1] then return redis.error_reply(result[1]) end
+    if result.err then return result end
+  end
+  error(result, 0)
+end
 
 if redis.register_function then
   local function register(name, flags)
@@ -2247,7 +2267,9 @@ if redis.register_function then
       function_name = name,
       callback = function(keys, args)
         if commands == nil then commands = build() end
-        return commands[name](keys, args)
+        local ok, result = pcall(commands[name], keys, args)
+        if ok then return result end
+        return raised(result)
       end,
       flags = flags,
     }
@@ -2269,5 +2291,7 @@ else
   if command == nil then
     return redis.error_reply("ERR the first argument must name one of the ratelimit library's functions (rl_tokenbucket, rl_sliding, rl_fixed, rl_slidinglog, cl_throttle, rl_multi, rl_acquire, rl_release, rl_peek, rl_refund)")
   end
-  return command(KEYS, {unpack(ARGV, 2)})
+  local ok, result = pcall(command, KEYS, {unpack(ARGV, 2)})
+  if ok then return result end
+  return raised(result)
 end
