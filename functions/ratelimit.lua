@@ -1957,31 +1957,54 @@ end
 
 local acquire_args = remembered(function(a) return concurrency_params(a[1], a[2]) end)
 
+-- The last limit and ttl RL.ACQUIRE parsed (its holder differs call after call, so the
+-- memo is asked with a table of those two: built only when they change).
+local acquired_limit, acquired_ttl, acquired_q = nil, nil, nil
+
 -- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
 -- holder into Lua): ZSCORE finds the caller, ZCARD less the expired holders (ZCOUNT up to
 -- now, which walks only those) counts the live ones, and only a denial reads the holder whose
--- expiry frees a slot. An admitted call removes the expired holders (if any), adds or renews
--- the caller, and reads the last expiry for the key's. A key that is not a sorted set goes
--- the general way (its errors).
+-- expiry frees a slot. An admitted call removes the expired holders (if any: a renewal, which
+-- is admitted whatever the count, removes them at once, ZREMRANGEBYSCORE's reply counting
+-- them instead of ZCOUNT's), then adds or renews the caller. The key expires with its last
+-- holder: every write of an in-flight limit leaves it expiring at its last expiry's
+-- millisecond (rounded up), so on a key that keeps holders PEXPIREAT ... GT is that write,
+-- and when it moves the expiry the caller's is the last (a later millisecond than every
+-- other); only when it does not (a holder in the same or a later millisecond, other ttls, the
+-- clock stepped back) is the last expiry read. A key that is not a sorted set goes the
+-- general way (its errors).
 local function acquire(keys, a)
-  local key = single_key(keys, 'rl.acquire')
-  if #a ~= 3 then arity('rl.acquire') end
-  local now = now_reading()
-  local q = acquire_args({a[1], a[3]})
-  local holder = holder_id(a[2])
+  if #keys ~= 1 or #a ~= 3 then arity('rl.acquire') end
+  local key = keys[1]
+  -- now_reading, inline.
+  local t = redis.call('TIME')
+  local s, within = t[1] + 0, t[2] + 0
+  if MS_CLOCK then within = within - within % 1000 end
+  local us = s * 1000000 + within
+  local now = NOW
+  now.us, now.s, now.n = us, s, within * 1000
+  local q
+  if a[1] == acquired_limit and a[3] == acquired_ttl then q = acquired_q
+  else
+    q = acquire_args({a[1], a[3]})
+    acquired_limit, acquired_ttl, acquired_q = a[1], a[3], q
+  end
+  local holder = a[2]
+  if #holder < 1 or #holder > 128 then holder_id(holder) end
   local own = redis.pcall('ZSCORE', key, holder)
   if own and own.err then
     return cc_general(key, {kind = 'cc', limit = q.limit, ttl = q.ttl, holder = holder, cost = 1}, now)
   end
-  local us, limit = now.us, q.limit
-  local us_s = int(us)
+  local limit = q.limit
+  local us_s = format('%d', us)
   if own then
     own = own + 0
     if own <= us then own = nil end
   end
   local live, expired = redis.call('ZCARD', key), 0
   if live > 0 then
-    expired = redis.call('ZCOUNT', key, '-inf', us_s)
+    if own then expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
+    else expired = redis.call('ZCOUNT', key, '-inf', us_s) end
     live = live - expired
   end
   if not own and live >= limit then
@@ -1994,12 +2017,21 @@ local function acquire(keys, a)
   end
   local expires = us + q.ttl
   if own and own > expires then expires = own end
-  if own then live = live - 1 end
-  if expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
-  redis.call('ZADD', key, int(expires), holder)
+  -- The holders the key keeps through the write (the live ones, the caller's slot included).
+  local kept = live
+  if own then live = live - 1
+  elseif expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
+  redis.call('ZADD', key, format('%d', expires), holder)
   -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
-  local last = last_score(key)
-  redis.call('PEXPIREAT', key, int(expiry_ms_us(last)))
+  local last = expires
+  local expiry = expiry_ms_us(expires)
+  if kept == 0 then
+    -- A new key (or one whose holders had all expired, deleted with them): the caller's.
+    redis.call('PEXPIREAT', key, format('%d', expiry))
+  elseif redis.call('PEXPIREAT', key, format('%d', expiry), 'GT') == 0 then
+    last = last_score(key)
+    redis.call('PEXPIREAT', key, format('%d', expiry_ms_us(last)))
+  end
   local remaining = limit - live - 1
   if remaining < 0 then remaining = 0 end
   return {1, remaining, 0, ceil_ms(last - us, 1000), limit}
@@ -2008,23 +2040,33 @@ end
 -- RL.RELEASE, as RL.ACQUIRE: ZSCORE finds the caller; a live caller's slot is removed with
 -- the expired holders, and the key then expires with its last holder (or is gone with it).
 -- Every write of an in-flight limit leaves the key expiring with its last holder, so when
--- the caller is not the last (the last holder read before the write is another), the
--- expiry stands and is not written again.
+-- the caller is not the last the expiry stands and is not written again: the caller is not
+-- when the key expires in a later millisecond than the caller's expiry (PEXPIRETIME, an
+-- integer, costs less than reading the last holder); only otherwise is the last holder read.
 local function release(keys, a)
-  local key = single_key(keys, 'rl.release')
-  if #a ~= 1 then arity('rl.release') end
-  local holder = holder_id(a[1])
-  local now = now_reading()
+  if #keys ~= 1 or #a ~= 1 then arity('rl.release') end
+  local key = keys[1]
+  local holder = a[1]
+  if #holder < 1 or #holder > 128 then holder_id(holder) end
+  -- now_reading, inline.
+  local t = redis.call('TIME')
+  local s, within = t[1] + 0, t[2] + 0
+  if MS_CLOCK then within = within - within % 1000 end
+  local us = s * 1000000 + within
+  local now = NOW
+  now.us, now.s, now.n = us, s, within * 1000
   local own = redis.pcall('ZSCORE', key, holder)
   if own and own.err then
     return cc_general(key, {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}, now, true)
   end
-  local us = now.us
-  if not own or own + 0 <= us then return 0 end
-  local top = redis.call('ZRANGE', key, '-1', '-1')
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(us))
+  if not own then return 0 end
+  own = own + 0
+  if own <= us then return 0 end
+  local top = nil
+  if redis.call('PEXPIRETIME', key) <= expiry_ms_us(own) then top = redis.call('ZRANGE', key, '-1', '-1') end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', us))
   redis.call('ZREM', key, holder)
-  if top[1] ~= holder then return 1 end
+  if not top or top[1] ~= holder then return 1 end
   local last = last_score(key)
   if last then redis.call('PEXPIREAT', key, int(expiry_ms_us(last))) end
   return 1
