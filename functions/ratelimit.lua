@@ -1960,6 +1960,8 @@ local acquire_args = remembered(function(a) return concurrency_params(a[1], a[2]
 -- The last limit and ttl RL.ACQUIRE parsed (its holder differs call after call, so the
 -- memo is asked with a table of those two: built only when they change).
 local acquired_limit, acquired_ttl, acquired_q = nil, nil, nil
+-- An admitted call's reply: one table, refilled by each call (Redis reads it before the next).
+local CC_REPLY = {1, 0, 0, 0, 0}
 
 -- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
 -- holder into Lua): ZSCORE finds the caller, ZCARD less the expired holders (ZCOUNT up to
@@ -2015,26 +2017,39 @@ local function acquire(keys, a)
     if retry < 1 then retry = 1 end
     return {0, 0, retry, ceil_ms(last_score(key) - us, 1000), limit}
   end
-  local expires = us + q.ttl
-  if own and own > expires then expires = own end
+  local ttl = q.ttl
+  local expires = us + ttl
+  -- The key's expiry (expiry_ms_us) and the reply's reset (ceil_ms) for the caller's expiry.
+  local expiry, reset
+  if own and own > expires then
+    expires = own
+    expiry, reset = expiry_ms_us(own), ceil_ms(own - us, 1000)
+  else
+    -- Inline: ttl is whole milliseconds, so only now's microseconds round up.
+    local r = us % 1000 -- as in fdiv (us is below 2^52)
+    if r >= 1000 then r = r - 1000 elseif r < 0 then r = r + 1000 end
+    expiry, reset = (us - r + ttl) / 1000, ttl / 1000
+    if r > 0 then expiry = expiry + 1 end
+  end
   -- The holders the key keeps through the write (the live ones, the caller's slot included).
   local kept = live
   if own then live = live - 1
   elseif expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
   redis.call('ZADD', key, format('%d', expires), holder)
   -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
-  local last = expires
-  local expiry = expiry_ms_us(expires)
   if kept == 0 then
     -- A new key (or one whose holders had all expired, deleted with them): the caller's.
     redis.call('PEXPIREAT', key, format('%d', expiry))
   elseif redis.call('PEXPIREAT', key, format('%d', expiry), 'GT') == 0 then
-    last = last_score(key)
+    local last = last_score(key)
+    reset = ceil_ms(last - us, 1000)
     redis.call('PEXPIREAT', key, format('%d', expiry_ms_us(last)))
   end
   local remaining = limit - live - 1
   if remaining < 0 then remaining = 0 end
-  return {1, remaining, 0, ceil_ms(last - us, 1000), limit}
+  local d = CC_REPLY
+  d[1], d[2], d[3], d[4], d[5] = 1, remaining, 0, reset, limit
+  return d
 end
 
 -- RL.RELEASE, as RL.ACQUIRE: ZSCORE finds the caller; a live caller's slot is removed with
@@ -2062,8 +2077,10 @@ local function release(keys, a)
   if not own then return 0 end
   own = own + 0
   if own <= us then return 0 end
+  -- Not the last holder when the key expires after the caller's millisecond, rounded up:
+  -- ceil(own / 1000) < e, that is (e − 1) × 1000 ≥ own (e is a whole millisecond).
   local top = nil
-  if redis.call('PEXPIRETIME', key) <= expiry_ms_us(own) then top = redis.call('ZRANGE', key, '-1', '-1') end
+  if (redis.call('PEXPIRETIME', key) - 1) * 1000 < own then top = redis.call('ZRANGE', key, '-1', '-1') end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', us))
   redis.call('ZREM', key, holder)
   if not top or top[1] ~= holder then return 1 end
