@@ -1966,14 +1966,14 @@ local CC_REPLY = {1, 0, 0, 0, 0}
 -- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
 -- holder into Lua): ZSCORE finds the caller, ZCARD less the expired holders (ZCOUNT up to
 -- now, which walks only those) counts the live ones, and only a denial reads the holder whose
--- expiry frees a slot. An admitted call removes the expired holders (if any: a renewal, which
--- is admitted whatever the count, removes them at once, ZREMRANGEBYSCORE's reply counting
--- them instead of ZCOUNT's), then adds or renews the caller. The key expires with its last
+-- expiry frees a slot. An admitted call removes the expired holders (if any: a renewal,
+-- admitted whatever their count, removes them at once, ZREMRANGEBYSCORE's reply counting them
+-- instead of ZCOUNT's), then adds or renews the caller. The key expires with its last
 -- holder: every write of an in-flight limit leaves it expiring at its last expiry's
 -- millisecond (rounded up), so on a key that keeps holders PEXPIREAT ... GT is that write,
 -- and when it moves the expiry the caller's is the last (a later millisecond than every
--- other); only when it does not (a holder in the same or a later millisecond, other ttls, the
--- clock stepped back) is the last expiry read. A key that is not a sorted set goes the
+-- other's); only when it does not (a holder in the same or a later millisecond: other ttls,
+-- the clock stepped back) is the last expiry read. A key that is not a sorted set goes the
 -- general way (its errors).
 local function acquire(keys, a)
   if #keys ~= 1 or #a ~= 3 then arity('rl.acquire') end
@@ -2004,8 +2004,11 @@ local function acquire(keys, a)
     if own <= us then own = nil end
   end
   local live, expired = redis.call('ZCARD', key), 0
+  -- A renewal is admitted whatever the count: its expired holders go at once. (A ZCOUNT
+  -- costs less than a ZREMRANGEBYSCORE that finds nothing, so a new holder counts them.)
+  local removed = own
   if live > 0 then
-    if own then expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
+    if removed then expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
     else expired = redis.call('ZCOUNT', key, '-inf', us_s) end
     live = live - expired
   end
@@ -2033,8 +2036,8 @@ local function acquire(keys, a)
   end
   -- The holders the key keeps through the write (the live ones, the caller's slot included).
   local kept = live
-  if own then live = live - 1
-  elseif expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
+  if own then live = live - 1 end
+  if expired > 0 and not removed then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
   redis.call('ZADD', key, format('%d', expires), holder)
   -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
   if kept == 0 then
