@@ -465,7 +465,8 @@ local function window_params(kind, limit_arg, window_arg)
   elseif digits_above(limit_digits, '4294967295') then
     arg_error('limit', 'must be at most 4294967295', limit_arg)
   end
-  return {kind = kind, limit = limit, window = window, cost = 1}
+  -- window_ms: the window in milliseconds rounded up, the reset of a log admitting now.
+  return {kind = kind, limit = limit, window = window, window_ms = cdiv(window, 1000), cost = 1}
 end
 
 local function gcra_params(burst_arg, count_arg, period_arg)
@@ -1751,11 +1752,15 @@ local function sl_fast(key, r, q, min, now, write)
   if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
   local expiry = (gone - r_us) / 1000
   if r_us > 0 then expiry = expiry + 1 end
-  local until_gone = gone - now.us
-  r_us = until_gone % 1000
-  if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
-  local reset = (until_gone - r_us) / 1000
-  if r_us > 0 then reset = reset + 1 end
+  -- At now (the clock not stepped back), until_gone is the window: q.window_ms.
+  local reset = q.window_ms
+  if at ~= now.us then
+    local until_gone = gone - now.us
+    r_us = until_gone % 1000
+    if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
+    reset = (until_gone - r_us) / 1000
+    if r_us > 0 then reset = reset + 1 end
+  end
   if write then
     if sub(r, 1, 16) == at_s then
       redis.call('SETRANGE', key, format('%d', 3 + (count - 1) * RECORD),
