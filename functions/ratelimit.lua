@@ -1724,8 +1724,9 @@ end
 -- reply is one table, refilled by each call (Redis reads it before the next call).
 local SL_REPLY = {0, 0, 0, 0, 0}
 local function sl_fast(key, r, q, min, now, write)
-  -- 130: RECORD + SL_TRAILER; field x is 16 digits or NO_X, told apart by its first byte.
-  if r.err or #r ~= 130 or byte(r, 33) ~= 124 or byte(r, 115) ~= 45 then
+  -- 130: RECORD + SL_TRAILER (an error reply, a table, has length 0); field x is 16 digits
+  -- or NO_X, told apart by its first byte.
+  if #r ~= 130 or byte(r, 33) ~= 124 or byte(r, 115) ~= 45 then
     return nil
   end
   local count, oldest = sub(r, 50, 65) + 0, sub(r, 98, 113) + 0
