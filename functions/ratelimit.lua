@@ -33,7 +33,9 @@
 -- (tb_fast, fw_fast, sw_fast, gc_fast, sl_fast, acquire/release on Redis's sorted-set
 -- commands) doing the general path's operations inline, in the same order; what it does not
 -- handle goes to the general path, which it has not written to. Arguments to redis.call
--- are strings (Redis converts numbers with a 17-digit printf).
+-- are strings (Redis converts numbers with a 17-digit printf). The most called paths also
+-- save calls and tables: TIME read inline, the last parameters compared before the memo,
+-- one pcall around each command (no wrapper), one reply table refilled (sl_fast, acquire).
 --
 -- Clock. The module reads whole milliseconds on Redis 7.0/7.1 and the cached microsecond
 -- clock on 7.2+; the library reads TIME once per call and follows the same rule.
