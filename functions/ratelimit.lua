@@ -33,7 +33,9 @@
 -- (tb_fast, fw_fast, sw_fast, gc_fast, sl_fast, acquire/release on Redis's sorted-set
 -- commands) doing the general path's operations inline, in the same order; what it does not
 -- handle goes to the general path, which it has not written to. Arguments to redis.call
--- are strings (Redis converts numbers with a 17-digit printf).
+-- are strings (Redis converts numbers with a 17-digit printf). The most called paths also
+-- save calls and tables: TIME read inline, the last parameters compared before the memo,
+-- one pcall around each command (no wrapper), one reply table refilled (sl_fast, acquire).
 --
 -- Clock. The module reads whole milliseconds on Redis 7.0/7.1 and the cached microsecond
 -- clock on 7.2+; the library reads TIME once per call and follows the same rule.
@@ -465,7 +467,8 @@ local function window_params(kind, limit_arg, window_arg)
   elseif digits_above(limit_digits, '4294967295') then
     arg_error('limit', 'must be at most 4294967295', limit_arg)
   end
-  return {kind = kind, limit = limit, window = window, cost = 1}
+  -- window_ms: the window in milliseconds rounded up, the reset of a log admitting now.
+  return {kind = kind, limit = limit, window = window, window_ms = cdiv(window, 1000), cost = 1}
 end
 
 local function gcra_params(burst_arg, count_arg, period_arg)
@@ -604,11 +607,18 @@ end
 -- The last parameters each command parsed, remembered as the module remembers them: parsing
 -- exactly, digit by digit, costs more than deciding, and a service sends the same parameters
 -- call after call. A parsed quota is never changed afterwards (`with_cost` copies it).
+-- The last call's arguments (up to three, no keys: a single-key command's common case) are
+-- compared first: walking the tree costs more than three string compares.
 local MEMO_SIZE = 256
 local PARSED = 0 -- the key of a parse result in the tree (arguments are strings)
 local function remembered(parse)
   local root, size = {}, 0
+  local last_n, last1, last2, last3, last_q, last_min = -1, nil, nil, nil, nil, nil
   return function(a, keys)
+    local n = #a
+    if n == last_n and keys == nil and a[1] == last1 and a[2] == last2 and a[3] == last3 then
+      return last_q, last_min
+    end
     -- A tree of the arguments, one level per argument (then the key count, if any).
     local node = root
     for i = 1, #a do
@@ -621,25 +631,29 @@ local function remembered(parse)
       node = node and node[#keys]
     end
     local hit = node and node[PARSED]
-    if hit then return hit[1], hit[2] end
-    local q, min = parse(a, keys)
-    if size >= MEMO_SIZE then root, size = {}, 0 end
-    node = root
-    for i = 1, #a do
-      local next_node = node[a[i]]
-      if next_node == nil then next_node = {}; node[a[i]] = next_node end
-      node = next_node
+    local q, min
+    if hit then q, min = hit[1], hit[2]
+    else
+      q, min = parse(a, keys)
+      if size >= MEMO_SIZE then root, size = {}, 0 end
+      node = root
+      for i = 1, #a do
+        local next_node = node[a[i]]
+        if next_node == nil then next_node = {}; node[a[i]] = next_node end
+        node = next_node
+      end
+      if keys then
+        local next_node = node[PARSED + 1]
+        if next_node == nil then next_node = {}; node[PARSED + 1] = next_node end
+        node = next_node
+        next_node = node[#keys]
+        if next_node == nil then next_node = {}; node[#keys] = next_node end
+        node = next_node
+      end
+      node[PARSED] = {q, min}
+      size = size + 1
     end
-    if keys then
-      local next_node = node[PARSED + 1]
-      if next_node == nil then next_node = {}; node[PARSED + 1] = next_node end
-      node = next_node
-      next_node = node[#keys]
-      if next_node == nil then next_node = {}; node[#keys] = next_node end
-      node = next_node
-    end
-    node[PARSED] = {q, min}
-    size = size + 1
+    if n <= 3 and keys == nil then last_n, last1, last2, last3, last_q, last_min = n, a[1], a[2], a[3], q, min end
     return q, min
   end
 end
@@ -1708,9 +1722,13 @@ end
 -- The sliding log's fast path, as tb_fast: a log whose oldest live record is still in the
 -- window (nothing to search or drop) and no field x, from its last record and trailer (`r`,
 -- GETRANGE), admitted inline with one SETRANGE of its last record and trailer (the fields
--- it does not change copied as they are) and PEXPIREAT. nil: the general path decides.
+-- it does not change copied as they are) and PEXPIREAT. nil: the general path decides. Its
+-- reply is one table, refilled by each call (Redis reads it before the next call).
+local SL_REPLY = {0, 0, 0, 0, 0}
 local function sl_fast(key, r, q, min, now, write)
-  if r.err or #r ~= 130 or byte(r, 33) ~= 124 or sub(r, 115, 130) ~= NO_X then -- 130: RECORD + SL_TRAILER
+  -- 130: RECORD + SL_TRAILER (an error reply, a table, has length 0); field x is 16 digits
+  -- or NO_X, told apart by its first byte.
+  if #r ~= 130 or byte(r, 33) ~= 124 or byte(r, 115) ~= 45 then
     return nil
   end
   local count, oldest = sub(r, 50, 65) + 0, sub(r, 98, 113) + 0
@@ -1737,11 +1755,15 @@ local function sl_fast(key, r, q, min, now, write)
   if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
   local expiry = (gone - r_us) / 1000
   if r_us > 0 then expiry = expiry + 1 end
-  local until_gone = gone - now.us
-  r_us = until_gone % 1000
-  if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
-  local reset = (until_gone - r_us) / 1000
-  if r_us > 0 then reset = reset + 1 end
+  -- At now (the clock not stepped back), until_gone is the window: q.window_ms.
+  local reset = q.window_ms
+  if at ~= now.us then
+    local until_gone = gone - now.us
+    r_us = until_gone % 1000
+    if r_us >= 1000 then r_us = r_us - 1000 elseif r_us < 0 then r_us = r_us + 1000 end
+    reset = (until_gone - r_us) / 1000
+    if r_us > 0 then reset = reset + 1 end
+  end
   if write then
     if sub(r, 1, 16) == at_s then
       redis.call('SETRANGE', key, format('%d', 3 + (count - 1) * RECORD),
@@ -1752,7 +1774,9 @@ local function sl_fast(key, r, q, min, now, write)
     end
     redis.call('PEXPIREAT', key, format('%d', expiry))
   end
-  return {min ~= nil and units or 1, limit - in_window - units, 0, reset, limit}
+  local d = SL_REPLY
+  d[1], d[2], d[3], d[4], d[5] = min ~= nil and units or 1, limit - in_window - units, 0, reset, limit
+  return d
 end
 
 -- Grants -----------------------------------------------------------------------------------
@@ -1800,9 +1824,14 @@ local function limiter_command(kind, command)
   local parse = remembered(function(a) return call_args(kind, a, 1, command) end)
   local fast = FAST[kind]
   return function(keys, a)
-    local key = single_key(keys, command)
-    if #a < 2 then arity(command) end
-    local now = now_reading()
+    if #keys ~= 1 or #a < 2 then arity(command) end
+    local key = keys[1]
+    -- now_reading and single_key, inline: these are the commands called most.
+    local t = redis.call('TIME')
+    local s, us = t[1] + 0, t[2] + 0
+    if MS_CLOCK then us = us - us % 1000 end
+    local now = NOW
+    now.us, now.s, now.n = s * 1000000 + us, s, us * 1000
     local q, min = parse(a)
     local state
     if fast then
@@ -1936,31 +1965,59 @@ end
 
 local acquire_args = remembered(function(a) return concurrency_params(a[1], a[2]) end)
 
+-- The last limit and ttl RL.ACQUIRE parsed (its holder differs call after call, so the
+-- memo is asked with a table of those two: built only when they change).
+local acquired_limit, acquired_ttl, acquired_q = nil, nil, nil
+-- An admitted call's reply: one table, refilled by each call (Redis reads it before the next).
+local CC_REPLY = {1, 0, 0, 0, 0}
+
 -- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
 -- holder into Lua): ZSCORE finds the caller, ZCARD less the expired holders (ZCOUNT up to
 -- now, which walks only those) counts the live ones, and only a denial reads the holder whose
--- expiry frees a slot. An admitted call removes the expired holders (if any), adds or renews
--- the caller, and reads the last expiry for the key's. A key that is not a sorted set goes
--- the general way (its errors).
+-- expiry frees a slot. An admitted call removes the expired holders (if any: a renewal,
+-- admitted whatever their count, removes them at once, ZREMRANGEBYSCORE's reply counting them
+-- instead of ZCOUNT's), then adds or renews the caller. The key expires with its last
+-- holder: every write of an in-flight limit leaves it expiring at its last expiry's
+-- millisecond (rounded up), so on a key that keeps holders PEXPIREAT ... GT is that write,
+-- and when it moves the expiry the caller's is the last (a later millisecond than every
+-- other's); only when it does not (a holder in the same or a later millisecond: other ttls,
+-- the clock stepped back) is the last expiry read. A key that is not a sorted set goes the
+-- general way (its errors).
 local function acquire(keys, a)
-  local key = single_key(keys, 'rl.acquire')
-  if #a ~= 3 then arity('rl.acquire') end
-  local now = now_reading()
-  local q = acquire_args({a[1], a[3]})
-  local holder = holder_id(a[2])
+  if #keys ~= 1 or #a ~= 3 then arity('rl.acquire') end
+  local key = keys[1]
+  -- now_reading, inline.
+  local t = redis.call('TIME')
+  local s, within = t[1] + 0, t[2] + 0
+  if MS_CLOCK then within = within - within % 1000 end
+  local us = s * 1000000 + within
+  local now = NOW
+  now.us, now.s, now.n = us, s, within * 1000
+  local q
+  if a[1] == acquired_limit and a[3] == acquired_ttl then q = acquired_q
+  else
+    q = acquire_args({a[1], a[3]})
+    acquired_limit, acquired_ttl, acquired_q = a[1], a[3], q
+  end
+  local holder = a[2]
+  if #holder < 1 or #holder > 128 then holder_id(holder) end
   local own = redis.pcall('ZSCORE', key, holder)
   if own and own.err then
     return cc_general(key, {kind = 'cc', limit = q.limit, ttl = q.ttl, holder = holder, cost = 1}, now)
   end
-  local us, limit = now.us, q.limit
-  local us_s = int(us)
+  local limit = q.limit
+  local us_s = format('%d', us)
   if own then
     own = own + 0
     if own <= us then own = nil end
   end
   local live, expired = redis.call('ZCARD', key), 0
+  -- A renewal is admitted whatever the count: its expired holders go at once. (A ZCOUNT
+  -- costs less than a ZREMRANGEBYSCORE that finds nothing, so a new holder counts them.)
+  local removed = own
   if live > 0 then
-    expired = redis.call('ZCOUNT', key, '-inf', us_s)
+    if removed then expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
+    else expired = redis.call('ZCOUNT', key, '-inf', us_s) end
     live = live - expired
   end
   if not own and live >= limit then
@@ -1971,39 +2028,73 @@ local function acquire(keys, a)
     if retry < 1 then retry = 1 end
     return {0, 0, retry, ceil_ms(last_score(key) - us, 1000), limit}
   end
-  local expires = us + q.ttl
-  if own and own > expires then expires = own end
+  local ttl = q.ttl
+  local expires = us + ttl
+  -- The key's expiry (expiry_ms_us) and the reply's reset (ceil_ms) for the caller's expiry.
+  local expiry, reset
+  if own and own > expires then
+    expires = own
+    expiry, reset = expiry_ms_us(own), ceil_ms(own - us, 1000)
+  else
+    -- Inline: ttl is whole milliseconds, so only now's microseconds round up.
+    local r = us % 1000 -- as in fdiv (us is below 2^52)
+    if r >= 1000 then r = r - 1000 elseif r < 0 then r = r + 1000 end
+    expiry, reset = (us - r + ttl) / 1000, ttl / 1000
+    if r > 0 then expiry = expiry + 1 end
+  end
+  -- The holders the key keeps through the write (the live ones, the caller's slot included).
+  local kept = live
   if own then live = live - 1 end
-  if expired > 0 then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
-  redis.call('ZADD', key, int(expires), holder)
+  if expired > 0 and not removed then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
+  redis.call('ZADD', key, format('%d', expires), holder)
   -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
-  local last = last_score(key)
-  redis.call('PEXPIREAT', key, int(expiry_ms_us(last)))
+  if kept == 0 then
+    -- A new key (or one whose holders had all expired, deleted with them): the caller's.
+    redis.call('PEXPIREAT', key, format('%d', expiry))
+  elseif redis.call('PEXPIREAT', key, format('%d', expiry), 'GT') == 0 then
+    local last = last_score(key)
+    reset = ceil_ms(last - us, 1000)
+    redis.call('PEXPIREAT', key, format('%d', expiry_ms_us(last)))
+  end
   local remaining = limit - live - 1
   if remaining < 0 then remaining = 0 end
-  return {1, remaining, 0, ceil_ms(last - us, 1000), limit}
+  local d = CC_REPLY
+  d[1], d[2], d[3], d[4], d[5] = 1, remaining, 0, reset, limit
+  return d
 end
 
 -- RL.RELEASE, as RL.ACQUIRE: ZSCORE finds the caller; a live caller's slot is removed with
 -- the expired holders, and the key then expires with its last holder (or is gone with it).
 -- Every write of an in-flight limit leaves the key expiring with its last holder, so when
--- the caller is not the last (the last holder read before the write is another), the
--- expiry stands and is not written again.
+-- the caller is not the last the expiry stands and is not written again: the caller is not
+-- when the key expires in a later millisecond than the caller's expiry (PEXPIRETIME, an
+-- integer, costs less than reading the last holder); only otherwise is the last holder read.
 local function release(keys, a)
-  local key = single_key(keys, 'rl.release')
-  if #a ~= 1 then arity('rl.release') end
-  local holder = holder_id(a[1])
-  local now = now_reading()
+  if #keys ~= 1 or #a ~= 1 then arity('rl.release') end
+  local key = keys[1]
+  local holder = a[1]
+  if #holder < 1 or #holder > 128 then holder_id(holder) end
+  -- now_reading, inline.
+  local t = redis.call('TIME')
+  local s, within = t[1] + 0, t[2] + 0
+  if MS_CLOCK then within = within - within % 1000 end
+  local us = s * 1000000 + within
+  local now = NOW
+  now.us, now.s, now.n = us, s, within * 1000
   local own = redis.pcall('ZSCORE', key, holder)
   if own and own.err then
     return cc_general(key, {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}, now, true)
   end
-  local us = now.us
-  if not own or own + 0 <= us then return 0 end
-  local top = redis.call('ZRANGE', key, '-1', '-1')
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(us))
+  if not own then return 0 end
+  own = own + 0
+  if own <= us then return 0 end
+  -- Not the last holder when the key expires after the caller's millisecond, rounded up:
+  -- ceil(own / 1000) < e, that is (e − 1) × 1000 ≥ own (e is a whole millisecond).
+  local top = nil
+  if (redis.call('PEXPIRETIME', key) - 1) * 1000 < own then top = redis.call('ZRANGE', key, '-1', '-1') end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', us))
   redis.call('ZREM', key, holder)
-  if top[1] ~= holder then return 1 end
+  if not top or top[1] ~= holder then return 1 end
   local last = last_score(key)
   if last then redis.call('PEXPIREAT', key, int(expiry_ms_us(last))) end
   return 1
@@ -2212,34 +2303,33 @@ end
 
 -- Registration -----------------------------------------------------------------------------
 
--- Turns raised errors into error replies (bugs are re-raised for Redis to report).
-local function entry(body)
-  return function(keys, args)
-    local ok, result = pcall(body, keys, args)
-    if ok then return result end
-    if type(result) == 'table' then
-      if result[1] then return redis.error_reply(result[1]) end
-      if result.err then return result end
-    end
-    error(result, 0)
-  end
-end
-
 return {
-  rl_tokenbucket = entry(limiter_command('tb', 'rl.tokenbucket')),
-  rl_sliding = entry(limiter_command('sw', 'rl.sliding')),
-  rl_fixed = entry(limiter_command('fw', 'rl.fixed')),
-  rl_slidinglog = entry(limiter_command('sl', 'rl.slidinglog')),
-  cl_throttle = entry(throttle),
-  rl_multi = entry(multi),
-  rl_acquire = entry(acquire),
-  rl_release = entry(release),
-  rl_peek = entry(peek),
-  rl_refund = entry(refund),
+  rl_tokenbucket = limiter_command('tb', 'rl.tokenbucket'),
+  rl_sliding = limiter_command('sw', 'rl.sliding'),
+  rl_fixed = limiter_command('fw', 'rl.fixed'),
+  rl_slidinglog = limiter_command('sl', 'rl.slidinglog'),
+  cl_throttle = throttle,
+  rl_multi = multi,
+  rl_acquire = acquire,
+  rl_release = release,
+  rl_peek = peek,
+  rl_refund = refund,
 }
 end
 
 local commands = nil
+
+-- What a command raised, as its reply: an error raised with `fail` (a table holding the
+-- message) or by redis.call (a table with `err`) is the command's error reply; anything
+-- else is a bug, re-raised for Redis to report. The callers run the command under pcall
+-- themselves, not through a wrapper: one Lua call less on every call.
+local function raised(result)
+  if type(result) == 'table' then
+    if result[1] then return redis.error_reply(result[1]) end
+    if result.err then return result end
+  end
+  error(result, 0)
+end
 
 if redis.register_function then
   local function register(name, flags)
@@ -2247,7 +2337,9 @@ if redis.register_function then
       function_name = name,
       callback = function(keys, args)
         if commands == nil then commands = build() end
-        return commands[name](keys, args)
+        local ok, result = pcall(commands[name], keys, args)
+        if ok then return result end
+        return raised(result)
       end,
       flags = flags,
     }
@@ -2269,5 +2361,7 @@ else
   if command == nil then
     return redis.error_reply("ERR the first argument must name one of the ratelimit library's functions (rl_tokenbucket, rl_sliding, rl_fixed, rl_slidinglog, cl_throttle, rl_multi, rl_acquire, rl_release, rl_peek, rl_refund)")
   end
-  return command(KEYS, {unpack(ARGV, 2)})
+  local ok, result = pcall(command, KEYS, {unpack(ARGV, 2)})
+  if ok then return result end
+  return raised(result)
 end
