@@ -180,25 +180,7 @@ async fn on_a_cluster_the_store_is_read_through_its_slot_owner() {
         .await
         .unwrap();
     change(&mut con, acme_on_a_small_plan).await;
-    let service = Service::start(
-        &others.join(","),
-        &[("plans.yaml", PLANS)],
-        &["--cluster", "--plans-check-ms", "200"],
-    );
-    assert!(
-        service.log().contains("plans: policy store at version 1"),
-        "the plan source's status is not in the log:\n{}",
-        service.log()
-    );
-    let mut client = service.grpc().await;
-    assert_eq!(admitted(&mut client, "acme").await, 3);
-    change(&mut con, |snapshot| {
-        edit::plan_set(snapshot, "small", &limits(&["per-minute=sliding:5/60s"])).unwrap()
-    })
-    .await;
-    let took = until_admitted(&mut client, "acme").await;
-    assert!(took <= Duration::from_secs(1), "the change took {took:?}");
-    assert_eq!(admitted(&mut client, "acme").await, 1, "5 in all");
+    serves_the_plan_and_follows(&others.join(","), &["--cluster"], &mut con).await;
 }
 
 /// Through Redis Sentinel: the store is on the primary the sentinel names, for `rlctl`'s
@@ -218,11 +200,19 @@ async fn through_a_sentinel_the_store_is_read_on_the_primary_it_names() {
         .query(&mut primary.conn())
         .unwrap();
     assert_eq!(version, Some(1), "the change is on the primary");
-    let service = Service::start(
-        &sentinel.url(),
-        &[("plans.yaml", PLANS)],
-        &["--plans-check-ms", "200"],
-    );
+    serves_the_plan_and_follows(&sentinel.url(), &[], &mut con).await;
+}
+
+/// With the store at version 1 (acme on plan `small`, 3 a minute): a service on `redis`
+/// (with `extra` flags) reads it, gives acme 3, and follows a raise to 5 within a second.
+async fn serves_the_plan_and_follows(
+    redis: &str,
+    extra: &[&str],
+    con: &mut (impl redis::aio::ConnectionLike + Send),
+) {
+    let mut flags = extra.to_vec();
+    flags.extend(["--plans-check-ms", "200"]);
+    let service = Service::start(redis, &[("plans.yaml", PLANS)], &flags);
     assert!(
         service.log().contains("plans: policy store at version 1"),
         "the plan source's status is not in the log:\n{}",
@@ -230,12 +220,13 @@ async fn through_a_sentinel_the_store_is_read_on_the_primary_it_names() {
     );
     let mut client = service.grpc().await;
     assert_eq!(admitted(&mut client, "acme").await, 3);
-    change(&mut con, |snapshot| {
+    change(con, |snapshot| {
         edit::plan_set(snapshot, "small", &limits(&["per-minute=sliding:5/60s"])).unwrap()
     })
     .await;
     let took = until_admitted(&mut client, "acme").await;
     assert!(took <= Duration::from_secs(1), "the change took {took:?}");
+    assert_eq!(admitted(&mut client, "acme").await, 1, "5 in all");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
