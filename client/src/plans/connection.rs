@@ -17,9 +17,16 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 
-/// The server (or cluster) that holds the policy store.
+/// The server (or cluster) that holds the policy store, and how long a connection to it may
+/// take (and, to one server, each reply).
 #[derive(Clone)]
-pub enum PlanServer {
+pub struct PlanServer {
+    at: Target,
+    timeout: Duration,
+}
+
+#[derive(Clone)]
+enum Target {
     /// One server (a standalone Redis, or a replica set's primary).
     Single(redis::Client),
     /// A Redis Cluster, given some of its nodes.
@@ -36,38 +43,19 @@ pub enum PlanServer {
 
 /// The sentinels, the monitored name, and how to reach the data nodes.
 #[cfg(feature = "sentinel")]
-pub struct SentinelPrimary {
+struct SentinelPrimary {
     sentinel: tokio::sync::Mutex<redis::sentinel::Sentinel>,
     service: String,
     node: redis::sentinel::SentinelNodeConnectionInfo,
 }
 
-#[cfg(feature = "sentinel")]
-impl SentinelPrimary {
-    /// The current primary, as the sentinels name it (checked with `ROLE` by the `redis`
-    /// crate).
-    async fn client(&self, timeout: Duration) -> Result<redis::Client, RedisError> {
-        let asked = tokio::time::timeout(timeout, async {
-            let mut sentinel = self.sentinel.lock().await;
-            sentinel
-                .async_master_for(&self.service, Some(&self.node))
-                .await
-        })
-        .await;
-        asked.map_err(|_| {
-            RedisError::from((
-                redis::ErrorKind::IoError,
-                "the sentinels named no primary within the timeout",
-            ))
-        })?
-    }
-}
-
 impl std::fmt::Debug for PlanServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Single(client) => write!(f, "Single({:?})", client.get_connection_info().addr),
-            Self::Cluster { nodes, .. } => {
+        match &self.at {
+            Target::Single(client) => {
+                write!(f, "Single({:?})", client.get_connection_info().addr)
+            }
+            Target::Cluster { nodes, .. } => {
                 let addresses: Vec<String> = nodes
                     .iter()
                     .map(|node| node.get_connection_info().addr.to_string())
@@ -75,60 +63,29 @@ impl std::fmt::Debug for PlanServer {
                 write!(f, "Cluster({addresses:?})")
             }
             #[cfg(feature = "sentinel")]
-            Self::Sentinel(primary) => write!(f, "Sentinel({:?})", primary.service),
+            Target::Sentinel(primary) => write!(f, "Sentinel({:?})", primary.service),
         }
     }
+}
+
+/// An error of the `IoError` kind (a timeout) with `what` did not happen in time.
+fn too_slow(what: &'static str) -> RedisError {
+    RedisError::from((redis::ErrorKind::IoError, what))
 }
 
 impl PlanServer {
     /// The store on the server at `url`; a `redis+sentinel://h1:p1,h2:p2/name[/db]` URL
     /// names the primary those sentinels monitor (with the `sentinel` feature).
-    pub fn single(url: &str) -> Result<Self, RedisError> {
-        if url.starts_with("redis+sentinel://") {
-            return Self::sentinel(url);
-        }
-        Ok(Self::Single(redis::Client::open(url)?))
-    }
-
-    #[cfg(feature = "sentinel")]
-    fn sentinel(url: &str) -> Result<Self, RedisError> {
-        let invalid = |why: String| {
-            RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "invalid Sentinel URL",
-                format!("{why} in '{url}'"),
-            ))
+    pub fn from_url(url: &str, timeout: Duration) -> Result<Self, RedisError> {
+        let at = if url.starts_with("redis+sentinel://") {
+            sentinel(url)?
+        } else {
+            Target::Single(redis::Client::open(url)?)
         };
-        let (sentinels, service, db) = crate::store::sentinel::parse_url(url).map_err(invalid)?;
-        let urls: Vec<String> = sentinels
-            .iter()
-            .map(|address| format!("redis://{address}/"))
-            .collect();
-        let sentinel = redis::sentinel::Sentinel::build(urls)?;
-        Ok(Self::Sentinel(Arc::new(SentinelPrimary {
-            sentinel: tokio::sync::Mutex::new(sentinel),
-            service,
-            node: redis::sentinel::SentinelNodeConnectionInfo {
-                tls_mode: None,
-                redis_connection_info: Some(redis::RedisConnectionInfo {
-                    db,
-                    ..redis::RedisConnectionInfo::default()
-                }),
-            },
-        })))
+        Ok(Self { at, timeout })
     }
 
-    #[cfg(not(feature = "sentinel"))]
-    fn sentinel(url: &str) -> Result<Self, RedisError> {
-        Err(RedisError::from((
-            redis::ErrorKind::InvalidClientConfig,
-            "a Sentinel URL needs the client's `sentinel` feature",
-            url.to_string(),
-        )))
-    }
-
-    /// The store on the Redis Cluster that `nodes` (URLs of some of its nodes) belong to;
-    /// `timeout` bounds connecting to a node and each reply.
+    /// The store on the Redis Cluster that `nodes` (URLs of some of its nodes) belong to.
     pub fn cluster(nodes: &[&str], timeout: Duration) -> Result<Self, RedisError> {
         if nodes.is_empty() {
             return Err(RedisError::from((
@@ -140,92 +97,126 @@ impl PlanServer {
             .iter()
             .map(|node| redis::Client::open(*node))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self::Cluster {
-            client: ClusterClient::builder(nodes.to_vec())
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .build()?,
-            nodes: clients,
+        let client = ClusterClient::builder(nodes.to_vec())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .build()?;
+        Ok(Self {
+            at: Target::Cluster {
+                client,
+                nodes: clients,
+            },
+            timeout,
         })
     }
 
-    /// A connection for the store's commands; `timeout` bounds connecting (and, to one
-    /// server, each reply).
-    pub async fn connect(&self, timeout: Duration) -> Result<PlanConnection, RedisError> {
-        match self {
-            Self::Single(client) => {
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(timeout)
-                    .set_response_timeout(timeout);
-                Ok(PlanConnection::Single(
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                ))
-            }
+    /// The client of the one server the store is on now: the server itself, or the
+    /// primary the sentinels name (checked with `ROLE` by the `redis` crate). `None` on a
+    /// cluster.
+    async fn server_now(&self) -> Result<Option<redis::Client>, RedisError> {
+        match &self.at {
+            Target::Single(client) => Ok(Some(client.clone())),
             #[cfg(feature = "sentinel")]
-            Self::Sentinel(primary) => {
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(timeout)
-                    .set_response_timeout(timeout);
-                Ok(PlanConnection::Single(
-                    primary
-                        .client(timeout)
-                        .await?
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                ))
+            Target::Sentinel(primary) => {
+                let asked = tokio::time::timeout(self.timeout, async {
+                    let mut sentinel = primary.sentinel.lock().await;
+                    sentinel
+                        .async_master_for(&primary.service, Some(&primary.node))
+                        .await
+                })
+                .await;
+                asked
+                    .map_err(|_| too_slow("the sentinels named no primary within the timeout"))?
+                    .map(Some)
             }
-            Self::Cluster { client, .. } => {
-                let connection = tokio::time::timeout(timeout, client.get_async_connection())
-                    .await
-                    .map_err(|_| {
-                        RedisError::from((
-                            redis::ErrorKind::IoError,
-                            "no cluster connection within the timeout",
-                        ))
-                    })??;
-                Ok(PlanConnection::Cluster(connection))
-            }
+            Target::Cluster { .. } => Ok(None),
         }
     }
 
-    /// A pub/sub connection for the change notifications: the server itself (the current
-    /// primary, for sentinels), or the first of the cluster's given nodes that answers, each
-    /// attempt bounded by `timeout`.
-    pub async fn pubsub(&self, timeout: Duration) -> Result<PubSub, RedisError> {
-        let bounded = |client: redis::Client| async move {
-            tokio::time::timeout(timeout, client.get_async_pubsub())
-                .await
-                .map_err(|_| {
-                    RedisError::from((
-                        redis::ErrorKind::IoError,
-                        "no pub/sub connection within the timeout",
-                    ))
-                })?
+    /// A connection for the store's commands.
+    pub async fn connect(&self) -> Result<PlanConnection, RedisError> {
+        if let Some(client) = self.server_now().await? {
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(self.timeout)
+                .set_response_timeout(self.timeout);
+            let connection = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            return Ok(PlanConnection::Single(connection));
+        }
+        let Target::Cluster { client, .. } = &self.at else {
+            return Err(too_slow("no server for the policy store"));
         };
-        match self {
-            Self::Single(client) => bounded(client.clone()).await,
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(primary) => bounded(primary.client(timeout).await?).await,
-            Self::Cluster { nodes, .. } => {
-                let mut last = None;
-                for node in nodes {
-                    match bounded(node.clone()).await {
-                        Ok(pubsub) => return Ok(pubsub),
-                        Err(error) => last = Some(error),
-                    }
+        let connection = tokio::time::timeout(self.timeout, client.get_async_connection())
+            .await
+            .map_err(|_| too_slow("no cluster connection within the timeout"))??;
+        Ok(PlanConnection::Cluster(connection))
+    }
+
+    /// A pub/sub connection for the change notifications: the server the store is on, or
+    /// the first of the cluster's given nodes that answers, each attempt bounded by the
+    /// timeout.
+    pub async fn pubsub(&self) -> Result<PubSub, RedisError> {
+        let bounded = |client: redis::Client| async move {
+            tokio::time::timeout(self.timeout, client.get_async_pubsub())
+                .await
+                .map_err(|_| too_slow("no pub/sub connection within the timeout"))?
+        };
+        if let Some(client) = self.server_now().await? {
+            return bounded(client).await;
+        }
+        let mut last = too_slow("no cluster node to subscribe on");
+        if let Target::Cluster { nodes, .. } = &self.at {
+            for node in nodes {
+                match bounded(node.clone()).await {
+                    Ok(pubsub) => return Ok(pubsub),
+                    Err(error) => last = error,
                 }
-                Err(last.unwrap_or_else(|| {
-                    RedisError::from((redis::ErrorKind::IoError, "no cluster node to subscribe on"))
-                }))
             }
         }
+        Err(last)
     }
 }
 
+/// The target of a `redis+sentinel://h1:p1,h2:p2/name[/db]` URL.
+#[cfg(feature = "sentinel")]
+fn sentinel(url: &str) -> Result<Target, RedisError> {
+    let invalid = |why: String| {
+        RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "invalid Sentinel URL",
+            format!("{why} in '{url}'"),
+        ))
+    };
+    let (sentinels, service, db) = crate::store::sentinel::parse_url(url).map_err(invalid)?;
+    let urls: Vec<String> = sentinels
+        .iter()
+        .map(|address| format!("redis://{address}/"))
+        .collect();
+    let sentinel = redis::sentinel::Sentinel::build(urls)?;
+    Ok(Target::Sentinel(Arc::new(SentinelPrimary {
+        sentinel: tokio::sync::Mutex::new(sentinel),
+        service,
+        node: redis::sentinel::SentinelNodeConnectionInfo {
+            tls_mode: None,
+            redis_connection_info: Some(redis::RedisConnectionInfo {
+                db,
+                ..redis::RedisConnectionInfo::default()
+            }),
+        },
+    })))
+}
+
+#[cfg(not(feature = "sentinel"))]
+fn sentinel(url: &str) -> Result<Target, RedisError> {
+    Err(RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "a Sentinel URL needs the client's `sentinel` feature",
+        url.to_string(),
+    )))
+}
+
 /// A connection to the policy store: to one server, or through a cluster client.
-#[derive(Clone)]
 pub enum PlanConnection {
     /// To one server.
     Single(MultiplexedConnection),

@@ -121,7 +121,7 @@ impl PlanSource {
     /// task of the current Tokio runtime (outside one, an error). Fails only on a malformed
     /// URL.
     pub async fn connect(url: &str, options: PlanOptions) -> Result<PlanSource, PlanStoreError> {
-        Self::follow(PlanServer::single(url)?, options).await
+        Self::follow(PlanServer::from_url(url, options.timeout)?, options).await
     }
 
     /// Follows the store on the Redis Cluster that `nodes` (URLs of some of its nodes)
@@ -208,7 +208,7 @@ async fn refresh(inner: &Inner, connection: &mut Option<PlanConnection>) {
     let result = tokio::time::timeout(timeout, async {
         let con = match connection {
             Some(con) => con,
-            None => connection.insert(inner.server.connect(timeout).await?),
+            None => connection.insert(inner.server.connect().await?),
         };
         let current = inner
             .view
@@ -279,7 +279,7 @@ async fn keep_following(weak: Weak<Inner>, mut connection: Option<PlanConnection
         let mut messages = None;
         if options.subscribe {
             let subscribed = tokio::time::timeout(options.timeout, async {
-                let mut pubsub = server.pubsub(options.timeout).await?;
+                let mut pubsub = server.pubsub().await?;
                 pubsub.subscribe(CHANNEL).await?;
                 Ok::<_, redis::RedisError>(pubsub)
             })

@@ -176,7 +176,7 @@ async fn on_a_cluster_the_store_is_read_through_its_slot_owner() {
     let nodes: Vec<&str> = others.iter().map(String::as_str).collect();
     let mut con = PlanServer::cluster(&nodes, Duration::from_secs(5))
         .unwrap()
-        .connect(Duration::from_secs(5))
+        .connect()
         .await
         .unwrap();
     change(&mut con, acme_on_a_small_plan).await;
@@ -189,9 +189,9 @@ async fn on_a_cluster_the_store_is_read_through_its_slot_owner() {
 async fn through_a_sentinel_the_store_is_read_on_the_primary_it_names() {
     let primary = Server::start(&[]);
     let sentinel = Sentinel::start(&primary, "plans");
-    let mut con = PlanServer::single(&sentinel.url())
+    let mut con = PlanServer::from_url(&sentinel.url(), Duration::from_secs(5))
         .unwrap()
-        .connect(Duration::from_secs(5))
+        .connect()
         .await
         .unwrap();
     change(&mut con, acme_on_a_small_plan).await;

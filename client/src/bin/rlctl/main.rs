@@ -128,9 +128,9 @@ async fn run(args: &Args) -> Result<(), Failure> {
         let nodes: Vec<&str> = args.redis.split(',').map(str::trim).collect();
         PlanServer::cluster(&nodes, patience)?
     } else {
-        PlanServer::single(&args.redis)?
+        PlanServer::from_url(&args.redis, patience)?
     };
-    let mut con = server.connect(patience).await?;
+    let mut con = server.connect().await?;
     let (snapshot, now_ms) = store::read(&mut con).await?;
     let (op, edits) = match &args.command {
         Command::Get { tenant } => {
