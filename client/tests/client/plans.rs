@@ -525,6 +525,12 @@ async fn precedence_and_expiry_through_the_limiter() {
     assert_eq!(quotas(&check(&limiter, "acme-us").await), per_day(2));
 }
 
+/// `rlctl plan set p --limit BUCKET --limit WINDOW`, followed by `limiter`.
+async fn plan_p_followed(server: &Server, limiter: &RateLimiter, bucket: &str, window: &str) {
+    let args = ["plan", "set", "p", "--limit", bucket, "--limit", window];
+    rlctl_followed(server, limiter, &args).await;
+}
+
 #[tokio::test]
 async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice() {
     let server = Server::start(&[]);
@@ -550,18 +556,11 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
         |decision: &Decision| -> Vec<u64> { decision.limits.iter().map(|l| l.remaining).collect() };
     // Raised: the bucket keeps its 4 tokens (it does not refill to 20), the window its
     // count of 6 (14 of 20 left); one check charges one unit, once.
-    rlctl_followed(
+    plan_p_followed(
         &server,
         &limiter,
-        &[
-            "plan",
-            "set",
-            "p",
-            "--limit",
-            "bucket=token:20/1d",
-            "--limit",
-            "window=fixed:20/1d",
-        ],
+        "bucket=token:20/1d",
+        "window=fixed:20/1d",
     )
     .await;
     let decision = check(&limiter, "t").await;
@@ -573,20 +572,7 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
     assert_eq!(remaining(&decision), [3, 13]);
     // Lowered below what is left: the bucket is clamped to 2 tokens, the window's count of
     // 7 is above 5, so it denies; a denial charges nothing.
-    rlctl_followed(
-        &server,
-        &limiter,
-        &[
-            "plan",
-            "set",
-            "p",
-            "--limit",
-            "bucket=token:2/1d",
-            "--limit",
-            "window=fixed:5/1d",
-        ],
-    )
-    .await;
+    plan_p_followed(&server, &limiter, "bucket=token:2/1d", "window=fixed:5/1d").await;
     let decision = check(&limiter, "t").await;
     assert!(!decision.allowed);
     assert_eq!(
@@ -595,36 +581,16 @@ async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice
     );
     assert_eq!(remaining(&decision), [2, 0]);
     // Raised again: the window's count is still 7, nothing was charged by the denial.
-    rlctl_followed(
-        &server,
-        &limiter,
-        &[
-            "plan",
-            "set",
-            "p",
-            "--limit",
-            "bucket=token:2/1d",
-            "--limit",
-            "window=fixed:8/1d",
-        ],
-    )
-    .await;
+    plan_p_followed(&server, &limiter, "bucket=token:2/1d", "window=fixed:8/1d").await;
     let decision = check(&limiter, "t").await;
     assert!(decision.allowed);
     assert_eq!(remaining(&decision), [1, 0]);
     // A change of algorithm is a fresh key of the other kind, never a read of this one's.
-    rlctl_followed(
+    plan_p_followed(
         &server,
         &limiter,
-        &[
-            "plan",
-            "set",
-            "p",
-            "--limit",
-            "bucket=sliding:3/1d",
-            "--limit",
-            "window=fixed:8/1d",
-        ],
+        "bucket=sliding:3/1d",
+        "window=fixed:8/1d",
     )
     .await;
     let decision = check(&limiter, "t").await;
