@@ -2,6 +2,7 @@
 //! Redis Cluster with the descriptors in two slots (the earlier group refunded).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use redis_ratelimit_testkit::cluster::{Cluster, keyslot};
 use redis_ratelimit_testkit::server::Server;
@@ -33,6 +34,41 @@ async fn remaining(service: &Service, entries: &[(&str, &str)]) -> u32 {
     response.statuses[0].limit_remaining
 }
 
+/// 16 clients at once, each sending `request()` `calls` times; every denial goes through
+/// `check_denied`. Returns how many were admitted.
+async fn race(
+    service: &Service,
+    calls: usize,
+    request: fn() -> RateLimitRequest,
+    check_denied: fn(&RateLimitResponse),
+) -> u32 {
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let mut client = service.grpc().await;
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0u32;
+            for _ in 0..calls {
+                let response = client
+                    .should_rate_limit(request())
+                    .await
+                    .unwrap()
+                    .into_inner();
+                if response.overall_code == Code::Ok as i32 {
+                    admitted += 1;
+                } else {
+                    check_denied(&response);
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    admitted
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_clients_all_or_nothing() {
     let redis = Server::start(&[]);
@@ -48,31 +84,11 @@ async fn sixteen_clients_all_or_nothing() {
             ],
         )
     };
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let mut client = service.grpc().await;
-        tasks.push(tokio::spawn(async move {
-            let mut admitted = 0u32;
-            for _ in 0..10 {
-                let response = client
-                    .should_rate_limit(three())
-                    .await
-                    .unwrap()
-                    .into_inner();
-                if response.overall_code == Code::Ok as i32 {
-                    admitted += 1;
-                } else {
-                    assert_eq!(response.statuses[2].code, Code::OverLimit as i32);
-                    assert_eq!(response.statuses[0].code, Code::Ok as i32);
-                }
-            }
-            admitted
-        }));
-    }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.unwrap();
-    }
+    let admitted = race(&service, 10, three, |denied| {
+        assert_eq!(denied.statuses[2].code, Code::OverLimit as i32);
+        assert_eq!(denied.statuses[0].code, Code::Ok as i32);
+    })
+    .await;
     assert_eq!(admitted, 40, "exactly the binding limit's quota");
     assert_eq!(remaining(&service, &[("route", "r1")]).await, 0);
     assert_eq!(
@@ -123,30 +139,10 @@ async fn a_cluster_with_descriptors_in_two_slots_refunds() {
             ],
         )
     };
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let mut client = service.grpc().await;
-        tasks.push(tokio::spawn(async move {
-            let mut admitted = 0u32;
-            for _ in 0..2 {
-                let response = client
-                    .should_rate_limit(three())
-                    .await
-                    .unwrap()
-                    .into_inner();
-                if response.overall_code == Code::Ok as i32 {
-                    admitted += 1;
-                } else {
-                    assert_eq!(response.statuses[1].code, Code::OverLimit as i32);
-                }
-            }
-            admitted
-        }));
-    }
-    let mut admitted = 0;
-    for task in tasks {
-        admitted += task.await.unwrap();
-    }
+    let admitted = race(&service, 2, three, |denied| {
+        assert_eq!(denied.statuses[1].code, Code::OverLimit as i32);
+    })
+    .await;
     assert_eq!(admitted, 5, "the route's bound");
     assert_eq!(remaining(&service, &[("route", "r2")]).await, 0);
     assert_eq!(
