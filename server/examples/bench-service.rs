@@ -261,6 +261,47 @@ impl Run {
     }
 }
 
+/// Redis's CPU and calls, and the clock, at the start of a run.
+struct Measure {
+    cpu_ns: u64,
+    calls: u64,
+    started: Instant,
+}
+
+impl Measure {
+    fn start(redis: &Server) -> Self {
+        Self {
+            cpu_ns: redis_cpu_ns(redis),
+            calls: redis_calls(redis),
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits for the clients' `tasks` (each returns its latencies) and reads the run.
+    async fn finish(
+        self,
+        label: &str,
+        redis: &Server,
+        requests: usize,
+        tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+        round_trips_per_check: Option<f64>,
+    ) -> Run {
+        let mut latencies = Vec::new();
+        for task in tasks {
+            latencies.extend(task.await.unwrap());
+        }
+        Run {
+            label: label.into(),
+            checks: requests,
+            elapsed: self.started.elapsed(),
+            latencies,
+            cpu_ns: redis_cpu_ns(redis) - self.cpu_ns,
+            calls: redis_calls(redis) - self.calls,
+            round_trips_per_check,
+        }
+    }
+}
+
 /// `requests` checks from CLIENTS concurrent gRPC clients.
 async fn grpc_run(
     label: &str,
@@ -270,9 +311,7 @@ async fn grpc_run(
     three: bool,
     users: usize,
 ) -> Run {
-    let cpu = redis_cpu_ns(redis);
-    let calls = redis_calls(redis);
-    let started = Instant::now();
+    let measure = Measure::start(redis);
     let mut tasks = Vec::new();
     for client in 0..CLIENTS {
         let mut grpc = RateLimitServiceClient::connect(format!("http://{}", service.grpc))
@@ -293,20 +332,7 @@ async fn grpc_run(
             latencies
         }));
     }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.unwrap());
-    }
-    let elapsed = started.elapsed();
-    Run {
-        label: label.into(),
-        checks: requests,
-        elapsed,
-        latencies,
-        cpu_ns: redis_cpu_ns(redis) - cpu,
-        calls: redis_calls(redis) - calls,
-        round_trips_per_check: None,
-    }
+    measure.finish(label, redis, requests, tasks, None).await
 }
 
 /// `requests` checks from CLIENTS concurrent HTTP/1.1 keep-alive connections.
@@ -317,9 +343,7 @@ async fn http_run(
     requests: usize,
     three: bool,
 ) -> Run {
-    let cpu = redis_cpu_ns(redis);
-    let calls = redis_calls(redis);
-    let started = Instant::now();
+    let measure = Measure::start(redis);
     let mut tasks = Vec::new();
     for client in 0..CLIENTS {
         let address = service.http;
@@ -367,27 +391,13 @@ async fn http_run(
             latencies
         }));
     }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.unwrap());
-    }
-    Run {
-        label: label.into(),
-        checks: requests,
-        elapsed: started.elapsed(),
-        latencies,
-        cpu_ns: redis_cpu_ns(redis) - cpu,
-        calls: redis_calls(redis) - calls,
-        round_trips_per_check: None,
-    }
+    measure.finish(label, redis, requests, tasks, None).await
 }
 
 /// The reference's Redis pattern, straight from CLIENTS connections: per check, one
 /// pipeline of `INCRBY key hits` + `EXPIRE key ttl` per descriptor (window-start keys).
 async fn reference_run(label: &str, redis: &Server, requests: usize, three: bool) -> Run {
-    let cpu = redis_cpu_ns(redis);
-    let calls = redis_calls(redis);
-    let started = Instant::now();
+    let measure = Measure::start(redis);
     let mut tasks = Vec::new();
     for client in 0..CLIENTS {
         let mut con = redis
@@ -422,19 +432,9 @@ async fn reference_run(label: &str, redis: &Server, requests: usize, three: bool
             latencies
         }));
     }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.unwrap());
-    }
-    Run {
-        label: label.into(),
-        checks: requests,
-        elapsed: started.elapsed(),
-        latencies,
-        cpu_ns: redis_cpu_ns(redis) - cpu,
-        calls: redis_calls(redis) - calls,
-        round_trips_per_check: Some(1.0),
-    }
+    measure
+        .finish(label, redis, requests, tasks, Some(1.0))
+        .await
 }
 
 /// 16 clients × 10 requests of [user, tenant, route] where the route (40 a day) denies:
