@@ -31,6 +31,7 @@ use redis_ratelimit_client::store::RedisStore;
 use redis_ratelimit_client::{
     Algorithm, Fallback, Inputs, Lease, Limit, Policy, RateLimiter, Source,
 };
+use redis_ratelimit_testkit::helpers::commandstat_calls_of;
 use redis_ratelimit_testkit::server::{Server, info_field};
 
 /// A capacity no run exhausts, refilled slowly: every request is admitted.
@@ -146,39 +147,11 @@ async fn bucket_call(con: &mut ConnectionManager, mut command: redis::Cmd) -> bo
     reply[0] == 1
 }
 
-/// On-CPU nanoseconds of the server's main thread (schedstat), or the INFO figure.
-fn server_cpu_ns(server: &Server, pid: &str) -> u64 {
-    let path = format!("/proc/{pid}/task/{pid}/schedstat");
-    if let Some(ns) = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-    {
-        return ns;
-    }
-    let mut con = server.conn();
-    let seconds: f64 = ["used_cpu_user_main_thread", "used_cpu_sys_main_thread"]
-        .iter()
-        .filter_map(|field| info_field(&mut con, "cpu", field)?.parse::<f64>().ok())
-        .sum();
-    (seconds * 1e9) as u64
-}
-
 /// Round trips so far: calls of the commands a client sends (`INFO commandstats`), not the
 /// commands a script runs inside the server (`TIME`, `HMGET`... count there too).
 fn server_calls(server: &Server) -> u64 {
-    let mut con = server.conn();
-    ["evalsha", "rl.tokenbucket", "rl.multi", "rl.refund"]
-        .iter()
-        .filter_map(|command| {
-            let stats = info_field(&mut con, "commandstats", &format!("cmdstat_{command}"))?;
-            stats
-                .split(',')
-                .next()?
-                .strip_prefix("calls=")?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    let commands = ["evalsha", "rl.tokenbucket", "rl.multi", "rl.refund"];
+    commandstat_calls_of(&mut server.conn(), &commands)
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -207,7 +180,6 @@ async fn main() {
         })
         .unwrap_or_else(|| "unknown".into());
     let server = Server::start(&[]);
-    let pid = info_field(&mut server.conn(), "server", "process_id").unwrap();
     let version = info_field(&mut server.conn(), "server", "redis_version").unwrap();
     let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
     let con = client.get_connection_manager().await.unwrap();
@@ -327,7 +299,7 @@ async fn main() {
     for _ in 0..ROUNDS {
         for &index in &measured {
             let approach = approaches[index].1.clone();
-            let cpu_before = server_cpu_ns(&server, &pid);
+            let cpu_before = server.main_thread_cpu_ns();
             let calls_before = server_calls(&server);
             let shared = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let mut tasks = Vec::new();
@@ -354,7 +326,7 @@ async fn main() {
                 fallbacks += f;
             }
             let calls = server_calls(&server) - calls_before;
-            let cpu = server_cpu_ns(&server, &pid) - cpu_before;
+            let cpu = server.main_thread_cpu_ns() - cpu_before;
             let total = &mut totals[index];
             total.0 += admitted;
             total.1 += calls;

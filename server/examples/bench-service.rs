@@ -35,6 +35,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
+use redis_ratelimit_testkit::helpers::commandstat_calls_of;
 use redis_ratelimit_testkit::server::{Server, info_field, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -178,29 +179,10 @@ fn json_request(i: usize, three: bool) -> String {
     )
 }
 
-/// On-CPU nanoseconds of the server's main thread (schedstat), or INFO's figure.
-fn redis_cpu_ns(server: &Server) -> u64 {
-    let mut con = server.conn();
-    let pid = info_field(&mut con, "server", "process_id").unwrap();
-    let path = format!("/proc/{pid}/task/{pid}/schedstat");
-    if let Some(ns) = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-    {
-        return ns;
-    }
-    let seconds: f64 = ["used_cpu_user_main_thread", "used_cpu_sys_main_thread"]
-        .iter()
-        .filter_map(|field| info_field(&mut con, "cpu", field)?.parse::<f64>().ok())
-        .sum();
-    (seconds * 1e9) as u64
-}
-
 /// Commands of the rate-limit paths so far (not PING, INFO), and `INCRBY`+`EXPIRE` pipelines
 /// count one command each (the reference's round trip carries 2 per descriptor).
 fn redis_calls(server: &Server) -> u64 {
-    let mut con = server.conn();
-    [
+    let commands = [
         "rl.multi",
         "rl.fixed",
         "rl.sliding",
@@ -209,18 +191,8 @@ fn redis_calls(server: &Server) -> u64 {
         "incrby",
         "expire",
         "get",
-    ]
-    .iter()
-    .filter_map(|command| {
-        let stats = info_field(&mut con, "commandstats", &format!("cmdstat_{command}"))?;
-        stats
-            .split(',')
-            .next()?
-            .strip_prefix("calls=")?
-            .parse::<u64>()
-            .ok()
-    })
-    .sum()
+    ];
+    commandstat_calls_of(&mut server.conn(), &commands)
 }
 
 struct Run {
@@ -271,7 +243,7 @@ struct Measure {
 impl Measure {
     fn start(redis: &Server) -> Self {
         Self {
-            cpu_ns: redis_cpu_ns(redis),
+            cpu_ns: redis.main_thread_cpu_ns(),
             calls: redis_calls(redis),
             started: Instant::now(),
         }
@@ -295,7 +267,7 @@ impl Measure {
             checks: requests,
             elapsed: self.started.elapsed(),
             latencies,
-            cpu_ns: redis_cpu_ns(redis) - self.cpu_ns,
+            cpu_ns: redis.main_thread_cpu_ns() - self.cpu_ns,
             calls: redis_calls(redis) - self.calls,
             round_trips_per_check,
         }

@@ -140,6 +140,14 @@ pub fn commandstat_calls(con: &mut Connection, command: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// The calls of every one of `commands` so far, summed (`INFO commandstats`).
+pub fn commandstat_calls_of(con: &mut Connection, commands: &[&str]) -> u64 {
+    commands
+        .iter()
+        .map(|command| u64::try_from(commandstat_calls(con, command)).unwrap_or(0))
+        .sum()
+}
+
 /// A reply of `RL.MULTI`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiReply {

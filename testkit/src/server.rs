@@ -184,6 +184,26 @@ impl Server {
         false
     }
 
+    /// On-CPU nanoseconds of the server's main thread so far (`/proc/.../schedstat`, which
+    /// counts to the nanosecond), or INFO's `used_cpu_*_main_thread` where there is no
+    /// schedstat: the thread that runs commands and socket I/O, which benchmarks compare.
+    pub fn main_thread_cpu_ns(&self) -> u64 {
+        let mut con = self.conn();
+        let pid = info_field(&mut con, "server", "process_id").unwrap_or_default();
+        let path = format!("/proc/{pid}/task/{pid}/schedstat");
+        if let Some(ns) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        {
+            return ns;
+        }
+        let seconds: f64 = ["used_cpu_user_main_thread", "used_cpu_sys_main_thread"]
+            .iter()
+            .filter_map(|field| info_field(&mut con, "cpu", field)?.parse::<f64>().ok())
+            .sum();
+        (seconds * 1e9) as u64
+    }
+
     /// A new connection (RESP2).
     pub fn conn(&self) -> redis::Connection {
         self.client().get_connection().expect("connect")

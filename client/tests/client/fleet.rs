@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis_ratelimit_client::Algorithm;
 use redis_ratelimit_client::store::StoreBackend;
+use redis_ratelimit_testkit::helpers::commandstat_calls_of;
 use redis_ratelimit_testkit::server::{Server, info_field, wait_until};
 
 /// The window of the fleet's bucket: a day, so refill during a test is below one token.
@@ -197,18 +198,10 @@ pub(super) fn metric(replicas: &[Replica], parts: &[&str]) -> f64 {
 
 /// Calls of the module's commands so far (`INFO commandstats`).
 pub(super) fn module_calls(server: &Server) -> u64 {
-    let mut con = server.conn();
-    ["rl.tokenbucket", "rl.multi", "rl.refund"]
-        .iter()
-        .map(|command| {
-            info_field(&mut con, "commandstats", &format!("cmdstat_{command}"))
-                .and_then(|stats| {
-                    let calls = stats.split(',').next()?.strip_prefix("calls=")?;
-                    calls.parse::<u64>().ok()
-                })
-                .unwrap_or(0)
-        })
-        .sum()
+    commandstat_calls_of(
+        &mut server.conn(),
+        &["rl.tokenbucket", "rl.multi", "rl.refund"],
+    )
 }
 
 pub(super) fn url(server: &Server) -> String {
