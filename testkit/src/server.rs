@@ -239,6 +239,15 @@ impl Server {
         }
     }
 
+    /// Stops the process (SIGSTOP) until the guard is dropped (SIGCONT): a server that keeps
+    /// its connections open and answers nothing, as a stalled host does. Dropping the guard
+    /// resumes it even when a test fails.
+    pub fn pause(&self) -> Paused {
+        let pid = self.child.as_ref().expect("a running server").id();
+        signal(pid, "-STOP");
+        Paused { pid }
+    }
+
     /// Stops the server and starts it again on the same port and directory, with `extra`
     /// arguments replacing the previous ones.
     pub fn restart(&mut self, extra: &[&str]) {
@@ -273,6 +282,30 @@ impl Server {
             self.log()
         );
     }
+}
+
+/// A server stopped by [`Server::pause`], resumed on drop.
+#[must_use = "the server resumes when the guard is dropped"]
+pub struct Paused {
+    pid: u32,
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal(self.pid, "-CONT");
+    }
+}
+
+fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success());
+    // No panic while unwinding (a guard dropped by a failing test): that would abort.
+    assert!(
+        sent || std::thread::panicking(),
+        "kill {signal} {pid} failed"
+    );
 }
 
 /// A primary and a replica of it, linked. The replica runs with

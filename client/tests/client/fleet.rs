@@ -395,25 +395,6 @@ fn leases_cut_redis_calls_and_never_exceed_the_quota() {
     );
 }
 
-/// The server's process id.
-pub(super) fn pid(server: &Server) -> String {
-    info_field(&mut server.conn(), "server", "process_id").unwrap()
-}
-
-pub(super) fn signal(pid: &str, signal: &str) {
-    let status = Command::new("kill").args([signal, pid]).status().unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
-/// Resumes a stopped server when dropped, so a failing test never leaves it stopped.
-pub(super) struct Resume(pub(super) String);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.0]).status();
-    }
-}
-
 #[test]
 fn when_redis_stops_each_replica_falls_back_to_its_share() {
     let _heavy = super::exclusive();
@@ -437,9 +418,7 @@ fn when_redis_stops_each_replica_falls_back_to_its_share() {
     });
     assert!(warmed, "the replicas never got a decision from the store");
 
-    let pid = pid(&server);
-    signal(&pid, "-STOP");
-    let resume = Resume(pid);
+    let resume = server.pause();
     let results = round_robin(&replicas, "down", 4 * quota as usize);
     let mut latencies: Vec<Duration> = results.iter().map(|(_, _, latency)| *latency).collect();
     latencies.sort();

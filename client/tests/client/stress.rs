@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use redis_ratelimit_testkit::server::{Server, info_field};
 
-use super::fleet::{Client, Replica, Resume, fleet, metric, module_calls, pid, signal, url};
+use super::fleet::{Client, Replica, fleet, metric, module_calls, url};
 
 /// The bucket: 100 tokens, refilled over 60 s.
 const LIMIT: u64 = 100;
@@ -191,12 +191,10 @@ fn a_flapping_store_over_an_exhausted_key_admits_only_the_refill() {
         fallbacks(&replicas) == 0,
         "the store did not decide the quota"
     );
-    let pid = pid(&server);
     let flaps = std::thread::scope(|scope| {
         let flapper = scope.spawn(|| {
             for _ in 0..4 {
-                signal(&pid, "-STOP");
-                let resume = Resume(pid.clone());
+                let resume = server.pause();
                 std::thread::sleep(Duration::from_millis(1500));
                 drop(resume);
                 std::thread::sleep(Duration::from_millis(1500));
