@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use redis_ratelimit_testkit::server::wait_until;
+use redis_ratelimit_testkit::server::{Server, wait_until};
 use tonic::transport::Channel;
 
 /// A directory removed on drop.
@@ -294,4 +294,61 @@ pub fn ttls(con: &mut redis::Connection) -> Vec<(String, i64)> {
             (key, ttl)
         })
         .collect()
+}
+
+/// A self-signed certificate for 127.0.0.1 (openssl), in `dir`: (cert, key).
+pub fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("openssl is needed to make the TLS test's certificate: {error}")
+        });
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (cert, key)
+}
+
+/// Redis with the module, listening over TLS too (returned: its TLS port) with `cert` as its
+/// certificate and CA, not asking clients for one; `extra` arguments after. The plain port
+/// stays for the test kit.
+pub fn tls_redis(cert: &Path, key: &Path, extra: &[&str]) -> (Server, u16) {
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let port = tls_port.to_string();
+    let mut args = vec![
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        cert,
+        "--tls-key-file",
+        key,
+        "--tls-ca-cert-file",
+        cert,
+        "--tls-auth-clients",
+        "no",
+    ];
+    args.extend_from_slice(extra);
+    (Server::start(&args), tls_port)
 }

@@ -9,7 +9,8 @@
 //! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics;
 //! - `plans`: limits with `tenant_key` from the policy store, a plan change and an override
 //!   within a second, the YAML default without a store, bad config refused;
-//! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos.
+//! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos;
+//! - `venv`: the Python packages the tests use (pinned), installed on first use.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -26,3 +27,4 @@ mod http_api;
 mod operations;
 mod plans;
 mod python;
+mod venv;

@@ -1,13 +1,14 @@
 //! The independent client: Python stubs generated from Envoy's own protos (the PyPI package
-//! `envoy-data-plane`, sync over grpcio and async over grpclib), installed in a venv under
-//! the target directory on first run (`tests/python/requirements.txt`, pinned).
+//! `envoy-data-plane`, sync over grpcio and async over grpclib), in the tests' venv
+//! (`tests/python/requirements.txt`, pinned).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use redis_ratelimit_testkit::server::Server;
 
-use crate::harness::Service;
+use crate::harness::{Service, certificate, tls_redis};
+use crate::venv::{tests_dir, venv_python};
 
 const CONFIG: &str = r#"
 domain: py
@@ -19,57 +20,6 @@ descriptors:
   - key: route
     rate_limit: {unit: hour, requests_per_unit: 100, name: per-route}
 "#;
-
-fn tests_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("python")
-}
-
-/// The venv's python, installing the pinned requirements if they changed.
-fn venv_python() -> PathBuf {
-    // The tests of this file run in parallel: one installs, the others wait.
-    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _installing = INSTALL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("service-venv");
-    let python = venv.join("bin").join("python");
-    let requirements = tests_dir().join("requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements).unwrap();
-    let marker = venv.join("installed-requirements.txt");
-    if std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
-        return python;
-    }
-    let created = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .unwrap_or_else(|error| panic!("python3 is needed for the Python client test: {error}"));
-    assert!(
-        created.success(),
-        "python3 -m venv failed: install python3-venv (scripts/prereqs.sh does)"
-    );
-    let installed = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "-r",
-        ])
-        .arg(&requirements)
-        .status()
-        .unwrap();
-    assert!(
-        installed.success(),
-        "pip install -r {} failed",
-        requirements.display()
-    );
-    std::fs::write(&marker, wanted).unwrap();
-    python
-}
 
 #[test]
 fn the_envoy_data_plane_python_client() {
@@ -92,69 +42,19 @@ fn the_envoy_data_plane_python_client() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("all checks passed"));
 }
 
-/// A self-signed certificate for 127.0.0.1 (openssl), in `dir`: (cert, key).
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap_or_else(|error| {
-            panic!("openssl is needed to make the TLS test's certificate: {error}")
-        });
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
-    (cert, key)
-}
-
 /// Redis over TLS only (`rediss://`) with an ACL user, and both listeners over TLS.
 #[test]
 fn tls_everywhere_and_an_acl_user() {
     let python = venv_python();
     let dir = crate::harness::TempDir::new("tls");
     let (cert, key) = certificate(&dir.0);
-    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let (redis, tls_port) = tls_redis(
+        &cert,
+        &key,
+        &["--user", "rls", "on", ">rls-secret", "~rls:*", "+@all"],
+    );
     let (cert_arg, key_arg) = (cert.to_str().unwrap(), key.to_str().unwrap());
-    let redis = Server::start(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        cert_arg,
-        "--tls-key-file",
-        key_arg,
-        "--tls-ca-cert-file",
-        cert_arg,
-        "--tls-auth-clients",
-        "no",
-        "--user",
-        "rls",
-        "on",
-        ">rls-secret",
-        "~rls:*",
-        "+@all",
-    ]);
-    // The plain port stays for the test kit; the service speaks TLS, as the user `rls`
-    // (`#insecure`: the test's self-signed certificate is not in the webpki roots).
+    // The service speaks TLS, as the user `rls` (`#insecure`: the test's self-signed certificate is not in the webpki roots).
     let url = format!("rediss://rls:rls-secret@127.0.0.1:{tls_port}/#insecure");
     let service = Service::start(
         &url,
