@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis_ratelimit_client::store::Store;
-use redis_ratelimit_client::{Algorithm, Fallback, Lease, Limit, Policy, RateLimiter, Replicas};
+use redis_ratelimit_client::{
+    Algorithm, Fallback, FallbackStates, Lease, Limit, Policy, RateLimiter, Replicas,
+};
 
 /// How every limiter is built.
 #[derive(Clone, Debug)]
@@ -40,6 +42,9 @@ pub struct Limiters {
     store: Arc<dyn Store>,
     settings: LimiterSettings,
     cache: Mutex<HashMap<String, RateLimiter>>,
+    /// One local fallback for every shape: a key that requests of several shapes share
+    /// (a per-key limit on every route, say) has one share of its quota, not one per shape.
+    fallback: FallbackStates,
 }
 
 /// The input name of limit `index` (its whole Redis key).
@@ -59,6 +64,7 @@ impl Limiters {
             store,
             settings,
             cache: Mutex::new(HashMap::new()),
+            fallback: FallbackStates::default(),
         }
     }
 
@@ -126,6 +132,7 @@ impl Limiters {
         RateLimiter::builder_shared(Arc::clone(&self.store))
             .policy(policy)
             .replicas(Replicas::fixed(self.settings.replicas.max(1)))
+            .fallback_states(self.fallback.clone())
             .build()
             .map_err(|error| error.to_string())
     }

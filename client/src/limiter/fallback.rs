@@ -3,7 +3,7 @@
 //! [`answers`](super::answers)); and, when the store answers again, charging it what the
 //! fallback admitted meanwhile.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::RateLimiter;
@@ -56,11 +56,7 @@ impl RateLimiter {
             return blanket(target, false, wait);
         };
         let grant = {
-            let mut local = self
-                .inner
-                .local
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut local = self.inner.local.lock();
             if let Some(seed) = state.answers.seed(target.id, now_us) {
                 self.seed_local(target, &calls, &seed.views, seed.answered_at_us, &mut local);
             }
@@ -210,12 +206,7 @@ impl RateLimiter {
             .collect();
         if !slots.is_empty() {
             // A release of an unknown holder changes nothing, so errors cannot matter here.
-            let _ = self
-                .inner
-                .local
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .refund(&slots, 1, clock::now_us());
+            let _ = self.inner.local.lock().refund(&slots, 1, clock::now_us());
         }
     }
 }

@@ -12,7 +12,7 @@ mod state;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use self::decide::store_decision;
@@ -76,8 +76,8 @@ struct Inner {
     policies: HashMap<Arc<str>, PolicyState>,
     replicas: Replicas,
     breaker: Breaker,
-    /// The local fallback's limiter states (shares of the quota).
-    local: Mutex<LocalLimits>,
+    /// The local fallback's limiter states (shares of the quota), perhaps shared.
+    local: FallbackStates,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Plans: the store-backed policies' resolved states.
     plans: plans::StorePolicies,
@@ -92,6 +92,32 @@ impl Drop for Inner {
         if let Some(handle) = sweeper.take() {
             handle.abort();
         }
+    }
+}
+
+/// The local fallback's limiter states: this replica's share of each key's quota, by key.
+/// Limiters built with the same states decide a key from one share: a service that builds
+/// several limiters over the same keys (one per shape of request, say) gives each key one
+/// share in a fallback, not one per limiter. Cheap to clone (clones share).
+#[derive(Clone)]
+pub struct FallbackStates(Arc<Mutex<LocalLimits>>);
+
+impl Default for FallbackStates {
+    fn default() -> Self {
+        // Lenient: the fallback has no one to report a kind mismatch to.
+        Self(Arc::new(Mutex::new(LocalLimits::lenient())))
+    }
+}
+
+impl FallbackStates {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, LocalLimits> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for FallbackStates {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FallbackStates").finish_non_exhaustive()
     }
 }
 
@@ -136,6 +162,7 @@ pub struct RateLimiterBuilder {
     replicas: Replicas,
     breaker: BreakerConfig,
     plans: Option<crate::plans::PlanSource>,
+    fallback_states: FallbackStates,
 }
 
 impl RateLimiterBuilder {
@@ -167,6 +194,14 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// The local fallback's states, shared with every limiter given the same (by default
+    /// the limiter's own).
+    #[must_use]
+    pub fn fallback_states(mut self, states: FallbackStates) -> Self {
+        self.fallback_states = states;
+        self
+    }
+
     /// Builds the limiter. Inside a Tokio runtime, this also starts the task that refunds
     /// expired leases; without one, expired leases are refunded when next touched.
     pub fn build(self) -> Result<RateLimiter, BuildError> {
@@ -192,7 +227,7 @@ impl RateLimiterBuilder {
                 policies,
                 replicas: self.replicas,
                 breaker: Breaker::new(self.breaker),
-                local: Mutex::new(LocalLimits::lenient()),
+                local: self.fallback_states,
                 sweeper: Mutex::new(None),
                 plans,
             }),
@@ -252,6 +287,7 @@ impl RateLimiter {
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
             plans: None,
+            fallback_states: FallbackStates::default(),
         }
     }
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis_ratelimit_client::store::{Capabilities, MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{
-    Algorithm, BreakerConfig, CheckError, Fallback, Inputs, Lease, Limit, Outcome, Policy,
-    RateLimiter, Replicas, Source,
+    Algorithm, BreakerConfig, CheckError, Fallback, FallbackStates, Inputs, Lease, Limit, Outcome,
+    Policy, RateLimiter, Replicas, Source,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -402,6 +402,45 @@ async fn fallback_local_enforces_this_replicas_share() {
         decision.limits[0].quota, 7,
         "the fields show the share in force"
     );
+}
+
+/// Two limiters deciding one key (a service's limiters for two shapes of request, each
+/// with the per-user limit): with the same fallback states, one share between them; with
+/// their own, one each.
+#[tokio::test]
+async fn limiters_sharing_fallback_states_share_a_keys_quota() {
+    let store = Arc::new(MemoryStore::new());
+    store.set_down(true);
+    let build = |policy: Policy, states: &FallbackStates| {
+        RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+            .policy(policy)
+            .fallback_states(states.clone())
+            .build()
+            .unwrap()
+    };
+    let plain = || failing_policy(Fallback::Local, 5);
+    let with_route = || {
+        Policy::builder("api")
+            .limit(limit("per-user", 5, "rl:{user}"))
+            .limit(limit("per-route", 100, "rl:route:{user}"))
+            .fallback(Fallback::Local)
+            .timeout(Duration::from_millis(20))
+            .build()
+            .unwrap()
+    };
+    let shared = FallbackStates::default();
+    let apart = [FallbackStates::default(), FallbackStates::default()];
+    for (states, expected) in [([&shared, &shared], 5), ([&apart[0], &apart[1]], 10)] {
+        let limiters = [build(plain(), states[0]), build(with_route(), states[1])];
+        let mut admitted = 0;
+        for round in 0..12 {
+            let limiter = &limiters[round % 2];
+            let decision = limiter.check("api", &user("ann")).await.unwrap();
+            assert_eq!(decision.source, Source::Fallback);
+            admitted += u64::from(decision.allowed);
+        }
+        assert_eq!(admitted, expected);
+    }
 }
 
 #[tokio::test]

@@ -100,6 +100,45 @@ async fn redis_down_under_each_failure_mode() {
     }
 }
 
+/// Requests of different shapes share a limit (Envoy sends the per-user descriptor with or
+/// without the route's, by path): with the store gone, the local fallback gives the user one
+/// share of it, not one per shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_fallback_gives_a_key_one_share_whatever_the_request() {
+    const NESTED: &str = r#"
+domain: ops
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 6, name: per-user, algorithm: token_bucket}
+    descriptors:
+      - key: route
+        rate_limit: {unit: day, requests_per_unit: 100, name: per-route}
+"#;
+    let mut redis = Server::start(&[]);
+    let url = format!("redis://127.0.0.1:{}/", redis.port);
+    let service = Service::start(
+        &url,
+        &[("ops.yaml", NESTED)],
+        &["--failure-mode", "local", "--timeout-ms", "100"],
+    );
+    redis.kill();
+    let mut client = service.grpc().await;
+    let mut admitted = 0;
+    for round in 0..12 {
+        let mut descriptors = vec![descriptor(&[("user", "ann")])];
+        if round % 2 == 1 {
+            descriptors.push(descriptor(&[("user", "ann"), ("route", "/search")]));
+        }
+        let answer = client
+            .should_rate_limit(request("ops", descriptors))
+            .await
+            .expect("answered by the fallback")
+            .into_inner();
+        admitted += usize::from(answer.overall_code == Code::Ok as i32);
+    }
+    assert_eq!(admitted, 6, "the per-user share, across both shapes");
+}
+
 /// Runs a future to completion on a fresh single-threaded runtime (inside `wait_until`'s
 /// closure, which is synchronous).
 fn futures_lite<T>(future: impl std::future::Future<Output = T> + Send + 'static) -> T
