@@ -10,7 +10,8 @@
 //! - `plans`: limits with `tenant_key` from the policy store, a plan change and an override
 //!   within a second, the YAML default without a store, bad config refused;
 //! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos;
-//! - `venv`: the Python packages the tests use (pinned), installed on first use.
+//! - `envoy`: a real Envoy with the example config in front of the service, over real HTTP;
+//! - `venv`: the Python packages those two use (pinned), installed on first use.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -21,6 +22,7 @@
 )]
 
 mod atomic;
+mod envoy;
 mod features;
 mod harness;
 mod http_api;
