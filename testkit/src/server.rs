@@ -88,6 +88,9 @@ pub struct Server {
     env: Vec<(String, String)>,
     /// Whether the module is loaded (a managed host has none).
     module: bool,
+    /// A program and its arguments that the server runs under (it must exec the server, so
+    /// that the process stopped on drop is the server); empty: run the server directly.
+    launcher: Vec<String>,
 }
 
 impl Server {
@@ -104,16 +107,34 @@ impl Server {
     /// Starts a server in `dir` with `extra` arguments and extra environment variables
     /// (kept for restarts).
     pub fn start_with_env(dir: PathBuf, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        Server::launch(dir, extra, env, true)
+        Server::launch(dir, extra, env, true, &[])
+    }
+
+    /// As [`Server::start_with_env`], with the server's command line appended to
+    /// `launcher` (a program that changes the server's view of the machine, then execs it),
+    /// for every start and restart.
+    pub fn start_launched(
+        dir: PathBuf,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        launcher: &[&str],
+    ) -> Server {
+        Server::launch(dir, extra, env, true, launcher)
     }
 
     /// Starts a server without the module, as a managed host runs (add
     /// `--enable-module-command no` to refuse `MODULE LOAD` too).
     pub fn start_without_module(extra: &[&str]) -> Server {
-        Server::launch(fresh_dir(), extra, &[], false)
+        Server::launch(fresh_dir(), extra, &[], false, &[])
     }
 
-    fn launch(dir: PathBuf, extra: &[&str], env: &[(&str, &str)], module: bool) -> Server {
+    fn launch(
+        dir: PathBuf,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        module: bool,
+        launcher: &[&str],
+    ) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let env: Vec<(String, String)> = env
             .iter()
@@ -127,6 +148,7 @@ impl Server {
                 args: args.clone(),
                 env: env.clone(),
                 module,
+                launcher: launcher.iter().map(|s| s.to_string()).collect(),
             };
             if server.spawn() {
                 return server;
@@ -139,7 +161,14 @@ impl Server {
     }
 
     fn spawn(&mut self) -> bool {
-        let mut command = Command::new(server_binary());
+        let mut command = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(server_binary());
+                command
+            }
+            None => Command::new(server_binary()),
+        };
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args([
