@@ -111,11 +111,18 @@ class Server:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self, **options: object) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, **options)  # type: ignore[arg-type]
+        options.setdefault("socket_timeout", 5)
+        return redis.Redis(host="127.0.0.1", port=self.port, **options)  # type: ignore[arg-type]
 
     def set_clock(self, now_us: int) -> None:
+        """Writes the instant in place: the server maps the file, and truncating it (as a
+        plain rewrite does) would make it read past the end (SIGBUS)."""
         assert self.clock_file is not None, "this server runs on the real clock"
-        self.clock_file.write_bytes(struct.pack("=q", now_us))
+        descriptor = os.open(self.clock_file, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(descriptor, struct.pack("=q", now_us), 0)
+        finally:
+            os.close(descriptor)
 
     def pause(self) -> None:
         assert self.process is not None

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .core.engine import KindMismatch
@@ -100,6 +100,19 @@ def _as_batches(flow: Generator[Command, Any, Any]) -> Generator[list[Command], 
             return stop.value
         replies = yield [command]
         reply = replies[0]
+
+
+def _call_flow(args: list[str], resolved: _Resolved) -> Generator[Command, Any, Any]:
+    """Any module command on the backend in use, once more after reloading lost code."""
+    for attempt in range(2):
+        reply = yield Command(tuple(translate(resolved.backend, resolved.sha, args)))
+        if isinstance(reply, BaseException):
+            if attempt == 0 and lost(resolved.backend, reply):
+                resolved.sha = (yield from reload(resolved.backend)) or resolved.sha
+                continue
+            raise classify(reply)
+        return reply
+    raise StoreError("server", "the server lost the backend's code twice")
 
 
 class _BaseRedisStore:
@@ -255,6 +268,11 @@ class RedisStore(_BaseRedisStore):
         resolved = await self._ready()
         await self._run(_refund_flow(request, resolved))
 
+    async def call(self, *args: object) -> Any:
+        """Runs a module command (``RL.PEEK key ...``) on the backend in use."""
+        resolved = await self._ready()
+        return await self._run(_call_flow([str(arg) for arg in args], resolved))
+
 
 class SyncRedisStore(_BaseRedisStore):
     """The store on a sync client: ``redis.Redis`` (also a Sentinel ``master_for``) or
@@ -313,6 +331,10 @@ class SyncRedisStore(_BaseRedisStore):
     def refund_blocking(self, request: Refund) -> None:
         self._run(_refund_flow(request, self._ready()))
 
+    def call(self, *args: object) -> Any:
+        """Runs a module command (``RL.PEEK key ...``) on the backend in use."""
+        return self._run(_call_flow([str(arg) for arg in args], self._ready()))
+
 
 class MemoryStore:
     """An in-process store on the core's algorithms and this process's clock, for tests and
@@ -321,8 +343,12 @@ class MemoryStore:
 
     backend = "memory"
 
-    def __init__(self, *, multi: bool = True, cluster: bool = False) -> None:
+    def __init__(
+        self, *, multi: bool = True, cluster: bool = False, clock: Callable[[], int] | None = None
+    ) -> None:
         self.limits = LocalLimits(strict=True)
+        #: Unix µs of the decisions (default: this process's clock).
+        self.clock = clock or now_us
         self._multi = multi
         self.cluster = cluster
         self.down = False
@@ -356,7 +382,7 @@ class MemoryStore:
             try:
                 verdict = self.limits.acquire(
                     keys, quotas, [call.weight for call in request.calls], request.units,
-                    request.partial_min, now_us() + self.offset_us,
+                    request.partial_min, self.clock() + self.offset_us,
                 )
             except KindMismatch as error:
                 raise StoreError("server", f"WRONGTYPE key '{keys[error.index]}' holds another kind of limiter") from None
@@ -378,7 +404,7 @@ class MemoryStore:
             keys.append(call.key)
             quotas.append(quota)
         with self._lock:
-            self.limits.refund(keys, quotas, now_us() + self.offset_us)
+            self.limits.refund(keys, quotas, self.clock() + self.offset_us)
 
     async def acquire(self, request: Acquire) -> Grant:
         if self.delay:
