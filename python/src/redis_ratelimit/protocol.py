@@ -44,6 +44,8 @@ class StoreError(Exception):
     of reach: fall back, count for the breaker) or ``server`` / ``config`` (it refused)."""
 
     def __init__(self, kind: str, detail: str = "") -> None:
+        # A refused command's text can quote its arguments (a whole script): keep the start.
+        detail = detail if len(detail) <= 300 else detail[:300] + "..."
         super().__init__(detail or kind)
         self.kind = kind
         self.detail = detail

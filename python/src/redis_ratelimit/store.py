@@ -222,7 +222,7 @@ class RedisStore(_BaseRedisStore):
     async def _command(self, command: Command) -> Any:
         try:
             if self.cluster and (command.everywhere or command.anywhere):
-                nodes = "primaries" if command.everywhere else "random"
+                nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
                 return await self.client.execute_command(*command.args, target_nodes=nodes)
             if self._pipeliner is not None and not (command.everywhere or command.anywhere):
                 return await self._pipeliner.submit(command.args)
@@ -255,6 +255,11 @@ class RedisStore(_BaseRedisStore):
         return await asyncio.shield(self._resolving)
 
     async def _resolve(self) -> _Resolved:
+        if self.cluster:
+            try:
+                await self.client.initialize()
+            except Exception as error:  # out of reach: the check falls back, the next resolves
+                raise classify(error) from error
         resolved = await self._run(_resolution(self.wanted, self._multi_hint))
         self._published(resolved)
         return resolved
@@ -293,7 +298,7 @@ class SyncRedisStore(_BaseRedisStore):
     def _command(self, command: Command) -> Any:
         try:
             if self.cluster and (command.everywhere or command.anywhere):
-                nodes = "primaries" if command.everywhere else "random"
+                nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
                 return self.client.execute_command(*command.args, target_nodes=nodes)
             return self.client.execute_command(*command.args)
         except Exception as error:  # sorted by the flow: an error reply, or out of reach

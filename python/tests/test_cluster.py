@@ -1,0 +1,55 @@
+"""A Redis Cluster with a policy's keys in two slots (a per-user key and a global one): each
+slot's limits in one call, the most specific first, and refunded when a later group denies,
+so the policy stays all-or-nothing; on the module and on the Functions library (loaded on
+every primary by the client)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+from redis_ratelimit import Limit, Policy, RateLimiter
+from redis_ratelimit.store import key_slot
+from servers import Cluster
+
+POLICY = Policy(
+    "api",
+    [
+        Limit.fixed_window("global", 3, 3600, key="rl:{{global}}"),
+        Limit.token_bucket("per-user", 10, refill=3600, key="rl:{{{user}}}:user"),
+    ],
+    timeout=2,
+    deny_cache=False,
+)
+
+
+@pytest.mark.parametrize("module", [True, False], ids=["module", "functions"])
+def test_limits_in_two_slots_stay_all_or_nothing(module: bool) -> None:
+    assert key_slot("rl:{global}") != key_slot("rl:{alice}:user")
+    cluster = Cluster(3, module=module)
+
+    async def scenario() -> None:
+        node = cluster.nodes[0]
+        client = RedisCluster(host="127.0.0.1", port=node.port)
+        limiter = RateLimiter(client, [POLICY])
+        assert await limiter.connect() == ("module" if module else "functions")
+        decisions = [await limiter.check("api", user="alice") for _ in range(5)]
+        assert [d.allowed for d in decisions] == [True, True, True, False, False]
+        denied = decisions[-1]
+        assert denied.binding == "global"
+        assert denied.source == "store"
+        # The per-user bucket was charged first (most specific) and refunded by the denial.
+        per_user = next(limit for limit in denied.limits if limit.name == "per-user")
+        assert per_user.remaining == 7, denied.limits
+        # The global limit denies bob too, and his bucket, charged first, is given back.
+        bob = await limiter.check("api", user="bob")
+        assert not bob.allowed
+        assert next(limit for limit in bob.limits if limit.name == "per-user").remaining == 10
+        await client.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        cluster.stop()
