@@ -89,8 +89,7 @@ def _decimal(text: str) -> Any:
         value = Decimal.parse_positive(text.encode())
     except NumberParseError as error:
         return error.kind.value
-    return [value.ceil_reciprocal(1_000_000_000), value.ceil_times(1_000_000),
-            value.exceeds_power_of_ten(9)]
+    return [value.ceil_reciprocal(1_000_000_000), value.ceil_times(1_000_000), value.exceeds_power_of_ten(9)]
 
 
 def _gcra(case: dict[str, Any]) -> tuple[Any, Any]:
@@ -126,10 +125,7 @@ def _acquire(limits: LocalLimits, case: dict[str, Any]) -> dict[str, Any]:
 def _refund(limits: LocalLimits, case: dict[str, Any]) -> dict[str, Any]:
     quotas = [quota(spec) for spec in case["q"]]
     evaluations = limits.refund(case["keys"], quotas, case["now"])
-    per = [
-        [decision(e.decision), None if e.commit is None else e.commit.expires_at_ms]
-        for e in evaluations
-    ]
+    per = [[decision(e.decision), None if e.commit is None else e.commit.expires_at_ms] for e in evaluations]
     return {"per": per, "s": [digest(limits, key) for key in case["keys"]]}
 
 
@@ -146,7 +142,7 @@ def _throttle(limits: LocalLimits, case: dict[str, Any]) -> dict[str, Any]:
     held = limits.held(case["keys"], [params], case["now"])[0]
     evaluation, cell = params.throttle(held.state if held.kind == "gc" else None, case["now"])
     if evaluation.commit is not None:
-        limits._commit("k", "gc", evaluation.commit, case["now"])  # noqa: SLF001
+        limits._commit("k", "gc", evaluation.commit, case["now"])
     return {
         "cell": cell_reply(cell),
         "d": decision(evaluation.decision),

@@ -19,9 +19,7 @@ import redis
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
-CLI = os.environ.get("REDIS_CLI") or (
-    SERVER[: -len("-server")] + "-cli" if SERVER.endswith("-server") else "redis-cli"
-)
+CLI = os.environ.get("REDIS_CLI") or (SERVER[: -len("-server")] + "-cli" if SERVER.endswith("-server") else "redis-cli")
 
 
 def module_path() -> Path:
@@ -79,13 +77,29 @@ class Server:
         self.process: subprocess.Popen[bytes] | None = None
         for _ in range(5):
             self.port = free_port()
-            command = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                       "--logfile", "log", "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+            command = [
+                SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
+                "--logfile",
+                "log",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ]
             if module:
                 command += ["--loadmodule", str(module_path())]
             command += list(args)
-            self.process = subprocess.Popen(command, cwd=self.dir, env=env,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                command, cwd=self.dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             if self._wait_ready():
                 return
             self.process.kill()
@@ -162,14 +176,27 @@ class Cluster:
     """A loopback Redis Cluster of ``primaries`` primaries, no replicas."""
 
     def __init__(self, primaries: int = 3, *, module: bool = True) -> None:
-        node_args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                     "--cluster-node-timeout", "2000")
+        node_args = (
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        )
         self.nodes: list[Server] = []
         try:
             for _ in range(primaries):
                 self.nodes.append(Server(module=module, args=node_args))
-            command = [CLI, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
-                       "--cluster-replicas", "0", "--cluster-yes"]
+            command = [
+                CLI,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ]
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:

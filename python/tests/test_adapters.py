@@ -23,8 +23,7 @@ POLICIES = [
     Policy("api", [Limit.token_bucket("per-key", 3, refill=60, key="api:{{{key}}}")], timeout=0.5),
     Policy("search", [Limit.fixed_window("per-tenant", 2, 3600, key="search:{key}")], timeout=0.5),
     Policy("uploads", [Limit.concurrency("in-flight", 1, 30, key="uploads:{key}")], timeout=0.5),
-    Policy("closed", [Limit.token_bucket("per-key", 3, refill=60, key="closed:{key}")], fallback="closed",
-           timeout=0.5),
+    Policy("closed", [Limit.token_bucket("per-key", 3, refill=60, key="closed:{key}")], fallback="closed", timeout=0.5),
 ]
 
 
@@ -87,7 +86,9 @@ def test_starlette_middleware_and_fastapi_dependency(server: Server) -> None:
     seen_in_flight: list[int] = []
 
     @app.post("/uploads")
-    async def upload(decision: Any = Depends(limit("uploads", key=lambda r: r.headers.get("x-api-key", "-")))) -> dict[str, Any]:
+    async def upload(
+        decision: Any = Depends(limit("uploads", key=lambda r: r.headers.get("x-api-key", "-"))),
+    ) -> dict[str, Any]:
         seen_in_flight.append(decision.limits[0].remaining)
         return {"remaining": decision.remaining}
 
@@ -129,9 +130,13 @@ def test_flask_extension_and_decorator(server: Server) -> None:
     from redis_ratelimit.contrib.flask import RateLimit
 
     app = flask.Flask(__name__)
-    ratelimit = RateLimit(app, SyncRateLimiter(redis.Redis(port=server.port), POLICIES), default="api",
-                          key=lambda request: request.headers.get("x-api-key", "anonymous"),
-                          exempt=["/healthz"])
+    ratelimit = RateLimit(
+        app,
+        SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
+        default="api",
+        key=lambda request: request.headers.get("x-api-key", "anonymous"),
+        exempt=["/healthz"],
+    )
 
     @app.get("/")
     def root() -> str:

@@ -31,10 +31,16 @@ POLICIES = [
             Limit.fixed_window("per-day", 50, 86400, key="m:{{{key}}}:day", weight=2),
             Limit.sliding_window("per-minute", 9, 60, key="m:{{{key}}}:minute"),
         ],
-        deny_cache=False, timeout=2,
+        deny_cache=False,
+        timeout=2,
     ),
-    Policy("leased", [Limit.fixed_window("window", 12, 60, key="ls:{key}")], lease=Lease(4, lifetime=60),
-           deny_cache=False, timeout=2),
+    Policy(
+        "leased",
+        [Limit.fixed_window("window", 12, 60, key="ls:{key}")],
+        lease=Lease(4, lifetime=60),
+        deny_cache=False,
+        timeout=2,
+    ),
     Policy("slots", [Limit.concurrency("in-flight", 2, 30, key="cc:{key}")], deny_cache=False, timeout=2),
 ]
 
@@ -42,12 +48,28 @@ POLICIES = [
 #: in-flight slots), "release" (the last held), "reserve:<actual>".
 TRACE: list[tuple[int, str, int, str, str]] = []
 for round_ in range(3):
-    for policy, cost in [("tb", 1), ("tb", 2), ("fw", 1), ("sw", 2), ("sl", 1), ("gcra", 1), ("multi", 1),
-                         ("multi", 3), ("leased", 1), ("paced", 1), ("paced", 1)]:
+    for policy, cost in [
+        ("tb", 1),
+        ("tb", 2),
+        ("fw", 1),
+        ("sw", 2),
+        ("sl", 1),
+        ("gcra", 1),
+        ("multi", 1),
+        ("multi", 3),
+        ("leased", 1),
+        ("paced", 1),
+        ("paced", 1),
+    ]:
         for repeat in range(3):
             TRACE.append((137 * repeat + 11, policy, cost, f"k{round_ % 2}", "check"))
-    TRACE += [(5, "slots", 1, "s", "hold"), (5, "slots", 1, "s", "hold"), (5, "slots", 1, "s", "hold"),
-              (5, "slots", 1, "s", "release"), (5, "slots", 1, "s", "hold")]
+    TRACE += [
+        (5, "slots", 1, "s", "hold"),
+        (5, "slots", 1, "s", "hold"),
+        (5, "slots", 1, "s", "hold"),
+        (5, "slots", 1, "s", "release"),
+        (5, "slots", 1, "s", "hold"),
+    ]
     TRACE += [(40, "tb", 2, "r", "reserve:1"), (40, "tb", 1, "r", "reserve:4"), (10, "tb", 1, "r", "check")]
     TRACE.append((4_000, "tb", 5, "k9", "check"))
 
@@ -57,8 +79,15 @@ def summary(decision: Any) -> tuple[Any, ...]:
         (s.name, s.allowed, s.remaining, s.retry_after_ms, s.reset_after_ms, s.quota, s.more_in_ns)
         for s in decision.limits
     )
-    return (decision.allowed, decision.source, decision.retry_after_ms, decision.binding, decision.wait_ms,
-            limits, tuple(sorted(decision.headers().items())))
+    return (
+        decision.allowed,
+        decision.source,
+        decision.retry_after_ms,
+        decision.binding,
+        decision.wait_ms,
+        limits,
+        tuple(sorted(decision.headers().items())),
+    )
 
 
 async def run_trace(limiter: RateLimiter, set_clock: Any) -> list[tuple[Any, ...]]:

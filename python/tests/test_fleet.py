@@ -17,8 +17,9 @@ def test_three_processes_admit_one_quota(backend_server: tuple[str, Server]) -> 
     start = time.time() + 1.5
     worker = Path(__file__).with_name("fleet_worker.py")
     processes = [
-        subprocess.Popen([sys.executable, str(worker), str(server.port), "40", str(start)],
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(worker), str(server.port), "40", str(start)], stdout=subprocess.PIPE, text=True
+        )
         for _ in range(3)
     ]
     results = []

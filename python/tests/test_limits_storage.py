@@ -10,11 +10,11 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from limits import parse
+from limits.storage import storage_from_string
+from limits.strategies import FixedWindowRateLimiter, MovingWindowRateLimiter
 from slowapi import Limiter, _rate_limit_exceeded_handler
 from slowapi.errors import RateLimitExceeded
 from slowapi.util import get_remote_address
-from limits.storage import storage_from_string
-from limits.strategies import FixedWindowRateLimiter, MovingWindowRateLimiter
 
 import redis_ratelimit.contrib.limits_storage  # noqa: F401  (registers the scheme)
 from servers import Server

@@ -58,10 +58,14 @@ def test_sigstop_under_load_stays_within_the_bound() -> None:
         logs: list[list[tuple[float, bool, str, float]]] = [[] for _ in limiters]
         server.pause()
         stopped_at = time.monotonic()
-        await asyncio.gather(*(replica_loop(l, stopped_at + 1.5, log) for l, log in zip(limiters, logs, strict=True)))
+        await asyncio.gather(
+            *(replica_loop(lim, stopped_at + 1.5, log) for lim, log in zip(limiters, logs, strict=True))
+        )
         server.resume()
         resumed_at = time.monotonic()
-        await asyncio.gather(*(replica_loop(l, resumed_at + 2.0, log) for l, log in zip(limiters, logs, strict=True)))
+        await asyncio.gather(
+            *(replica_loop(lim, resumed_at + 2.0, log) for lim, log in zip(limiters, logs, strict=True))
+        )
         ended = time.monotonic()
         everything = [entry for log in logs for entry in log]
         admitted = 3 * REPLICAS + sum(allowed for _, allowed, _, _ in everything)
@@ -114,8 +118,11 @@ def test_a_stopped_redis_leaves_each_replica_its_share() -> None:
                 count += decision.allowed
             admitted.append(count)
         latencies.sort()
-        return {"admitted_per_replica": admitted, "share": CAPACITY // REPLICAS,
-                "max_ms": round(latencies[-1] * 1000, 2)}
+        return {
+            "admitted_per_replica": admitted,
+            "share": CAPACITY // REPLICAS,
+            "max_ms": round(latencies[-1] * 1000, 2),
+        }
 
     figures = asyncio.run(scenario())
     record("stopped", figures)

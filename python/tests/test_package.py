@@ -25,8 +25,10 @@ def test_metrics_have_the_rust_clients_names_and_labels() -> None:
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
     store = MemoryStore()
-    policies = [Policy("plain", [Limit.token_bucket("b", 2, refill=60, key="p:{key}")]),
-                Policy("leased", [Limit.token_bucket("b", 10, refill=60, key="l:{key}")], lease=Lease(2))]
+    policies = [
+        Policy("plain", [Limit.token_bucket("b", 2, refill=60, key="p:{key}")]),
+        Policy("leased", [Limit.token_bucket("b", 10, refill=60, key="l:{key}")], lease=Lease(2)),
+    ]
     limiter = RateLimiter(store, policies, metrics=metrics)
 
     async def run() -> None:
@@ -49,7 +51,7 @@ def test_metrics_have_the_rust_clients_names_and_labels() -> None:
         'ratelimit_lease_claims_total{policy="leased"} 1.0',
         'ratelimit_lease_units_claimed_total{policy="leased"} 2.0',
         'ratelimit_store_errors_total{kind="unavailable",policy="plain"} 1.0',
-        'ratelimit_circuit_open 0.0',
+        "ratelimit_circuit_open 0.0",
     ]:
         assert line in text, f"missing {line}:\n{text}"
     assert 'ratelimit_store_latency_seconds_bucket{le="0.05",op="acquire",policy="plain"}' in text

@@ -23,7 +23,9 @@ RLCTL = Path(os.environ.get("RL_RLCTL", REPOSITORY / "target" / "debug" / "rlctl
 
 def rlctl(server: Server, *args: str) -> None:
     if not RLCTL.is_file():
-        pytest.fail(f"{RLCTL} is missing: make python-test builds it (cargo build -p redis-ratelimit-client --bin rlctl)")
+        pytest.fail(
+            f"{RLCTL} is missing: make python-test builds it (cargo build -p redis-ratelimit-client --bin rlctl)"
+        )
     subprocess.run([str(RLCTL), "--redis", server.url, *args], check=True, capture_output=True, timeout=30)
 
 
@@ -41,7 +43,7 @@ def test_plans_and_overrides_apply_to_the_existing_state(module_server: Server) 
             deadline = since + 5
             while time.monotonic() < deadline:
                 decision = await limiter.check("api", tenant="probe")
-                if f'q={expected};' in decision.headers()["ratelimit-policy"]:
+                if f"q={expected};" in decision.headers()["ratelimit-policy"]:
                     return time.monotonic() - since
                 await asyncio.sleep(0.005)
             raise AssertionError(f"quota {expected} never seen")

@@ -48,16 +48,47 @@ def test_commands_are_the_rust_clients() -> None:
     gcra = Limit.gcra("g", 4, 10, 60, key="k").algorithm
     sliding = Limit.sliding_window("s", 100, 1, key="k").algorithm
     assert acquire_command(Acquire((Call("k", bucket, 2),), 3, 1), False)[1] == [
-        "RL.TOKENBUCKET", "k", "10", "2", "6", "PARTIAL", "MIN", "1"]
+        "RL.TOKENBUCKET",
+        "k",
+        "10",
+        "2",
+        "6",
+        "PARTIAL",
+        "MIN",
+        "1",
+    ]
     assert acquire_command(Acquire((Call("a", bucket), Call("b", window, 3)), 2), True)[1] == [
-        "RL.MULTI", "2", "a", "b", "TOKENBUCKET", "10", "2", "FIXED", "100", "60.000000", "COST", "2",
-        "WEIGHTS", "1", "3"]
+        "RL.MULTI",
+        "2",
+        "a",
+        "b",
+        "TOKENBUCKET",
+        "10",
+        "2",
+        "FIXED",
+        "100",
+        "60.000000",
+        "COST",
+        "2",
+        "WEIGHTS",
+        "1",
+        "3",
+    ]
     assert acquire_command(Acquire((Call("g", gcra),), 1), False)[1] == ["CL.THROTTLE", "g", "4", "10", "60", "1"]
     assert refund_commands(Refund((Call("a", sliding, 2), Call("g", gcra)), 5)) == [
-        ["RL.REFUND", "a", "SLIDING", "100", "1.000000", "10"], ["CL.THROTTLE", "g", "4", "10", "60", "-5"]]
+        ["RL.REFUND", "a", "SLIDING", "100", "1.000000", "10"],
+        ["CL.THROTTLE", "g", "4", "10", "60", "-5"],
+    ]
     paced = Limit.token_bucket("q", 1, refill=1, key="q", max_wait=1.5)
     assert acquire_command(Acquire((Call("q", paced.algorithm, 1, paced.max_wait_ms),), 1), True)[1] == [
-        "RL.TOKENBUCKET", "q", "1", "1", "1", "MAXWAIT", "1500"]
+        "RL.TOKENBUCKET",
+        "q",
+        "1",
+        "1",
+        "1",
+        "MAXWAIT",
+        "1500",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -66,8 +97,10 @@ def test_commands_are_the_rust_clients() -> None:
         ('algorithm = "token_bucket"\ncapacity = 5\nwindow_s = 3', "'window_s' is not a parameter of token_bucket"),
         ('algorithm = "fixed_window"\nlimit = 5', "give exactly one of 'window_s' and 'window_ms'"),
         ('algorithm = "leaky"', "algorithm is token_bucket"),
-        ('algorithm = "fixed_window"\nlimit = 0\nwindow_s = 1',
-         "policy 'p', limit 'l': limit must be greater than 0 (got '0')"),
+        (
+            'algorithm = "fixed_window"\nlimit = 0\nwindow_s = 1',
+            "policy 'p', limit 'l': limit must be greater than 0 (got '0')",
+        ),
         ('algorithm = "gcra"\ncolor = 1', "unknown field"),
         ('algorithm = "token_bucket"\ncapacity = 5\nrate = "x"', "rate must be a positive decimal"),
         ('algorithm = "token_bucket"\ncapacity = 0\nrefill_s = 60', "capacity must be greater than 0 (got '0')"),
@@ -97,7 +130,14 @@ def test_bad_policies_are_refused_when_built() -> None:
         Limit.fixed_window("w", 1, 0.0000001, key="w")
     with pytest.raises(PolicyError, match="only token buckets can be paced"):
         Limit.of("w", Limit.fixed_window("w", 1, 1, key="w").algorithm, key="w", max_wait=1)
-    assert from_toml('[[policy]]\nname = "p"\n[[policy.limit]]\nname = "l"\nkey = "k"\nalgorithm = "gcra"\n'
-                     "max_burst = 9\ncount = 10\nperiod_s = 1")[0].limits[0].algorithm.quota == 10
+    assert (
+        from_toml(
+            '[[policy]]\nname = "p"\n[[policy.limit]]\nname = "l"\nkey = "k"\nalgorithm = "gcra"\n'
+            "max_burst = 9\ncount = 10\nperiod_s = 1"
+        )[0]
+        .limits[0]
+        .algorithm.quota
+        == 10
+    )
     with pytest.raises(ConfigError, match="no policy"):
         from_toml("# nothing yet\n")

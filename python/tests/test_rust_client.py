@@ -25,15 +25,30 @@ FIELDS = ("ratelimit", "ratelimit-policy", "retry-after", "content-type")
 
 
 async def ok_app(scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain; charset=utf-8")]})  # type: ignore[operator]
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain; charset=utf-8")]}
+    )  # type: ignore[operator]
     await send({"type": "http.response.body", "body": b"ok\n"})  # type: ignore[operator]
 
 
 def start_demo(port: int, lease: int | None, backend: str) -> tuple[subprocess.Popen[str], str]:
     if not DEMO.is_file():
-        pytest.fail(f"{DEMO} is missing: make python-test builds it (cargo build -p redis-ratelimit-client --example demo-service)")
-    command = [str(DEMO), "--redis", f"redis://127.0.0.1:{port}/", "--listen", "127.0.0.1:0", "--limit", "5",
-               "--window", "60", "--timeout-ms", "2000", "--backend", backend]
+        pytest.fail(f"{DEMO} is missing: make python-test builds it (cargo build -p redis-ratelimit-client --examples)")
+    command = [
+        str(DEMO),
+        "--redis",
+        f"redis://127.0.0.1:{port}/",
+        "--listen",
+        "127.0.0.1:0",
+        "--limit",
+        "5",
+        "--window",
+        "60",
+        "--timeout-ms",
+        "2000",
+        "--backend",
+        backend,
+    ]
     if lease is not None:
         command += ["--lease", str(lease)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -71,14 +86,23 @@ def test_the_same_answers_as_the_rust_client(backend: str, lease: int | None) ->
     demo = None
     try:
         demo, base = start_demo(rust_server.port, lease, backend)
-        policy = Policy("demo", [Limit.token_bucket("per-key", 5, refill=60, key="demo:{{{api_key}}}")],
-                        lease=None if lease is None else Lease(lease), timeout=2)
+        policy = Policy(
+            "demo",
+            [Limit.token_bucket("per-key", 5, refill=60, key="demo:{{{api_key}}}")],
+            lease=None if lease is None else Lease(lease),
+            timeout=2,
+        )
 
         async def python_side() -> list[tuple[object, ...]]:
             limiter = RateLimiter(aredis.Redis(port=python_server.port), [policy])
             await limiter.connect()  # as the demo service connects at start
-            app = RateLimitMiddleware(ok_app, limiter, policy="demo", input_name="api_key",
-                                      key=lambda scope: header(scope, "x-api-key") or "anonymous")
+            app = RateLimitMiddleware(
+                ok_app,
+                limiter,
+                policy="demo",
+                input_name="api_key",
+                key=lambda scope: header(scope, "x-api-key") or "anonymous",
+            )
             return await responses(None, app, keys, python_server.set_clock)
 
         rust = asyncio.run(responses(base, None, keys, rust_server.set_clock))

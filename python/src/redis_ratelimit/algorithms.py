@@ -12,7 +12,6 @@ from __future__ import annotations
 import decimal
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Union
 
 from .core import (
     ConcurrencyParams,
@@ -28,14 +27,14 @@ from .core import (
 )
 from .core.concurrency import MAX_STORED_HOLDERS
 from .core.gcra import GcraParamError, emission_interval_ns
-from .core.numbers import I64_MAX, MAX_WINDOW_US, MIN_WINDOW_US, U64_MAX
+from .core.numbers import I64_MAX, MAX_WINDOW_US, MIN_WINDOW_US, U64_MAX, parse_positive_integer
 from .core.sliding_log import MAX_STORED_ENTRIES
 from .core.token_bucket import MAX_REFILL_NS
 
 #: A duration in seconds (``60``, ``0.25``, ``"1.5"``) or a ``timedelta``.
-Seconds = Union[int, float, str, decimal.Decimal, timedelta]
+Seconds = int | float | str | decimal.Decimal | timedelta
 #: A rate in tokens per second, kept as the exact decimal text sent to the server.
-RateValue = Union[int, float, str, decimal.Decimal]
+RateValue = int | float | str | decimal.Decimal
 
 
 class AlgorithmError(ValueError):
@@ -63,10 +62,8 @@ def _refuse(name: str, rule: str, got: str | None = None) -> AlgorithmError:
 
 def positive_integer(name: str, value: object) -> int:
     """A positive integer argument, by the server's rule."""
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else str(value)
+    text = str(value)
     try:
-        from .core.numbers import parse_positive_integer
-
         return parse_positive_integer(text.encode())
     except NumberParseError as error:
         raise _refuse(name, _RULES[error.kind] or "must be a positive integer", text) from None
@@ -133,10 +130,7 @@ class Rate:
             raise _refuse("rate", "must be at most 1000000000 tokens per second", text)
         interval = rate.ceil_reciprocal(1_000_000_000)
         if interval is None:
-            raise AlgorithmError(
-                "capacity / rate must be at most 100 years (the time an empty bucket takes "
-                "to refill)"
-            )
+            raise AlgorithmError("capacity / rate must be at most 100 years (the time an empty bucket takes to refill)")
         return Rate(text, max(interval, 1))
 
     @staticmethod
@@ -251,9 +245,7 @@ class Algorithm:
             assert refill is not None
             built = Rate.per(capacity, seconds_to_us("refill", refill) * 1_000)
         if capacity * built.interval_ns > MAX_REFILL_NS:
-            raise AlgorithmError(
-                "capacity / rate must be at most 100 years (the time an empty bucket takes to refill)"
-            )
+            raise AlgorithmError("capacity / rate must be at most 100 years (the time an empty bucket takes to refill)")
         return Algorithm("tb", capacity, rate=built)
 
     @staticmethod

@@ -77,9 +77,14 @@ def _typed(table: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
         return None
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ConfigError(f"bad configuration: {where}: '{name}' must be {kind.__name__}, got {value!r}")
-    if kind is int and value < 0:
+    if isinstance(value, int) and value < 0:
         raise ConfigError(f"bad configuration: {where}: '{name}' must be at least 0, got {value}")
     return value
+
+
+def _ms_text(ms: Any) -> str:
+    """Milliseconds as exact seconds (``1500`` -> ``1.500``)."""
+    return f"{ms // 1000}.{ms % 1000:03d}"
 
 
 def _policy(entry: Any) -> Policy:
@@ -100,8 +105,9 @@ def _policy(entry: Any) -> Policy:
         if units is None:
             raise ConfigError(f"bad configuration: {where}, lease: missing field 'units'")
         lifetime = _typed(table, "lifetime_ms", int, f"{where}, lease")
-        lease = Lease(units, _typed(table, "max_units", int, f"{where}, lease"),
-                      1.0 if lifetime is None else lifetime / 1000)
+        lease = Lease(
+            units, _typed(table, "max_units", int, f"{where}, lease"), 1.0 if lifetime is None else lifetime / 1000
+        )
     limits = [_limit(name, limit) for limit in entry.get("limit", [])]
     fallback = _typed(entry, "fallback", str, where)
     timeout_ms = _typed(entry, "timeout_ms", int, where)
@@ -141,19 +147,13 @@ def _limit(policy: str, table: Any) -> Limit:
     for parameter in sorted(set(table) & _ALL_PARAMETERS, key=list(_ALL_PARAMETERS).index):
         if parameter not in allowed:
             raise ConfigError(f"bad configuration: {where}: '{parameter}' is not a parameter of {algorithm_name}")
-    numbers = {p: _typed(table, p, str if p == "rate" else int, where) for p in allowed}
+    numbers: dict[str, Any] = {p: _typed(table, p, str if p == "rate" else int, where) for p in allowed}
 
     def need(parameter: str) -> Any:
         value = numbers.get(parameter)
         if value is None:
             raise ConfigError(f"bad configuration: {where}: '{parameter}' is missing")
         return value
-
-    def one_duration(what: str) -> float:
-        seconds, millis = numbers.get(f"{what}_s"), numbers.get(f"{what}_ms")
-        if (seconds is None) == (millis is None):
-            raise ConfigError(f"bad configuration: {where}: give exactly one of '{what}_s' and '{what}_ms'")
-        return float(seconds) if seconds is not None else millis / 1000
 
     try:
         if algorithm_name == "token_bucket":
@@ -166,17 +166,15 @@ def _limit(policy: str, table: Any) -> Limit:
             else:
                 seconds, millis = numbers.get("refill_s"), numbers.get("refill_ms")
                 if (seconds is None) == (millis is None):
-                    raise ConfigError(
-                        f"bad configuration: {where}: give exactly one of 'refill_s' and 'refill_ms'"
-                    )
-                refill = seconds if seconds is not None else f"{millis // 1000}.{millis % 1000:03d}"
+                    raise ConfigError(f"bad configuration: {where}: give exactly one of 'refill_s' and 'refill_ms'")
+                refill = seconds if seconds is not None else _ms_text(millis)
                 algorithm = Algorithm.token_bucket(capacity, refill=refill)
         elif algorithm_name in ("sliding_window", "fixed_window", "sliding_log"):
             limit = need("limit")
             seconds, millis = numbers.get("window_s"), numbers.get("window_ms")
             if (seconds is None) == (millis is None):
                 raise ConfigError(f"bad configuration: {where}: give exactly one of 'window_s' and 'window_ms'")
-            window = seconds if seconds is not None else f"{millis // 1000}.{millis % 1000:03d}"
+            window = seconds if seconds is not None else _ms_text(millis)
             build = {
                 "sliding_window": Algorithm.sliding_window,
                 "fixed_window": Algorithm.fixed_window,
@@ -185,7 +183,7 @@ def _limit(policy: str, table: Any) -> Limit:
             algorithm = build(limit, window)
         elif algorithm_name == "concurrency":
             ttl_ms = need("ttl_ms")
-            algorithm = Algorithm.concurrency(need("limit"), f"{ttl_ms // 1000}.{ttl_ms % 1000:03d}")
+            algorithm = Algorithm.concurrency(need("limit"), _ms_text(ttl_ms))
         else:
             algorithm = Algorithm.gcra(need("max_burst"), need("count"), need("period_s"))
     except AlgorithmError as error:
@@ -194,11 +192,11 @@ def _limit(policy: str, table: Any) -> Limit:
     max_wait_ms = numbers.get("max_wait_ms")
     try:
         return Limit.of(
-            name,
+            str(name),
             algorithm,
-            key=table["key"],
+            key=str(table["key"]),
             weight=1 if weight is None else max(weight, 1),
-            max_wait=None if max_wait_ms is None else f"{max_wait_ms // 1000}.{max_wait_ms % 1000:03d}",
+            max_wait=None if max_wait_ms is None else _ms_text(max_wait_ms),
         )
     except PolicyError as error:
         raise ConfigError(f"bad configuration: policy '{policy}': {error}") from None

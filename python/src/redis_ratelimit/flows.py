@@ -75,9 +75,7 @@ class PolicyState:
         self.shapes: list[Shape] = [limit.algorithm.shape() for limit in policy.limits]
         longest_ns = max((shape.window_ns() for shape in self.shapes), default=0)
         # Most specific key first (stable: declaration order among equals).
-        self.order = sorted(
-            range(len(policy.limits)), key=lambda index: -policy.limits[index].key.specificity()
-        )
+        self.order = sorted(range(len(policy.limits)), key=lambda index: -policy.limits[index].key.specificity())
         self.deny = DenyCache()
         self.leases = Leases(lock_factory)
         self.answers = Answers(longest_ns // 1000)
@@ -159,11 +157,7 @@ def decided(
         retry: int | None = 0
     else:
         retry = limits[binding].retry_after_ms if binding < len(limits) else None
-    waits = [
-        limit.retry_after_ms or 0
-        for limit in limits
-        if allowed and limit.allowed and not limit.in_flight
-    ]
+    waits = [limit.retry_after_ms or 0 for limit in limits if allowed and limit.allowed and not limit.in_flight]
     return Decision(
         allowed=allowed,
         policy=state.name,
@@ -186,7 +180,7 @@ def views_decision(
     source: str,
     backend: str | None,
 ) -> Decision:
-    limits = []
+    limits: list[LimitStatus] = []
     binding = 0
     for index, view in views:
         if index == binding_index:
@@ -196,9 +190,7 @@ def views_decision(
 
 
 def store_decision(state: PolicyState, acquired: Acquired) -> Decision:
-    return views_decision(
-        state, acquired.granted > 0, acquired.views, acquired.binding, STORE, acquired.backend
-    )
+    return views_decision(state, acquired.granted > 0, acquired.views, acquired.binding, STORE, acquired.backend)
 
 
 def add_leased(decision: Decision, state: PolicyState, leased: int) -> None:
@@ -226,8 +218,9 @@ def _charge(state: PolicyState, index: int, units: int) -> int:
 
 
 def _give_back(view: View, units: int) -> View:
-    return View(view.allowed, min(view.remaining + units, view.limit), view.retry_after_ms,
-                view.reset_after_ms, view.limit)
+    return View(
+        view.allowed, min(view.remaining + units, view.limit), view.retry_after_ms, view.reset_after_ms, view.limit
+    )
 
 
 class Engine:
@@ -260,9 +253,7 @@ class Engine:
             slot = self.store.slot(key)
 
             def fits(group: list[int], index: int = index, key: str = key) -> bool:
-                return not state.paced(index) and all(
-                    not state.paced(other) and keys[other] != key for other in group
-                )
+                return not state.paced(index) and all(not state.paced(other) and keys[other] != key for other in group)
 
             for group_slot, group in groups:
                 if multi and group_slot == slot and fits(group):
@@ -331,19 +322,12 @@ class Engine:
             self.metrics.group_refunded(state.name)
             if (yield from self.refund_groups(target, charged)):
                 for group, units in charged:
-                    views = [
-                        (i, _give_back(v, _charge(state, i, units))) if i in group else (i, v)
-                        for i, v in views
-                    ]
+                    views = [(i, _give_back(v, _charge(state, i, units))) if i in group else (i, v) for i, v in views]
         views.sort(key=lambda item: item[0])
         return views
 
-    def refund_groups(
-        self, target: Target, refunds: Sequence[tuple[Sequence[int], int]]
-    ) -> Generator[Any, Any, bool]:
-        requests = tuple(
-            Refund(target.calls(group), units, target.holder) for group, units in refunds if units > 0
-        )
+    def refund_groups(self, target: Target, refunds: Sequence[tuple[Sequence[int], int]]) -> Generator[Any, Any, bool]:
+        requests = tuple(Refund(target.calls(group), units, target.holder) for group, units in refunds if units > 0)
         if not requests:
             return True
         policy = target.state.policy
@@ -367,9 +351,7 @@ class Engine:
         self.remember(target, acquired, cost)
         return store_decision(target.state, acquired)
 
-    def leased_flow(
-        self, target: Target, cost: int, slot: LeaseSlot, started: float
-    ) -> Generator[Any, Any, Decision]:
+    def leased_flow(self, target: Target, cost: int, slot: LeaseSlot, started: float) -> Generator[Any, Any, Decision]:
         """A check paid from a lease (the caller holds the slot's lock)."""
         state = target.state
         lease = state.policy.lease
@@ -399,11 +381,7 @@ class Engine:
             slot.last_claim = LastClaim(time.monotonic(), "failed")
             return self.fallback(target, cost, error, self.breaker.open_for)
         held = slot.units
-        hot = (
-            last is not None
-            and last.result == "granted"
-            and now - last.at < lease.lifetime / 4
-        )
+        hot = last is not None and last.result == "granted" and now - last.at < lease.lifetime / 4
         recent = slot.claim_units * 2 if hot else lease.units
         size = lease.claim_for(cost, slot.waiting, recent)
         slot.claim_units = size
@@ -431,9 +409,7 @@ class Engine:
         add_leased(decision, state, slot.units)
         return decision
 
-    def refund_lease(
-        self, state: PolicyState, keys: tuple[str, ...], units: int
-    ) -> Generator[Any, Any, None]:
+    def refund_lease(self, state: PolicyState, keys: tuple[str, ...], units: int) -> Generator[Any, Any, None]:
         target = Target(state, keys, "\0".join(keys), None)
         refunds = [(group, units) for group in self.plan(state, keys)]
         if (yield from self.refund_groups(target, refunds)):
@@ -451,9 +427,7 @@ class Engine:
 
     # Fallback.
 
-    def fallback(
-        self, target: Target, cost: int, error: StoreError | None, wait_s: float
-    ) -> Decision:
+    def fallback(self, target: Target, cost: int, error: StoreError | None, wait_s: float) -> Decision:
         """The decision when the store cannot decide (``error`` ``None``: the breaker is open)."""
         refused = error is not None and not error.unavailable
         mode = target.state.policy.fallback
@@ -559,10 +533,7 @@ class Engine:
         owed = state.answers.take_owed(target.key_set, now_us())
         if owed is None:
             return None
-        groups = [
-            [index for index in group if not state.in_flight(index)]
-            for group in self.plan(state, target.keys)
-        ]
+        groups = [[index for index in group if not state.in_flight(index)] for group in self.plan(state, target.keys)]
         groups = [group for group in groups if group]
         unheld = Target(state, target.keys, target.key_set, None)
         acquired = yield from self.acquire_groups(unheld, groups, owed, 1, "settle")

@@ -28,7 +28,7 @@ class MissingInput(KeyError):
 class KeyTemplate:
     """A parsed key template."""
 
-    __slots__ = ("text", "_segments")
+    __slots__ = ("_segments", "text")
 
     def __init__(self, text: str) -> None:
         if not text:

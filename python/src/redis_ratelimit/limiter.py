@@ -73,7 +73,7 @@ class _Limiter:
             )
         self.metrics = metrics if metrics is not None else default_metrics()
         self.store = store
-        if hasattr(store, "metrics") and isinstance(getattr(store, "metrics"), Metrics) and metrics is not None:
+        if hasattr(store, "metrics") and isinstance(store.metrics, Metrics) and metrics is not None:
             store.metrics = self.metrics
         count = replicas if callable(replicas) else (lambda: replicas)
         self._engine = Engine(store, lambda: max(int(count()), 1), Breaker(*breaker), self.metrics)
@@ -105,7 +105,7 @@ class _Limiter:
         if tenant is None:
             raise CheckError(str(MissingInput(registered.policy.tenant_input)))
         policy = self.plans.policy_for(registered.policy, str(tenant))
-        signature = (policy.name, tuple(f"{l.name}:{l.key.text}:{l.algorithm}" for l in policy.limits))
+        signature = (policy.name, tuple(f"{limit.name}:{limit.key.text}:{limit.algorithm}" for limit in policy.limits))
         state = self._resolved.get(signature)
         if state is None:
             if len(self._resolved) >= 1024:
@@ -238,7 +238,9 @@ class RateLimiter(_Limiter):
 
     @property
     def backend(self) -> str | None:
-        return self.store.backend
+        """The store backend in use (``module``, ``functions``, ``scripts``, ``memory``)."""
+        backend: str | None = self.store.backend
+        return backend
 
     async def check(
         self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
@@ -452,7 +454,9 @@ class SyncRateLimiter(_Limiter):
 
     @property
     def backend(self) -> str | None:
-        return self.store.backend
+        """The store backend in use (``module``, ``functions``, ``scripts``, ``memory``)."""
+        backend: str | None = self.store.backend
+        return backend
 
     def check(
         self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
@@ -531,10 +535,9 @@ class SyncRateLimiter(_Limiter):
             elif isinstance(op, RefundOp):
                 reply = self._refunds(op)
             elif isinstance(op, SpawnOp):
-                try:
+                # Shut down: the lease is left to expire.
+                with contextlib.suppress(RuntimeError):
                     self._executor.submit(self._drive, op.flow)
-                except RuntimeError:  # shut down: the lease is left to expire
-                    pass
                 reply = None
             else:
                 raise TypeError(f"unknown operation {op!r}")
@@ -664,8 +667,9 @@ class _ReservationBase:
 
 
 class Reservation(_ReservationBase):
-    def __init__(self, limiter: RateLimiter, policy: str, inputs: dict[str, str], estimate: int,
-                 decision: Decision) -> None:
+    def __init__(
+        self, limiter: RateLimiter, policy: str, inputs: dict[str, str], estimate: int, decision: Decision
+    ) -> None:
         super().__init__(policy, inputs, estimate, decision)
         self._limiter = limiter
 
@@ -682,8 +686,9 @@ class Reservation(_ReservationBase):
 
 
 class SyncReservation(_ReservationBase):
-    def __init__(self, limiter: SyncRateLimiter, policy: str, inputs: dict[str, str], estimate: int,
-                 decision: Decision) -> None:
+    def __init__(
+        self, limiter: SyncRateLimiter, policy: str, inputs: dict[str, str], estimate: int, decision: Decision
+    ) -> None:
         super().__init__(policy, inputs, estimate, decision)
         self._limiter = limiter
 

@@ -66,14 +66,10 @@ class LocalLimits:
                 self._commit(key, quota.kind, commit, now_us)
         return verdict
 
-    def refund(
-        self, keys: Sequence[str], quotas: Sequence[Quota], now_us: int
-    ) -> list[Evaluation[Any]]:
+    def refund(self, keys: Sequence[str], quotas: Sequence[Quota], now_us: int) -> list[Evaluation[Any]]:
         """Gives each quota's cost back to its key (an in-flight limit frees its holder)."""
         held = self.held(keys, quotas, now_us)
-        evaluations = [
-            core_refund(state, quota, now_us) for state, quota in zip(held, quotas, strict=True)
-        ]
+        evaluations = [core_refund(state, quota, now_us) for state, quota in zip(held, quotas, strict=True)]
         for key, quota, evaluation in zip(keys, quotas, evaluations, strict=True):
             if evaluation.commit is not None:
                 self._commit(key, quota.kind, evaluation.commit, now_us)
@@ -101,9 +97,7 @@ class LocalLimits:
         self._operations += 1
         if self._operations % _PRUNE_EVERY == 0:
             now_ms = now_us // 1000
-            self._states = {
-                key: stored for key, stored in self._states.items() if stored.expires_at_ms > now_ms
-            }
+            self._states = {key: stored for key, stored in self._states.items() if stored.expires_at_ms > now_ms}
 
     def state(self, key: str) -> tuple[str, Any, int] | None:
         """The stored (kind, state, expiry) of ``key``, expired or not (for tests)."""

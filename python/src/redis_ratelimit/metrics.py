@@ -7,7 +7,7 @@ policy name, never a key.
 | ``ratelimit_decisions_total`` | counter | ``policy``, ``outcome``, ``source``, ``backend`` |
 | ``ratelimit_store_latency_seconds`` | histogram | ``policy``, ``op`` |
 | ``ratelimit_store_errors_total`` | counter | ``policy``, ``kind`` |
-| ``ratelimit_lease_claims_total``, ``ratelimit_lease_units_claimed_total``, ``ratelimit_lease_units_refunded_total`` | counters | ``policy`` |
+| ``ratelimit_lease_claims_total``, ``..._units_claimed_total``, ``..._units_refunded_total`` | counters | ``policy`` |
 | ``ratelimit_fallback_units_owed_total``, ``ratelimit_fallback_units_settled_total`` | counters | ``policy`` |
 | ``ratelimit_group_refunds_total`` | counter | ``policy`` |
 | ``ratelimit_store_backend`` | gauge | ``backend`` |
@@ -98,12 +98,16 @@ class PrometheusMetrics(Metrics):
             return Counter(name, text, labels, registry=registry)
 
         self._decisions = counter(
-            "ratelimit_decisions", "Rate-limit decisions by policy, outcome, source and backend",
+            "ratelimit_decisions",
+            "Rate-limit decisions by policy, outcome, source and backend",
             ("policy", "outcome", "source", "backend"),
         )
         self._latency = Histogram(
-            "ratelimit_store_latency_seconds", "Round trip of rate-limit store calls",
-            ("policy", "op"), buckets=_BUCKETS, registry=registry,
+            "ratelimit_store_latency_seconds",
+            "Round trip of rate-limit store calls",
+            ("policy", "op"),
+            buckets=_BUCKETS,
+            registry=registry,
         )
         self._errors = counter(
             "ratelimit_store_errors", "Rate-limit store calls that failed, by kind", ("policy", "kind")
@@ -117,21 +121,20 @@ class PrometheusMetrics(Metrics):
             ("policy",),
         )
         self._settled = counter(
-            "ratelimit_fallback_units_settled", "Owed fallback units the store took when it answered again",
+            "ratelimit_fallback_units_settled",
+            "Owed fallback units the store took when it answered again",
             ("policy",),
         )
         self._group_refunds = counter(
             "ratelimit_group_refunds", "Limit groups refunded because a later group denied", ("policy",)
         )
-        self._circuit = Gauge("ratelimit_circuit_open", "1 while the circuit breaker holds store calls back",
-                              registry=registry)
+        self._circuit = Gauge(
+            "ratelimit_circuit_open", "1 while the circuit breaker holds store calls back", registry=registry
+        )
         self._opened = counter("ratelimit_circuit_opened", "Times the circuit breaker opened")
-        self._backend = Gauge("ratelimit_store_backend", "The store backend in use", ("backend",),
-                              registry=registry)
-        self._plans_loaded = Gauge("ratelimit_plans_loaded", "1 once the policy store has been read",
-                                   registry=registry)
-        self._plans_version = Gauge("ratelimit_plans_version", "The policy store version in use",
-                                    registry=registry)
+        self._backend = Gauge("ratelimit_store_backend", "The store backend in use", ("backend",), registry=registry)
+        self._plans_loaded = Gauge("ratelimit_plans_loaded", "1 once the policy store has been read", registry=registry)
+        self._plans_version = Gauge("ratelimit_plans_version", "The policy store version in use", registry=registry)
         self._plans_errors = counter("ratelimit_plans_read_errors", "Failed reads of the policy store")
 
     def decision(self, decision: Decision) -> None:

@@ -135,8 +135,9 @@ class Snapshot:
     overrides: Mapping[str, Override] = None  # type: ignore[assignment]
 
     @staticmethod
-    def decode(version: int, plans: Mapping[str, str], tenants: Mapping[str, str],
-               overrides: Mapping[str, str]) -> Snapshot:
+    def decode(
+        version: int, plans: Mapping[str, str], tenants: Mapping[str, str], overrides: Mapping[str, str]
+    ) -> Snapshot:
         decoded_plans = {}
         for name, value in plans.items():
             specs = tuple(LimitSpec.parse(word) for word in value.split())
@@ -150,7 +151,7 @@ class Snapshot:
             specs_list = []
             for word in value.split():
                 if word.startswith("expires="):
-                    expires = int(word[len("expires="):])
+                    expires = int(word[len("expires=") :])
                 else:
                     specs_list.append(LimitSpec.parse(word))
             decoded[field] = Override(pattern, limit or None, tuple(specs_list), expires)
@@ -206,8 +207,9 @@ def _hash(value: Any) -> dict[str, str]:
 
 
 class _PlanSourceBase:
-    def __init__(self, redis: Any, check_every: float, subscribe: bool, timeout: float,
-                 metrics: Metrics | None) -> None:
+    def __init__(
+        self, redis: Any, check_every: float, subscribe: bool, timeout: float, metrics: Metrics | None
+    ) -> None:
         self.redis = redis
         self.check_every = check_every
         self.subscribe = subscribe
@@ -294,13 +296,25 @@ class _PlanSourceBase:
             Limit.of(spec.name, spec.algorithm(), key=key_template(base.tenant_input, base.name, spec.name, spec.kind))
             for spec in specs
         ]
-        return Policy(base.name, limits, lease=base.lease, fallback=base.fallback, timeout=base.timeout,
-                      deny_cache=base.deny_cache)
+        return Policy(
+            base.name,
+            limits,
+            lease=base.lease,
+            fallback=base.fallback,
+            timeout=base.timeout,
+            deny_cache=base.deny_cache,
+        )
 
 
 def _read_commands() -> list[tuple[str, ...]]:
-    return [("GET", VERSION_KEY), ("HGETALL", PLANS_KEY), ("HGETALL", TENANTS_KEY),
-            ("HGETALL", OVERRIDES_KEY), ("TIME",), ("GET", VERSION_KEY)]
+    return [
+        ("GET", VERSION_KEY),
+        ("HGETALL", PLANS_KEY),
+        ("HGETALL", TENANTS_KEY),
+        ("HGETALL", OVERRIDES_KEY),
+        ("TIME",),
+        ("GET", VERSION_KEY),
+    ]
 
 
 class PlanSource(_PlanSourceBase):
@@ -308,8 +322,15 @@ class PlanSource(_PlanSourceBase):
     source.start()`` reads it once (if Redis is not there, the defaults apply meanwhile) and
     follows it in a task; ``await source.aclose()`` stops."""
 
-    def __init__(self, redis: Any, *, check_every: float = 0.5, subscribe: bool = True, timeout: float = 1.0,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        check_every: float = 0.5,
+        subscribe: bool = True,
+        timeout: float = 1.0,
+        metrics: Metrics | None = None,
+    ) -> None:
         super().__init__(redis, check_every, subscribe, timeout, metrics)
         self._task: asyncio.Task[None] | None = None
 
@@ -365,8 +386,15 @@ class PlanSource(_PlanSourceBase):
 class SyncPlanSource(_PlanSourceBase):
     """:class:`PlanSource` on a sync ``redis.Redis``, followed by a daemon thread."""
 
-    def __init__(self, redis: Any, *, check_every: float = 0.5, subscribe: bool = True, timeout: float = 1.0,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        check_every: float = 0.5,
+        subscribe: bool = True,
+        timeout: float = 1.0,
+        metrics: Metrics | None = None,
+    ) -> None:
         super().__init__(redis, check_every, subscribe, timeout, metrics)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

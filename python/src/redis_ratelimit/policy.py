@@ -125,9 +125,7 @@ class Limit:
     ) -> Limit:
         """``capacity`` tokens refilled at ``rate`` per second (or completely over ``refill``
         seconds). ``max_wait`` paces instead of refusing (the module's ``MAXWAIT``)."""
-        return Limit._build(
-            name, lambda: Algorithm.token_bucket(capacity, rate, refill=refill), key, weight, max_wait
-        )
+        return Limit._build(name, lambda: Algorithm.token_bucket(capacity, rate, refill=refill), key, weight, max_wait)
 
     @staticmethod
     def fixed_window(name: str, limit: int, window: Seconds, *, key: str, weight: int = 1) -> Limit:
@@ -202,7 +200,9 @@ class Policy:
             if lease.units < 1:
                 raise PolicyError(f"policy '{name}': a lease of 0 units claims nothing: give at least 1 (or no lease)")
             if lease.cap < lease.units:
-                raise PolicyError(f"policy '{name}': the lease's max_units ({lease.cap}) is below its units ({lease.units})")
+                raise PolicyError(
+                    f"policy '{name}': the lease's max_units ({lease.cap}) is below its units ({lease.units})"
+                )
             if not lease.lifetime > 0:
                 raise PolicyError(f"policy '{name}': the lease lifetime must be above zero")
             for limit in limits:

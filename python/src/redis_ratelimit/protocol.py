@@ -355,9 +355,7 @@ def refund_commands(request: Refund) -> list[list[str]]:
         elif call.algorithm.kind == "gc":
             commands.append(["CL.THROTTLE", call.key, *call.algorithm.wire_args(), f"-{units}"])
         else:
-            commands.append(
-                ["RL.REFUND", call.key, call.algorithm.wire_name, *call.algorithm.wire_args(), str(units)]
-            )
+            commands.append(["RL.REFUND", call.key, call.algorithm.wire_name, *call.algorithm.wire_args(), str(units)])
     return commands
 
 

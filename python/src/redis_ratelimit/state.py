@@ -166,9 +166,7 @@ class Answers:
         self._keep_us = max(keep_us, 1_000_000)
         self._lock = threading.Lock()
 
-    def record(
-        self, key_set: str, views: list[tuple[int, View]], denied: tuple[int, int] | None, now: int
-    ) -> None:
+    def record(self, key_set: str, views: list[tuple[int, View]], denied: tuple[int, int] | None, now: int) -> None:
         """``denied``: the answer's wait (ms) and the cost it was for."""
         expires = now + self._keep_us
         until = None if denied is None else (now + denied[0] * 1000, denied[1])

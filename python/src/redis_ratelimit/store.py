@@ -61,7 +61,7 @@ def _is_cluster(client: Any) -> bool:
 
 
 class _Resolved:
-    __slots__ = ("backend", "sha", "multi")
+    __slots__ = ("backend", "multi", "sha")
 
     def __init__(self, backend: str, sha: str, multi: bool) -> None:
         self.backend, self.sha, self.multi = backend, sha, multi
@@ -153,6 +153,8 @@ class _Pipeliner:
         self._scheduled = False
         self._max_batch = max_batch
         self._max_batches = max_batches
+        #: The batches in flight (a task without a reference can be collected mid-flight).
+        self._sending: set[asyncio.Future[None]] = set()
 
     def submit(self, args: tuple[str, ...]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -171,7 +173,9 @@ class _Pipeliner:
             batch = [(args, future) for args, future in taken if not future.done()]
             if batch:
                 self._running += 1
-                asyncio.ensure_future(self._send(batch))
+                task = asyncio.ensure_future(self._send(batch))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
 
     async def _send(self, batch: list[tuple[tuple[str, ...], asyncio.Future[Any]]]) -> None:
         try:
@@ -260,7 +264,7 @@ class RedisStore(_BaseRedisStore):
                 await self.client.initialize()
             except Exception as error:  # out of reach: the check falls back, the next resolves
                 raise classify(error) from error
-        resolved = await self._run(_resolution(self.wanted, self._multi_hint))
+        resolved: _Resolved = await self._run(_resolution(self.wanted, self._multi_hint))
         self._published(resolved)
         return resolved
 
@@ -348,9 +352,7 @@ class MemoryStore:
 
     backend = "memory"
 
-    def __init__(
-        self, *, multi: bool = True, cluster: bool = False, clock: Callable[[], int] | None = None
-    ) -> None:
+    def __init__(self, *, multi: bool = True, cluster: bool = False, clock: Callable[[], int] | None = None) -> None:
         self.limits = LocalLimits(strict=True)
         #: Unix µs of the decisions (default: this process's clock).
         self.clock = clock or now_us
@@ -386,11 +388,17 @@ class MemoryStore:
         with self._lock:
             try:
                 verdict = self.limits.acquire(
-                    keys, quotas, [call.weight for call in request.calls], request.units,
-                    request.partial_min, self.clock() + self.offset_us,
+                    keys,
+                    quotas,
+                    [call.weight for call in request.calls],
+                    request.units,
+                    request.partial_min,
+                    self.clock() + self.offset_us,
                 )
             except KindMismatch as error:
-                raise StoreError("server", f"WRONGTYPE key '{keys[error.index]}' holds another kind of limiter") from None
+                raise StoreError(
+                    "server", f"WRONGTYPE key '{keys[error.index]}' holds another kind of limiter"
+                ) from None
         views = tuple(View.from_fields(decision.reply_fields()) for decision in verdict.per_limit)
         if request.partial_min is None and len(views) == 1:
             view = views[0]

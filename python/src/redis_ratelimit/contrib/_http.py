@@ -40,9 +40,9 @@ def route_policy(path: str, routes: Mapping[str, str], default: str | None) -> s
     """The policy of the longest route prefix matching ``path``, else ``default``."""
     best = None
     for prefix, policy in routes.items():
-        if path == prefix or path.startswith(prefix.rstrip("/") + "/") or prefix == "/":
-            if best is None or len(prefix) > len(best[0]):
-                best = (prefix, policy)
+        matches = path == prefix or path.startswith(prefix.rstrip("/") + "/") or prefix == "/"
+        if matches and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, policy)
     return default if best is None else best[1]
 
 

@@ -44,6 +44,7 @@ def limit(
     fields. The limiter is ``limiter`` or the one :func:`install` put on ``app.state``.
     In-flight slots are released when the request is done.
     """
+
     async def dependency(request: Request, response: Response) -> Any:
         active = limiter or getattr(request.app.state, "ratelimiter", None)
         if active is None:
@@ -68,7 +69,7 @@ def limit(
     return dependency
 
 
-class RateLimitExceeded(HTTPException):  # type: ignore[misc]
+class RateLimitExceeded(HTTPException):
     """A refusal raised by the FastAPI dependency: status 429 (or 503) with the fields."""
 
     def __init__(self, decision: Decision) -> None:

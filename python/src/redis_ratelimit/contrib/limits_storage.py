@@ -51,8 +51,8 @@ def _int(value: Any) -> int:
     return int(value.decode() if isinstance(value, bytes) else value)
 
 
-class RedisRateLimitStorage(Storage, MovingWindowSupport):  # type: ignore[misc]
-    STORAGE_SCHEME = ["redis-ratelimit", "redis-ratelimits"]
+class RedisRateLimitStorage(Storage, MovingWindowSupport):
+    STORAGE_SCHEME = ["redis-ratelimit", "redis-ratelimits"]  # noqa: RUF012 (limits' own declaration)
 
     def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)

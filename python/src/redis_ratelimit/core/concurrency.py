@@ -108,9 +108,7 @@ class ConcurrencyParams(Quota):
         last_other = view.last_live_expiry(view.own)
         last = expires if last_other is None else max(last_other, expires)
         change = ConcurrencyChange(view.now, "acquire", self.holder, expires)
-        return Evaluation(
-            view.decision(self, True, live, last, NOW), view.commit(change, last)
-        )
+        return Evaluation(view.decision(self, True, live, last, NOW), view.commit(change, last))
 
     def refund(self, state: Concurrency | None, now_us: int) -> Evaluation[ConcurrencyChange]:
         view = _View(state, self, now_us)
@@ -120,9 +118,7 @@ class ConcurrencyParams(Quota):
         last = view.last_live_expiry(skip)
         retry = view.retry(self, skip)
         change = ConcurrencyChange(view.now, "release", self.holder)
-        return Evaluation(
-            view.decision(self, True, view.live(skip), last, retry), view.commit(change, last)
-        )
+        return Evaluation(view.decision(self, True, view.live(skip), last, retry), view.commit(change, last))
 
     def grantable(self, state: Concurrency | None, up_to: int, now_us: int) -> int:
         return up_to if _View(state, self, now_us).admits(self) else 0
@@ -145,11 +141,9 @@ class ConcurrencyParams(Quota):
 
 
 class _View:
-    __slots__ = ("holders", "now", "start", "own")
+    __slots__ = ("holders", "now", "own", "start")
 
-    def __init__(
-        self, state: Concurrency | None, params: ConcurrencyParams, now_us: int
-    ) -> None:
+    def __init__(self, state: Concurrency | None, params: ConcurrencyParams, now_us: int) -> None:
         stored = Concurrency() if state is None else state
         self.holders = stored.holders
         self.now = clamp(now_us, 0, MAX_NOW_US)
@@ -160,9 +154,7 @@ class _View:
         return max(len(self.holders) - self.start - (skip is not None), 0)
 
     def admits(self, params: ConcurrencyParams) -> bool:
-        return (params.holder is not None and self.own is not None) or self.live(
-            None
-        ) < params.limit
+        return (params.holder is not None and self.own is not None) or self.live(None) < params.limit
 
     def nth_live_expiry(self, k: int, skip: int | None) -> int | None:
         if k < 1:
@@ -185,9 +177,7 @@ class _View:
     def ms_until(self, instant_us: int) -> int:
         return ceil_ms_from_us(instant_us - self.now)
 
-    def decision(
-        self, params: ConcurrencyParams, allowed: bool, live: int, last: int | None, retry: int
-    ) -> Decision:
+    def decision(self, params: ConcurrencyParams, allowed: bool, live: int, last: int | None, retry: int) -> Decision:
         reset = 0 if last is None else self.ms_until(last)
         return Decision(allowed, max(params.limit - live, 0), retry, reset, params.limit)
 
@@ -196,9 +186,7 @@ class _View:
             retry = NOW
         else:
             retry = self.retry(params, None)
-        return self.decision(
-            params, allowed, self.live(None), self.last_live_expiry(None), retry
-        )
+        return self.decision(params, allowed, self.live(None), self.last_live_expiry(None), retry)
 
     def commit(self, change: ConcurrencyChange, last: int | None) -> Commit[ConcurrencyChange]:
         return Commit(change, expiry_ms_from_us(self.now if last is None else last))

@@ -57,6 +57,7 @@ def bind(decisions: Sequence[Decision], costs: Sequence[int]) -> tuple[int, Deci
     allowed = all(decision.allowed for decision in decisions)
     reset_after_ms = max(decision.reset_after_ms for decision in decisions)
     if allowed:
+
         def calls_left(index: int) -> int:
             cost = max(costs[index] if index < len(costs) else 1, 1)
             return decisions[index].remaining // cost
@@ -147,9 +148,7 @@ def acquire_many(
     return Verdict(units, binding, decision, per_limit, commits)
 
 
-def _reset_as_it_stands(
-    held: Sequence[Held], quotas: Sequence[Quota], views: Sequence[Decision], now_us: int
-) -> int:
+def _reset_as_it_stands(held: Sequence[Held], quotas: Sequence[Quota], views: Sequence[Decision], now_us: int) -> int:
     reset = 0
     for index, (quota, view) in enumerate(zip(quotas, views, strict=True)):
         if view.allowed:

@@ -6,6 +6,7 @@ IEEE-754 double operations are done here: Python floats are doubles, rounded ali
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .decision import NEVER, NOW, Commit, Decision, Evaluation
@@ -24,7 +25,7 @@ from .numbers import (
 )
 from .quota import Quota
 
-#: Largest tolerance ``interval × (max_burst + 1)``: 100 Julian years, in ns.
+#: Largest tolerance ``interval * (max_burst + 1)``: 100 Julian years, in ns.
 MAX_TOLERANCE_NS = 100 * 31_557_600 * 1_000_000_000
 
 
@@ -34,7 +35,7 @@ class GcraParamError(ValueError):
 
 def _f64_to_i64(value: float) -> int:
     """Rust's ``f64 as i64``: truncation, saturating, NaN to 0."""
-    if value != value:
+    if math.isnan(value):
         return 0
     if value >= 9.223372036854775807e18:
         return I64_MAX
@@ -185,7 +186,7 @@ def _commit(tat: int) -> Commit[Gcra]:
 
 
 class _View:
-    __slots__ = ("now", "interval", "tolerance", "increment", "tat")
+    __slots__ = ("increment", "interval", "now", "tat", "tolerance")
 
     def __init__(self, state: Gcra | None, params: GcraParams, now_us: int) -> None:
         self.now = clamp(now_us, 0, MAX_NOW_US) * NS_PER_US
@@ -205,19 +206,13 @@ class _View:
         return False, new_tat, None, new_tat - self.now
 
     def remaining(self, params: GcraParams, ttl: int) -> int:
-        return min(
-            _cell_remaining(self.tolerance, self.interval, ttl), sat_i64(params.max_burst + 1)
-        )
+        return min(_cell_remaining(self.tolerance, self.interval, ttl), sat_i64(params.max_burst + 1))
 
-    def decision(
-        self, params: GcraParams, allowed: bool, limited: bool, retry_ns: int | None, ttl: int
-    ) -> Decision:
+    def decision(self, params: GcraParams, allowed: bool, limited: bool, retry_ns: int | None, ttl: int) -> Decision:
         if not limited:
             retry = NOW
         elif retry_ns is None:
             retry = NEVER
         else:
             retry = max(ceil_ms_from_ns(retry_ns), 1)
-        return Decision(
-            allowed, max(self.remaining(params, ttl), 0), retry, ceil_ms_from_ns(ttl), params.limit
-        )
+        return Decision(allowed, max(self.remaining(params, ttl), 0), retry, ceil_ms_from_ns(ttl), params.limit)

@@ -41,9 +41,7 @@ class SlidingLogParams(Quota):
     kind = "sl"
 
     @staticmethod
-    def new(
-        limit: int, window_us: int, cost: int = 1, max_entries: int = MAX_STORED_ENTRIES
-    ) -> SlidingLogParams:
+    def new(limit: int, window_us: int, cost: int = 1, max_entries: int = MAX_STORED_ENTRIES) -> SlidingLogParams:
         try:
             check_window(window_us)
         except ValueError as error:
@@ -109,7 +107,7 @@ class SlidingLogParams(Quota):
 
 
 class _View:
-    __slots__ = ("entries", "now", "window", "at", "start")
+    __slots__ = ("at", "entries", "now", "start", "window")
 
     def __init__(self, state: SlidingLog | None, params: SlidingLogParams, now_us: int) -> None:
         self.entries: list[int] = [] if state is None else state.entries

@@ -86,9 +86,7 @@ class TokenBucketParams(Quota):
         retry = view.retry(self, view.empty_at)
         if retry == NOW:
             empty_at = sat_i64(view.empty_at + view.needed(self))
-            return Evaluation(
-                view.decision(self, True, empty_at, view.wait(empty_at)), view.commit(self, empty_at)
-            )
+            return Evaluation(view.decision(self, True, empty_at, view.wait(empty_at)), view.commit(self, empty_at))
         return Evaluation(view.decision(self, False, view.empty_at, retry), None)
 
     def refund(self, state: TokenBucket | None, now_us: int) -> Evaluation[TokenBucket]:
@@ -129,7 +127,7 @@ def _empty_at_for(state: TokenBucket, params: TokenBucketParams, now_ns: int) ->
 
 
 class _View:
-    __slots__ = ("now", "interval", "refill", "max_wait", "empty_at")
+    __slots__ = ("empty_at", "interval", "max_wait", "now", "refill")
 
     def __init__(self, state: TokenBucket | None, params: TokenBucketParams, now_us: int) -> None:
         self.now = sat_i64(clamp(now_us, 0, MAX_NOW_US) * NS_PER_US)
@@ -146,9 +144,7 @@ class _View:
     def retry(self, params: TokenBucketParams, empty_at: int) -> int:
         if params.cost > params.capacity:
             return NEVER
-        missing = sat_i64(
-            sat_i64(self.needed(params) - sat_i64(self.now - empty_at)) - self.max_wait
-        )
+        missing = sat_i64(sat_i64(self.needed(params) - sat_i64(self.now - empty_at)) - self.max_wait)
         return NOW if missing <= 0 else max(ceil_ms_from_ns(missing), 1)
 
     def wait(self, empty_at: int) -> int:
@@ -157,9 +153,7 @@ class _View:
     def whole_tokens(self, refilled_ns: int) -> int:
         return max(refilled_ns, 0) // self.interval
 
-    def decision(
-        self, params: TokenBucketParams, allowed: bool, empty_at: int, retry: int
-    ) -> Decision:
+    def decision(self, params: TokenBucketParams, allowed: bool, empty_at: int, retry: int) -> Decision:
         return Decision(
             allowed,
             self.whole_tokens(sat_i64(self.now - empty_at)),

@@ -91,9 +91,7 @@ class FixedWindowParams(_WindowParams):
         count = max(view.count - self.cost, 0)
         refunded = count < view.count
         retry = view.retry(self, count)
-        return Evaluation(
-            view.decision(self, refunded, count, retry), view.commit(count) if refunded else None
-        )
+        return Evaluation(view.decision(self, refunded, count, retry), view.commit(count) if refunded else None)
 
     def grantable(self, state: FixedWindow | None, up_to: int, now_us: int) -> int:
         view = self._view(state, now_us)
@@ -109,7 +107,7 @@ class FixedWindowParams(_WindowParams):
 
 
 class _FixedView:
-    __slots__ = ("now", "start", "window", "count")
+    __slots__ = ("count", "now", "start", "window")
 
     def __init__(self, state: FixedWindow | None, params: _WindowParams, now_us: int) -> None:
         now_us = clamp(now_us, 0, MAX_NOW_US)
@@ -159,9 +157,7 @@ class SlidingWindowParams(_WindowParams):
         previous, current = view.previous, view.current
         if self.cost <= self.limit and view.admits(self, previous, current):
             current = sat_u64(current + self.cost)
-            return Evaluation(
-                view.decision(self, True, previous, current, NOW), view.commit(previous, current)
-            )
+            return Evaluation(view.decision(self, True, previous, current, NOW), view.commit(previous, current))
         retry = view.retry(self, previous, current)
         return Evaluation(view.decision(self, False, previous, current, retry), None)
 
@@ -191,7 +187,7 @@ class SlidingWindowParams(_WindowParams):
 
 
 class _SlidingView:
-    __slots__ = ("now", "window", "start", "elapsed", "previous", "current")
+    __slots__ = ("current", "elapsed", "now", "previous", "start", "window")
 
     def __init__(self, state: SlidingWindow | None, params: _WindowParams, now_us: int) -> None:
         now_us = clamp(now_us, 0, MAX_NOW_US)
@@ -248,9 +244,7 @@ class _SlidingView:
         left = params.limit * self.window - self.weighted(previous, current)
         return min(max(left // self.window, 0), U64_MAX)
 
-    def decision(
-        self, params: _WindowParams, allowed: bool, previous: int, current: int, retry: int
-    ) -> Decision:
+    def decision(self, params: _WindowParams, allowed: bool, previous: int, current: int, retry: int) -> Decision:
         empty = self.empty_at(previous, current)
         reset = 0 if empty is None else ceil_ms_from_us(empty - self.now)
         return Decision(allowed, self.room(params, previous, current), retry, reset, params.limit)
