@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test python-test test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -134,6 +134,11 @@ python-test: prereqs ## The Python client: lint, types, golden vectors from the 
 	  RL_DEMO_SERVICE=$(abspath $(PYTHON_TARGET))/debug/examples/demo-service \
 	  RL_RLCTL=$(abspath $(PYTHON_TARGET))/debug/rlctl \
 	  $(abspath $(PYTHON_VENV))/bin/python -m pytest -q $(PYTEST_ARGS)
+
+bench-python: ## The Python client: checks/s (module, library), Redis calls per check with leases, fallback over-admission (python/bench/results.md)
+	$(MAKE) --no-print-directory python-test PYTEST_ARGS="-k golden"
+	cd python && RL_MODULE_PATH=$(abspath $(PYTHON_TARGET))/release/libredis_ratelimit.so \
+	  $(abspath $(PYTHON_VENV))/bin/python bench/bench.py --out bench/results.md
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

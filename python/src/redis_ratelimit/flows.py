@@ -139,6 +139,8 @@ def _to_core(view: View) -> CoreDecision:
 
 def binding_of(state: PolicyState, views: Sequence[tuple[int, View]], units: int) -> int:
     """The binding limit over every group's views, by ``RL.MULTI``'s rule."""
+    if len(views) == 1:
+        return views[0][0]
     costs = [units * state.weight(index) for index, _ in views]
     bound = core_bind([_to_core(view) for _, view in views], costs)
     position = 0 if bound is None else bound[0]

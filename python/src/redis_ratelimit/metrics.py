@@ -94,6 +94,10 @@ class PrometheusMetrics(Metrics):
     def _build(self, registry: Any) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
+        # The hot series' children, looked up once (labels() costs a lock and a hash each call).
+        self._children: dict[tuple[str, ...], Any] = {}
+        self._latency_children: dict[tuple[str, str], Any] = {}
+
         def counter(name: str, text: str, labels: tuple[str, ...] = ()) -> Any:
             return Counter(name, text, labels, registry=registry)
 
@@ -138,10 +142,17 @@ class PrometheusMetrics(Metrics):
         self._plans_errors = counter("ratelimit_plans_read_errors", "Failed reads of the policy store")
 
     def decision(self, decision: Decision) -> None:
-        self._decisions.labels(decision.policy, decision.outcome, decision.source, decision.backend or "none").inc()
+        labels = (decision.policy, decision.outcome, decision.source, decision.backend or "none")
+        child = self._children.get(labels)
+        if child is None:
+            child = self._children[labels] = self._decisions.labels(*labels)
+        child.inc()
 
     def store_latency(self, policy: str, op: str, seconds: float) -> None:
-        self._latency.labels(policy, op).observe(seconds)
+        child = self._latency_children.get((policy, op))
+        if child is None:
+            child = self._latency_children[(policy, op)] = self._latency.labels(policy, op)
+        child.observe(seconds)
 
     def store_error(self, policy: str, kind: str) -> None:
         self._errors.labels(policy, kind).inc()
