@@ -146,6 +146,23 @@ class _Limiter:
         self.metrics.decision(decision)
         return decision
 
+    def _answered(self, op: AcquireOp, sent: float, result: Grant | StoreError) -> Grant | StoreError:
+        """Records a store call's outcome: latency and errors in the metrics, the breaker."""
+        breaker = self._engine.breaker
+        now = time.monotonic()
+        self.metrics.store_latency(op.policy, op.op, now - sent)
+        if isinstance(result, StoreError):
+            self.metrics.store_error(op.policy, result.kind)
+            if result.kind == "server":
+                log.warning("redis-ratelimit: policy '%s': %s", op.policy, result)
+            if result.unavailable and breaker.failure(sent, now):
+                self.metrics.circuit_opened()
+                log.warning("redis-ratelimit: the store is out of reach (%s): circuit open", result)
+        elif breaker.success(now):
+            self.metrics.circuit(False)
+            log.info("redis-ratelimit: the store answers again: circuit closed")
+        return result
+
     def validate(self, policy: str, **inputs: str) -> None:
         """Checks without a store call that ``policy`` exists and ``inputs`` fill its keys."""
         self._prepare(policy, 1, inputs)
@@ -357,19 +374,7 @@ class RateLimiter(_Limiter):
                 result = task.result()
             except Exception as error:
                 result = classify(error)
-        now = time.monotonic()
-        self.metrics.store_latency(op.policy, op.op, now - sent)
-        if isinstance(result, StoreError):
-            self.metrics.store_error(op.policy, result.kind)
-            if result.kind == "server":
-                log.warning("redis-ratelimit: policy '%s': %s", op.policy, result)
-            if result.unavailable and breaker.failure(sent, now):
-                self.metrics.circuit_opened()
-                log.warning("redis-ratelimit: the store is out of reach (%s): circuit open", result)
-        elif breaker.success(now):
-            self.metrics.circuit(False)
-            log.info("redis-ratelimit: the store answers again: circuit closed")
-        return result
+        return self._answered(op, sent, result)
 
     async def _refunds(self, op: RefundOp) -> bool:
         async def one(request: Any) -> bool:
@@ -566,19 +571,7 @@ class SyncRateLimiter(_Limiter):
                 result = future.result()
             except Exception as error:
                 result = classify(error)
-        now = time.monotonic()
-        self.metrics.store_latency(op.policy, op.op, now - sent)
-        if isinstance(result, StoreError):
-            self.metrics.store_error(op.policy, result.kind)
-            if result.kind == "server":
-                log.warning("redis-ratelimit: policy '%s': %s", op.policy, result)
-            if result.unavailable and breaker.failure(sent, now):
-                self.metrics.circuit_opened()
-                log.warning("redis-ratelimit: the store is out of reach (%s): circuit open", result)
-        elif breaker.success(now):
-            self.metrics.circuit(False)
-            log.info("redis-ratelimit: the store answers again: circuit closed")
-        return result
+        return self._answered(op, sent, result)
 
     def _refunds(self, op: RefundOp) -> bool:
         futures = [self._submit(self.store.refund_blocking, request) for request in op.requests]
