@@ -24,10 +24,10 @@ def test_fallback_modes_when_the_store_is_down() -> None:
     )
 
     async def run() -> dict[str, list[bool]]:
-        return {
-            name: [(await limiter.check(name, key="x")).allowed for _ in range(3)]
-            for name in ("open", "closed", "local")
-        }
+        seen: dict[str, list[bool]] = {}
+        for name in ("open", "closed", "local"):
+            seen[name] = [(await limiter.check(name, key="x")).allowed for _ in range(3)]
+        return seen
 
     result = asyncio.run(run())
     assert result == {"open": [True] * 3, "closed": [False] * 3, "local": [True, False, False]}, "3 / 3 replicas = 1"
