@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.cluster
 from redis.asyncio.cluster import RedisCluster
 
-from redis_ratelimit import Limit, Policy, RateLimiter
+from redis_ratelimit import Lease, Limit, Policy, RateLimiter, SyncRateLimiter
 from redis_ratelimit.store import key_slot
 from servers import Cluster
 
@@ -22,6 +23,15 @@ POLICY = Policy(
     ],
     timeout=2,
     deny_cache=False,
+)
+LEASED = Policy(
+    "leased",
+    [
+        Limit.fixed_window("global", 25, 3600, key="rl:{{leased-global}}"),
+        Limit.fixed_window("per-user", 40, 3600, key="rl:{{{user}}}:leased"),
+    ],
+    lease=Lease(4),
+    timeout=2,
 )
 
 
@@ -47,7 +57,19 @@ def test_limits_in_two_slots_stay_all_or_nothing(module: bool) -> None:
         bob = await limiter.check("api", user="bob")
         assert not bob.allowed
         assert next(limit for limit in bob.limits if limit.name == "per-user").remaining == 10
+        # Leases over two slots: claims are partial grants of both groups, never beyond either.
+        leased = RateLimiter(client, [LEASED])
+        await leased.connect()
+        decisions = [await leased.check("leased", user="carol") for _ in range(40)]
+        assert sum(d.allowed for d in decisions) == 25, "the global window's 25, no more"
+        assert {d.source for d in decisions} >= {"store", "lease"}
+        await leased.aclose()
         await client.aclose()
+        # The sync limiter on the sync cluster client.
+        sync = SyncRateLimiter(redis.cluster.RedisCluster(host="127.0.0.1", port=node.port), [POLICY])
+        assert not sync.check("api", user="dave").allowed, "the global limit is spent"
+        assert sync.backend == ("module" if module else "functions")
+        sync.close()
 
     try:
         asyncio.run(scenario())
