@@ -75,3 +75,35 @@ def test_limits_in_two_slots_stay_all_or_nothing(module: bool) -> None:
         asyncio.run(scenario())
     finally:
         cluster.stop()
+
+
+def test_plans_on_a_cluster() -> None:
+    """The policy store in its ``{rl-policy}`` slot of a Cluster, read and followed."""
+    from redis_ratelimit.plans import PlanSource
+
+    cluster = Cluster(3, module=True)
+
+    async def scenario() -> None:
+        client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        await client.execute_command("HSET", "{rl-policy}:plans", "pro", "per-minute=fixed:2/60s")
+        await client.execute_command("HSET", "{rl-policy}:tenants", "acme", "pro")
+        await client.execute_command("SET", "{rl-policy}:version", "1")
+        plans = await PlanSource(client, check_every=0.1).start()
+        assert plans.loaded and plans.version == 1, plans.status
+        policy = Policy.from_store("api", defaults=[Limit.fixed_window("per-minute", 9, 60, key="-")], timeout=2)
+        limiter = RateLimiter(client, [policy], plans=plans)
+        assert [(await limiter.check("api", tenant="acme")).allowed for _ in range(3)] == [True, True, False]
+        await client.execute_command("HSET", "{rl-policy}:plans", "pro", "per-minute=fixed:3/60s")
+        await client.execute_command("INCR", "{rl-policy}:version")
+        deadline = asyncio.get_running_loop().time() + 3
+        while plans.version != 2 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        assert plans.version == 2, "the version check follows the store without notifications too"
+        assert (await limiter.check("api", tenant="acme")).allowed, "a raised limit: one more"
+        await plans.aclose()
+        await client.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        cluster.stop()

@@ -317,6 +317,13 @@ def _read_commands() -> list[tuple[str, ...]]:
     ]
 
 
+def _routing(redis: Any, command: tuple[str, ...]) -> dict[str, Any]:
+    """``TIME`` has no key: on a Cluster it goes to the node of the store's slot."""
+    if command[0] == "TIME" and type(redis).__name__ == "RedisCluster":
+        return {"target_nodes": redis.get_node_from_key(VERSION_KEY)}
+    return {}
+
+
 class PlanSource(_PlanSourceBase):
     """The policy store as this replica sees it, on a ``redis.asyncio`` client. ``await
     source.start()`` reads it once (if Redis is not there, the defaults apply meanwhile) and
@@ -338,8 +345,12 @@ class PlanSource(_PlanSourceBase):
         """Reads the store now (a consistent reading: the version before and after agree)."""
         before = int(time.time() * 1000)
         try:
+            if type(self.redis).__name__ == "RedisCluster":
+                await self.redis.initialize()
+            commands = _read_commands()
             replies = await asyncio.wait_for(
-                asyncio.gather(*(self.redis.execute_command(*c) for c in _read_commands())), self.timeout
+                asyncio.gather(*(self.redis.execute_command(*c, **_routing(self.redis, c)) for c in commands)),
+                self.timeout,
             )
             self._apply(list(replies), before, int(time.time() * 1000))
         except Exception as error:  # out of reach or refused: keep the snapshot, count it
@@ -358,13 +369,24 @@ class PlanSource(_PlanSourceBase):
                 await self._task
             self._task = None
 
+    async def _subscribed(self) -> Any:
+        """A subscription to the change notifications, or ``None`` (then the version check
+        alone follows the store, every ``check_every``)."""
+        if not self.subscribe:
+            return None
+        try:
+            pubsub = self.redis.pubsub()
+            await asyncio.wait_for(pubsub.subscribe(CHANNEL), self.timeout)
+        except Exception as error:  # no pub/sub here (or not now): poll instead
+            log.info("redis-ratelimit: no change notifications (%s): checking the version instead", error)
+            return None
+        return pubsub
+
     async def _follow(self) -> None:
         while True:
             pubsub = None
             try:
-                if self.subscribe:
-                    pubsub = self.redis.pubsub()
-                    await asyncio.wait_for(pubsub.subscribe(CHANNEL), self.timeout)
+                pubsub = await self._subscribed()
                 await self.refresh()
                 while True:
                     if pubsub is not None:
@@ -402,7 +424,7 @@ class SyncPlanSource(_PlanSourceBase):
     def refresh(self) -> None:
         before = int(time.time() * 1000)
         try:
-            replies = [self.redis.execute_command(*c) for c in _read_commands()]
+            replies = [self.redis.execute_command(*c, **_routing(self.redis, c)) for c in _read_commands()]
             self._apply(replies, before, int(time.time() * 1000))
         except Exception as error:  # out of reach or refused: keep the snapshot, count it
             self._failed(error)
@@ -417,13 +439,22 @@ class SyncPlanSource(_PlanSourceBase):
     def close(self) -> None:
         self._stop.set()
 
+    def _subscribed(self) -> Any:
+        if not self.subscribe:
+            return None
+        try:
+            pubsub = self.redis.pubsub()
+            pubsub.subscribe(CHANNEL)
+        except Exception as error:  # no pub/sub here (or not now): poll instead
+            log.info("redis-ratelimit: no change notifications (%s): checking the version instead", error)
+            return None
+        return pubsub
+
     def _follow(self) -> None:
         while not self._stop.is_set():
             pubsub = None
             try:
-                if self.subscribe:
-                    pubsub = self.redis.pubsub()
-                    pubsub.subscribe(CHANNEL)
+                pubsub = self._subscribed()
                 self.refresh()
                 while not self._stop.is_set():
                     if pubsub is not None:
