@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test compat test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	$(CARGO) build --release -p redis-ratelimit-server
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration conformance client-test service-test containers chaos ## Everything CI runs: format, lints, unit, prerequisites, integration, library conformance, client library, service, container and chaos tests
+test: prereqs lint unit test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
 	$(CARGO) fmt --all -- --check
@@ -121,6 +121,36 @@ service-test: ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers,
 # table. RL_COMPAT_SERVERS="valkey-9.1.2" runs one; RL_COMPAT_SUITES="conformance" one suite.
 compat: ## The suites against Redis 8.6, Valkey 9.1 and Redis 8.0 built from Debian's source packages, one table
 	scripts/compat.sh
+# The Python client (python/): a venv from the pinned requirements (made again when they
+# change; the package reinstalled from source every run, so it ships functions/ratelimit.lua
+# as it is now), ruff and mypy --strict, then pytest on real servers: the golden vectors the
+# Rust core writes first, every backend, the Rust client's demo service, fleets, outages, a
+# cluster, each framework adapter.
+PYTHON_TARGET := $(or $(CARGO_TARGET_DIR),target)
+PYTHON_VENV := $(PYTHON_TARGET)/python-venv
+PYTHON_REQUIREMENTS := python/requirements-test.txt python/requirements-dev.txt
+
+python-test: prereqs ## The Python client: lint, types, golden vectors from the Rust core, tests on real servers and frameworks
+	$(CARGO) build --release
+	$(CARGO) build -p redis-ratelimit-client --bin rlctl --example demo-service
+	$(CARGO) run --release -q -p redis-ratelimit-core --example golden -- $(PYTHON_TARGET)/golden.jsonl
+	@if ! cmp -s <(cat $(PYTHON_REQUIREMENTS)) $(PYTHON_VENV)/requirements.installed 2>/dev/null; then \
+	  rm -rf $(PYTHON_VENV) && python3 -m venv $(PYTHON_VENV) && \
+	  $(PYTHON_VENV)/bin/pip install -q --disable-pip-version-check $(addprefix -r ,$(PYTHON_REQUIREMENTS)) && \
+	  cat $(PYTHON_REQUIREMENTS) > $(PYTHON_VENV)/requirements.installed; fi
+	$(PYTHON_VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall ./python
+	cd python && $(abspath $(PYTHON_VENV))/bin/ruff check src tests && $(abspath $(PYTHON_VENV))/bin/ruff format --check src tests
+	cd python && $(abspath $(PYTHON_VENV))/bin/mypy
+	cd python && RL_GOLDEN_VECTORS=$(abspath $(PYTHON_TARGET))/golden.jsonl \
+	  RL_MODULE_PATH=$(abspath $(PYTHON_TARGET))/release/libredis_ratelimit.so \
+	  RL_DEMO_SERVICE=$(abspath $(PYTHON_TARGET))/debug/examples/demo-service \
+	  RL_RLCTL=$(abspath $(PYTHON_TARGET))/debug/rlctl \
+	  $(abspath $(PYTHON_VENV))/bin/python -m pytest -q $(PYTEST_ARGS)
+
+bench-python: ## The Python client: checks/s (module, library), Redis calls per check with leases, fallback over-admission (python/bench/results.md)
+	$(MAKE) --no-print-directory python-test PYTEST_ARGS="-k golden"
+	cd python && RL_MODULE_PATH=$(abspath $(PYTHON_TARGET))/release/libredis_ratelimit.so \
+	  $(abspath $(PYTHON_VENV))/bin/python bench/bench.py --out bench/results.md
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

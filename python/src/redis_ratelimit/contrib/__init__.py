@@ -1,0 +1,1 @@
+"""Framework adapters: ASGI (and FastAPI), Flask, Django; and a ``limits`` storage."""

@@ -1,0 +1,138 @@
+"""An ASGI middleware (Starlette, FastAPI, any ASGI app; no dependency).
+
+```python
+app.add_middleware(RateLimitMiddleware, limiter=limiter, policy="api",
+                   key=lambda scope: header(scope, "x-api-key") or "anonymous",
+                   routes={"/search": "search"}, exempt=["/healthz"])
+```
+
+A refused request is answered ``429`` (``503`` when the store is out of reach and the policy
+fails closed) with ``Retry-After``, ``RateLimit-Policy``, ``RateLimit`` and a problem+json
+body; admitted responses carry the fields too; in-flight slots are released when the
+response has been sent; a paced request waits its turn first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import Any
+
+from ..decision import Decision
+from ..limiter import CheckError, RateLimiter
+from ._http import Check, exempted, inputs_of, internal_error, refusal, route_policy
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def header(scope: Scope, name: str) -> str | None:
+    """A request header of an ASGI scope (case-insensitive)."""
+    wanted = name.lower().encode()
+    for key, value in scope.get("headers", ()):
+        if key.lower() == wanted:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def client_ip(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "anonymous"
+
+
+def _encode(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(name.encode(), value.encode("latin-1")) for name, value in headers.items()]
+
+
+async def send_refusal(send: Send, decision: Decision, *, legacy: bool = False) -> None:
+    status, headers, body = refusal(decision, legacy=legacy)
+    await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RateLimitMiddleware:
+    """Checks every HTTP request: ``classify(scope)`` gives the :class:`Check` (or ``None``:
+    unchecked); by default the policy is ``routes``' longest matching path prefix, else
+    ``policy``, and its input ``input_name`` (``key``; a store-backed policy's tenant input)
+    is ``key(scope)`` (default: the client address). ``exempt``: path prefixes or a
+    predicate."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: RateLimiter,
+        *,
+        policy: str | None = None,
+        key: Callable[[Scope], str | Mapping[str, str] | None] = client_ip,
+        routes: Mapping[str, str] | None = None,
+        exempt: Iterable[str] | Callable[[str], bool] = (),
+        classify: Callable[[Scope], Check | None] | None = None,
+        cost: Callable[[Scope], int] | None = None,
+        input_name: str | None = None,
+        on_admitted: bool = True,
+        legacy: bool = False,
+    ) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.policy = policy
+        self.key = key
+        self.routes = dict(routes or {})
+        self.exempt = exempt if callable(exempt) else tuple(exempt)
+        self.classify = classify
+        self.cost = cost
+        self.input_name = input_name
+        self.on_admitted = on_admitted
+        self.legacy = legacy
+
+    def _check(self, scope: Scope) -> Check | None:
+        if self.classify is not None:
+            return self.classify(scope)
+        path = scope.get("path", "")
+        if exempted(path, self.exempt):
+            return None
+        policy = route_policy(path, self.routes, self.policy)
+        if policy is None:
+            return None
+        value = self.key(scope)
+        if value is None:
+            return None
+        definition = self.limiter.policy(policy)
+        name = self.input_name or (definition.tenant_input if definition and definition.tenant_input else "key")
+        return Check(policy, inputs_of(value, name), 1 if self.cost is None else self.cost(scope))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        check = self._check(scope)
+        if check is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            decision = await self.limiter.check(check.policy, check.cost, inputs=check.inputs)
+        except CheckError as error:
+            status, headers, body = internal_error(check.policy, error)
+            await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
+            await send({"type": "http.response.body", "body": body})
+            return
+        if not decision.allowed:
+            await send_refusal(send, decision, legacy=self.legacy)
+            return
+        if decision.wait_ms:
+            await asyncio.sleep(decision.wait_ms / 1000)
+        fields = _encode(decision.headers(legacy=self.legacy)) if self.on_admitted else []
+
+        async def send_with_fields(message: Message) -> None:
+            if message["type"] == "http.response.start" and fields:
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), *fields]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_fields)
+        finally:
+            if decision.in_flight is not None:
+                await self.limiter.release(decision)

@@ -1,0 +1,249 @@
+"""Django: a middleware and a decorator that work on async and sync views alike.
+
+```python
+# settings.py
+REDIS_RATELIMIT = {
+    "LIMITER": lambda: SyncRateLimiter(redis.Redis.from_url(URL), POLICIES),        # sync views
+    "ASYNC_LIMITER": lambda: RateLimiter(redis.asyncio.Redis.from_url(URL), POLICIES),  # async views
+    "POLICY": "api",                      # the middleware's policy (optional)
+    "KEY": "myapp.limits.api_key",        # request -> input value (default: REMOTE_ADDR)
+    "ROUTES": {"/search/": "search"},     # path prefix -> policy
+    "EXEMPT": ["/healthz"],
+}
+MIDDLEWARE = [..., "redis_ratelimit.contrib.django.RateLimitMiddleware"]
+
+# views.py
+@ratelimit("search", key=lambda request: request.user.username)
+async def search(request): ...
+```
+
+``LIMITER`` and ``ASYNC_LIMITER`` are limiters or callables making one (an async limiter is
+made once per event loop: a ``redis.asyncio`` client belongs to the loop it connected on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.utils.module_loading import import_string
+
+from ..decision import Decision
+from ..limiter import CheckError, RateLimiter, SyncRateLimiter
+from ._http import exempted, inputs_of, internal_error, refusal, route_policy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_lock = threading.Lock()
+_sync: dict[str, SyncRateLimiter] = {}
+_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RateLimiter] = weakref.WeakKeyDictionary()
+
+
+def _config() -> Mapping[str, Any]:
+    config = getattr(settings, "REDIS_RATELIMIT", None)
+    if not isinstance(config, Mapping):
+        raise RuntimeError("settings.REDIS_RATELIMIT is missing: a dict with LIMITER and/or ASYNC_LIMITER")
+    return config
+
+
+def _made(value: Any) -> Any:
+    if isinstance(value, str):
+        value = import_string(value)
+    return value() if callable(value) and not isinstance(value, (RateLimiter, SyncRateLimiter)) else value
+
+
+def sync_limiter() -> SyncRateLimiter:
+    """The limiter of sync views (settings' ``LIMITER``), made once."""
+    with _lock:
+        if "limiter" not in _sync:
+            made = _made(_config().get("LIMITER"))
+            if not isinstance(made, SyncRateLimiter):
+                raise RuntimeError("settings.REDIS_RATELIMIT['LIMITER'] must be a SyncRateLimiter (or make one)")
+            _sync["limiter"] = made
+        return _sync["limiter"]
+
+
+def async_limiter() -> RateLimiter:
+    """The limiter of async views on the running loop (settings' ``ASYNC_LIMITER``)."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        limiter = _async.get(loop)
+        if limiter is None:
+            made = _made(_config().get("ASYNC_LIMITER"))
+            if not isinstance(made, RateLimiter):
+                raise RuntimeError("settings.REDIS_RATELIMIT['ASYNC_LIMITER'] must be a RateLimiter (or make one)")
+            limiter = _async[loop] = made
+        return limiter
+
+
+def reset() -> None:
+    """Forgets the limiters made from the settings (tests that change them)."""
+    with _lock:
+        for limiter in _sync.values():
+            limiter.close()
+        _sync.clear()
+        _async.clear()
+
+
+def _remote(request: HttpRequest) -> str:
+    return str(request.META.get("REMOTE_ADDR") or "anonymous")
+
+
+def _key_function(value: Any) -> Callable[[HttpRequest], Any]:
+    if value is None:
+        return _remote
+    if isinstance(value, str):
+        loaded: Callable[[HttpRequest], Any] = import_string(value)
+        return loaded
+    if not callable(value):
+        raise RuntimeError("settings.REDIS_RATELIMIT['KEY'] is a callable or its dotted path")
+    return value  # type: ignore[no-any-return]
+
+
+def _response(status: int, headers: dict[str, str], body: bytes) -> HttpResponse:
+    return HttpResponse(body, status=status, headers=headers)
+
+
+def _input_name(limiter: RateLimiter | SyncRateLimiter, policy: str) -> str:
+    definition = limiter.policy(policy)
+    return definition.tenant_input if definition and definition.tenant_input else "key"
+
+
+def _decorated(response: HttpResponse, decision: Decision) -> HttpResponse:
+    for name, value in decision.headers().items():
+        response[name] = value
+    return response
+
+
+def _checked_sync(policy: str, value: Any, cost: int) -> tuple[Decision | None, HttpResponse | None]:
+    limiter = sync_limiter()
+    try:
+        decision = limiter.check(policy, cost, inputs=inputs_of(value, _input_name(limiter, policy)))
+    except CheckError as error:
+        return None, _response(*internal_error(policy, error))
+    if not decision.allowed:
+        return decision, _response(*refusal(decision))
+    if decision.wait_ms:
+        time.sleep(decision.wait_ms / 1000)
+    return decision, None
+
+
+async def _checked_async(policy: str, value: Any, cost: int) -> tuple[Decision | None, HttpResponse | None]:
+    limiter = async_limiter()
+    try:
+        decision = await limiter.check(policy, cost, inputs=inputs_of(value, _input_name(limiter, policy)))
+    except CheckError as error:
+        return None, _response(*internal_error(policy, error))
+    if not decision.allowed:
+        return decision, _response(*refusal(decision))
+    if decision.wait_ms:
+        await asyncio.sleep(decision.wait_ms / 1000)
+    return decision, None
+
+
+class RateLimitMiddleware:
+    """Limits every request by ``ROUTES``' longest matching prefix, else ``POLICY``;
+    sync-capable and async-capable (Django runs it in the mode of the stack)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.asynchronous = iscoroutinefunction(get_response)
+        if self.asynchronous:
+            markcoroutinefunction(self)
+        config = _config()
+        self.policy = config.get("POLICY")
+        self.routes = dict(config.get("ROUTES", {}))
+        self.exempt = tuple(config.get("EXEMPT", ()))
+        self.key = _key_function(config.get("KEY"))
+
+    def _plan(self, request: HttpRequest) -> tuple[str, Any] | None:
+        if exempted(request.path, self.exempt):
+            return None
+        policy = route_policy(request.path, self.routes, self.policy)
+        if policy is None:
+            return None
+        value = self.key(request)
+        return None if value is None else (policy, value)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.asynchronous:
+            return self.__acall__(request)
+        plan = self._plan(request)
+        if plan is None:
+            return self.get_response(request)
+        decision, refused = _checked_sync(plan[0], plan[1], 1)
+        if refused is not None or decision is None:
+            return refused
+        try:
+            return _decorated(self.get_response(request), decision)
+        finally:
+            if decision.in_flight is not None:
+                sync_limiter().release(decision)
+
+    async def __acall__(self, request: HttpRequest) -> Any:
+        plan = self._plan(request)
+        if plan is None:
+            return await self.get_response(request)
+        decision, refused = await _checked_async(plan[0], plan[1], 1)
+        if refused is not None or decision is None:
+            return refused
+        try:
+            return _decorated(await self.get_response(request), decision)
+        finally:
+            if decision.in_flight is not None:
+                await async_limiter().release(decision)
+
+
+def ratelimit(
+    policy: str,
+    *,
+    key: Callable[[HttpRequest], Any] | None = None,
+    cost: int | Callable[[HttpRequest], int] = 1,
+) -> Callable[[F], F]:
+    """Limits one view, ``def`` or ``async def``, by ``policy`` for ``key(request)``."""
+
+    def decorate(view: F) -> F:
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def asynchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                value = (key or _key_function(_config().get("KEY")))(request)
+                units = cost(request) if callable(cost) else cost
+                decision, refused = await _checked_async(policy, value, units)
+                if refused is not None or decision is None:
+                    return refused
+                try:
+                    return _decorated(await view(request, *args, **kwargs), decision)
+                finally:
+                    if decision.in_flight is not None:
+                        await async_limiter().release(decision)
+
+            return asynchronous  # type: ignore[return-value]
+
+        @functools.wraps(view)
+        def synchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            value = (key or _key_function(_config().get("KEY")))(request)
+            units = cost(request) if callable(cost) else cost
+            decision, refused = _checked_sync(policy, value, units)
+            if refused is not None or decision is None:
+                return refused
+            try:
+                return _decorated(view(request, *args, **kwargs), decision)
+            finally:
+                if decision.in_flight is not None:
+                    sync_limiter().release(decision)
+
+        return synchronous  # type: ignore[return-value]
+
+    return decorate

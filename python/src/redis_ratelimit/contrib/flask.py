@@ -1,0 +1,156 @@
+"""A Flask extension (on the sync limiter) with a decorator.
+
+```python
+ratelimit = RateLimit(app, SyncRateLimiter(redis.Redis(), policies), default="api",
+                      key=lambda request: request.headers.get("x-api-key", "anonymous"))
+
+@app.get("/search")
+@ratelimit.limit("search", key=lambda request: request.args.get("tenant", "-"))
+def search(): ...
+
+@app.get("/healthz")
+@ratelimit.exempt
+def healthz(): ...
+```
+
+``default`` limits every request (``routes``: path prefix -> policy, ``exempt``: prefixes);
+``limit`` adds a view's own policy. Refusals are 429 (503 when failing closed) with
+``Retry-After``, the IETF fields and problem+json; admitted responses get the fields;
+in-flight slots are released when the request ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import flask
+
+from ..decision import Decision
+from ..limiter import CheckError, SyncRateLimiter
+from ._http import exempted, inputs_of, internal_error, refusal, route_policy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_EXEMPT = "_redis_ratelimit_exempt"
+
+
+def _remote(request: flask.Request) -> str:
+    return request.remote_addr or "anonymous"
+
+
+class RateLimit:
+    def __init__(
+        self,
+        app: flask.Flask | None = None,
+        limiter: SyncRateLimiter | None = None,
+        *,
+        default: str | None = None,
+        key: Callable[[flask.Request], str | Mapping[str, str] | None] = _remote,
+        routes: Mapping[str, str] | None = None,
+        exempt: Iterable[str] = (),
+        legacy: bool = False,
+    ) -> None:
+        self.limiter = limiter
+        self.default = default
+        self.key = key
+        self.routes = dict(routes or {})
+        self.exempt_paths = tuple(exempt)
+        self.legacy = legacy
+        if app is not None:
+            self.init_app(app, limiter)
+
+    def init_app(self, app: flask.Flask, limiter: SyncRateLimiter | None = None) -> None:
+        if limiter is not None:
+            self.limiter = limiter
+        if self.limiter is None:
+            raise RuntimeError("RateLimit needs a SyncRateLimiter: RateLimit(app, limiter) or init_app(app, limiter)")
+        app.extensions["redis_ratelimit"] = self
+        app.before_request(self._before)
+        app.after_request(self._after)
+        app.teardown_request(self._teardown)
+
+    def _input_name(self, policy: str) -> str:
+        assert self.limiter is not None
+        definition = self.limiter.policy(policy)
+        return definition.tenant_input if definition and definition.tenant_input else "key"
+
+    def _check(self, policy: str, value: str | Mapping[str, str], cost: int) -> flask.Response | None:
+        """Checks the request; a refusal (or a misconfiguration) as the response to send."""
+        assert self.limiter is not None
+        try:
+            decision = self.limiter.check(policy, cost, inputs=inputs_of(value, self._input_name(policy)))
+        except CheckError as error:
+            return self._response(*internal_error(policy, error))
+        decisions: list[Decision] = flask.g.setdefault("ratelimit_decisions", [])
+        decisions.append(decision)
+        if not decision.allowed:
+            return self._response(*refusal(decision, legacy=self.legacy))
+        if decision.wait_ms:
+            time.sleep(decision.wait_ms / 1000)
+        return None
+
+    @staticmethod
+    def _response(status: int, headers: dict[str, str], body: bytes) -> flask.Response:
+        return flask.Response(body, status=status, headers=headers)
+
+    def _before(self) -> flask.Response | None:
+        request = flask.request
+        view = flask.current_app.view_functions.get(request.endpoint or "")
+        if view is not None and getattr(view, _EXEMPT, False):
+            return None
+        if exempted(request.path, self.exempt_paths):
+            return None
+        policy = route_policy(request.path, self.routes, self.default)
+        if policy is None:
+            return None
+        value = self.key(request)
+        if value is None:
+            return None
+        return self._check(policy, value, 1)
+
+    def _after(self, response: flask.Response) -> flask.Response:
+        for decision in flask.g.get("ratelimit_decisions", []):
+            if decision.allowed:
+                for name, value in decision.headers(legacy=self.legacy).items():
+                    response.headers[name] = value
+        return response
+
+    def _teardown(self, error: BaseException | None) -> None:
+        assert self.limiter is not None
+        for decision in flask.g.pop("ratelimit_decisions", []):
+            if decision.in_flight is not None:
+                self.limiter.release(decision)
+
+    def limit(
+        self,
+        policy: str,
+        *,
+        key: Callable[[flask.Request], str | Mapping[str, str]] | None = None,
+        cost: int | Callable[[flask.Request], int] = 1,
+    ) -> Callable[[F], F]:
+        """Decorates a view with its own policy (checked after the default one)."""
+
+        def decorate(view: F) -> F:
+            @functools.wraps(view)
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                request = flask.request
+                value = (key or self.key)(request)
+                if value is not None:
+                    units = cost(request) if callable(cost) else cost
+                    refused = self._check(policy, value, units)
+                    if refused is not None:
+                        return refused
+                return view(*args, **kwargs)
+
+            return wrapped  # type: ignore[return-value]
+
+        return decorate
+
+    @staticmethod
+    def exempt(view: F) -> F:
+        """Exempts a view from the default policy."""
+        setattr(view, _EXEMPT, True)
+        return view

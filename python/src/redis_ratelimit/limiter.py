@@ -1,0 +1,695 @@
+"""The limiters: :class:`RateLimiter` (asyncio, on ``redis.asyncio``) and its sync twin
+:class:`SyncRateLimiter` (on ``redis.Redis``), both also on a Cluster client or a Sentinel
+primary. Both run the same flows (:mod:`redis_ratelimit.flows`); each drives the store calls
+with its own I/O, bounded by the policy's timeout (50 ms by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .decision import Decision
+from .flows import AcquireOp, Engine, PolicyState, RefundOp, SpawnOp, Target, new_holder
+from .keys import MissingInput
+from .metrics import Metrics, default_metrics
+from .policy import Policy
+from .protocol import Grant, StoreError, classify
+from .state import Breaker
+from .store import MemoryStore, RedisStore, SyncRedisStore
+
+if TYPE_CHECKING:
+    from .plans import PlanSource, SyncPlanSource
+
+log = logging.getLogger("redis_ratelimit")
+
+
+class CheckError(ValueError):
+    """A check that cannot be made: a mistake of the caller (unknown policy, a missing input,
+    a cost of 0), never of the store."""
+
+
+Replicas = int | Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    target: Target
+    cached: Decision | None
+    leasable: bool
+    started: float
+
+
+class _Limiter:
+    """What both limiters share: policies, rendering, the deny cache and the engine."""
+
+    def __init__(
+        self,
+        store: Any,
+        policies: Iterable[Policy],
+        replicas: Replicas,
+        breaker: tuple[int, float],
+        metrics: Metrics | None,
+        plans: Any,
+        lock_factory: Callable[[], Any],
+    ) -> None:
+        self._lock_factory = lock_factory
+        self._states: dict[str, PolicyState] = {}
+        for policy in policies:
+            if policy.name in self._states:
+                raise ValueError(f"two policies are named '{policy.name}'")
+            self._states[policy.name] = PolicyState(policy, lock_factory)
+        stores_backed = [p.name for p in (s.policy for s in self._states.values()) if p.tenant_input]
+        if stores_backed and plans is None:
+            raise ValueError(
+                f"policy '{stores_backed[0]}' takes its limits from the policy store: give the "
+                "limiter plans=PlanSource(...)"
+            )
+        self.metrics = metrics if metrics is not None else default_metrics()
+        self.store = store
+        if hasattr(store, "metrics") and isinstance(store.metrics, Metrics) and metrics is not None:
+            store.metrics = self.metrics
+        count = replicas if callable(replicas) else (lambda: replicas)
+        self._engine = Engine(store, lambda: max(int(count()), 1), Breaker(*breaker), self.metrics)
+        self.plans = plans
+        self._resolved: dict[tuple[str, tuple[str, ...]], PolicyState] = {}
+        self.metrics.circuit(False)
+
+    @property
+    def breaker(self) -> Breaker:
+        return self._engine.breaker
+
+    def policy(self, name: str) -> Policy | None:
+        state = self._states.get(name)
+        return None if state is None else state.policy
+
+    @property
+    def policies(self) -> list[Policy]:
+        return [state.policy for state in self._states.values()]
+
+    @property
+    def store_unreachable(self) -> bool:
+        """Whether the circuit breaker holds store calls back."""
+        return self._engine.breaker.is_open
+
+    def _state_for(self, registered: PolicyState, inputs: Mapping[str, str]) -> PolicyState:
+        if registered.policy.tenant_input is None or self.plans is None:
+            return registered
+        tenant = inputs.get(registered.policy.tenant_input)
+        if tenant is None:
+            raise CheckError(str(MissingInput(registered.policy.tenant_input)))
+        policy = self.plans.policy_for(registered.policy, str(tenant))
+        signature = (policy.name, tuple(f"{limit.name}:{limit.key.text}:{limit.algorithm}" for limit in policy.limits))
+        state = self._resolved.get(signature)
+        if state is None:
+            if len(self._resolved) >= 1024:
+                self._resolved.clear()
+            state = self._resolved[signature] = PolicyState(policy, self._lock_factory)
+        return state
+
+    def _prepare(self, policy: str, cost: int, inputs: Mapping[str, str]) -> _Prepared:
+        if not isinstance(cost, int) or isinstance(cost, bool) or cost < 1:
+            raise CheckError(f"a check costs at least 1 unit (got {cost!r})")
+        registered = self._states.get(policy)
+        if registered is None:
+            raise CheckError(f"no policy is named '{policy}'")
+        state = self._state_for(registered, inputs)
+        try:
+            keys = tuple(limit.key.render(inputs) for limit in state.policy.limits)
+        except MissingInput as missing:
+            raise CheckError(str(missing)) from None
+        key_set = "\0".join(keys)
+        target = Target(state, keys, key_set, new_holder() if state.holds_slots else None)
+        now = time.monotonic()
+        cached = state.deny.get(key_set, cost, now) if state.policy.deny_cache else None
+        lease = state.policy.lease
+        leasable = lease is not None and cost <= lease.units and self.store.capabilities()[1]
+        return _Prepared(target, cached, leasable, now)
+
+    def _finish(self, prepared: _Prepared, cost: int, decision: Decision) -> Decision:
+        state = prepared.target.state
+        binding = decision.binding_limit
+        if (
+            state.policy.deny_cache
+            and not decision.allowed
+            and decision.source == "store"
+            and not (binding is not None and binding.in_flight)
+        ):
+            state.deny.insert(prepared.target.key_set, cost, decision, prepared.started)
+        decision.in_flight = self._engine.in_flight_of(prepared.target, decision)
+        self.metrics.decision(decision)
+        return decision
+
+    def _answered(self, op: AcquireOp, sent: float, result: Grant | StoreError) -> Grant | StoreError:
+        """Records a store call's outcome: latency and errors in the metrics, the breaker."""
+        breaker = self._engine.breaker
+        now = time.monotonic()
+        self.metrics.store_latency(op.policy, op.op, now - sent)
+        if isinstance(result, StoreError):
+            self.metrics.store_error(op.policy, result.kind)
+            if result.kind == "server":
+                log.warning("redis-ratelimit: policy '%s': %s", op.policy, result)
+            if result.unavailable and breaker.failure(sent, now):
+                self.metrics.circuit_opened()
+                log.warning("redis-ratelimit: the store is out of reach (%s): circuit open", result)
+        elif breaker.success(now):
+            self.metrics.circuit(False)
+            log.info("redis-ratelimit: the store answers again: circuit closed")
+        return result
+
+    def validate(self, policy: str, **inputs: str) -> None:
+        """Checks without a store call that ``policy`` exists and ``inputs`` fill its keys."""
+        self._prepare(policy, 1, inputs)
+
+    def _release_target(self, decision: Decision) -> Target | None:
+        held = decision.in_flight
+        if held is None:
+            return None
+        state = self._states.get(held.policy)
+        if state is None:
+            return None
+        if len(state.policy.limits) != len(held.keys):
+            for resolved in self._resolved.values():
+                if resolved.name == held.policy and len(resolved.policy.limits) == len(held.keys):
+                    state = resolved
+        return Target(state, held.keys, "\0".join(held.keys), held.holder)
+
+    def _reserve_refund(self, target: Target, units: int) -> Generator[Any, Any, None]:
+        refunds = [
+            ([index for index in group if not target.state.in_flight(index)], units)
+            for group in self._engine.plan(target.state, target.keys)
+        ]
+        yield from self._engine.refund_groups(target, [r for r in refunds if r[0]])
+
+    def _reserve_debit(self, target: Target, units: int) -> Generator[Any, Any, int]:
+        """Takes ``units`` more (as much as the limits hold); the rest is owed, charged
+        before the key set's next check. Returns the units owed."""
+        engine = self._engine
+        groups = [
+            [index for index in group if not target.state.in_flight(index)]
+            for group in engine.plan(target.state, target.keys)
+        ]
+        groups = [group for group in groups if group]
+        unheld = Target(target.state, target.keys, target.key_set, None)
+        acquired = yield from engine.acquire_groups(unheld, groups, units, 1, "settle")
+        taken = 0 if isinstance(acquired, StoreError) else acquired.granted
+        owed = units - taken
+        if owed > 0:
+            from .state import now_us
+
+            target.state.answers.owe(target.key_set, owed, now_us())
+        return owed
+
+
+def _inputs(inputs: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, str]:
+    merged = {} if inputs is None else {str(k): str(v) for k, v in inputs.items()}
+    merged.update({k: str(v) for k, v in extra.items()})
+    return merged
+
+
+class RateLimiter(_Limiter):
+    """Checks requests against policies, on a ``redis.asyncio`` client (or a store).
+
+    ```python
+    limiter = RateLimiter(redis.asyncio.Redis(), [Policy("api", [Limit.token_bucket(
+        "per-key", 100, refill=60, key="rl:{{{key}}}")])], replicas=3)
+    decision = await limiter.check("api", key="alice")
+    ```
+
+    ``replicas`` (a number, or a function read at each fallback decision) divides quotas in
+    the local fallback; ``breaker`` is ``(failures, open_for_seconds)``, default ``(3, 0.5)``.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        policies: Iterable[Policy] = (),
+        *,
+        replicas: Replicas = 1,
+        breaker: tuple[int, float] = (3, 0.5),
+        metrics: Metrics | None = None,
+        plans: PlanSource | None = None,
+        backend: str = "auto",
+    ) -> None:
+        if isinstance(redis, (RedisStore, MemoryStore)):
+            store: Any = redis
+        else:
+            store = RedisStore(redis, backend=backend, metrics=metrics or default_metrics())
+        super().__init__(store, policies, replicas, breaker, metrics, plans, asyncio.Lock)
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def connect(self) -> str | None:
+        """Resolves the store backend now (it is otherwise resolved on the first check);
+        returns it. Raises the store's error if it is unreachable."""
+        try:
+            return str(await self.store.connect())
+        except Exception as error:
+            raise classify(error) from error
+
+    @property
+    def backend(self) -> str | None:
+        """The store backend in use (``module``, ``functions``, ``scripts``, ``memory``)."""
+        backend: str | None = self.store.backend
+        return backend
+
+    async def check(
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+    ) -> Decision:
+        """Checks a request of ``cost`` units against ``policy``; the key templates' inputs
+        are keyword arguments (or ``inputs=``). Admitted only if every limit admits it, and
+        then every limit is charged."""
+        prepared = self._prepare(policy, cost, _inputs(inputs, values))
+        self._start_sweeper(prepared.target.state)
+        if prepared.cached is not None:
+            decision = prepared.cached
+            self.metrics.decision(decision)
+            return decision
+        engine = self._engine
+        target = prepared.target
+        if prepared.leasable:
+            slot = target.state.leases.slot(target.key_set, target.keys)
+            slot.waiting += 1
+            try:
+                await slot.lock.acquire()
+            finally:
+                slot.waiting -= 1
+            try:
+                slot.busy = True
+                decision = await self._drive(engine.leased_flow(target, cost, slot, prepared.started))
+            finally:
+                slot.busy = False
+                slot.lock.release()
+        else:
+            decision = await self._drive(engine.store_flow(target, cost))
+        return self._finish(prepared, cost, decision)
+
+    async def release(self, decision: Decision) -> None:
+        """Gives back the in-flight slots an admitted request holds (when it ends)."""
+        target = self._release_target(decision)
+        if target is None:
+            return
+        decision.in_flight = None
+        if target.holder is not None and decision.source == "fallback":
+            self._engine.release_local(target)
+            return
+        await self._drive(self._engine.release_flow(target))
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+    ) -> AsyncIterator[Decision]:
+        """``async with limiter.hold("uploads", key=k) as decision:`` checks, and gives the
+        request's in-flight slots back when the block ends (however it ends)."""
+        decision = await self.check(policy, cost, inputs=inputs, **values)
+        try:
+            yield decision
+        finally:
+            if decision.in_flight is not None:
+                await self.release(decision)
+
+    async def reserve(
+        self, policy: str, /, estimate: int, *, inputs: Mapping[str, Any] | None = None, **values: Any
+    ) -> Reservation:
+        """Reserves ``estimate`` units (an LLM call's token budget, say); settle with the
+        actual amount once known (see :class:`Reservation`)."""
+        merged = _inputs(inputs, values)
+        decision = await self.check(policy, estimate, inputs=merged)
+        return Reservation(self, policy, merged, estimate, decision)
+
+    async def release_leases(self) -> None:
+        """Refunds every outstanding lease now (call it on shutdown)."""
+        await self._sweep(everything=True)
+
+    async def aclose(self) -> None:
+        """Stops the background sweeper and gives unspent leases back."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        await self.release_leases()
+
+    # The driver.
+
+    async def _drive(self, flow: Generator[Any, Any, Any]) -> Any:
+        reply: Any = None
+        while True:
+            try:
+                op = flow.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(op, AcquireOp):
+                reply = await self._timed_acquire(op)
+            elif isinstance(op, RefundOp):
+                reply = await self._refunds(op)
+            elif isinstance(op, SpawnOp):
+                task = asyncio.ensure_future(self._drive(op.flow))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                reply = None
+            else:
+                raise TypeError(f"unknown operation {op!r}")
+
+    async def _timed_acquire(self, op: AcquireOp) -> Grant | StoreError:
+        breaker, timeout = self._engine.breaker, op.timeout
+        sent = time.monotonic()
+        task = asyncio.ensure_future(self.store.acquire(op.request))
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            await asyncio.sleep(0)
+            # A stall, not an outage: the timer fired late, or the store answered since.
+            if time.monotonic() - sent > timeout * 1.5 or breaker.answered_since(sent):
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+        result: Grant | StoreError
+        if not done:
+            task.cancel()
+            result = StoreError("timeout")
+        else:
+            try:
+                result = task.result()
+            except Exception as error:
+                result = classify(error)
+        return self._answered(op, sent, result)
+
+    async def _refunds(self, op: RefundOp) -> bool:
+        async def one(request: Any) -> bool:
+            started = time.monotonic()
+            try:
+                await asyncio.wait_for(self.store.refund(request), op.timeout)
+                ok = True
+            except asyncio.TimeoutError:
+                self.metrics.store_error(op.policy, "timeout")
+                ok = False
+            except Exception as error:
+                self.metrics.store_error(op.policy, classify(error).kind)
+                ok = False
+            self.metrics.store_latency(op.policy, "refund", time.monotonic() - started)
+            return ok
+
+        return all(await asyncio.gather(*(one(request) for request in op.requests)))
+
+    def _start_sweeper(self, state: PolicyState) -> None:
+        if self._sweeper is not None or state.policy.lease is None:
+            return
+        every = max(min(s.policy.lease.lifetime for s in self._states.values() if s.policy.lease) / 2, 0.01)
+        self._sweeper = asyncio.ensure_future(self._sweep_every(every))
+
+    async def _sweep_every(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            await self._sweep(everything=False)
+
+    async def _sweep(self, everything: bool) -> None:
+        now = time.monotonic()
+        for state in [*self._states.values(), *self._resolved.values()]:
+            state.deny.purge(now)
+            for keys, units in state.leases.take_expired(now, everything):
+                await self._drive(self._engine.refund_lease(state, keys, units))
+
+    async def _reservation_settle(self, reservation: Reservation, actual: int) -> int:
+        prepared = self._prepare(reservation.policy, 1, reservation.inputs)
+        target = prepared.target
+        difference = actual - reservation.estimate
+        if difference < 0:
+            await self._drive(self._reserve_refund(target, -difference))
+            return 0
+        if difference > 0:
+            return int(await self._drive(self._reserve_debit(target, difference)))
+        return 0
+
+
+class SyncRateLimiter(_Limiter):
+    """The sync twin of :class:`RateLimiter`, on ``redis.Redis`` (or a store): the same
+    policies, flows and guarantees. Store calls run on a small thread pool so the policy's
+    timeout bounds them whatever the client's socket timeout (give the client a
+    ``socket_timeout`` of a second or so, so a thread stuck on a stopped server is freed)."""
+
+    def __init__(
+        self,
+        redis: Any,
+        policies: Iterable[Policy] = (),
+        *,
+        replicas: Replicas = 1,
+        breaker: tuple[int, float] = (3, 0.5),
+        metrics: Metrics | None = None,
+        plans: SyncPlanSource | None = None,
+        backend: str = "auto",
+        threads: int = 16,
+    ) -> None:
+        if isinstance(redis, (SyncRedisStore, MemoryStore)):
+            store: Any = redis
+        else:
+            store = SyncRedisStore(redis, backend=backend, metrics=metrics or default_metrics())
+        super().__init__(store, policies, replicas, breaker, metrics, plans, threading.Lock)
+        self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="redis-ratelimit")
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        self._sweeper_lock = threading.Lock()
+
+    def connect(self) -> str | None:
+        try:
+            return str(self.store.connect()) if not isinstance(self.store, MemoryStore) else "memory"
+        except Exception as error:
+            raise classify(error) from error
+
+    @property
+    def backend(self) -> str | None:
+        """The store backend in use (``module``, ``functions``, ``scripts``, ``memory``)."""
+        backend: str | None = self.store.backend
+        return backend
+
+    def check(
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+    ) -> Decision:
+        """See :meth:`RateLimiter.check`."""
+        prepared = self._prepare(policy, cost, _inputs(inputs, values))
+        self._start_sweeper(prepared.target.state)
+        if prepared.cached is not None:
+            self.metrics.decision(prepared.cached)
+            return prepared.cached
+        engine = self._engine
+        target = prepared.target
+        if prepared.leasable:
+            slot = target.state.leases.slot(target.key_set, target.keys)
+            slot.waiting += 1
+            try:
+                slot.lock.acquire()
+            finally:
+                slot.waiting -= 1
+            try:
+                slot.busy = True
+                decision = self._drive(engine.leased_flow(target, cost, slot, prepared.started))
+            finally:
+                slot.busy = False
+                slot.lock.release()
+        else:
+            decision = self._drive(engine.store_flow(target, cost))
+        return self._finish(prepared, cost, decision)
+
+    def release(self, decision: Decision) -> None:
+        target = self._release_target(decision)
+        if target is None:
+            return
+        decision.in_flight = None
+        if decision.source == "fallback":
+            self._engine.release_local(target)
+            return
+        self._drive(self._engine.release_flow(target))
+
+    @contextlib.contextmanager
+    def hold(
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+    ) -> Iterator[Decision]:
+        decision = self.check(policy, cost, inputs=inputs, **values)
+        try:
+            yield decision
+        finally:
+            if decision.in_flight is not None:
+                self.release(decision)
+
+    def reserve(
+        self, policy: str, /, estimate: int, *, inputs: Mapping[str, Any] | None = None, **values: Any
+    ) -> SyncReservation:
+        merged = _inputs(inputs, values)
+        decision = self.check(policy, estimate, inputs=merged)
+        return SyncReservation(self, policy, merged, estimate, decision)
+
+    def release_leases(self) -> None:
+        self._sweep(everything=True)
+
+    def close(self) -> None:
+        """Stops the sweeper, gives unspent leases back, and stops the threads."""
+        self._stop.set()
+        self.release_leases()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _drive(self, flow: Generator[Any, Any, Any]) -> Any:
+        reply: Any = None
+        while True:
+            try:
+                op = flow.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(op, AcquireOp):
+                reply = self._timed_acquire(op)
+            elif isinstance(op, RefundOp):
+                reply = self._refunds(op)
+            elif isinstance(op, SpawnOp):
+                # Shut down: the lease is left to expire.
+                with contextlib.suppress(RuntimeError):
+                    self._executor.submit(self._drive, op.flow)
+                reply = None
+            else:
+                raise TypeError(f"unknown operation {op!r}")
+
+    def _submit(self, function: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any] | None:
+        try:
+            return self._executor.submit(function, *args)
+        except RuntimeError:
+            return None
+
+    def _timed_acquire(self, op: AcquireOp) -> Grant | StoreError:
+        breaker, timeout = self._engine.breaker, op.timeout
+        sent = time.monotonic()
+        future = self._submit(self.store.acquire_blocking, op.request)
+        result: Grant | StoreError
+        if future is None:
+            return StoreError("unavailable", "the limiter is closed")
+        done, _ = concurrent.futures.wait([future], timeout=timeout)
+        if not done and (time.monotonic() - sent > timeout * 1.5 or breaker.answered_since(sent)):
+            done, _ = concurrent.futures.wait([future], timeout=timeout)
+        if not done:
+            future.cancel()
+            result = StoreError("timeout")
+        else:
+            try:
+                result = future.result()
+            except Exception as error:
+                result = classify(error)
+        return self._answered(op, sent, result)
+
+    def _refunds(self, op: RefundOp) -> bool:
+        futures = [self._submit(self.store.refund_blocking, request) for request in op.requests]
+        ok = True
+        for future in futures:
+            if future is None:
+                ok = False
+                continue
+            try:
+                future.result(timeout=op.timeout)
+            except concurrent.futures.TimeoutError:
+                self.metrics.store_error(op.policy, "timeout")
+                ok = False
+            except Exception as error:
+                self.metrics.store_error(op.policy, classify(error).kind)
+                ok = False
+        return ok
+
+    def _start_sweeper(self, state: PolicyState) -> None:
+        if self._sweeper is not None or state.policy.lease is None:
+            return
+        with self._sweeper_lock:
+            if self._sweeper is not None:
+                return
+            every = max(min(s.policy.lease.lifetime for s in self._states.values() if s.policy.lease) / 2, 0.01)
+
+            def run() -> None:
+                while not self._stop.wait(every):
+                    self._sweep(everything=False)
+
+            self._sweeper = threading.Thread(target=run, name="redis-ratelimit-sweeper", daemon=True)
+            self._sweeper.start()
+
+    def _sweep(self, everything: bool) -> None:
+        now = time.monotonic()
+        for state in [*self._states.values(), *self._resolved.values()]:
+            state.deny.purge(now)
+            for keys, units in state.leases.take_expired(now, everything):
+                self._drive(self._engine.refund_lease(state, keys, units))
+
+    def _reservation_settle(self, reservation: SyncReservation, actual: int) -> int:
+        prepared = self._prepare(reservation.policy, 1, reservation.inputs)
+        difference = actual - reservation.estimate
+        if difference < 0:
+            self._drive(self._reserve_refund(prepared.target, -difference))
+            return 0
+        if difference > 0:
+            return int(self._drive(self._reserve_debit(prepared.target, difference)))
+        return 0
+
+
+class _ReservationBase:
+    """Units reserved before the real amount is known (LLM tokens, bytes of an upload).
+
+    ``settle(actual)`` refunds ``estimate - actual`` when the call used less, and debits
+    ``actual - estimate`` when it used more: as much as every limit holds at once, and the
+    rest is owed by the key set, charged (as partial grants, before deciding) by this
+    replica's next checks of it. **Debt bound**: at any instant a key set's admissions exceed
+    its allowance by at most the overshoot of its settled reservations still owed, each
+    overshoot at most ``actual - estimate``; it is paid from the refill before any later
+    request of that key set is decided by the store on this replica (a replica that stops
+    forgets its debts: that much over-admission, never more). ``release()`` gives the whole
+    estimate back (the call was not made). A denied reservation has nothing to settle.
+    """
+
+    def __init__(self, policy: str, inputs: dict[str, str], estimate: int, decision: Decision) -> None:
+        self.policy = policy
+        self.inputs = inputs
+        self.estimate = estimate
+        self.decision = decision
+        self.settled = False
+        #: Units the last settle could not take from the limits (owed by the key set).
+        self.owed = 0
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed
+
+    def _begin(self, actual: int) -> bool:
+        if not isinstance(actual, int) or actual < 0:
+            raise CheckError(f"a reservation settles with a whole number of units at least 0 (got {actual!r})")
+        if self.settled:
+            raise CheckError("this reservation was already settled or released")
+        self.settled = True
+        return self.decision.allowed
+
+
+class Reservation(_ReservationBase):
+    def __init__(
+        self, limiter: RateLimiter, policy: str, inputs: dict[str, str], estimate: int, decision: Decision
+    ) -> None:
+        super().__init__(policy, inputs, estimate, decision)
+        self._limiter = limiter
+
+    async def settle(self, actual: int) -> int:
+        """Refunds or debits the difference to ``actual``; returns the units owed."""
+        if not self._begin(actual):
+            return 0
+        self.owed = await self._limiter._reservation_settle(self, actual)  # noqa: SLF001
+        return self.owed
+
+    async def release(self) -> None:
+        """The call was not made: every reserved unit goes back."""
+        await self.settle(0)
+
+
+class SyncReservation(_ReservationBase):
+    def __init__(
+        self, limiter: SyncRateLimiter, policy: str, inputs: dict[str, str], estimate: int, decision: Decision
+    ) -> None:
+        super().__init__(policy, inputs, estimate, decision)
+        self._limiter = limiter
+
+    def settle(self, actual: int) -> int:
+        if not self._begin(actual):
+            return 0
+        self.owed = self._limiter._reservation_settle(self, actual)  # noqa: SLF001
+        return self.owed
+
+    def release(self) -> None:
+        self.settle(0)

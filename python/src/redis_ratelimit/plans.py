@@ -1,0 +1,471 @@
+"""Plans and per-tenant overrides from the policy store ``rlctl`` edits (the Rust client's
+``plans/``): a policy built with ``Policy.from_store`` takes its limits, for the tenant a
+check names, from one snapshot of the store, followed through its change notifications
+(``{rl-policy}:changes``) and a version check every ``check_every`` (0.5 s) as the backstop.
+
+Keys do not depend on the plan: limit ``per-minute`` of policy ``api`` for tenant ``acme`` is
+always ``rl:plan:{acme}:api:per-minute:sliding``, so a change applies to the tenant's state
+(nobody reset to full, nothing charged twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .algorithms import Algorithm, AlgorithmError
+from .metrics import Metrics, default_metrics
+from .policy import Limit, Policy
+
+log = logging.getLogger("redis_ratelimit")
+
+VERSION_KEY = "{rl-policy}:version"
+PLANS_KEY = "{rl-policy}:plans"
+TENANTS_KEY = "{rl-policy}:tenants"
+OVERRIDES_KEY = "{rl-policy}:overrides"
+CHANNEL = "{rl-policy}:changes"
+_KINDS = ("token", "sliding", "fixed", "log", "gcra")
+_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class SpecError(ValueError):
+    """A text of the policy store that cannot be read."""
+
+
+def parse_duration_ms(text: str) -> int:
+    match = re.fullmatch(r"(\d+)(ms|s|m|h|d)", text)
+    if match is None or int(match.group(1)) == 0:
+        raise SpecError(f"bad duration '{text}': a whole number above zero then ms, s, m, h or d (60s, 7d)")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def duration_text(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSpec:
+    """One named limit: ``NAME=KIND:AMOUNT/PERIOD`` (``per-day=fixed:100000/1d``)."""
+
+    name: str
+    kind: str
+    amount: int
+    period_ms: int
+
+    @staticmethod
+    def parse(text: str) -> LimitSpec:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]{1,64})=([a-z]+):(\d+)/(\S+)", text)
+        if match is None:
+            raise SpecError(f"bad limit '{text}': write NAME=KIND:AMOUNT/PERIOD (per-minute=sliding:1000/60s)")
+        name, kind, amount, period = match.groups()
+        if kind not in _KINDS:
+            raise SpecError(f"bad limit '{text}': unknown algorithm '{kind}'")
+        spec = LimitSpec(name, kind, int(amount), parse_duration_ms(period))
+        try:
+            spec.algorithm()
+        except AlgorithmError as error:
+            raise SpecError(f"bad limit '{text}': {error}") from None
+        return spec
+
+    def algorithm(self) -> Algorithm:
+        seconds = f"{self.period_ms // 1000}.{self.period_ms % 1000:03d}"
+        if self.kind == "token":
+            return Algorithm.token_bucket(self.amount, refill=seconds)
+        if self.kind == "sliding":
+            return Algorithm.sliding_window(self.amount, seconds)
+        if self.kind == "fixed":
+            return Algorithm.fixed_window(self.amount, seconds)
+        if self.kind == "log":
+            return Algorithm.sliding_log(self.amount, seconds)
+        return Algorithm.gcra(max(self.amount - 1, 0), self.amount, seconds)
+
+    @staticmethod
+    def from_limit(limit: Limit) -> LimitSpec | None:
+        """The plan limit a policy's default stands for (``None`` if it is not one)."""
+        algorithm = limit.algorithm
+        if limit.weight != 1 or limit.max_wait_ms is not None or algorithm.kind == "cc":
+            return None
+        kind = {"tb": "token", "sw": "sliding", "fw": "fixed", "sl": "log", "gc": "gcra"}[algorithm.kind]
+        if algorithm.kind == "gc":
+            amount, period_ns = algorithm.count, algorithm.period_s * 1_000_000_000
+        elif algorithm.kind == "tb":
+            amount, period_ns = algorithm.quota, algorithm.window_ns()
+        else:
+            amount, period_ns = algorithm.quota, algorithm.window_us * 1_000
+        if period_ns % 1_000_000:
+            return None
+        spec = LimitSpec(limit.name, kind, amount, period_ns // 1_000_000)
+        try:
+            return spec if spec.algorithm().shape() == algorithm.shape() else None
+        except AlgorithmError:
+            return None
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.kind}:{self.amount}/{duration_text(self.period_ms)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    pattern: str
+    limit: str | None
+    limits: tuple[LimitSpec, ...]
+    expires_at_ms: int | None
+
+    def live(self, now_ms: int) -> bool:
+        return self.expires_at_ms is None or self.expires_at_ms > now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The policy store at one version."""
+
+    version: int = 0
+    plans: Mapping[str, tuple[LimitSpec, ...]] = None  # type: ignore[assignment]
+    tenants: Mapping[str, str] = None  # type: ignore[assignment]
+    overrides: Mapping[str, Override] = None  # type: ignore[assignment]
+
+    @staticmethod
+    def decode(
+        version: int, plans: Mapping[str, str], tenants: Mapping[str, str], overrides: Mapping[str, str]
+    ) -> Snapshot:
+        decoded_plans = {}
+        for name, value in plans.items():
+            specs = tuple(LimitSpec.parse(word) for word in value.split())
+            if not specs:
+                raise SpecError(f"plan '{name}' has no limits")
+            decoded_plans[name] = specs
+        decoded = {}
+        for field, value in overrides.items():
+            pattern, _, limit = field.partition(" ")
+            expires = None
+            specs_list = []
+            for word in value.split():
+                if word.startswith("expires="):
+                    expires = int(word[len("expires=") :])
+                else:
+                    specs_list.append(LimitSpec.parse(word))
+            decoded[field] = Override(pattern, limit or None, tuple(specs_list), expires)
+        return Snapshot(version, decoded_plans, dict(tenants), decoded)
+
+    def _entries(self, text: str, now_ms: int) -> list[Override]:
+        found = []
+        for field, entry in (self.overrides or {}).items():
+            if (field == text or field.startswith(text + " ")) and entry.live(now_ms):
+                found.append(entry)
+        return sorted(found, key=lambda e: (e.limit is not None, e.limit or ""))
+
+    def resolve(self, tenant: str, defaults: tuple[LimitSpec, ...], now_ms: int) -> tuple[LimitSpec, ...]:
+        """The limits for ``tenant``: exact override > longest wildcard > plan > defaults."""
+        plan = (self.tenants or {}).get(tenant)
+        specs = list((self.plans or {}).get(plan, defaults) if plan is not None else defaults)
+        wildcard = None
+        for length in range(len(tenant), -1, -1):
+            text = tenant[:length] + "*"
+            if self._entries(text, now_ms):
+                wildcard = text
+                break
+        for pattern in (wildcard, tenant):
+            if pattern is None:
+                continue
+            for entry in self._entries(pattern, now_ms):
+                if entry.limit is None:
+                    specs = []
+                for spec in entry.limits:
+                    for index, existing in enumerate(specs):
+                        if existing.name == spec.name:
+                            specs[index] = spec
+                            break
+                    else:
+                        specs.append(spec)
+        return tuple(specs)
+
+
+def key_template(tenant_input: str, policy: str, limit: str, kind: str) -> str:
+    """The key of a store-backed policy's limit: one slot per tenant (the hash tag)."""
+    return f"rl:plan:{{{{{{{tenant_input}}}}}}}:{policy}:{limit}:{kind}"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _hash(value: Any) -> dict[str, str]:
+    if isinstance(value, dict):
+        return {_text(k): _text(v) for k, v in value.items()}
+    items = list(value or [])
+    return {_text(items[i]): _text(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+
+
+class _PlanSourceBase:
+    def __init__(
+        self, redis: Any, check_every: float, subscribe: bool, timeout: float, metrics: Metrics | None
+    ) -> None:
+        self.redis = redis
+        self.check_every = check_every
+        self.subscribe = subscribe
+        self.timeout = timeout
+        self.metrics = metrics or default_metrics()
+        self.snapshot = Snapshot(0, {}, {}, {})
+        self.loaded = False
+        self.error = "not read yet"
+        self._offset_ms = 0
+        self._policies: dict[tuple[str, tuple[LimitSpec, ...]], Policy] = {}
+        self._defaults: dict[str, tuple[LimitSpec, ...]] = {}
+
+    @property
+    def status(self) -> str:
+        if self.loaded:
+            return f"policy store at version {self.snapshot.version}"
+        return f"policy store not read yet ({self.error}): the policies' defaults apply"
+
+    @property
+    def version(self) -> int:
+        return self.snapshot.version
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000) + self._offset_ms
+
+    def _apply(self, replies: list[Any], before_ms: int, after_ms: int) -> None:
+        version, plans, tenants, overrides, server_time, version_again = replies
+        if version != version_again:
+            return  # a change came between the reads: the next check reads again
+        snapshot = Snapshot.decode(int(version or 0), _hash(plans), _hash(tenants), _hash(overrides))
+        server_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
+        self._offset_ms = server_ms - (before_ms + after_ms) // 2
+        if snapshot.version >= self.snapshot.version:
+            changed = snapshot.version != self.snapshot.version or not self.loaded
+            self.snapshot = snapshot
+            if changed:
+                log.info("redis-ratelimit: policy store at version %d", snapshot.version)
+        self.loaded = True
+        self.metrics.plans(True, snapshot.version)
+
+    def _failed(self, error: BaseException) -> None:
+        self.metrics.plans_read_error()
+        if not self.loaded:
+            self.error = str(error) or type(error).__name__
+            self.metrics.plans(False)
+
+    def _defaults_of(self, base: Policy) -> tuple[LimitSpec, ...]:
+        found = self._defaults.get(base.name)
+        if found is None:
+            specs = []
+            for limit in base.limits:
+                spec = LimitSpec.from_limit(limit)
+                if spec is None:
+                    raise ValueError(
+                        f"policy '{base.name}', limit '{limit.name}': a store-backed policy's defaults "
+                        "are plan limits (amount per period of token, sliding, fixed, log or gcra; "
+                        "weight 1, not paced, not in-flight)"
+                    )
+                specs.append(spec)
+            found = self._defaults[base.name] = tuple(specs)
+        return found
+
+    def policy_for(self, base: Policy, tenant: str) -> Policy:
+        """The tenant's effective policy now: ``base`` with the store's limits."""
+        assert base.tenant_input is not None
+        defaults = self._defaults_of(base)
+        specs = self.snapshot.resolve(tenant, defaults, self.now_ms())
+        cache_key = (base.name, specs)
+        policy = self._policies.get(cache_key)
+        if policy is None:
+            try:
+                policy = self._build(base, specs)
+            except (ValueError, AlgorithmError):
+                policy = self._build(base, defaults)
+            if len(self._policies) >= 1024:
+                self._policies.clear()
+            self._policies[cache_key] = policy
+        return policy
+
+    @staticmethod
+    def _build(base: Policy, specs: tuple[LimitSpec, ...]) -> Policy:
+        assert base.tenant_input is not None
+        limits = [
+            Limit.of(spec.name, spec.algorithm(), key=key_template(base.tenant_input, base.name, spec.name, spec.kind))
+            for spec in specs
+        ]
+        return Policy(
+            base.name,
+            limits,
+            lease=base.lease,
+            fallback=base.fallback,
+            timeout=base.timeout,
+            deny_cache=base.deny_cache,
+        )
+
+
+def _read_commands() -> list[tuple[str, ...]]:
+    return [
+        ("GET", VERSION_KEY),
+        ("HGETALL", PLANS_KEY),
+        ("HGETALL", TENANTS_KEY),
+        ("HGETALL", OVERRIDES_KEY),
+        ("TIME",),
+        ("GET", VERSION_KEY),
+    ]
+
+
+def _routing(redis: Any, command: tuple[str, ...]) -> dict[str, Any]:
+    """``TIME`` has no key: on a Cluster it goes to the node of the store's slot."""
+    if command[0] == "TIME" and type(redis).__name__ == "RedisCluster":
+        return {"target_nodes": redis.get_node_from_key(VERSION_KEY)}
+    return {}
+
+
+class PlanSource(_PlanSourceBase):
+    """The policy store as this replica sees it, on a ``redis.asyncio`` client. ``await
+    source.start()`` reads it once (if Redis is not there, the defaults apply meanwhile) and
+    follows it in a task; ``await source.aclose()`` stops."""
+
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        check_every: float = 0.5,
+        subscribe: bool = True,
+        timeout: float = 1.0,
+        metrics: Metrics | None = None,
+    ) -> None:
+        super().__init__(redis, check_every, subscribe, timeout, metrics)
+        self._task: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> None:
+        """Reads the store now (a consistent reading: the version before and after agree)."""
+        before = int(time.time() * 1000)
+        try:
+            if type(self.redis).__name__ == "RedisCluster":
+                await self.redis.initialize()
+            commands = _read_commands()
+            replies = await asyncio.wait_for(
+                asyncio.gather(*(self.redis.execute_command(*c, **_routing(self.redis, c)) for c in commands)),
+                self.timeout,
+            )
+            self._apply(list(replies), before, int(time.time() * 1000))
+        except Exception as error:  # out of reach or refused: keep the snapshot, count it
+            self._failed(error)
+
+    async def start(self) -> PlanSource:
+        await self.refresh()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._follow())
+        return self
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _subscribed(self) -> Any:
+        """A subscription to the change notifications, or ``None`` (then the version check
+        alone follows the store, every ``check_every``)."""
+        if not self.subscribe:
+            return None
+        try:
+            pubsub = self.redis.pubsub()
+            await asyncio.wait_for(pubsub.subscribe(CHANNEL), self.timeout)
+        except Exception as error:  # no pub/sub here (or not now): poll instead
+            log.info("redis-ratelimit: no change notifications (%s): checking the version instead", error)
+            return None
+        return pubsub
+
+    async def _follow(self) -> None:
+        while True:
+            pubsub = None
+            try:
+                pubsub = await self._subscribed()
+                await self.refresh()
+                while True:
+                    if pubsub is not None:
+                        await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.check_every)
+                    else:
+                        await asyncio.sleep(self.check_every)
+                    await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the subscription was cut: subscribe again after a pause
+                self._failed(error)
+                await asyncio.sleep(self.check_every)
+            finally:
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()
+
+
+class SyncPlanSource(_PlanSourceBase):
+    """:class:`PlanSource` on a sync ``redis.Redis``, followed by a daemon thread."""
+
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        check_every: float = 0.5,
+        subscribe: bool = True,
+        timeout: float = 1.0,
+        metrics: Metrics | None = None,
+    ) -> None:
+        super().__init__(redis, check_every, subscribe, timeout, metrics)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh(self) -> None:
+        before = int(time.time() * 1000)
+        try:
+            replies = [self.redis.execute_command(*c, **_routing(self.redis, c)) for c in _read_commands()]
+            self._apply(replies, before, int(time.time() * 1000))
+        except Exception as error:  # out of reach or refused: keep the snapshot, count it
+            self._failed(error)
+
+    def start(self) -> SyncPlanSource:
+        self.refresh()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._follow, name="redis-ratelimit-plans", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _subscribed(self) -> Any:
+        if not self.subscribe:
+            return None
+        try:
+            pubsub = self.redis.pubsub()
+            pubsub.subscribe(CHANNEL)
+        except Exception as error:  # no pub/sub here (or not now): poll instead
+            log.info("redis-ratelimit: no change notifications (%s): checking the version instead", error)
+            return None
+        return pubsub
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            pubsub = None
+            try:
+                pubsub = self._subscribed()
+                self.refresh()
+                while not self._stop.is_set():
+                    if pubsub is not None:
+                        pubsub.get_message(ignore_subscribe_messages=True, timeout=self.check_every)
+                    else:
+                        self._stop.wait(self.check_every)
+                    self.refresh()
+            except Exception as error:  # the subscription was cut: subscribe again after a pause
+                self._failed(error)
+                self._stop.wait(self.check_every)
+            finally:
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        pubsub.close()

@@ -1,0 +1,431 @@
+"""The module's commands as argument lists, their replies, and the three backends that run
+them (the Rust client's ``store/reply.rs`` and ``store/backend.rs``). Pure: no I/O.
+
+``backend="auto"`` probes once: the module if its commands exist (``COMMAND INFO
+rl.tokenbucket``), else the Functions library (``functions/ratelimit.lua``, shipped in this
+package, loaded with ``FUNCTION LOAD REPLACE`` if absent), else the same file as a script
+(``SCRIPT LOAD``, then ``EVALSHA``, loaded again after ``NOSCRIPT``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from .algorithms import Algorithm
+from .decision import View
+
+LIBRARY_NAME = "ratelimit"
+
+
+def library_source() -> str:
+    """The Functions library shipped in the package (copied from ``functions/ratelimit.lua``
+    when the package is built)."""
+    return resources.files("redis_ratelimit").joinpath("ratelimit.lua").read_text(encoding="utf-8")
+
+
+def script_source() -> str:
+    """The library's script form: the file without its first line (``#!lua name=...``)."""
+    return library_source().split("\n", 1)[1]
+
+
+class Backend(str, enum.Enum):
+    AUTO = "auto"
+    MODULE = "module"
+    FUNCTIONS = "functions"
+    SCRIPTS = "scripts"
+
+
+class StoreError(Exception):
+    """A store call that failed: ``kind`` is ``timeout`` or ``unavailable`` (the store is out
+    of reach: fall back, count for the breaker) or ``server`` / ``config`` (it refused)."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        # A refused command's text can quote its arguments (a whole script): keep the start.
+        detail = detail if len(detail) <= 300 else detail[:300] + "..."
+        super().__init__(detail or kind)
+        self.kind = kind
+        self.detail = detail
+
+    @property
+    def unavailable(self) -> bool:
+        return self.kind in ("timeout", "unavailable")
+
+    def __str__(self) -> str:
+        return {
+            "timeout": "the store did not answer in time",
+            "unavailable": f"the store is unavailable: {self.detail}",
+            "server": f"the store refused the request: {self.detail}",
+            "config": f"bad store configuration: {self.detail}",
+        }.get(self.kind, self.detail)
+
+
+#: redis-py's exceptions that mean "out of reach", by class name (imported lazily).
+_UNAVAILABLE = {
+    "ConnectionError",
+    "TimeoutError",
+    "BusyLoadingError",
+    "ReadOnlyError",
+    "ClusterDownError",
+    "TryAgainError",
+    "MasterDownError",
+    "MaxConnectionsError",
+    "MasterNotFoundError",
+    "SlaveNotFoundError",
+    "ClusterError",
+}
+_UNAVAILABLE_CODES = ("LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN")
+
+
+def classify(error: BaseException) -> StoreError:
+    """Sorts a client error into out of reach (fall back) and refused (report it)."""
+    if isinstance(error, StoreError):
+        return error
+    names = {cls.__name__ for cls in type(error).__mro__}
+    text = str(error)
+    if names & _UNAVAILABLE or isinstance(error, OSError) or text.startswith(_UNAVAILABLE_CODES):
+        return StoreError("unavailable", text or type(error).__name__)
+    return StoreError("server", text or type(error).__name__)
+
+
+_FUNCTIONS = {
+    "RL.TOKENBUCKET": ("rl_tokenbucket", False),
+    "RL.SLIDING": ("rl_sliding", False),
+    "RL.FIXED": ("rl_fixed", False),
+    "RL.SLIDINGLOG": ("rl_slidinglog", False),
+    "CL.THROTTLE": ("cl_throttle", False),
+    "RL.MULTI": ("rl_multi", True),
+    "RL.ACQUIRE": ("rl_acquire", False),
+    "RL.RELEASE": ("rl_release", False),
+    "RL.PEEK": ("rl_peek", False),
+    "RL.REFUND": ("rl_refund", False),
+}
+
+
+def translate(backend: str, sha: str, args: Sequence[str]) -> list[str]:
+    """The command running the module command ``args`` on ``backend``: itself on the module,
+    ``FCALL function numkeys key... arg...`` on the library, ``EVALSHA sha numkeys key...
+    function arg...`` as a script."""
+    if backend in ("module", "memory") or not args:
+        return list(args)
+    found = _FUNCTIONS.get(args[0].upper())
+    if found is None:
+        return list(args)
+    function, counted = found
+    rest = list(args[1:])
+    if counted:
+        count = int(rest[0])
+        keys, after = rest[1 : count + 1], rest[count + 1 :]
+    else:
+        keys, after = rest[:1], rest[1:]
+    if backend == "scripts":
+        return ["EVALSHA", sha, str(len(keys)), *keys, function, *after]
+    return ["FCALL", function, str(len(keys)), *keys, *after]
+
+
+def lost(backend: str, error: BaseException) -> bool:
+    """Whether an error reply says the server lost the backend's code (``NOSCRIPT`` for the
+    script; ``Function not found`` for the library)."""
+    text = str(error)
+    if backend == "scripts":
+        return text.startswith("NOSCRIPT") or type(error).__name__ == "NoScriptError"
+    if backend == "functions":
+        return "Function not found" in text
+    return False
+
+
+#: A command the store flow asks the driver to run: its arguments, and whether it goes to
+#: every primary of a cluster (loading code) rather than the node of its key.
+@dataclass(frozen=True, slots=True)
+class Command:
+    args: tuple[str, ...]
+    everywhere: bool = False
+    #: No key: on a cluster, any node answers.
+    anywhere: bool = False
+
+
+def has_command(name: str) -> Generator[Command, Reply, bool]:
+    """Whether the server knows command ``name``: called without arguments, a known command
+    answers ``wrong number of arguments``, an unknown one ``unknown command`` (no side
+    effect, and no reply format to parse)."""
+    reply = yield Command((name,), anywhere=True)
+    if isinstance(reply, BaseException):
+        text = str(reply).lower()
+        if "unknown command" in text:
+            return False
+        if "wrong number of arguments" in text:
+            return True
+        raise classify(reply)
+    return True
+
+
+#: What a store flow receives for a command: the reply, or the exception it raised.
+Reply = Any
+Flow = Generator[Command, Reply, Any]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
+    """Picks and prepares the backend ``wanted`` stands for: ``(backend, sha)``. Raises a
+    ``StoreError`` saying why when none can work on this server."""
+    if wanted == Backend.MODULE:
+        return "module", ""
+    if wanted == Backend.FUNCTIONS:
+        yield from _load_library()
+        return "functions", ""
+    if wanted == Backend.SCRIPTS:
+        sha = yield from _load_script()
+        return "scripts", sha
+    if (yield from has_command("RL.TOKENBUCKET")):
+        return "module", ""
+    try:
+        yield from _load_library()
+        return "functions", ""
+    except StoreError as functions:
+        if functions.unavailable:
+            raise
+        try:
+            sha = yield from _load_script()
+        except StoreError as scripts:
+            if scripts.unavailable:
+                raise
+            raise StoreError(
+                "server",
+                "no rate-limit backend on this server: no module commands; the Functions library: "
+                f"{functions.detail}; scripts: {scripts.detail}",
+            ) from None
+        return "scripts", sha
+
+
+def _load_library() -> Generator[Command, Reply, None]:
+    listed = yield Command(("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME), everywhere=True)
+    if isinstance(listed, BaseException):
+        raise classify(listed)
+    if isinstance(listed, dict):
+        present = bool(listed) and all(bool(value) for value in listed.values())
+    else:
+        present = bool(listed)
+    if not present:
+        yield from reload_library()
+
+
+def reload_library() -> Generator[Command, Reply, None]:
+    loaded = yield Command(("FUNCTION", "LOAD", "REPLACE", library_source()), everywhere=True)
+    if isinstance(loaded, BaseException):
+        raise classify(loaded)
+
+
+def _load_script() -> Generator[Command, Reply, str]:
+    loaded = yield Command(("SCRIPT", "LOAD", script_source()), everywhere=True)
+    if isinstance(loaded, BaseException):
+        raise classify(loaded)
+    if isinstance(loaded, dict):
+        loaded = next(iter(loaded.values()))
+    if isinstance(loaded, (list, tuple)):
+        loaded = loaded[0]
+    return _text(loaded)
+
+
+def reload(backend: str) -> Generator[Command, Reply, str]:
+    """Gives the server the backend's code again; returns the script's SHA (or "")."""
+    if backend == "scripts":
+        return (yield from _load_script())
+    if backend == "functions":
+        yield from reload_library()
+    return ""
+
+
+# Requests and replies.
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One limit of a group as the store is asked about it."""
+
+    key: str
+    algorithm: Algorithm
+    weight: int = 1
+    max_wait_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """Take ``units`` (× weight) from every limit of a group, all or nothing; with
+    ``partial_min`` as many as every limit has, at least that (``PARTIAL MIN``)."""
+
+    calls: tuple[Call, ...]
+    units: int
+    partial_min: int | None = None
+    holder: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """Give ``units`` (× weight) back to every limit of a group (in-flight: the holder)."""
+
+    calls: tuple[Call, ...]
+    units: int
+    holder: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a group answered: the units granted (0: denied, nothing taken), the binding
+    limit's index in the request, every limit's view, the backend that answered."""
+
+    granted: int
+    binding: int
+    views: tuple[View, ...]
+    backend: str
+
+
+def acquire_command(request: Acquire, multi: bool) -> tuple[str, list[str]]:
+    """``(shape, args)``: ``single`` (five integers), ``throttle`` (redis-cell's reply) or
+    ``multi`` (``RL.MULTI``'s seven fields). Raises ``StoreError("config")`` when the request
+    needs a command the server lacks."""
+    calls = request.calls
+    if not calls:
+        raise StoreError("config", "a group has at least one limit")
+
+    def partial(args: list[str]) -> None:
+        if request.partial_min is not None:
+            args += ["PARTIAL", "MIN", str(max(request.partial_min, 1))]
+
+    if len(calls) == 1 and calls[0].algorithm.kind == "cc":
+        call = calls[0]
+        if request.holder is None:
+            raise StoreError("config", "an in-flight limit needs a holder id")
+        if request.partial_min is not None:
+            raise StoreError("config", "an in-flight limit takes no partial grant")
+        return "single", [
+            "RL.ACQUIRE",
+            call.key,
+            str(call.algorithm.quota),
+            request.holder,
+            str(call.algorithm.ttl_ms),
+        ]
+    if len(calls) == 1 and calls[0].algorithm.kind != "gc":
+        call = calls[0]
+        args = [f"RL.{call.algorithm.wire_name}", call.key, *call.algorithm.wire_args()]
+        args.append(str(request.units * max(call.weight, 1)))
+        partial(args)
+        if call.max_wait_ms is not None:
+            if request.partial_min is not None:
+                raise StoreError("config", "pacing (MAXWAIT) cannot be combined with a partial grant")
+            args += ["MAXWAIT", str(call.max_wait_ms)]
+        return "single", args
+    if len(calls) == 1 and not multi:
+        call = calls[0]
+        if request.partial_min is not None:
+            raise StoreError("config", "partial grants on a GCRA limit need RL.MULTI")
+        args = ["CL.THROTTLE", call.key, *call.algorithm.wire_args()]
+        args.append(str(request.units * max(call.weight, 1)))
+        return "throttle", args
+    if not multi:
+        raise StoreError("config", "several limits in one call need RL.MULTI")
+    if any(call.max_wait_ms is not None for call in calls):
+        raise StoreError("config", "a paced limit (MAXWAIT) needs a call of its own")
+    args = ["RL.MULTI", str(len(calls)), *(call.key for call in calls)]
+    for call in calls:
+        args += [call.algorithm.wire_name, *call.algorithm.wire_args()]
+    args += ["COST", str(request.units)]
+    if any(call.weight != 1 for call in calls):
+        args += ["WEIGHTS", *(str(max(call.weight, 1)) for call in calls)]
+    if any(call.algorithm.kind == "cc" for call in calls):
+        if request.holder is None:
+            raise StoreError("config", "an in-flight limit needs a holder id")
+        args += ["HOLDER", request.holder]
+    partial(args)
+    return "multi", args
+
+
+def refund_commands(request: Refund) -> list[list[str]]:
+    """One command per limit giving its units back."""
+    commands = []
+    for call in request.calls:
+        units = request.units * max(call.weight, 1)
+        if call.algorithm.kind == "cc":
+            commands.append(["RL.RELEASE", call.key, request.holder or ""])
+        elif call.algorithm.kind == "gc":
+            commands.append(["CL.THROTTLE", call.key, *call.algorithm.wire_args(), f"-{units}"])
+        else:
+            commands.append(["RL.REFUND", call.key, call.algorithm.wire_name, *call.algorithm.wire_args(), str(units)])
+    return commands
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"not an integer: {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (bytes, str)):
+        return int(value)
+    raise ValueError(f"not an integer: {value!r}")
+
+
+def _five(value: Any) -> list[int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 5:
+        raise ValueError(f"expected 5 integers, got {value!r}")
+    return [_integer(item) for item in value]
+
+
+def parse_acquire(shape: str, request: Acquire, reply: Any, backend: str) -> Grant:
+    """Reads the reply of an acquire sent as ``shape``."""
+    partial = request.partial_min is not None
+    if shape == "single":
+        fields = _five(reply)
+        view = View.from_fields(fields)
+        if partial:
+            granted = max(fields[0], 0)
+        else:
+            granted = request.units if view.allowed else 0
+        view = View(granted > 0, view.remaining, view.retry_after_ms, view.reset_after_ms, view.limit)
+        return Grant(granted, 0, (view,), backend)
+    if shape == "throttle":
+        limited, limit, remaining, retry_s, reset_s = _five(reply)
+        allowed = limited == 0
+        retry_ms: int | None
+        if allowed:
+            retry_ms = 0
+        elif retry_s < 0:
+            retry_ms = None
+        else:
+            retry_ms = retry_s * 1000
+        view = View(allowed, max(remaining, 0), retry_ms, max(reset_s, 0) * 1000, max(limit, 0))
+        return Grant(request.units if allowed else 0, 0, (view,), backend)
+    if not isinstance(reply, (list, tuple)) or len(reply) != 7:
+        raise ValueError(f"RL.MULTI: expected 7 fields, got {reply!r}")
+    first = _integer(reply[0])
+    views = tuple(View.from_fields(_five(item)) for item in reply[6])
+    if len(views) != len(request.calls):
+        raise ValueError(f"RL.MULTI: {len(views)} views for {len(request.calls)} limits")
+    if partial:
+        granted = max(first, 0)
+    else:
+        granted = request.units if first != 0 else 0
+    binding = max(_integer(reply[5]), 0)
+    return Grant(granted, min(binding, len(views) - 1), views, backend)
+
+
+def acquire_flow(request: Acquire, backend: str, sha: str, multi: bool) -> Generator[Command, Reply, Grant]:
+    """One group acquire on ``backend``: the command, and once more after reloading code the
+    server lost. Raises ``StoreError``."""
+    shape, args = acquire_command(request, multi)
+    for attempt in range(2):
+        reply = yield Command(tuple(translate(backend, sha, args)))
+        if isinstance(reply, BaseException):
+            if attempt == 0 and lost(backend, reply):
+                sha = (yield from reload(backend)) or sha
+                continue
+            raise classify(reply)
+        try:
+            return parse_acquire(shape, request, reply, backend)
+        except (ValueError, TypeError, IndexError) as error:
+            raise StoreError("server", f"unexpected reply: {error}") from None
+    raise StoreError("server", "the server lost the backend's code twice")

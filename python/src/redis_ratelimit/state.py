@@ -1,0 +1,286 @@
+"""What the limiter keeps in memory: the circuit breaker, remembered denials, the store's last
+answers (what the local fallback continues from and owes), and leases (the Rust client's
+``breaker.rs``, ``deny_cache.rs``, ``limiter/answers.rs``, ``lease.rs``). Thread-safe: the
+sync limiter calls them from many threads."""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .decision import CACHE, Decision, View
+
+# Monotonic clock anchored to the wall clock once, in Unix µs (the local fallback's clock:
+# a wall-clock step does not refill local limits early or freeze them).
+_ANCHOR = (time.monotonic_ns(), time.time_ns() // 1000)
+
+
+def now_us() -> int:
+    return _ANCHOR[1] + (time.monotonic_ns() - _ANCHOR[0]) // 1000
+
+
+class Breaker:
+    """Opens after ``failures`` outages in a row and probes every ``open_for`` seconds.
+
+    A stall is not an outage: calls in flight together count as one failure (a failure counts
+    only if its call was sent after the last counted one), and a call that timed out is not an
+    outage if the store answered another call since it was sent.
+    """
+
+    def __init__(self, failures: int = 3, open_for: float = 0.5) -> None:
+        self.failures = max(failures, 1)
+        self.open_for = open_for
+        self._lock = threading.Lock()
+        self._state = "closed"
+        self._count = 0
+        self._last_counted: float | None = None
+        self._until = 0.0
+        self._since = 0.0
+        self._answered_at: float | None = None
+
+    def permit(self, now: float) -> float | None:
+        """``None``: call the store (perhaps as the probe); else skip, open this much longer."""
+        with self._lock:
+            if self._state == "closed":
+                return None
+            if self._state == "open" and self._until > now:
+                return self._until - now
+            if self._state == "half-open" and now - self._since < self.open_for:
+                return self.open_for - (now - self._since)
+            self._state, self._since = "half-open", now
+            return None
+
+    def success(self, now: float) -> bool:
+        """A call reached the store; whether the circuit was not closed before."""
+        with self._lock:
+            recovered = self._state != "closed"
+            self._state, self._count, self._last_counted = "closed", 0, None
+            self._answered_at = now if self._answered_at is None else max(self._answered_at, now)
+            return recovered
+
+    def answered_since(self, sent: float) -> bool:
+        with self._lock:
+            return self._answered_at is not None and self._answered_at >= sent
+
+    def failure(self, sent: float, now: float) -> bool:
+        """A call sent at ``sent`` found the store out of reach; whether this opened it."""
+        with self._lock:
+            if self._answered_at is not None and self._answered_at >= sent:
+                return False
+            if self._state == "closed":
+                if self._last_counted is not None and sent <= self._last_counted:
+                    return False
+                self._count += 1
+                if self._count >= self.failures:
+                    self._state, self._until = "open", now + self.open_for
+                    return True
+                self._last_counted = now
+                return False
+            self._state, self._until = "open", now + self.open_for
+            return False
+
+    @property
+    def is_open(self) -> bool:
+        with self._lock:
+            return self._state != "closed"
+
+
+#: Most keys remembered per policy by the deny cache.
+DENY_CAPACITY = 100_000
+
+
+@dataclass(slots=True)
+class _Denial:
+    until: float
+    at: float
+    cost: int
+    decision: Decision
+
+
+class DenyCache:
+    """Store denials remembered until their ``retry_after`` (waits are rounded up, so a
+    remembered denial never denies what the store would admit)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Denial] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key_set: str, cost: int, now: float) -> Decision | None:
+        with self._lock:
+            denial = self._entries.get(key_set)
+        if denial is None or denial.until <= now or cost < denial.cost:
+            return None
+        elapsed_ms = int((now - denial.at) * 1000)
+        decision = copy.copy(denial.decision)
+        decision.source = CACHE
+        decision.outcome = "denied"
+        decision.retry_after_ms = max(math.ceil((denial.until - now) * 1000), 0)
+        decision.limits = [copy.copy(limit) for limit in denial.decision.limits]
+        for limit in decision.limits:
+            if limit.retry_after_ms is not None:
+                limit.retry_after_ms = max(limit.retry_after_ms - elapsed_ms, 0)
+            limit.reset_after_ms = max(limit.reset_after_ms - elapsed_ms, 0)
+            limit.more_in_ns = max(limit.more_in_ns - int((now - denial.at) * 1e9), 0)
+        return decision
+
+    def insert(self, key_set: str, cost: int, decision: Decision, now: float) -> None:
+        wait = decision.retry_after_ms
+        if wait is None or wait <= 0 or decision.backend is None:
+            return
+        with self._lock:
+            if len(self._entries) >= DENY_CAPACITY and key_set not in self._entries:
+                self._entries = {k: d for k, d in self._entries.items() if d.until > now}
+                if len(self._entries) >= DENY_CAPACITY:
+                    return
+            self._entries[key_set] = _Denial(now + wait / 1000, now, cost, decision)
+
+    def purge(self, now: float) -> None:
+        with self._lock:
+            self._entries = {k: d for k, d in self._entries.items() if d.until > now}
+
+
+@dataclass(slots=True)
+class _Answer:
+    views: list[tuple[int, View]]
+    answered_at_us: int
+    denied: tuple[int, int] | None
+    seeded: bool
+    owed: int
+    expires_at_us: int
+
+
+_PRUNE_FROM = 1024
+
+
+class Answers:
+    """The store's last answer per key set (what the fallback continues from) and the units
+    the fallback admitted since (owed to the store, charged when it answers again)."""
+
+    def __init__(self, keep_us: int) -> None:
+        self._entries: dict[str, _Answer] = {}
+        self._prune_at = _PRUNE_FROM
+        self._keep_us = max(keep_us, 1_000_000)
+        self._lock = threading.Lock()
+
+    def record(self, key_set: str, views: list[tuple[int, View]], denied: tuple[int, int] | None, now: int) -> None:
+        """``denied``: the answer's wait (ms) and the cost it was for."""
+        expires = now + self._keep_us
+        until = None if denied is None else (now + denied[0] * 1000, denied[1])
+        with self._lock:
+            if len(self._entries) >= self._prune_at:
+                self._entries = {k: e for k, e in self._entries.items() if e.expires_at_us > now}
+                self._prune_at = max(len(self._entries) * 2, _PRUNE_FROM)
+            entry = self._entries.get(key_set)
+            if entry is None:
+                self._entries[key_set] = _Answer(list(views), now, until, False, 0, expires)
+            else:
+                entry.views, entry.answered_at_us, entry.denied = list(views), now, until
+                entry.seeded, entry.expires_at_us = False, expires
+
+    def denied_for(self, key_set: str, cost: int, now: int) -> int | None:
+        """How much longer (ms) the store's last denial holds for a call of ``cost``."""
+        with self._lock:
+            entry = self._entries.get(key_set)
+            if entry is None or entry.denied is None:
+                return None
+            until, denied_cost = entry.denied
+        left = until - now
+        return -(-left // 1000) if cost >= denied_cost and left > 0 else None
+
+    def seed(self, key_set: str, now: int) -> tuple[list[tuple[int, View]], int] | None:
+        """The answer to seed the local states from, once per answer."""
+        with self._lock:
+            entry = self._entries.get(key_set)
+            if entry is None or entry.seeded or entry.expires_at_us <= now:
+                return None
+            entry.seeded = True
+            return list(entry.views), entry.answered_at_us
+
+    def owe(self, key_set: str, units: int, now: int) -> None:
+        expires = now + self._keep_us
+        with self._lock:
+            entry = self._entries.get(key_set)
+            if entry is None:
+                entry = self._entries[key_set] = _Answer([], now, None, True, 0, expires)
+            entry.owed += units
+            entry.expires_at_us = max(entry.expires_at_us, expires)
+
+    def take_owed(self, key_set: str, now: int) -> int | None:
+        with self._lock:
+            entry = self._entries.get(key_set)
+            if entry is None:
+                return None
+            if entry.expires_at_us <= now:
+                entry.owed = 0
+                return None
+            owed, entry.owed = entry.owed, 0
+            return owed or None
+
+    def owed(self, key_set: str) -> int:
+        with self._lock:
+            entry = self._entries.get(key_set)
+            return 0 if entry is None else entry.owed
+
+
+@dataclass(slots=True)
+class LastClaim:
+    at: float
+    #: ``granted``, ``denied`` or ``failed``.
+    result: str
+    minimum: int = 0
+    views: list[tuple[int, View]] = field(default_factory=list)
+    binding: int = 0
+    backend: str = ""
+
+
+@dataclass(slots=True)
+class LeaseSlot:
+    """One key set's lease: units claimed and not yet spent, until ``expires``."""
+
+    keys: tuple[str, ...]
+    lock: Any
+    units: int = 0
+    expires: float = 0.0
+    views: list[tuple[int, View]] = field(default_factory=list)
+    backend: str | None = None
+    last_claim: LastClaim | None = None
+    claim_units: int = 0
+    waiting: int = 0
+    busy: bool = False
+
+
+class Leases:
+    """A policy's leases by key set; each behind its own lock (asyncio or threading), so
+    concurrent requests for one key wait for a single claim."""
+
+    def __init__(self, lock_factory: Any) -> None:
+        self._slots: dict[str, LeaseSlot] = {}
+        self._lock_factory = lock_factory
+        self._lock = threading.Lock()
+
+    def slot(self, key_set: str, keys: tuple[str, ...]) -> LeaseSlot:
+        with self._lock:
+            slot = self._slots.get(key_set)
+            if slot is None:
+                slot = self._slots[key_set] = LeaseSlot(keys, self._lock_factory())
+            return slot
+
+    def take_expired(self, now: float, everything: bool) -> list[tuple[tuple[str, ...], int]]:
+        """Takes the unspent units of every expired lease (or of all, with ``everything``)
+        not in use right now, and forgets empty expired ones."""
+        taken = []
+        with self._lock:
+            for key_set, slot in list(self._slots.items()):
+                if slot.busy or slot.waiting:
+                    continue
+                if slot.expires > now and not everything:
+                    continue
+                if slot.units > 0:
+                    taken.append((slot.keys, slot.units))
+                    slot.units = 0
+                del self._slots[key_set]
+        return taken
