@@ -240,7 +240,8 @@ impl Check {
     }
 }
 
-fn rate(units: u64, per_us: u64) -> String {
+/// `5/s`, `5/3 s`.
+pub fn rate(units: u64, per_us: u64) -> String {
     if per_us == 1_000_000 {
         format!("{units}/s")
     } else {

@@ -34,7 +34,7 @@ use crate::record::{DecisionRecord, FaultKind, FaultRecord, Source};
 use bounds::{Bound, Check, SERVER_CLOCK_MARGIN_US};
 use episodes::{Episode, episodes};
 use holders::Hold;
-use interval::{Call, Cause, Event, Interval, Scan};
+use interval::{Accrual, Call, Cause, Event, Interval, Measure, Scan};
 
 /// What the allowances depend on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +74,9 @@ pub struct Row {
     pub per_fault: u64,
     /// Allowed at most for each overlapping fallback episode (`Local`: the share's quota).
     pub per_episode: u64,
+    /// For a refill at a local share: the share's rate (units per µs), allowed over each
+    /// episode while some client still decided by the store.
+    pub episode_rate: Option<(u64, u64)>,
     /// Allowed over every interval for its leases.
     pub leases: u64,
     /// Faults that could lose its writes, and its clients' fallback episodes.
@@ -228,9 +231,15 @@ impl Admissions {
         admissions
     }
 
-    fn scan(&self, check: Check, events: &[Event], margin_us: u64) -> Scan {
+    fn scan(
+        &self,
+        check: Check,
+        events: &[Event],
+        accrual: Option<&Accrual>,
+        margin_us: u64,
+    ) -> Scan {
         match check {
-            Check::Span { .. } => sweep::span(&self.calls, events, check, margin_us),
+            Check::Span { .. } => sweep::span(&self.calls, events, accrual, check, margin_us),
             Check::Aligned { limit, window_us } => {
                 windows::aligned(&self.calls, events, limit, window_us, margin_us)
             }
@@ -319,14 +328,16 @@ fn check_limiter(
         }
         let open_scan = everything
             .as_ref()
-            .map(|all| all.scan(check, &events, margin));
+            .map(|all| all.scan(check, &events, None, margin));
         events.extend(episodes.iter().map(|episode| Event {
             from_us: episode.from_us,
             to_us: episode.to_us,
             units: per_episode.min(episode.admitted_units()),
             cause: Cause::Episode(episode.client),
         }));
-        let scan = bounded.scan(check, &events, margin);
+        let accrual =
+            shared.and_then(|shared| refill_while_others_spend(shared, &episodes, settings));
+        let scan = bounded.scan(check, &events, accrual.as_ref(), margin);
         let share_excess = if local {
             check_shares(name, shared, &episodes, ttl_us, report)
         } else {
@@ -359,6 +370,7 @@ fn check_limiter(
             fallback: limiter.fallback,
             per_fault,
             per_episode: if local { per_episode } else { 0 },
+            episode_rate: accrual.as_ref().map(|a| (a.units, a.per_us)),
             leases,
             write_losing_faults: losing.len(),
             episodes: episodes.len(),
@@ -412,7 +424,7 @@ fn check_shares(
     let mut worst = 0;
     let start_us = report.start_us;
     for (client, admitted) in runs {
-        let scan = Admissions::of(admitted.into_iter(), ttl_us, 0).scan(shared, &[], 0);
+        let scan = Admissions::of(admitted.into_iter(), ttl_us, 0).scan(shared, &[], None, 0);
         if let Some(over) = scan.violation {
             worst = worst.max(over.beyond());
             report.violate(
@@ -429,6 +441,34 @@ fn check_shares(
         }
     }
     worst
+}
+
+/// For a refill checked at a replica's share (`shared`): the share's rate over each episode,
+/// counted while some client was not in an episode of its own. A fallback's share of the
+/// rate is paid back by the refill the store accrues meanwhile only when nobody else spends
+/// that refill: when every client is cut off (the client's *Fallback bound*); a client cut
+/// off alone admits it on top of what the others take from the store.
+fn refill_while_others_spend(
+    shared: Check,
+    episodes: &[Episode],
+    settings: Settings,
+) -> Option<Accrual> {
+    let Check::Span {
+        units,
+        per_us,
+        max_span_us: None,
+        ..
+    } = shared
+    else {
+        return None;
+    };
+    let spans: Vec<(u64, u64)> = episodes.iter().map(|e| (e.from_us, e.to_us)).collect();
+    let clients = settings.clients;
+    Some(Accrual {
+        units,
+        per_us,
+        measure: Measure::of_overlaps(&spans, |active| if active >= clients { 0 } else { active }),
+    })
 }
 
 fn causes_of(interval: &Interval, events: &[Event]) -> Vec<Cause> {

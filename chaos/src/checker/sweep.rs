@@ -6,17 +6,25 @@
 //! instant; it certainly holds the calls sent at or after `a` and answered by `b`, and their
 //! decisions lie less than `b − a + margin` apart. The events it overlaps are those that
 //! began by `b`, less those that ended before `a − margin` (every one of which began by
-//! `b`), so its allowance is `S(b) − T(a)`: the score of an interval splits into a part of
-//! `a` and a part of `b`. Sweeping `b` upward, a segment tree over the candidate `a`s holds
+//! `b`), so its allowance is `S(b) − T(a)`, plus what an [`Accrual`] gained between them,
+//! `r × (G(b) − G(a))`: the score of an interval splits into a part of `a` and a part of
+//! `b`. Sweeping `b` upward, a segment tree over the candidate `a`s holds
 //! each one's part (the calls it holds so far, its `T(a)`, its share of the refill) with
 //! range additions as calls are answered, and gives the best `a` for each `b` in O(log n):
 //! every interval is checked in O(n log n), exactly.
 
 use super::bounds::Check;
-use super::interval::{Call, Event, Interval, Scan};
+use super::interval::{Accrual, Call, Event, Interval, Scan};
 
-/// Checks `calls` against a [`Check::Span`] (other checks find nothing here).
-pub fn span(calls: &[Call], events: &[Event], check: Check, margin_us: u64) -> Scan {
+/// Checks `calls` against a [`Check::Span`] (other checks find nothing here), beyond the
+/// events' allowances and what `accrual` gained over each interval.
+pub fn span(
+    calls: &[Call],
+    events: &[Event],
+    accrual: Option<&Accrual>,
+    check: Check,
+    margin_us: u64,
+) -> Scan {
     let Check::Span {
         units,
         per_us,
@@ -54,15 +62,23 @@ pub fn span(calls: &[Call], events: &[Event], check: Check, margin_us: u64) -> S
             ended
         })
         .collect();
-    let rate = i128::from(units);
-    let per = i128::from(per_us.max(1));
-    // A candidate's part of the score, in units × per: what it holds, plus the refill it
-    // does not need (rate × a), plus T(a) for the violations' tree.
+    // Scores in units × per × accrual's per, so that both rates are exact integers: the
+    // check's refill `units / per_us` and the accrual's `extra / extra_per`.
+    let (extra, extra_per) = accrual.map_or((0, 1), |a| (a.units, a.per_us.max(1)));
+    let scale = i128::from(per_us.max(1)) * i128::from(extra_per);
+    let rate = i128::from(units) * i128::from(extra_per);
+    let gain = i128::from(extra) * i128::from(per_us.max(1));
+    let measure = |at: u64| -> i128 {
+        accrual.map_or(0, |a| i128::try_from(a.measure.at(at)).unwrap_or(i128::MAX))
+    };
+    // A candidate's part of the score: what it holds, plus the refill it does not need
+    // (rate × a), plus T(a) and the accrual up to a for the violations' tree.
     let plain: Vec<i128> = starts.iter().map(|&a| rate * i128::from(a)).collect();
     let allowed: Vec<i128> = plain
         .iter()
+        .zip(&starts)
         .zip(&ended_before)
-        .map(|(part, ended)| part + i128::from(*ended) * per)
+        .map(|((part, &a), ended)| part + i128::from(*ended) * scale + gain * measure(a))
         .collect();
     let mut without = MaxTree::new(&plain);
     let mut with = MaxTree::new(&allowed);
@@ -75,7 +91,7 @@ pub fn span(calls: &[Call], events: &[Event], check: Check, margin_us: u64) -> S
     let mut next_start = 0usize;
     for call in by_answer {
         let held = starts.partition_point(|&a| a <= call.from_us);
-        let added = i128::from(call.units) * per;
+        let added = i128::from(call.units) * scale;
         without.add(0, held - 1, added);
         with.add(0, held - 1, added);
         let b = call.to_us;
@@ -99,22 +115,32 @@ pub fn span(calls: &[Call], events: &[Event], check: Check, margin_us: u64) -> S
             let ended = ended_before[index];
             let mut held = score - rate * i128::from(a);
             if with_allowance {
-                held -= i128::from(ended) * per;
+                held -= i128::from(ended) * scale + gain * measure(a);
             }
             Interval {
                 from_us: a,
                 to_us: b,
-                units: u64::try_from(held / per).unwrap_or(0),
+                units: u64::try_from(held / scale).unwrap_or(0),
                 bound: check.bound(b - a + margin_us),
                 // Every event ended before a began by b (events end after they begin).
-                allowance: began.saturating_sub(ended),
+                allowance: began.saturating_sub(ended)
+                    + accrual.map_or(0, |accrual| accrual.over(a, b)),
             }
         };
         if let Some((score, index)) = without.max(low, high) {
             scan.offer(interval(score, index, false));
         }
         if let Some((score, index)) = with.max(low, high) {
-            scan.offer_violation(interval(score, index, true));
+            // Over the bound and the allowances, both rates counted exactly (the whole units
+            // of each, printed, may add up to one less).
+            let burst = i128::from(check.burst());
+            let over = score
+                - (burst + i128::from(began)) * scale
+                - rate * i128::from(b + margin_us)
+                - gain * measure(b);
+            if over > 0 {
+                scan.offer_violation(interval(score, index, true));
+            }
         }
     }
     scan
@@ -273,6 +299,43 @@ mod tests {
     }
 
     #[test]
+    fn an_accrual_allows_its_rate_over_its_measure() {
+        // A burst of 1 and 1/s; one unit every half second for 2 s is twice the rate, which
+        // an accrual of 1/s over those 2 s allows, exactly; a unit more is beyond it.
+        let bucket = Check::Span {
+            burst: 1,
+            units: 1,
+            per_us: 1_000_000,
+            max_span_us: None,
+        };
+        let mut list = calls(&[
+            (0, 10, 1),
+            (500_000, 500_010, 1),
+            (1_000_000, 1_000_010, 1),
+            (1_500_000, 1_500_010, 1),
+            (2_000_000, 2_000_010, 1),
+        ]);
+        assert!(span(&list, &[], None, bucket, 0).violation.is_some());
+        let accrual = Accrual {
+            units: 1,
+            per_us: 1_000_000,
+            measure: super::super::interval::Measure::of_overlaps(&[(0, 2_100_000)], |n| n),
+        };
+        let scan = span(&list, &[], Some(&accrual), bucket, 0);
+        assert_eq!(scan.violation, None);
+        assert_eq!(scan.worst.unwrap().excess(), 2);
+        list.push(Call {
+            from_us: 250_000,
+            to_us: 250_010,
+            units: 1,
+        });
+        let over = span(&list, &[], Some(&accrual), bucket, 0)
+            .violation
+            .unwrap();
+        assert_eq!((over.units, over.bound, over.allowance), (3, 1, 0));
+    }
+
+    #[test]
     fn the_sweep_agrees_with_brute_force() {
         let bucket = Check::Span {
             burst: 3,
@@ -309,7 +372,7 @@ mod tests {
             }];
             let list = calls(&list);
             for check in [bucket, log] {
-                let scan = span(&list, &events, check, 100);
+                let scan = span(&list, &events, None, check, 100);
                 let expected = brute(&list, &events, check, 100);
                 let found = (
                     scan.worst.map_or(0, |w| w.excess()),

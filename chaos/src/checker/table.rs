@@ -79,8 +79,14 @@ fn allowances(row: &Row) -> String {
         row.per_fault, row.write_losing_faults
     )];
     if row.fallback == Fallback::Local {
+        let rate = row.episode_rate.map_or(String::new(), |(units, per_us)| {
+            format!(
+                ", + {} of it while others reach the store",
+                super::bounds::rate(units, per_us)
+            )
+        });
         parts.push(format!(
-            "≤ {} per episode (× {})",
+            "≤ {} per episode (× {}){rate}",
             row.per_episode, row.episodes
         ));
     }

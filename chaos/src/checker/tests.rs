@@ -348,3 +348,46 @@ fn the_table_shows_bound_allowance_and_excess() {
     );
     assert!(text.contains("| partition | 1 | 2 (tb; 5) |"), "{text}");
 }
+
+#[test]
+fn a_client_cut_off_alone_may_add_its_share_of_the_rate_and_a_whole_fleet_may_not() {
+    // 3 tokens, 3/s; a share of 1 token and 1/s per client.
+    let tb = limiter(
+        "tb",
+        Shape::TokenBucket {
+            capacity: 3,
+            per_s: 3,
+        },
+        Fallback::Local,
+    );
+    // Clients 0 and 1 take exactly the bucket from the store for 3 s (3 at once, then one
+    // every third of a second); client 2, cut off alone, admits its share: 1, then 1/s.
+    let store = |client: u64, offset_us: u64| DecisionRecord {
+        client: client as u32,
+        ..call("tb", offset_us, 1)
+    };
+    let mut log: Vec<DecisionRecord> = (0..3).map(|n| store(n % 2, 10 + n)).collect();
+    log.extend((1..=9).map(|n| store(n % 2, n * S / 3)));
+    log.extend((0..4).map(|n| fallback(2, "tb", 20 + n * S, true)));
+    let report = verdict(&tb, &log, &[]);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let worst = report.rows[0].worst.as_ref().unwrap().interval;
+    // 4 beyond the bound: a share's token and 3 s of its rate, which the store's refill
+    // (spent by the others) never paid back.
+    assert_eq!((worst.excess(), worst.allowance), (4, 4));
+    // One more unit by the store is beyond it.
+    log.push(store(0, 2 * S + S / 6));
+    assert_eq!(verdict(&tb, &log, &[]).limiters_named(), ["tb"]);
+
+    // Every client cut off together: the store's refill meanwhile pays for their rate, and
+    // only their shares' tokens are allowed (3 by the store and 3 by the fallbacks within
+    // 0.1 s, or 15 in 3.1 s: 3 beyond the bound, either way).
+    let mut log: Vec<DecisionRecord> = (0..3).map(|n| store(n, 10 + n)).collect();
+    for client in 0..3 {
+        log.extend((0..4).map(|n| fallback(client, "tb", S / 10 + n * S, true)));
+    }
+    let report = verdict(&tb, &log, &[]);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    let worst = report.rows[0].worst.as_ref().unwrap().interval;
+    assert_eq!((worst.excess(), worst.allowance), (3, 3));
+}
