@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -88,17 +88,24 @@ containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partiti
 
 # The chaos soak (chaos/tests/soak.rs): a 3+3 cluster in containers, 3 client processes over
 # every algorithm, a seeded random fault every few seconds, and the checker of every bound.
-# `make test` runs it for 60 s (with the Sentinel failover test); `make soak` for SOAK_S.
+# `make test` runs it for 60 s (with the Sentinel failover test, and the checker failing on
+# each planted bug over a loopback server: chaos/tests/planted.rs); `make soak` for SOAK_S,
+# SOAK_PLANT=<name> planting a bug. Every run's logs are kept under target/soak-runs.
 SOAK_S ?= 600
 
-chaos: ## The 60 s chaos soak and the Sentinel failover test, in Docker
+chaos: ## The planted-bug runs, the 60 s chaos soak and the Sentinel failover test (Docker)
 	$(CARGO) test -p redis-ratelimit-client --features sentinel --lib store::sentinel
+	$(CARGO) build --features $(TEST_FEATURES)
 	@$(TEST_IMAGE); \
 	RL_TEST_IMAGE=$$image SOAK_S=60 $(CARGO) test -p redis-ratelimit-chaos -- --test-threads=1
 
-soak: ## The chaos soak for SOAK_S seconds (default 600; RL_SOAK_SEED=n replays a run)
+soak: ## The chaos soak for SOAK_S seconds (default 600; RL_SOAK_SEED=n replays a run, SOAK_PLANT=name plants a bug)
 	@$(TEST_IMAGE); \
-	RL_TEST_IMAGE=$$image SOAK_S=$(SOAK_S) $(CARGO) test -p redis-ratelimit-chaos --test soak -- --nocapture
+	RL_TEST_IMAGE=$$image SOAK_S=$(SOAK_S) SOAK_PLANT=$(SOAK_PLANT) $(CARGO) test -p redis-ratelimit-chaos --test soak -- --nocapture
+
+soak-check: ## Check a kept soak run again: make soak-check DIR=target/soak-runs/soak-seed-<seed>
+	@test -n "$(DIR)" || { echo "usage: make soak-check DIR=<a kept run's directory>"; exit 2; }
+	$(CARGO) run -q -p redis-ratelimit-chaos --bin chaos-check -- $(DIR)
 
 client-test: ## The client library: tests on real servers, demo-service fleets and a cluster; its docs
 	$(CARGO) build --features $(TEST_FEATURES)

@@ -1,10 +1,13 @@
 //! The soak's limiters: every algorithm, several instances each (spread over the cluster's
 //! slots by their hash tags), with parameters known to both the load generator (which builds
-//! a policy for each) and the checker (which computes each one's bound).
+//! a policy for each) and the checker (which computes each one's bound), and each one's
+//! fallback: most fail closed, some decide locally from their share, some fail open.
 
 use std::time::Duration;
 
 use redis_ratelimit_client::{Algorithm, Fallback, Lease, Limit, Policy, Rate};
+
+use crate::plant::Plant;
 
 /// One algorithm with its parameters, in units per second and milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,27 +42,53 @@ pub enum Shape {
     },
 }
 
-/// A limiter of the soak: its name (also its policy's name and hash tag), shape and lease.
+/// A limiter of the soak: its name (also its policy's name and hash tag), shape, lease and
+/// fallback.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SoakLimiter {
     pub name: String,
     pub shape: Shape,
     /// Units claimed per lease (`None`: every check goes to the store).
     pub lease: Option<u64>,
+    /// What a check does when the store cannot decide.
+    pub fallback: Fallback,
 }
 
 /// How long an admitted in-flight check holds its slot before releasing it.
-pub const HOLD: Duration = Duration::from_millis(40);
+pub const HOLD: Duration = Duration::from_millis(200);
+
+/// The limiters that decide locally from their share when the store is out of reach, and
+/// those that admit everything then; the others fail closed.
+const LOCAL: [&str; 8] = [
+    "tb0",
+    "gcra0",
+    "fixed1",
+    "sliding0",
+    "log0",
+    "inflight0",
+    "leased0",
+    "tb4",
+];
+const OPEN: [&str; 3] = ["tb2", "sliding2", "log3"];
 
 /// Every limiter of the soak.
 pub fn limiters() -> Vec<SoakLimiter> {
     let mut all = Vec::new();
     let mut add = |prefix: &str, shapes: &[Shape], lease: Option<u64>| {
         for (index, shape) in shapes.iter().enumerate() {
+            let name = format!("{prefix}{index}");
+            let fallback = if LOCAL.contains(&name.as_str()) {
+                Fallback::Local
+            } else if OPEN.contains(&name.as_str()) {
+                Fallback::Open
+            } else {
+                Fallback::Closed
+            };
             all.push(SoakLimiter {
-                name: format!("{prefix}{index}"),
+                name,
                 shape: *shape,
                 lease,
+                fallback,
             });
         }
     };
@@ -83,6 +112,11 @@ pub fn limiters() -> Vec<SoakLimiter> {
             Shape::TokenBucket {
                 capacity: 90,
                 per_s: 3,
+            },
+            // Busy: most of the soak's traffic.
+            Shape::TokenBucket {
+                capacity: 40,
+                per_s: 50,
             },
         ],
         None,
@@ -114,6 +148,10 @@ pub fn limiters() -> Vec<SoakLimiter> {
                 limit: 25,
                 window_ms: 5000,
             },
+            Shape::FixedWindow {
+                limit: 60,
+                window_ms: 1000,
+            },
         ],
         None,
     );
@@ -127,6 +165,10 @@ pub fn limiters() -> Vec<SoakLimiter> {
             Shape::SlidingWindow {
                 limit: 25,
                 window_ms: 5000,
+            },
+            Shape::SlidingWindow {
+                limit: 60,
+                window_ms: 1000,
             },
         ],
         None,
@@ -145,6 +187,10 @@ pub fn limiters() -> Vec<SoakLimiter> {
             Shape::SlidingLog {
                 limit: 60,
                 window_ms: 30_000,
+            },
+            Shape::SlidingLog {
+                limit: 50,
+                window_ms: 1000,
             },
         ],
         None,
@@ -183,44 +229,39 @@ pub fn limiters() -> Vec<SoakLimiter> {
 impl SoakLimiter {
     /// The client library's algorithm for it.
     pub fn algorithm(&self) -> Result<Algorithm, String> {
-        let ms = Duration::from_millis;
-        match self.shape {
-            Shape::TokenBucket { capacity, per_s } => Algorithm::token_bucket_with_rate(
-                capacity,
-                Rate::per(per_s, Duration::from_secs(1)).map_err(|e| e.to_string())?,
-            ),
-            Shape::Gcra {
-                max_burst,
-                count,
-                period_ms,
-            } => Algorithm::gcra(max_burst, count, ms(period_ms)),
-            Shape::FixedWindow { limit, window_ms } => {
-                Algorithm::fixed_window(limit, ms(window_ms))
-            }
-            Shape::SlidingWindow { limit, window_ms } => {
-                Algorithm::sliding_window(limit, ms(window_ms))
-            }
-            Shape::SlidingLog { limit, window_ms } => Algorithm::sliding_log(limit, ms(window_ms)),
-            Shape::Concurrency { limit, ttl_ms } => Algorithm::concurrency(limit, ms(ttl_ms)),
-        }
-        .map_err(|error| format!("{}: {error}", self.name))
+        algorithm_of(self.shape).map_err(|error| format!("{}: {error}", self.name))
     }
 
-    /// Its policy: one limit on the key `soak:{<name>}`, failing closed (so every
-    /// admission the checker sees is the store's or a lease's), a `timeout` per store call,
-    /// no deny cache (every check reaches the store: more traffic under the faults).
-    pub fn policy(&self, timeout: Duration) -> Result<Policy, String> {
-        let key = format!("soak:{{{{{}}}}}", self.name);
-        let limit = Limit::new(&self.name, self.algorithm()?, &key).map_err(|e| e.to_string())?;
+    /// The key its policy checks.
+    pub fn key(&self) -> String {
+        format!("soak:{{{}}}", self.name)
+    }
+
+    /// Its policy: one limit on [`key`](Self::key), its fallback, a `timeout` per store
+    /// call, no deny cache (every check reaches the store: more traffic under the faults).
+    /// With `plant`, the parameters that bug plants instead of the true ones (the checker
+    /// still holds it to the true ones).
+    pub fn policy(&self, timeout: Duration, plant: Option<Plant>) -> Result<Policy, String> {
+        let shape = plant.map_or(self.shape, |plant| plant.shape(self));
+        let algorithm = algorithm_of(shape).map_err(|error| format!("{}: {error}", self.name))?;
+        // The template escapes braces: the key is `soak:{<name>}`.
+        let template = format!("soak:{{{{{}}}}}", self.name);
+        let limit = Limit::new(&self.name, algorithm, &template).map_err(|e| e.to_string())?;
         let mut builder = Policy::builder(&self.name)
             .limit(limit)
-            .fallback(Fallback::Closed)
+            .fallback(self.fallback)
             .timeout(timeout)
             .deny_cache(false);
         if let Some(units) = self.lease {
             builder = builder.lease(Lease::new(units));
         }
         builder.build().map_err(|error| error.to_string())
+    }
+
+    /// The most units a client's leases hold at once (a claim grows to 4 × its units for a
+    /// hot key), or 0 without leases.
+    pub fn lease_max_units(&self) -> u64 {
+        self.lease.map_or(0, |units| Lease::new(units).max_units)
     }
 
     /// Whether a check of it takes an in-flight slot.
@@ -236,6 +277,45 @@ impl SoakLimiter {
             2
         }
     }
+
+    /// Its rate, the load the soak offers it at 1×: `units` per `per_ms` (for an in-flight
+    /// limit, `limit` arrivals per [`HOLD`], which keeps `limit` slots busy).
+    pub fn rate(&self) -> (u64, u64) {
+        match self.shape {
+            Shape::TokenBucket { per_s, .. } => (per_s, 1000),
+            Shape::Gcra {
+                count, period_ms, ..
+            } => (count, period_ms),
+            Shape::FixedWindow { limit, window_ms }
+            | Shape::SlidingWindow { limit, window_ms }
+            | Shape::SlidingLog { limit, window_ms } => (limit, window_ms),
+            Shape::Concurrency { limit, .. } => {
+                (limit, u64::try_from(HOLD.as_millis()).unwrap_or(u64::MAX))
+            }
+        }
+    }
+}
+
+fn algorithm_of(shape: Shape) -> Result<Algorithm, String> {
+    let ms = Duration::from_millis;
+    match shape {
+        Shape::TokenBucket { capacity, per_s } => Algorithm::token_bucket_with_rate(
+            capacity,
+            Rate::per(per_s, Duration::from_secs(1)).map_err(|e| e.to_string())?,
+        ),
+        Shape::Gcra {
+            max_burst,
+            count,
+            period_ms,
+        } => Algorithm::gcra(max_burst, count, ms(period_ms)),
+        Shape::FixedWindow { limit, window_ms } => Algorithm::fixed_window(limit, ms(window_ms)),
+        Shape::SlidingWindow { limit, window_ms } => {
+            Algorithm::sliding_window(limit, ms(window_ms))
+        }
+        Shape::SlidingLog { limit, window_ms } => Algorithm::sliding_log(limit, ms(window_ms)),
+        Shape::Concurrency { limit, ttl_ms } => Algorithm::concurrency(limit, ms(ttl_ms)),
+    }
+    .map_err(|error| error.to_string())
 }
 
 /// The Sentinel test's one limiter: a counter that never runs out (a fixed window of a
@@ -248,6 +328,7 @@ pub fn counter() -> Vec<SoakLimiter> {
             window_ms: 3_600_000,
         },
         lease: None,
+        fallback: Fallback::Closed,
     }]
 }
 

@@ -1,11 +1,11 @@
 //! The client fleet: `chaos-load` processes started together, each writing its decision
-//! log, killed on drop if still running.
+//! log into the fleet's directory, killed on drop if still running.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::record::DecisionRecord;
+use crate::record::{DecisionRecord, read_lines};
 
 /// Running client processes and their logs.
 pub struct Fleet {
@@ -81,14 +81,7 @@ impl Drop for Fleet {
 
 /// Every decision of one client's log; a line that does not parse fails the test.
 pub fn read_log(path: &Path) -> Vec<DecisionRecord> {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    text.lines()
-        .map(|line| {
-            DecisionRecord::parse(line)
-                .unwrap_or_else(|| panic!("{}: bad line {line:?}", path.display()))
-        })
-        .collect()
+    read_lines(path, DecisionRecord::parse).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// A directory of this run under the system's temporary directory, removed on drop unless

@@ -1,9 +1,13 @@
 //! The chaos soak and the Sentinel failover test of redis-ratelimit: faults that arrive while
 //! traffic runs, and a checker that proves the README's bounds held over the whole run.
 //!
-//! - [`catalogue`]: the soak's limiters (every algorithm, known parameters);
+//! - [`catalogue`]: the soak's limiters (every algorithm, known parameters, their fallback);
+//! - [`load`]: the offered load, 0.5×, 1× and 3× each limiter's rate on a seeded schedule;
+//! - [`plant`]: bugs planted on purpose, which the checker must catch;
 //! - [`record`]: the decision and fault logs;
-//! - [`checker`]: every limiter's bound over every interval, with the faults' allowances;
+//! - [`run`]: a run's directory, named by its seed, kept to be checked again;
+//! - [`checker`]: every limiter's true bound over every interval, with the allowances of
+//!   the faults and fallback episodes that overlap it;
 //! - [`proxy`]: a userspace TCP proxy that delays, stalls and resets one node's link;
 //! - [`soak_cluster`]: a 3+3 cluster of containers with one node behind the proxy, its
 //!   faults, and the checks after the run (replicas identical, memory back to baseline);
@@ -20,7 +24,10 @@
 pub mod catalogue;
 pub mod checker;
 pub mod fleet;
+pub mod load;
+pub mod plant;
 pub mod proxy;
 pub mod record;
+pub mod run;
 pub mod setup;
 pub mod soak_cluster;

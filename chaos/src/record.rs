@@ -131,6 +131,10 @@ impl FaultKind {
         Self::Reset,
     ];
 
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Kill => "kill",
@@ -160,31 +164,121 @@ impl FaultKind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultRecord {
     pub kind: FaultKind,
-    /// The node's address (or `proxy`).
+    /// The node's address.
     pub target: String,
+    /// The node's role when the fault began (`primary` or `replica`).
+    pub role: String,
     pub start_us: u64,
     pub end_us: u64,
     pub detail: String,
     /// The limiters whose primary the fault hit (their writes could be lost); empty for a
-    /// fault on a replica or on the proxy.
+    /// fault on a replica or one that loses no write.
     pub affected: Vec<String>,
+    /// The limiters served by the target's shard (whether it was their primary or its
+    /// replica): the others are on healthy shards.
+    pub shard: Vec<String>,
 }
 
 impl FaultRecord {
-    /// `F kind target start_us end_us affected,limiters detail...`.
+    /// `F kind target role start_us end_us affected,limiters shard,limiters detail...`.
     pub fn line(&self) -> String {
-        let affected = if self.affected.is_empty() {
-            "-".to_string()
-        } else {
-            self.affected.join(",")
+        let list = |names: &[String]| {
+            if names.is_empty() {
+                "-".to_string()
+            } else {
+                names.join(",")
+            }
         };
         format!(
-            "F {} {} {} {} {affected} {}",
+            "F {} {} {} {} {} {} {} {}",
             self.kind.as_str(),
             self.target,
+            self.role,
             self.start_us,
             self.end_us,
+            list(&self.affected),
+            list(&self.shard),
             self.detail
         )
+    }
+
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut fields = line.splitn(9, ' ');
+        if fields.next() != Some("F") {
+            return None;
+        }
+        let kind = FaultKind::parse(fields.next()?)?;
+        let target = fields.next()?.to_string();
+        let role = fields.next()?.to_string();
+        let start_us = fields.next()?.parse().ok()?;
+        let end_us = fields.next()?.parse().ok()?;
+        let list = |text: &str| -> Vec<String> {
+            if text == "-" {
+                Vec::new()
+            } else {
+                text.split(',').map(str::to_string).collect()
+            }
+        };
+        let affected = list(fields.next()?);
+        let shard = list(fields.next()?);
+        Some(Self {
+            kind,
+            target,
+            role,
+            start_us,
+            end_us,
+            detail: fields.next().unwrap_or_default().to_string(),
+            affected,
+            shard,
+        })
+    }
+}
+
+/// Every record of a log file, parsed by `parse`; a line that does not parse is an error
+/// naming the file and the line.
+pub fn read_lines<T>(
+    path: &std::path::Path,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(number, line)| {
+            parse(line)
+                .ok_or_else(|| format!("{}:{}: cannot parse {line:?}", path.display(), number + 1))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_what_they_wrote() {
+        let decision = DecisionRecord {
+            client: 2,
+            limiter: "inflight0".into(),
+            cost: 1,
+            allowed: true,
+            source: Source::Fallback,
+            send_us: 10,
+            recv_us: 20,
+            release_us: Some(30),
+        };
+        assert_eq!(DecisionRecord::parse(&decision.line()), Some(decision));
+        let fault = FaultRecord {
+            kind: FaultKind::Stall,
+            target: "10.1.0.11".into(),
+            role: "primary".into(),
+            start_us: 5,
+            end_us: 9,
+            detail: "stalled 700 ms through the proxy".into(),
+            affected: Vec::new(),
+            shard: vec!["tb0".into(), "log1".into()],
+        };
+        assert_eq!(FaultRecord::parse(&fault.line()), Some(fault));
+        assert_eq!(FaultRecord::parse("D 1 2"), None);
     }
 }

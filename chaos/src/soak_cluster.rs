@@ -1,11 +1,12 @@
 //! The soak's Redis Cluster: 3 primaries and 3 replicas in containers on a private network,
-//! with AOF on (a restarted node keeps its data, as in production), node 0's client port
-//! behind a [`Proxy`] on the network's gateway (clients are told to reach it there; the
-//! cluster bus and its replica reach it directly); its faults; and the checks after the
-//! run.
+//! with AOF on (a restarted node keeps its data, as in production); the client ports of one
+//! shard's two nodes (node 0, first a primary, and node 3, its replica) behind a [`Proxy`]
+//! each, on the gateways of two networks (clients are told to reach those nodes there; the
+//! cluster bus and replication reach them directly); its faults, aimed by address; and the
+//! checks after the run.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use redis_ratelimit_testkit::cluster::{NodeLine, nodes_seen_by};
@@ -21,18 +22,18 @@ const CONVERGE: Duration = Duration::from_secs(90);
 /// A primary's index, its slot ranges, and its replica's index.
 pub type Shard = (usize, Vec<(u16, u16)>, Option<usize>);
 
-/// The node behind the proxy.
-pub const PROXIED: usize = 0;
+/// The nodes behind proxies: one shard's primary and replica at the start (they may swap).
+pub const PROXIED: [usize; 2] = [0, 3];
 
-/// A running soak cluster; nodes, then proxies, then the network are removed on drop.
+/// A running soak cluster; nodes, then proxies, then the networks are removed on drop.
 pub struct SoakCluster {
     pub nodes: Vec<Container>,
-    /// The proxy in front of node [`PROXIED`]'s client port.
-    pub proxy: Proxy,
+    /// The proxy in front of each [`PROXIED`] node's client port, in that order.
+    pub proxies: Vec<Proxy>,
     /// Every node's own address.
     pub ips: Vec<String>,
     pub network: Network,
-    /// Node 0's second network, between it and the proxy.
+    /// The proxied nodes' second network, between them and their proxies.
     pub client_network: Network,
     pub node_timeout_ms: u64,
 }
@@ -40,7 +41,16 @@ pub struct SoakCluster {
 impl SoakCluster {
     pub fn start(image: &str, node_timeout_ms: u64) -> SoakCluster {
         let (network, prefix) = Network::create_with_subnet("soak");
-        let gateway = format!("{prefix}.1");
+        // The proxied nodes also sit on a second network, their clients' link: their proxies
+        // reach them there, so a partition of the cluster's network leaves their clients
+        // connected (as when a primary loses its peers but not its clients: the README's
+        // partition).
+        let (client_network, client_prefix) = Network::create_with_subnet("soak-clients");
+        // Each proxy listens on a gateway (an address of this host) at the node's own port:
+        // the node announces that gateway as its hostname, which clients are given
+        // (preferred endpoint: hostname), while the cluster bus and its replica use its
+        // address.
+        let gateways = [format!("{prefix}.1"), format!("{client_prefix}.1")];
         let ips: Vec<String> = (0..6)
             .map(|index| format!("{prefix}.{}", 11 + index))
             .collect();
@@ -52,7 +62,10 @@ impl SoakCluster {
             .iter()
             .enumerate()
             .map(|(index, ip)| {
-                let hostname = if index == PROXIED { &gateway } else { ip };
+                let hostname = PROXIED
+                    .iter()
+                    .position(|proxied| *proxied == index)
+                    .map_or(ip, |at| &gateways[at]);
                 Spec::new(image, "soak", &network)
                     .ip(ip.clone())
                     .args(&[
@@ -79,25 +92,24 @@ impl SoakCluster {
                     .start()
             })
             .collect();
-        // Node 0 also sits on a second network, its clients' link: the proxy reaches it
-        // there, so a partition of the cluster's network leaves its clients connected (as
-        // when a primary loses its peers but not its clients: the README's partition).
-        let client_network = Network::create("soak-clients");
-        docker(&[
-            "network",
-            "connect",
-            &client_network.name,
-            &nodes[PROXIED].name,
-        ]);
-        let client_ip = nodes[PROXIED].ip_on(&client_network);
-        // The proxy listens on the gateway at the node's own port: the node announces the
-        // gateway as its hostname, which clients are given (preferred endpoint: hostname),
-        // while the cluster bus and its replica use its address.
-        let proxy = Proxy::start(socket(&gateway, REDIS_PORT), socket(&client_ip, REDIS_PORT))
-            .unwrap_or_else(|error| panic!("proxy on {gateway}:{REDIS_PORT}: {error}"));
+        let proxies: Vec<Proxy> = PROXIED
+            .iter()
+            .zip(&gateways)
+            .map(|(index, gateway)| {
+                docker(&[
+                    "network",
+                    "connect",
+                    &client_network.name,
+                    &nodes[*index].name,
+                ]);
+                let client_ip = nodes[*index].ip_on(&client_network);
+                Proxy::start(socket(gateway, REDIS_PORT), socket(&client_ip, REDIS_PORT))
+                    .unwrap_or_else(|error| panic!("proxy on {gateway}:{REDIS_PORT}: {error}"))
+            })
+            .collect();
         let cluster = SoakCluster {
             nodes,
-            proxy,
+            proxies,
             ips,
             network,
             client_network,
@@ -167,19 +179,22 @@ impl SoakCluster {
         );
     }
 
-    /// The addresses clients start from: every node, node 0 by its proxy.
+    /// The addresses clients start from: every node, the proxied ones by their proxies.
     pub fn client_addresses(&self) -> Vec<String> {
         self.ips
             .iter()
             .enumerate()
-            .map(|(index, ip)| {
-                if index == PROXIED {
-                    self.proxy.listen.to_string()
-                } else {
-                    format!("{ip}:{REDIS_PORT}")
-                }
+            .map(|(index, ip)| match self.proxy_of(index) {
+                Some(proxy) => proxy.listen.to_string(),
+                None => format!("{ip}:{REDIS_PORT}"),
             })
             .collect()
+    }
+
+    /// The proxy in front of node `index`, if it has one.
+    fn proxy_of(&self, index: usize) -> Option<&Proxy> {
+        let at = PROXIED.iter().position(|proxied| *proxied == index)?;
+        self.proxies.get(at)
     }
 
     /// A connection straight to node `index` (never through the proxy).
@@ -299,27 +314,40 @@ impl SoakCluster {
     /// Injects one fault of `kind` (its target and durations drawn from `random`), waits
     /// until the cluster is whole again, and returns its record; `keys` are the limiters'
     /// `(name, key)`, for the ones a fault on a primary hits.
+    ///
+    /// Targets are drawn from candidates in the order of their addresses, so a seed replays
+    /// the same nodes (node ids, and the order of `CLUSTER NODES`, differ from run to run).
+    /// The proxy's faults, and half the partitions, hit whichever proxied node is its
+    /// shard's primary at the time: a primary whose clients keep their link.
     pub fn inject(
         &self,
         kind: FaultKind,
         random: &mut dyn FnMut(u64) -> u64,
         keys: &[(String, String)],
     ) -> FaultRecord {
-        let shards = self.shards();
+        let by_address = |index: &usize| self.ips[*index].parse::<Ipv4Addr>().map_or(0, u32::from);
+        let mut shards = self.shards();
+        shards.sort_by_key(|(index, _, _)| by_address(index));
         let primaries: Vec<usize> = shards.iter().map(|(index, _, _)| *index).collect();
         let pick = |random: &mut dyn FnMut(u64) -> u64, from: &[usize]| -> usize {
             from[random(from.len() as u64) as usize]
         };
-        let any: Vec<usize> = (0..self.ips.len()).collect();
+        let mut any: Vec<usize> = (0..self.ips.len()).collect();
+        any.sort_by_key(by_address);
+        let proxied_primary = PROXIED
+            .iter()
+            .copied()
+            .find(|index| primaries.contains(index))
+            .unwrap_or(PROXIED[0]);
         let target = match kind {
             FaultKind::Kill => pick(random, &primaries),
             FaultKind::Failover => shards
                 .get(random(shards.len() as u64) as usize)
                 .and_then(|(_, _, replica)| *replica)
                 .expect("a replica"),
-            // Half the partitions cut the proxied node off its peers only (its clients keep
-            // their link through the proxy): a primary that goes on admitting.
-            FaultKind::Partition if random(2) == 0 => PROXIED,
+            // Half the partitions cut the proxied shard's primary off its peers only (its
+            // clients keep their link through the proxy): a primary that goes on admitting.
+            FaultKind::Partition if random(2) == 0 => proxied_primary,
             FaultKind::Stop | FaultKind::Partition | FaultKind::Restart => {
                 // Half the time a primary (whose writes can be lost), else any node.
                 if random(2) == 0 {
@@ -328,22 +356,31 @@ impl SoakCluster {
                     pick(random, &any)
                 }
             }
-            FaultKind::Latency | FaultKind::Stall | FaultKind::Reset => PROXIED,
+            FaultKind::Latency | FaultKind::Stall | FaultKind::Reset => proxied_primary,
         };
-        let affected: Vec<String> = shards
+        let role = if primaries.contains(&target) {
+            "primary"
+        } else {
+            "replica"
+        };
+        let on_slots = |slots: &[(u16, u16)]| -> Vec<String> {
+            keys.iter()
+                .filter(|(_, key)| {
+                    let slot = redis::cluster_routing::get_slot(key.as_bytes());
+                    slots.iter().any(|(from, to)| (*from..=*to).contains(&slot))
+                })
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        // The target's shard: the one it is the primary or the replica of.
+        let shard = shards
             .iter()
-            .find(|(index, _, _)| *index == target)
-            .map(|(_, slots, _)| {
-                keys.iter()
-                    .filter(|(_, key)| {
-                        let slot = redis::cluster_routing::get_slot(key.as_bytes());
-                        slots.iter().any(|(from, to)| (*from..=*to).contains(&slot))
-                    })
-                    .map(|(name, _)| name.clone())
-                    .collect()
-            })
+            .find(|(index, _, replica)| *index == target || *replica == Some(target))
+            .map(|(_, slots, _)| on_slots(slots))
             .unwrap_or_default();
         let node = &self.nodes[target];
+        let proxy = self.proxy_of(target);
+        let through = || proxy.expect("a proxied node");
         let start_us = now_us();
         let detail = match kind {
             FaultKind::Kill => {
@@ -376,7 +413,12 @@ impl SoakCluster {
                     &self.network.name,
                     &node.name,
                 ]);
-                format!("cut off for {} ms", hold.as_millis())
+                let clients = if proxy.is_some() {
+                    ", its clients' link kept"
+                } else {
+                    ""
+                };
+                format!("cut off for {} ms{clients}", hold.as_millis())
             }
             FaultKind::Restart => {
                 node.restart();
@@ -389,20 +431,20 @@ impl SoakCluster {
             FaultKind::Latency => {
                 let delay = Duration::from_millis(20 + random(180));
                 let hold = Duration::from_millis(2000 + random(3000));
-                self.proxy.set(LinkFault::Delay(delay));
+                through().set(LinkFault::Delay(delay));
                 std::thread::sleep(hold);
-                self.proxy.set(LinkFault::None);
+                through().set(LinkFault::None);
                 format!("+{} ms for {} ms", delay.as_millis(), hold.as_millis())
             }
             FaultKind::Stall => {
                 let hold = Duration::from_millis(500 + random(2500));
-                self.proxy.set(LinkFault::StallUntil(Instant::now() + hold));
+                through().set(LinkFault::StallUntil(Instant::now() + hold));
                 std::thread::sleep(hold);
-                self.proxy.set(LinkFault::None);
+                through().set(LinkFault::None);
                 format!("stalled {} ms", hold.as_millis())
             }
             FaultKind::Reset => {
-                let count = self.proxy.reset_all();
+                let count = through().reset_all();
                 format!("{count} connections reset")
             }
         };
@@ -410,15 +452,17 @@ impl SoakCluster {
         FaultRecord {
             kind,
             target: self.ips[target].clone(),
+            role: role.to_string(),
             start_us,
             end_us: now_us(),
             detail,
             // A fault on a replica loses no acknowledged write.
-            affected: if kind.can_lose_writes() {
-                affected
+            affected: if kind.can_lose_writes() && role == "primary" {
+                shard.clone()
             } else {
                 Vec::new()
             },
+            shard,
         }
     }
 

@@ -1,14 +1,21 @@
 //! The chaos soak: a 3+3 cluster in containers, a fleet of client processes over every
-//! algorithm, and a fault every few seconds drawn at random (seeded) from SIGKILL of a
-//! primary, SIGSTOP/SIGCONT, a partition, a restart, `CLUSTER FAILOVER`, and latency,
-//! stalls and resets on one node's link (through the project's proxy). The checker then
-//! proves every limiter kept its bound over every interval, with at most the README's
-//! over-admission for each overlapping fault, every check was answered in time, every
-//! client went back to the store once the last fault healed, no node crashed or logged a
-//! module error, every replica is identical to its primary, and memory is back to its
-//! baseline once the limiters expired.
+//! algorithm (each limiter offered 0.5×, 1× and 3× its rate on a seeded schedule; some
+//! failing closed, some deciding locally from their share, some failing open), and a fault
+//! every few seconds drawn at random (seeded, targets chosen by address) from SIGKILL of a
+//! primary, SIGSTOP/SIGCONT, a partition, a restart, `CLUSTER FAILOVER`, and latency, stalls
+//! and resets on the link of the proxied shard's primary (through the project's proxy). The
+//! checker then proves every limiter kept its algorithm's true bound over every interval,
+//! beyond at most the README's allowance for each overlapping fault that could lose its
+//! writes and the client's for each fallback episode; every local fallback kept its share;
+//! every check was answered in time; every client went back to the store once the last
+//! fault healed; no node crashed or logged a module error; every replica is identical to its
+//! primary; and memory is back to its baseline once the limiters expired.
 //!
-//! `SOAK_S` (default 60) is the traffic's duration; `RL_SOAK_SEED` replays a run.
+//! `SOAK_S` (default 60) is the traffic's duration; `RL_SOAK_SEED` replays a run;
+//! `SOAK_PLANT=<name>` plants a bug (`redis_ratelimit_chaos::plant`), and the test then
+//! passes only if the checker fails naming the limiters it was planted in. Every log of the
+//! run is kept in `target/soak-runs/soak-seed-<seed>[-<plant>]`, which `make soak-check
+//! DIR=...` checks again.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -22,9 +29,12 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use redis_ratelimit_chaos::catalogue;
-use redis_ratelimit_chaos::checker::{self, Report, Settings};
-use redis_ratelimit_chaos::fleet::{Fleet, RunDir};
+use redis_ratelimit_chaos::checker::{self, Settings, table};
+use redis_ratelimit_chaos::fleet::Fleet;
+use redis_ratelimit_chaos::load::{self, Mix};
+use redis_ratelimit_chaos::plant::Plant;
 use redis_ratelimit_chaos::record::{DecisionRecord, FaultKind, FaultRecord, Source, now_us};
+use redis_ratelimit_chaos::run::{self, RunConfig};
 use redis_ratelimit_chaos::setup::{Random, image};
 use redis_ratelimit_chaos::soak_cluster::SoakCluster;
 
@@ -59,37 +69,68 @@ fn chaos_soak() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| now_us() % 1_000_000);
+    let plant = std::env::var("SOAK_PLANT")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .map(|name| Plant::parse(&name).unwrap_or_else(|error| panic!("SOAK_PLANT: {error}")));
+    let limiters = catalogue::limiters();
+    let shares = load::time_shares(seed, limiters.len(), seconds * 1000, Mix::Seeded);
     say(&format!(
-        "soak: {seconds} s, seed {seed} (RL_SOAK_SEED={seed} replays the fault schedule)"
+        "soak: {seconds} s, seed {seed} (RL_SOAK_SEED={seed} replays the fault schedule, its \
+         targets and the load: 0.5×/1×/3× the rate for {}/{}/{} ‰ of the time){}",
+        shares[0],
+        shares[1],
+        shares[2],
+        plant.map_or(String::new(), |p| format!("; planted: {}", p.what()))
     ));
     let started = Instant::now();
-    let dir = RunDir::create("soak");
+    let dir = run::fresh_dir("soak", seed, plant).expect("run directory");
+    say(&format!("soak: logs kept in {}", dir.display()));
+    let settings = Settings {
+        node_timeout_ms: NODE_TIMEOUT_MS,
+        clients: u64::from(CLIENTS),
+        timeout_ms: TIMEOUT_MS,
+        margin_ms: MARGIN_MS,
+    };
+    RunConfig {
+        seed,
+        seconds,
+        settings,
+        plant,
+        load: Mix::Seeded,
+    }
+    .write(&dir)
+    .expect("run.conf");
     let cluster = SoakCluster::start(&image, NODE_TIMEOUT_MS);
-    let limiters = catalogue::limiters();
-    let keys: Vec<(String, String)> = limiters
-        .iter()
-        .map(|l| (l.name.clone(), format!("soak:{{{}}}", l.name)))
-        .collect();
+    let keys: Vec<(String, String)> = limiters.iter().map(|l| (l.name.clone(), l.key())).collect();
 
-    let args = vec![
+    let mut args = vec![
         "--cluster".to_string(),
         cluster.client_addresses().join(","),
+        "--clients".to_string(),
+        CLIENTS.to_string(),
         "--timeout-ms".to_string(),
         TIMEOUT_MS.to_string(),
-        "--interval-ms".to_string(),
-        "40".to_string(),
         "--seed".to_string(),
         seed.to_string(),
     ];
+    if let Some(plant) = plant {
+        args.extend(["--plant".to_string(), plant.name().to_string()]);
+    }
+    let at_three = |args: &[String]| {
+        let mut args = args.to_vec();
+        args.extend(["--load".to_string(), "3".to_string()]);
+        args
+    };
     // A warm-up, then the memory baseline once its limiters expired: a server's first calls
     // allocate for good what it reuses later (measured: about 120 KB on a fresh server,
     // unchanged by later rounds), which is not a leak.
     let warm_up = Fleet::start(
         env!("CARGO_BIN_EXE_chaos-load"),
-        &args,
+        &at_three(&args),
         CLIENTS,
         Duration::from_secs(3),
-        &dir.path,
+        &dir.join(run::WARM_UP),
     );
     warm_up.finish(Duration::from_secs(60));
     cluster.growth_after_expiry(&[0; 6]);
@@ -101,7 +142,7 @@ fn chaos_soak() {
         &args,
         CLIENTS,
         duration,
-        &dir.path,
+        &dir.join(run::MAIN),
     );
     let traffic_start = Instant::now();
 
@@ -127,21 +168,23 @@ fn chaos_soak() {
             fault.line()
         ));
         faults.push(fault);
+        // Written after every fault: a run that fails later keeps its fault log.
+        run::write_faults(&dir, &faults).expect("faults.log");
         std::thread::sleep(Duration::from_millis(1000 + random.below(2000)));
     }
     let decisions = fleet.finish(duration + Duration::from_secs(60));
     let stragglers = not_recovered(&decisions, &faults);
-    // A last short round on the healed cluster, so that every limiter's key exists when the
-    // replicas are compared, whatever the last fault left (its state is still the one the
-    // faults went through: the long-lived limiters carry it for 30 s); and fresh clients on
-    // a whole cluster must be decided by the store.
+    // A last short round on the healed cluster at 3× the rates, so that every limiter's key
+    // exists when the replicas are compared, whatever the last fault left (its state is
+    // still the one the faults went through: the long-lived limiters carry it for 30 s); and
+    // fresh clients on a whole cluster must be decided by the store.
     cluster.wait_healthy();
     let last_round = Fleet::start(
         env!("CARGO_BIN_EXE_chaos-load"),
-        &args,
+        &at_three(&args),
         CLIENTS,
         Duration::from_secs(2),
-        &dir.path,
+        &dir.join(run::LAST_ROUND),
     )
     .finish(Duration::from_secs(60));
     let off_store = last_round
@@ -154,17 +197,14 @@ fn chaos_soak() {
         last_round.len()
     );
     let compared = cluster.assert_replicas_identical();
-    let fault_log: String = faults.iter().map(|f| f.line() + "\n").collect();
-    std::fs::write(dir.path.join("faults.log"), fault_log).expect("faults.log");
 
-    let settings = Settings {
-        node_timeout_ms: NODE_TIMEOUT_MS,
-        clients: u64::from(CLIENTS),
-        timeout_ms: TIMEOUT_MS,
-        margin_ms: MARGIN_MS,
-    };
     let report = checker::check(&limiters, &decisions, &faults, settings);
-    print_report(&report, seconds, seed);
+    let text = table::markdown(&report, &faults);
+    std::fs::write(dir.join(run::REPORT), &text).expect("report.md");
+    say(&format!(
+        "soak report ({seconds} s, seed {seed}; `make soak-check DIR={}` checks it again):\n{text}",
+        dir.display()
+    ));
 
     let growth = cluster.growth_after_expiry(&baseline);
     let troubles = cluster.troubles_in_logs();
@@ -206,11 +246,32 @@ fn chaos_soak() {
         "most decisions should come from the store: {:?}",
         report.by_source
     );
-    assert!(
-        report.violations.is_empty(),
-        "bounds broken (seed {seed}):\n{}",
-        report.violations.join("\n")
-    );
+    let broken = report
+        .violations
+        .iter()
+        .map(|v| v.what.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    match plant {
+        None => assert!(
+            report.violations.is_empty(),
+            "bounds broken (seed {seed}; logs in {}):\n{broken}",
+            dir.display()
+        ),
+        Some(plant) => {
+            let planted = plant.limiters(&limiters);
+            let named = report.limiters_named();
+            say(&format!(
+                "soak: planted {}: the checker named {named:?}",
+                plant.name()
+            ));
+            assert!(
+                !named.is_empty() && named.iter().all(|name| planted.contains(name)),
+                "planted {} in {planted:?}, the checker named {named:?}:\n{broken}",
+                plant.name()
+            );
+        }
+    }
 }
 
 /// How long after the last fault healed every client must be decided by the store (or a
@@ -251,40 +312,4 @@ fn not_recovered(decisions: &[DecisionRecord], faults: &[FaultRecord]) -> Vec<(u
         stuck.len()
     ));
     stuck
-}
-
-fn print_report(report: &Report, seconds: u64, seed: u64) {
-    say(&format!(
-        "soak report ({seconds} s, seed {seed}): {} decisions; (admitted, denied) by source: {:?}",
-        report.decisions, report.by_source
-    ));
-    say(
-        "| fault | count | worst over-admission (units beyond the algorithm's bound) | its bound | worst latency |",
-    );
-    say("|---|---|---|---|---|");
-    for (kind, figures) in &report.kinds {
-        say(&format!(
-            "| {} | {} | {}{} | {} | {} ms |",
-            kind.as_str(),
-            figures.count,
-            figures.worst_excess,
-            if figures.limiter_at_worst.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", figures.limiter_at_worst)
-            },
-            figures.allowance_at_worst,
-            figures.worst_latency_us / 1000
-        ));
-    }
-    say(&format!(
-        "| (no fault) | | {} | 0 | {} ms (whole run; {} checks answered over a second past \
-         their timeout) |",
-        report.worst_excess_without_fault,
-        report.worst_latency_us / 1000,
-        report.late_by_a_second
-    ));
-    for violation in &report.violations {
-        say(&format!("VIOLATION: {violation}"));
-    }
 }

@@ -1,56 +1,73 @@
 //! The soak's load generator: one client process of a fleet, on the client library, checking
-//! every limiter of the catalogue in a loop and logging each decision (limiter, cost,
-//! outcome, source, send and receive instants) for the checker.
+//! every limiter of the catalogue and logging each decision (limiter, cost, outcome, source,
+//! send and receive instants) for the checker.
 //!
 //! ```text
 //! chaos-load --cluster IP:PORT,IP:PORT... | --sentinel redis+sentinel://H:P,H:P/NAME
+//!            | --redis redis://H:P/
 //!            --client N --duration-ms MS --log PATH
-//!            [--set soak|counter] [--interval-ms MS] [--timeout-ms MS] [--seed S]
+//!            [--clients N] [--set soak|counter] [--load mix|0.5|1|3] [--interval-ms MS]
+//!            [--timeout-ms MS] [--seed S] [--plant NAME]
 //! ```
 //!
-//! Each limiter gets its own task, one check every `--interval-ms` (jittered by the seed);
-//! an admitted in-flight check holds its slot for a moment, then releases it. At the end it
-//! refunds its leases, flushes the log and prints `done <decisions>`.
+//! Each limiter gets its own task (an in-flight limiter several), offered `--load` times its
+//! rate across the `--clients` processes: `mix` (the default) changes between 0.5×, 1× and
+//! 3× every few seconds on a schedule drawn from the seed, the same in every process; with
+//! `--interval-ms`, one check every that many ms instead (jittered). An admitted in-flight
+//! check holds its slot for a moment, then releases it. The local fallback takes `1 /
+//! clients` of each quota. `--plant` makes some limiters misbehave on purpose (see
+//! `redis_ratelimit_chaos::plant`). At the end it refunds its leases, flushes the log and
+//! prints `done <decisions>`.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_chaos::catalogue::{self, HOLD, SoakLimiter};
+use redis_ratelimit_chaos::catalogue::{self, HOLD, Shape, SoakLimiter};
+use redis_ratelimit_chaos::load::{self, Mix, Phase};
+use redis_ratelimit_chaos::plant::Plant;
 use redis_ratelimit_chaos::record::{DecisionRecord, Source, now_us};
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, SentinelStore, Store};
-use redis_ratelimit_client::{Inputs, RateLimiter};
+use redis_ratelimit_client::{Inputs, RateLimiter, Replicas};
 
-const USAGE: &str = "usage: chaos-load --cluster IP:PORT,... | --sentinel URL --client N \
-                     --duration-ms MS --log PATH [--set soak|counter] [--interval-ms MS] \
-                     [--timeout-ms MS] [--seed S]";
+const USAGE: &str = "usage: chaos-load --cluster IP:PORT,... | --sentinel URL | --redis URL \
+                     --client N --duration-ms MS --log PATH [--clients N] [--set soak|counter] \
+                     [--load mix|0.5|1|3] [--interval-ms MS] [--timeout-ms MS] [--seed S] \
+                     [--plant NAME]";
 
 enum Target {
     Cluster(Vec<String>),
     Sentinel(String),
+    Redis(String),
 }
 
 struct Args {
     target: Target,
     client: u32,
+    clients: u64,
     duration: Duration,
     log: String,
     set: String,
-    interval: Duration,
+    load: Mix,
+    interval: Option<Duration>,
     timeout: Duration,
     seed: u64,
+    plant: Option<Plant>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut target = None;
     let mut client = None;
+    let mut clients = 3;
     let mut duration = None;
     let mut log = None;
     let mut set = "soak".to_string();
-    let mut interval = Duration::from_millis(50);
+    let mut load = Mix::Seeded;
+    let mut interval = None;
     let mut timeout = Duration::from_millis(250);
     let mut seed = 1;
+    let mut plant = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -69,27 +86,34 @@ fn parse_args() -> Result<Args, String> {
                 ));
             }
             "--sentinel" => target = Some(Target::Sentinel(value.clone())),
+            "--redis" => target = Some(Target::Redis(value.clone())),
             "--client" => {
                 client = Some(u32::try_from(number()?).map_err(|_| "--client is too large")?);
             }
+            "--clients" => clients = number()?.max(1),
             "--duration-ms" => duration = Some(Duration::from_millis(number()?)),
             "--log" => log = Some(value.clone()),
             "--set" => set.clone_from(&value),
-            "--interval-ms" => interval = Duration::from_millis(number()?.max(1)),
+            "--load" => load = Mix::parse(&value)?,
+            "--interval-ms" => interval = Some(Duration::from_millis(number()?.max(1))),
             "--timeout-ms" => timeout = Duration::from_millis(number()?.max(1)),
             "--seed" => seed = number()?,
+            "--plant" => plant = Some(Plant::parse(&value)?),
             other => return Err(format!("unknown flag {other}")),
         }
     }
     Ok(Args {
-        target: target.ok_or("--cluster or --sentinel is required")?,
+        target: target.ok_or("--cluster, --sentinel or --redis is required")?,
         client: client.ok_or("--client is required")?,
+        clients,
         duration: duration.ok_or("--duration-ms is required")?,
         log: log.ok_or("--log is required")?,
         set,
+        load,
         interval,
         timeout,
         seed,
+        plant,
     })
 }
 
@@ -137,15 +161,21 @@ async fn run(args: Args) -> Result<usize, String> {
         Target::Sentinel(url) => {
             Arc::new(SentinelStore::from_url(url, options).map_err(|e| e.to_string())?)
         }
+        Target::Redis(url) => {
+            Arc::new(RedisStore::with_options(url, options).map_err(|e| e.to_string())?)
+        }
     };
     let limiters = match args.set.as_str() {
         "soak" => catalogue::limiters(),
         "counter" => catalogue::counter(),
         other => return Err(format!("unknown --set {other}")),
     };
-    let mut builder = RateLimiter::builder_shared(store);
+    let replicas = args
+        .plant
+        .map_or(args.clients, |plant| plant.replicas(args.clients));
+    let mut builder = RateLimiter::builder_shared(store).replicas(Replicas::fixed(replicas));
     for limiter in &limiters {
-        builder = builder.policy(limiter.policy(args.timeout)?);
+        builder = builder.policy(limiter.policy(args.timeout, args.plant)?);
     }
     let limiter = builder.build().map_err(|error| error.to_string())?;
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -161,23 +191,42 @@ async fn run(args: Args) -> Result<usize, String> {
         }
         out.flush().map(|()| count).map_err(|e| e.to_string())
     });
-    let deadline = Instant::now()
+    let started = Instant::now();
+    let deadline = started
         .checked_add(args.duration)
         .ok_or("--duration-ms is too large")?;
+    let duration_ms = u64::try_from(args.duration.as_millis()).unwrap_or(u64::MAX);
     let mut tasks = Vec::new();
     for (index, soak_limiter) in limiters.into_iter().enumerate() {
-        let seed = args.seed ^ (u64::from(args.client) << 32) ^ (index as u64).wrapping_add(1);
-        tasks.push(tokio::spawn(drive(
-            limiter.clone(),
-            soak_limiter,
-            Driver {
-                client: args.client,
-                interval: args.interval,
-                deadline,
-                seed,
-            },
-            sender.clone(),
-        )));
+        // The same schedule in every client: the fleet's load follows it.
+        let phases = load::phases(args.seed, index, duration_ms, args.load);
+        let regrant = args
+            .plant
+            .is_some_and(|plant| plant.regrants(&soak_limiter, args.client));
+        for task in 0..load::tasks(&soak_limiter, args.clients) {
+            let seed = args.seed
+                ^ (u64::from(args.client) << 32)
+                ^ (index as u64).wrapping_add(1)
+                ^ task.wrapping_mul(0x1000_0000_01B3);
+            let pace = match args.interval {
+                Some(interval) => Pace::Every(interval),
+                None => Pace::Load(phases.clone()),
+            };
+            tasks.push(tokio::spawn(drive(
+                limiter.clone(),
+                soak_limiter.clone(),
+                Driver {
+                    client: args.client,
+                    clients: args.clients,
+                    pace,
+                    started,
+                    deadline,
+                    seed,
+                    regrant: regrant.then(Regrant::default),
+                },
+                sender.clone(),
+            )));
+        }
     }
     drop(sender);
     for task in tasks {
@@ -188,22 +237,60 @@ async fn run(args: Args) -> Result<usize, String> {
     writer.await.map_err(|error| error.to_string())?
 }
 
+/// How a task spaces its checks.
+enum Pace {
+    /// Every `interval` (jittered ±50 %).
+    Every(Duration),
+    /// At the schedule's share of the limiter's rate.
+    Load(Vec<Phase>),
+}
+
 struct Driver {
     client: u32,
-    interval: Duration,
+    clients: u64,
+    pace: Pace,
+    started: Instant,
     deadline: Instant,
     seed: u64,
+    /// The planted re-grant of one window, when this task plants it.
+    regrant: Option<Regrant>,
+}
+
+/// One fixed window granted twice: the first window in which the store denies, its
+/// denials turned into admissions until one more limit was admitted.
+#[derive(Default)]
+struct Regrant {
+    window: Option<u64>,
+    units: u64,
+}
+
+impl Regrant {
+    /// Whether a denial of `cost` at `send_us` is turned into an admission.
+    fn turns(&mut self, limiter: &SoakLimiter, send_us: u64, cost: u64) -> bool {
+        let Shape::FixedWindow { limit, window_ms } = limiter.shape else {
+            return false;
+        };
+        let window = send_us
+            .checked_div(window_ms.saturating_mul(1000))
+            .unwrap_or(0);
+        if *self.window.get_or_insert(window) != window || self.units.saturating_add(cost) > limit {
+            return false;
+        }
+        self.units = self.units.saturating_add(cost);
+        true
+    }
 }
 
 /// Checks one limiter until the deadline, sending each decision's line to the writer.
 async fn drive(
     limiter: RateLimiter,
     soak_limiter: SoakLimiter,
-    driver: Driver,
+    mut driver: Driver,
     lines: tokio::sync::mpsc::UnboundedSender<String>,
 ) {
     let mut random = driver.seed.max(1);
     let inputs = Inputs::new();
+    let mut next = Instant::now();
     while Instant::now() < driver.deadline {
         random = xorshift(random);
         let cost = random
@@ -213,7 +300,7 @@ async fn drive(
         let send_us = now_us();
         let result = limiter.check_cost(&soak_limiter.name, &inputs, cost).await;
         let recv_us = now_us();
-        let (allowed, source, mut release_us) = match &result {
+        let (mut allowed, source, mut release_us) = match &result {
             Ok(decision) => (decision.allowed, source(decision.source), None),
             Err(_) => (false, Source::Error, None),
         };
@@ -222,6 +309,11 @@ async fn drive(
                 tokio::time::sleep(HOLD).await;
                 release_us = Some(now_us());
                 limiter.release(in_flight).await;
+            }
+        }
+        if let Some(regrant) = driver.regrant.as_mut() {
+            if !allowed && source == Source::Store && regrant.turns(&soak_limiter, send_us, cost) {
+                allowed = true;
             }
         }
         let record = DecisionRecord {
@@ -237,13 +329,23 @@ async fn drive(
         if lines.send(record.line()).is_err() {
             return;
         }
-        // Jitter of ±50 %, so the clients' calls interleave differently each run.
-        let interval_us = u64::try_from(driver.interval.as_micros()).unwrap_or(u64::MAX);
-        let jitter = random.checked_rem(interval_us).unwrap_or(0);
-        tokio::time::sleep(Duration::from_micros(
-            (interval_us >> 1).saturating_add(jitter),
-        ))
-        .await;
+        let mean_us = match &driver.pace {
+            Pace::Every(interval) => u64::try_from(interval.as_micros()).unwrap_or(u64::MAX),
+            Pace::Load(phases) => {
+                let elapsed_ms =
+                    u64::try_from(driver.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let level = load::level_at(phases, elapsed_ms);
+                load::interval_us(&soak_limiter, driver.clients, level)
+            }
+        };
+        // Jitter of ±50 %, so the clients' calls interleave differently each run; a task
+        // that fell behind (a slow check) goes on at once rather than in a burst.
+        let jitter = random.checked_rem(mean_us.max(1)).unwrap_or(0);
+        next = next
+            .checked_add(Duration::from_micros((mean_us >> 1).saturating_add(jitter)))
+            .unwrap_or(driver.deadline)
+            .max(Instant::now());
+        tokio::time::sleep_until(tokio::time::Instant::from_std(next.min(driver.deadline))).await;
     }
 }
 

@@ -169,6 +169,15 @@ impl Answers {
             owed: 0,
             expires_at_us,
         });
+        if entry.expires_at_us <= now_us {
+            // Its answer is older than a window: the local states began from a fresh share,
+            // and must not start over from that answer later in this outage (which would
+            // grant the share twice); its debt is forgotten, as `take_owed` would.
+            entry.views.clear();
+            entry.denied = None;
+            entry.seeded = true;
+            entry.owed = 0;
+        }
         entry.owed = entry.owed.saturating_add(units);
         entry.expires_at_us = entry.expires_at_us.max(expires_at_us);
     }
@@ -222,6 +231,20 @@ mod tests {
         answers.record("k", &[(0, view(10, None))], None, T0 + 20);
         assert_eq!(answers.seed("k", T0 + 30).unwrap().views[0].1.remaining, 10);
         assert!(answers.seed("other", T0).is_none());
+    }
+
+    #[test]
+    fn an_expired_answer_never_seeds_after_the_fallback_started_afresh() {
+        // The answer is a second old when the store first fails: the local states start from
+        // a fresh share and owe the store; the debt must not revive the old answer, which
+        // would start them over and grant the share again within one outage.
+        let answers = Answers::new(Duration::from_secs(1));
+        answers.record("k", &[(0, view(0, None))], None, T0);
+        let late = T0 + 1_200_000;
+        assert!(answers.seed("k", late).is_none(), "expired");
+        answers.owe("k", 1, late);
+        assert!(answers.seed("k", late + 250_000).is_none(), "revived");
+        assert_eq!(answers.take_owed("k", late + 250_000), Some(1));
     }
 
     #[test]
