@@ -671,10 +671,36 @@ local function refine_wrong_type(key)
   return t
 end
 
-local function zset_state(reply)
+local function zset_state(reply, key)
   local holders = {}
   for j = 1, #reply, 2 do holders[#holders + 1] = {tonumber(reply[j + 1]), reply[j]} end
-  return {kind = 'cc', holders = holders}
+  return {kind = 'cc', holders = holders, key = key}
+end
+
+-- Sorted sets of the user's. An in-flight limit is a sorted set of plain type, so the library
+-- tells its own from a user's only by what its writes leave: every write of one leaves it
+-- expiring at its last holder's millisecond (rounded up), its scores whole µs. A sorted set
+-- with no expiry is none of them: every in-flight call refuses it with WRONGTYPE, as the
+-- module refuses every key of another type (before writing anything; checked where the
+-- call reads the key's expiry anyway, or with one PEXPIRETIME on a key that has holders).
+-- One the user gave an expiry is taken for an in-flight limit: a limit of plain types.
+local function expires(key)
+  local at = redis.call('PEXPIRETIME', key)
+  if at == -1 then fail(WRONG_TYPE) end
+  return at
+end
+
+-- Whether a sorted set read whole is one of the library's in-flight limits, as far as its
+-- scores and expiry tell (the other commands answer WRONGTYPE for any other sorted set,
+-- and "key holds an in-flight limit" for one of these, as the module does for its own).
+local function own_zset(state)
+  local last = 0
+  for _, h in ipairs(state.holders) do
+    local score = h[1]
+    if score ~= floor(score) then return false end
+    if score > last then last = score end
+  end
+  return redis.call('PEXPIRETIME', state.key) == expiry_ms_us(last)
 end
 
 -- The sliding log's storage (described with its algorithm, below).
@@ -753,7 +779,7 @@ local function string_reply_state(key, reply, now)
   if not reply then return nil end
   if not reply.err then return string_state(reply, now) end
   if refine_wrong_type(key) == 'zset' then
-    return zset_state(redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES'))
+    return zset_state(redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES'), key)
   end
   fail(WRONG_TYPE)
 end
@@ -764,7 +790,8 @@ local function open(key, kind, now)
     local reply = redis.pcall('ZRANGE', key, '0', '-1', 'WITHSCORES')
     if not reply.err then
       if #reply == 0 then return nil end
-      return zset_state(reply)
+      expires(key)
+      return zset_state(reply, key)
     end
     if refine_wrong_type(key) ~= 'string' then fail(WRONG_TYPE) end
     return string_state(redis.call('GET', key), now)
@@ -794,7 +821,7 @@ end
 local function check_kind(state, kind)
   if state and state.kind ~= kind then
     local held = NAMES[state.kind]
-    if not held then fail(WRONG_TYPE) end
+    if not held or (state.kind == 'cc' and not own_zset(state)) then fail(WRONG_TYPE) end
     fail(format('ERR key holds %s, not %s: use the matching command or delete the key', held, NAMES[kind]))
   end
 end
@@ -2014,8 +2041,10 @@ local function acquire(keys, a)
   local live, expired = redis.call('ZCARD', key), 0
   -- A renewal is admitted whatever the count: its expired holders go at once. (A ZCOUNT
   -- costs less than a ZREMRANGEBYSCORE that finds nothing, so a new holder counts them.)
+  -- A key with holders is first checked to be none of the user's sorted sets (`expires`).
   local removed = own
   if live > 0 then
+    expires(key)
     if removed then expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
     else expired = redis.call('ZCOUNT', key, '-inf', us_s) end
     live = live - expired
@@ -2085,13 +2114,20 @@ local function release(keys, a)
   if own and own.err then
     return cc_general(key, {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}, now, true)
   end
-  if not own then return 0 end
+  -- Nothing to release: none on a missing key, WRONGTYPE on a sorted set of the user's.
+  if not own then
+    if redis.call('PEXPIRETIME', key) == -1 then fail(WRONG_TYPE) end
+    return 0
+  end
   own = own + 0
-  if own <= us then return 0 end
+  if own <= us then
+    expires(key)
+    return 0
+  end
   -- Not the last holder when the key expires after the caller's millisecond, rounded up:
   -- ceil(own / 1000) < e, that is (e − 1) × 1000 ≥ own (e is a whole millisecond).
   local top = nil
-  if (redis.call('PEXPIRETIME', key) - 1) * 1000 < own then top = redis.call('ZRANGE', key, '-1', '-1') end
+  if (expires(key) - 1) * 1000 < own then top = redis.call('ZRANGE', key, '-1', '-1') end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', us))
   redis.call('ZREM', key, holder)
   if not top or top[1] ~= holder then return 1 end
@@ -2351,9 +2387,11 @@ if redis.register_function then
   register('cl_throttle', {})
   register('rl_multi', {})
   register('rl_acquire', {})
-  register('rl_release', {})
-  register('rl_peek', {'no-writes'})
-  register('rl_refund', {})
+  -- As the module's RL.RELEASE, RL.PEEK and RL.REFUND: they free or read, so they run under
+  -- maxmemory (noeviction) too, and in-flight slots and refunds are not lost to it.
+  register('rl_release', {'allow-oom'})
+  register('rl_peek', {'no-writes', 'allow-oom'})
+  register('rl_refund', {'allow-oom'})
 else
   -- Loaded as a script: EVALSHA sha numkeys key ... function_name arg ...
   commands = build()
