@@ -22,6 +22,7 @@
 mod atomic;
 mod features;
 mod harness;
+mod hostile_plans;
 mod http_api;
 mod operations;
 mod plans;
