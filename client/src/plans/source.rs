@@ -257,13 +257,24 @@ async fn refresh(inner: &Inner, connection: &mut Option<PlanConnection>) {
             drop(view);
         }
         Ok(Ok(None)) => {}
-        Ok(Err(error)) => failed(inner, connection, error.to_string()),
-        Err(_) => failed(inner, connection, format!("no answer within {timeout:?}")),
+        Ok(Err(error)) => {
+            // A store holding what this version cannot read is no connection's fault.
+            if matches!(
+                error,
+                PlanStoreError::Redis(_) | PlanStoreError::Stale { .. }
+            ) {
+                *connection = None;
+            }
+            failed(inner, error.to_string());
+        }
+        Err(_) => {
+            *connection = None;
+            failed(inner, format!("no answer within {timeout:?}"));
+        }
     }
 }
 
-fn failed(inner: &Inner, connection: &mut Option<PlanConnection>, reason: String) {
-    *connection = None;
+fn failed(inner: &Inner, reason: String) {
     metrics::counter!("ratelimit_plans_read_errors_total").increment(1);
     let mut status = inner.status.write().unwrap_or_else(PoisonError::into_inner);
     if let PlanStatus::Defaults(_) = *status {

@@ -230,6 +230,8 @@ async fn an_unreadable_field_is_skipped_with_a_warning_and_repaired_by_name() {
     let server = Server::start(&[]);
     rlctl_ok(&server, &["plan", "set", "pro", "--limit", "a=fixed:5/1d"]);
     rlctl_ok(&server, &["tenant", "set", "acme", "--plan", "pro"]);
+    let replica = PlanSource::connect(&url(&server), quick()).await.unwrap();
+    until_followed(&replica, 2, "acme", &[("a", 5)]).await;
     let mut con = server.conn();
     for (key, field, value) in [
         (store::PLANS_KEY, "broken", "per-minute=sliding:0/60s"),
@@ -266,8 +268,12 @@ async fn an_unreadable_field_is_skipped_with_a_warning_and_repaired_by_name() {
     let output = rlctl(&server, &["tenant", "set", "zed", "--plan", "broken"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("plan 'broken' cannot be read"));
-    // Deleted, repaired, deleted by name (even one no pattern parses to).
+    // Deleted, repaired, deleted by name (even one no pattern parses to). A replica applies
+    // no store it cannot read whole: it keeps version 2, and says so, until the last repair.
     rlctl_ok(&server, &["plan", "delete", "broken"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(replica.status(), PlanStatus::Loaded(2));
+    assert_eq!(replica.version(), 2);
     rlctl_ok(
         &server,
         &["plan", "set", "newer", "--limit", "a=fixed:9/1d"],
@@ -282,6 +288,7 @@ async fn an_unreadable_field_is_skipped_with_a_warning_and_repaired_by_name() {
         String::from_utf8_lossy(&clean.stderr)
     );
     assert!(String::from_utf8_lossy(&clean.stdout).contains("newer: a=fixed:9/1d"));
+    until_followed(&replica, store_version(&server), "acme", &[("a", 5)]).await;
 
     // A version that is not a whole number: every command says so, nothing is written.
     let _: () = redis::cmd("SET")
