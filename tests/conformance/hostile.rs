@@ -111,7 +111,8 @@ fn under_maxmemory_what_frees_or_reads_answers_as_the_module() {
 }
 
 /// Every function on a sorted set of the user's answers `WRONGTYPE`, word for word as the
-/// module, and leaves it alone: one without an expiry for every function, one with an
+/// module, and leaves it alone: one without an expiry for every function (whether its
+/// scores look like expired holders or live ones), one with an
 /// expiry (and scores no in-flight limit has) for every function but the in-flight ones
 /// (a limit of plain types: README, "What differs"). The library's own in-flight limit is
 /// told apart: the module's "key holds an in-flight limit" for another algorithm.
@@ -122,6 +123,12 @@ fn a_sorted_set_of_the_users_is_refused_with_wrongtype_and_left_alone() {
         let _: () = redis::cmd("ZADD")
             .arg("board")
             .arg(&["1", "alice", "2", "bob"])
+            .query(con)
+            .unwrap();
+        // Scores after every instant of the test: members that look like live holders.
+        let _: () = redis::cmd("ZADD")
+            .arg("future")
+            .arg(&["9000000000000000", "alice", "9000000000000001", "bob"])
             .query(con)
             .unwrap();
         let _: () = redis::cmd("ZADD")
@@ -137,7 +144,7 @@ fn a_sorted_set_of_the_users_is_refused_with_wrongtype_and_left_alone() {
     }
     let before: Vec<_> = [&mut module, &mut library]
         .into_iter()
-        .flat_map(|con| [dump(con, "board"), dump(con, "timed")])
+        .flat_map(|con| [dump(con, "board"), dump(con, "future"), dump(con, "timed")])
         .collect();
     let others = |key: &'static str| {
         vec![
@@ -165,6 +172,7 @@ fn a_sorted_set_of_the_users_is_refused_with_wrongtype_and_left_alone() {
         vec![
             call("RL.ACQUIRE", "rl_acquire", &[key], &["5", "carol", "1000"]),
             call("RL.ACQUIRE", "rl_acquire", &[key], &["5", "alice", "1000"]),
+            call("RL.ACQUIRE", "rl_acquire", &[key], &["1", "carol", "1000"]),
             call("RL.RELEASE", "rl_release", &[key], &["alice"]),
             call("RL.RELEASE", "rl_release", &[key], &["nobody"]),
             call("RL.PEEK", "rl_peek", &[key], &["CONCURRENCY", "5"]),
@@ -179,6 +187,8 @@ fn a_sorted_set_of_the_users_is_refused_with_wrongtype_and_left_alone() {
     let calls = others("board")
         .into_iter()
         .chain(in_flight("board"))
+        .chain(others("future"))
+        .chain(in_flight("future"))
         .chain(others("timed"));
     for call in calls {
         let (m, l) = both(&mut module, &mut library, &call);
@@ -190,7 +200,7 @@ fn a_sorted_set_of_the_users_is_refused_with_wrongtype_and_left_alone() {
     }
     let after: Vec<_> = [&mut module, &mut library]
         .into_iter()
-        .flat_map(|con| [dump(con, "board"), dump(con, "timed")])
+        .flat_map(|con| [dump(con, "board"), dump(con, "future"), dump(con, "timed")])
         .collect();
     assert_eq!(before, after, "a refused call changed a user's sorted set");
 
