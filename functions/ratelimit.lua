@@ -671,10 +671,37 @@ local function refine_wrong_type(key)
   return t
 end
 
-local function zset_state(reply)
+local function zset_state(reply, key)
   local holders = {}
   for j = 1, #reply, 2 do holders[#holders + 1] = {tonumber(reply[j + 1]), reply[j]} end
-  return {kind = 'cc', holders = holders}
+  return {kind = 'cc', holders = holders, key = key}
+end
+
+-- Sorted sets of the user's. An in-flight limit is a sorted set of plain type, so the library
+-- tells its own from a user's only by what its writes leave: every write of one leaves it
+-- expiring at its last holder's millisecond (rounded up), its scores whole µs. A sorted set
+-- with no expiry is none of them: every in-flight call refuses it with WRONGTYPE, as the
+-- module refuses every key of another type (before writing anything; checked where the
+-- call reads the key's expiry anyway: rl_acquire's PEXPIREAT ... GT, rl_release's
+-- PEXPIRETIME; one more call only where neither is made).
+-- One the user gave an expiry is taken for an in-flight limit: a limit of plain types.
+local function limit_expiry(key)
+  local at = redis.call('PEXPIRETIME', key)
+  if at == -1 then fail(WRONG_TYPE) end
+  return at
+end
+
+-- Whether a sorted set read whole is one of the library's in-flight limits, as far as its
+-- scores and expiry tell (the other commands answer WRONGTYPE for any other sorted set,
+-- and "key holds an in-flight limit" for one of these, as the module does for its own).
+local function own_zset(state)
+  local last = 0
+  for _, h in ipairs(state.holders) do
+    local score = h[1]
+    if score ~= floor(score) then return false end
+    if score > last then last = score end
+  end
+  return redis.call('PEXPIRETIME', state.key) == expiry_ms_us(last)
 end
 
 -- The sliding log's storage (described with its algorithm, below).
@@ -753,7 +780,7 @@ local function string_reply_state(key, reply, now)
   if not reply then return nil end
   if not reply.err then return string_state(reply, now) end
   if refine_wrong_type(key) == 'zset' then
-    return zset_state(redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES'))
+    return zset_state(redis.call('ZRANGE', key, '0', '-1', 'WITHSCORES'), key)
   end
   fail(WRONG_TYPE)
 end
@@ -764,7 +791,8 @@ local function open(key, kind, now)
     local reply = redis.pcall('ZRANGE', key, '0', '-1', 'WITHSCORES')
     if not reply.err then
       if #reply == 0 then return nil end
-      return zset_state(reply)
+      limit_expiry(key)
+      return zset_state(reply, key)
     end
     if refine_wrong_type(key) ~= 'string' then fail(WRONG_TYPE) end
     return string_state(redis.call('GET', key), now)
@@ -794,7 +822,7 @@ end
 local function check_kind(state, kind)
   if state and state.kind ~= kind then
     local held = NAMES[state.kind]
-    if not held then fail(WRONG_TYPE) end
+    if not held or (state.kind == 'cc' and not own_zset(state)) then fail(WRONG_TYPE) end
     fail(format('ERR key holds %s, not %s: use the matching command or delete the key', held, NAMES[kind]))
   end
 end
@@ -1974,15 +2002,16 @@ local CC_REPLY = {1, 0, 0, 0, 0}
 -- RL.ACQUIRE: Redis does the sorted-set work (CC.evaluate's decision, without reading every
 -- holder into Lua): ZSCORE finds the caller, ZCARD less the expired holders (ZCOUNT up to
 -- now, which walks only those) counts the live ones, and only a denial reads the holder whose
--- expiry frees a slot. An admitted call removes the expired holders (if any: a renewal,
--- admitted whatever their count, removes them at once, ZREMRANGEBYSCORE's reply counting them
--- instead of ZCOUNT's), then adds or renews the caller. The key expires with its last
--- holder: every write of an in-flight limit leaves it expiring at its last expiry's
--- millisecond (rounded up), so on a key that keeps holders PEXPIREAT ... GT is that write,
--- and when it moves the expiry the caller's is the last (a later millisecond than every
--- other's); only when it does not (a holder in the same or a later millisecond: other ttls,
--- the clock stepped back) is the last expiry read. A key that is not a sorted set goes the
--- general way (its errors).
+-- expiry frees a slot. An admitted call sets the key's expiry, removes the expired holders
+-- (if any: a renewal, admitted whatever their count, without counting them first,
+-- ZREMRANGEBYSCORE's reply counting them instead of ZCOUNT's), then adds or renews the
+-- caller. The key expires with its last holder: every write of an in-flight limit leaves it
+-- expiring at its last expiry's millisecond (rounded up), so on a key that keeps holders
+-- PEXPIREAT ... GT is that write, and when it moves the expiry the caller's is the last (a
+-- later millisecond than every other's); only when it does not (a holder in the same or a
+-- later millisecond: other ttls, the clock stepped back, or a sorted set of the user's,
+-- which has no expiry) is the expiry read, then the last holder. A key that is not a sorted
+-- set goes the general way (its errors).
 local function acquire(keys, a)
   if #keys ~= 1 or #a ~= 3 then arity('rl.acquire') end
   local key = keys[1]
@@ -2012,15 +2041,17 @@ local function acquire(keys, a)
     if own <= us then own = nil end
   end
   local live, expired = redis.call('ZCARD', key), 0
-  -- A renewal is admitted whatever the count: its expired holders go at once. (A ZCOUNT
-  -- costs less than a ZREMRANGEBYSCORE that finds nothing, so a new holder counts them.)
-  local removed = own
-  if live > 0 then
-    if removed then expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
-    else expired = redis.call('ZCOUNT', key, '-inf', us_s) end
+  -- A new holder counts the expired ones (a ZCOUNT costs less than a ZREMRANGEBYSCORE that
+  -- finds nothing); a renewal, admitted whatever the count, removes them below, once the
+  -- key is known to be an in-flight limit.
+  local exists = live > 0
+  if exists and not own then
+    expired = redis.call('ZCOUNT', key, '-inf', us_s)
     live = live - expired
   end
   if not own and live >= limit then
+    -- Nothing is written; a sorted set of the user's is WRONGTYPE (limit_expiry).
+    limit_expiry(key)
     -- cc_retry: the (live − limit + 1)-th live expiry frees a slot.
     local rank = int(expired + live - limit)
     local next_free = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')
@@ -2042,16 +2073,33 @@ local function acquire(keys, a)
     expiry, reset = (us - r + ttl) / 1000, ttl / 1000
     if r > 0 then expiry = expiry + 1 end
   end
+  -- The key's expiry first, before any write: on a key that keeps holders, PEXPIREAT ... GT
+  -- is the write (the caller's expiry is then the last: a later millisecond than every
+  -- other's); when it does not move the expiry, PEXPIRETIME tells a later holder's from a
+  -- sorted set of the user's, which has none (WRONGTYPE, nothing written). A key whose
+  -- holders have all expired is asked the same before they are removed.
+  local moved = 1
+  if own or live > 0 then
+    moved = redis.call('PEXPIREAT', key, format('%d', expiry), 'GT')
+    if moved == 0 then limit_expiry(key) end
+  elseif exists then
+    limit_expiry(key)
+  end
+  if own then
+    expired = redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
+    live = live - expired
+  elseif expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s)
+  end
   -- The holders the key keeps through the write (the live ones, the caller's slot included).
   local kept = live
   if own then live = live - 1 end
-  if expired > 0 and not removed then redis.call('ZREMRANGEBYSCORE', key, '-inf', us_s) end
   redis.call('ZADD', key, format('%d', expires), holder)
   -- After the write the last expiry is the caller's or a later holder's: CC.evaluate's `last`.
   if kept == 0 then
     -- A new key (or one whose holders had all expired, deleted with them): the caller's.
     redis.call('PEXPIREAT', key, format('%d', expiry))
-  elseif redis.call('PEXPIREAT', key, format('%d', expiry), 'GT') == 0 then
+  elseif moved == 0 then
     local last = last_score(key)
     reset = ceil_ms(last - us, 1000)
     redis.call('PEXPIREAT', key, format('%d', expiry_ms_us(last)))
@@ -2085,13 +2133,20 @@ local function release(keys, a)
   if own and own.err then
     return cc_general(key, {kind = 'cc', limit = 1, ttl = 1000, holder = holder, cost = 1}, now, true)
   end
-  if not own then return 0 end
+  -- Nothing to release: none on a missing key, WRONGTYPE on a sorted set of the user's.
+  if not own then
+    if redis.call('PEXPIRETIME', key) == -1 then fail(WRONG_TYPE) end
+    return 0
+  end
   own = own + 0
-  if own <= us then return 0 end
+  if own <= us then
+    limit_expiry(key)
+    return 0
+  end
   -- Not the last holder when the key expires after the caller's millisecond, rounded up:
   -- ceil(own / 1000) < e, that is (e − 1) × 1000 ≥ own (e is a whole millisecond).
   local top = nil
-  if (redis.call('PEXPIRETIME', key) - 1) * 1000 < own then top = redis.call('ZRANGE', key, '-1', '-1') end
+  if (limit_expiry(key) - 1) * 1000 < own then top = redis.call('ZRANGE', key, '-1', '-1') end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', format('%d', us))
   redis.call('ZREM', key, holder)
   if not top or top[1] ~= holder then return 1 end
@@ -2351,9 +2406,11 @@ if redis.register_function then
   register('cl_throttle', {})
   register('rl_multi', {})
   register('rl_acquire', {})
-  register('rl_release', {})
-  register('rl_peek', {'no-writes'})
-  register('rl_refund', {})
+  -- As the module's RL.RELEASE, RL.PEEK and RL.REFUND: they free or read, so they run under
+  -- maxmemory (noeviction) too, and in-flight slots and refunds are not lost to it.
+  register('rl_release', {'allow-oom'})
+  register('rl_peek', {'no-writes', 'allow-oom'})
+  register('rl_refund', {'allow-oom'})
 else
   -- Loaded as a script: EVALSHA sha numkeys key ... function_name arg ...
   commands = build()

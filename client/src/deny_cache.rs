@@ -5,20 +5,20 @@
 //! are rounded up), so a cached denial never denies a request the store would admit on
 //! its own; a refund elsewhere in the meantime can make it stricter, never looser.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::decision::{Decision, Outcome, Source};
+use crate::expiring::Expiring;
 use crate::store::StoreBackend;
 
 /// Most keys remembered per policy; beyond it, new denials are not cached (the store still
-/// decides them, so only the saving is lost).
+/// decides them, so only the saving is lost). Expired denials are dropped oldest first as
+/// new ones come, in O(log n) each, never by walking the live ones.
 const CAPACITY: usize = 100_000;
 
 #[derive(Debug)]
 struct Denial {
-    until: Instant,
     at: Instant,
     cost: u64,
     decision: Decision,
@@ -26,10 +26,10 @@ struct Denial {
     backend: StoreBackend,
 }
 
-/// A policy's remembered denials, by key set.
+/// A policy's remembered denials, by key set, each expiring when its wait is over.
 #[derive(Debug, Default)]
 pub(crate) struct DenyCache {
-    entries: Mutex<HashMap<String, Denial>>,
+    entries: Mutex<Expiring<Denial>>,
 }
 
 impl DenyCache {
@@ -37,15 +37,15 @@ impl DenyCache {
     /// denial has not expired and was for a cost no larger.
     pub(crate) fn get(&self, id: &str, cost: u64, now: Instant) -> Option<Decision> {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let denial = entries.get(id)?;
-        if denial.until <= now || cost < denial.cost {
+        let (denial, until) = entries.get(id)?;
+        if until <= now || cost < denial.cost {
             return None;
         }
         let elapsed = now.saturating_duration_since(denial.at);
         let mut decision = denial.decision.clone();
         decision.source = Source::Cache(denial.backend);
         decision.outcome = Outcome::Denied;
-        decision.retry_after = Some(denial.until.saturating_duration_since(now));
+        decision.retry_after = Some(until.saturating_duration_since(now));
         for limit in &mut decision.limits {
             limit.retry_after = limit.retry_after.map(|d| d.saturating_sub(elapsed));
             limit.reset_after = limit.reset_after.saturating_sub(elapsed);
@@ -66,28 +66,23 @@ impl DenyCache {
             return;
         };
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.expire(now);
         if entries.len() >= CAPACITY && !entries.contains_key(id) {
-            entries.retain(|_, denial| denial.until > now);
-            if entries.len() >= CAPACITY {
-                return;
-            }
+            return;
         }
-        entries.insert(
-            id.to_string(),
-            Denial {
-                until,
-                at: now,
-                cost,
-                decision: decision.clone(),
-                backend,
-            },
-        );
+        let denial = Denial {
+            at: now,
+            cost,
+            decision: decision.clone(),
+            backend,
+        };
+        entries.insert(id, denial, until);
     }
 
     /// Forgets expired denials.
     pub(crate) fn purge(&self, now: Instant) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        entries.retain(|_, denial| denial.until > now);
+        entries.expire(now);
     }
 
     /// Denials remembered (expired ones included until purged).

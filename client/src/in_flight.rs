@@ -24,9 +24,18 @@ impl InFlight {
         &self.holder
     }
 
-    /// A holder id no other request of the fleet uses: this process's id and start instant,
-    /// then a counter.
+    /// A holder id no other request of the fleet uses, and that nobody can guess: 128 bits
+    /// from the operating system's random source, in hex. An id is a capability (whoever
+    /// has it can give the slots back early, for example through the service's
+    /// `POST /v1/release`), so it must not be derivable from another. Only if the
+    /// operating system cannot give random bytes is it this process's id and start instant
+    /// then a counter: unique still, but guessable.
     pub(crate) fn new_holder() -> Arc<str> {
+        let mut bytes = [0u8; 16];
+        if getrandom::fill(&mut bytes).is_ok() {
+            let random = u128::from_be_bytes(bytes);
+            return format!("{random:032x}").into();
+        }
         static PREFIX: OnceLock<String> = OnceLock::new();
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let prefix = PREFIX.get_or_init(|| {
@@ -37,5 +46,21 @@ impl InFlight {
         });
         let number = COUNTER.fetch_add(1, Ordering::Relaxed);
         format!("{prefix}.{number:x}").into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_ids_are_random_and_distinct() {
+        let ids: std::collections::BTreeSet<Arc<str>> =
+            (0..1_000).map(|_| InFlight::new_holder()).collect();
+        assert_eq!(ids.len(), 1_000);
+        assert!(
+            ids.iter()
+                .all(|id| id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()))
+        );
     }
 }

@@ -78,7 +78,9 @@
 //! - [`policy`]: policies and limits; [`config`]: the same from a TOML file;
 //! - [`store`]: the [`Store`](store::Store) trait, the Redis store, an in-memory store;
 //! - [`http`]: the `tower` layer and the header fields;
-//! - [`metrics`]: what is recorded through the `metrics` facade.
+//! - [`metrics`]: what is recorded through the `metrics` facade;
+//! - [`expiring`]: a map whose entries expire, in O(log n) each (the deny cache's, and a
+//!   service's held in-flight slots).
 
 pub mod algorithm;
 mod breaker;
@@ -86,6 +88,7 @@ mod clock;
 pub mod config;
 pub mod decision;
 mod deny_cache;
+pub mod expiring;
 pub mod http;
 mod in_flight;
 pub mod key;

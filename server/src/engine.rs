@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use redis_ratelimit_client::expiring::Expiring;
 use redis_ratelimit_client::store::{LimitCall, Refund, StoreBackend};
 use redis_ratelimit_client::{Algorithm, Decision, InFlight, Inputs, LimitStatus, RateLimiter};
 
@@ -164,13 +165,9 @@ struct Item {
     rule: String,
 }
 
-/// Entries of released-or-expired in-flight slots kept before a sweep.
-const HELD_SWEEP_AT: usize = 1_024;
-
 struct Held {
     limiter: RateLimiter,
     in_flight: InFlight,
-    expires: Instant,
 }
 
 /// The service's decisions.
@@ -179,7 +176,7 @@ pub struct Engine {
     limiters: Limiters,
     bounds: Bounds,
     key_prefix: String,
-    held: Mutex<HashMap<String, Held>>,
+    held: Mutex<Expiring<Held>>,
     plans: Plans,
 }
 
@@ -197,7 +194,7 @@ impl Engine {
             limiters,
             bounds,
             key_prefix,
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(Expiring::new()),
             plans,
         }
     }
@@ -459,18 +456,10 @@ impl Engine {
             let now = Instant::now();
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             // Slots never released (a gRPC caller cannot) free themselves in Redis after the
-            // limit's unit; their entries are dropped here, in batches, not at every insert.
-            if held.len() >= HELD_SWEEP_AT {
-                held.retain(|_, entry| entry.expires > now);
-            }
-            held.insert(
-                id.clone(),
-                Held {
-                    limiter,
-                    in_flight,
-                    expires: now.checked_add(ttl).unwrap_or(now),
-                },
-            );
+            // limit's unit; their entries are dropped here as they expire, oldest first.
+            held.expire(now);
+            let expires = now.checked_add(ttl).unwrap_or(now);
+            held.insert(&id, Held { limiter, in_flight }, expires);
             verdict.in_flight = Some(id);
         }
         Ok(())

@@ -16,6 +16,7 @@
 )]
 
 mod clock;
+mod hostile;
 mod library;
 mod trace;
 

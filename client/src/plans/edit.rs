@@ -92,7 +92,8 @@ pub fn plan_set(
 
 /// Deletes plan `name`, which no tenant may be on.
 pub fn plan_delete(snapshot: &Snapshot, name: &str) -> Result<Vec<Edit>, SpecError> {
-    if !snapshot.plans.contains_key(name) {
+    let unreadable = snapshot.unreadable_field(Table::Plans, name).is_some();
+    if !snapshot.plans.contains_key(name) && !unreadable {
         return refuse(format!("there is no plan '{name}'"));
     }
     let users: Vec<&str> = snapshot
@@ -117,6 +118,12 @@ pub fn plan_delete(snapshot: &Snapshot, name: &str) -> Result<Vec<Edit>, SpecErr
 /// Puts `tenant` on `plan`, which must exist.
 pub fn tenant_set(snapshot: &Snapshot, tenant: &str, plan: &str) -> Result<Vec<Edit>, SpecError> {
     check_tenant(tenant)?;
+    if let Some(bad) = snapshot.unreadable_field(Table::Plans, plan) {
+        return refuse(format!(
+            "plan '{plan}' cannot be read ({}): repair it with plan set",
+            bad.reason
+        ));
+    }
     if !snapshot.plans.contains_key(plan) {
         return refuse(format!(
             "there is no plan '{plan}' (create it with plan set)"
@@ -138,17 +145,17 @@ pub fn tenant_delete(snapshot: &Snapshot, tenant: &str) -> Result<Vec<Edit>, Spe
     }])
 }
 
-/// Overrides limits for `pattern`: each of `limits` on its own, or with `all` the whole
-/// set, until `expires_at_ms` if given.
-pub fn override_set(
-    snapshot: &Snapshot,
+/// The overrides that `override set` writes for `pattern`: each of `limits` on its own,
+/// or with `all` the whole set, until `expires_at_ms` if given. The one check of an
+/// override's limits, for `override set` and an imported file alike.
+pub fn overrides(
     pattern: &Pattern,
     limits: &[LimitSpec],
     all: bool,
     expires_at_ms: Option<u64>,
-) -> Result<Vec<Edit>, SpecError> {
+) -> Result<Vec<Override>, SpecError> {
     check_limits(&format!("override '{pattern}'"), limits)?;
-    let entries: Vec<Override> = if all {
+    Ok(if all {
         vec![Override {
             pattern: pattern.clone(),
             limit: None,
@@ -165,8 +172,19 @@ pub fn override_set(
                 expires_at_ms,
             })
             .collect()
-    };
-    Ok(entries
+    })
+}
+
+/// Overrides limits for `pattern`: each of `limits` on its own, or with `all` the whole
+/// set, until `expires_at_ms` if given.
+pub fn override_set(
+    snapshot: &Snapshot,
+    pattern: &Pattern,
+    limits: &[LimitSpec],
+    all: bool,
+    expires_at_ms: Option<u64>,
+) -> Result<Vec<Edit>, SpecError> {
+    Ok(overrides(pattern, limits, all, expires_at_ms)?
         .into_iter()
         .flat_map(|entry| {
             let field = entry.field();
@@ -183,21 +201,29 @@ pub fn override_delete(
     pattern: &Pattern,
     limit: Option<&str>,
 ) -> Result<Vec<Edit>, SpecError> {
+    let text = pattern.to_string();
+    let unreadable = snapshot
+        .unreadable
+        .iter()
+        .filter(|entry| entry.table == Table::Overrides)
+        .map(|entry| entry.field.clone());
     let fields: Vec<String> = match limit {
         Some(limit) => {
             let one = field(pattern, Some(limit));
-            snapshot
-                .overrides
-                .contains_key(&one)
-                .then_some(one)
-                .into_iter()
-                .collect()
+            let present = snapshot.overrides.contains_key(&one)
+                || snapshot.unreadable_field(Table::Overrides, &one).is_some();
+            present.then_some(one).into_iter().collect()
         }
         None => snapshot
             .overrides
             .values()
             .filter(|entry| &entry.pattern == pattern)
             .map(Override::field)
+            .chain(unreadable.filter(|field| {
+                field
+                    .strip_prefix(text.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+            }))
             .collect(),
     };
     if fields.is_empty() {
@@ -212,6 +238,18 @@ pub fn override_delete(
             value: None,
         })
         .collect())
+}
+
+/// Deletes field `field` of `table` that cannot be read, whatever it holds (its name may
+/// be one no command accepts: a pattern written by hand).
+pub fn unreadable_delete(snapshot: &Snapshot, table: Table, field: &str) -> Option<Vec<Edit>> {
+    snapshot.unreadable_field(table, field).map(|entry| {
+        vec![Edit {
+            table,
+            field: entry.field.clone(),
+            value: None,
+        }]
+    })
 }
 
 /// Deletes the overrides that expired by `now_ms` (they already apply to nobody).
@@ -243,6 +281,19 @@ pub fn replace_all(snapshot: &Snapshot, wanted: &Snapshot) -> Result<Vec<Edit>, 
             ));
         }
     }
+    for (field, entry) in &wanted.overrides {
+        let written = overrides(
+            &entry.pattern,
+            &entry.limits,
+            entry.limit.is_none(),
+            entry.expires_at_ms,
+        )?;
+        if written.len() != 1 || written.first() != Some(entry) || entry.field() != *field {
+            return refuse(format!(
+                "override '{field}' is not one that override set writes"
+            ));
+        }
+    }
     let mut edits = Vec::new();
     let mut sync = |table: Table, current: Vec<(String, String)>, wanted: Vec<(String, String)>| {
         for (field, value) in &wanted {
@@ -262,11 +313,20 @@ pub fn replace_all(snapshot: &Snapshot, wanted: &Snapshot) -> Result<Vec<Edit>, 
             }
         }
     };
+    // The fields the store holds but cannot read are in it too: replaced or deleted.
+    fn unreadable(store: &Snapshot, table: Table) -> impl Iterator<Item = (String, String)> {
+        store
+            .unreadable
+            .iter()
+            .filter(move |entry| entry.table == table)
+            .map(|entry| (entry.field.clone(), entry.value.clone()))
+    }
     let plans = |store: &Snapshot| {
         store
             .plans
             .iter()
             .map(|(name, limits)| (name.clone(), encode_limits(limits)))
+            .chain(unreadable(store, Table::Plans))
             .collect()
     };
     let tenants = |store: &Snapshot| {
@@ -281,6 +341,7 @@ pub fn replace_all(snapshot: &Snapshot, wanted: &Snapshot) -> Result<Vec<Edit>, 
             .overrides
             .values()
             .map(|entry| (entry.field(), entry.encode_value()))
+            .chain(unreadable(store, Table::Overrides))
             .collect()
     };
     sync(Table::Plans, plans(snapshot), plans(wanted));

@@ -20,7 +20,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshot::{Override, Snapshot};
+use super::edit;
+use super::snapshot::Snapshot;
 use super::spec::{LimitSpec, Pattern, SpecError};
 
 #[derive(Default, Deserialize, Serialize)]
@@ -69,8 +70,9 @@ pub fn export(snapshot: &Snapshot) -> Result<String, SpecError> {
     toml::to_string(&file).map_err(|error| SpecError(format!("cannot write TOML: {error}")))
 }
 
-/// Reads TOML into a snapshot (version 0), checking every limit and pattern; a one-limit
-/// override entry with several limits stands for one override per limit.
+/// Reads TOML into a snapshot (version 0), checking every limit and pattern, and each
+/// override as `override set` does; a one-limit override entry with several limits stands
+/// for one override per limit.
 pub fn import(text: &str) -> Result<Snapshot, SpecError> {
     let file: File =
         toml::from_str(text).map_err(|error| SpecError(format!("bad policy file: {error}")))?;
@@ -93,28 +95,7 @@ pub fn import(text: &str) -> Result<Snapshot, SpecError> {
         let pattern = Pattern::parse(&entry.pattern)?;
         let limits = parse_all(&entry.limits)
             .map_err(|error| SpecError(format!("override '{pattern}': {error}")))?;
-        if limits.is_empty() {
-            return Err(SpecError(format!("override '{pattern}' has no limits")));
-        }
-        let entries: Vec<Override> = if entry.all {
-            vec![Override {
-                pattern,
-                limit: None,
-                limits,
-                expires_at_ms: entry.expires_at_ms,
-            }]
-        } else {
-            limits
-                .into_iter()
-                .map(|limit| Override {
-                    pattern: pattern.clone(),
-                    limit: Some(limit.name().to_string()),
-                    limits: vec![limit],
-                    expires_at_ms: entry.expires_at_ms,
-                })
-                .collect()
-        };
-        for entry in entries {
+        for entry in edit::overrides(&pattern, &limits, entry.all, entry.expires_at_ms)? {
             let field = entry.field();
             if snapshot.overrides.insert(field.clone(), entry).is_some() {
                 return Err(SpecError(format!("override '{field}' is given twice")));

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
-use super::spec::{LimitSpec, Pattern, SpecError};
+use super::edit::Table;
+use super::spec::{LimitSpec, Pattern, SpecError, check_tenant};
 
 /// An override entry: for one pattern, either one named limit or all of them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,17 +113,38 @@ fn decode_limits(plan: &str, value: &str) -> Result<Vec<LimitSpec>, SpecError> {
     Ok(limits)
 }
 
+/// A field of the store this version cannot read (written by hand, or by a newer version:
+/// a kind it does not know), left out of the snapshot that lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The hash it is in.
+    pub table: Table,
+    /// The field.
+    pub field: String,
+    /// Its value, as stored.
+    pub value: String,
+    /// Why it cannot be read.
+    pub reason: SpecError,
+}
+
 /// The policy store at one version.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Incremented by every change (0: nothing was ever written).
     pub version: u64,
+    /// Which change made this version: the server's instant of it, in µs (empty for a store
+    /// never changed by this version of the library). A store wiped or restored from an older
+    /// backup and changed again reaches versions it had before, with other contents: the
+    /// version and the stamp together name one content.
+    pub stamp: String,
     /// Plan name -> its limits.
     pub plans: BTreeMap<String, Vec<LimitSpec>>,
     /// Tenant -> plan name.
     pub tenants: BTreeMap<String, String>,
     /// Overrides hash field -> override.
     pub overrides: BTreeMap<String, Override>,
+    /// The fields left out because they cannot be read (empty when the store was read whole).
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// Where an effective limit comes from.
@@ -174,27 +196,54 @@ pub struct Effective {
 }
 
 impl Snapshot {
-    /// Decodes the store's hashes (field, value pairs) read at `version`.
+    /// Decodes the store's hashes (field, value pairs) read at `version`: a field that
+    /// cannot be read is left out and listed in [`unreadable`](Self::unreadable), so one bad
+    /// field never hides the others (nor blocks its own repair).
     pub fn decode(
         version: u64,
         plans: Vec<(String, String)>,
         tenants: Vec<(String, String)>,
         overrides: Vec<(String, String)>,
-    ) -> Result<Snapshot, SpecError> {
-        let plans = plans
-            .into_iter()
-            .map(|(name, value)| Ok((name.clone(), decode_limits(&name, &value)?)))
-            .collect::<Result<_, SpecError>>()?;
-        let overrides = overrides
-            .into_iter()
-            .map(|(field, value)| Ok((field.clone(), Override::decode(&field, &value)?)))
-            .collect::<Result<_, SpecError>>()?;
-        Ok(Snapshot {
+    ) -> Snapshot {
+        let mut snapshot = Snapshot {
             version,
-            plans,
             tenants: tenants.into_iter().collect(),
-            overrides,
-        })
+            ..Snapshot::default()
+        };
+        for (name, value) in plans {
+            match decode_limits(&name, &value) {
+                Ok(limits) => {
+                    snapshot.plans.insert(name, limits);
+                }
+                Err(reason) => snapshot.unreadable.push(Unreadable {
+                    table: Table::Plans,
+                    field: name,
+                    value,
+                    reason,
+                }),
+            }
+        }
+        for (field, value) in overrides {
+            match Override::decode(&field, &value) {
+                Ok(entry) => {
+                    snapshot.overrides.insert(field, entry);
+                }
+                Err(reason) => snapshot.unreadable.push(Unreadable {
+                    table: Table::Overrides,
+                    field,
+                    value,
+                    reason,
+                }),
+            }
+        }
+        snapshot
+    }
+
+    /// The unreadable field `field` of `table`, if it is one.
+    pub fn unreadable_field(&self, table: Table, field: &str) -> Option<&Unreadable> {
+        self.unreadable
+            .iter()
+            .find(|entry| entry.table == table && entry.field == field)
     }
 
     /// The live entries of the pattern written `text` (`acme`, `acme-*`): its fields are
@@ -218,10 +267,17 @@ impl Snapshot {
 
     /// The limits that apply to `tenant` at `now_ms`, given the policy's `defaults`, in
     /// order: the base set's order, then limits overrides added.
+    ///
+    /// A value the store would refuse as a tenant id (a space, `*`, `{`, `}`, a control
+    /// character, over 256 bytes) is no tenant: no plan and no exact override name it (else
+    /// `acme per-minute` would find the field of acme's one-limit override); wildcard
+    /// overrides apply to it by prefix, as to any value, so `*` still covers every request.
     pub fn resolve(&self, tenant: &str, defaults: &[LimitSpec], now_ms: u64) -> Vec<Effective> {
+        let is_tenant = check_tenant(tenant).is_ok();
         let plan = self
             .tenants
             .get(tenant)
+            .filter(|_| is_tenant)
             .and_then(|plan| Some((plan, self.plans.get(plan)?)));
         let mut limits: Vec<Effective> = match plan {
             Some((plan, specs)) => specs
@@ -252,7 +308,8 @@ impl Snapshot {
                 self.live_entries(&text, now_ms).next().is_some()
             })
             .map(|prefix| Pattern::Prefix(prefix.to_string()));
-        let layers = [longest_wildcard, Some(Pattern::Exact(tenant.to_string()))];
+        let exact = is_tenant.then(|| Pattern::Exact(tenant.to_string()));
+        let layers = [longest_wildcard, exact];
         for pattern in layers.into_iter().flatten() {
             let text = pattern.to_string();
             let entries: Vec<&Override> = self.live_entries(&text, now_ms).collect();
@@ -477,6 +534,49 @@ mod tests {
                 .collect();
             proptest::prop_assert_eq!(resolved, reference(&snapshot, &tenant, now_ms));
         }
+    }
+
+    #[test]
+    fn a_value_the_store_refuses_is_no_tenant() {
+        let snapshot = store(vec![
+            entry(
+                "acme",
+                Some("per-minute"),
+                &["per-minute=sliding:5000/60s"],
+                None,
+            ),
+            entry("*", Some("per-day"), &["per-day=fixed:5/1d"], None),
+        ]);
+        let defaults = [spec("per-minute=sliding:10/60s")];
+        // `acme per-minute` spells the field of acme's one-limit override.
+        assert_eq!(
+            texts(&snapshot.resolve("acme per-minute", &defaults, 0)),
+            [
+                "per-minute=sliding:10/1m <- policy default",
+                "per-day=fixed:5/1d <- wildcard override '*'",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_field_is_listed_not_fatal() {
+        let snapshot = Snapshot::decode(
+            4,
+            vec![
+                ("ok".into(), "a=fixed:1/1s".into()),
+                ("bad".into(), "a=leaky:1/1s".into()),
+            ],
+            vec![("t".into(), "bad".into())],
+            vec![("t a".into(), "nonsense".into())],
+        );
+        assert_eq!(snapshot.plans.len(), 1);
+        let fields: Vec<(Table, &str)> = snapshot
+            .unreadable
+            .iter()
+            .map(|bad| (bad.table, bad.field.as_str()))
+            .collect();
+        assert_eq!(fields, [(Table::Plans, "bad"), (Table::Overrides, "t a")]);
+        assert!(snapshot.unreadable_field(Table::Plans, "bad").is_some());
     }
 
     #[test]

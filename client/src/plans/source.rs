@@ -1,6 +1,8 @@
 //! A replica's view of the policy store: the latest snapshot, kept current by the change
-//! notifications (pub/sub) and, as the backstop for a lost message or a reconnect, a version
-//! check every [`PlanOptions::check_every`].
+//! notifications (pub/sub) and, as the backstop for a lost message or a reconnect, a check
+//! of the version and stamp every [`PlanOptions::check_every`]. The view follows the store
+//! wherever it goes, back to a lower version included (a store wiped or restored, then
+//! changed again).
 //!
 //! Until a first snapshot is read (Redis down at start) the view is empty, so every
 //! store-backed policy applies its own defaults; [`PlanSource::status`] and the metrics
@@ -20,7 +22,8 @@ use super::store::{self, CHANNEL, PlanStoreError};
 /// How a [`PlanSource`] follows the store.
 #[derive(Clone, Debug)]
 pub struct PlanOptions {
-    /// The backstop: how often the version is compared even without a notification. A
+    /// The backstop: how often the version (and stamp) is compared even without a
+    /// notification. A
     /// replica is never staler than this (plus one read) while Redis is reachable.
     pub check_every: Duration,
     /// Whether to follow the change notifications (off: only the periodic check).
@@ -202,7 +205,12 @@ impl PlanSource {
     }
 }
 
-/// Reads the store if its version differs from the view's (or always, with `force`).
+/// Reads the store if its version or stamp differs from the view's (or it was never read),
+/// and puts what it read in force whatever its version: a store wiped, restored or failed
+/// over to a lagging replica and changed again is at a lower version, or at the same with
+/// other contents (and another stamp), and it is the store every writer now changes. A
+/// store holding a field this version cannot read is not applied (the snapshot in force
+/// stays, and the read counts as failed).
 async fn refresh(inner: &Inner, connection: &mut Option<PlanConnection>) {
     let timeout = inner.options.timeout;
     let result = tokio::time::timeout(timeout, async {
@@ -210,21 +218,22 @@ async fn refresh(inner: &Inner, connection: &mut Option<PlanConnection>) {
             Some(con) => con,
             None => connection.insert(inner.server.connect().await?),
         };
-        let current = inner
-            .view
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .snapshot
-            .version;
+        let held = {
+            let view = inner.view.read().unwrap_or_else(PoisonError::into_inner);
+            (view.snapshot.version, view.snapshot.stamp.clone())
+        };
         let loaded = matches!(
             *inner.status.read().unwrap_or_else(PoisonError::into_inner),
             PlanStatus::Loaded(_)
         );
-        if loaded && store::version(con).await? == current {
+        if loaded && store::revision(con).await? == held {
             return Ok(None);
         }
         let local_before = local_now_ms();
         let (snapshot, server_ms) = store::read(con).await?;
+        if let Some(bad) = snapshot.unreadable.first() {
+            return Err(PlanStoreError::Corrupt(bad.reason.clone()));
+        }
         let local_after = local_now_ms();
         let local_mid = local_before.saturating_add(local_after.saturating_sub(local_before) / 2);
         let offset = i128::from(server_ms).saturating_sub(i128::from(local_mid));
@@ -234,28 +243,38 @@ async fn refresh(inner: &Inner, connection: &mut Option<PlanConnection>) {
     match result {
         Ok(Ok(Some((snapshot, clock_offset_ms)))) => {
             let version = snapshot.version;
+            // One task reads, one read at a time: what it read last is the store now. The
+            // view, the status and the gauge change together, under the view's lock.
             let mut view = inner.view.write().unwrap_or_else(PoisonError::into_inner);
-            // Never go back to an older version (two reads racing).
-            if version >= view.snapshot.version {
-                *view = Arc::new(View {
-                    snapshot,
-                    clock_offset_ms,
-                });
-            }
-            drop(view);
+            *view = Arc::new(View {
+                snapshot,
+                clock_offset_ms,
+            });
             *inner.status.write().unwrap_or_else(PoisonError::into_inner) =
                 PlanStatus::Loaded(version);
             metrics::gauge!("ratelimit_plans_version").set(version as f64);
             metrics::gauge!("ratelimit_plans_loaded").set(1.0);
+            drop(view);
         }
         Ok(Ok(None)) => {}
-        Ok(Err(error)) => failed(inner, connection, error.to_string()),
-        Err(_) => failed(inner, connection, format!("no answer within {timeout:?}")),
+        Ok(Err(error)) => {
+            // A store holding what this version cannot read is no connection's fault.
+            if matches!(
+                error,
+                PlanStoreError::Redis(_) | PlanStoreError::Stale { .. }
+            ) {
+                *connection = None;
+            }
+            failed(inner, error.to_string());
+        }
+        Err(_) => {
+            *connection = None;
+            failed(inner, format!("no answer within {timeout:?}"));
+        }
     }
 }
 
-fn failed(inner: &Inner, connection: &mut Option<PlanConnection>, reason: String) {
-    *connection = None;
+fn failed(inner: &Inner, reason: String) {
     metrics::counter!("ratelimit_plans_read_errors_total").increment(1);
     let mut status = inner.status.write().unwrap_or_else(PoisonError::into_inner);
     if let PlanStatus::Defaults(_) = *status {

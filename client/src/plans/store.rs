@@ -4,6 +4,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `{rl-policy}:version` | string | the version, incremented by every change |
+//! | `{rl-policy}:stamp` | string | the server's instant (µs) of the last change: with the version, names the content |
 //! | `{rl-policy}:plans` | hash | plan name -> `NAME=KIND:AMOUNT/PERIOD ...` |
 //! | `{rl-policy}:tenants` | hash | tenant -> plan name |
 //! | `{rl-policy}:overrides` | hash | `PATTERN` or `PATTERN LIMIT` -> `[expires=MS ]NAME=KIND:AMOUNT/PERIOD ...` |
@@ -12,7 +13,6 @@
 //! Every change is published on the channel `{rl-policy}:changes` (the new version).
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, Value};
@@ -23,6 +23,9 @@ use super::spec::SpecError;
 
 /// The version counter.
 pub const VERSION_KEY: &str = "{rl-policy}:version";
+/// The instant (server µs) of the last change, written by every change: a store wiped or
+/// restored and changed again reaches versions it had before, never with the same stamp.
+pub const STAMP_KEY: &str = "{rl-policy}:stamp";
 /// Plans.
 pub const PLANS_KEY: &str = "{rl-policy}:plans";
 /// Tenant -> plan.
@@ -36,14 +39,18 @@ pub const CHANNEL: &str = "{rl-policy}:changes";
 /// Audit entries kept (approximately: `XADD MAXLEN ~`).
 pub const AUDIT_KEPT: u64 = 100_000;
 
-/// Compare the version, apply the edits, bump the version, audit each edit, publish.
+/// Compare the version, apply the edits, bump the version, stamp it, audit each edit,
+/// publish.
 const WRITE_SCRIPT: &str = r"
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-if current ~= tonumber(ARGV[1]) then return {'stale', tostring(current)} end
+local stored = redis.call('GET', KEYS[1]) or '0'
+if not string.match(stored, '^%d+$') then return {'bad', stored} end
+local current = tonumber(stored)
+if current ~= tonumber(ARGV[1]) then return {'stale', stored} end
 local version = current + 1
 redis.call('SET', KEYS[1], version)
 local time = redis.call('TIME')
 local at_ms = tostring(tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+redis.call('SET', KEYS[7], string.format('%s%06d', time[1], tonumber(time[2])))
 local kinds = {'plan', 'tenant', 'override'}
 local count = tonumber(ARGV[4])
 for i = 0, count - 1 do
@@ -62,12 +69,17 @@ return {'ok', tostring(version)}
 ";
 
 /// Why a store operation failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PlanStoreError {
     /// Redis could not be reached or refused the call.
-    Redis(RedisError),
+    #[error("Redis: {0}")]
+    Redis(#[from] RedisError),
     /// Another change came first: the store is at `current`, the change was computed from
     /// `expected`.
+    #[error(
+        "stale write refused: the policy store is at version {current}, this change was \
+         computed from version {expected}; nothing was written (read it again and retry)"
+    )]
     Stale {
         /// The version the change was computed from.
         expected: u64,
@@ -75,38 +87,54 @@ pub enum PlanStoreError {
         current: u64,
     },
     /// The store holds something this version cannot read.
+    #[error("the policy store holds bad data: {0}")]
     Corrupt(SpecError),
+    /// The version key holds something other than a whole number (written by hand).
+    #[error(
+        "the policy store's version ({VERSION_KEY}) holds '{0}', not a whole number: nothing \
+         was read or written; SET it to the version it should be (or delete the whole store)"
+    )]
+    BadVersion(String),
 }
 
-impl fmt::Display for PlanStoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Redis(error) => write!(f, "Redis: {error}"),
-            Self::Stale { expected, current } => write!(
-                f,
-                "stale write refused: the policy store is at version {current}, this change \
-                 was computed from version {expected}; nothing was written (read it again and retry)"
-            ),
-            Self::Corrupt(error) => write!(f, "the policy store holds bad data: {error}"),
+/// Parses the version key's value (absent: 0).
+fn parse_version(stored: Option<String>) -> Result<u64, PlanStoreError> {
+    match stored {
+        None => Ok(0),
+        Some(text) => text
+            .parse()
+            .map_err(|_| PlanStoreError::BadVersion(printable(&text, 40))),
+    }
+}
+
+/// `text` as one line of at most `limit` characters: control characters escaped (`\n`,
+/// `\u{1b}`), the rest cut with `...`.
+pub fn printable(text: &str, limit: usize) -> String {
+    let mut out = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count >= limit {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
         }
     }
+    out
 }
 
-impl std::error::Error for PlanStoreError {}
-
-impl From<RedisError> for PlanStoreError {
-    fn from(error: RedisError) -> Self {
-        Self::Redis(error)
-    }
-}
-
-/// Reads the whole store at one version (one `MULTI`), with the server's clock in ms.
+/// Reads the whole store at one version (one `MULTI`), with the server's clock in ms. A
+/// field this version cannot read is left out and listed in the snapshot's
+/// [`unreadable`](Snapshot::unreadable).
 pub async fn read(
     con: &mut (impl ConnectionLike + Send),
 ) -> Result<(Snapshot, u64), PlanStoreError> {
     type Hash = BTreeMap<String, String>;
-    let (version, plans, tenants, overrides, (seconds, micros)): (
-        Option<u64>,
+    let (version, stamp, plans, tenants, overrides, (seconds, micros)): (
+        Option<String>,
+        Option<String>,
         Hash,
         Hash,
         Hash,
@@ -114,27 +142,38 @@ pub async fn read(
     ) = redis::pipe()
         .atomic()
         .get(VERSION_KEY)
+        .get(STAMP_KEY)
         .hgetall(PLANS_KEY)
         .hgetall(TENANTS_KEY)
         .hgetall(OVERRIDES_KEY)
         .cmd("TIME")
         .query_async(con)
         .await?;
-    let snapshot = Snapshot::decode(
-        version.unwrap_or(0),
-        plans.into_iter().collect(),
-        tenants.into_iter().collect(),
-        overrides.into_iter().collect(),
-    )
-    .map_err(PlanStoreError::Corrupt)?;
+    let snapshot = Snapshot {
+        stamp: stamp.unwrap_or_default(),
+        ..Snapshot::decode(
+            parse_version(version)?,
+            plans.into_iter().collect(),
+            tenants.into_iter().collect(),
+            overrides.into_iter().collect(),
+        )
+    };
     let now_ms = seconds.saturating_mul(1_000).saturating_add(micros / 1_000);
     Ok((snapshot, now_ms))
 }
 
-/// The store's version (0 before the first change).
-pub async fn version(con: &mut (impl ConnectionLike + Send)) -> Result<u64, PlanStoreError> {
-    let version: Option<u64> = redis::cmd("GET").arg(VERSION_KEY).query_async(con).await?;
-    Ok(version.unwrap_or(0))
+/// The store's version (0 before the first change) and stamp (empty before the first
+/// change of this version of the library): what a snapshot read now would hold in
+/// [`Snapshot::version`] and [`Snapshot::stamp`].
+pub async fn revision(
+    con: &mut (impl ConnectionLike + Send),
+) -> Result<(u64, String), PlanStoreError> {
+    let (version, stamp): (Option<String>, Option<String>) = redis::cmd("MGET")
+        .arg(VERSION_KEY)
+        .arg(STAMP_KEY)
+        .query_async(con)
+        .await?;
+    Ok((parse_version(version)?, stamp.unwrap_or_default()))
 }
 
 /// Applies `edits` as one atomic change if the store is still at `expected`; returns the
@@ -149,13 +188,14 @@ pub async fn write(
     let mut command = redis::cmd("EVAL");
     command
         .arg(WRITE_SCRIPT)
-        .arg(6)
+        .arg(7)
         .arg(VERSION_KEY)
         .arg(PLANS_KEY)
         .arg(TENANTS_KEY)
         .arg(OVERRIDES_KEY)
         .arg(AUDIT_KEY)
         .arg(CHANNEL)
+        .arg(STAMP_KEY)
         .arg(expected)
         .arg(who)
         .arg(op)
@@ -173,7 +213,11 @@ pub async fn write(
             .arg(if edit.value.is_some() { "1" } else { "0" })
             .arg(edit.value.as_deref().unwrap_or(""));
     }
-    let (outcome, version): (String, u64) = command.query_async(con).await?;
+    let (outcome, stored): (String, String) = command.query_async(con).await?;
+    if outcome == "bad" {
+        return Err(PlanStoreError::BadVersion(printable(&stored, 40)));
+    }
+    let version = parse_version(Some(stored))?;
     if outcome == "stale" {
         return Err(PlanStoreError::Stale {
             expected,

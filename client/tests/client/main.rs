@@ -15,6 +15,7 @@
 
 mod continuity;
 mod fleet;
+mod hostile;
 mod http;
 mod limiter;
 mod plans;

@@ -42,13 +42,13 @@ pub(super) fn rlctl_ok(server: &Server, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-fn spec(text: &str) -> LimitSpec {
+pub(super) fn spec(text: &str) -> LimitSpec {
     LimitSpec::parse(text).unwrap()
 }
 
 /// A limiter on `server` with policy `api` from the store for input `tenant` (default: a
 /// fixed window of 1 a day), and its source with `options`.
-async fn limiter(server: &Server, options: PlanOptions) -> RateLimiter {
+pub(super) async fn limiter(server: &Server, options: PlanOptions) -> RateLimiter {
     let source = PlanSource::connect(&url(server), options).await.unwrap();
     let policy = Policy::from_store("api", "tenant")
         .limit(
@@ -73,7 +73,7 @@ async fn limiter(server: &Server, options: PlanOptions) -> RateLimiter {
         .unwrap()
 }
 
-async fn check(limiter: &RateLimiter, tenant: &str) -> Decision {
+pub(super) async fn check(limiter: &RateLimiter, tenant: &str) -> Decision {
     let decision = limiter
         .check("api", &Inputs::new().with("tenant", tenant))
         .await
@@ -83,7 +83,7 @@ async fn check(limiter: &RateLimiter, tenant: &str) -> Decision {
 }
 
 /// Each limit's (name, quota) in a decision.
-fn quotas(decision: &Decision) -> Vec<(String, u64)> {
+pub(super) fn quotas(decision: &Decision) -> Vec<(String, u64)> {
     decision
         .limits
         .iter()
@@ -105,7 +105,7 @@ async fn until_version(limiter: &RateLimiter, version: u64, timeout: Duration) -
     started.elapsed()
 }
 
-fn store_version(server: &Server) -> u64 {
+pub(super) fn store_version(server: &Server) -> u64 {
     let version: Option<u64> = redis::cmd("GET")
         .arg(store::VERSION_KEY)
         .query(&mut server.conn())

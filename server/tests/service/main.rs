@@ -25,6 +25,7 @@ mod atomic;
 mod envoy;
 mod features;
 mod harness;
+mod hostile_plans;
 mod http_api;
 mod operations;
 mod plans;

@@ -18,7 +18,7 @@ use tonic::transport::Channel;
 
 use crate::harness::{Service, descriptor, request};
 
-const PLANS: &str = r#"
+pub(super) const PLANS: &str = r#"
 domain: api
 descriptors:
   - key: tenant
@@ -26,7 +26,7 @@ descriptors:
 "#;
 
 /// One change of the store, checked and written as `rlctl` does.
-async fn change(
+pub(super) async fn change(
     con: &mut (impl redis::aio::ConnectionLike + Send),
     edits: impl FnOnce(&redis_ratelimit_client::plans::snapshot::Snapshot) -> Vec<edit::Edit>,
 ) {
@@ -49,7 +49,7 @@ fn acme_on_a_small_plan(
     edits
 }
 
-fn limits(texts: &[&str]) -> Vec<LimitSpec> {
+pub(super) fn limits(texts: &[&str]) -> Vec<LimitSpec> {
     texts
         .iter()
         .map(|text| LimitSpec::parse(text).unwrap())

@@ -36,13 +36,13 @@ mod show;
 use std::process::ExitCode;
 
 use redis_ratelimit_client::PlanServer;
-use redis_ratelimit_client::plans::edit::{self, Edit};
+use redis_ratelimit_client::plans::edit::{self, Edit, Table};
 use redis_ratelimit_client::plans::file;
 use redis_ratelimit_client::plans::snapshot::Snapshot;
 use redis_ratelimit_client::plans::spec::{LimitSpec, Pattern, SpecError, check_tenant};
 use redis_ratelimit_client::plans::store::{self, PlanStoreError};
 
-use self::args::{Args, Command, USAGE};
+use self::args::{Args, Command, Stop};
 
 /// How a run fails, and its exit status.
 enum Failure {
@@ -70,13 +70,13 @@ impl From<redis::RedisError> for Failure {
 
 fn main() -> ExitCode {
     let args = match args::parse(std::env::args().skip(1)) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            outln!("{USAGE}");
+        Ok(args) => args,
+        Err(Stop::Help(text)) => {
+            out!("{text}");
             return ExitCode::SUCCESS;
         }
-        Err(error) => {
-            errln!("rlctl: {error}\n\n{USAGE}");
+        Err(Stop::Refused(error)) => {
+            errln!("rlctl: {error}\n\n{}", args::usage());
             return ExitCode::from(2);
         }
     };
@@ -132,6 +132,9 @@ async fn run(args: &Args) -> Result<(), Failure> {
     };
     let mut con = server.connect().await?;
     let (snapshot, now_ms) = store::read(&mut con).await?;
+    for bad in &snapshot.unreadable {
+        errln!("rlctl: warning: {}", show::unreadable(bad));
+    }
     let (op, edits) = match &args.command {
         Command::Get { tenant } => {
             check_tenant(tenant)?;
@@ -229,6 +232,14 @@ fn changes(
             )
         }
         Command::OverrideDelete { pattern, limit } => {
+            let raw = match limit {
+                Some(limit) => format!("{pattern} {limit}"),
+                None => pattern.clone(),
+            };
+            // A field no pattern parses to (written by hand) is deleted by its name.
+            if let Some(edits) = edit::unreadable_delete(snapshot, Table::Overrides, &raw) {
+                return Ok((format!("override delete {raw}"), edits));
+            }
             let pattern = Pattern::parse(pattern)?;
             (
                 format!("override delete {pattern}"),
@@ -244,7 +255,7 @@ fn changes(
                 .map_err(|error| Failure::Input(format!("cannot read {path}: {error}")))?;
             let wanted = file::import(&text)?;
             (
-                format!("import {path}"),
+                format!("import {}", store::printable(path, 256)),
                 edit::replace_all(snapshot, &wanted)?,
             )
         }

@@ -3,9 +3,42 @@
 use std::fmt::Write;
 
 use redis_ratelimit_client::plans::edit::{Edit, Table};
-use redis_ratelimit_client::plans::snapshot::{Rule, Snapshot};
+use redis_ratelimit_client::plans::snapshot::{Rule, Snapshot, Unreadable};
 use redis_ratelimit_client::plans::spec::Pattern;
-use redis_ratelimit_client::plans::store::AuditEntry;
+use redis_ratelimit_client::plans::store::{AuditEntry, printable};
+
+/// A text from the store as one line (control characters escaped: a name or a `--who`
+/// holding a newline cannot forge a line), and at most this long.
+const SHOWN_CHARS: usize = 512;
+
+fn line(text: &str) -> String {
+    printable(text, SHOWN_CHARS)
+}
+
+/// The warning for a field rlctl cannot read, with how to repair or delete it.
+pub fn unreadable(bad: &Unreadable) -> String {
+    let field = line(&bad.field);
+    let (repair, delete) = match bad.table {
+        Table::Plans => (
+            format!("rlctl plan set {field} --limit LIMIT"),
+            format!("rlctl plan delete {field}"),
+        ),
+        _ => {
+            let pattern = field.split(' ').next().unwrap_or_default();
+            (
+                format!("rlctl override set {pattern} LIMIT..."),
+                format!("rlctl override delete {field}"),
+            )
+        }
+    };
+    format!(
+        "skipped {} '{field}' = '{}', which cannot be read ({}): repair it with '{repair}' or \
+         delete it with '{delete}'",
+        bad.table.kind(),
+        line(&bad.value),
+        line(&bad.reason.0),
+    )
+}
 
 /// `2026-12-01T10:06:12Z` for milliseconds since the Unix epoch (UTC, proleptic Gregorian).
 pub fn utc(ms: u64) -> String {
@@ -99,11 +132,11 @@ pub fn list(snapshot: &Snapshot, now_ms: u64) -> String {
     let _ = writeln!(out, "plans:");
     for (name, limits) in &snapshot.plans {
         let texts: Vec<String> = limits.iter().map(ToString::to_string).collect();
-        let _ = writeln!(out, "  {name}: {}", texts.join(" "));
+        let _ = writeln!(out, "  {}: {}", line(name), texts.join(" "));
     }
     let _ = writeln!(out, "tenants:");
     for (tenant, plan) in &snapshot.tenants {
-        let _ = writeln!(out, "  {tenant}: {plan}");
+        let _ = writeln!(out, "  {}: {}", line(tenant), line(plan));
     }
     let _ = writeln!(out, "overrides:");
     for entry in snapshot.overrides.values() {
@@ -168,17 +201,17 @@ pub fn history(
             if text.is_empty() {
                 "(none)".to_string()
             } else {
-                text.to_string()
+                line(text)
             }
         };
         let _ = writeln!(
             out,
             "v{} {at} {} [{}] {} {}: {} -> {}",
-            entry.get("version"),
-            entry.get("who"),
-            entry.get("op"),
-            entry.get("kind"),
-            entry.get("name"),
+            line(entry.get("version")),
+            line(entry.get("who")),
+            line(entry.get("op")),
+            line(entry.get("kind")),
+            line(entry.get("name")),
             value(entry.get("old")),
             value(entry.get("new")),
         );
@@ -208,9 +241,9 @@ pub fn edits(snapshot: &Snapshot, edits: &[Edit]) -> String {
             out,
             "  {} {}: {} -> {}",
             edit.table.kind(),
-            edit.field,
-            old.as_deref().unwrap_or("(none)"),
-            edit.value.as_deref().unwrap_or("(deleted)")
+            line(&edit.field),
+            line(old.as_deref().unwrap_or("(none)")),
+            line(edit.value.as_deref().unwrap_or("(deleted)"))
         );
     }
     out
@@ -218,7 +251,36 @@ pub fn edits(snapshot: &Snapshot, edits: &[Edit]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::utc;
+    use super::*;
+
+    #[test]
+    fn history_lines_are_one_line_each() {
+        let entry = AuditEntry {
+            id: "1-0".into(),
+            fields: [
+                ("version", "3"),
+                ("at_ms", "0"),
+                (
+                    "who",
+                    "mallory\nv99 1970-01-01T00:00:00Z admin [plan set x]",
+                ),
+                ("op", "import a\rb.toml"),
+                ("kind", "plan"),
+                ("name", "p"),
+                ("old", ""),
+                ("new", "a=fixed:1/1d"),
+            ]
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect(),
+        };
+        let shown = history(&Snapshot::default(), &[entry], None, 10);
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+        assert!(
+            shown.contains("mallory\\nv99") && shown.contains("a\\rb.toml"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn utc_dates() {
