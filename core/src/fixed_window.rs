@@ -44,6 +44,7 @@
 use super::decision::{
     Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
 };
+use super::facts::Recovery;
 use super::time::{MAX_NOW_US, ceil_ms_from_us, expiry_ms_from_us, window_start_us};
 use super::window::WindowParams;
 
@@ -224,6 +225,11 @@ impl Algorithm for FixedWindowAlgorithm {
     ) -> u64 {
         let view = View::new(state, params, now_us);
         params.limit().saturating_sub(view.count).min(up_to)
+    }
+
+    /// All units come back when the window ends.
+    fn recovery(_params: &WindowParams) -> Recovery {
+        Recovery::AtReset
     }
 
     change_is_the_new_state!(FixedWindow);

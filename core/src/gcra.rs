@@ -101,6 +101,9 @@
 //!   number of microseconds, redis-cell can reply `remaining = -1`. [`CellOutcome`] carries it;
 //!   [`Decision::remaining`] is unsigned and says 0.
 
+use super::facts::{QuotaFacts, Recovery, part};
+use std::time::Duration;
+
 use super::decision::{
     Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
 };
@@ -138,6 +141,9 @@ pub enum GcraParamError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GcraParams {
     max_burst: i64,
+    /// The rate as given: `count` units per `period` seconds (what the wire carries).
+    count: i64,
+    period: i64,
     interval_ns: i64,
     quantity: i64,
 }
@@ -155,12 +161,14 @@ impl GcraParams {
         quantity: i64,
     ) -> Result<Self, GcraParamError> {
         let interval_ns = emission_interval_ns(count, period)?;
-        Self::from_interval(max_burst, interval_ns, quantity)
+        Self::with_interval(max_burst, (count, period), interval_ns, quantity)
     }
 
-    /// Validates parameters given the emission interval directly.
-    pub fn from_interval(
+    /// Validates parameters of the rate `count` per `period` whose emission interval is
+    /// `interval_ns`.
+    fn with_interval(
         max_burst: i64,
+        (count, period): (i64, i64),
         interval_ns: i64,
         quantity: i64,
     ) -> Result<Self, GcraParamError> {
@@ -179,6 +187,8 @@ impl GcraParams {
         }
         Ok(Self {
             max_burst,
+            count,
+            period,
             interval_ns,
             quantity,
         })
@@ -199,6 +209,16 @@ impl GcraParams {
         u64::try_from(self.max_burst).unwrap_or(0).saturating_add(1)
     }
 
+    /// `count` of the rate `count` units per `period` seconds, as given.
+    pub fn count(&self) -> i64 {
+        self.count
+    }
+
+    /// `period` (seconds) of the rate `count` units per `period` seconds, as given.
+    pub fn period_s(&self) -> i64 {
+        self.period
+    }
+
     /// Nanoseconds between two units at the nominal rate (at least 1).
     pub fn interval_ns(&self) -> i64 {
         self.interval_ns
@@ -217,6 +237,35 @@ impl GcraParams {
 
     fn limit_i64(&self) -> i64 {
         self.max_burst.saturating_add(1)
+    }
+}
+
+impl QuotaFacts for GcraParams {
+    /// redis-cell's limit: `max_burst + 1` units at once.
+    fn advertised_quota(&self) -> u64 {
+        self.limit()
+    }
+
+    /// The time an empty limiter takes to fill again: the tolerance.
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.tolerance_ns().unsigned_abs())
+    }
+
+    /// `(max_burst + 1) / replicas` units at once, emitted `replicas` times slower: the
+    /// interval is exactly `replicas` times the original's, and the rate it states is
+    /// `count` per `replicas × period` (a share is decided locally and never sent, so that
+    /// rate is only what it reports; re-deriving the interval from it could make it shorter
+    /// by a truncation).
+    fn share(&self, replicas: u64) -> Option<Self> {
+        let replicas = i64::try_from(replicas.max(1)).ok()?;
+        let share = i64::try_from(part(self.limit(), replicas.unsigned_abs())?).ok()?;
+        Self::with_interval(
+            share.checked_sub(1)?,
+            (self.count, self.period.checked_mul(replicas)?),
+            self.interval_ns.checked_mul(replicas)?,
+            self.quantity,
+        )
+        .ok()
     }
 }
 
@@ -524,6 +573,13 @@ impl Algorithm for GcraAlgorithm {
         // Truncating a negative slack gives 0 or less: nothing fits.
         let fits = slack.checked_div(view.interval).unwrap_or(0).max(0);
         u64::try_from(fits).unwrap_or(u64::MAX).min(up_to)
+    }
+
+    /// One unit per emission interval.
+    fn recovery(params: &GcraParams) -> Recovery {
+        Recovery::Steady {
+            interval_ns: params.interval_ns().unsigned_abs(),
+        }
     }
 
     change_is_the_new_state!(Gcra);

@@ -92,8 +92,10 @@ use std::collections::VecDeque;
 use std::iter;
 use std::mem::size_of;
 use std::ops::Deref;
+use std::time::Duration;
 
 use super::decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};
+use super::facts::{QuotaFacts, Recovery};
 use super::time::{MAX_NOW_US, ceil_ms_from_us, expiry_ms_from_us};
 use super::window::WindowParams;
 
@@ -164,6 +166,21 @@ impl CallCost for SlidingLogParams {
 
     fn with_cost(&self, cost: u64) -> Self {
         Self(self.0.with_cost(cost))
+    }
+}
+
+impl QuotaFacts for SlidingLogParams {
+    fn advertised_quota(&self) -> u64 {
+        self.0.advertised_quota()
+    }
+
+    fn window(&self) -> Duration {
+        self.0.window()
+    }
+
+    /// A window's share: a smaller limit stays within the server's setting.
+    fn share(&self, replicas: u64) -> Option<Self> {
+        self.0.share(replicas).map(Self)
     }
 }
 
@@ -544,6 +561,11 @@ impl Algorithm for SlidingLogAlgorithm {
     /// saturates: it drops at most what is stored, records admitted units at the log's own
     /// `as_of` if that is later than the change's instant (so the log stays sorted), and
     /// stores at most [`MAX_STORED_ENTRIES`] entries.
+    /// Each unit comes back one window after it was taken.
+    fn recovery(_params: &SlidingLogParams) -> Recovery {
+        Recovery::Sliding
+    }
+
     fn apply(state: &mut SlidingLog, change: SlidingLogChange) {
         state.as_of_us = state.as_of_us.max(change.at_us).clamp(0, MAX_NOW_US);
         state.drop_oldest(usize::try_from(change.expired).unwrap_or(usize::MAX));

@@ -73,6 +73,7 @@
 use super::decision::{
     Algorithm, CallCost, Commit, Decision, Evaluation, Retry, change_is_the_new_state,
 };
+use super::facts::Recovery;
 use super::time::{MAX_NOW_US, ceil_div, ceil_ms_from_us, expiry_ms_from_us, window_start_us};
 
 use super::window::WindowParams;
@@ -348,6 +349,11 @@ impl Algorithm for SlidingWindowAlgorithm {
     ) -> u64 {
         let view = View::new(state, params, now_us);
         view.room(params, view.previous, view.current).min(up_to)
+    }
+
+    /// Units come back as the window slides over the previous one.
+    fn recovery(_params: &WindowParams) -> Recovery {
+        Recovery::Sliding
     }
 
     change_is_the_new_state!(SlidingWindow);

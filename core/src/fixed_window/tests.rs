@@ -224,14 +224,10 @@ impl PerWindow {
 proptest! {
     #[test]
     fn matches_the_per_window_model((limit, window) in testing::arb_window_params(), calls in testing::arb_window_calls()) {
-        let mut key = Key::default();
         let mut model = PerWindow { window, used: BTreeMap::new() };
-        for step in testing::window_steps(limit, window, &calls) {
-            let (cost, now) = (step.params.cost(), step.now_us);
-            let decision = key.call(&step.params, now);
-            prop_assert_eq!((decision.allowed, decision.remaining), model.call(limit, cost, now));
-            prop_assert_eq!(decision.retry == Retry::Never, cost > limit);
-        }
+        testing::check_matches_window_model::<FixedWindowAlgorithm>((limit, window), &calls, |limit, cost, now| {
+            model.call(limit, cost, now)
+        })?;
     }
 
     #[test]

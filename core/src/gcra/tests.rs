@@ -435,8 +435,7 @@ fn peeks_and_denials_write_nothing() {
     assert!(evaluation.decision.allowed && evaluation.commit.is_none());
     key.throttle(&params(2, 1, 1, 3), T0_US); // the whole burst
     let stored = key.state;
-    let (evaluation, cell) =
-        GcraAlgorithm::throttle(stored.as_ref(), &params(2, 1, 1, 1), T0_US);
+    let (evaluation, cell) = GcraAlgorithm::throttle(stored.as_ref(), &params(2, 1, 1, 1), T0_US);
     assert!(evaluation.commit.is_none());
     assert_eq!(cell_reply(&cell), [1, 3, 0, 1, 3]);
     let (evaluation, cell) =

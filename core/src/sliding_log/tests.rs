@@ -354,9 +354,8 @@ fn changes_are_validated_when_decoded() {
     let admit = |expired, at_us, units| {
         SlidingLogChange::new(at_us, expired, SlidingLogAction::Admit { units })
     };
-    let refund = |expired, units| {
-        SlidingLogChange::new(T0_US, expired, SlidingLogAction::Refund { units })
-    };
+    let refund =
+        |expired, units| SlidingLogChange::new(T0_US, expired, SlidingLogAction::Refund { units });
     let change = admit(3, T0_US, 2).unwrap();
     assert_eq!(
         (change.at_us(), change.expired(), change.action()),

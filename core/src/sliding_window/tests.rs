@@ -76,8 +76,7 @@ fn cost_above_limit_is_never_admitted_and_writes_nothing() {
     assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
     assert!(evaluation.commit.is_none());
     let huge = params(5, SECOND, u64::MAX);
-    let evaluation =
-        SlidingWindowAlgorithm::evaluate(state(T0_US, 4, 1).as_ref(), &huge, T0_US);
+    let evaluation = SlidingWindowAlgorithm::evaluate(state(T0_US, 4, 1).as_ref(), &huge, T0_US);
     assert_eq!(evaluation.decision.reply_fields(), [0, 0, -1, 2000, 5]);
 }
 
@@ -306,14 +305,10 @@ impl PerWindow {
 proptest! {
     #[test]
     fn matches_the_per_window_model((limit, window) in testing::arb_window_params(), calls in testing::arb_window_calls()) {
-        let mut key = Key::default();
         let mut model = PerWindow { window, used: BTreeMap::new() };
-        for step in testing::window_steps(limit, window, &calls) {
-            let (cost, now) = (step.params.cost(), step.now_us);
-            let decision = key.call(&step.params, now);
-            prop_assert_eq!((decision.allowed, decision.remaining), model.call(limit, cost, now));
-            prop_assert_eq!(decision.retry == Retry::Never, cost > limit);
-        }
+        testing::check_matches_window_model::<SlidingWindowAlgorithm>((limit, window), &calls, |limit, cost, now| {
+            model.call(limit, cost, now)
+        })?;
     }
 
     #[test]
