@@ -181,6 +181,13 @@ mod tests {
     }
 
     #[test]
+    fn a_commands_position_is_its_discriminant() {
+        for (index, command) in Command::ALL.iter().enumerate() {
+            assert_eq!(*command as usize, index, "{command:?}");
+        }
+    }
+
+    #[test]
     fn kinds_with_their_own_command() {
         assert_eq!(
             Command::calling(Kind::TokenBucket),
