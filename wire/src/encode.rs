@@ -127,9 +127,9 @@ impl fmt::Display for EncodeError {
 
 impl std::error::Error for EncodeError {}
 
-/// The parameters of `quota` as its kind's command and an `RL.MULTI` limit take them (the
-/// inverse of [`crate::args::quota::quota`]).
-fn push_params(quota: &Quota, out: &mut Args) {
+/// Appends the parameters of `quota` as its kind's command and an `RL.MULTI` limit take them
+/// (what [`crate::args::quota::quota`] parses).
+pub fn params(quota: &Quota, out: &mut Args) {
     match quota {
         Quota::TokenBucket(params) => {
             out.push_display(params.capacity());
@@ -166,7 +166,7 @@ fn push_seconds(us: u64, out: &mut Args) {
     ));
 }
 
-/// The shortest decimal rate (tokens per second) whose refill interval, `ceil(1e9 / rate)`
+/// Appends the shortest decimal rate (tokens per second) whose refill interval, `ceil(1e9 / rate)`
 /// as the parser derives it, is exactly `interval_ns`: the rate `1e9 / interval_ns` rounded
 /// up to as many digits as that takes (one token per 1440 s is `0.0006944444444445`).
 fn push_rate(interval_ns: u64, out: &mut Args) {
@@ -188,6 +188,14 @@ fn push_rate(interval_ns: u64, out: &mut Args) {
         }
     }
     push_decimal(closest.0, closest.1, out);
+}
+
+/// The shortest decimal rate whose refill interval is exactly `interval_ns` (as commands
+/// carry it: `"1.666666667"` for 600 ms).
+pub fn rate(interval_ns: u64) -> String {
+    let mut out = Args::default();
+    push_rate(interval_ns, &mut out);
+    String::from_utf8_lossy(out.get(0).unwrap_or_default()).into_owned()
 }
 
 /// `digits × 10^-decimals` as a plain decimal, without trailing zeros (`25`, 1 → `2.5`).
@@ -239,7 +247,7 @@ pub fn call(key: &[u8], call: &CallArgs, out: &mut Args) -> Option<Command> {
     let command = Command::calling(call.quota.kind())?;
     out.start(command);
     out.push(key);
-    push_params(&call.quota, out);
+    params(&call.quota, out);
     out.push_display(call.quota.cost());
     push_grant(call.grant, out);
     push_max_wait(&call.quota, out);
@@ -274,7 +282,7 @@ pub fn multi(keys: &[&[u8]], limits: &MultiArgs, out: &mut Args) -> Result<Comma
     }
     for quota in &limits.quotas {
         out.push(quota.kind().command_name().unwrap_or_default().as_bytes());
-        push_params(quota, out);
+        params(quota, out);
     }
     out.push(b"COST");
     out.push_display(limits.cost);
@@ -336,7 +344,7 @@ pub fn refund(key: &[u8], quota: &Quota, out: &mut Args) -> Result<Command, Enco
             out.start(Command::Refund);
             out.push(key);
             out.push(quota.kind().command_name().unwrap_or_default().as_bytes());
-            push_params(quota, out);
+            params(quota, out);
             out.push_display(quota.cost());
             Ok(Command::Refund)
         }
