@@ -62,7 +62,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::algorithm::{Algorithm, Rate};
+use redis_ratelimit_core::kinds::Kind;
+use redis_ratelimit_wire::args::{self, quota::Param};
+use redis_ratelimit_wire::error::CommandError;
+
+use crate::algorithm::{Algorithm, AlgorithmError, Rate};
 use crate::policy::{Fallback, Lease, Limit, Policy, PolicyError};
 
 /// Why a configuration is refused.
@@ -223,84 +227,132 @@ fn policy(config: PolicyConfig) -> Result<Policy, ConfigError> {
     builder.build().map_err(invalid)
 }
 
-/// The algorithm a limit names, from exactly the parameters it takes.
-fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
-    let present: Vec<&str> = [
-        ("capacity", limit.capacity.is_some()),
-        ("rate", limit.rate.is_some()),
-        ("refill_s", limit.refill_s.is_some()),
-        ("refill_ms", limit.refill_ms.is_some()),
-        ("limit", limit.limit.is_some()),
-        ("window_s", limit.window_s.is_some()),
-        ("window_ms", limit.window_ms.is_some()),
-        ("max_burst", limit.max_burst.is_some()),
-        ("count", limit.count.is_some()),
-        ("period_s", limit.period_s.is_some()),
-        ("max_wait_ms", limit.max_wait_ms.is_some()),
-        ("ttl_ms", limit.ttl_ms.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(name, set)| set.then_some(name))
-    .collect();
-    let allowed: &[&str] = match limit.algorithm.as_str() {
-        "token_bucket" => &["capacity", "rate", "refill_s", "refill_ms", "max_wait_ms"],
-        "sliding_window" | "fixed_window" | "sliding_log" => &["limit", "window_s", "window_ms"],
-        "gcra" => &["max_burst", "count", "period_s"],
-        "concurrency" => &["limit", "ttl_ms"],
-        other => {
-            return Err(format!(
-                "algorithm is token_bucket, sliding_window, fixed_window, sliding_log, gcra or concurrency (got '{other}')"
-            ));
+impl LimitConfig {
+    /// A whole-number field by name (the fields of every algorithm's parameters).
+    fn number(&self, name: &str) -> Option<u64> {
+        match name {
+            "capacity" => self.capacity,
+            "refill_s" => self.refill_s,
+            "refill_ms" => self.refill_ms,
+            "limit" => self.limit,
+            "window_s" => self.window_s,
+            "window_ms" => self.window_ms,
+            "max_burst" => self.max_burst,
+            "count" => self.count,
+            "period_s" => self.period_s,
+            "max_wait_ms" => self.max_wait_ms,
+            "ttl_ms" => self.ttl_ms,
+            _ => None,
         }
-    };
-    if let Some(stray) = present.iter().find(|name| !allowed.contains(name)) {
+    }
+
+    /// The parameter fields given, in [`PARAMETER_FIELDS`] order.
+    fn present(&self) -> Vec<&'static str> {
+        PARAMETER_FIELDS
+            .iter()
+            .copied()
+            .filter(|name| match *name {
+                "rate" => self.rate.is_some(),
+                number => self.number(number).is_some(),
+            })
+            .collect()
+    }
+}
+
+/// Every field that is a parameter of some algorithm.
+const PARAMETER_FIELDS: &[&str] = &[
+    "capacity",
+    "rate",
+    "refill_s",
+    "refill_ms",
+    "limit",
+    "window_s",
+    "window_ms",
+    "max_burst",
+    "count",
+    "period_s",
+    "max_wait_ms",
+    "ttl_ms",
+];
+
+/// The fields a parameter may be given as: its name, or for a duration its name in seconds
+/// or in milliseconds, and a rate as the time its tokens take to refill instead.
+fn fields(param: Param) -> Vec<String> {
+    match param {
+        Param::Count(name) | Param::Integer(name) | Param::Millis(name) => vec![name.into()],
+        Param::Rate(name) => vec![name.into(), "refill_s".into(), "refill_ms".into()],
+        Param::Seconds(name) => vec![format!("{name}_s"), format!("{name}_ms")],
+        Param::WholeSeconds(name) => vec![format!("{name}_s")],
+    }
+}
+
+/// The algorithm a limit names, from exactly the parameters it takes, as the arguments of
+/// its command: checked by the server's parser.
+fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
+    let Some(kind) = Kind::from_config_name(&limit.algorithm) else {
+        let names: Vec<&str> = Kind::ALL.iter().map(|kind| kind.config_name()).collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
         return Err(format!(
-            "'{stray}' is not a parameter of {}",
+            "algorithm is {} or {last} (got '{}')",
+            rest.join(", "),
             limit.algorithm
         ));
+    };
+    let params = args::quota::params(kind);
+    let mut allowed: Vec<String> = params.iter().copied().flat_map(fields).collect();
+    if kind == Kind::TokenBucket {
+        // Pacing (MAXWAIT) is for token buckets only.
+        allowed.push("max_wait_ms".into());
     }
-    let need = |value: Option<u64>, name: &str| value.ok_or(format!("'{name}' is missing"));
-    let one_duration =
-        |seconds: Option<u64>, millis: Option<u64>, what: &str| match (seconds, millis) {
+    if let Some(stray) = limit
+        .present()
+        .into_iter()
+        .find(|name| !allowed.iter().any(|field| field == name))
+    {
+        return Err(format!(
+            "'{stray}' is not a parameter of {}",
+            kind.config_name()
+        ));
+    }
+    let need = |name: &str| limit.number(name).ok_or(format!("'{name}' is missing"));
+    let one_duration = |what: &str| {
+        let (seconds, millis) = (format!("{what}_s"), format!("{what}_ms"));
+        match (limit.number(&seconds), limit.number(&millis)) {
             (Some(s), None) => Ok(Duration::from_secs(s)),
             (None, Some(ms)) => Ok(Duration::from_millis(ms)),
-            _ => Err(format!("give exactly one of '{what}_s' and '{what}_ms'")),
-        };
-    let built = match limit.algorithm.as_str() {
-        "token_bucket" => {
-            let capacity = need(limit.capacity, "capacity")?;
-            match (&limit.rate, limit.refill_s, limit.refill_ms) {
-                (Some(rate), None, None) => {
-                    let rate = Rate::per_second(rate).map_err(|error| error.to_string())?;
-                    Algorithm::token_bucket_with_rate(capacity, rate)
-                }
-                (None, _, _) => Algorithm::token_bucket(
-                    capacity,
-                    one_duration(limit.refill_s, limit.refill_ms, "refill")?,
-                ),
-                _ => return Err("give either 'rate' or a refill time, not both".into()),
-            }
+            _ => Err(format!("give exactly one of '{seconds}' and '{millis}'")),
         }
-        "sliding_window" | "fixed_window" | "sliding_log" => {
-            let units = need(limit.limit, "limit")?;
-            let window = one_duration(limit.window_s, limit.window_ms, "window")?;
-            match limit.algorithm.as_str() {
-                "sliding_window" => Algorithm::sliding_window(units, window),
-                "fixed_window" => Algorithm::fixed_window(units, window),
-                _ => Algorithm::sliding_log(units, window),
-            }
-        }
-        "concurrency" => Algorithm::concurrency(
-            need(limit.limit, "limit")?,
-            Duration::from_millis(need(limit.ttl_ms, "ttl_ms")?),
-        ),
-        _ => Algorithm::gcra(
-            need(limit.max_burst, "max_burst")?,
-            need(limit.count, "count")?,
-            Duration::from_secs(need(limit.period_s, "period_s")?),
-        ),
     };
-    built.map_err(|error| error.to_string())
+    let mut arguments: Vec<String> = Vec::with_capacity(params.len());
+    for param in params {
+        let argument = match *param {
+            Param::Count(name) | Param::Integer(name) | Param::Millis(name) => {
+                need(name)?.to_string()
+            }
+            Param::WholeSeconds(name) => need(&format!("{name}_s"))?.to_string(),
+            Param::Seconds(name) => {
+                let window = one_duration(name)?;
+                format!("{}.{:06}", window.as_secs(), window.subsec_micros())
+            }
+            Param::Rate(_) => match (&limit.rate, limit.refill_s, limit.refill_ms) {
+                (Some(rate), None, None) => rate.clone(),
+                (None, _, _) => {
+                    // Tokens refilled over a time: the rate of the count before it.
+                    let tokens = arguments.last().map_or("", String::as_str);
+                    let tokens = args::positive_integer("capacity", tokens.as_bytes())
+                        .map_err(|error| AlgorithmError::from(CommandError::from(error)))
+                        .map_err(|error| error.to_string())?;
+                    let rate = Rate::per(tokens, one_duration("refill")?)
+                        .map_err(|error| error.to_string())?;
+                    rate.as_str().to_string()
+                }
+                _ => return Err("give either 'rate' or a refill time, not both".into()),
+            },
+        };
+        arguments.push(argument);
+    }
+    let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    Algorithm::from_arguments(kind, &arguments).map_err(|error| error.to_string())
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::Shape;
+use redis_ratelimit_core::Recovery;
+use redis_ratelimit_core::kinds::Quota;
+
 use crate::in_flight::InFlight;
 use crate::store::{StoreBackend, View};
 
@@ -114,18 +116,17 @@ pub struct LimitStatus {
 }
 
 impl LimitStatus {
-    pub(crate) fn from_view(name: Arc<str>, shape: Shape, view: &View) -> Self {
-        let window = shape.window();
-        let more_in = match (view.allowed, shape) {
+    pub(crate) fn from_view(name: Arc<str>, quota: &Quota, view: &View) -> Self {
+        let window = quota.window();
+        let recovery = quota.recovery();
+        let more_in = match (view.allowed, recovery) {
             // A denied sliding window's wait is exact, its reset only an upper bound.
-            (false, Shape::SlidingWindow { .. } | Shape::SlidingLog { .. }) => {
-                view.retry_after.unwrap_or(view.reset_after)
-            }
-            _ => shape.more_in(view.remaining, view.reset_after),
+            (false, Recovery::Sliding) => view.retry_after.unwrap_or(view.reset_after),
+            _ => more_in(recovery, quota.advertised_quota(), view),
         };
         Self {
             name,
-            in_flight: matches!(shape, Shape::Concurrency { .. }),
+            in_flight: recovery == Recovery::OnRelease,
             quota: view.limit,
             configured_quota: view.limit,
             window,
@@ -198,32 +199,63 @@ impl Decision {
     }
 }
 
+/// How long until a limiter of `quota` units can admit at least one unit more than the
+/// view's `remaining`: the `t` of the `RateLimit` header field.
+///
+/// Exact for buckets (units come back one interval apart, the last one at the reset) and
+/// fixed windows (all at the window's end); for the sliding algorithms it is the reset, an
+/// upper bound (units may come back earlier); none for an in-flight limit (a slot comes back
+/// when a request ends, which nobody can tell in advance).
+fn more_in(recovery: Recovery, quota: u64, view: &View) -> Duration {
+    if view.remaining >= quota {
+        return Duration::ZERO;
+    }
+    let interval_ns = match recovery {
+        Recovery::Steady { interval_ns } => interval_ns,
+        Recovery::OnRelease => return Duration::ZERO,
+        Recovery::AtReset | Recovery::Sliding => return view.reset_after,
+    };
+    // The missing units come back one interval apart, the last one at the reset.
+    let later_units = quota.saturating_sub(view.remaining).saturating_sub(1);
+    let later = Duration::from_nanos(later_units.saturating_mul(interval_ns));
+    view.reset_after.saturating_sub(later)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algorithm::Algorithm;
 
+    fn status_of(algorithm: &Algorithm, fields: [i64; 5]) -> LimitStatus {
+        LimitStatus::from_view("k".into(), algorithm.as_quota(), &View::from_fields(fields))
+    }
+
     #[test]
     fn a_status_reports_when_more_quota_comes() {
-        let shape = Algorithm::token_bucket(10, Duration::from_secs(10))
-            .unwrap()
-            .shape()
-            .unwrap();
-        let view = View::from_fields([1, 7, 0, 2500, 10]);
-        let status = LimitStatus::from_view("k".into(), shape, &view);
+        let bucket = Algorithm::token_bucket(10, Duration::from_secs(10)).unwrap();
+        // 7 of 10 left, full again in 2.5 s: the next token comes in 0.5 s.
+        let status = status_of(&bucket, [1, 7, 0, 2500, 10]);
         assert_eq!(status.window, Duration::from_secs(10));
         assert_eq!(status.more_in, Duration::from_millis(500));
         assert_eq!(status.quota, 10);
+        assert!(!status.in_flight);
+        assert_eq!(
+            status_of(&bucket, [1, 10, 0, 0, 10]).more_in,
+            Duration::ZERO
+        );
+        let fixed = Algorithm::fixed_window(5, Duration::from_secs(60)).unwrap();
+        let status = status_of(&fixed, [0, 0, 42_000, 42_000, 5]);
+        assert_eq!(status.more_in, Duration::from_secs(42));
+        let slots = Algorithm::concurrency(5, Duration::from_secs(60)).unwrap();
+        let status = status_of(&slots, [0, 0, 3_000, 60_000, 5]);
+        assert!(status.in_flight);
+        assert_eq!(status.more_in, Duration::ZERO);
     }
 
     #[test]
     fn a_denied_sliding_window_reports_its_exact_wait() {
-        let shape = Algorithm::sliding_window(10, Duration::from_secs(60))
-            .unwrap()
-            .shape()
-            .unwrap();
-        let view = View::from_fields([0, 0, 1200, 50_000, 10]);
-        let status = LimitStatus::from_view("w".into(), shape, &view);
+        let window = Algorithm::sliding_window(10, Duration::from_secs(60)).unwrap();
+        let status = status_of(&window, [0, 0, 1200, 50_000, 10]);
         assert_eq!(status.more_in, Duration::from_millis(1200));
     }
 }

@@ -6,6 +6,7 @@
 //! partial grants, the binding limit, all or nothing). Only the clock differs: the caller
 //! passes this process's.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use redis_ratelimit_core::Commit;
@@ -15,14 +16,14 @@ use redis_ratelimit_core::engine::{self, Limits, Refused};
 use redis_ratelimit_core::grant::Grant as CoreGrant;
 use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef, Quota};
 
-use crate::algorithm::Shape;
 use crate::outcome::{Grant, StoreBackend, View};
 
 /// One limit of a local group.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct LocalCall<'a> {
     pub(crate) key: &'a str,
-    pub(crate) shape: Shape,
+    /// The limit's quota for one unit: its algorithm's, or a replica's share of it.
+    pub(crate) quota: Cow<'a, Quota>,
     pub(crate) weight: u64,
     /// Pacing (token buckets): admit with a wait up to this many nanoseconds.
     pub(crate) max_wait_ns: Option<u64>,
@@ -73,7 +74,7 @@ impl LocalLimits {
     }
 
     /// Starts `call.key` over from what the store last said: `remaining` units of the
-    /// call's shape left at `at_us`, as if a fresh limiter had been charged the rest then
+    /// call's quota left at `at_us`, as if a fresh limiter had been charged the rest then
     /// (a bucket holding `remaining` tokens, a window with the rest used). Any state the key
     /// had is replaced. Units are the limit's own (the call's weight is not applied).
     pub(crate) fn seed(
@@ -83,14 +84,14 @@ impl LocalLimits {
         at_us: i64,
     ) -> Result<(), LocalError> {
         self.states.remove(call.key);
-        let used = call.shape.quota().saturating_sub(remaining);
+        let used = call.quota.advertised_quota().saturating_sub(remaining);
         if used == 0 {
             return Ok(());
         }
         let unweighted = LocalCall {
             weight: 1,
             max_wait_ns: None,
-            ..*call
+            ..call.clone()
         };
         self.acquire(&[unweighted], used, Some(1), at_us)
             .map(|_| ())
@@ -235,13 +236,9 @@ fn live<'s>(states: &'s HashMap<String, Stored>, key: &str, now_us: i64) -> Opti
         .filter(|stored| stored.expires_at_ms > now_ms)
 }
 
-/// The quota of one call, for one unit: its shape, paced or holding the caller's slot.
+/// The quota of one call, for one unit: its own, paced or holding the caller's slot.
 fn quota(call: &LocalCall<'_>) -> Result<Quota, LocalError> {
-    let quota = call
-        .shape
-        .to_quota()
-        .map_err(|error| LocalError::Params(error.to_string()))?;
-    match (quota, call.max_wait_ns, call.holder) {
+    match (call.quota.as_ref(), call.max_wait_ns, call.holder) {
         (Quota::TokenBucket(bucket), Some(wait_ns), _) => bucket
             .with_max_wait_ns(wait_ns)
             .map(Quota::TokenBucket)
@@ -252,7 +249,7 @@ fn quota(call: &LocalCall<'_>) -> Result<Quota, LocalError> {
         (Quota::Concurrency(_), None, None) => Err(LocalError::Params(
             "an in-flight limit needs the caller's holder id".into(),
         )),
-        (quota, None, _) => Ok(quota),
+        (quota, None, _) => Ok(quota.clone()),
         (_, Some(_), _) => Err(LocalError::Params("only token buckets can be paced".into())),
     }
 }
@@ -295,12 +292,12 @@ mod tests {
 
     const T0: i64 = 1_700_000_000_000_000;
 
-    fn shape(algorithm: Algorithm) -> Shape {
-        algorithm.shape().unwrap()
+    fn quota(algorithm: Algorithm) -> Cow<'static, Quota> {
+        Cow::Owned(algorithm.as_quota().clone())
     }
 
-    fn bucket(capacity: u64) -> Shape {
-        shape(Algorithm::token_bucket(capacity, Duration::from_secs(3600)).unwrap())
+    fn bucket(capacity: u64) -> Cow<'static, Quota> {
+        quota(Algorithm::token_bucket(capacity, Duration::from_secs(3600)).unwrap())
     }
 
     #[test]
@@ -309,14 +306,14 @@ mod tests {
         let calls = [
             LocalCall {
                 key: "user",
-                shape: bucket(3),
+                quota: bucket(3),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,
             },
             LocalCall {
                 key: "global",
-                shape: bucket(100),
+                quota: bucket(100),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,
@@ -339,14 +336,14 @@ mod tests {
         let calls = [
             LocalCall {
                 key: "a",
-                shape: bucket(10),
+                quota: bucket(10),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,
             },
             LocalCall {
                 key: "b",
-                shape: bucket(20),
+                quota: bucket(20),
                 weight: 3,
                 max_wait_ns: None,
                 holder: None,
@@ -368,7 +365,7 @@ mod tests {
         let mut limits = LocalLimits::strict();
         let calls = [LocalCall {
             key: "a",
-            shape: bucket(5),
+            quota: bucket(5),
             weight: 1,
             max_wait_ns: None,
             holder: None,
@@ -390,7 +387,7 @@ mod tests {
         let mut limits = LocalLimits::strict();
         let calls = [LocalCall {
             key: "a",
-            shape: bucket(5),
+            quota: bucket(5),
             weight: 2,
             max_wait_ns: None,
             holder: None,
@@ -402,14 +399,14 @@ mod tests {
 
     #[test]
     fn strict_limits_refuse_another_kind_lenient_ones_replace_it() {
-        let window = shape(Algorithm::fixed_window(5, Duration::from_secs(60)).unwrap());
+        let window = quota(Algorithm::fixed_window(5, Duration::from_secs(60)).unwrap());
         for (mut limits, refuses) in [
             (LocalLimits::strict(), true),
             (LocalLimits::lenient(), false),
         ] {
             let first = [LocalCall {
                 key: "k",
-                shape: bucket(5),
+                quota: bucket(5),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,
@@ -417,7 +414,7 @@ mod tests {
             limits.acquire(&first, 1, None, T0).unwrap();
             let second = [LocalCall {
                 key: "k",
-                shape: window,
+                quota: window.clone(),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,
@@ -432,7 +429,7 @@ mod tests {
         // 10 tokens refilled over an hour: one every 6 minutes.
         let calls = [LocalCall {
             key: "a",
-            shape: bucket(10),
+            quota: bucket(10),
             weight: 2,
             max_wait_ns: None,
             holder: None,
@@ -455,10 +452,10 @@ mod tests {
     #[test]
     fn expired_states_are_missing_keys() {
         let mut limits = LocalLimits::strict();
-        let fast = shape(Algorithm::token_bucket(2, Duration::from_secs(1)).unwrap());
+        let fast = quota(Algorithm::token_bucket(2, Duration::from_secs(1)).unwrap());
         let calls = [LocalCall {
             key: "a",
-            shape: fast,
+            quota: fast,
             weight: 1,
             max_wait_ns: None,
             holder: None,
@@ -475,21 +472,21 @@ mod tests {
         let calls = [
             LocalCall {
                 key: "a",
-                shape: bucket(100),
+                quota: bucket(100),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,
             },
             LocalCall {
                 key: "b",
-                shape: bucket(10),
+                quota: bucket(10),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,
             },
             LocalCall {
                 key: "c",
-                shape: bucket(10),
+                quota: bucket(10),
                 weight: 1,
                 max_wait_ns: None,
                 holder: None,

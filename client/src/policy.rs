@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, AlgorithmError};
+use redis_ratelimit_core::kinds::Kind;
+
+use crate::algorithm::Algorithm;
 use crate::key::{KeyTemplate, TemplateError};
 
 /// One limit of a policy: an algorithm applied to the key a template renders.
@@ -23,12 +25,6 @@ impl Limit {
     /// `algorithm` to the keys `key` renders (see [`KeyTemplate`]).
     pub fn new(name: &str, algorithm: Algorithm, key: &str) -> Result<Self, PolicyError> {
         check_name(name)?;
-        algorithm
-            .validate()
-            .map_err(|error| PolicyError::Algorithm {
-                limit: name.to_string(),
-                error,
-            })?;
         let key = KeyTemplate::parse(key).map_err(|error| PolicyError::Template {
             limit: name.to_string(),
             error,
@@ -52,7 +48,7 @@ impl Limit {
             limit: self.name.to_string(),
             reason: reason.to_string(),
         };
-        if !matches!(self.algorithm, Algorithm::TokenBucket { .. }) {
+        if self.algorithm.kind() != Kind::TokenBucket {
             return Err(refuse("only token buckets can be paced"));
         }
         if max_wait > MAX_WAIT || max_wait.subsec_nanos().checked_rem(1_000_000) != Some(0) {
@@ -381,7 +377,7 @@ impl PolicyBuilder {
             let in_flight = self
                 .limits
                 .iter()
-                .find(|limit| matches!(limit.algorithm, Algorithm::Concurrency { .. }));
+                .find(|limit| limit.algorithm.is_in_flight());
             if let Some(in_flight) = in_flight {
                 return Err(PolicyError::LeasedInFlight(in_flight.name.to_string()));
             }
@@ -420,13 +416,6 @@ pub enum PolicyError {
     DuplicateKey(String),
     /// More than [`MAX_LIMITS`] limits.
     TooManyLimits(String),
-    /// A limit's algorithm parameters are out of range.
-    Algorithm {
-        /// The limit.
-        limit: String,
-        /// Why.
-        error: AlgorithmError,
-    },
     /// A limit's key template is malformed.
     Template {
         /// The limit.
@@ -475,7 +464,6 @@ impl fmt::Display for PolicyError {
                 f,
                 "policy '{policy}' has more than {MAX_LIMITS} limits (RL.MULTI's maximum)"
             ),
-            Self::Algorithm { limit, error } => write!(f, "limit '{limit}': {error}"),
             Self::Template { limit, error } => write!(f, "limit '{limit}': {error}"),
             Self::Pacing { limit, reason } => write!(f, "limit '{limit}': {reason}"),
             Self::LeasedInFlight(limit) => write!(

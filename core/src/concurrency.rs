@@ -61,6 +61,9 @@ mod holders;
 
 pub use holders::{Concurrency, HolderId, HolderIdError, MAX_HOLDER_ID_BYTES};
 
+use super::facts::{QuotaFacts, Recovery, part};
+use std::time::Duration;
+
 use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, cost_is_a_field};
 use super::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us};
 
@@ -164,6 +167,26 @@ impl ConcurrencyParams {
 // A call takes one slot whatever its cost: the cost is only carried, so that partial grants
 // and multi-limit calls can treat every limit alike.
 cost_is_a_field!(ConcurrencyParams);
+
+impl QuotaFacts for ConcurrencyParams {
+    /// The most holders at once.
+    fn advertised_quota(&self) -> u64 {
+        self.limit
+    }
+
+    /// None: slots come back when requests end, not with time.
+    fn window(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// `limit / replicas` slots, each held as long.
+    fn share(&self, replicas: u64) -> Option<Self> {
+        Some(Self {
+            limit: part(self.limit, replicas)?,
+            ..*self
+        })
+    }
+}
 
 /// What a change does after dropping the holders expired at its instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -454,6 +477,11 @@ impl Algorithm for ConcurrencyAlgorithm {
     /// finally trims excess capacity. Deterministic, and on a list that does not match the
     /// one the change was computed from it still keeps every invariant (a release of an
     /// unknown holder does nothing, an acquire beyond [`MAX_STORED_HOLDERS`] is dropped).
+    /// A slot comes back when its holder is released or expires.
+    fn recovery(_params: &ConcurrencyParams) -> Recovery {
+        Recovery::OnRelease
+    }
+
     fn apply(state: &mut Concurrency, change: ConcurrencyChange) {
         state.drop_expired(change.at_us);
         match change.action {

@@ -1,5 +1,6 @@
 //! What every limiter decides, independent of the algorithm.
 
+use super::facts::Recovery;
 use super::time::saturating_i64;
 
 /// When the same call would be admitted, if nothing else happens meanwhile; for an admitted
@@ -150,6 +151,9 @@ pub trait Algorithm {
         up_to: u64,
         now_us: i64,
     ) -> u64;
+
+    /// How the units a call takes come back (for telling a client when it has more).
+    fn recovery(params: &Self::Params) -> Recovery;
 
     /// Applies a committed change to an existing state.
     fn apply(state: &mut Self::State, change: Self::Change);

@@ -17,6 +17,7 @@
 //! its arguments in the `redis-ratelimit-wire` crate (the compiler lists what is missing).
 
 use crate::concurrency::{Concurrency, ConcurrencyAlgorithm, ConcurrencyChange, ConcurrencyParams};
+use crate::facts::{QuotaFacts, Recovery};
 use crate::fixed_window::{FixedWindow, FixedWindowAlgorithm};
 use crate::gcra::{Gcra, GcraAlgorithm, GcraParams};
 use crate::grant::{self, Grant, Granted};
@@ -25,6 +26,7 @@ use crate::sliding_window::{SlidingWindow, SlidingWindowAlgorithm};
 use crate::token_bucket::{TokenBucket, TokenBucketAlgorithm, TokenBucketParams};
 use crate::window::WindowParams;
 use crate::{Algorithm, CallCost, Evaluation};
+use std::time::Duration;
 
 /// A state type stored under one [`Kind`].
 pub trait KindState: Sized + Clone + 'static {
@@ -113,11 +115,11 @@ pub trait StateVisitor {
 
 /// Declares every kind once: its discriminant (the encoding's kind byte), its algorithm, its
 /// state type and how the type-erased [`Quota`] and [`Change`] hold its parameters and
-/// change (the algorithm's own types, or boxed when they are large), how errors name it, and the
+/// change (the algorithm's own types, or boxed when they are large), how errors name it, the
 /// ALGORITHM name `RL.PEEK` / `RL.REFUND` / `RL.MULTI` accept (none for kinds with a command
-/// of their own syntax).
+/// of their own syntax), and the name configuration files give it.
 macro_rules! kinds {
-    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty, $params:ty, $change:ty], $description:literal, $name:expr;)*) => {
+    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty, $params:ty, $change:ty], $description:literal, $name:expr, $config_name:literal;)*) => {
         /// The algorithm a key holds. The discriminant is the kind byte of the encoding.
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         #[repr(u8)]
@@ -145,6 +147,11 @@ macro_rules! kinds {
             /// The ALGORITHM name commands accept for this kind, if any.
             pub fn command_name(self) -> Option<&'static str> {
                 match self { $(Kind::$variant => $name,)* }
+            }
+
+            /// The name configuration files give this kind (`token_bucket`).
+            pub fn config_name(self) -> &'static str {
+                match self { $(Kind::$variant => $config_name,)* }
             }
 
             /// Calls `visitor` with this kind's state type.
@@ -262,6 +269,32 @@ macro_rules! kinds {
             /// Units the call asks for.
             pub fn cost(&self) -> u64 {
                 match self { $(Quota::$variant(params) => params.cost(),)* }
+            }
+
+            /// The quota advertised for this limit (see [`QuotaFacts::advertised_quota`]).
+            pub fn advertised_quota(&self) -> u64 {
+                match self { $(Quota::$variant(params) => params.advertised_quota(),)* }
+            }
+
+            /// The window the advertised quota applies to (see [`QuotaFacts::window`]).
+            pub fn window(&self) -> Duration {
+                match self { $(Quota::$variant(params) => params.window(),)* }
+            }
+
+            /// How the units a call takes come back (see [`Algorithm::recovery`]).
+            pub fn recovery(&self) -> Recovery {
+                match self {
+                    $(Quota::$variant(params) => <$algorithm>::recovery(
+                        <$params as Inner<<$algorithm as Algorithm>::Params>>::inner(params),
+                    ),)*
+                }
+            }
+
+            /// What one of `replicas` replicas enforces alone (see [`QuotaFacts::share`]).
+            pub fn share(&self, replicas: u64) -> Option<Quota> {
+                match self {
+                    $(Quota::$variant(params) => params.share(replicas).map(|share| Quota::$variant(share.into())),)*
+                }
             }
 
             /// The same quota for a call of `cost` units.
@@ -403,20 +436,20 @@ macro_rules! kinds {
 
 kinds! {
     TokenBucket = 0: TokenBucketAlgorithm [TokenBucket, TokenBucketParams, TokenBucket],
-        "a token bucket", Some("TOKENBUCKET");
+        "a token bucket", Some("TOKENBUCKET"), "token_bucket";
     SlidingWindow = 1: SlidingWindowAlgorithm [SlidingWindow, WindowParams, SlidingWindow],
-        "a sliding window", Some("SLIDING");
+        "a sliding window", Some("SLIDING"), "sliding_window";
     FixedWindow = 2: FixedWindowAlgorithm [FixedWindow, WindowParams, FixedWindow],
-        "a fixed window", Some("FIXED");
+        "a fixed window", Some("FIXED"), "fixed_window";
     SlidingLog = 3: SlidingLogAlgorithm [SlidingLog, SlidingLogParams, SlidingLogChange],
-        "a sliding log", Some("SLIDINGLOG");
+        "a sliding log", Some("SLIDINGLOG"), "sliding_log";
     Gcra = 4: GcraAlgorithm [Gcra, GcraParams, Gcra],
-        "a CL.THROTTLE (GCRA)", Some("GCRA");
+        "a CL.THROTTLE (GCRA)", Some("GCRA"), "gcra";
     // Boxed in the type-erased enums: a holder id is 128 bytes inline, which would make every
     // quota and change of every kind that big to move around.
     Concurrency = 5: ConcurrencyAlgorithm
         [Concurrency, Box<ConcurrencyParams>, Box<ConcurrencyChange>],
-        "an in-flight limit", Some("CONCURRENCY");
+        "an in-flight limit", Some("CONCURRENCY"), "concurrency";
 }
 
 impl Quota {
@@ -453,6 +486,14 @@ impl Kind {
         Kind::ALL.iter().copied().find(|kind| *kind as u8 == byte)
     }
 
+    /// The kind a configuration file names (`token_bucket`; exact), if any.
+    pub fn from_config_name(name: &str) -> Option<Kind> {
+        Kind::ALL
+            .iter()
+            .copied()
+            .find(|kind| kind.config_name() == name)
+    }
+
     /// The kind an ALGORITHM argument names (case-insensitive), if any.
     pub fn named(name: &[u8]) -> Option<Kind> {
         Kind::ALL.iter().copied().find(|kind| {
@@ -461,3 +502,7 @@ impl Kind {
         })
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
+mod tests;

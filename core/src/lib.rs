@@ -18,6 +18,7 @@
 pub mod concurrency;
 pub mod decision;
 pub mod engine;
+pub mod facts;
 pub mod fixed_window;
 pub mod gcra;
 pub mod grant;
@@ -34,3 +35,4 @@ pub mod token_bucket;
 pub mod window;
 
 pub use decision::{Algorithm, CallCost, Commit, Decision, Evaluation, Retry};
+pub use facts::{QuotaFacts, Recovery};

@@ -636,6 +636,27 @@ pub(crate) fn window_steps(
     )
 }
 
+/// Drives a windowed limiter and `model` (which answers `(admitted, remaining)` for a call of
+/// `cost` at `now_us` under `limit`, recording it) side by side over `calls`: they must agree
+/// on every call, and a call is refused for ever exactly when its cost exceeds the limit.
+pub(crate) fn check_matches_window_model<A: Algorithm<Params = WindowParams>>(
+    (limit, window): (u64, i64),
+    calls: &[(i64, u64)],
+    mut model: impl FnMut(u64, u64, i64) -> (bool, u64),
+) -> Checked {
+    let mut key = Driver::<A>::default();
+    for step in window_steps(limit, window, calls) {
+        let (cost, now) = (step.params.cost(), step.now_us);
+        let decision = key.call(&step.params, now);
+        prop_assert_eq!(
+            (decision.allowed, decision.remaining),
+            model(limit, cost, now)
+        );
+        prop_assert_eq!(decision.retry == Retry::Never, cost > limit);
+    }
+    Ok(())
+}
+
 /// The properties every windowed limiter (fixed or sliding window) shares, for `limit` units
 /// per `window` µs:
 ///

@@ -57,6 +57,9 @@
 //! simply emptier (it never admits more than it would have at the later time) and the state
 //! is not rewound: an admitted call always moves `empty_at_ns` forward.
 
+use super::facts::{QuotaFacts, Recovery, part};
+use std::time::Duration;
+
 use super::decision::{
     Algorithm, Commit, Decision, Evaluation, Retry, change_is_the_new_state, cost_is_a_field,
 };
@@ -177,6 +180,28 @@ impl TokenBucketParams {
 }
 
 cost_is_a_field!(TokenBucketParams);
+
+impl QuotaFacts for TokenBucketParams {
+    /// The capacity: the largest burst.
+    fn advertised_quota(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The time an empty bucket takes to refill completely.
+    fn window(&self) -> Duration {
+        Duration::from_nanos(self.capacity.saturating_mul(self.interval_ns))
+    }
+
+    /// `capacity / replicas` tokens, each refilled `replicas` times slower (the refill time
+    /// stays within the original's, so the share is valid).
+    fn share(&self, replicas: u64) -> Option<Self> {
+        Some(Self {
+            capacity: part(self.capacity, replicas)?,
+            interval_ns: self.interval_ns.checked_mul(replicas.max(1))?,
+            ..*self
+        })
+    }
+}
 
 /// What a token bucket stores between calls: 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -421,6 +446,13 @@ impl Algorithm for TokenBucketAlgorithm {
         view.whole_tokens(within_wait)
             .min(params.capacity)
             .min(up_to)
+    }
+
+    /// One token per refill interval.
+    fn recovery(params: &TokenBucketParams) -> Recovery {
+        Recovery::Steady {
+            interval_ns: params.interval_ns(),
+        }
     }
 
     change_is_the_new_state!(TokenBucket);

@@ -3,7 +3,10 @@
 //! sliding log bounds its limit by a server setting instead (see
 //! [`SlidingLogParams`](super::sliding_log::SlidingLogParams)).
 
+use std::time::Duration;
+
 use super::decision::cost_is_a_field;
+use super::facts::{QuotaFacts, part};
 use super::time::{MAX_WINDOW_US, MIN_WINDOW_US};
 
 /// Largest limit of a windowed limiter: counts are stored as `u32`, which keeps each state
@@ -87,6 +90,26 @@ impl WindowParams {
 }
 
 cost_is_a_field!(WindowParams);
+
+impl QuotaFacts for WindowParams {
+    /// The limit of one window.
+    fn advertised_quota(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window's length.
+    fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us)
+    }
+
+    /// `limit / replicas` units in the same window.
+    fn share(&self, replicas: u64) -> Option<Self> {
+        Some(Self {
+            limit: part(self.limit, replicas)?,
+            ..*self
+        })
+    }
+}
 
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects)]

@@ -148,17 +148,18 @@ fn exercise(limiter: &Limiter, clocks: &[i64]) {
             exercise_with::<SlidingLogAlgorithm>(state, &log_params(), clocks, |_| true)
         }
         Limiter::Gcra(state) => {
+            // (max_burst, count, period s, quantity): intervals of 1 ns, 2 s and 100 years.
             let params = [
-                (0, 1, 1),
-                (15, 2_000_000_000, 1),
-                (15, 2_000_000_000, 0),
-                (15, 2_000_000_000, -3),
-                (15, 2_000_000_000, i64::MIN),
-                (0, MAX_TOLERANCE_NS, i64::MAX),
-                (MAX_TOLERANCE_NS - 1, 1, 2),
+                (0, 1_000_000_000, 1, 1),
+                (15, 1, 2, 1),
+                (15, 1, 2, 0),
+                (15, 1, 2, -3),
+                (15, 1, 2, i64::MIN),
+                (0, 1, MAX_TOLERANCE_NS / 1_000_000_000, i64::MAX),
+                (MAX_TOLERANCE_NS - 1, 1_000_000_000, 1, 2),
             ]
-            .map(|(burst, interval, quantity)| {
-                GcraParams::from_interval(burst, interval, quantity).unwrap()
+            .map(|(burst, count, period, quantity)| {
+                GcraParams::new(burst, count, period, quantity).unwrap()
             });
             // redis-cell reports an infinite `remaining` (i64::MAX) for intervals under 1 µs,
             // and CL.THROTTLE copies it: only longer intervals keep remaining ≤ limit.

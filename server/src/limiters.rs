@@ -82,12 +82,10 @@ impl Limiters {
         limits: &[ShapeLimit],
         leasable: bool,
     ) -> Result<RateLimiter, String> {
-        let lease = self.settings.lease.filter(|_| {
-            leasable
-                && !limits
-                    .iter()
-                    .any(|limit| matches!(limit.algorithm, Algorithm::Concurrency { .. }))
-        });
+        let lease = self
+            .settings
+            .lease
+            .filter(|_| leasable && !limits.iter().any(|limit| limit.algorithm.is_in_flight()));
         let mut signature = format!("{policy}|{lease:?}");
         for limit in limits {
             signature.push_str(&format!("|{:?}*{}", limit.algorithm, limit.weight));

@@ -8,7 +8,7 @@ use redis_module::raw;
 
 use super::api::{ArgBuffer, Call};
 use super::driver::{self, MultiBuffers, Outcome};
-use super::stats::{self, CommandStats};
+use super::stats;
 use super::{clock, config, reply, scratch};
 use redis_ratelimit_core::Decision;
 use redis_ratelimit_core::gcra::GcraParams;
@@ -17,6 +17,7 @@ use redis_ratelimit_core::kinds::{Kind, Quota};
 use redis_ratelimit_wire::args::multi::{self, MultiArgs};
 use redis_ratelimit_wire::args::remembered::{self, MultiContext};
 use redis_ratelimit_wire::args::{self, CallArgs, Memo, Settings};
+use redis_ratelimit_wire::commands::{Command, Syntax};
 use redis_ratelimit_wire::error::CommandError;
 
 /// Number of kinds, for per-kind tables.
@@ -45,22 +46,22 @@ fn key_name(call: &Call<'_>) -> Result<*mut raw::RedisModuleString, CommandError
 
 /// `RL.TOKENBUCKET key capacity rate [cost] [PARTIAL [MIN m] | MAXWAIT ms]`
 pub fn token_bucket(call: &Call<'_>) -> Result<(), CommandError> {
-    limiter_call(call, Kind::TokenBucket, &stats::TOKEN_BUCKET)
+    limiter_call(call, Command::TokenBucket)
 }
 
 /// `RL.SLIDING key limit window [cost] [PARTIAL [MIN m]]`
 pub fn sliding(call: &Call<'_>) -> Result<(), CommandError> {
-    limiter_call(call, Kind::SlidingWindow, &stats::SLIDING)
+    limiter_call(call, Command::Sliding)
 }
 
 /// `RL.FIXED key limit window [cost] [PARTIAL [MIN m]]`
 pub fn fixed(call: &Call<'_>) -> Result<(), CommandError> {
-    limiter_call(call, Kind::FixedWindow, &stats::FIXED)
+    limiter_call(call, Command::Fixed)
 }
 
 /// `RL.SLIDINGLOG key limit window [cost] [PARTIAL [MIN m]]`
 pub fn sliding_log(call: &Call<'_>) -> Result<(), CommandError> {
-    limiter_call(call, Kind::SlidingLog, &stats::SLIDING_LOG)
+    limiter_call(call, Command::SlidingLog)
 }
 
 /// The server settings arguments are checked against.
@@ -71,8 +72,12 @@ fn settings() -> Settings {
     }
 }
 
-/// A limiter command on its key, with the algorithm's arguments after the key.
-fn limiter_call(call: &Call<'_>, kind: Kind, stats: &CommandStats) -> Result<(), CommandError> {
+/// A limiter command (of [`Syntax::Call`]) on its key, with the algorithm's arguments after
+/// the key.
+fn limiter_call(call: &Call<'_>, command: Command) -> Result<(), CommandError> {
+    let Syntax::Call(kind) = command.syntax() else {
+        return Err(CommandError::WrongArity);
+    };
     let name = key_name(call)?;
     let now_us = clock::now_us()?;
     let settings = settings();
@@ -87,12 +92,12 @@ fn limiter_call(call: &Call<'_>, kind: Kind, stats: &CommandStats) -> Result<(),
             (kind, settings),
             remembered::limiter_call,
             |parsed| {
-                driver::acquire(call, stats.event, name, parsed, now_us)
+                driver::acquire(call, command.name(), name, parsed, now_us)
                     .map(|outcome| (outcome, parsed.grant))
             },
         )
     })??;
-    respond(call, stats, outcome, grant);
+    respond(call, command, outcome, grant);
     Ok(())
 }
 
@@ -109,7 +114,7 @@ pub fn peek(call: &Call<'_>) -> Result<(), CommandError> {
             driver::peek(call, name, parsed, now_us).map(|outcome| (outcome, parsed.grant))
         })
     })??;
-    respond(call, &stats::PEEK, outcome, grant);
+    respond(call, Command::Peek, outcome, grant);
     Ok(())
 }
 
@@ -123,10 +128,10 @@ pub fn refund(call: &Call<'_>) -> Result<(), CommandError> {
     let arguments = call.args_bytes(2.., &mut buffer);
     let decision = REFUND_ARGS.with(|memo| {
         memo.with(arguments, settings, remembered::refund, |quota| {
-            driver::refund(call, stats::REFUND.event, name, quota, now_us)
+            driver::refund(call, Command::Refund.name(), name, quota, now_us)
         })
     })??;
-    stats::REFUND.record(decision.allowed);
+    stats::record(Command::Refund, decision.allowed);
     reply::decision(call, &decision);
     Ok(())
 }
@@ -146,8 +151,8 @@ pub fn acquire(call: &Call<'_>) -> Result<(), CommandError> {
         quota,
         grant: Grant::Whole,
     };
-    let outcome = driver::acquire(call, stats::ACQUIRE.event, name, &call_args, now_us)?;
-    respond(call, &stats::ACQUIRE, outcome, Grant::Whole);
+    let outcome = driver::acquire(call, Command::Acquire.name(), name, &call_args, now_us)?;
+    respond(call, Command::Acquire, outcome, Grant::Whole);
     Ok(())
 }
 
@@ -157,8 +162,8 @@ pub fn release(call: &Call<'_>) -> Result<(), CommandError> {
     let name = key_name(call)?;
     let holder = args::quota::holder(call.arg_bytes(2))?;
     let now_us = clock::now_us()?;
-    let released = driver::release(call, stats::RELEASE.event, name, &holder, now_us)?;
-    stats::RELEASE.record(released);
+    let released = driver::release(call, Command::Release.name(), name, &holder, now_us)?;
+    stats::record(Command::Release, released);
     call.reply_integer(i64::from(released));
     Ok(())
 }
@@ -171,8 +176,8 @@ pub fn throttle(call: &Call<'_>) -> Result<(), CommandError> {
     let arguments = call.args_bytes(2.., &mut buffer);
     let params =
         THROTTLE_ARGS.with(|memo| memo.with(arguments, (), remembered::throttle, |p| *p))?;
-    let cell = driver::throttle(call, stats::THROTTLE.event, name, &params, now_us)?;
-    stats::THROTTLE.record(!cell.limited);
+    let cell = driver::throttle(call, Command::Throttle.name(), name, &params, now_us)?;
+    stats::record(Command::Throttle, !cell.limited);
     reply::cell(call, &cell);
     Ok(())
 }
@@ -209,12 +214,19 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
         let (outcome, grant) = MULTI_ARGS
             .with(|memo| {
                 memo.with(arguments, context, remembered::multi_limits, |parsed| {
-                    driver::acquire_many(call, stats::MULTI.event, names, parsed, now_us, buffers)
-                        .map(|outcome| (outcome, parsed.grant))
+                    driver::acquire_many(
+                        call,
+                        Command::Multi.name(),
+                        names,
+                        parsed,
+                        now_us,
+                        buffers,
+                    )
+                    .map(|outcome| (outcome, parsed.grant))
                 })
             })
             .map_err(|error| error.naming_keys(key_bytes))??;
-        stats::MULTI.record(outcome.bound.decision.allowed);
+        stats::record(Command::Multi, outcome.bound.decision.allowed);
         let first = first_field(outcome.units, &outcome.bound.decision, grant);
         reply::multi(call, &outcome, buffers.engine.per_limit(), first);
         Ok(())
@@ -236,8 +248,8 @@ fn report_counted_keys(call: &Call<'_>) {
 }
 
 /// Counts and replies to a single-key call.
-fn respond(call: &Call<'_>, stats: &CommandStats, outcome: Outcome, grant: Grant) {
-    stats.record(outcome.decision.allowed);
+fn respond(call: &Call<'_>, command: Command, outcome: Outcome, grant: Grant) {
+    stats::record(command, outcome.decision.allowed);
     let first = first_field(outcome.units, &outcome.decision, grant);
     reply::decision_with_first(call, &outcome.decision, first);
 }

@@ -28,6 +28,7 @@ use super::store::{self, LimiterKey, Update, Write};
 use redis_ratelimit_core::Commit;
 use redis_ratelimit_core::kinds::{Change, KindAlgorithm, LimiterRef};
 use redis_ratelimit_wire::codec::{self, EffectBody, Encoded};
+use redis_ratelimit_wire::commands::Command;
 use redis_ratelimit_wire::error::CommandError;
 
 /// The internal command that carries replicated and AOF-rewritten state.
@@ -36,11 +37,11 @@ use redis_ratelimit_wire::error::CommandError;
 /// call (`lookupCommandByCString`: the name copied into an sds, split on `|`, hashed case
 /// insensitively), about 40 instructions a character. `rl.setstate` cost an admitted
 /// `RL.TOKENBUCKET` about 240 instructions more than `rl.fx` (bench/instructions.sh).
-pub const SET_STATE: &CStr = c"rl.fx";
+pub const SET_STATE: &CStr = Command::Effects.name();
 
 /// The same command under its earlier name, which AOF files and primaries of earlier versions
 /// send: still accepted (and passed on as received), never sent.
-pub const LEGACY_SET_STATE: &CStr = c"rl.setstate";
+pub const LEGACY_SET_STATE: &CStr = Command::LegacyEffects.name();
 
 /// The keyspace event of a key written by either name (unchanged from earlier versions).
 const SET_STATE_EVENT: &CStr = c"rl.setstate";

@@ -1,5 +1,6 @@
-//! The command table: names, flags, arity, key specs and ACL categories, and the C entry
-//! points that run the bodies in [`super::commands`] with panics caught.
+//! Registering the commands of the table (`redis_ratelimit_wire::commands`: names, arity,
+//! flags) with their key specs, ACL categories and docs, and the C entry points that run the
+//! bodies in [`super::commands`] with panics caught.
 //!
 //! Keys are declared with key specs so that Redis Cluster routes every command to the key's
 //! node (`MOVED`/`ASK`, `CROSSSLOT` across slots), ACL key patterns apply, and clients and
@@ -13,6 +14,7 @@ use redis_module::raw;
 
 use super::api::{Call, api, log};
 use super::{commands, effects};
+use redis_ratelimit_wire::commands::Command;
 use redis_ratelimit_wire::error::CommandError;
 
 /// Where a command's keys are, and how it uses them (declared to Redis).
@@ -30,17 +32,13 @@ enum Keys {
     Pairs,
 }
 
-/// A module command's registration.
-struct CommandSpec {
-    name: &'static CStr,
+/// What registering a command of the table takes beyond the table's name, arity and flags.
+struct Registration {
     handler: unsafe extern "C" fn(
         *mut raw::RedisModuleCtx,
         *mut *mut raw::RedisModuleString,
         c_int,
     ) -> c_int,
-    flags: &'static CStr,
-    /// Redis arity: the argument count with the name; negative means "at least".
-    arity: c_int,
     keys: Keys,
     /// ACL categories on servers that let modules set them (7.2+); `ratelimit` is added
     /// where the server can create categories (7.4+).
@@ -79,131 +77,99 @@ entry_point!(set_state_entry => effects::set_state);
 /// The ACL category this module adds (Redis 7.4+).
 const CATEGORY: &CStr = c"ratelimit";
 
-const COMMANDS: &[CommandSpec] = &[
-    CommandSpec {
-        name: c"rl.tokenbucket",
-        handler: token_bucket_entry,
-        flags: c"write deny-oom fast",
-        arity: -4,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write fast",
-        summary: c"Takes cost tokens from a token bucket if it holds enough",
-        complexity: c"O(1)",
-    },
-    CommandSpec {
-        name: c"rl.sliding",
-        handler: sliding_entry,
-        flags: c"write deny-oom fast",
-        arity: -4,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write fast",
-        summary: c"Counts cost units in a sliding window (weighted previous + current window)",
-        complexity: c"O(1)",
-    },
-    CommandSpec {
-        name: c"rl.fixed",
-        handler: fixed_entry,
-        flags: c"write deny-oom fast",
-        arity: -4,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write fast",
-        summary: c"Counts cost units in fixed windows aligned to the Unix epoch",
-        complexity: c"O(1)",
-    },
-    CommandSpec {
-        name: c"rl.slidinglog",
-        handler: sliding_log_entry,
-        flags: c"write deny-oom",
-        arity: -4,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write slow",
-        summary: c"Counts cost units in an exact sliding window (a log of admitted units)",
-        complexity: c"O(log N + cost), amortised",
-    },
-    CommandSpec {
-        name: c"cl.throttle",
-        handler: throttle_entry,
-        flags: c"write deny-oom fast",
-        arity: -5,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write fast",
-        summary:
-            c"redis-cell compatible GCRA rate limiting, with server time and effects replication",
-        complexity: c"O(1)",
-    },
-    CommandSpec {
-        name: c"rl.multi",
-        handler: multi_entry,
-        flags: c"write deny-oom getkeys-api",
-        arity: -6,
-        keys: Keys::Counted,
-        acl_categories: c"write slow",
-        summary:
-            c"Checks several limits on several keys at once: all admit and are charged, or none is",
-        complexity: c"O(N) for N keys (plus each limit's own cost)",
-    },
-    CommandSpec {
-        name: c"rl.acquire",
-        handler: acquire_entry,
-        flags: c"write deny-oom",
-        arity: 5,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write slow",
-        summary: c"Takes or renews one of limit in-flight slots for a holder, for ttl_ms",
-        complexity: c"O(N) for N holders",
-    },
-    CommandSpec {
-        name: c"rl.release",
-        handler: release_entry,
-        flags: c"write",
-        arity: 3,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write slow",
-        summary: c"Frees a holder's in-flight slot",
-        complexity: c"O(N) for N holders",
-    },
-    CommandSpec {
-        name: c"rl.peek",
-        handler: peek_entry,
-        flags: c"readonly fast",
-        arity: -4,
-        keys: Keys::OneReadOnly,
-        acl_categories: c"read fast",
-        summary: c"Returns what a limiter call would return now, changing nothing",
-        complexity: c"O(1); O(log N) for SLIDINGLOG",
-    },
-    CommandSpec {
-        name: c"rl.refund",
-        handler: refund_entry,
-        flags: c"write fast",
-        arity: -5,
-        keys: Keys::OneReadWrite,
-        acl_categories: c"write fast",
-        summary: c"Gives back the cost of a call that was admitted but not performed",
-        complexity: c"O(1); O(cost) for SLIDINGLOG",
-    },
-    CommandSpec {
-        name: effects::SET_STATE,
-        handler: set_state_entry,
-        flags: c"write deny-oom",
-        arity: -3,
-        keys: Keys::Pairs,
-        acl_categories: c"write slow",
-        summary: c"Internal: applies limiter states or changes computed by the primary",
-        complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
-    },
-    CommandSpec {
-        name: effects::LEGACY_SET_STATE,
-        handler: set_state_entry,
-        flags: c"write deny-oom",
-        arity: -3,
-        keys: Keys::Pairs,
-        acl_categories: c"write slow",
-        summary:
-            c"Internal: RL.FX under its earlier name (AOF files and primaries of earlier versions)",
-        complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
-    },
-];
+/// How each command of the table is registered (the match makes a command added to the
+/// table fail to compile until it is given its handler and key spec here).
+fn registration(command: Command) -> Registration {
+    match command {
+        Command::TokenBucket => Registration {
+            handler: token_bucket_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write fast",
+            summary: c"Takes cost tokens from a token bucket if it holds enough",
+            complexity: c"O(1)",
+        },
+        Command::Sliding => Registration {
+            handler: sliding_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write fast",
+            summary: c"Counts cost units in a sliding window (weighted previous + current window)",
+            complexity: c"O(1)",
+        },
+        Command::Fixed => Registration {
+            handler: fixed_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write fast",
+            summary: c"Counts cost units in fixed windows aligned to the Unix epoch",
+            complexity: c"O(1)",
+        },
+        Command::SlidingLog => Registration {
+            handler: sliding_log_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write slow",
+            summary: c"Counts cost units in an exact sliding window (a log of admitted units)",
+            complexity: c"O(log N + cost), amortised",
+        },
+        Command::Throttle => Registration {
+            handler: throttle_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write fast",
+            summary:
+                c"redis-cell compatible GCRA rate limiting, with server time and effects replication",
+            complexity: c"O(1)",
+        },
+        Command::Multi => Registration {
+            handler: multi_entry,
+            keys: Keys::Counted,
+            acl_categories: c"write slow",
+            summary:
+                c"Checks several limits on several keys at once: all admit and are charged, or none is",
+            complexity: c"O(N) for N keys (plus each limit's own cost)",
+        },
+        Command::Acquire => Registration {
+            handler: acquire_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write slow",
+            summary: c"Takes or renews one of limit in-flight slots for a holder, for ttl_ms",
+            complexity: c"O(N) for N holders",
+        },
+        Command::Release => Registration {
+            handler: release_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write slow",
+            summary: c"Frees a holder's in-flight slot",
+            complexity: c"O(N) for N holders",
+        },
+        Command::Peek => Registration {
+            handler: peek_entry,
+            keys: Keys::OneReadOnly,
+            acl_categories: c"read fast",
+            summary: c"Returns what a limiter call would return now, changing nothing",
+            complexity: c"O(1); O(log N) for SLIDINGLOG",
+        },
+        Command::Refund => Registration {
+            handler: refund_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write fast",
+            summary: c"Gives back the cost of a call that was admitted but not performed",
+            complexity: c"O(1); O(cost) for SLIDINGLOG",
+        },
+        Command::Effects => Registration {
+            handler: set_state_entry,
+            keys: Keys::Pairs,
+            acl_categories: c"write slow",
+            summary: c"Internal: applies limiter states or changes computed by the primary",
+            complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
+        },
+        Command::LegacyEffects => Registration {
+            handler: set_state_entry,
+            keys: Keys::Pairs,
+            acl_categories: c"write slow",
+            summary:
+                c"Internal: RL.FX under its earlier name (AOF files and primaries of earlier versions)",
+            complexity: c"O(N) for N keys; O(M) for a whole SLIDINGLOG of M entries",
+        },
+    }
+}
 
 /// Runs a command body; turns its error, or a panic (a bug), into an error reply.
 ///
@@ -252,16 +218,17 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         return Err("the server lacks the command registration API".into());
     };
     let own_category = add_category(ctx);
-    for spec in COMMANDS {
-        let name = spec.name.to_string_lossy();
+    for command in Command::ALL.iter().copied() {
+        let spec = registration(command);
+        let name = command.name().to_string_lossy();
         let (first, last, step) = spec.keys.legacy_range();
         // SAFETY: called during OnLoad; all strings are NUL-terminated and static.
         let status = unsafe {
             create(
                 ctx,
-                spec.name.as_ptr(),
+                command.name().as_ptr(),
                 Some(spec.handler),
-                spec.flags.as_ptr(),
+                command.flags().as_ptr(),
                 first,
                 last,
                 step,
@@ -271,16 +238,16 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
             return Err(format!("could not create command {name}"));
         }
         // SAFETY: as above; the command was just created.
-        let command = unsafe { get(ctx, spec.name.as_ptr()) };
-        if command.is_null() {
+        let registered = unsafe { get(ctx, command.name().as_ptr()) };
+        if registered.is_null() {
             return Err(format!("could not find command {name}"));
         }
-        let info = CommandInfo::new(spec);
+        let info = CommandInfo::new(command.arity(), &spec);
         // SAFETY: `info` and everything it points to outlive the call; Redis copies it.
-        if unsafe { set_info(command, &info.info) } != raw::REDISMODULE_OK as c_int {
+        if unsafe { set_info(registered, &info.info) } != raw::REDISMODULE_OK as c_int {
             return Err(format!("could not describe command {name}"));
         }
-        set_categories(command, spec, own_category)?;
+        set_categories(registered, command, &spec, own_category)?;
     }
     Ok(())
 }
@@ -297,8 +264,9 @@ fn add_category(ctx: *mut raw::RedisModuleCtx) -> bool {
 /// Gives a command its ACL categories where the server lets modules set them (7.2+). On
 /// 7.0, category rules skip module commands: ACL rules name RL commands one by one.
 fn set_categories(
-    command: *mut raw::RedisModuleCommand,
-    spec: &CommandSpec,
+    registered: *mut raw::RedisModuleCommand,
+    command: Command,
+    spec: &Registration,
     own_category: bool,
 ) -> Result<(), String> {
     let Some(set) = api!(RedisModule_SetCommandACLCategories) else {
@@ -313,10 +281,10 @@ fn set_categories(
         spec.acl_categories.to_owned()
     };
     // SAFETY: the command was created during this OnLoad; the string is NUL-terminated.
-    if unsafe { set(command, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+    if unsafe { set(registered, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
         return Err(format!(
             "could not set the ACL categories of {}",
-            spec.name.to_string_lossy()
+            command.name().to_string_lossy()
         ));
     }
     Ok(())
@@ -396,7 +364,7 @@ struct CommandInfo {
 }
 
 impl CommandInfo {
-    fn new(spec: &CommandSpec) -> Self {
+    fn new(arity: c_int, spec: &Registration) -> Self {
         let version = Box::new(raw::RedisModuleCommandInfoVersion {
             version: 1,
             sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -411,7 +379,7 @@ impl CommandInfo {
             since: c"0.1.0".as_ptr(),
             history: std::ptr::null_mut(),
             tips: std::ptr::null(),
-            arity: spec.arity,
+            arity,
             key_specs: key_specs.as_mut_ptr(),
             args: std::ptr::null_mut(),
         };

@@ -1,79 +1,55 @@
-//! The commands' counters of admitted and denied calls, shown by `INFO ratelimit`, and the
-//! keyspace event each command's writes emit.
+//! The commands' counters of admitted and denied calls, shown by `INFO ratelimit`: one per
+//! command the table (`redis_ratelimit_wire::commands`) says is counted, under its name.
 
 use std::ffi::{CStr, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::raw;
 
+use redis_ratelimit_wire::commands::Command;
+
 use super::api::{api, c_string};
 
-/// One command's identity and counters.
-pub struct CommandStats {
-    /// Keyspace event name of its writes (`rl.tokenbucket`).
-    pub event: &'static CStr,
-    /// Field prefix in `INFO` (`tokenbucket` → `ratelimit_tokenbucket_admitted`).
-    name: &'static str,
+/// One counted command's decisions.
+struct Counters {
     admitted: AtomicU64,
     denied: AtomicU64,
 }
 
-impl CommandStats {
-    const fn new(event: &'static CStr, name: &'static str) -> Self {
-        CommandStats {
-            event,
-            name,
+impl Counters {
+    const fn new() -> Self {
+        Counters {
             admitted: AtomicU64::new(0),
             denied: AtomicU64::new(0),
         }
     }
-
-    /// Counts one decision.
-    pub fn record(&self, allowed: bool) {
-        let counter = if allowed {
-            &self.admitted
-        } else {
-            &self.denied
-        };
-        // Commands run on the main thread only, so a plain load and store (no locked
-        // read-modify-write instruction) is exact; atomics just make INFO's read sound.
-        counter.store(
-            counter.load(Ordering::Relaxed).wrapping_add(1),
-            Ordering::Relaxed,
-        );
-    }
 }
 
-/// Declares every counted command once: its static, event name and `INFO` prefix.
-macro_rules! counted_commands {
-    ($($(#[$doc:meta])* $static:ident = $event:literal, $name:literal;)*) => {
-        $($(#[$doc])* pub static $static: CommandStats = CommandStats::new($event, $name);)*
+/// The counters of every command of the table, by its position (a command not counted
+/// keeps zeros, never shown).
+static COUNTERS: [Counters; Command::ALL.len()] = [const { Counters::new() }; Command::ALL.len()];
 
-        static ALL: &[&CommandStats] = &[$(&$static),*];
+/// Where a command outside the table would count (none is: every command has its row).
+static UNLISTED: Counters = Counters::new();
+
+fn counters(command: Command) -> &'static Counters {
+    COUNTERS.get(command as usize).unwrap_or(&UNLISTED)
+}
+
+/// Counts one decision of `command`.
+pub fn record(command: Command, allowed: bool) {
+    let counters = counters(command);
+    let counter = if allowed {
+        &counters.admitted
+    } else {
+        &counters.denied
     };
-}
-
-counted_commands! {
-    /// `RL.TOKENBUCKET`.
-    TOKEN_BUCKET = c"rl.tokenbucket", "tokenbucket";
-    /// `RL.SLIDING`.
-    SLIDING = c"rl.sliding", "sliding";
-    /// `RL.FIXED`.
-    FIXED = c"rl.fixed", "fixed";
-    /// `RL.SLIDINGLOG`.
-    SLIDING_LOG = c"rl.slidinglog", "slidinglog";
-    /// `CL.THROTTLE`.
-    THROTTLE = c"cl.throttle", "throttle";
-    /// `RL.MULTI`: calls every limit admitted, or that one denied.
-    MULTI = c"rl.multi", "multi";
-    /// `RL.ACQUIRE`.
-    ACQUIRE = c"rl.acquire", "acquire";
-    /// `RL.RELEASE`: "admitted" when a live holder was released.
-    RELEASE = c"rl.release", "release";
-    /// `RL.PEEK`: calls that would have been admitted or denied.
-    PEEK = c"rl.peek", "peek";
-    /// `RL.REFUND`: "admitted" when something was given back.
-    REFUND = c"rl.refund", "refund";
+    // Commands run on the main thread only, so a plain load and store (no locked
+    // read-modify-write instruction) is exact; atomics just make INFO's read sound.
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
 }
 
 /// The `INFO` callback: section `ratelimit_stats`.
@@ -95,14 +71,16 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
     let stats: &CStr = c"stats";
     // SAFETY: as above.
     unsafe { section(ctx, stats.as_ptr()) };
-    for command in ALL {
+    for command in Command::ALL.iter().copied().filter(|c| c.counted()) {
+        let counters = counters(command);
+        let name = command.stats_name();
         add(
-            &format!("{}_admitted", command.name),
-            command.admitted.load(Ordering::Relaxed),
+            &format!("{name}_admitted"),
+            counters.admitted.load(Ordering::Relaxed),
         );
         add(
-            &format!("{}_denied", command.name),
-            command.denied.load(Ordering::Relaxed),
+            &format!("{name}_denied"),
+            counters.denied.load(Ordering::Relaxed),
         );
     }
 }

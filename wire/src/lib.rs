@@ -2,6 +2,8 @@
 //!
 //! - [`args`]: every command's arguments parsed into validated [`Quota`]s and calls, with
 //!   the exact error texts of [`error`];
+//! - [`encode`]: the same commands written, for clients, with [`commands`], the table of
+//!   every command (name, arity, flags, the Functions library's function, its stats);
 //! - [`codec`]: the one binary encoding of limiters (RDB, `DUMP`/`RESTORE`, AOF rewrite) and
 //!   of the effects replicated to replicas.
 //!
@@ -16,4 +18,6 @@
 
 pub mod args;
 pub mod codec;
+pub mod commands;
+pub mod encode;
 pub mod error;

@@ -30,7 +30,6 @@ use std::time::Duration;
 use http::HeaderValue;
 use http::header::{HeaderMap, HeaderName};
 
-use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::policy::Policy;
 
@@ -74,7 +73,7 @@ pub fn policy_field(decision: &Decision, policy: Option<&Policy>) -> Option<Stri
     if decision.limits.is_empty() {
         for limit in policy?.limits() {
             let algorithm = limit.algorithm();
-            let in_flight = matches!(algorithm, Algorithm::Concurrency { .. });
+            let in_flight = algorithm.is_in_flight();
             let (quota, window) = (algorithm.quota(), algorithm.window());
             push_policy(&mut field, limit.name(), quota, in_flight, window);
         }

@@ -3,6 +3,7 @@
 //! [`answers`](super::answers)); and, when the store answers again, charging it what the
 //! fallback admitted meanwhile.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,7 +75,7 @@ impl RateLimiter {
             .zip(&grant.views)
             .map(|((call, limit), view)| LimitStatus {
                 configured_quota: limit.algorithm().quota(),
-                ..LimitStatus::from_view(limit.shared_name(), call.shape, view)
+                ..LimitStatus::from_view(limit.shared_name(), &call.quota, view)
             })
             .collect();
         decided(
@@ -177,12 +178,11 @@ impl RateLimiter {
             .policy
             .limits()
             .iter()
-            .zip(&state.shapes)
             .zip(target.keys)
-            .map(|((limit, shape), key)| {
+            .map(|(limit, key)| {
                 Some(LocalCall {
                     key,
-                    shape: shape.share(replicas)?,
+                    quota: Cow::Owned(limit.algorithm().share(replicas)?),
                     weight: limit.weight_units(),
                     max_wait_ns: limit
                         .paced()

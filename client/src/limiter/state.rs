@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::answers::Answers;
-use crate::algorithm::{Algorithm, Shape};
 use crate::decision::LimitStatus;
 use crate::deny_cache::DenyCache;
 use crate::lease::Leases;
@@ -15,7 +14,6 @@ use crate::store::{LimitCall, StoreBackend, View};
 pub(super) struct PolicyState {
     pub(super) policy: Policy,
     pub(super) name: Arc<str>,
-    pub(super) shapes: Vec<Shape>,
     /// Limit indices, most specific key first (the order groups are called in).
     pub(super) order: Vec<usize>,
     pub(super) deny: DenyCache,
@@ -26,15 +24,10 @@ pub(super) struct PolicyState {
 
 impl PolicyState {
     pub(super) fn new(policy: Policy) -> Self {
-        let shapes: Vec<Shape> = policy
+        let longest = policy
             .limits()
             .iter()
-            // Limits are validated when built, so the shape always exists.
-            .filter_map(|limit| limit.algorithm().shape().ok())
-            .collect();
-        let longest = shapes
-            .iter()
-            .map(|shape| shape.window())
+            .map(|limit| limit.algorithm().window())
             .max()
             .unwrap_or(Duration::ZERO);
         let mut order: Vec<usize> = (0..policy.limits().len()).collect();
@@ -50,7 +43,6 @@ impl PolicyState {
         Self {
             name: policy.shared_name(),
             policy,
-            shapes,
             order,
             deny: DenyCache::default(),
             leases: Leases::default(),
@@ -79,7 +71,7 @@ impl PolicyState {
         self.policy
             .limits()
             .get(index)
-            .is_some_and(|limit| matches!(limit.algorithm(), Algorithm::Concurrency { .. }))
+            .is_some_and(|limit| limit.algorithm().is_in_flight())
     }
 
     /// Whether the policy has in-flight limits (its checks hold slots until released).
@@ -89,8 +81,8 @@ impl PolicyState {
 
     pub(super) fn status(&self, index: usize, view: &View) -> Option<LimitStatus> {
         let limit = self.policy.limits().get(index)?;
-        let shape = *self.shapes.get(index)?;
-        Some(LimitStatus::from_view(limit.shared_name(), shape, view))
+        let quota = limit.algorithm().as_quota();
+        Some(LimitStatus::from_view(limit.shared_name(), quota, view))
     }
 }
 

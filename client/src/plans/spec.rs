@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use redis_ratelimit_core::kinds::{Kind as CoreKind, Quota};
+
 use crate::algorithm::Algorithm;
 
 /// The algorithms a plan's limit can use (in-flight limits are not part of plans: a slot is
@@ -49,15 +51,16 @@ impl Kind {
         Kind::ALL.into_iter().find(|kind| kind.as_str() == text)
     }
 
-    /// The kind of an algorithm, `None` for an in-flight limit.
+    /// The kind of an algorithm, `None` for an in-flight limit (or a kind plans have no
+    /// name for).
     pub fn of(algorithm: &Algorithm) -> Option<Kind> {
-        Some(match algorithm {
-            Algorithm::TokenBucket { .. } => Kind::Token,
-            Algorithm::SlidingWindow { .. } => Kind::Sliding,
-            Algorithm::FixedWindow { .. } => Kind::Fixed,
-            Algorithm::SlidingLog { .. } => Kind::Log,
-            Algorithm::Gcra { .. } => Kind::Gcra,
-            Algorithm::Concurrency { .. } => return None,
+        Some(match algorithm.kind() {
+            CoreKind::TokenBucket => Kind::Token,
+            CoreKind::SlidingWindow => Kind::Sliding,
+            CoreKind::FixedWindow => Kind::Fixed,
+            CoreKind::SlidingLog => Kind::Log,
+            CoreKind::Gcra => Kind::Gcra,
+            _ => return None,
         })
     }
 }
@@ -128,13 +131,12 @@ impl LimitSpec {
     /// The limit a policy's default algorithm stands for (`None` for an in-flight limit, or
     /// a token bucket whose rate is not "capacity per period").
     pub fn from_algorithm(name: &str, algorithm: &Algorithm) -> Option<LimitSpec> {
-        let (amount, period) = match algorithm {
-            Algorithm::TokenBucket { capacity, .. } => (*capacity, algorithm.window()),
-            Algorithm::SlidingWindow { limit, window }
-            | Algorithm::FixedWindow { limit, window }
-            | Algorithm::SlidingLog { limit, window } => (*limit, *window),
-            Algorithm::Gcra { count, period, .. } => (*count, *period),
-            Algorithm::Concurrency { .. } => return None,
+        let (amount, period) = match algorithm.as_quota() {
+            Quota::Gcra(params) => (
+                u64::try_from(params.count()).ok()?,
+                Duration::from_secs(u64::try_from(params.period_s()).ok()?),
+            ),
+            _ => (algorithm.quota(), algorithm.window()),
         };
         let spec = LimitSpec {
             name: name.to_string(),

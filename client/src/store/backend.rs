@@ -11,6 +11,8 @@
 use std::fmt;
 
 use redis::{Cmd, Value};
+use redis_ratelimit_wire::commands::Command;
+use redis_ratelimit_wire::encode::Args;
 
 use crate::outcome::StoreBackend;
 
@@ -67,39 +69,29 @@ pub(crate) fn script() -> &'static str {
     LIBRARY.split_once('\n').map_or(LIBRARY, |(_, rest)| rest)
 }
 
-/// The function standing for a module command, and whether the command carries its own
-/// key count (`RL.MULTI numkeys ...`) or names one key.
-fn function_of(command: &str) -> Option<(&'static str, bool)> {
-    let function = match command.to_ascii_uppercase().as_str() {
-        "RL.TOKENBUCKET" => ("rl_tokenbucket", false),
-        "RL.SLIDING" => ("rl_sliding", false),
-        "RL.FIXED" => ("rl_fixed", false),
-        "RL.SLIDINGLOG" => ("rl_slidinglog", false),
-        "CL.THROTTLE" => ("cl_throttle", false),
-        "RL.MULTI" => ("rl_multi", true),
-        "RL.ACQUIRE" => ("rl_acquire", false),
-        "RL.RELEASE" => ("rl_release", false),
-        "RL.PEEK" => ("rl_peek", false),
-        "RL.REFUND" => ("rl_refund", false),
-        _ => return None,
-    };
-    Some(function)
+/// The library's function standing for a module command (`RL.TOKENBUCKET`, any case), and
+/// whether the command carries its own key count (`RL.MULTI numkeys ...`) or names one key:
+/// both from the table of commands.
+fn function_of(command: &[u8]) -> Option<(&'static str, bool)> {
+    let command = Command::named(command)?;
+    Some((command.function()?, command.counts_keys()))
 }
 
 /// The command that runs the module command `args` (`RL.TOKENBUCKET key ...`) on a resolved
 /// backend (`sha`: the script's, for [`StoreBackend::Scripts`]). The module's, and the
 /// memory store's (which never reaches a server), are the command itself.
-pub(crate) fn command(backend: StoreBackend, sha: &str, args: &[String]) -> Cmd {
+pub(crate) fn command(backend: StoreBackend, sha: &str, args: &Args) -> Cmd {
     let mut command = Cmd::new();
-    let translated = match (backend, args.split_first()) {
+    let words: Vec<&[u8]> = args.iter().collect();
+    let translated = match (backend, words.split_first()) {
         (StoreBackend::Module | StoreBackend::Memory, _) | (_, None) => None,
         (backend, Some((name, rest))) => {
             function_of(name).map(|(function, counted)| (backend, function, counted, rest))
         }
     };
     let Some((backend, function, counted, rest)) = translated else {
-        for arg in args {
-            command.arg(arg.as_str());
+        for word in &words {
+            command.arg(*word);
         }
         return command;
     };
@@ -107,6 +99,7 @@ pub(crate) fn command(backend: StoreBackend, sha: &str, args: &[String]) -> Cmd 
     let (keys, after_keys) = if counted {
         let count = rest
             .first()
+            .and_then(|n| std::str::from_utf8(n).ok())
             .and_then(|n| n.parse::<usize>().ok())
             .unwrap_or(0);
         let keys = rest.get(1..count.saturating_add(1)).unwrap_or_default();
@@ -248,14 +241,27 @@ mod tests {
             .collect()
     }
 
-    fn line(text: &str) -> Vec<String> {
-        text.split_whitespace().map(String::from).collect()
+    fn line(text: &str) -> Args {
+        let mut args = Args::default();
+        for word in text.split_whitespace() {
+            args.push(word.as_bytes());
+        }
+        args
+    }
+
+    fn text(args: &Args) -> Vec<String> {
+        args.iter()
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect()
     }
 
     #[test]
     fn module_commands_become_fcall_or_evalsha() {
         let single = line("RL.TOKENBUCKET user:42 10 2 3 PARTIAL MIN 1");
-        assert_eq!(words(&command(StoreBackend::Module, "", &single)), single);
+        assert_eq!(
+            words(&command(StoreBackend::Module, "", &single)),
+            text(&single)
+        );
         assert_eq!(
             words(&command(StoreBackend::Functions, "", &single)).join(" "),
             "FCALL rl_tokenbucket 1 user:42 10 2 3 PARTIAL MIN 1"
@@ -279,7 +285,10 @@ mod tests {
             "FCALL rl_release 1 k req-1"
         );
         let other = line("PING");
-        assert_eq!(words(&command(StoreBackend::Functions, "", &other)), other);
+        assert_eq!(
+            words(&command(StoreBackend::Functions, "", &other)),
+            text(&other)
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! services. It can simulate a cluster's slots, a store without `RL.MULTI`, latency and
 //! outages, so the limiter's fallback paths are testable without a server.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -126,24 +127,15 @@ impl MemoryStore {
     }
 }
 
-fn local_calls<'a>(
-    limits: &[LimitCall<'a>],
-    holder: Option<&'a str>,
-) -> Result<Vec<LocalCall<'a>>, StoreError> {
+fn local_calls<'a>(limits: &[LimitCall<'a>], holder: Option<&'a str>) -> Vec<LocalCall<'a>> {
     limits
         .iter()
-        .map(|call| {
-            let shape = call
-                .algorithm
-                .shape()
-                .map_err(|error| StoreError::Server(format!("ERR {error}")))?;
-            Ok(LocalCall {
-                key: call.key,
-                shape,
-                weight: call.weight,
-                max_wait_ns: call.max_wait.map(wait_ns),
-                holder,
-            })
+        .map(|call| LocalCall {
+            key: call.key,
+            quota: Cow::Borrowed(call.algorithm.as_quota()),
+            weight: call.weight,
+            max_wait_ns: call.max_wait.map(wait_ns),
+            holder,
         })
         .collect()
 }
@@ -167,7 +159,7 @@ impl Store for MemoryStore {
             if request.partial_min.is_some() && !self.capabilities.partial {
                 return Err(StoreError::Server("ERR syntax error (PARTIAL)".into()));
             }
-            let calls = local_calls(&request.limits, request.holder)?;
+            let calls = local_calls(&request.limits, request.holder);
             let now_us = self.now_us();
             let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
             limits
@@ -179,7 +171,7 @@ impl Store for MemoryStore {
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             self.enter().await?;
-            let calls = local_calls(&request.limits, request.holder)?;
+            let calls = local_calls(&request.limits, request.holder);
             let now_us = self.now_us();
             let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
             limits

@@ -13,6 +13,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ErrorKind, RedisError, Value};
+use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
 use super::backend::{self, Backend, Probe, Resolved};
@@ -328,7 +329,7 @@ impl RedisStore {
 
     /// The command running the module command `args` on the backend in use (before the
     /// first connection resolves one, the command itself: nothing is sent before then).
-    fn command(&self, args: &[String]) -> Cmd {
+    fn command(&self, args: &Args) -> Cmd {
         match self.inner.backend.get() {
             Some(resolved) => backend::command(resolved.backend, &resolved.sha, args),
             None => to_cmd(args),
@@ -344,7 +345,7 @@ impl RedisStore {
     /// Runs `args` on the backend; a script or library the server no longer has
     /// (`NOSCRIPT` after a restart or `SCRIPT FLUSH`; `Function not found` after `FUNCTION
     /// FLUSH`) is loaded again and the call retried once.
-    async fn run(&self, connection: &Connection, args: &[String]) -> Result<Value, RedisError> {
+    async fn run(&self, connection: &Connection, args: &Args) -> Result<Value, RedisError> {
         let result = connection.query(&self.command(args)).await;
         match result {
             Err(error) => match self.lost(error.code(), error.detail()) {
@@ -385,10 +386,10 @@ async fn has_command(connection: &Connection, name: &str) -> Result<bool, StoreE
     })
 }
 
-fn to_cmd(args: &[String]) -> Cmd {
+fn to_cmd(args: &Args) -> Cmd {
     let mut command = Cmd::new();
-    for arg in args {
-        command.arg(arg.as_str());
+    for arg in args.iter() {
+        command.arg(arg);
     }
     command
 }
@@ -443,7 +444,7 @@ impl Store for RedisStore {
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let connection = self.connection().await?;
-            let commands = reply::refund_commands(request);
+            let commands = reply::refund_commands(request).map_err(StoreError::Server)?;
             // The limits of a group share a slot, so one pipeline reaches them all.
             let mut pipeline = redis::pipe();
             for args in &commands {

@@ -1,143 +1,144 @@
-//! The module's commands as argument lists, and its replies as [`Grant`]s. Pure, so the wire
-//! protocol is tested without a server.
+//! The module's commands for a group of limits, written by the server's own command
+//! language (`redis_ratelimit_wire::encode`), and its replies as [`Grant`]s. Pure, so the
+//! wire protocol is tested without a server.
 
 use std::time::Duration;
 
 use redis::Value;
+use redis_ratelimit_core::concurrency::HolderId;
+use redis_ratelimit_core::grant::Grant as CallGrant;
+use redis_ratelimit_core::kinds::Quota;
+use redis_ratelimit_wire::args;
+use redis_ratelimit_wire::args::multi::MultiArgs;
+use redis_ratelimit_wire::commands::{self, Syntax};
+use redis_ratelimit_wire::encode::{self, Args, EncodeError};
 
 use super::{Acquire, Grant, LimitCall, Refund, StoreBackend, View};
-use crate::algorithm::Algorithm;
 
-/// How a group is sent.
+/// A command for a group, and how its reply reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Command {
-    /// `RL.<ALGORITHM> key args cost [PARTIAL MIN m]`: one limit, the 5-integer reply.
-    Single(Vec<String>),
-    /// `CL.THROTTLE key max_burst count period quantity`: one GCRA limit without `RL.MULTI`.
-    Throttle(Vec<String>),
-    /// `RL.MULTI numkeys keys... limits... COST c [WEIGHTS ...] [PARTIAL MIN m]`.
-    Multi(Vec<String>),
+pub(crate) struct Command {
+    args: Args,
+    reply: Reply,
+}
+
+/// How a reply reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reply {
+    /// One limit's 5-integer reply (`RL.<ALGORITHM>`, `RL.ACQUIRE`).
+    Single,
+    /// `CL.THROTTLE`'s reply: one GCRA limit without `RL.MULTI`.
+    Throttle,
+    /// `RL.MULTI`'s 7 items.
+    Multi,
 }
 
 impl Command {
-    pub(crate) fn args(&self) -> &[String] {
-        match self {
-            Self::Single(args) | Self::Throttle(args) | Self::Multi(args) => args,
-        }
+    pub(crate) fn args(&self) -> &Args {
+        &self.args
     }
+}
+
+/// The quota limit `call` is checked against, for one unit: its algorithm's, paced or
+/// holding the caller's slot.
+fn quota(call: &LimitCall<'_>, holder: Option<HolderId>) -> Quota {
+    match (call.algorithm.as_quota(), call.max_wait, holder) {
+        (Quota::TokenBucket(bucket), Some(wait), _) => {
+            let wait_ns = u64::try_from(wait.as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_mul(1_000_000);
+            // A limit's wait is at most a day (checked when it is built).
+            Quota::TokenBucket(bucket.with_max_wait_ns(wait_ns).unwrap_or(*bucket))
+        }
+        (Quota::Concurrency(slots), _, Some(holder)) => {
+            Quota::Concurrency(Box::new(slots.with_holder(holder)))
+        }
+        (quota, _, _) => quota.clone(),
+    }
+}
+
+/// The caller's holder id, checked as the server checks it.
+fn holder_id(holder: &str) -> Result<HolderId, String> {
+    args::quota::holder(holder.as_bytes()).map_err(|error| error.to_string())
 }
 
 /// The command for an acquire. `multi` says whether the server has `RL.MULTI`; `Err` when
 /// the request needs a command the server lacks.
 pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Command, String> {
-    let partial = |args: &mut Vec<String>| {
-        if let Some(min) = request.partial_min {
-            args.extend(["PARTIAL".into(), "MIN".into(), min.max(1).to_string()]);
-        }
-    };
-    match request.limits.as_slice() {
-        [] => Err("a group has at least one limit".into()),
-        [call] if matches!(call.algorithm, Algorithm::Concurrency { .. }) => {
-            let Algorithm::Concurrency { limit, ttl } = call.algorithm else {
-                return Err("not an in-flight limit".into());
-            };
-            let holder = request
-                .holder
-                .ok_or("an in-flight limit needs a holder id")?;
-            if request.partial_min.is_some() {
+    let partial = request.partial_min.is_some();
+    if let [call] = request.limits.as_slice() {
+        if call.algorithm.is_in_flight() {
+            request.holder.ok_or(EncodeError::NoHolder.to_string())?;
+            if partial {
                 return Err("an in-flight limit takes no partial grant".into());
             }
-            Ok(Command::Single(vec![
-                "RL.ACQUIRE".into(),
-                call.key.into(),
-                limit.to_string(),
-                holder.into(),
-                ttl.as_millis().to_string(),
-            ]))
         }
-        [call] if !matches!(call.algorithm, Algorithm::Gcra { .. }) => {
-            let mut args = vec![
-                format!("RL.{}", call.algorithm.wire_name()),
-                call.key.into(),
-            ];
-            args.extend(call.algorithm.wire_args());
-            args.push(request.units.saturating_mul(call.weight.max(1)).to_string());
-            partial(&mut args);
-            if let Some(wait) = call.max_wait {
-                if request.partial_min.is_some() {
-                    return Err("pacing (MAXWAIT) cannot be combined with a partial grant".into());
-                }
-                args.extend(["MAXWAIT".into(), wait.as_millis().to_string()]);
-            }
-            Ok(Command::Single(args))
+        if call.max_wait.is_some() && partial {
+            return Err("pacing (MAXWAIT) cannot be combined with a partial grant".into());
         }
-        [call] if !multi => {
-            if request.partial_min.is_some() {
-                return Err("partial grants on a GCRA limit need RL.MULTI".into());
-            }
-            let mut args = vec!["CL.THROTTLE".into(), call.key.into()];
-            args.extend(call.algorithm.wire_args());
-            args.push(request.units.saturating_mul(call.weight.max(1)).to_string());
-            Ok(Command::Throttle(args))
+        let own = commands::Command::calling(call.algorithm.kind()).is_some();
+        if !own && !multi && partial {
+            return Err(format!(
+                "partial grants on a {} limit need RL.MULTI",
+                call.algorithm.wire_name()
+            ));
         }
-        _ if !multi => Err("several limits in one call need RL.MULTI".into()),
-        limits if limits.iter().any(|call| call.max_wait.is_some()) => {
-            Err("a paced limit (MAXWAIT) needs a call of its own".into())
-        }
-        limits => {
-            let mut args = vec!["RL.MULTI".to_string(), limits.len().to_string()];
-            args.extend(limits.iter().map(|call| call.key.to_string()));
-            for call in limits {
-                args.push(call.algorithm.wire_name().into());
-                args.extend(call.algorithm.wire_args());
-            }
-            args.extend(["COST".into(), request.units.to_string()]);
-            if limits.iter().any(|call| call.weight != 1) {
-                args.push("WEIGHTS".into());
-                args.extend(limits.iter().map(|call| call.weight.max(1).to_string()));
-            }
-            if limits
-                .iter()
-                .any(|call| matches!(call.algorithm, Algorithm::Concurrency { .. }))
-            {
-                let holder = request
-                    .holder
-                    .ok_or("an in-flight limit needs a holder id")?;
-                args.extend(["HOLDER".into(), holder.into()]);
-            }
-            partial(&mut args);
-            Ok(Command::Multi(args))
-        }
+    } else if request.limits.iter().any(|call| call.max_wait.is_some()) && multi {
+        return Err(EncodeError::PacedInGroup.to_string());
     }
+    let holder = match request.holder {
+        Some(holder) if request.limits.iter().any(|c| c.algorithm.is_in_flight()) => {
+            Some(holder_id(holder)?)
+        }
+        _ => None,
+    };
+    let limits = MultiArgs {
+        quotas: request
+            .limits
+            .iter()
+            .map(|call| quota(call, holder))
+            .collect(),
+        weights: request
+            .limits
+            .iter()
+            .map(|call| call.weight.max(1))
+            .collect(),
+        cost: request.units,
+        grant: request
+            .partial_min
+            .map_or(CallGrant::Whole, |min| CallGrant::Partial { min }),
+    };
+    let keys: Vec<&[u8]> = request
+        .limits
+        .iter()
+        .map(|call| call.key.as_bytes())
+        .collect();
+    let mut args = Args::default();
+    let command = encode::group(&keys, &limits, multi, &mut args).map_err(|e| e.to_string())?;
+    let reply = match command.syntax() {
+        Syntax::Multi => Reply::Multi,
+        Syntax::Throttle => Reply::Throttle,
+        _ => Reply::Single,
+    };
+    Ok(Command { args, reply })
 }
 
 /// The commands that give units back to each limit of a group (one per limit).
-pub(crate) fn refund_commands(request: &Refund<'_>) -> Vec<Vec<String>> {
+pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, String> {
     request
         .limits
         .iter()
         .map(|call: &LimitCall<'_>| {
             let units = request.units.saturating_mul(call.weight.max(1));
-            if matches!(call.algorithm, Algorithm::Concurrency { .. }) {
-                // An in-flight slot is given back by releasing its holder.
-                let holder = request.holder.unwrap_or_default();
-                vec!["RL.RELEASE".into(), call.key.into(), holder.into()]
-            } else if matches!(call.algorithm, Algorithm::Gcra { .. }) {
-                // CL.THROTTLE gives units back with a negative quantity.
-                let mut args = vec!["CL.THROTTLE".into(), call.key.into()];
-                args.extend(call.algorithm.wire_args());
-                args.push(format!("-{units}"));
-                args
+            let holder = if call.algorithm.is_in_flight() {
+                Some(holder_id(request.holder.unwrap_or_default())?)
             } else {
-                let mut args = vec![
-                    "RL.REFUND".into(),
-                    call.key.into(),
-                    call.algorithm.wire_name().into(),
-                ];
-                args.extend(call.algorithm.wire_args());
-                args.push(units.to_string());
-                args
-            }
+                None
+            };
+            let mut args = Args::default();
+            let quota = quota(call, holder).with_cost(units);
+            encode::refund(call.key.as_bytes(), &quota, &mut args).map_err(|e| e.to_string())?;
+            Ok(args)
         })
         .collect()
 }
@@ -181,8 +182,8 @@ pub(crate) fn parse_acquire(
     backend: StoreBackend,
 ) -> Result<Grant, String> {
     let partial = request.partial_min.is_some();
-    match command {
-        Command::Single(_) => {
+    match command.reply {
+        Reply::Single => {
             let fields = five(reply)?;
             let [first, ..] = fields;
             let mut view = View::from_fields(fields);
@@ -201,7 +202,7 @@ pub(crate) fn parse_acquire(
                 backend,
             })
         }
-        Command::Throttle(_) => {
+        Reply::Throttle => {
             let [limited, limit, remaining, retry_s, reset_s] = five(reply)?;
             let allowed = limited == 0;
             let retry_after = if allowed {
@@ -223,7 +224,7 @@ pub(crate) fn parse_acquire(
                 backend,
             })
         }
-        Command::Multi(_) => {
+        Reply::Multi => {
             let items = array(reply)?;
             let [first, _, _, _, _, binding, per_limit] = items else {
                 return Err(format!("RL.MULTI: expected 7 items, got {}", items.len()));
@@ -261,6 +262,7 @@ pub(crate) fn parse_acquire(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Algorithm;
 
     fn call<'a>(key: &'a str, algorithm: &'a Algorithm, weight: u64) -> LimitCall<'a> {
         LimitCall {
@@ -269,6 +271,12 @@ mod tests {
             weight,
             max_wait: None,
         }
+    }
+
+    fn words(args: &Args) -> Vec<String> {
+        args.iter()
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect()
     }
 
     fn ints(values: &[i64]) -> Value {
@@ -286,7 +294,7 @@ mod tests {
         };
         let command = acquire_command(&request, false).unwrap();
         assert_eq!(
-            command.args(),
+            words(command.args()),
             ["RL.TOKENBUCKET", "k", "10", "2", "6", "PARTIAL", "MIN", "1"]
         );
         let grant = parse_acquire(
@@ -315,7 +323,7 @@ mod tests {
         };
         let command = acquire_command(&request, true).unwrap();
         assert_eq!(
-            command.args(),
+            words(command.args()),
             [
                 "RL.MULTI",
                 "2",
@@ -366,7 +374,10 @@ mod tests {
             holder: None,
         };
         let command = acquire_command(&request, false).unwrap();
-        assert_eq!(command.args(), ["CL.THROTTLE", "g", "4", "10", "60", "1"]);
+        assert_eq!(
+            words(command.args()),
+            ["CL.THROTTLE", "g", "4", "10", "60", "1"]
+        );
         let denied = parse_acquire(
             &command,
             &request,
@@ -377,7 +388,7 @@ mod tests {
         assert_eq!(denied.granted, 0);
         assert_eq!(denied.views[0].retry_after, Some(Duration::from_secs(6)));
         assert_eq!(
-            acquire_command(&request, true).unwrap().args()[0],
+            words(acquire_command(&request, true).unwrap().args())[0],
             "RL.MULTI",
             "with RL.MULTI even one GCRA limit can be partial"
         );
@@ -399,7 +410,11 @@ mod tests {
             holder: None,
         };
         assert_eq!(
-            refund_commands(&request),
+            refund_commands(&request)
+                .unwrap()
+                .iter()
+                .map(words)
+                .collect::<Vec<_>>(),
             [
                 vec!["RL.REFUND", "a", "SLIDING", "100", "1.000000", "10"],
                 vec!["CL.THROTTLE", "g", "4", "10", "60", "-5"],
@@ -420,7 +435,7 @@ mod tests {
         };
         let command = acquire_command(&request, true).unwrap();
         assert_eq!(
-            command.args(),
+            words(command.args()),
             ["RL.TOKENBUCKET", "q", "1", "1", "1", "MAXWAIT", "1500"]
         );
         let grant = parse_acquire(

@@ -14,13 +14,42 @@ use redis_ratelimit_core::time::US_PER_MS;
 use redis_ratelimit_core::token_bucket::{TokenBucketParamError, TokenBucketParams};
 use redis_ratelimit_core::window::{WindowParamError, WindowParams};
 
+/// One parameter of an algorithm, as its command takes it (what a configuration file names
+/// and how it writes it follows from this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    /// A positive integer (`capacity`, `limit`).
+    Count(&'static str),
+    /// A positive decimal number of units per second (`rate`).
+    Rate(&'static str),
+    /// A duration in decimal seconds, to the microsecond (`window`).
+    Seconds(&'static str),
+    /// A signed integer, redis-cell's (`max_burst`, `count`).
+    Integer(&'static str),
+    /// A signed whole number of seconds, redis-cell's (`period`).
+    WholeSeconds(&'static str),
+    /// A positive whole number of milliseconds, its unit in its name (`ttl_ms`).
+    Millis(&'static str),
+}
+
+/// The parameters of `kind`, in the order its command takes them.
+pub fn params(kind: Kind) -> &'static [Param] {
+    const WINDOW: &[Param] = &[Param::Count("limit"), Param::Seconds("window")];
+    match kind {
+        Kind::TokenBucket => &[Param::Count("capacity"), Param::Rate("rate")],
+        Kind::SlidingWindow | Kind::FixedWindow | Kind::SlidingLog => WINDOW,
+        Kind::Gcra => &[
+            Param::Integer("max_burst"),
+            Param::Integer("count"),
+            Param::WholeSeconds("period"),
+        ],
+        Kind::Concurrency => &[Param::Count("limit"), Param::Millis("ttl_ms")],
+    }
+}
+
 /// How many arguments the parameters of `kind` take.
 pub fn arity(kind: Kind) -> usize {
-    match kind {
-        Kind::TokenBucket | Kind::SlidingWindow | Kind::FixedWindow | Kind::SlidingLog => 2,
-        Kind::Gcra => 3,
-        Kind::Concurrency => 2,
-    }
+    params(kind).len()
 }
 
 /// The quota of `kind` that `args` (exactly [`arity`] of them) describe, for one unit.
