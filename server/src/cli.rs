@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::plans::PlanOptions;
 
+use crate::config::FileBounds;
 use crate::headers::{FieldsDraft, HeaderSettings};
 use crate::request::Bounds;
 
@@ -86,6 +87,8 @@ pub struct Options {
     pub watch: Option<Duration>,
     /// The policy store's backstop version check (plans).
     pub plans_check: Duration,
+    /// What the config directory may hold.
+    pub config_bounds: FileBounds,
 }
 
 fn number(flag: &str, text: &str) -> Result<u64, String> {
@@ -233,6 +236,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
         http_tls: tls(http_cert, http_key, "http")?,
         watch,
         plans_check,
+        config_bounds: FileBounds::default(),
     };
     if options.grpc_listen.is_none() && options.http_listen.is_none() {
         return Err("both listeners are off: nothing to serve".into());

@@ -89,13 +89,13 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
 
 async fn run(options: Options) -> Result<(), String> {
     let prometheus = metrics::install()?;
-    let seen = watch::fingerprint(&options.config);
-    let config = watch::load_logged(&options.config).ok_or_else(|| {
-        format!(
-            "{}: the config is refused (errors above)",
-            options.config.display()
-        )
-    })?;
+    let (config, seen) =
+        watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(|| {
+            format!(
+                "{}: the config is refused (errors above)",
+                options.config.display()
+            )
+        })?;
     tracing::info!(
         domains = config.domains.len(),
         files = config.files.len(),
@@ -155,6 +155,7 @@ async fn run(options: Options) -> Result<(), String> {
             Arc::clone(&engine),
             options.config.clone(),
             every,
+            options.config_bounds,
             seen,
         ))
     });
