@@ -10,6 +10,8 @@ use redis_ratelimit_client::plans::PlanOptions;
 use crate::config::FileBounds;
 use crate::headers::{FieldsDraft, HeaderSettings};
 use crate::request::Bounds;
+use crate::serve::{DEFAULT_SHUTDOWN_TIMEOUT, Limits};
+use crate::tls::TlsFiles;
 
 /// The usage text.
 pub const USAGE: &str = "\
@@ -40,15 +42,6 @@ usage: redis-ratelimit-server --redis URL --config DIR [options]
   --plans-check-ms MS       limits with 'tenant_key' (plans): the policy store's version is checked
                             this often besides its change notifications (default 500)
 ";
-
-/// A certificate and its key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain (PEM).
-    pub cert: PathBuf,
-    /// The private key (PEM).
-    pub key: PathBuf,
-}
 
 /// Everything the command line says.
 #[derive(Clone, Debug)]
@@ -89,6 +82,16 @@ pub struct Options {
     pub plans_check: Duration,
     /// What the config directory may hold.
     pub config_bounds: FileBounds,
+    /// Both listeners' connection bounds.
+    pub limits: Limits,
+    /// How long a stop waits for requests in flight before it closes connections.
+    pub shutdown_timeout: Duration,
+    /// gRPC bearer token file.
+    pub grpc_token_file: Option<PathBuf>,
+    /// Whether `/metrics` requires the HTTP token.
+    pub metrics_need_token: bool,
+    /// The web origins allowed to call the HTTP API.
+    pub http_allowed_origins: Vec<String>,
 }
 
 fn number(flag: &str, text: &str) -> Result<u64, String> {
@@ -212,7 +215,11 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
         }
     }
     let tls = |cert: Option<PathBuf>, key: Option<PathBuf>, which: &str| match (cert, key) {
-        (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert, key })),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca: None,
+        })),
         (None, None) => Ok(None),
         _ => Err(format!(
             "--{which}-tls-cert and --{which}-tls-key go together"
@@ -237,6 +244,11 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
         watch,
         plans_check,
         config_bounds: FileBounds::default(),
+        limits: Limits::default(),
+        shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+        grpc_token_file: None,
+        metrics_need_token: false,
+        http_allowed_origins: Vec::new(),
     };
     if options.grpc_listen.is_none() && options.http_listen.is_none() {
         return Err("both listeners are off: nothing to serve".into());
