@@ -35,16 +35,10 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_writer(std::io::stderr)
         .init();
-    let options = match cli::parse(std::env::args().skip(1)) {
+    let options = match cli::parse(std::env::args_os()) {
         Ok(options) => options,
-        Err(error) if error.is_empty() => {
-            print!("{}", cli::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            eprintln!("error: {error}\n\n{}", cli::USAGE);
-            return ExitCode::from(2);
-        }
+        // --help and --version print to stdout (exit 0), usage errors to stderr (exit 2).
+        Err(error) => error.exit(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
