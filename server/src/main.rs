@@ -38,16 +38,10 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_writer(std::io::stderr)
         .init();
-    let options = match cli::parse(std::env::args().skip(1)) {
+    let options = match cli::parse(std::env::args_os()) {
         Ok(options) => options,
-        Err(error) if error.is_empty() => {
-            print!("{}", cli::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            eprintln!("error: {error}\n\n{}", cli::USAGE);
-            return ExitCode::from(2);
-        }
+        // --help and --version print to stdout (exit 0), usage errors to stderr (exit 2).
+        Err(error) => error.exit(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -91,7 +85,7 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
 }
 
 async fn run(options: Options) -> Result<(), String> {
-    let prometheus = metrics::install()?;
+    let prometheus = metrics::install(options.max_metric_rules)?;
     let (config, seen) =
         watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(|| {
             format!(

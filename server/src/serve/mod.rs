@@ -23,10 +23,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// The time a connection has for its TLS handshake and first bytes, and an HTTP/1.1
 /// connection for each request head (between requests: how long it may sit idle).
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 
 /// The longest one request may take, its body included.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
 
 /// HTTP/2 streams open at once on one connection (Envoy opens another connection past it).
 pub const DEFAULT_MAX_STREAMS: u32 = 128;
@@ -35,13 +35,13 @@ pub const DEFAULT_MAX_STREAMS: u32 = 128;
 pub const DEFAULT_GRPC_CONCURRENCY: usize = 64;
 
 /// How often an HTTP/2 connection is pinged.
-pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
+pub const DEFAULT_KEEPALIVE_MS: u64 = 30_000;
 
 /// How long a ping's answer may take before the connection is closed.
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a stop waits for connections to finish before closing them.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 
 /// A listener's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,11 +64,11 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
-            header_timeout: DEFAULT_HEADER_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            header_timeout: Duration::from_millis(DEFAULT_HEADER_TIMEOUT_MS),
+            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
             max_streams: DEFAULT_MAX_STREAMS,
             grpc_concurrency: DEFAULT_GRPC_CONCURRENCY,
-            keepalive: Some(DEFAULT_KEEPALIVE),
+            keepalive: Some(Duration::from_millis(DEFAULT_KEEPALIVE_MS)),
         }
     }
 }
