@@ -206,46 +206,97 @@ struct Args {
     plans_check_ms: Option<Duration>,
 
     /// Deepest nesting of YAML collections in a config file (a descriptor level takes two)
-    #[arg(long, value_name = "N", default_value_t = config::DEFAULT_MAX_DEPTH, value_parser = at_least_one)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = config::DEFAULT_MAX_DEPTH,
+        value_parser = at_least_one
+    )]
     config_max_depth: usize,
 
     /// Largest config file, in bytes (1 MiB)
-    #[arg(long, value_name = "BYTES", default_value_t = config::DEFAULT_MAX_FILE_BYTES, value_parser = count)]
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = config::DEFAULT_MAX_FILE_BYTES,
+        value_parser = count
+    )]
     config_max_file_bytes: u64,
 
     /// Most config files in the directory
-    #[arg(long, value_name = "N", default_value_t = config::DEFAULT_MAX_FILES, value_parser = at_least_one)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = config::DEFAULT_MAX_FILES,
+        value_parser = at_least_one
+    )]
     config_max_files: usize,
 
     /// Connections open at once on each listener (the others wait in the kernel's backlog)
-    #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = serve::DEFAULT_MAX_CONNECTIONS,
+        value_parser = at_least_one
+    )]
     max_connections: usize,
 
     /// A connection's TLS handshake and first bytes, and each HTTP/1.1 request head, within
     /// this; an HTTP/1.1 connection idle this long is closed
-    #[arg(long, value_name = "MS", default_value_t = serve::DEFAULT_HEADER_TIMEOUT_MS, value_parser = positive)]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_HEADER_TIMEOUT_MS,
+        value_parser = positive
+    )]
     header_timeout_ms: u64,
 
     /// The longest one request may take, its body included (HTTP: 408; gRPC: CANCELLED)
-    #[arg(long, value_name = "MS", default_value_t = serve::DEFAULT_REQUEST_TIMEOUT_MS, value_parser = positive)]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_REQUEST_TIMEOUT_MS,
+        value_parser = positive
+    )]
     request_timeout_ms: u64,
 
     /// HTTP/2 streams open at once on one connection (gRPC and h2c)
-    #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_MAX_STREAMS, value_parser = streams)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = serve::DEFAULT_MAX_STREAMS,
+        value_parser = streams
+    )]
     max_streams: u32,
 
-    /// gRPC requests one connection has handled at once (the others wait in their streams)
-    #[arg(long, value_name = "N", default_value_t = serve::DEFAULT_GRPC_CONCURRENCY, value_parser = at_least_one)]
+    /// gRPC requests one connection has handled at once; past it, RESOURCE_EXHAUSTED at once (a
+    /// queue would wait outside the request timeout)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = serve::DEFAULT_GRPC_CONCURRENCY,
+        value_parser = at_least_one
+    )]
     grpc_concurrency: usize,
 
     /// HTTP/2 keep-alive: a ping this often, the connection closed when one goes unanswered
     /// for 10 s (0: no pings)
-    #[arg(long, value_name = "MS", default_value_t = serve::DEFAULT_KEEPALIVE_MS, value_parser = count)]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_KEEPALIVE_MS,
+        value_parser = count
+    )]
     keepalive_ms: u64,
 
     /// On SIGTERM, how long requests in flight may take before the connections still open
     /// are closed (leases are given back after)
-    #[arg(long, value_name = "MS", default_value_t = serve::DEFAULT_SHUTDOWN_TIMEOUT_MS, value_parser = count)]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_SHUTDOWN_TIMEOUT_MS,
+        value_parser = count
+    )]
     shutdown_timeout_ms: u64,
 
     /// Require a client certificate this CA signed on the gRPC listener (mutual TLS)
@@ -267,7 +318,12 @@ struct Args {
 
     /// Distinct 'rule' label values per domain in ratelimit_service_descriptors_total (the
     /// request's own values with detailed_metric); past it, rule="_other"
-    #[arg(long, value_name = "N", default_value_t = metrics::DEFAULT_MAX_RULE_LABELS, value_parser = at_least_one)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = metrics::DEFAULT_MAX_RULE_LABELS,
+        value_parser = at_least_one
+    )]
     max_metric_rules: usize,
 
     /// A descriptor's 'limit' override (the caller's own limit, as in the reference):

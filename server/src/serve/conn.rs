@@ -24,8 +24,18 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// At most one warning about such failures per this long.
 const ACCEPT_WARNING_EVERY: Duration = Duration::from_secs(10);
 
-/// What an HTTP/2 connection sends first (RFC 9113 §3.4).
+/// What an HTTP/2 connection sends first (RFC 9113 §3.4), followed by a SETTINGS frame.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// An HTTP/2 frame's header: length (3 bytes), type, flags, stream (4 bytes).
+const FRAME_HEADER_BYTES: usize = 9;
+
+/// The SETTINGS frame's type.
+const SETTINGS_FRAME: u8 = 0x4;
+
+/// The largest frame a peer may send before the settings say otherwise (RFC 9113 §4.2);
+/// a larger first SETTINGS is read only this far (h2 then refuses it).
+const MAX_FRAME_BYTES: u32 = 16_384;
 
 /// A listener whose connections take a slot each, at most `max` at once.
 pub struct Acceptor {
@@ -133,8 +143,9 @@ pub struct Conn {
     _slot: OwnedSemaphorePermit,
 }
 
-/// Completes the TLS handshake (with `tls`) and reads the first bytes of a connection,
-/// within `timeout`; `None` when it is too slow, fails, or closes.
+/// Completes the TLS handshake (with `tls`) and reads the first bytes of a connection
+/// (HTTP/2's whole preface, its SETTINGS frame included), within `timeout`; `None` when it
+/// is too slow, fails, or closes.
 pub async fn open(
     stream: TcpStream,
     peer: SocketAddr,
@@ -164,6 +175,20 @@ pub async fn open(
                 break Protocol::Http2;
             }
         };
+        if protocol == Protocol::Http2 {
+            // The preface's second half, the client's SETTINGS frame, comes in time too.
+            let mut frame = [0u8; FRAME_HEADER_BYTES];
+            transport.read_exact(&mut frame).await.ok()?;
+            let [length_high, length_middle, length_low, kind, ..] = frame;
+            if kind != SETTINGS_FRAME {
+                return None;
+            }
+            let length = u32::from_be_bytes([0, length_high, length_middle, length_low]);
+            let mut settings = vec![0u8; usize::try_from(length.min(MAX_FRAME_BYTES)).ok()?];
+            transport.read_exact(&mut settings).await.ok()?;
+            head.extend_from_slice(&frame);
+            head.extend_from_slice(&settings);
+        }
         Some((transport, head, protocol))
     };
     let (transport, replay, protocol) = tokio::time::timeout(timeout, opening).await.ok()??;

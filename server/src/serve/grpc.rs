@@ -44,6 +44,9 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .max_concurrent_streams(limits.max_streams)
         .concurrency_limit_per_connection(limits.grpc_concurrency)
+        // Past the concurrency, RESOURCE_EXHAUSTED at once: a queue would wait outside the
+        // request timeout.
+        .load_shed(true)
         .timeout(limits.request_timeout)
         .http2_keepalive_interval(limits.keepalive)
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))

@@ -31,7 +31,7 @@ pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
 /// HTTP/2 streams open at once on one connection (Envoy opens another connection past it).
 pub const DEFAULT_MAX_STREAMS: u32 = 128;
 
-/// gRPC requests one connection has handled at once (the others wait in their streams).
+/// gRPC requests one connection has handled at once (past it, RESOURCE_EXHAUSTED at once).
 pub const DEFAULT_GRPC_CONCURRENCY: usize = 64;
 
 /// How often an HTTP/2 connection is pinged.
@@ -54,7 +54,7 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// HTTP/2 streams open at once per connection.
     pub max_streams: u32,
-    /// gRPC requests handled at once per connection.
+    /// gRPC requests handled at once per connection (past it, RESOURCE_EXHAUSTED).
     pub grpc_concurrency: usize,
     /// HTTP/2 ping interval (`None`: no pings).
     pub keepalive: Option<Duration>,
