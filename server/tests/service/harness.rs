@@ -48,9 +48,12 @@ impl Drop for TempDir {
     }
 }
 
-/// The binary Cargo built for these tests.
+/// The binary Cargo built for these tests, or the one `RLS_SERVICE_BINARY` names (to run
+/// the reproductions against another build, an earlier release say).
 fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_redis-ratelimit-server"))
+    std::env::var_os("RLS_SERVICE_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_redis-ratelimit-server")))
 }
 
 /// A running service.
