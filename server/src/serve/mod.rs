@@ -31,8 +31,10 @@ pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
 /// HTTP/2 streams open at once on one connection (Envoy opens another connection past it).
 pub const DEFAULT_MAX_STREAMS: u32 = 128;
 
-/// gRPC requests one connection has handled at once (past it, RESOURCE_EXHAUSTED at once).
-pub const DEFAULT_GRPC_CONCURRENCY: usize = 64;
+/// gRPC requests one connection has handled at once (past it, RESOURCE_EXHAUSTED at once):
+/// as many as its streams, so a client that keeps to the streams it is told it may open
+/// (Envoy opens another connection then) is never refused; lower it to shed load sooner.
+pub const DEFAULT_GRPC_CONCURRENCY: usize = 128;
 
 /// How often an HTTP/2 connection is pinged.
 pub const DEFAULT_KEEPALIVE_MS: u64 = 30_000;

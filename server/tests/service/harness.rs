@@ -313,10 +313,6 @@ pub fn http(
     body: &str,
     extra: &[(&str, &str)],
 ) -> Reply {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
@@ -326,6 +322,15 @@ pub fn http(
     }
     request.push_str("\r\n");
     request.push_str(body);
+    exchange(address, &request)
+}
+
+/// Sends one request as written (`Connection: close`) and reads the reply.
+pub fn exchange(address: SocketAddr, request: &str) -> Reply {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     stream.write_all(request.as_bytes()).unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).unwrap();
@@ -379,4 +384,20 @@ pub fn ttls(con: &mut redis::Connection) -> Vec<(String, i64)> {
             (key, ttl)
         })
         .collect()
+}
+
+/// Runs a future to completion on a fresh single-threaded runtime of its own thread (from
+/// a synchronous test, or inside `wait_until`'s closure).
+pub fn on_runtime<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .unwrap()
 }

@@ -16,14 +16,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use redis_ratelimit_testkit::server::{Server, wait_until};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use crate::harness::{Service, TempDir, descriptor, request};
+use crate::harness::{Reply, Service, TempDir, descriptor, exchange, on_runtime, request};
 use tokio_rustls::rustls;
 
 const CONFIG: &str = r#"
@@ -52,6 +54,17 @@ fn body(key: &str, value: &str) -> String {
     )
 }
 
+/// A problem+json answer (RFC 9457) of `status`.
+fn assert_problem(reply: &Reply, status: u16) {
+    assert_eq!(reply.status, status, "{}", reply.body);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+    let problem: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(problem["status"], status);
+}
+
 /// The service answers a check over HTTP, and has not exited.
 fn answers_http(service: &mut Service) -> bool {
     service.exited().is_none() && service.check_json(&body("user", "probe")).0 == 200
@@ -59,7 +72,14 @@ fn answers_http(service: &mut Service) -> bool {
 
 /// One gRPC check on its own runtime: the overall code.
 fn grpc_code(address: SocketAddr, entry: (&str, &str)) -> Result<i32, tonic::Status> {
-    let descriptors = vec![descriptor(&[entry])];
+    grpc_check(address, vec![descriptor(&[entry])]).map(|response| response.overall_code)
+}
+
+/// One gRPC check of `descriptors` in the test's domain, on its own runtime.
+fn grpc_check(
+    address: SocketAddr,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> Result<RateLimitResponse, tonic::Status> {
     on_runtime(async move {
         let mut client = RateLimitServiceClient::connect(format!("http://{address}"))
             .await
@@ -67,22 +87,8 @@ fn grpc_code(address: SocketAddr, entry: (&str, &str)) -> Result<i32, tonic::Sta
         client
             .should_rate_limit(request("hostile", descriptors))
             .await
-            .map(|response| response.into_inner().overall_code)
+            .map(tonic::Response::into_inner)
     })
-}
-
-fn on_runtime<T: Send + 'static>(
-    future: impl std::future::Future<Output = T> + Send + 'static,
-) -> T {
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(future)
-    })
-    .join()
-    .unwrap()
 }
 
 // ---- /proc ----
@@ -501,8 +507,7 @@ fn a_stream_flood_keeps_memory_bounded() {
         "memory grew {:.1} MiB for 100 full connections",
         mib(full_streams.saturating_sub(before))
     );
-    // Past the per-connection concurrency (64), streams are answered RESOURCE_EXHAUSTED at once;
-    // the request timeout (10 s) ends the others, which never sent their message.
+    // The request timeout (10 s) ends the streams, which never sent their message.
     assert!(
         wait_until(Duration::from_secs(20), || full.iter().all(|flood| flood
             .received
@@ -519,6 +524,34 @@ fn a_stream_flood_keeps_memory_bounded() {
         "stream flood: {:.1} MiB once every stream ended and the connections closed",
         mib(rss_kib(pid))
     );
+    assert!(answers_http(&mut service));
+}
+
+#[test]
+fn past_the_per_connection_concurrency_streams_are_refused_at_once() {
+    let redis = Server::start(&[]);
+    let mut service = start(
+        &redis,
+        &["--grpc-concurrency", "4", "--request-timeout-ms", "3000"],
+    );
+    let mut flood = H2Flood::open(service.grpc);
+    flood.open_streams(10, RLS_PATH, "application/grpc");
+    // Six are answered at once (RESOURCE_EXHAUSTED), four wait for their message.
+    assert!(wait_until(Duration::from_secs(2), || flood
+        .received
+        .ended
+        .lock()
+        .unwrap()
+        .len()
+        >= 6));
+    assert_eq!(flood.received.ended.lock().unwrap().len(), 6);
+    assert!(wait_until(Duration::from_secs(6), || flood
+        .received
+        .ended
+        .lock()
+        .unwrap()
+        .len()
+        == 10));
     assert!(answers_http(&mut service));
 }
 
@@ -900,19 +933,7 @@ fn sigterm_stops_by_the_deadline_and_gives_leases_back() {
     let left = |service: &Service| {
         let mut probe = descriptor(&[("leased", "l")]);
         probe.hits_addend = Some(UInt64Value { value: 0 });
-        let grpc = service.grpc;
-        on_runtime(async move {
-            let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-                .await
-                .unwrap();
-            client
-                .should_rate_limit(request("hostile", vec![probe]))
-                .await
-                .unwrap()
-                .into_inner()
-                .statuses[0]
-                .limit_remaining
-        })
+        grpc_check(service.grpc, vec![probe]).unwrap().statuses[0].limit_remaining
     };
     assert!(left(&plain) <= 90, "a lease is out");
     // A half-sent HTTP request, a silent gRPC connection, a stream whose message never comes.
@@ -1002,13 +1023,7 @@ fn bad_token_tls_and_body_input_is_refused_clearly() {
         &large,
         &[("Authorization", "Bearer s3cret")],
     );
-    assert_eq!(reply.status, 413, "{}", reply.body);
-    assert_eq!(
-        reply.header("content-type"),
-        Some("application/problem+json")
-    );
-    let problem: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
-    assert_eq!(problem["status"], 413);
+    assert_problem(&reply, 413);
     // A gRPC message cut short: INVALID_ARGUMENT.
     let grpc = service.grpc;
     let status = on_runtime(async move {
@@ -1180,16 +1195,7 @@ fn limit_overrides_can_be_refused_and_web_pages_are() {
             requests_per_unit: 1_000_000_000,
             unit: 4,
         });
-        let grpc = service.grpc;
-        on_runtime(async move {
-            let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-                .await
-                .unwrap();
-            client
-                .should_rate_limit(request("hostile", vec![raised]))
-                .await
-                .map(|_| ())
-        })
+        grpc_check(service.grpc, vec![raised]).map(|_| ())
     };
     let default = start(&redis, &[]);
     assert!(
@@ -1216,15 +1222,12 @@ fn limit_overrides_can_be_refused_and_web_pages_are() {
         &check,
         &[("Origin", "http://evil.example")],
     );
-    assert_eq!(reply.status, 403, "{}", reply.body);
-    assert_eq!(
-        reply.header("content-type"),
-        Some("application/problem+json")
+    assert_problem(&reply, 403);
+    assert_problem(
+        &http_with_type(default.http, &check, Some("text/plain")),
+        415,
     );
-    let plain = http_with_type(default.http, &check, Some("text/plain"));
-    assert_eq!(plain.status, 415, "{}", plain.body);
-    let none = http_with_type(default.http, &check, None);
-    assert_eq!(none.status, 415, "{}", none.body);
+    assert_problem(&http_with_type(default.http, &check, None), 415);
     let allowed = start(&redis, &["--http-allow-origin", "https://app.example"]);
     let reply = allowed.http(
         "POST",
@@ -1247,34 +1250,15 @@ fn limit_overrides_can_be_refused_and_web_pages_are() {
 }
 
 /// A POST to /v1/check with the given content type (or none).
-fn http_with_type(
-    address: SocketAddr,
-    body: &str,
-    content_type: Option<&str>,
-) -> crate::harness::Reply {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+fn http_with_type(address: SocketAddr, body: &str, content_type: Option<&str>) -> Reply {
     let content_type = content_type
         .map(|value| format!("Content-Type: {value}\r\n"))
         .unwrap_or_default();
-    let request = format!(
-        "POST /v1/check HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    crate::harness::Reply {
-        status,
-        headers: Vec::new(),
-        body: body.to_string(),
-    }
+    exchange(
+        address,
+        &format!(
+            "POST /v1/check HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
 }
