@@ -590,31 +590,64 @@ fn time_to_close(
     None
 }
 
-/// A TLS client stream to `address` trusting `cert` (blocking rustls).
+/// A TLS client stream to `address` trusting `ca` (blocking rustls), the handshake done.
 fn tls_client(
     address: SocketAddr,
-    cert: &Path,
+    ca: &Path,
 ) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    use rustls_pki_types::CertificateDer;
+    tls_client_as(address, ca, None).unwrap()
+}
+
+/// The same, presenting a client certificate and key if given; the handshake's error if
+/// the server refuses it.
+fn tls_client_as(
+    address: SocketAddr,
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
     use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(cert).unwrap() {
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            builder
+                .with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key).unwrap())
+                .unwrap()
+        }
+    };
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
     let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let mut stream = rustls::StreamOwned::new(connection, TcpStream::connect(address).unwrap());
+    let mut stream = rustls::StreamOwned::new(connection, TcpStream::connect(address)?);
     while stream.conn.is_handshaking() {
-        stream.conn.complete_io(&mut stream.sock).unwrap();
+        stream.conn.complete_io(&mut stream.sock)?;
     }
-    stream
+    Ok(stream)
+}
+
+/// A GET of /healthz over `stream`: the reply's first line, or the error (TLS 1.3 tells a
+/// refused client certificate only after the handshake, at the first read).
+fn tls_healthz(
+    stream: std::io::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>,
+) -> std::io::Result<String> {
+    let mut stream = stream?;
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply.lines().next().unwrap_or_default().to_string())
 }
 
 /// A CA, a server certificate for localhost and 127.0.0.1 and a client certificate, both
@@ -1068,7 +1101,7 @@ fn bad_token_tls_and_body_input_is_refused_clearly() {
 // ---- Risks: authentication, metrics, overrides, web pages ----
 
 #[test]
-fn grpc_takes_a_token_in_metadata_or_a_client_certificate() {
+fn callers_present_a_token_or_a_client_certificate() {
     let redis = Server::start(&[]);
     let dir = TempDir::new("grpc-auth");
     let token = dir.0.join("token");
@@ -1143,6 +1176,28 @@ fn grpc_takes_a_token_in_metadata_or_a_client_certificate() {
     };
     assert_eq!(call(Some(identity)).unwrap(), Code::Ok as i32);
     assert!(call(None).is_err(), "no client certificate, no call");
+    drop(service);
+
+    // The same on the HTTP listener.
+    let service = start(
+        &redis,
+        &[
+            "--http-tls-cert",
+            certs.server_cert.to_str().unwrap(),
+            "--http-tls-key",
+            certs.server_key.to_str().unwrap(),
+            "--http-tls-client-ca",
+            certs.ca.to_str().unwrap(),
+        ],
+    );
+    let client = (certs.client_cert.as_path(), certs.client_key.as_path());
+    let admitted = tls_healthz(tls_client_as(service.http, &certs.ca, Some(client)));
+    assert_eq!(admitted.unwrap(), "HTTP/1.1 200 OK");
+    let refused = tls_healthz(tls_client_as(service.http, &certs.ca, None));
+    assert!(
+        refused.is_err(),
+        "no client certificate, no answer: {refused:?}"
+    );
 }
 
 #[test]
