@@ -25,11 +25,10 @@ const START_RETRY: Duration = Duration::from_millis(100);
 
 /// A fingerprint of the directory's config files: names and contents, reading no file past
 /// the size bound, and no file at all when there are more than the bound (the load refuses
-/// the directory then; its names still tell when that changes).
+/// the directory then).
 pub fn fingerprint(dir: &Path, bounds: &FileBounds) -> u64 {
     let mut hasher = DefaultHasher::new();
-    match config::config_files(dir) {
-        Ok(files) if files.len() > bounds.max_files => files.hash(&mut hasher),
+    match config::config_files(dir, bounds.max_files) {
         Ok(files) => {
             for file in files {
                 file.hash(&mut hasher);

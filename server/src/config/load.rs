@@ -39,12 +39,15 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The config files of a directory, sorted.
-pub fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let entries = std::fs::read_dir(dir).map_err(|error| ConfigError {
+/// More than `max_files` of them is an error, told without holding them all.
+pub fn config_files(dir: &Path, max_files: usize) -> Result<Vec<PathBuf>, ConfigError> {
+    let fail = |reason: String| ConfigError {
         file: dir.to_path_buf(),
         line: 0,
-        reason: format!("cannot read the config directory: {error}"),
-    })?;
+        reason,
+    };
+    let entries = std::fs::read_dir(dir)
+        .map_err(|error| fail(format!("cannot read the config directory: {error}")))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.path())
@@ -57,7 +60,13 @@ pub fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
                 && (name.ends_with(".yaml") || name.ends_with(".yml"))
                 && path.is_file()
         })
+        .take(max_files.saturating_add(1))
         .collect();
+    if files.len() > max_files {
+        return Err(fail(format!(
+            "more than {max_files} config files (--config-max-files)"
+        )));
+    }
     files.sort();
     Ok(files)
 }
@@ -65,18 +74,7 @@ pub fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 /// Reads and checks every config file of `dir`, within `bounds`. All errors are returned
 /// (one per file at most, plus duplicate domains), so one reload reports everything wrong.
 pub fn load(dir: &Path, bounds: &FileBounds) -> Result<Config, Vec<ConfigError>> {
-    let files = config_files(dir).map_err(|error| vec![error])?;
-    if files.len() > bounds.max_files {
-        return Err(vec![ConfigError {
-            file: dir.to_path_buf(),
-            line: 0,
-            reason: format!(
-                "{} config files: at most {} (--config-max-files)",
-                files.len(),
-                bounds.max_files
-            ),
-        }]);
-    }
+    let files = config_files(dir, bounds.max_files).map_err(|error| vec![error])?;
     let mut domains: HashMap<String, Domain> = HashMap::new();
     let mut errors = Vec::new();
     for file in &files {
