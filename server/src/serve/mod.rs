@@ -18,8 +18,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Connections open at once on one listener.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Connections open at once on one listener: with `DEFAULT_MAX_STREAMS` each, whose
+/// streams cost some 9 KiB while their message is awaited, about 0.6 GiB at the most.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// The time a connection has for its TLS handshake and first bytes, and an HTTP/1.1
 /// connection for each request head (between requests: how long it may sit idle).
