@@ -1,53 +1,21 @@
-//! The command line.
+//! The command line (clap, derived): the flags, their checks, and the [`Options`] the rest of
+//! the service reads.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, ValueEnum};
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::plans::PlanOptions;
 
+use crate::config::{self, FileBounds};
 use crate::headers::{FieldsDraft, HeaderSettings};
+use crate::metrics;
 use crate::request::Bounds;
-
-/// The usage text.
-pub const USAGE: &str = "\
-usage: redis-ratelimit-server --redis URL --config DIR [options]
-
-  --redis URL               redis://[user:password@]host:port/ or rediss:// (TLS);
-                            redis+sentinel://h1:port,h2:port/primary-name[/db] (Sentinel);
-                            with --cluster, a comma-separated list of seed nodes
-  --cluster                 the store is a Redis Cluster
-  --config DIR              the envoyproxy/ratelimit YAML files (*.yaml, *.yml), watched
-  --grpc-listen ADDR        Envoy RLS v3 (default 127.0.0.1:8081; 'off' disables it)
-  --http-listen ADDR        HTTP JSON API, /metrics, /healthz, /readyz (default 127.0.0.1:8080; 'off')
-  --lease N                 claim N units per store call and spend them from memory (default: off)
-  --timeout-ms MS           longest wait for one store call (default 20)
-  --failure-mode MODE       allow | deny | local when the store is out of reach (default local)
-  --replicas N              replicas of this service: the local fallback enforces quota/N (default 1)
-  --headers FORM            off | draft-11 | draft-12: the IETF RateLimit fields (default draft-11)
-  --headers-on-denied-only  send the RateLimit fields on denials only
-  --legacy-headers          also X-RateLimit-Limit, -Remaining, -Reset
-  --key-prefix TEXT         prefix of every Redis key (default 'rls:')
-  --max-descriptors N       descriptors per request, at most 16 (default 16)
-  --max-entries N           entries per descriptor (default 8)
-  --max-value-bytes N       bytes of a key, value or domain (default 256)
-  --http-token-file PATH    require 'Authorization: Bearer <token>' on /v1/* (token read from PATH)
-  --grpc-tls-cert PEM --grpc-tls-key PEM   serve gRPC over TLS
-  --http-tls-cert PEM --http-tls-key PEM   serve HTTP over TLS
-  --watch-ms MS             how often the config directory is checked for changes (default 1000; 0: never)
-  --plans-check-ms MS       limits with 'tenant_key' (plans): the policy store's version is checked
-                            this often besides its change notifications (default 500)
-";
-
-/// A certificate and its key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain (PEM).
-    pub cert: PathBuf,
-    /// The private key (PEM).
-    pub key: PathBuf,
-}
+use crate::serve::{self, Limits};
+use crate::tls::TlsFiles;
 
 /// Everything the command line says.
 #[derive(Clone, Debug)]
@@ -86,156 +54,662 @@ pub struct Options {
     pub watch: Option<Duration>,
     /// The policy store's backstop version check (plans).
     pub plans_check: Duration,
+    /// What the config directory may hold.
+    pub config_bounds: FileBounds,
+    /// Both listeners' connection bounds.
+    pub limits: Limits,
+    /// How long a stop waits for requests in flight before it closes connections.
+    pub shutdown_timeout: Duration,
+    /// gRPC bearer token file.
+    pub grpc_token_file: Option<PathBuf>,
+    /// Whether `/metrics` requires the HTTP token.
+    pub metrics_need_token: bool,
+    /// The web origins allowed to call the HTTP API.
+    pub http_allowed_origins: Vec<String>,
+    /// Distinct `rule` label values per domain in the descriptor metrics.
+    pub max_metric_rules: usize,
 }
 
-fn number(flag: &str, text: &str) -> Result<u64, String> {
-    text.parse()
-        .map_err(|_| format!("{flag} takes a non-negative integer, not '{text}'"))
+/// A listener's address, or none (`off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Listen(Option<SocketAddr>);
+
+/// `--failure-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FailureMode {
+    /// Admit every request.
+    Allow,
+    /// Deny every request.
+    Deny,
+    /// Decide locally, this replica's share of each limit.
+    Local,
 }
 
-fn address(flag: &str, text: &str) -> Result<Option<SocketAddr>, String> {
+/// `--headers`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum HeaderForm {
+    /// No IETF fields.
+    Off,
+    /// `RateLimit: "name";r=R;t=T` and `RateLimit-Policy`.
+    #[value(name = "draft-11")]
+    Draft11,
+    /// `RateLimit: "name";a=A;w=W;c=C` and `RateLimit-Policy`.
+    #[value(name = "draft-12")]
+    Draft12,
+}
+
+/// The flags as clap reads them, before the checks that involve several of them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "redis-ratelimit-server",
+    version,
+    about = "A rate-limit service on the redis-ratelimit module: Envoy's RLS v3 over gRPC and an \
+             HTTP JSON API, configured by envoyproxy/ratelimit YAML files",
+    override_usage = "redis-ratelimit-server --redis URL --config DIR [options]",
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
+struct Args {
+    /// redis://[user:password@]host:port/ or rediss:// (TLS);
+    /// redis+sentinel://h1:port,h2:port/primary-name[/db] (Sentinel); with --cluster, a
+    /// comma-separated list of seed nodes
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+
+    /// The store is a Redis Cluster
+    #[arg(long)]
+    cluster: bool,
+
+    /// The envoyproxy/ratelimit YAML files (*.yaml, *.yml), watched
+    #[arg(long, value_name = "DIR")]
+    config: Option<PathBuf>,
+
+    /// Envoy RLS v3 ('off' disables it)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081", value_parser = listen)]
+    grpc_listen: Listen,
+
+    /// HTTP JSON API, /metrics, /healthz, /readyz ('off' disables it)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = listen)]
+    http_listen: Listen,
+
+    /// Claim N units per store call and spend them from memory (default: off)
+    #[arg(long, value_name = "N", value_parser = count)]
+    lease: Option<u64>,
+
+    /// Longest wait for one store call
+    #[arg(long, value_name = "MS", default_value = "20", value_parser = positive_ms)]
+    timeout_ms: Duration,
+
+    /// What a check does when the store is out of reach
+    #[arg(long, value_name = "MODE", value_enum, default_value = "local")]
+    failure_mode: FailureMode,
+
+    /// Replicas of this service: the local fallback enforces quota/N
+    #[arg(long, value_name = "N", default_value = "1", value_parser = count)]
+    replicas: u64,
+
+    /// The IETF RateLimit fields
+    #[arg(long, value_name = "FORM", value_enum, default_value = "draft-11")]
+    headers: HeaderForm,
+
+    /// Send the RateLimit fields on denials only
+    #[arg(long)]
+    headers_on_denied_only: bool,
+
+    /// Also X-RateLimit-Limit, -Remaining, -Reset
+    #[arg(long)]
+    legacy_headers: bool,
+
+    /// Prefix of every Redis key
+    #[arg(long, value_name = "TEXT", default_value = "rls:")]
+    key_prefix: String,
+
+    /// Descriptors per request, at most 16 (one RL.MULTI takes 16 keys)
+    #[arg(long, value_name = "N", default_value = "16", value_parser = max_descriptors)]
+    max_descriptors: usize,
+
+    /// Entries per descriptor
+    #[arg(long, value_name = "N", default_value = "8", value_parser = at_least_one)]
+    max_entries: usize,
+
+    /// Bytes of a key, value or domain
+    #[arg(long, value_name = "N", default_value = "256", value_parser = at_least_one)]
+    max_value_bytes: usize,
+
+    /// Require 'Authorization: Bearer <token>' on /v1/* (token read from PATH)
+    #[arg(long, value_name = "PATH")]
+    http_token_file: Option<PathBuf>,
+
+    /// Serve gRPC over TLS: the certificate chain (with --grpc-tls-key)
+    #[arg(long, value_name = "PEM")]
+    grpc_tls_cert: Option<PathBuf>,
+
+    /// Serve gRPC over TLS: the private key (with --grpc-tls-cert)
+    #[arg(long, value_name = "PEM")]
+    grpc_tls_key: Option<PathBuf>,
+
+    /// Serve HTTP over TLS: the certificate chain (with --http-tls-key)
+    #[arg(long, value_name = "PEM")]
+    http_tls_cert: Option<PathBuf>,
+
+    /// Serve HTTP over TLS: the private key (with --http-tls-cert)
+    #[arg(long, value_name = "PEM")]
+    http_tls_key: Option<PathBuf>,
+
+    /// How often the config directory is checked for changes (0: never)
+    #[arg(long, value_name = "MS", default_value = "1000", value_parser = count)]
+    watch_ms: u64,
+
+    /// Limits with 'tenant_key' (plans): the policy store's version is checked this often
+    /// besides its change notifications
+    #[arg(long, value_name = "MS", value_parser = positive_ms)]
+    plans_check_ms: Option<Duration>,
+
+    /// Deepest nesting of YAML collections in a config file (a descriptor level takes two)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = config::DEFAULT_MAX_DEPTH,
+        value_parser = at_least_one
+    )]
+    config_max_depth: usize,
+
+    /// Largest config file, in bytes (1 MiB)
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = config::DEFAULT_MAX_FILE_BYTES,
+        value_parser = count
+    )]
+    config_max_file_bytes: u64,
+
+    /// Most config files in the directory
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = config::DEFAULT_MAX_FILES,
+        value_parser = at_least_one
+    )]
+    config_max_files: usize,
+
+    /// Connections open at once on each listener (the others wait in the kernel's backlog)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = serve::DEFAULT_MAX_CONNECTIONS,
+        value_parser = at_least_one
+    )]
+    max_connections: usize,
+
+    /// A connection's TLS handshake and first bytes, and each HTTP/1.1 request head, within
+    /// this; an HTTP/1.1 connection idle this long is closed
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_HEADER_TIMEOUT_MS,
+        value_parser = positive
+    )]
+    header_timeout_ms: u64,
+
+    /// The longest one request may take, its body included (HTTP: 408; gRPC: CANCELLED)
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_REQUEST_TIMEOUT_MS,
+        value_parser = positive
+    )]
+    request_timeout_ms: u64,
+
+    /// HTTP/2 streams open at once on one connection (gRPC and h2c)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = serve::DEFAULT_MAX_STREAMS,
+        value_parser = streams
+    )]
+    max_streams: u32,
+
+    /// gRPC requests one connection has handled at once; past it, RESOURCE_EXHAUSTED at once (a
+    /// queue would wait outside the request timeout)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = serve::DEFAULT_GRPC_CONCURRENCY,
+        value_parser = at_least_one
+    )]
+    grpc_concurrency: usize,
+
+    /// HTTP/2 keep-alive: a ping this often, the connection closed when one goes unanswered
+    /// for 10 s (0: no pings)
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_KEEPALIVE_MS,
+        value_parser = count
+    )]
+    keepalive_ms: u64,
+
+    /// On SIGTERM, how long requests in flight may take before the connections still open
+    /// are closed (leases are given back after)
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = serve::DEFAULT_SHUTDOWN_TIMEOUT_MS,
+        value_parser = count
+    )]
+    shutdown_timeout_ms: u64,
+
+    /// Require a client certificate this CA signed on the gRPC listener (mutual TLS)
+    #[arg(long, value_name = "PEM", requires = "grpc_tls_cert")]
+    grpc_tls_client_ca: Option<PathBuf>,
+
+    /// Require a client certificate this CA signed on the HTTP listener (mutual TLS)
+    #[arg(long, value_name = "PEM", requires = "http_tls_cert")]
+    http_tls_client_ca: Option<PathBuf>,
+
+    /// Require 'authorization: Bearer <token>' in every gRPC call's metadata (token read
+    /// from PATH)
+    #[arg(long, value_name = "PATH")]
+    grpc_token_file: Option<PathBuf>,
+
+    /// /metrics requires the --http-token-file token too
+    #[arg(long, requires = "http_token_file")]
+    metrics_need_token: bool,
+
+    /// Distinct 'rule' label values per domain in ratelimit_service_descriptors_total (the
+    /// request's own values with detailed_metric); past it, rule="_other"
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = metrics::DEFAULT_MAX_RULE_LABELS,
+        value_parser = at_least_one
+    )]
+    max_metric_rules: usize,
+
+    /// A descriptor's 'limit' override (the caller's own limit, as in the reference):
+    /// honoured, or refused as a bad request
+    #[arg(long, value_name = "POLICY", value_enum, default_value = "allow")]
+    limit_overrides: LimitOverrides,
+
+    /// An Origin whose web pages may call the HTTP API (repeatable); a request from any
+    /// other Origin is refused
+    #[arg(long, value_name = "ORIGIN")]
+    http_allow_origin: Vec<String>,
+}
+
+/// `--limit-overrides`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LimitOverrides {
+    /// Honour a descriptor's limit.
+    Allow,
+    /// Refuse a request with one.
+    Refuse,
+}
+
+fn streams(text: &str) -> Result<u32, String> {
+    u32::try_from(at_least_one(text)?).map_err(|_| "at most 4294967295".to_string())
+}
+
+fn listen(text: &str) -> Result<Listen, String> {
     if text == "off" {
-        return Ok(None);
+        return Ok(Listen(None));
     }
-    text.parse().map(Some).map_err(|_| {
-        format!("{flag} takes an address such as 127.0.0.1:8081 or 'off', not '{text}'")
-    })
+    text.parse()
+        .map(|address| Listen(Some(address)))
+        .map_err(|_| "an address such as 127.0.0.1:8081, or 'off'".to_string())
 }
 
-/// Parses the arguments (without the program name).
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
-    let mut redis = None;
-    let mut cluster = false;
-    let mut config = None;
-    let mut grpc_listen = address("", "127.0.0.1:8081")?;
-    let mut http_listen = address("", "127.0.0.1:8080")?;
-    let mut lease = None;
-    let mut timeout = Duration::from_millis(20);
-    let mut failure = Fallback::Local;
-    let mut replicas = 1;
-    let mut headers = HeaderSettings {
-        draft: FieldsDraft::Draft11,
-        on_admitted: true,
-        legacy: false,
-    };
-    let mut key_prefix = "rls:".to_string();
-    let mut bounds = Bounds::default();
-    let mut http_token_file = None;
-    let (mut grpc_cert, mut grpc_key, mut http_cert, mut http_key) = (None, None, None, None);
-    let mut watch = Some(Duration::from_millis(1000));
-    let mut plans_check = PlanOptions::default().check_every;
-    // `--flag=value` is `--flag value`.
-    let mut args = args
-        .into_iter()
-        .flat_map(|arg| match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => {
-                vec![flag.to_string(), value.to_string()]
-            }
-            _ => vec![arg],
-        })
-        .collect::<Vec<_>>()
-        .into_iter();
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--redis" => redis = Some(value()?.split(',').map(str::to_string).collect::<Vec<_>>()),
-            "--cluster" => cluster = true,
-            "--config" => config = Some(PathBuf::from(value()?)),
-            "--grpc-listen" => grpc_listen = address(&flag, &value()?)?,
-            "--http-listen" => http_listen = address(&flag, &value()?)?,
-            "--lease" => lease = Some(number(&flag, &value()?)?).filter(|units| *units > 0),
-            "--timeout-ms" => {
-                let ms = number(&flag, &value()?)?;
-                if ms == 0 {
-                    return Err("--timeout-ms must be above 0".into());
-                }
-                timeout = Duration::from_millis(ms);
-            }
-            "--failure-mode" => {
-                failure = match value()?.as_str() {
-                    "allow" => Fallback::Open,
-                    "deny" => Fallback::Closed,
-                    "local" => Fallback::Local,
-                    other => {
-                        return Err(format!(
-                            "--failure-mode is allow, deny or local, not '{other}'"
-                        ));
-                    }
-                }
-            }
-            "--replicas" => replicas = number(&flag, &value()?)?.max(1),
-            "--headers" => {
-                let text = value()?;
-                headers.draft = FieldsDraft::parse(&text).ok_or_else(|| {
-                    format!("--headers is off, draft-11 or draft-12, not '{text}'")
-                })?;
-            }
-            "--headers-on-denied-only" => headers.on_admitted = false,
-            "--legacy-headers" => headers.legacy = true,
-            "--key-prefix" => key_prefix = value()?,
-            "--max-descriptors" => {
-                let max = number(&flag, &value()?)?;
-                if !(1..=16).contains(&max) {
-                    return Err("--max-descriptors is 1 to 16 (one RL.MULTI takes 16 keys)".into());
-                }
-                bounds.max_descriptors = usize::try_from(max).unwrap_or(16);
-            }
-            "--max-entries" => {
-                bounds.max_entries =
-                    usize::try_from(number(&flag, &value()?)?.max(1)).unwrap_or(usize::MAX)
-            }
-            "--max-value-bytes" => {
-                bounds.max_value_bytes =
-                    usize::try_from(number(&flag, &value()?)?.max(1)).unwrap_or(usize::MAX)
-            }
-            "--http-token-file" => http_token_file = Some(PathBuf::from(value()?)),
-            "--grpc-tls-cert" => grpc_cert = Some(PathBuf::from(value()?)),
-            "--grpc-tls-key" => grpc_key = Some(PathBuf::from(value()?)),
-            "--http-tls-cert" => http_cert = Some(PathBuf::from(value()?)),
-            "--http-tls-key" => http_key = Some(PathBuf::from(value()?)),
-            "--watch-ms" => {
-                let ms = number(&flag, &value()?)?;
-                watch = (ms > 0).then(|| Duration::from_millis(ms));
-            }
-            "--plans-check-ms" => {
-                let ms = number(&flag, &value()?)?;
-                if ms == 0 {
-                    return Err("--plans-check-ms must be above 0".into());
-                }
-                plans_check = Duration::from_millis(ms);
-            }
-            "--help" | "-h" => return Err(String::new()),
-            other => return Err(format!("unknown argument '{other}'")),
-        }
+fn count(text: &str) -> Result<u64, String> {
+    text.parse()
+        .map_err(|_| "a non-negative integer is expected".to_string())
+}
+
+fn positive(text: &str) -> Result<u64, String> {
+    match count(text)? {
+        0 => Err("must be above 0".into()),
+        value => Ok(value),
     }
-    let tls = |cert: Option<PathBuf>, key: Option<PathBuf>, which: &str| match (cert, key) {
-        (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert, key })),
+}
+
+fn positive_ms(text: &str) -> Result<Duration, String> {
+    positive(text).map(Duration::from_millis)
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    Ok(usize::try_from(count(text)?.max(1)).unwrap_or(usize::MAX))
+}
+
+fn max_descriptors(text: &str) -> Result<usize, String> {
+    match count(text)? {
+        max @ 1..=16 => Ok(usize::try_from(max).unwrap_or(16)),
+        _ => Err("is 1 to 16 (one RL.MULTI takes 16 keys)".into()),
+    }
+}
+
+/// A usage error in clap's form (printed with the usage line, exit code 2).
+fn usage_error(kind: ErrorKind, message: impl std::fmt::Display) -> clap::Error {
+    Args::command().error(kind, message)
+}
+
+/// Parses the command line (the program name first). `--help` and `--version` are errors
+/// of their own kind, printed to stdout with exit code 0 by [`clap::Error::exit`].
+pub fn parse<I, T>(args: I) -> Result<Options, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = Args::try_parse_from(args)?;
+    let tls = |cert: Option<PathBuf>,
+               key: Option<PathBuf>,
+               client_ca: Option<PathBuf>,
+               which: &str| match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
         (None, None) => Ok(None),
-        _ => Err(format!(
-            "--{which}-tls-cert and --{which}-tls-key go together"
+        _ => Err(usage_error(
+            ErrorKind::MissingRequiredArgument,
+            format!("--{which}-tls-cert and --{which}-tls-key go together"),
         )),
     };
+    let required = |flag: &str| {
+        usage_error(
+            ErrorKind::MissingRequiredArgument,
+            format!("{flag} is required"),
+        )
+    };
     let options = Options {
-        redis: redis.ok_or("--redis is required")?,
-        cluster,
-        config: config.ok_or("--config is required")?,
-        grpc_listen,
-        http_listen,
-        lease,
-        timeout,
-        failure,
-        replicas,
-        headers,
-        key_prefix,
-        bounds,
-        http_token_file,
-        grpc_tls: tls(grpc_cert, grpc_key, "grpc")?,
-        http_tls: tls(http_cert, http_key, "http")?,
-        watch,
-        plans_check,
+        redis: args
+            .redis
+            .ok_or_else(|| required("--redis"))?
+            .split(',')
+            .map(str::to_string)
+            .collect(),
+        cluster: args.cluster,
+        config: args.config.ok_or_else(|| required("--config"))?,
+        grpc_listen: args.grpc_listen.0,
+        http_listen: args.http_listen.0,
+        lease: args.lease.filter(|units| *units > 0),
+        timeout: args.timeout_ms,
+        failure: match args.failure_mode {
+            FailureMode::Allow => Fallback::Open,
+            FailureMode::Deny => Fallback::Closed,
+            FailureMode::Local => Fallback::Local,
+        },
+        replicas: args.replicas.max(1),
+        headers: HeaderSettings {
+            draft: match args.headers {
+                HeaderForm::Off => FieldsDraft::Off,
+                HeaderForm::Draft11 => FieldsDraft::Draft11,
+                HeaderForm::Draft12 => FieldsDraft::Draft12,
+            },
+            on_admitted: !args.headers_on_denied_only,
+            legacy: args.legacy_headers,
+        },
+        key_prefix: args.key_prefix,
+        bounds: Bounds {
+            max_descriptors: args.max_descriptors,
+            max_entries: args.max_entries,
+            max_value_bytes: args.max_value_bytes,
+            limit_overrides: args.limit_overrides == LimitOverrides::Allow,
+            ..Bounds::default()
+        },
+        http_token_file: args.http_token_file,
+        grpc_tls: tls(
+            args.grpc_tls_cert,
+            args.grpc_tls_key,
+            args.grpc_tls_client_ca,
+            "grpc",
+        )?,
+        http_tls: tls(
+            args.http_tls_cert,
+            args.http_tls_key,
+            args.http_tls_client_ca,
+            "http",
+        )?,
+        watch: (args.watch_ms > 0).then(|| Duration::from_millis(args.watch_ms)),
+        plans_check: args
+            .plans_check_ms
+            .unwrap_or(PlanOptions::default().check_every),
+        config_bounds: FileBounds {
+            max_depth: args.config_max_depth,
+            max_file_bytes: args.config_max_file_bytes,
+            max_files: args.config_max_files,
+        },
+        limits: Limits {
+            max_connections: args.max_connections,
+            header_timeout: Duration::from_millis(args.header_timeout_ms),
+            request_timeout: Duration::from_millis(args.request_timeout_ms),
+            max_streams: args.max_streams,
+            grpc_concurrency: args.grpc_concurrency,
+            keepalive: (args.keepalive_ms > 0).then(|| Duration::from_millis(args.keepalive_ms)),
+        },
+        shutdown_timeout: Duration::from_millis(args.shutdown_timeout_ms),
+        grpc_token_file: args.grpc_token_file,
+        metrics_need_token: args.metrics_need_token,
+        http_allowed_origins: args.http_allow_origin,
+        max_metric_rules: args.max_metric_rules,
     };
     if options.grpc_listen.is_none() && options.http_listen.is_none() {
-        return Err("both listeners are off: nothing to serve".into());
+        return Err(usage_error(
+            ErrorKind::ArgumentConflict,
+            "both listeners are off: nothing to serve",
+        ));
     }
     Ok(options)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse_line(line: &str) -> Result<Options, clap::Error> {
+        parse(std::iter::once("redis-ratelimit-server").chain(line.split_whitespace()))
+    }
+
+    fn error(line: &str) -> String {
+        parse_line(line).unwrap_err().to_string()
+    }
+
+    const BASE: &str = "--redis redis://127.0.0.1:6379/ --config /tmp/c";
+
+    #[test]
+    fn the_defaults() {
+        let options = parse_line(BASE).unwrap();
+        assert_eq!(options.redis, vec!["redis://127.0.0.1:6379/".to_string()]);
+        assert_eq!(options.config, PathBuf::from("/tmp/c"));
+        assert_eq!(options.grpc_listen, Some("127.0.0.1:8081".parse().unwrap()));
+        assert_eq!(options.http_listen, Some("127.0.0.1:8080".parse().unwrap()));
+        assert_eq!(options.lease, None);
+        assert_eq!(options.timeout, Duration::from_millis(20));
+        assert_eq!(options.failure, Fallback::Local);
+        assert_eq!(options.replicas, 1);
+        assert_eq!(
+            options.headers,
+            HeaderSettings {
+                draft: FieldsDraft::Draft11,
+                on_admitted: true,
+                legacy: false
+            }
+        );
+        assert_eq!(options.key_prefix, "rls:");
+        assert_eq!(options.bounds, Bounds::default());
+        assert_eq!(options.watch, Some(Duration::from_millis(1000)));
+        assert_eq!(options.plans_check, PlanOptions::default().check_every);
+        assert!(!options.cluster && options.grpc_tls.is_none() && options.http_tls.is_none());
+        assert_eq!(options.config_bounds, FileBounds::default());
+        assert_eq!(options.limits, Limits::default());
+        assert_eq!(
+            options.shutdown_timeout,
+            Duration::from_millis(serve::DEFAULT_SHUTDOWN_TIMEOUT_MS)
+        );
+        assert!(options.grpc_token_file.is_none() && !options.metrics_need_token);
+        assert!(options.http_allowed_origins.is_empty());
+        assert_eq!(options.max_metric_rules, metrics::DEFAULT_MAX_RULE_LABELS);
+    }
+
+    #[test]
+    fn the_bounds_and_security_flags() {
+        let options = parse_line(&format!(
+            "{BASE} --config-max-depth 8 --config-max-file-bytes 4096 --config-max-files 3 \
+             --max-connections 10 --header-timeout-ms 500 --request-timeout-ms 700 \
+             --max-streams 4 --grpc-concurrency 2 --keepalive-ms 0 --shutdown-timeout-ms 0 \
+             --grpc-tls-cert c --grpc-tls-key k --grpc-tls-client-ca ca --grpc-token-file g \
+             --http-token-file h --metrics-need-token --max-metric-rules 5 \
+             --limit-overrides refuse --http-allow-origin https://a --http-allow-origin https://b"
+        ))
+        .unwrap();
+        assert_eq!(
+            options.config_bounds,
+            FileBounds {
+                max_depth: 8,
+                max_file_bytes: 4096,
+                max_files: 3
+            }
+        );
+        assert_eq!(
+            options.limits,
+            Limits {
+                max_connections: 10,
+                header_timeout: Duration::from_millis(500),
+                request_timeout: Duration::from_millis(700),
+                max_streams: 4,
+                grpc_concurrency: 2,
+                keepalive: None,
+            }
+        );
+        assert_eq!(options.shutdown_timeout, Duration::ZERO);
+        assert_eq!(
+            options.grpc_tls.and_then(|tls| tls.client_ca),
+            Some(PathBuf::from("ca"))
+        );
+        assert_eq!(options.grpc_token_file, Some(PathBuf::from("g")));
+        assert!(options.metrics_need_token);
+        assert_eq!(options.max_metric_rules, 5);
+        assert!(!options.bounds.limit_overrides);
+        assert_eq!(options.http_allowed_origins, vec!["https://a", "https://b"]);
+        for (line, reason) in [
+            ("--metrics-need-token", "--http-token-file"),
+            ("--grpc-tls-client-ca ca", "--grpc-tls-cert"),
+            ("--header-timeout-ms 0", "must be above 0"),
+            (
+                "--limit-overrides maybe",
+                "[possible values: allow, refuse]",
+            ),
+        ] {
+            let error = error(&format!("{BASE} {line}"));
+            assert!(error.contains(reason), "{line}: {error}");
+        }
+    }
+
+    #[test]
+    fn every_flag() {
+        let options = parse_line(
+            "--redis a:1,b:2 --cluster --config=/etc/rl --grpc-listen off --http-listen 0.0.0.0:9 \
+             --lease 10 --timeout-ms 5 --failure-mode deny --replicas 0 --headers draft-12 \
+             --headers-on-denied-only --legacy-headers --key-prefix x: --max-descriptors 4 \
+             --max-entries 0 --max-value-bytes 64 --http-token-file /t --grpc-tls-cert c \
+             --grpc-tls-key k --watch-ms 0 --plans-check-ms 50 --lease 0",
+        )
+        .unwrap();
+        assert_eq!(options.redis, vec!["a:1".to_string(), "b:2".to_string()]);
+        assert!(options.cluster);
+        assert_eq!(options.config, PathBuf::from("/etc/rl"));
+        assert_eq!(options.grpc_listen, None);
+        assert_eq!(options.http_listen, Some("0.0.0.0:9".parse().unwrap()));
+        assert_eq!(options.lease, None, "the last --lease wins, and 0 is off");
+        assert_eq!(options.timeout, Duration::from_millis(5));
+        assert_eq!(options.failure, Fallback::Closed);
+        assert_eq!(options.replicas, 1);
+        assert_eq!(options.headers.draft, FieldsDraft::Draft12);
+        assert!(!options.headers.on_admitted && options.headers.legacy);
+        assert_eq!(options.key_prefix, "x:");
+        assert_eq!(options.bounds.max_descriptors, 4);
+        assert_eq!(options.bounds.max_entries, 1);
+        assert_eq!(options.bounds.max_value_bytes, 64);
+        assert_eq!(options.http_token_file, Some(PathBuf::from("/t")));
+        assert_eq!(
+            options.grpc_tls,
+            Some(TlsFiles {
+                cert: "c".into(),
+                key: "k".into(),
+                client_ca: None,
+            })
+        );
+        assert_eq!(options.watch, None);
+        assert_eq!(options.plans_check, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn errors_name_the_flag_and_the_reason() {
+        let cases: &[(&str, &str)] = &[
+            ("--config /c", "--redis is required"),
+            ("--redis r", "--config is required"),
+            ("--timeout-ms 0", "'--timeout-ms <MS>': must be above 0"),
+            (
+                "--plans-check-ms 0",
+                "'--plans-check-ms <MS>': must be above 0",
+            ),
+            ("--lease -1", "a non-negative integer is expected"),
+            (
+                "--failure-mode maybe",
+                "[possible values: allow, deny, local]",
+            ),
+            (
+                "--headers draft-10",
+                "[possible values: off, draft-11, draft-12]",
+            ),
+            (
+                "--max-descriptors 17",
+                "is 1 to 16 (one RL.MULTI takes 16 keys)",
+            ),
+            (
+                "--grpc-listen nowhere",
+                "an address such as 127.0.0.1:8081, or 'off'",
+            ),
+            (
+                "--http-tls-cert c",
+                "--http-tls-cert and --http-tls-key go together",
+            ),
+            (
+                "--grpc-listen off --http-listen off",
+                "both listeners are off: nothing to serve",
+            ),
+            ("--frobnicate", "unexpected argument '--frobnicate'"),
+            ("--lease", "a value is required for '--lease <N>'"),
+        ];
+        for (extra, expected) in cases {
+            let line = if extra.starts_with("--config") || extra.starts_with("--redis") {
+                extra.to_string()
+            } else {
+                format!("{BASE} {extra}")
+            };
+            let text = error(&line);
+            assert!(text.contains(expected), "{line}: {text}");
+            assert_eq!(
+                parse_line(&line).unwrap_err().exit_code(),
+                2,
+                "a usage error: {line}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_is_not_an_error() {
+        let help = parse_line("--help").unwrap_err();
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        assert_eq!(help.exit_code(), 0);
+        let text = help.to_string();
+        for flag in [
+            "--redis",
+            "--failure-mode",
+            "--plans-check-ms",
+            "--grpc-tls-key",
+        ] {
+            assert!(text.contains(flag), "{flag} in the help");
+        }
+    }
 }

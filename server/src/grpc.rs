@@ -11,17 +11,25 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::{self, ListValue, Struct, Value, value::Kind};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status as GrpcStatus};
 
+use crate::auth::Token;
 use crate::config::Unit;
 use crate::engine::{CheckFailure, Engine, Verdict};
 use crate::headers::{self, HeaderSettings};
 use crate::metrics;
 use crate::request::{BadRequest, CheckRequest, Descriptor};
+
+/// Largest request message accepted.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// The gRPC service.
 pub struct Rls {
@@ -33,6 +41,42 @@ impl Rls {
     /// The service over an engine.
     pub fn new(engine: Arc<Engine>, headers: HeaderSettings) -> Self {
         Self { engine, headers }
+    }
+}
+
+/// The service as served.
+pub type Service = InterceptedService<RateLimitServiceServer<Rls>, Authenticate>;
+
+/// The service as served: messages bounded, and with `token`, only for callers whose
+/// metadata presents it (`authorization: Bearer <token>`).
+pub fn service(engine: Arc<Engine>, headers: HeaderSettings, token: Option<Token>) -> Service {
+    let server = RateLimitServiceServer::new(Rls::new(engine, headers))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    InterceptedService::new(server, Authenticate { token })
+}
+
+/// Refuses calls that do not present the token, if there is one, with `UNAUTHENTICATED`.
+#[derive(Clone)]
+pub struct Authenticate {
+    token: Option<Token>,
+}
+
+impl Interceptor for Authenticate {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, GrpcStatus> {
+        let Some(token) = &self.token else {
+            return Ok(request);
+        };
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|value| value.as_bytes());
+        if token.admits(authorization) {
+            Ok(request)
+        } else {
+            Err(GrpcStatus::unauthenticated(
+                "this service needs 'authorization: Bearer <token>' in the call's metadata",
+            ))
+        }
     }
 }
 
@@ -84,9 +128,13 @@ pub fn invalid_protobuf_is_invalid_argument<B>(
     let internal = headers
         .get("grpc-status")
         .is_some_and(|status| status.as_bytes() == b"13");
-    let undecodable = headers
-        .get("grpc-message")
-        .is_some_and(|message| message.as_bytes().starts_with(b"failed%20to%20decode"));
+    // Not the message's encoding, or a message cut short (its length prefix says more than
+    // the stream carried).
+    let undecodable = headers.get("grpc-message").is_some_and(|message| {
+        let message = message.as_bytes();
+        message.starts_with(b"failed%20to%20decode")
+            || message.starts_with(b"Unexpected%20EOF%20decoding")
+    });
     if internal && undecodable {
         headers.insert("grpc-status", http::HeaderValue::from_static("3"));
     }

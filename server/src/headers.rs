@@ -27,18 +27,6 @@ pub enum FieldsDraft {
     Draft12,
 }
 
-impl FieldsDraft {
-    /// The form named on the command line.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "off" => Some(Self::Off),
-            "draft-11" => Some(Self::Draft11),
-            "draft-12" => Some(Self::Draft12),
-            _ => None,
-        }
-    }
-}
-
 /// What to send.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeaderSettings {

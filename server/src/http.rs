@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -16,6 +18,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::auth::Token;
 use crate::config::Unit;
 use crate::engine::{CheckFailure, Engine, Verdict};
 use crate::headers::{self, HeaderSettings};
@@ -38,21 +41,39 @@ pub struct Api {
     /// Whether the failure mode denies (then the service is not ready without the store).
     pub fails_closed: bool,
     /// The bearer token `/v1/*` requires, if any.
-    pub token: Option<String>,
+    pub token: Option<Token>,
+    /// Whether `/metrics` requires the token too.
+    pub metrics_need_token: bool,
+    /// The `Origin`s whose pages may call the API (a request from any other is refused).
+    pub allowed_origins: Vec<String>,
+    /// The longest a request may take, its body included.
+    pub request_timeout: Duration,
 }
 
 /// The routes.
 pub fn router(api: Arc<Api>) -> Router {
+    let token = || middleware::from_fn_with_state(Arc::clone(&api), bearer);
     let guarded = Router::new()
         .route("/v1/check", post(check))
         .route("/v1/release", post(release))
-        .route_layer(middleware::from_fn_with_state(Arc::clone(&api), bearer));
+        .route_layer(token())
+        .route_layer(middleware::from_fn(json_only));
+    let metrics = if api.metrics_need_token {
+        get(metrics_text).route_layer(token())
+    } else {
+        get(metrics_text)
+    };
     Router::new()
         .merge(guarded)
-        .route("/metrics", get(metrics_text))
+        .route("/metrics", metrics)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&api),
+            same_origin,
+        ))
+        .layer(middleware::from_fn_with_state(Arc::clone(&api), time_bound))
         .with_state(api)
 }
 
@@ -82,9 +103,8 @@ async fn bearer(State(api): State<Arc<Api>>, request: Request, next: Next) -> Re
         let given = request
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
-        if !given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
+            .map(HeaderValue::as_bytes);
+        if !token.admits(given) {
             let mut response = problem(
                 StatusCode::UNAUTHORIZED,
                 "Unauthorized",
@@ -99,9 +119,86 @@ async fn bearer(State(api): State<Arc<Api>>, request: Request, next: Next) -> Re
     next.run(request).await
 }
 
-/// Compares without leaking where the first difference is.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// A browser names the page's origin in `Origin` on every cross-origin request and every
+/// POST: one not allowed is refused, so a web page cannot spend limits through a
+/// browser on the machine (other clients send no `Origin`).
+async fn same_origin(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        let allowed = api
+            .allowed_origins
+            .iter()
+            .any(|allowed| allowed.as_bytes() == origin.as_bytes());
+        if !allowed {
+            return problem(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "requests from web pages are refused (Origin is not in --http-allow-origin)",
+            );
+        }
+    }
+    next.run(request).await
+}
+
+/// The API takes JSON only: `application/json` (or `application/*+json`). A browser
+/// sends a cross-origin POST without asking first only as text/plain or a form, so this
+/// also keeps pages out.
+async fn json_only(request: Request, next: Next) -> Response {
+    let content_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok());
+    let essence = content_type
+        .and_then(|value| value.split(';').next())
+        .map(|essence| essence.trim().to_ascii_lowercase());
+    let json = essence.as_deref().is_some_and(|essence| {
+        essence == "application/json"
+            || (essence.starts_with("application/") && essence.ends_with("+json"))
+    });
+    if !json {
+        return problem(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Unsupported Media Type",
+            &format!(
+                "the body must be 'Content-Type: application/json', not {}",
+                content_type.map_or("none".to_string(), |value| format!("'{value}'"))
+            ),
+        );
+    }
+    next.run(request).await
+}
+
+/// Bounds a request's time, its body included: a body sent a byte at a time holds a
+/// connection no longer than this.
+async fn time_bound(State(api): State<Arc<Api>>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(api.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            let mut response = problem(
+                StatusCode::REQUEST_TIMEOUT,
+                "Request Timeout",
+                &format!(
+                    "the request took longer than {} ms (--request-timeout-ms)",
+                    api.request_timeout.as_millis()
+                ),
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+/// The problem+json answer to a body that cannot be read (over the size bound: 413; cut
+/// short: 400).
+fn unreadable_body(rejection: BytesRejection) -> Response {
+    let status = rejection.status();
+    metrics::request("http", "", "bad_request");
+    problem(
+        status,
+        status.canonical_reason().unwrap_or("Bad Request"),
+        &rejection.body_text(),
+    )
 }
 
 /// A proto3 JSON integer: a number, or a string of digits (the mapping of 64-bit fields).
@@ -335,7 +432,11 @@ fn verdict_json(request: &CheckRequest, verdict: &Verdict, settings: &HeaderSett
     Value::Object(body)
 }
 
-async fn check(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+async fn check(State(api): State<Arc<Api>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unreadable_body(rejection),
+    };
     let request = match from_json(&body) {
         Ok(request) => request,
         Err(error) => return bad_request(&error),
@@ -374,7 +475,11 @@ struct ReleaseRequest {
     in_flight: String,
 }
 
-async fn release(State(api): State<Arc<Api>>, body: Bytes) -> Response {
+async fn release(State(api): State<Arc<Api>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => return unreadable_body(rejection),
+    };
     let request: ReleaseRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(error) => return bad_request(&format!("malformed JSON: {error}")),

@@ -3,6 +3,7 @@
 //! its YAML config read as is) and an HTTP JSON API for every language; every request's
 //! descriptors decided all or nothing.
 
+mod auth;
 mod cli;
 mod config;
 mod engine;
@@ -14,37 +15,33 @@ mod limiters;
 mod metrics;
 mod plans;
 mod request;
+mod serve;
 mod tls;
 mod watch;
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, SentinelStore, Store};
-use tokio::sync::watch as signal_watch;
 
 use crate::cli::Options;
 use crate::engine::Engine;
 use crate::limiters::{LimiterSettings, Limiters};
+use crate::serve::conn::Acceptor;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_target(false)
         .with_writer(std::io::stderr)
         .init();
-    let options = match cli::parse(std::env::args().skip(1)) {
+    let options = match cli::parse(std::env::args_os()) {
         Ok(options) => options,
-        Err(error) if error.is_empty() => {
-            print!("{}", cli::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            eprintln!("error: {error}\n\n{}", cli::USAGE);
-            return ExitCode::from(2);
-        }
+        // --help and --version print to stdout (exit 0), usage errors to stderr (exit 2).
+        Err(error) => error.exit(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -88,33 +85,28 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
 }
 
 async fn run(options: Options) -> Result<(), String> {
-    let prometheus = metrics::install()?;
-    let seen = watch::fingerprint(&options.config);
-    let config = watch::load_logged(&options.config).ok_or_else(|| {
-        format!(
-            "{}: the config is refused (errors above)",
-            options.config.display()
-        )
-    })?;
+    let prometheus = metrics::install(options.max_metric_rules)?;
+    let (config, seen) =
+        watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(|| {
+            format!(
+                "{}: the config is refused (errors above)",
+                options.config.display()
+            )
+        })?;
     tracing::info!(
         domains = config.domains.len(),
         files = config.files.len(),
         "config loaded from {}",
         options.config.display()
     );
-    let token = match &options.http_token_file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|error| format!("--http-token-file {}: {error}", path.display()))?
-                .trim()
-                .to_string(),
-        )
-        .filter(|token| !token.is_empty()),
-        None => None,
+    let read_token = |flag: &str, path: &Option<PathBuf>| {
+        path.as_deref()
+            .map(auth::Token::read)
+            .transpose()
+            .map_err(|error| format!("{flag}: {error}"))
     };
-    if options.http_token_file.is_some() && token.is_none() {
-        return Err("--http-token-file: the file is empty".into());
-    }
+    let token = read_token("--http-token-file", &options.http_token_file)?;
+    let grpc_token = read_token("--grpc-token-file", &options.grpc_token_file)?;
     let limiters = Limiters::new(
         store(&options)?,
         LimiterSettings {
@@ -155,53 +147,42 @@ async fn run(options: Options) -> Result<(), String> {
             Arc::clone(&engine),
             options.config.clone(),
             every,
+            options.config_bounds,
             seen,
         ))
     });
 
-    let (stop_sender, stop) = signal_watch::channel(false);
+    let stop = serve::Stop::default();
     let mut servers = Vec::new();
     if let Some(address) = options.grpc_listen {
-        let service =
-            RateLimitServiceServer::new(grpc::Rls::new(Arc::clone(&engine), options.headers))
-                .max_decoding_message_size(64 * 1024);
-        let mut builder = tonic::transport::Server::builder().layer(
-            tower::util::MapResponseLayer::new(grpc::invalid_protobuf_is_invalid_argument),
-        );
-        if let Some(files) = &options.grpc_tls {
-            let read = |path: &std::path::Path| {
-                std::fs::read(path).map_err(|error| format!("{}: {error}", path.display()))
-            };
-            let identity =
-                tonic::transport::Identity::from_pem(read(&files.cert)?, read(&files.key)?);
-            builder = builder
-                .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
-                .map_err(|error| format!("gRPC TLS: {error}"))?;
-        }
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|error| format!("--grpc-listen {address}: {error}"))?;
-        let bound = listener.local_addr().unwrap_or(address);
+        let tls = options
+            .grpc_tls
+            .as_ref()
+            .map(|files| tls::acceptor(files, &[b"h2"]))
+            .transpose()
+            .map_err(|error| format!("gRPC TLS: {error}"))?;
+        let listener = bind("--grpc-listen", address).await?;
         tracing::info!(
-            "gRPC (Envoy RLS v3) on {bound}{}",
-            tls_note(options.grpc_tls.is_some())
+            "gRPC (Envoy RLS v3) on {}{}",
+            listener.local_addr().unwrap_or(address),
+            tls_note(tls.is_some())
         );
-        // Without TCP_NODELAY, a response written in two segments waits for the peer's
-        // delayed ACK (40 ms).
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let mut stop = stop.clone();
-        let router = builder.add_service(service);
+        let service = grpc::service(Arc::clone(&engine), options.headers, grpc_token);
+        let acceptor = Acceptor::new(listener, options.limits.max_connections, "gRPC");
+        let (limits, stop) = (options.limits, stop.clone());
         servers.push(tokio::spawn(async move {
-            router
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = stop.wait_for(|stopped| *stopped).await;
-                })
+            serve::grpc::serve(acceptor, tls, service, limits, stop)
                 .await
                 .map_err(|error| format!("gRPC server: {error}"))
         }));
     }
     if let Some(address) = options.http_listen {
+        let tls = options
+            .http_tls
+            .as_ref()
+            .map(|files| tls::acceptor(files, &[b"http/1.1"]))
+            .transpose()
+            .map_err(|error| format!("HTTP TLS: {error}"))?;
         let api = Arc::new(http::Api {
             engine: Arc::clone(&engine),
             headers: options.headers,
@@ -209,55 +190,27 @@ async fn run(options: Options) -> Result<(), String> {
             store_reachable: Arc::clone(&reachable),
             fails_closed: options.failure == Fallback::Closed,
             token,
+            metrics_need_token: options.metrics_need_token,
+            allowed_origins: options.http_allowed_origins.clone(),
+            request_timeout: options.limits.request_timeout,
         });
-        let app = http::router(api);
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|error| format!("--http-listen {address}: {error}"))?;
-        let bound = listener.local_addr().unwrap_or(address);
+        let listener = bind("--http-listen", address).await?;
         tracing::info!(
-            "HTTP API on {bound}{}",
-            tls_note(options.http_tls.is_some())
+            "HTTP API on {}{}",
+            listener.local_addr().unwrap_or(address),
+            tls_note(tls.is_some())
         );
-        let mut stop = stop.clone();
-        let shutdown = async move {
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        };
-        let server = match &options.http_tls {
-            Some(files) => {
-                let listener = tls::TlsListener::new(listener, tls::server_config(files)?)
-                    .map_err(|error| format!("--http-listen {address}: {error}"))?;
-                tokio::spawn(async move {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                        .map_err(|error| format!("HTTP server: {error}"))
-                })
-            }
-            None => tokio::spawn(async move {
-                let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-                    let _ = stream.set_nodelay(true);
-                });
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                    .map_err(|error| format!("HTTP server: {error}"))
-            }),
-        };
-        servers.push(server);
+        let acceptor = Acceptor::new(listener, options.limits.max_connections, "HTTP");
+        let (limits, stop) = (options.limits, stop.clone());
+        servers.push(tokio::spawn(async move {
+            serve::http::serve(acceptor, tls, http::router(api), limits, stop).await;
+            Ok(())
+        }));
     }
 
     wait_for_signal().await;
     tracing::info!("stopping: finishing requests in flight, giving leases back");
-    let _ = stop_sender.send(true);
-    let mut result = Ok(());
-    for server in servers {
-        match server.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => result = Err(error),
-            Err(error) => result = Err(format!("a listener task failed: {error}")),
-        }
-    }
+    let result = serve::drain(servers, options.shutdown_timeout, &stop).await;
     engine.limiters().release_leases().await;
     probe.abort();
     if let Some(watcher) = watcher {
@@ -265,6 +218,12 @@ async fn run(options: Options) -> Result<(), String> {
     }
     tracing::info!("stopped");
     result
+}
+
+async fn bind(flag: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| format!("{flag} {address}: {error}"))
 }
 
 fn tls_note(tls: bool) -> &'static str {

@@ -2,11 +2,52 @@
 //! and breaker under `ratelimit_*`; the policy label is the domain). Exported in Prometheus
 //! text at `GET /metrics`.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, PoisonError, RwLock};
+
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-/// Installs the Prometheus recorder (once per process) and describes the metrics.
-pub fn install() -> Result<PrometheusHandle, String> {
+/// Distinct `rule` label values per domain: a rule with `detailed_metric` names the
+/// request's own values, which are the callers' to choose.
+pub const DEFAULT_MAX_RULE_LABELS: usize = 1_000;
+
+/// The `rule` label of every value past the bound.
+const OTHER_RULES: &str = "_other";
+
+static MAX_RULE_LABELS: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_RULE_LABELS);
+
+/// The `rule` label values given out so far, by domain.
+static RULE_LABELS: LazyLock<RwLock<HashMap<String, HashSet<String>>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// The label of `rule` in `domain`: itself while the domain has fewer than the bound's
+/// distinct values, [`OTHER_RULES`] past it, so a series is never made per request value
+/// without end (each costs memory and scrape bytes for the life of the process).
+fn rule_label(domain: &str, rule: &str) -> String {
+    let known = RULE_LABELS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(domain)
+        .is_some_and(|rules| rules.contains(rule));
+    if known {
+        return rule.to_string();
+    }
+    let mut labels = RULE_LABELS.write().unwrap_or_else(PoisonError::into_inner);
+    let rules = labels.entry(domain.to_string()).or_default();
+    if rules.contains(rule) || rules.len() < MAX_RULE_LABELS.load(Ordering::Relaxed) {
+        rules.insert(rule.to_string());
+        rule.to_string()
+    } else {
+        OTHER_RULES.to_string()
+    }
+}
+
+/// Installs the Prometheus recorder (once per process) and describes the metrics; at most
+/// `max_rule_labels` distinct `rule` values per domain.
+pub fn install(max_rule_labels: usize) -> Result<PrometheusHandle, String> {
+    MAX_RULE_LABELS.store(max_rule_labels, Ordering::Relaxed);
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|error| format!("cannot install the metrics recorder: {error}"))?;
@@ -16,7 +57,7 @@ pub fn install() -> Result<PrometheusHandle, String> {
     );
     describe_counter!(
         "ratelimit_service_descriptors_total",
-        "Descriptor decisions by domain, rule (its config path, or the request's values with detailed_metric) and code"
+        "Descriptor decisions by domain, rule (its config path, or the request's values with detailed_metric; past --max-metric-rules values a domain, _other) and code"
     );
     describe_counter!(
         "ratelimit_service_shadow_denials_total",
@@ -50,7 +91,7 @@ pub fn descriptor(domain: &str, rule: &str, ok: bool) {
     counter!(
         "ratelimit_service_descriptors_total",
         "domain" => domain.to_string(),
-        "rule" => rule.to_string(),
+        "rule" => rule_label(domain, rule),
         "code" => if ok { "ok" } else { "over_limit" }
     )
     .increment(1);
@@ -61,7 +102,7 @@ pub fn shadow_denied(domain: &str, rule: &str) {
     counter!(
         "ratelimit_service_shadow_denials_total",
         "domain" => domain.to_string(),
-        "rule" => rule.to_string()
+        "rule" => rule_label(domain, rule)
     )
     .increment(1);
 }

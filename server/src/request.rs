@@ -59,6 +59,8 @@ pub struct Bounds {
     pub max_value_bytes: usize,
     /// Hits of one descriptor.
     pub max_hits: u64,
+    /// Whether a descriptor may carry its own `limit` (the reference's override).
+    pub limit_overrides: bool,
 }
 
 impl Default for Bounds {
@@ -68,6 +70,7 @@ impl Default for Bounds {
             max_entries: 8,
             max_value_bytes: 256,
             max_hits: 1_000_000,
+            limit_overrides: true,
         }
     }
 }
@@ -113,6 +116,11 @@ impl Bounds {
         for (index, descriptor) in request.descriptors.iter().enumerate() {
             if descriptor.entries.is_empty() {
                 return bad(format!("descriptors[{index}] has no entries"));
+            }
+            if descriptor.limit.is_some() && !self.limit_overrides {
+                return bad(format!(
+                    "descriptors[{index}].limit: this service refuses limit overrides (--limit-overrides refuse)"
+                ));
             }
             if descriptor.entries.len() > self.max_entries {
                 return bad(format!(

@@ -1,92 +1,136 @@
-//! TLS for both listeners: tonic's for gRPC, and for HTTP a listener that completes
-//! handshakes off the accept loop (a slow client never holds others back).
+//! TLS for both listeners (rustls with ring, TLS 1.2 and 1.3): a certificate chain and key,
+//! and optionally a client CA, which makes the listener require a client certificate it
+//! signed (mutual TLS). Every file is read at start and a bad one named.
 
-use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls::{self, ServerConfig};
-use tokio_rustls::server::TlsStream;
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 
-use crate::cli::TlsFiles;
+/// A listener's TLS files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain (PEM).
+    pub cert: PathBuf,
+    /// The private key (PEM).
+    pub key: PathBuf,
+    /// The CA whose client certificates are required (PEM), if any.
+    pub client_ca: Option<PathBuf>,
+}
 
-/// Longest a TLS handshake may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Why a listener's TLS cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file is unreadable or not what it should be.
+    #[error("{}: {reason}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The files do not make a TLS config (a key that does not match its certificate).
+    #[error("{}: {reason}", cert.display())]
+    Config {
+        /// The certificate file.
+        cert: PathBuf,
+        /// What rustls said.
+        reason: String,
+    },
+}
 
-/// The rustls server config of a certificate and key (ring, TLS 1.2 and 1.3, HTTP/1.1).
-pub fn server_config(files: &TlsFiles) -> Result<ServerConfig, String> {
-    let certs = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|error| format!("{}: {error}", files.cert.display()))?
+fn file_error(path: &Path, reason: impl ToString) -> TlsError {
+    TlsError::File {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|error| file_error(path, error))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| format!("{}: {error}", files.cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|error| format!("{}: {error}", files.key.display()))?;
+        .map_err(|error| file_error(path, error))?;
+    if certs.is_empty() {
+        return Err(file_error(
+            path,
+            format!("no PEM certificate in the file (expected {what})"),
+        ));
+    }
+    Ok(certs)
+}
+
+/// The acceptor of a listener, offering `alpn` (the protocols it speaks, by preference).
+pub fn acceptor(files: &TlsFiles, alpn: &[&[u8]]) -> Result<TlsAcceptor, TlsError> {
+    let certs = certificates(&files.cert, "the server's certificate chain")?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|error| {
+        file_error(
+            &files.key,
+            format!("no PEM private key in the file ({error})"),
+        )
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
-        .map_err(|error| error.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|error| format!("{}: {error}", files.cert.display()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// A TLS listener for `axum::serve`.
-pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Accepts on `listener`, handshaking each connection in its own task.
-    pub fn new(listener: TcpListener, config: ServerConfig) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let acceptor = TlsAcceptor::from(Arc::new(config));
-        let (sender, ready) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, peer)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                };
-                if sender.is_closed() {
-                    return;
-                }
-                let _ = stream.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let sender = sender.clone();
-                tokio::spawn(async move {
-                    if let Ok(Ok(tls)) =
-                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-                    {
-                        let _ = sender.send((tls, peer)).await;
-                    }
-                });
+        .map_err(|error| TlsError::Config {
+            cert: files.cert.clone(),
+            reason: error.to_string(),
+        })?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certificates(ca, "the client CA")? {
+                roots
+                    .add(cert)
+                    .map_err(|error| file_error(ca, format!("not a CA certificate: {error}")))?;
             }
-        });
-        Ok(Self { ready, local })
-    }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|error| file_error(ca, error))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|error| TlsError::Config {
+            cert: files.cert.clone(),
+            reason: error.to_string(),
+        })?;
+    config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
+    Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(accepted) => accepted,
-            // The accept task only ends when this listener is gone.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+    #[test]
+    fn a_file_that_is_not_pem_is_named() {
+        let dir = std::env::temp_dir().join(format!("rls-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let garbage = dir.join("garbage.pem");
+        std::fs::write(&garbage, b"\x00\x01 not a certificate").unwrap();
+        let files = TlsFiles {
+            cert: garbage.clone(),
+            key: garbage.clone(),
+            client_ca: None,
+        };
+        let error = acceptor(&files, &[]).err().unwrap().to_string();
+        assert!(error.starts_with(&garbage.display().to_string()), "{error}");
+        assert!(error.contains("no PEM certificate"), "{error}");
+        let missing = dir.join("missing.pem");
+        let files = TlsFiles {
+            cert: missing.clone(),
+            ..files
+        };
+        let error = acceptor(&files, &[]).err().unwrap().to_string();
+        assert!(error.starts_with(&missing.display().to_string()), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -7,9 +7,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use saphyr::{MarkedYaml, YamlData, YamlLoader};
-use saphyr_parser::{Parser, ScalarStyle};
+use saphyr::{MarkedYaml, YamlData};
+use saphyr_parser::ScalarStyle;
 
+use super::yaml::{self, FileBounds};
 use super::{
     AlgorithmKind, Config, Domain, LimitSpec, Location, Rule, RuleLimit, Unit, ValuePattern,
 };
@@ -38,12 +39,15 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The config files of a directory, sorted.
-pub fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
-    let entries = std::fs::read_dir(dir).map_err(|error| ConfigError {
+/// More than `max_files` of them is an error, told without holding them all.
+pub fn config_files(dir: &Path, max_files: usize) -> Result<Vec<PathBuf>, ConfigError> {
+    let fail = |reason: String| ConfigError {
         file: dir.to_path_buf(),
         line: 0,
-        reason: format!("cannot read the config directory: {error}"),
-    })?;
+        reason,
+    };
+    let entries = std::fs::read_dir(dir)
+        .map_err(|error| fail(format!("cannot read the config directory: {error}")))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.path())
@@ -56,30 +60,36 @@ pub fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
                 && (name.ends_with(".yaml") || name.ends_with(".yml"))
                 && path.is_file()
         })
+        .take(max_files.saturating_add(1))
         .collect();
+    if files.len() > max_files {
+        return Err(fail(format!(
+            "more than {max_files} config files (--config-max-files)"
+        )));
+    }
     files.sort();
     Ok(files)
 }
 
-/// Reads and checks every config file of `dir`. All errors are returned (one per file at
-/// most, plus duplicate domains), so one reload reports everything wrong.
-pub fn load(dir: &Path) -> Result<Config, Vec<ConfigError>> {
-    let files = config_files(dir).map_err(|error| vec![error])?;
+/// Reads and checks every config file of `dir`, within `bounds`. All errors are returned
+/// (one per file at most, plus duplicate domains), so one reload reports everything wrong.
+pub fn load(dir: &Path, bounds: &FileBounds) -> Result<Config, Vec<ConfigError>> {
+    let files = config_files(dir, bounds.max_files).map_err(|error| vec![error])?;
     let mut domains: HashMap<String, Domain> = HashMap::new();
     let mut errors = Vec::new();
     for file in &files {
-        let text = match std::fs::read_to_string(file) {
+        let text = match yaml::read_bounded(file, bounds.max_file_bytes) {
             Ok(text) => text,
-            Err(error) => {
+            Err(refused) => {
                 errors.push(ConfigError {
                     file: file.clone(),
-                    line: 0,
-                    reason: format!("cannot read: {error}"),
+                    line: refused.line,
+                    reason: refused.reason,
                 });
                 continue;
             }
         };
-        match parse_file(file, &text) {
+        match parse_file(file, &text, bounds.max_depth) {
             Ok(domain) => {
                 if let Some(first) = domains.get(&domain.name) {
                     errors.push(ConfigError {
@@ -104,32 +114,16 @@ pub fn load(dir: &Path) -> Result<Config, Vec<ConfigError>> {
     }
 }
 
-/// Parses one file's text (one domain).
-pub fn parse_file(file: &Path, text: &str) -> Result<Domain, ConfigError> {
+/// Parses one file's text (one domain), nested at most `max_depth` collections deep.
+pub fn parse_file(file: &Path, text: &str, max_depth: usize) -> Result<Domain, ConfigError> {
     let file = Arc::new(file.to_path_buf());
     let fail = |line: usize, reason: String| ConfigError {
         file: file.to_path_buf(),
         line,
         reason,
     };
-    let mut parser = Parser::new_from_str(text);
-    let mut loader: YamlLoader<'_, MarkedYaml<'_>> = YamlLoader::default();
-    // Scalars are kept as written, so a value such as `007` stays a string.
-    loader.early_parse(false);
-    let loaded = parser.load(&mut loader, true);
-    if let Err(error) = loaded.as_ref() {
-        return Err(fail(
-            error.marker().line(),
-            format!("not YAML: {}", error.info()),
-        ));
-    }
-    if let Some(error) = loader.error() {
-        return Err(fail(
-            error.marker().line(),
-            format!("not YAML: {}", error.info()),
-        ));
-    }
-    let documents = loader.into_documents();
+    let documents =
+        yaml::documents(text, max_depth).map_err(|refused| fail(refused.line, refused.reason))?;
     let mut documents = documents.iter();
     let Some(document) = documents.next() else {
         return Err(fail(
@@ -562,7 +556,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Domain, ConfigError> {
-        parse_file(Path::new("test.yaml"), text)
+        parse_file(Path::new("test.yaml"), text, yaml::DEFAULT_MAX_DEPTH)
     }
 
     #[test]

@@ -36,6 +36,7 @@
 
 mod load;
 mod pattern;
+mod yaml;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -46,8 +47,11 @@ use std::time::Duration;
 use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_client::{Algorithm, Rate};
 
-pub use self::load::{config_files, load};
+pub use self::load::{ConfigError, config_files, load};
 pub use self::pattern::ValuePattern;
+pub use self::yaml::{
+    DEFAULT_MAX_DEPTH, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES, FileBounds, read_head,
+};
 
 /// The time unit of a `rate_limit`, as in the reference's `rls_conf.proto`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -48,9 +48,12 @@ impl Drop for TempDir {
     }
 }
 
-/// The binary Cargo built for these tests.
+/// The binary Cargo built for these tests, or the one `RLS_SERVICE_BINARY` names (to run
+/// the reproductions against another build, an earlier release say).
 fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_redis-ratelimit-server"))
+    std::env::var_os("RLS_SERVICE_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_redis-ratelimit-server")))
 }
 
 /// A running service.
@@ -73,7 +76,42 @@ impl Service {
     }
 
     pub fn start_in(redis: &str, config: TempDir, extra: &[&str]) -> Service {
-        let mut child = Command::new(binary())
+        Self::start_with(redis, config, extra, None)
+    }
+
+    /// Starts the service with at most `open_files` file descriptors (`prlimit`, which
+    /// execs the service: its pid is the service's).
+    pub fn start_limited(
+        redis: &str,
+        config: &[(&str, &str)],
+        extra: &[&str],
+        open_files: u64,
+    ) -> Service {
+        let dir = TempDir::new("config");
+        for (name, text) in config {
+            dir.write(name, text);
+        }
+        Self::start_with(redis, dir, extra, Some(open_files))
+    }
+
+    fn start_with(
+        redis: &str,
+        config: TempDir,
+        extra: &[&str],
+        open_files: Option<u64>,
+    ) -> Service {
+        let mut command = match open_files {
+            None => Command::new(binary()),
+            Some(limit) => {
+                let mut command = Command::new("prlimit");
+                command
+                    .arg(format!("--nofile={limit}:{limit}"))
+                    .arg("--")
+                    .arg(binary());
+                command
+            }
+        };
+        let mut child = command
             .args(["--redis", redis, "--config"])
             .arg(&config.0)
             .args([
@@ -128,11 +166,22 @@ impl Service {
 
     /// Starts a service expected to refuse to start; returns its log.
     pub fn fail_to_start(redis: &str, config: &[(&str, &str)]) -> String {
+        let (status, log) = Self::exit_at_start(redis, config, &[]);
+        assert!(!status.success(), "the service started");
+        log
+    }
+
+    /// Runs a service expected to exit at start (within 60 s): its exit status and log.
+    pub fn exit_at_start(
+        redis: &str,
+        config: &[(&str, &str)],
+        extra: &[&str],
+    ) -> (std::process::ExitStatus, String) {
         let dir = TempDir::new("config");
         for (name, text) in config {
             dir.write(name, text);
         }
-        let output = Command::new(binary())
+        let mut child = Command::new(binary())
             .args(["--redis", redis, "--config"])
             .arg(&dir.0)
             .args([
@@ -141,11 +190,41 @@ impl Service {
                 "--http-listen",
                 "127.0.0.1:0",
             ])
+            .args(extra)
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
-        assert!(!output.status.success(), "the service started");
-        String::from_utf8_lossy(&output.stderr).into_owned()
+        let mut stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut log = String::new();
+            let _ = stderr.read_to_string(&mut log);
+            log
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the service did not exit at start");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (status, reader.join().unwrap())
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status, once the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
     }
 
     pub fn log(&self) -> String {
@@ -179,17 +258,23 @@ impl Service {
 
     /// SIGTERM, then waits for the exit (a graceful stop).
     pub fn terminate(&mut self) -> bool {
+        self.terminate_within(Duration::from_secs(20))
+            .is_some_and(|(success, _)| success)
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the exit: whether it succeeded and when.
+    pub fn terminate_within(&mut self, timeout: Duration) -> Option<(bool, Duration)> {
+        let sent = Instant::now();
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
+        while sent.elapsed() < timeout {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
+                return Some((status.success(), sent.elapsed()));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        false
+        None
     }
 }
 
@@ -228,10 +313,6 @@ pub fn http(
     body: &str,
     extra: &[(&str, &str)],
 ) -> Reply {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
@@ -241,6 +322,15 @@ pub fn http(
     }
     request.push_str("\r\n");
     request.push_str(body);
+    exchange(address, &request)
+}
+
+/// Sends one request as written (`Connection: close`) and reads the reply.
+pub fn exchange(address: SocketAddr, request: &str) -> Reply {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     stream.write_all(request.as_bytes()).unwrap();
     let mut raw = String::new();
     stream.read_to_string(&mut raw).unwrap();
@@ -351,4 +441,20 @@ pub fn tls_redis(cert: &Path, key: &Path, extra: &[&str]) -> (Server, u16) {
     ];
     args.extend_from_slice(extra);
     (Server::start(&args), tls_port)
+}
+
+/// Runs a future to completion on a fresh single-threaded runtime of its own thread (from
+/// a synchronous test, or inside `wait_until`'s closure).
+pub fn on_runtime<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .unwrap()
 }

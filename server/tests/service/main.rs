@@ -9,6 +9,9 @@
 //! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics;
 //! - `plans`: limits with `tenant_key` from the policy store, a plan change and an override
 //!   within a second, the YAML default without a store, bad config refused;
+//! - `hostile`: hostile and careless input (config bombs, half-written configs, slowloris,
+//!   stream and connection floods, no file descriptors left, a stop that never finishes),
+//!   memory and descriptors read from /proc, and the security switches;
 //! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos;
 //! - `envoy`: a real Envoy with the example config in front of the service, over real HTTP;
 //! - `venv`: the Python packages those two use (pinned), installed on first use.
@@ -25,6 +28,7 @@ mod atomic;
 mod envoy;
 mod features;
 mod harness;
+mod hostile;
 mod hostile_plans;
 mod http_api;
 mod operations;

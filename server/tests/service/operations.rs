@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use redis_ratelimit_testkit::server::{Server, wait_until};
 
-use crate::harness::{Service, descriptor, request};
+use crate::harness::{Service, descriptor, on_runtime, request};
 
 const SMALL: &str = r#"
 domain: ops
@@ -137,23 +137,6 @@ descriptors:
         admitted += usize::from(answer.overall_code == Code::Ok as i32);
     }
     assert_eq!(admitted, 6, "the per-user share, across both shapes");
-}
-
-/// Runs a future to completion on a fresh single-threaded runtime (inside `wait_until`'s
-/// closure, which is synchronous).
-fn futures_lite<T>(future: impl std::future::Future<Output = T> + Send + 'static) -> T
-where
-    T: Send + 'static,
-{
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(future)
-    })
-    .join()
-    .unwrap()
 }
 
 fn versioned(name: &str) -> String {
@@ -302,7 +285,7 @@ async fn a_graceful_stop_gives_leases_back() {
         let mut probe = descriptor(&[("user", "l")]);
         probe.hits_addend = Some(UInt64Value { value: 0 });
         let grpc = service.grpc;
-        futures_lite(async move {
+        on_runtime(async move {
             let mut client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://{grpc}")).await.unwrap();
             client
                 .should_rate_limit(request("ops", vec![probe]))

@@ -1,0 +1,134 @@
+//! The two listeners, each within bounds: connections open at once, the time a connection
+//! may take to say what it speaks and to send a request head, the time a request may
+//! take, HTTP/2 streams per connection and keep-alive pings; and a stop that drains
+//! connections until a deadline, then closes the rest.
+//!
+//! One accept loop ([`conn::Acceptor`]) serves both: it waits for a free slot before it
+//! accepts, and backs off when the process is out of file descriptors. Each connection
+//! then completes its TLS handshake and sends its first bytes within the header timeout
+//! ([`conn::open`]), and is served by hyper (HTTP/1.1, or HTTP/2 with prior knowledge) or
+//! handed to tonic (gRPC, HTTP/2 only).
+
+pub mod conn;
+pub mod grpc;
+pub mod http;
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Connections open at once on one listener: with `DEFAULT_MAX_STREAMS` each, whose
+/// streams cost some 9 KiB while their message is awaited, about 0.6 GiB at the most.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The time a connection has for its TLS handshake and first bytes, and an HTTP/1.1
+/// connection for each request head (between requests: how long it may sit idle).
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+
+/// The longest one request may take, its body included.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// HTTP/2 streams open at once on one connection (Envoy opens another connection past it).
+pub const DEFAULT_MAX_STREAMS: u32 = 128;
+
+/// gRPC requests one connection has handled at once (past it, RESOURCE_EXHAUSTED at once):
+/// as many as its streams, so a client that keeps to the streams it is told it may open
+/// (Envoy opens another connection then) is never refused; lower it to shed load sooner.
+pub const DEFAULT_GRPC_CONCURRENCY: usize = 128;
+
+/// How often an HTTP/2 connection is pinged.
+pub const DEFAULT_KEEPALIVE_MS: u64 = 30_000;
+
+/// How long a ping's answer may take before the connection is closed.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a stop waits for connections to finish before closing them.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
+
+/// A listener's bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// TLS handshake and first bytes; each HTTP/1.1 request head, and idle time between.
+    pub header_timeout: Duration,
+    /// One request, body included.
+    pub request_timeout: Duration,
+    /// HTTP/2 streams open at once per connection.
+    pub max_streams: u32,
+    /// gRPC requests handled at once per connection (past it, RESOURCE_EXHAUSTED).
+    pub grpc_concurrency: usize,
+    /// HTTP/2 ping interval (`None`: no pings).
+    pub keepalive: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: Duration::from_millis(DEFAULT_HEADER_TIMEOUT_MS),
+            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
+            max_streams: DEFAULT_MAX_STREAMS,
+            grpc_concurrency: DEFAULT_GRPC_CONCURRENCY,
+            keepalive: Some(Duration::from_millis(DEFAULT_KEEPALIVE_MS)),
+        }
+    }
+}
+
+/// The two signals of a stop: `finish` asks connections to finish their requests and
+/// close; `close` ends them where they stand (the deadline passed).
+#[derive(Clone, Debug, Default)]
+pub struct Stop {
+    /// Stop accepting; finish what is in flight.
+    pub finish: CancellationToken,
+    /// Close every connection now.
+    pub close: CancellationToken,
+}
+
+/// How long the listeners have to end once their connections are closed at the deadline.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Stops the listeners: each finishes the requests it has, until `timeout`; then the
+/// connections still open are closed. The first listener error is returned.
+pub async fn drain(
+    servers: Vec<JoinHandle<Result<(), String>>>,
+    timeout: Duration,
+    stop: &Stop,
+) -> Result<(), String> {
+    stop.finish.cancel();
+    let started = tokio::time::Instant::now();
+    let mut result = Ok(());
+    let mut keep = |joined: Result<Result<(), String>, tokio::task::JoinError>| {
+        let error = match joined {
+            Ok(Ok(())) => return,
+            Ok(Err(error)) => error,
+            Err(error) => format!("a listener task failed: {error}"),
+        };
+        if result.is_ok() {
+            result = Err(error);
+        }
+    };
+    let mut late = Vec::new();
+    for mut server in servers {
+        let left = timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, &mut server).await {
+            Ok(joined) => keep(joined),
+            Err(_) => late.push(server),
+        }
+    }
+    if !late.is_empty() {
+        tracing::warn!(
+            "the shutdown deadline ({} ms) passed: closing the connections still open",
+            timeout.as_millis()
+        );
+        stop.close.cancel();
+        for mut server in late {
+            match tokio::time::timeout(CLOSE_WAIT, &mut server).await {
+                Ok(joined) => keep(joined),
+                Err(_) => server.abort(),
+            }
+        }
+    }
+    result
+}
