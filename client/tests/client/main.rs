@@ -16,6 +16,7 @@
 mod continuity;
 mod fleet;
 mod http;
+mod jobs;
 mod limiter;
 mod plans;
 mod plans_cluster;
