@@ -380,9 +380,12 @@ impl RateLimiter {
         let decision = match cached {
             Some(decision) => decision,
             None => {
+                // Not a job holding in-flight slots or reading probes (a policy with an
+                // in-flight limit has no lease: it is refused when built).
                 let leasable = state.settings.lease.filter(|lease| {
                     cost <= lease.units
                         && !state.has_probes()
+                        && holder.is_none()
                         && self.inner.store.capabilities().partial
                 });
                 let mut decision = match leasable {

@@ -208,7 +208,12 @@ async fn the_local_fallback_decides_jobs_probes_included() {
 #[tokio::test]
 async fn in_flight_slots_of_a_job_are_released_through_its_profile() {
     let store = Arc::new(MemoryStore::new());
-    let limiter = plain(&store);
+    // Leases do not apply to a job holding slots (a slot is one request's).
+    let profile = Profile::builder("p")
+        .lease(Lease::new(5).lifetime(HOUR))
+        .build()
+        .unwrap();
+    let limiter = limiter(&store, profile);
     let slots = Algorithm::concurrency(1, HOUR).unwrap();
     let job = Job::new("p")
         .label("api")
@@ -218,8 +223,10 @@ async fn in_flight_slots_of_a_job_are_released_through_its_profile() {
     assert!(held.allowed);
     assert_eq!(&*held.policy, "api", "the label names the decision");
     let in_flight = held.in_flight.clone().expect("a slot is held");
+    assert_eq!(held.source, Source::Store(StoreBackend::Memory));
     let busy = limiter.check_job(&job).await.unwrap();
     assert!(!busy.allowed, "the one slot is taken");
+    assert_eq!(busy.source, Source::Store(StoreBackend::Memory));
     limiter.release(&in_flight).await;
     assert!(limiter.check_job(&job).await.unwrap().allowed);
 }
