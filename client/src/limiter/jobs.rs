@@ -2,6 +2,7 @@
 //! on the path every check takes (deny cache, lease, store, fallback), under a profile's
 //! settings and memory.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use super::state::{CheckedLimit, LimitSet, PolicyState};
@@ -41,8 +42,8 @@ impl RateLimiter {
 struct Checked {
     limits: LimitSet,
     keys: Vec<String>,
-    /// The key set's id: its keys, and what tells its checks apart (the weights of unequal
-    /// charges, which limits are probes).
+    /// The key set's id: its keys, and what tells its checks apart (the limits, the
+    /// weights of unequal charges, which limits are probes).
     id: String,
     /// Units per unit of weight: the charge when every charged limit takes the same.
     cost: u64,
@@ -107,6 +108,9 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
                 limit: limit.name.to_string(),
                 error,
             })?;
+        // The limits too: a key whose limit changed (a plan's amount, on the same key) is
+        // another key set for the denials and leases remembered.
+        let _ = write!(id, "\u{3}{shape:?}");
         let (weight, probe) = match (limit.charge, uniform) {
             (Charge::Probe, _) => {
                 id.push('\u{2}');

@@ -328,3 +328,22 @@ async fn what_cannot_be_checked_is_refused_before_any_call() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn a_limit_changed_on_the_same_key_is_not_answered_from_an_old_denial() {
+    // A plan's amount changes, its key does not: the remembered denial was for the old one.
+    let store = Arc::new(MemoryStore::new());
+    let limiter = plain(&store);
+    let with = |limit: u64| Job::new("p").limit(JobLimit::new("k", "k:plan", window(limit)));
+    assert!(limiter.check_job(&with(1)).await.unwrap().allowed);
+    let denied = limiter.check_job(&with(1)).await.unwrap();
+    assert_eq!(denied.source, Source::Store(StoreBackend::Memory));
+    assert_eq!(
+        limiter.check_job(&with(1)).await.unwrap().source,
+        Source::Cache(StoreBackend::Memory),
+        "remembered"
+    );
+    let raised = limiter.check_job(&with(3)).await.unwrap();
+    assert!(raised.allowed, "the raised limit is asked");
+    assert_eq!(raised.limits[0].remaining, 1);
+}
