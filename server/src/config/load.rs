@@ -65,21 +65,36 @@ pub fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 /// most, plus duplicate domains), so one reload reports everything wrong.
 pub fn load(dir: &Path) -> Result<Config, Vec<ConfigError>> {
     let files = config_files(dir).map_err(|error| vec![error])?;
+    let mut texts = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for file in files {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => texts.push((file, text)),
+            Err(error) => errors.push(ConfigError {
+                file,
+                line: 0,
+                reason: format!("cannot read: {error}"),
+            }),
+        }
+    }
+    let assembled = assemble(texts);
+    match (assembled, errors.is_empty()) {
+        (Ok(config), true) => Ok(config),
+        (Ok(_), false) => Err(errors),
+        (Err(more), _) => {
+            errors.extend(more);
+            Err(errors)
+        }
+    }
+}
+
+/// The config of files' texts (path, YAML), one domain each, names unique.
+pub fn assemble(texts: Vec<(PathBuf, String)>) -> Result<Config, Vec<ConfigError>> {
     let mut domains: HashMap<String, Domain> = HashMap::new();
     let mut errors = Vec::new();
-    for file in &files {
-        let text = match std::fs::read_to_string(file) {
-            Ok(text) => text,
-            Err(error) => {
-                errors.push(ConfigError {
-                    file: file.clone(),
-                    line: 0,
-                    reason: format!("cannot read: {error}"),
-                });
-                continue;
-            }
-        };
-        match parse_file(file, &text) {
+    let mut files = Vec::with_capacity(texts.len());
+    for (file, text) in texts {
+        match parse_file(&file, &text) {
             Ok(domain) => {
                 if let Some(first) = domains.get(&domain.name) {
                     errors.push(ConfigError {
@@ -96,6 +111,7 @@ pub fn load(dir: &Path) -> Result<Config, Vec<ConfigError>> {
             }
             Err(error) => errors.push(error),
         }
+        files.push(file);
     }
     if errors.is_empty() {
         Ok(Config { domains, files })
@@ -196,7 +212,7 @@ impl Reader<'_> {
             };
             if !known.contains(&name) {
                 let hint = match name {
-                    "quota_mode" | "value_to_metric" | "share_threshold" | "metadata" => {
+                    "quota_mode" => {
                         " (a field of the reference this service does not implement)".to_string()
                     }
                     _ => format!(" (known: {})", known.join(", ")),
@@ -312,6 +328,9 @@ impl Reader<'_> {
                 "rate_limit",
                 "shadow_mode",
                 "detailed_metric",
+                "value_to_metric",
+                "share_threshold",
+                "metadata",
                 "descriptors",
             ],
         )?;
@@ -320,18 +339,31 @@ impl Reader<'_> {
         let mut limit = None;
         let mut shadow_mode = false;
         let mut detailed_metric = false;
+        let mut value_to_metric = false;
+        let mut share_threshold = None;
+        let mut metadata = None;
         let mut children_node = None;
-        for (field, item, _) in &fields {
+        for (field, item, at) in &fields {
             match *field {
-                "key" => key = Some(self.string(item, "key")?),
+                "key" => key = Some((self.string(item, "key")?, *at)),
                 "value" => value = Some(self.string(item, "value")?),
                 "rate_limit" => limit = Some((self.limit(item)?, line(item))),
                 "shadow_mode" => shadow_mode = self.boolean(item, "shadow_mode")?,
                 "detailed_metric" => detailed_metric = self.boolean(item, "detailed_metric")?,
+                "value_to_metric" => value_to_metric = self.boolean(item, "value_to_metric")?,
+                "share_threshold" => {
+                    share_threshold = Some((self.boolean(item, "share_threshold")?, *at));
+                }
+                "metadata" => metadata = Some(self.metadata(item)?),
                 _ => children_node = Some(*item),
             }
         }
-        let key = key.ok_or_else(|| self.error(line(node), "a descriptor has no 'key'"))?;
+        let (key, key_line) =
+            key.ok_or_else(|| self.error(line(node), "a descriptor has no 'key'"))?;
+        if key.is_empty() {
+            // It could never match: an entry's key is never empty.
+            return Err(self.error(key_line, "a descriptor's 'key' is empty"));
+        }
         let mut path = if parent.is_empty() {
             key.clone()
         } else {
@@ -357,23 +389,34 @@ impl Reader<'_> {
             ));
         }
         let limit = limit.map(|(limit, _)| limit);
+        let value = value.as_deref().map(ValuePattern::parse);
+        let share_threshold = match share_threshold {
+            Some((true, _)) if value.as_ref().is_some_and(ValuePattern::is_wildcard) => true,
+            Some((true, at)) => {
+                return Err(self.error(
+                    at,
+                    format!(
+                        "'share_threshold' is for wildcard values (with a '*'), and descriptor \
+                         '{path}' has none"
+                    ),
+                ));
+            }
+            _ => false,
+        };
         let children = match children_node {
             Some(children) => self.rules(children, &path, &keys)?,
             None => Vec::new(),
         };
         check_unique(self, &children)?;
-        if limit.is_none() && children.is_empty() {
-            return Err(self.error(
-                line(node),
-                format!("descriptor '{path}' has neither a 'rate_limit' nor nested 'descriptors'"),
-            ));
-        }
         Ok(Rule {
             key,
-            value: value.as_deref().map(ValuePattern::parse),
+            value,
             limit,
             shadow_mode,
             detailed_metric,
+            value_to_metric,
+            share_threshold,
+            metadata,
             children,
             path,
             location: self.location(line(node)),
@@ -445,8 +488,14 @@ impl Reader<'_> {
                 }
             }
         }
-        if !replaces.is_empty() && name.is_none() {
-            return Err(self.error(line(node), "a limit with 'replaces' needs a 'name'"));
+        if let Some(own) = name
+            .as_deref()
+            .filter(|own| replaces.iter().any(|r| r == own))
+        {
+            return Err(self.error(
+                line(node),
+                format!("'replaces' names this limit itself ('{own}'): it would never apply"),
+            ));
         }
         if let Some((_, at)) = &tenant_key {
             if name.is_none() {
@@ -466,13 +515,14 @@ impl Reader<'_> {
             }
         }
         if unlimited {
-            if requests_per_unit.is_some_and(|rpu| rpu > 0)
-                || algorithm.is_some()
-                || burst.is_some()
-            {
+            // As the reference: a unit is refused, a requests_per_unit is ignored.
+            if unit.is_some() {
+                return Err(self.error(line(node), "an unlimited limit has no 'unit'"));
+            }
+            if algorithm.is_some() || burst.is_some() {
                 return Err(self.error(
                     line(node),
-                    "an unlimited limit has no requests_per_unit, algorithm or burst",
+                    "an unlimited limit has no 'algorithm' or 'burst'",
                 ));
             }
             return Ok(RuleLimit {
@@ -518,6 +568,18 @@ impl Reader<'_> {
         })
     }
 
+    /// `metadata`: any mapping, kept as JSON (plain scalars typed as YAML reads them:
+    /// booleans, integers, floats, null; quoted ones strings).
+    fn metadata(
+        &self,
+        node: &MarkedYaml<'_>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+        match json_of(node) {
+            serde_json::Value::Object(map) => Ok(map),
+            _ => Err(self.error(line(node), "'metadata' must be a mapping")),
+        }
+    }
+
     fn replaces(&self, node: &MarkedYaml<'_>) -> Result<Vec<String>, ConfigError> {
         self.sequence(node, "replaces")?
             .iter()
@@ -527,6 +589,9 @@ impl Reader<'_> {
                     .first()
                     .ok_or_else(|| self.error(line(item), "a replaces entry has no 'name'"))?;
                 self.string(value, "name")
+                    .ok()
+                    .filter(|name| !name.is_empty())
+                    .ok_or_else(|| self.error(line(value), "a replaces entry has an empty 'name'"))
             })
             .collect()
     }
@@ -550,6 +615,46 @@ fn check_unique(reader: &Reader<'_>, rules: &[Rule]) -> Result<(), ConfigError> 
         }
     }
     Ok(())
+}
+
+/// A YAML node as JSON: mappings with their keys as written, plain scalars typed.
+fn json_of(node: &MarkedYaml<'_>) -> serde_json::Value {
+    use serde_json::Value;
+    match &node.data {
+        YamlData::Mapping(mapping) => Value::Object(
+            mapping
+                .iter()
+                .map(|(key, value)| {
+                    let key = match &key.data {
+                        YamlData::Representation(text, _, _) => text.to_string(),
+                        _ => json_of(key).to_string(),
+                    };
+                    (key, json_of(value))
+                })
+                .collect(),
+        ),
+        YamlData::Sequence(items) => Value::Array(items.iter().map(json_of).collect()),
+        YamlData::Representation(text, ScalarStyle::Plain, _) => {
+            let text: &str = text;
+            if is_null(text) {
+                Value::Null
+            } else if let Ok(boolean) = text.parse::<bool>() {
+                Value::Bool(boolean)
+            } else if let Ok(integer) = text.parse::<i64>() {
+                Value::from(integer)
+            } else if let Some(number) = text
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+            {
+                Value::Number(number)
+            } else {
+                Value::String(text.to_string())
+            }
+        }
+        YamlData::Representation(text, _, _) => Value::String(text.to_string()),
+        _ => Value::Null,
+    }
 }
 
 fn is_null(text: &str) -> bool {
@@ -688,16 +793,30 @@ mod tests {
             ),
             ("descriptors: []\n", 1, "no 'domain'"),
             (
-                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n",
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n",
                 4,
-                "unlimited",
+                "an unlimited limit has no 'unit'",
             ),
-            ("domain: a\ndescriptors:\n  - key: k\n", 3, "neither"),
             ("domain: a\n  descriptors: [\n", 2, "not YAML"),
             (
-                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n",
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: x, replaces: [{name: x}]}\n",
                 4,
-                "needs a 'name'",
+                "'replaces' names this limit itself ('x')",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: \"\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                3,
+                "a descriptor's 'key' is empty",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                4,
+                "'share_threshold' is for wildcard values",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      name: a\n      replaces:\n        - name:\n",
+                9,
+                "a replaces entry has an empty 'name'",
             ),
             (
                 "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      name: n\n      tenant_key: k\n",
