@@ -10,7 +10,7 @@ use clap::{CommandFactory, Parser, ValueEnum};
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::plans::PlanOptions;
 
-use crate::headers::{FieldsDraft, HeaderSettings};
+use crate::headers::{FieldsDraft, HeaderSettings, TripleNames};
 use crate::request::Bounds;
 
 /// A certificate and its key.
@@ -59,6 +59,8 @@ pub struct Options {
     pub watch: Option<Duration>,
     /// The policy store's backstop version check (plans).
     pub plans_check: Duration,
+    /// The global shadow mode: every denial reported, none enforced.
+    pub shadow_mode: bool,
 }
 
 /// A listener's address, or none (`off`).
@@ -195,6 +197,11 @@ struct Args {
     /// besides its change notifications
     #[arg(long, value_name = "MS", value_parser = positive_ms)]
     plans_check_ms: Option<Duration>,
+
+    /// Report every denial (per descriptor, in metrics) but admit every request: the
+    /// global shadow mode, for a migration
+    #[arg(long, env = "SHADOW_MODE")]
+    shadow_mode: bool,
 }
 
 fn listen(text: &str) -> Result<Listen, String> {
@@ -282,14 +289,13 @@ where
                 HeaderForm::Draft12 => FieldsDraft::Draft12,
             },
             on_admitted: !args.headers_on_denied_only,
-            legacy: args.legacy_headers,
+            legacy: args.legacy_headers.then(TripleNames::legacy),
         },
         key_prefix: args.key_prefix,
         bounds: Bounds {
             max_descriptors: args.max_descriptors,
             max_entries: args.max_entries,
             max_value_bytes: args.max_value_bytes,
-            ..Bounds::default()
         },
         http_token_file: args.http_token_file,
         grpc_tls: tls(args.grpc_tls_cert, args.grpc_tls_key, "grpc")?,
@@ -298,6 +304,7 @@ where
         plans_check: args
             .plans_check_ms
             .unwrap_or(PlanOptions::default().check_every),
+        shadow_mode: args.shadow_mode,
     };
     if options.grpc_listen.is_none() && options.http_listen.is_none() {
         return Err(usage_error(
@@ -339,7 +346,7 @@ mod tests {
             HeaderSettings {
                 draft: FieldsDraft::Draft11,
                 on_admitted: true,
-                legacy: false
+                legacy: None
             }
         );
         assert_eq!(options.key_prefix, "rls:");
@@ -369,7 +376,8 @@ mod tests {
         assert_eq!(options.failure, Fallback::Closed);
         assert_eq!(options.replicas, 1);
         assert_eq!(options.headers.draft, FieldsDraft::Draft12);
-        assert!(!options.headers.on_admitted && options.headers.legacy);
+        assert!(!options.headers.on_admitted);
+        assert_eq!(options.headers.legacy, Some(TripleNames::legacy()));
         assert_eq!(options.key_prefix, "x:");
         assert_eq!(options.bounds.max_descriptors, 4);
         assert_eq!(options.bounds.max_entries, 1);

@@ -18,10 +18,11 @@ use envoy_types::pb::google::protobuf::{self, ListValue, Struct, Value, value::K
 use tonic::{Request, Response, Status as GrpcStatus};
 
 use crate::config::Unit;
-use crate::engine::{CheckFailure, Engine, Verdict};
+use crate::engine::Engine;
 use crate::headers::{self, HeaderSettings};
 use crate::metrics;
 use crate::request::{BadRequest, CheckRequest, Descriptor};
+use crate::verdict::{CheckFailure, Verdict};
 
 /// The gRPC service.
 pub struct Rls {

@@ -17,10 +17,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::Unit;
-use crate::engine::{CheckFailure, Engine, Verdict};
+use crate::engine::Engine;
 use crate::headers::{self, HeaderSettings};
 use crate::metrics;
 use crate::request::{CheckRequest, Descriptor};
+use crate::verdict::{CheckFailure, Verdict};
 
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -10,11 +10,12 @@ mod grpc;
 mod headers;
 mod health;
 mod http;
-mod limiters;
 mod metrics;
 mod plans;
 mod request;
+mod resolve;
 mod tls;
+mod verdict;
 mod watch;
 
 use std::process::ExitCode;
@@ -22,13 +23,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, SentinelStore, Store};
+use redis_ratelimit_client::{Fallback, Lease, Profile, RateLimiter, Replicas};
 use tokio::sync::watch as signal_watch;
 
 use crate::cli::Options;
 use crate::engine::Engine;
-use crate::limiters::{LimiterSettings, Limiters};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -81,6 +81,23 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
     store.map_err(|error| format!("--redis: {error}"))
 }
 
+/// The client library's limiter every check goes through: one job profile with the
+/// failure mode, the store timeout and the lease of the command line.
+fn limiter(options: &Options) -> Result<RateLimiter, String> {
+    let mut profile = Profile::builder(engine::PROFILE)
+        .fallback(options.failure)
+        .timeout(options.timeout);
+    if let Some(units) = options.lease {
+        profile = profile.lease(Lease::new(units));
+    }
+    let profile = profile.build().map_err(|error| error.to_string())?;
+    RateLimiter::builder_shared(store(options)?)
+        .profile(profile)
+        .replicas(Replicas::fixed(options.replicas.max(1)))
+        .build()
+        .map_err(|error| error.to_string())
+}
+
 async fn run(options: Options) -> Result<(), String> {
     let prometheus = metrics::install()?;
     let seen = watch::fingerprint(&options.config);
@@ -109,15 +126,7 @@ async fn run(options: Options) -> Result<(), String> {
     if options.http_token_file.is_some() && token.is_none() {
         return Err("--http-token-file: the file is empty".into());
     }
-    let limiters = Limiters::new(
-        store(&options)?,
-        LimiterSettings {
-            fallback: options.failure,
-            timeout: options.timeout,
-            lease: options.lease,
-            replicas: options.replicas,
-        },
-    );
+    let limiter = limiter(&options)?;
     let uses_plans = config.uses_plans();
     let plans = plans::Plans::new(
         options.redis.clone(),
@@ -129,10 +138,11 @@ async fn run(options: Options) -> Result<(), String> {
     );
     let engine = Arc::new(Engine::new(
         config,
-        limiters,
+        limiter,
         options.bounds,
         options.key_prefix.clone(),
         plans,
+        options.shadow_mode,
     ));
     if uses_plans {
         engine.plans().connect().await?;
@@ -156,9 +166,11 @@ async fn run(options: Options) -> Result<(), String> {
     let (stop_sender, stop) = signal_watch::channel(false);
     let mut servers = Vec::new();
     if let Some(address) = options.grpc_listen {
-        let service =
-            RateLimitServiceServer::new(grpc::Rls::new(Arc::clone(&engine), options.headers))
-                .max_decoding_message_size(64 * 1024);
+        let service = RateLimitServiceServer::new(grpc::Rls::new(
+            Arc::clone(&engine),
+            options.headers.clone(),
+        ))
+        .max_decoding_message_size(64 * 1024);
         let mut builder = tonic::transport::Server::builder().layer(
             tower::util::MapResponseLayer::new(grpc::invalid_protobuf_is_invalid_argument),
         );
@@ -198,7 +210,7 @@ async fn run(options: Options) -> Result<(), String> {
     if let Some(address) = options.http_listen {
         let api = Arc::new(http::Api {
             engine: Arc::clone(&engine),
-            headers: options.headers,
+            headers: options.headers.clone(),
             metrics: prometheus,
             store_reachable: Arc::clone(&reachable),
             fails_closed: options.failure == Fallback::Closed,
@@ -252,7 +264,7 @@ async fn run(options: Options) -> Result<(), String> {
             Err(error) => result = Err(format!("a listener task failed: {error}")),
         }
     }
-    engine.limiters().release_leases().await;
+    engine.limiter().release_leases().await;
     probe.abort();
     if let Some(watcher) = watcher {
         watcher.abort();

@@ -20,7 +20,11 @@ pub fn install() -> Result<PrometheusHandle, String> {
     );
     describe_counter!(
         "ratelimit_service_shadow_denials_total",
-        "Requests a shadow_mode limit would have denied, by domain and rule"
+        "Requests a shadow_mode limit (or, in the global shadow mode, any limit) would have denied, by domain and rule"
+    );
+    describe_counter!(
+        "ratelimit_service_global_shadow_total",
+        "Requests the global shadow mode admitted although a limit denied them (nothing charged), by domain"
     );
     describe_counter!(
         "ratelimit_config_reloads_total",
@@ -62,6 +66,15 @@ pub fn shadow_denied(domain: &str, rule: &str) {
         "ratelimit_service_shadow_denials_total",
         "domain" => domain.to_string(),
         "rule" => rule.to_string()
+    )
+    .increment(1);
+}
+
+/// The global shadow mode admitted a request some limit denied.
+pub fn global_shadow(domain: &str) {
+    counter!(
+        "ratelimit_service_global_shadow_total",
+        "domain" => domain.to_string()
     )
     .increment(1);
 }
