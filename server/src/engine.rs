@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_ratelimit_client::{Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter};
+use serde_json::{Map, Value};
 
 use crate::config::Config;
 use crate::metrics;
@@ -43,14 +44,24 @@ enum Ask {
     ShadowRead,
 }
 
+/// How the engine decides and what it answers besides the decision.
+#[derive(Clone, Debug)]
+pub struct EngineSettings {
+    /// What a request may carry.
+    pub bounds: Bounds,
+    /// The start of every Redis key.
+    pub key_prefix: String,
+    /// The global shadow mode: every denial reported, every request admitted.
+    pub shadow_mode: bool,
+    /// Answers carry the reference's dynamic metadata (`RESPONSE_DYNAMIC_METADATA`).
+    pub reference_metadata: bool,
+}
+
 /// The service's decisions.
 pub struct Engine {
     config: RwLock<Arc<Config>>,
     limiter: RateLimiter,
-    bounds: Bounds,
-    key_prefix: String,
-    /// The global shadow mode: every denial reported, every request admitted.
-    shadow_mode: bool,
+    settings: EngineSettings,
     held: Mutex<HashMap<String, Held>>,
     plans: Plans,
 }
@@ -61,17 +72,13 @@ impl Engine {
     pub fn new(
         config: Config,
         limiter: RateLimiter,
-        bounds: Bounds,
-        key_prefix: String,
         plans: Plans,
-        shadow_mode: bool,
+        settings: EngineSettings,
     ) -> Self {
         Self {
             config: RwLock::new(Arc::new(config)),
             limiter,
-            bounds,
-            key_prefix,
-            shadow_mode,
+            settings,
             held: Mutex::new(HashMap::new()),
             plans,
         }
@@ -99,14 +106,15 @@ impl Engine {
 
     /// Decides a request.
     pub async fn check(&self, request: &CheckRequest) -> Result<Verdict, CheckFailure> {
-        self.bounds
+        self.settings
+            .bounds
             .check(request)
             .map_err(CheckFailure::BadRequest)?;
         let config = self.config();
         let domain = config.domain(&request.domain).ok_or_else(|| {
             CheckFailure::BadRequest(BadRequest(format!("unknown domain '{}'", request.domain)))
         })?;
-        let resolved = resolve::resolve(domain, request, &self.plans, &self.key_prefix)?;
+        let resolved = resolve::resolve(domain, request, &self.plans, &self.settings.key_prefix)?;
         let (shadow, enforced): (Vec<Item>, Vec<Item>) =
             resolved.items.into_iter().partition(|item| item.shadow);
         let mut verdict = Verdict::new(resolved.statuses);
@@ -119,7 +127,7 @@ impl Engine {
         };
         self.decide(&request.domain, &shadow, ask, &mut verdict)
             .await?;
-        if self.shadow_mode && !verdict.allowed {
+        if self.settings.shadow_mode && !verdict.allowed {
             verdict.allowed = true;
             verdict.shadowed = true;
             verdict.retry_after = None;
@@ -132,6 +140,9 @@ impl Engine {
                     metrics::shadow_denied(&request.domain, &item.rule);
                 }
             }
+        }
+        if self.settings.reference_metadata {
+            verdict.reference_metadata = Some(reference_metadata(request, &verdict));
         }
         Ok(verdict)
     }
@@ -344,4 +355,66 @@ fn until_window_end(unit: Duration, now: SystemTime) -> Duration {
         .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(0));
     let into = now_ms.checked_rem(unit_ms).unwrap_or(0);
     Duration::from_millis(unit_ms.saturating_sub(into))
+}
+
+/// The dynamic metadata the reference answers with `RESPONSE_DYNAMIC_METADATA`: the domain,
+/// each descriptor (its entries as `key=value`, its limit override, its hits), the
+/// request's hits, and the `metadata` of the rules of the descriptors that passed (the
+/// first descriptor's value kept where two give one key).
+fn reference_metadata(request: &CheckRequest, verdict: &Verdict) -> Map<String, Value> {
+    let descriptors: Vec<Value> = request
+        .descriptors
+        .iter()
+        .map(|descriptor| {
+            let entries: Vec<Value> = descriptor
+                .entries
+                .iter()
+                .map(|(key, value)| Value::String(format!("{key}={value}")))
+                .collect();
+            let mut fields = Map::new();
+            fields.insert("entries".into(), Value::Array(entries));
+            if let Some((requests_per_unit, unit)) = descriptor.limit {
+                fields.insert(
+                    "limit".into(),
+                    Value::String(format!(
+                        "requests_per_unit:{requests_per_unit} unit:{}",
+                        unit.name()
+                    )),
+                );
+            }
+            if let Some(hits) = descriptor.hits_addend {
+                fields.insert("hitsAddend".into(), Value::from(hits));
+            }
+            Value::Object(fields)
+        })
+        .collect();
+    let mut metadata = Map::new();
+    metadata.insert("domain".into(), Value::String(request.domain.clone()));
+    metadata.insert("descriptors".into(), Value::Array(descriptors));
+    if request.hits_addend != 0 {
+        metadata.insert("hitsAddend".into(), Value::from(request.hits_addend));
+    }
+    let mut passed = Map::new();
+    for status in verdict.statuses.iter().filter(|status| status.ok) {
+        if let Some(rule) = &status.metadata {
+            merge(&mut passed, rule);
+        }
+    }
+    if !passed.is_empty() {
+        metadata.insert("metadata".into(), Value::Object(passed));
+    }
+    metadata
+}
+
+/// Adds `from`'s fields missing in `into`, merging mappings present in both.
+fn merge(into: &mut Map<String, Value>, from: &Map<String, Value>) {
+    for (key, value) in from {
+        match (into.get_mut(key), value) {
+            (Some(Value::Object(inner)), Value::Object(more)) => merge(inner, more),
+            (Some(_), _) => {}
+            (None, value) => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
 }

@@ -12,6 +12,8 @@ mod health;
 mod http;
 mod metrics;
 mod plans;
+mod reference_env;
+mod reference_http;
 mod request;
 mod resolve;
 mod tls;
@@ -28,18 +30,26 @@ use redis_ratelimit_client::{Fallback, Lease, Profile, RateLimiter, Replicas};
 use tokio::sync::watch as signal_watch;
 
 use crate::cli::Options;
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineSettings};
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .init();
     let options = match cli::parse(std::env::args_os()) {
         Ok(options) => options,
         // --help and --version print to stdout (exit 0), usage errors to stderr (exit 2).
         Err(error) => error.exit(),
     };
+    tracing_subscriber::fmt()
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_max_level(options.log_level)
+        .init();
+    if !options.from_environment.is_empty() {
+        tracing::info!(
+            "envoyproxy/ratelimit's settings read from the environment: {}",
+            options.from_environment.join(", ")
+        );
+    }
+    reference_env::log_unread();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -139,10 +149,13 @@ async fn run(options: Options) -> Result<(), String> {
     let engine = Arc::new(Engine::new(
         config,
         limiter,
-        options.bounds,
-        options.key_prefix.clone(),
         plans,
-        options.shadow_mode,
+        EngineSettings {
+            bounds: options.bounds,
+            key_prefix: options.key_prefix.clone(),
+            shadow_mode: options.shadow_mode,
+            reference_metadata: options.response_dynamic_metadata,
+        },
     ));
     if uses_plans {
         engine.plans().connect().await?;
@@ -214,6 +227,7 @@ async fn run(options: Options) -> Result<(), String> {
             metrics: prometheus,
             store_reachable: Arc::clone(&reachable),
             fails_closed: options.failure == Fallback::Closed,
+            healthy_with_config: options.healthy_with_config,
             token,
         });
         let app = http::router(api);

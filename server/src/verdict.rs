@@ -129,6 +129,8 @@ pub struct Verdict {
     pub retry_after: Option<Duration>,
     /// An admitted request holding in-flight slots: the id to release them with.
     pub in_flight: Option<String>,
+    /// The reference's dynamic metadata, when asked for (`RESPONSE_DYNAMIC_METADATA`).
+    pub reference_metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Verdict {
@@ -142,6 +144,7 @@ impl Verdict {
             statuses,
             retry_after: None,
             in_flight: None,
+            reference_metadata: None,
         }
     }
 

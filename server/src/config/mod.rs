@@ -86,6 +86,19 @@ impl Unit {
         }
     }
 
+    /// The unit as the protos name it (`SECOND` … `YEAR`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Second => "SECOND",
+            Self::Minute => "MINUTE",
+            Self::Hour => "HOUR",
+            Self::Day => "DAY",
+            Self::Week => "WEEK",
+            Self::Month => "MONTH",
+            Self::Year => "YEAR",
+        }
+    }
+
     /// The unit named as in the config (`second` … `year`, any case as the reference
     /// accepts `SECOND`).
     pub fn parse(text: &str) -> Option<Self> {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use redis_ratelimit_client::store::{MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{PlanOptions, Profile, RateLimiter};
 
-use super::{Engine, PROFILE};
+use super::{Engine, EngineSettings, PROFILE};
 use crate::config::{Unit, assemble};
 use crate::headers::{self, FieldsDraft, HeaderSettings};
 use crate::plans::Plans;
@@ -56,10 +56,13 @@ fn engine_in(files: &[(&str, &str)], shadow_mode: bool) -> (Engine, Arc<MemorySt
     let engine = Engine::new(
         config,
         limiter,
-        Bounds::default(),
-        "rls:".into(),
         plans,
-        shadow_mode,
+        EngineSettings {
+            bounds: Bounds::default(),
+            key_prefix: "rls:".into(),
+            shadow_mode,
+            reference_metadata: true,
+        },
     );
     (engine, store)
 }

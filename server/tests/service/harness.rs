@@ -73,17 +73,42 @@ impl Service {
     }
 
     pub fn start_in(redis: &str, config: TempDir, extra: &[&str]) -> Service {
-        let mut child = Command::new(binary())
-            .args(["--redis", redis, "--config"])
-            .arg(&config.0)
-            .args([
+        let mut args: Vec<String> = ["--redis", redis, "--config"]
+            .iter()
+            .map(|arg| arg.to_string())
+            .collect();
+        args.push(config.0.to_string_lossy().into_owned());
+        args.extend(
+            [
                 "--grpc-listen",
                 "127.0.0.1:0",
                 "--http-listen",
                 "127.0.0.1:0",
-            ])
+            ]
+            .map(String::from),
+        );
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        Self::spawn(&args, &[], config)
+    }
+
+    /// Starts the service with only `args` (the watch period and timeout of the other
+    /// tests added) and the environment variables `env`, `config` its directory to clean
+    /// up: for the settings the reference reads from the environment.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)], config: TempDir) -> Service {
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        Self::spawn(&args, env, config)
+    }
+
+    fn spawn(args: &[String], env: &[(&str, &str)], config: TempDir) -> Service {
+        let mut command = Command::new(binary());
+        for name in REFERENCE_VARIABLES {
+            // The test machine's environment never steers a service under test.
+            command.env_remove(name);
+        }
+        let mut child = command
             .args(["--watch-ms", "100", "--timeout-ms", "1000"])
-            .args(extra)
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -132,7 +157,11 @@ impl Service {
         for (name, text) in config {
             dir.write(name, text);
         }
-        let output = Command::new(binary())
+        let mut command = Command::new(binary());
+        for name in REFERENCE_VARIABLES {
+            command.env_remove(name);
+        }
+        let output = command
             .args(["--redis", redis, "--config"])
             .arg(&dir.0)
             .args([
@@ -200,11 +229,45 @@ impl Drop for Service {
     }
 }
 
+/// The address a listener logged it is bound to (an unspecified address reached on
+/// loopback).
 fn bound(log: &str, prefix: &str) -> Option<SocketAddr> {
     let line = log.lines().find(|line| line.contains(prefix))?;
     let rest = line.split(prefix).nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
+    let mut address: SocketAddr = rest.split_whitespace().next()?.parse().ok()?;
+    if address.ip().is_unspecified() {
+        address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Some(address)
 }
+
+/// The environment variables of envoyproxy/ratelimit the service reads (or logs).
+pub const REFERENCE_VARIABLES: &[&str] = &[
+    "REDIS_URL",
+    "REDIS_SOCKET_TYPE",
+    "REDIS_TYPE",
+    "REDIS_AUTH",
+    "REDIS_TLS",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "HOST",
+    "PORT",
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+    "SHADOW_MODE",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
+    "CACHE_KEY_PREFIX",
+    "LOG_LEVEL",
+    "RESPONSE_DYNAMIC_METADATA",
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    "USE_STATSD",
+    "REDIS_POOL_SIZE",
+];
 
 pub struct Reply {
     pub status: u16,

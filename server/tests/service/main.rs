@@ -9,7 +9,10 @@
 //! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics;
 //! - `plans`: limits with `tenant_key` from the policy store, a plan change and an override
 //!   within a second, the YAML default without a store, bad config refused;
-//! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos.
+//! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos;
+//! - `reference`: envoyproxy/ratelimit's README examples, service and integration tests'
+//!   expectations, the defects a migration met, and its environment variables, `/json`
+//!   and `/healthcheck`, over gRPC and both HTTP APIs.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -26,3 +29,4 @@ mod http_api;
 mod operations;
 mod plans;
 mod python;
+mod reference;

@@ -93,7 +93,7 @@ fn the_envoy_data_plane_python_client() {
 }
 
 /// A self-signed certificate for 127.0.0.1 (openssl), in `dir`: (cert, key).
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+pub fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = Command::new("openssl")
         .args([
