@@ -165,7 +165,7 @@ impl Service {
         for name in REFERENCE_VARIABLES {
             command.env_remove(name);
         }
-        let output = command
+        let mut child = command
             .args(["--redis", redis, "--config"])
             .arg(&dir.0)
             .args([
@@ -175,10 +175,29 @@ impl Service {
                 "127.0.0.1:0",
             ])
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
-        assert!(!output.status.success(), "the service started");
-        String::from_utf8_lossy(&output.stderr).into_owned()
+        // Bounded: a service that starts after all is stopped, and the test fails.
+        let mut status = None;
+        let stopped = wait_until(Duration::from_secs(20), || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        let mut log = String::new();
+        if !stopped {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(mut stderr) = child.stderr.take() {
+            let _ = stderr.read_to_string(&mut log);
+        }
+        assert!(
+            stopped && status.is_some_and(|status| !status.success()),
+            "the service started; log:\n{log}"
+        );
+        log
     }
 
     pub fn log(&self) -> String {

@@ -122,12 +122,9 @@ pub fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
-/// Redis over TLS only (`rediss://`) with an ACL user, and both listeners over TLS.
-#[test]
-fn tls_everywhere_and_an_acl_user() {
-    let python = venv_python();
-    let dir = crate::harness::TempDir::new("tls");
-    let (cert, key) = certificate(&dir.0);
+/// Redis serving TLS on a port of its own (returned) with the certificate `cert`, `key`,
+/// and an ACL user `rls` (password `rls-secret`) on keys `keys`.
+pub fn tls_redis(cert: &Path, key: &Path, keys: &str) -> (Server, String) {
     let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -150,9 +147,20 @@ fn tls_everywhere_and_an_acl_user() {
         "rls",
         "on",
         ">rls-secret",
-        "~rls:*",
+        keys,
         "+@all",
     ]);
+    (redis, tls_port)
+}
+
+/// Redis over TLS only (`rediss://`) with an ACL user, and both listeners over TLS.
+#[test]
+fn tls_everywhere_and_an_acl_user() {
+    let python = venv_python();
+    let dir = crate::harness::TempDir::new("tls");
+    let (cert, key) = certificate(&dir.0);
+    let (redis, tls_port) = tls_redis(&cert, &key, "~rls:*");
+    let (cert_arg, key_arg) = (cert.to_str().unwrap(), key.to_str().unwrap());
     // The plain port stays for the test kit; the service speaks TLS, as the user `rls`
     // (`#insecure`: the test's self-signed certificate is not in the webpki roots).
     let url = format!("rediss://rls:rls-secret@127.0.0.1:{tls_port}/#insecure");

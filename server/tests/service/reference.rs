@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -21,7 +20,7 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use redis_ratelimit_testkit::server::{Server, wait_until};
 use serde_json::{Value, json};
 
-use crate::harness::{Service, TempDir};
+use crate::harness::{self, Service, TempDir};
 
 /// How a request reaches the service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,24 +88,18 @@ fn seconds(text: &str) -> Duration {
 }
 
 fn grpc_request(domain: &str, descriptors: &[Ask<'_>], hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: descriptors
+    let mut request = harness::request(
+        domain,
+        descriptors
             .iter()
             .map(|(entries, own)| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(key, value)| Entry {
-                        key: key.to_string(),
-                        value: value.to_string(),
-                    })
-                    .collect(),
                 hits_addend: own.map(|value| UInt64Value { value }),
-                ..Default::default()
+                ..harness::descriptor(entries)
             })
             .collect(),
-        hits_addend: hits,
-    }
+    );
+    request.hits_addend = hits;
+    request
 }
 
 fn json_request(domain: &str, descriptors: &[Ask<'_>], hits: u32) -> String {
@@ -218,6 +211,26 @@ async fn ask_hits(
             .map(|status| status["durationUntilReset"].as_str().map(seconds))
             .collect(),
     }
+}
+
+/// A service on `files` (a config directory of its own) with `env`: with `--redis` if
+/// `redis` is given (else `REDIS_URL` must say), both listeners on loopback, and `extra`.
+fn with_env(
+    redis: Option<&str>,
+    files: &[(&str, &str)],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Service {
+    let config = TempDir::new("env");
+    for (name, text) in files {
+        config.write(name, text);
+    }
+    let dir = config.0.to_string_lossy().into_owned();
+    let mut args: Vec<&str> = redis.map_or_else(Vec::new, |url| vec!["--redis", url]);
+    args.extend(["--config", &dir, "--grpc-listen", "127.0.0.1:0"]);
+    args.extend(["--http-listen", "127.0.0.1:0"]);
+    args.extend_from_slice(extra);
+    Service::start_with_env(&args, env, config)
 }
 
 fn reference_file(path: &str) -> String {
@@ -423,116 +436,259 @@ async fn the_readme_examples_over_grpc_and_both_http_apis() {
     }
 }
 
-const DEFECTS: &str = "domain: defects
+// One test per defect a migration met (the numbers of the list it came in), each over
+// gRPC and both HTTP APIs, on a config holding only what it needs: each fails on the
+// service as it was before its fix.
+
+/// A fresh store and service on `config` for each transport.
+fn each_way(redis: &Server, config: &str) -> impl Iterator<Item = (Via, Service)> {
+    let url = redis_url(redis);
+    let config = config.to_string();
+    EVERY_WAY.into_iter().map(move |via| {
+        flush_url(&url);
+        (via, Service::start(&url, &[("d.yaml", &config)], &[]))
+    })
+}
+
+fn flush_url(url: &str) {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defect_1_a_whitelisted_value_loads_and_applies_no_limit() {
+    let config = "domain: d
 descriptors:
   - key: foo
     rate_limit: {unit: hour, requests_per_unit: 5}
   - key: foo
     value: vip
-  - key: upload
-    rate_limit: {unit: hour, requests_per_unit: 10000000}
-  - key: h
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: batch
-    rate_limit: {unlimited: true, requests_per_unit: 25}
 ";
-
-/// Each defect a migration met, over `via` (the README examples cover 2, 3, 7 and 8).
-async fn defects(service: &Service, via: Via) {
-    let at = |defect: &str| format!("{via:?}, defect {defect}");
-    // 1: a whitelisted value loads and applies no limit.
-    ask(service, via, "defects", &[(&[("foo", "vip")], None)])
-        .await
-        .expect(true, &[("OK", None, 0)], &at("1"));
-    ask(service, via, "defects", &[(&[("foo", "x")], None)])
-        .await
-        .expect(true, &[("OK", Some((5, "HOUR")), 4)], &at("1"));
-    // 4: hits above a million count; above the limit is a denial with a reset.
-    ask_hits(
-        service,
-        via,
-        "defects",
-        &[(&[("upload", "u")], None)],
-        4_000_000,
-    )
-    .await
-    .expect(
-        true,
-        &[("OK", Some((10_000_000, "HOUR")), 6_000_000)],
-        &at("4"),
-    );
-    let over = ask_hits(
-        service,
-        via,
-        "defects",
-        &[(&[("upload", "u")], None)],
-        u32::MAX,
-    )
-    .await;
-    over.expect(
-        false,
-        &[("OVER_LIMIT", Some((10_000_000, "HOUR")), 6_000_000)],
-        &at("4: more than the limit"),
-    );
-    assert!(
-        over.resets[0].is_some_and(|reset| reset > Duration::ZERO),
-        "{}",
-        at("8: a denial that never passes resets at its window's end")
-    );
-    // 5: a probe (hits 0) at the limit is OK, and the other descriptor is charged.
-    for _ in 0..5 {
-        assert!(
-            ask(service, via, "defects", &[(&[("h", "m1")], None)])
-                .await
-                .ok
-        );
+    let redis = Server::start(&[]);
+    for (via, service) in each_way(&redis, config) {
+        ask(&service, via, "d", &[(&[("foo", "vip")], None)])
+            .await
+            .expect(true, &[("OK", None, 0)], &format!("{via:?}"));
+        ask(&service, via, "d", &[(&[("foo", "x")], None)])
+            .await
+            .expect(true, &[("OK", Some((5, "HOUR")), 4)], &format!("{via:?}"));
     }
-    ask(
-        service,
-        via,
-        "defects",
-        &[(&[("h", "m1")], Some(0)), (&[("h", "m2")], None)],
-    )
-    .await
-    .expect(
-        true,
-        &[("OK", Some((5, "HOUR")), 0), ("OK", Some((5, "HOUR")), 4)],
-        &at("5"),
-    );
-    // 9: a descriptor without entries is OK with no limit; unlimited with
-    // requests_per_unit and no unit loads.
-    ask(service, via, "defects", &[(&[], None)])
-        .await
-        .expect(true, &[("OK", None, 0)], &at("9"));
-    ask(service, via, "defects", &[(&[("batch", "b")], None)])
-        .await
-        .expect(true, &[("OK", None, 4_294_967_295)], &at("9"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_defects_a_migration_met_over_grpc_and_both_http_apis() {
+async fn defect_2_replaces_without_a_name_as_readme_example_7_writes_it() {
     let redis = Server::start(&[]);
-    for via in EVERY_WAY {
-        flush(&redis);
-        let service = Service::start(&redis_url(&redis), &[("defects.yaml", DEFECTS)], &[]);
-        defects(&service, via).await;
+    for (via, service) in each_way(&redis, &reference_file("readme/example7.yaml")) {
+        let basic: Ask<'_> = (&[("plan", "basic"), ("account", "acct-1")], None);
+        let boost: Ask<'_> = (&[("plan", "boost"), ("account", "acct-1")], None);
+        ask(&service, via, "readme-7", &[basic, boost])
+            .await
+            .expect(
+                true,
+                &[("OK", None, 0), ("OK", Some((10, "SECOND")), 9)],
+                &format!("{via:?}"),
+            );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defect_3_unlimited_answers_4294967295() {
+    let redis = Server::start(&[]);
+    for (via, service) in each_way(&redis, &reference_file("readme/example5.yaml")) {
+        ask(
+            &service,
+            via,
+            "readme-5",
+            &[(&[("directory", "ldap")], None)],
+        )
+        .await
+        .expect(true, &[("OK", None, 4_294_967_295)], &format!("{via:?}"));
+    }
+}
+
+const BYTES: &str = "domain: d
+descriptors:
+  - key: upload
+    rate_limit: {unit: hour, requests_per_unit: 10000000}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defect_4_hits_above_a_million_count_and_above_the_limit_deny() {
+    let redis = Server::start(&[]);
+    for (via, service) in each_way(&redis, BYTES) {
+        let at = format!("{via:?}");
+        ask_hits(&service, via, "d", &[(&[("upload", "u")], None)], 4_000_000)
+            .await
+            .expect(true, &[("OK", Some((10_000_000, "HOUR")), 6_000_000)], &at);
+        ask_hits(&service, via, "d", &[(&[("upload", "u")], None)], u32::MAX)
+            .await
+            .expect(
+                false,
+                &[("OVER_LIMIT", Some((10_000_000, "HOUR")), 6_000_000)],
+                &at,
+            );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defect_5_hits_addend_0_asks_whether_the_limit_is_over() {
+    // {h: 5}; five requests (h=m1); then [(h=m1, hits 0), (h=m2)] is OK: m1 OK with 0 left,
+    // m2 charged (4 left). Read with RL.PEEK.
+    let config = "domain: d
+descriptors:
+  - key: h
+    rate_limit: {unit: hour, requests_per_unit: 5}
+";
+    let redis = Server::start(&[]);
+    for (via, service) in each_way(&redis, config) {
+        for _ in 0..5 {
+            assert!(ask(&service, via, "d", &[(&[("h", "m1")], None)]).await.ok);
+        }
+        ask(
+            &service,
+            via,
+            "d",
+            &[(&[("h", "m1")], Some(0)), (&[("h", "m2")], None)],
+        )
+        .await
+        .expect(
+            true,
+            &[("OK", Some((5, "HOUR")), 0), ("OK", Some((5, "HOUR")), 4)],
+            &format!("{via:?}"),
+        );
     }
 }
 
 #[test]
+fn defect_6_a_limit_replacing_itself_is_refused() {
+    // The reference's test/config/replaces_self.yaml.
+    let redis = Server::start(&[]);
+    let log = Service::fail_to_start(
+        &redis_url(&redis),
+        &[("bad.yaml", &reference_file("config/replaces_self.yaml"))],
+    );
+    assert!(log.contains("'replaces' names this limit itself"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defect_7_a_limit_not_charged_is_shown_as_it_stands() {
+    // README Example 3: [(blocked), (another address)]: the second was not charged, so it
+    // has 10 left, and a reset.
+    let redis = Server::start(&[]);
+    for (via, service) in each_way(&redis, &reference_file("readme/example3.yaml")) {
+        let answer = ask(
+            &service,
+            via,
+            "readme-3",
+            &[
+                (&[("client_ip", "198.51.100.7")], None),
+                (&[("client_ip", "198.51.100.9")], None),
+            ],
+        )
+        .await;
+        answer.expect(
+            false,
+            &[
+                ("OVER_LIMIT", Some((0, "SECOND")), 0),
+                ("OK", Some((10, "SECOND")), 10),
+            ],
+            &format!("{via:?}"),
+        );
+        let reset = answer.resets[1].expect("a reset");
+        assert!(reset > Duration::ZERO && reset <= Duration::from_secs(1));
+    }
+    // A shadow limit skipped after a denial: read, with what it has left.
+    let shadowed = "domain: d
+descriptors:
+  - key: enforced
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: quiet
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+";
+    for (via, service) in each_way(&redis, shadowed) {
+        ask(&service, via, "d", &[(&[("enforced", "e")], None)]).await;
+        ask(
+            &service,
+            via,
+            "d",
+            &[(&[("quiet", "q")], None), (&[("enforced", "e")], None)],
+        )
+        .await
+        .expect(
+            false,
+            &[
+                ("OK", Some((5, "HOUR")), 5),
+                ("OVER_LIMIT", Some((1, "HOUR")), 0),
+            ],
+            &format!("{via:?}"),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defect_8_a_denial_that_never_passes_resets_at_its_windows_end() {
+    let blocked = "domain: d
+descriptors:
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: upload
+    rate_limit: {unit: hour, requests_per_unit: 10}
+";
+    let redis = Server::start(&[]);
+    for (via, service) in each_way(&redis, blocked) {
+        let never = ask(&service, via, "d", &[(&[("blocked", "b")], None)]).await;
+        let beyond = ask_hits(&service, via, "d", &[(&[("upload", "u")], None)], 11).await;
+        for answer in [never, beyond] {
+            assert!(!answer.ok);
+            let reset = answer.resets[0].expect("a reset");
+            assert!(
+                reset > Duration::ZERO && reset <= Duration::from_secs(3600),
+                "{via:?}: {reset:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defect_9_what_the_reference_loads_and_refuses() {
+    // A descriptor without entries is OK with no limit; unlimited with requests_per_unit
+    // and no unit loads; unlimited with a unit and an empty key are refused.
+    let config = "domain: d
+descriptors:
+  - key: batch
+    rate_limit: {unlimited: true, requests_per_unit: 25}
+";
+    let redis = Server::start(&[]);
+    for (via, service) in each_way(&redis, config) {
+        ask(&service, via, "d", &[(&[], None)]).await.expect(
+            true,
+            &[("OK", None, 0)],
+            &format!("{via:?}"),
+        );
+        ask(&service, via, "d", &[(&[("batch", "b")], None)])
+            .await
+            .expect(true, &[("OK", None, 4_294_967_295)], &format!("{via:?}"));
+    }
+    let url = redis_url(&redis);
+    let log = Service::fail_to_start(
+        &url,
+        &[(
+            "bad.yaml",
+            &reference_file("config/unlimited_with_unit.yaml"),
+        )],
+    );
+    assert!(log.contains("an unlimited limit has no 'unit'"), "{log}");
+    let empty_key = "domain: d\ndescriptors:\n  - key: \"\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    let log = Service::fail_to_start(&url, &[("bad.yaml", empty_key)]);
+    assert!(log.contains("a descriptor's 'key' is empty"), "{log}");
+}
+
+#[test]
 fn configs_the_reference_refuses_are_refused_at_start() {
-    // Defects 6 and 9: replaces_self.yaml, unlimited_with_unit.yaml, an empty key.
     let redis = Server::start(&[]);
     let url = redis_url(&redis);
     for (file, reason) in [
-        (
-            "config/replaces_self.yaml",
-            "'replaces' names this limit itself",
-        ),
-        (
-            "config/unlimited_with_unit.yaml",
-            "an unlimited limit has no 'unit'",
-        ),
         (
             "config/replaces_empty.yaml",
             "a replaces entry has an empty 'name'",
@@ -542,9 +698,6 @@ fn configs_the_reference_refuses_are_refused_at_start() {
         let log = Service::fail_to_start(&url, &[("bad.yaml", &reference_file(file))]);
         assert!(log.contains(reason), "{file}: {log}");
     }
-    let empty_key = "domain: d\ndescriptors:\n  - key: \"\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
-    let log = Service::fail_to_start(&url, &[("bad.yaml", empty_key)]);
-    assert!(log.contains("a descriptor's 'key' is empty"), "{log}");
 }
 
 // Hours where the reference's tests have minutes: a window boundary during a test would
@@ -664,34 +817,18 @@ async fn an_unknown_domain_is_refused_where_the_reference_answers_ok() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_global_shadow_mode_from_shadow_mode() {
+async fn defect_10_the_global_shadow_mode_from_shadow_mode() {
     // Defect 10 (ratelimit_test.go TestServiceGlobalShadowMode): SHADOW_MODE=true, the 11th
     // request on a 10/minute key is OK overall with its status OVER_LIMIT, and counted.
     let redis = Server::start(&[]);
     let url = redis_url(&redis);
     for via in EVERY_WAY {
         flush(&redis);
-        let config = TempDir::new("shadow");
-        config.write("d.yaml", SERVICE_TEST);
-        let dir = config.0.to_string_lossy().into_owned();
-        let service = Service::start_with_env(
-            &[
-                "--redis",
-                &url,
-                "--config",
-                &dir,
-                "--grpc-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-            ],
+        let service = with_env(
+            Some(&url),
+            &[("d.yaml", SERVICE_TEST)],
+            &[],
             &[("SHADOW_MODE", "true")],
-            config,
-        );
-        let log = service.log();
-        assert!(
-            log.contains("read from the environment: SHADOW_MODE"),
-            "{log}"
         );
         for _ in 0..10 {
             assert!(
@@ -724,6 +861,11 @@ async fn the_global_shadow_mode_from_shadow_mode() {
         ] {
             assert!(metrics.contains(counted), "{counted}: {metrics}");
         }
+        let log = service.log();
+        assert!(
+            log.contains("read from the environment: SHADOW_MODE"),
+            "{log}"
+        );
     }
 }
 
@@ -754,24 +896,11 @@ async fn the_references_limit_headers_from_its_variables() {
         ),
     ] {
         flush(&redis);
-        let config = TempDir::new("headers");
-        config.write("d.yaml", SERVICE_TEST);
-        let dir = config.0.to_string_lossy().into_owned();
-        let service = Service::start_with_env(
-            &[
-                "--redis",
-                &url,
-                "--config",
-                &dir,
-                "--grpc-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--headers",
-                "off",
-            ],
+        let service = with_env(
+            Some(&url),
+            &[("d.yaml", SERVICE_TEST)],
+            &["--headers", "off"],
             &env,
-            config,
         );
         let mut client = service.grpc().await;
         let mut last = None;
@@ -1092,20 +1221,11 @@ async fn a_unix_socket_store_from_redis_socket_type() {
     let socket = dir.0.join("redis.sock");
     let socket_text = socket.to_string_lossy().into_owned();
     let redis = Server::start(&["--unixsocket", &socket_text, "--unixsocketperm", "700"]);
-    let config = TempDir::new("sock-config");
-    config.write("d.yaml", SERVICE_TEST);
-    let dir_text = config.0.to_string_lossy().into_owned();
-    let service = Service::start_with_env(
-        &[
-            "--config",
-            &dir_text,
-            "--grpc-listen",
-            "127.0.0.1:0",
-            "--http-listen",
-            "127.0.0.1:0",
-        ],
+    let service = with_env(
+        None,
+        &[("d.yaml", SERVICE_TEST)],
+        &[],
         &[("REDIS_SOCKET_TYPE", "unix"), ("REDIS_URL", &socket_text)],
-        config,
     );
     ask(
         &service,
@@ -1130,23 +1250,12 @@ async fn healthcheck_answers_as_the_reference() {
     let reply = service.http("GET", "/healthcheck", "", &[]);
     assert_eq!((reply.status, reply.body.as_str()), (200, "OK"));
     // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy while no domain is loaded.
-    let empty = TempDir::new("empty");
-    let dir = empty.0.to_string_lossy().into_owned();
     let url = redis_url(&redis);
-    let args = [
-        "--redis",
-        url.as_str(),
-        "--config",
-        dir.as_str(),
-        "--grpc-listen",
-        "127.0.0.1:0",
-        "--http-listen",
-        "127.0.0.1:0",
-    ];
-    let strict = Service::start_with_env(
-        &args,
+    let strict = with_env(
+        Some(&url),
+        &[],
+        &[],
         &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")],
-        empty,
     );
     assert_eq!(strict.http("GET", "/healthcheck", "", &[]).status, 500);
     strict.config.write("d.yaml", SERVICE_TEST);
@@ -1170,23 +1279,12 @@ async fn healthcheck_answers_as_the_reference() {
 async fn response_dynamic_metadata_as_the_reference_returns_it() {
     // ratelimit_test.go TestMetadataReturnedForPassedDescriptors, on metadata.yaml.
     let redis = Server::start(&[]);
-    let config = TempDir::new("metadata");
-    config.write("m.yaml", &reference_file("config/metadata.yaml"));
-    let dir = config.0.to_string_lossy().into_owned();
     let url = redis_url(&redis);
-    let service = Service::start_with_env(
-        &[
-            "--redis",
-            &url,
-            "--config",
-            &dir,
-            "--grpc-listen",
-            "127.0.0.1:0",
-            "--http-listen",
-            "127.0.0.1:0",
-        ],
+    let service = with_env(
+        Some(&url),
+        &[("m.yaml", &reference_file("config/metadata.yaml"))],
+        &[],
         &[("RESPONSE_DYNAMIC_METADATA", "true")],
-        config,
     );
     let started = Instant::now();
     let response = service
@@ -1246,47 +1344,12 @@ async fn response_dynamic_metadata_as_the_reference_returns_it() {
 async fn a_tls_store_from_redis_tls_with_an_acl_user_from_redis_auth() {
     let dir = TempDir::new("redis-tls");
     let (cert, key) = crate::python::certificate(&dir.0);
-    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
-    let (cert, key) = (
-        cert.to_string_lossy().into_owned(),
-        key.to_string_lossy().into_owned(),
-    );
-    let redis = Server::start(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &cert,
-        "--tls-auth-clients",
-        "no",
-        "--user",
-        "rls",
-        "on",
-        ">rls-secret",
-        "~*",
-        "+@all",
-    ]);
-    let config = TempDir::new("redis-tls-config");
-    config.write("d.yaml", SERVICE_TEST);
-    let dir_text = config.0.to_string_lossy().into_owned();
+    let (redis, tls_port) = crate::python::tls_redis(&cert, &key, "~*");
     let address = format!("127.0.0.1:{tls_port}");
-    let service = Service::start_with_env(
-        &[
-            "--config",
-            &dir_text,
-            "--grpc-listen",
-            "127.0.0.1:0",
-            "--http-listen",
-            "127.0.0.1:0",
-        ],
+    let service = with_env(
+        None,
+        &[("d.yaml", SERVICE_TEST)],
+        &[],
         &[
             ("REDIS_URL", &address),
             ("REDIS_TLS", "true"),
@@ -1294,7 +1357,6 @@ async fn a_tls_store_from_redis_tls_with_an_acl_user_from_redis_auth() {
             ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
             ("REDIS_AUTH", "rls:rls-secret"),
         ],
-        config,
     );
     let answer = ask(
         &service,
