@@ -12,7 +12,7 @@ pub fn install() -> Result<PrometheusHandle, String> {
         .map_err(|error| format!("cannot install the metrics recorder: {error}"))?;
     describe_counter!(
         "ratelimit_service_requests_total",
-        "Checks answered, by transport (grpc, http), domain and code (ok, over_limit, bad_request, error)"
+        "Checks answered, by transport (grpc, http, json: the reference's /json), domain and code (ok, over_limit, bad_request, error)"
     );
     describe_counter!(
         "ratelimit_service_descriptors_total",
