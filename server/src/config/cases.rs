@@ -385,3 +385,73 @@ fn the_integration_runtime_and_the_readme_examples_load() {
     assert_eq!(metric(&example8, &[("device", "tv")]), "device=tv");
     assert_eq!(metric(&example8, &[("device", "kiosk")]), "device=kiosk");
 }
+
+#[test]
+fn value_to_metric_names_the_requests_values_where_the_rule_asks() {
+    // config_test.go TestValueToMetric_* (README Example 10): the runtime value at the levels
+    // that ask for it, the rule's value or pattern elsewhere, detailed_metric first.
+    let text = "domain: v2m
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        value_to_metric: true
+        descriptors:
+          - key: subject
+            rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: plain
+    descriptors:
+      - key: action
+        value: read*
+        descriptors:
+          - key: resource
+            rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: mid
+    value_to_metric: true
+    descriptors:
+      - key: leaf
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+";
+    let domain = domain(("v2m.yaml", text));
+    assert_eq!(
+        metric(
+            &domain,
+            &[("route", "api"), ("method", "GET"), ("subject", "123")]
+        ),
+        "route=api.method=GET.subject"
+    );
+    assert_eq!(
+        metric(
+            &domain,
+            &[
+                ("user", "alice"),
+                ("action", "readfile"),
+                ("resource", "docs")
+            ]
+        ),
+        "user=alice.action=readfile.resource"
+    );
+    assert_eq!(
+        metric(
+            &domain,
+            &[("plain", "x"), ("action", "readfile"), ("resource", "docs")]
+        ),
+        "plain.action=read*.resource",
+        "without the flag: the rule's pattern"
+    );
+    assert_eq!(
+        metric(&domain, &[("mid", "m"), ("leaf", "l")]),
+        "mid=m.leaf=l"
+    );
+}
