@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis_ratelimit_client::{Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter};
+use redis_ratelimit_client::{
+    Algorithm, Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter,
+};
 use serde_json::{Map, Value};
 
 use crate::config::Config;
@@ -160,7 +162,12 @@ impl Engine {
             return Ok(());
         }
         let blocked = items.iter().any(|item| item.algorithm.is_none());
-        let (job, asked) = job(domain, items, blocked || ask == Ask::ShadowRead);
+        let (job, asked) = job(
+            domain,
+            items,
+            blocked || ask == Ask::ShadowRead,
+            ask != Ask::Enforce,
+        );
         let decision = match asked.is_empty() {
             true => None,
             false => Some(
@@ -224,18 +231,19 @@ impl Engine {
 }
 
 /// The job asking `items`' limits (those with an algorithm: a limit of 0 is decided without
-/// the store), each charged its hits, or read (hits 0, or `read_only`); and those items, in
-/// the job's order.
-fn job<'a>(domain: &str, items: &'a [Item], read_only: bool) -> (Job, Vec<&'a Item>) {
+/// the store), each charged its hits, or read (hits 0, or `read_only`; a shadow in-flight
+/// limit, which would hold a slot nobody releases); and those items, in the job's order.
+fn job<'a>(domain: &str, items: &'a [Item], read_only: bool, shadow: bool) -> (Job, Vec<&'a Item>) {
     let mut job = Job::new(PROFILE).label(domain);
     let mut asked = Vec::with_capacity(items.len());
     for item in items {
         let Some(algorithm) = item.algorithm.clone() else {
             continue;
         };
+        let slots = matches!(algorithm, Algorithm::Concurrency { .. });
         let limit = JobLimit::new(&item.reported.label, item.key.as_str(), algorithm)
             .specificity(item.depth);
-        job = job.limit(if read_only || item.hits == 0 {
+        job = job.limit(if read_only || item.hits == 0 || (shadow && slots) {
             limit.probe()
         } else {
             limit.units(item.hits)
@@ -268,9 +276,11 @@ fn enforce(blocked: bool, decision: Option<Decision>, verdict: &mut Verdict) -> 
             .as_ref()
             .filter(|_| !blocked)
             .and_then(|decision| decision.retry_after);
-        verdict.unavailable = decision
-            .as_ref()
-            .is_some_and(|decision| decision.limits.is_empty());
+        // The failure mode denied every limit (a limit of 0 is a denial, not an outage).
+        verdict.unavailable = !blocked
+            && decision
+                .as_ref()
+                .is_some_and(|decision| decision.limits.is_empty());
     }
     decision.and_then(|decision| decision.in_flight)
 }

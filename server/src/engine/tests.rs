@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_ratelimit_client::store::{MemoryStore, Store, StoreBackend};
-use redis_ratelimit_client::{PlanOptions, Profile, RateLimiter};
+use redis_ratelimit_client::{Fallback, PlanOptions, Profile, RateLimiter};
 
 use super::{Engine, EngineSettings, PROFILE};
 use crate::config::{Unit, assemble};
@@ -30,6 +30,15 @@ fn engine(files: &[(&str, &str)]) -> (Engine, Arc<MemoryStore>) {
 }
 
 fn engine_in(files: &[(&str, &str)], shadow_mode: bool) -> (Engine, Arc<MemoryStore>) {
+    engine_failing(files, shadow_mode, Fallback::Local)
+}
+
+/// With the failure mode `fallback` when the store is out of reach.
+fn engine_failing(
+    files: &[(&str, &str)],
+    shadow_mode: bool,
+    fallback: Fallback,
+) -> (Engine, Arc<MemoryStore>) {
     let config = assemble(
         files
             .iter()
@@ -41,6 +50,7 @@ fn engine_in(files: &[(&str, &str)], shadow_mode: bool) -> (Engine, Arc<MemorySt
     let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
         .profile(
             Profile::builder(PROFILE)
+                .fallback(fallback)
                 .timeout(Duration::from_millis(200))
                 .build()
                 .unwrap(),
@@ -750,4 +760,41 @@ descriptors:
         .map(|s: &Status| s.consulted)
         .collect();
     assert_eq!(consulted, [true, false, true, false, false, true]);
+}
+
+#[tokio::test]
+async fn a_shadow_in_flight_limit_reads_its_slots_and_holds_none() {
+    let config = "domain: slots
+descriptors:
+  - key: backend
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: concurrency}
+";
+    let (engine, _) = engine(&[("slots.yaml", config)]);
+    for _ in 0..3 {
+        let verdict = check(&engine, &one("slots", &[("backend", "b")])).await;
+        assert!(verdict.allowed);
+        assert_eq!(verdict.in_flight, None, "nothing to release");
+        assert_eq!(verdict.statuses[0].remaining, 1, "the one slot stays free");
+    }
+}
+
+#[tokio::test]
+async fn a_limit_of_0_is_a_denial_not_an_outage() {
+    let example3 = include_str!("../../tests/reference/readme/example3.yaml");
+    let (engine, store) = engine_failing(&[("e3.yaml", example3)], false, Fallback::Closed);
+    store.set_down(true);
+    let verdict = check(
+        &engine,
+        &request(
+            "readme-3",
+            vec![
+                descriptor(&[("client_ip", "198.51.100.7")]),
+                descriptor(&[("client_ip", "198.51.100.9")]),
+            ],
+        ),
+    )
+    .await;
+    assert!(!verdict.allowed);
+    assert!(!verdict.unavailable, "429, not 503");
 }
