@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::limiter::LimitSet;
+
 /// The in-flight slots an admitted request holds, to give back with
 /// [`RateLimiter::release`](crate::RateLimiter::release) when it ends (the HTTP layer does it after the response).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,6 +18,8 @@ pub struct InFlight {
     pub(crate) keys: Vec<String>,
     /// Taken from the local fallback's limits, not the store's.
     pub(crate) local: bool,
+    /// A job's limits (the policy's otherwise): `policy` is then the job's profile.
+    pub(crate) limits: Option<Arc<LimitSet>>,
 }
 
 impl InFlight {

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use crate::limiter::LimitSet;
 use crate::store::{StoreBackend, View};
 
 /// One key set's lease.
@@ -19,6 +20,8 @@ use crate::store::{StoreBackend, View};
 pub(crate) struct LeaseSlot {
     /// The rendered keys, in policy order (to refund them).
     pub(crate) keys: Vec<String>,
+    /// The limits the units were claimed from (to refund them).
+    pub(crate) limits: Arc<LimitSet>,
     /// Units claimed and not yet spent.
     pub(crate) units: u64,
     /// After this instant the units may no longer be spent, only refunded.
@@ -90,6 +93,14 @@ impl Slot {
 /// A shared handle to one key set's lease.
 pub(crate) type SharedSlot = Arc<Slot>;
 
+/// Unspent units taken out of an expired lease, to refund.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Expired {
+    pub(crate) keys: Vec<String>,
+    pub(crate) limits: Arc<LimitSet>,
+    pub(crate) units: u64,
+}
+
 /// A policy's leases.
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
@@ -97,14 +108,21 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    /// The lease of key set `id` (created empty on first use).
-    pub(crate) fn slot(&self, id: &str, keys: &[String], now: Instant) -> SharedSlot {
+    /// The lease of key set `id` (created empty on first use) of `limits`.
+    pub(crate) fn slot(
+        &self,
+        id: &str,
+        keys: &[String],
+        limits: &Arc<LimitSet>,
+        now: Instant,
+    ) -> SharedSlot {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(slots.entry(id.to_string()).or_insert_with(|| {
             Arc::new(Slot {
                 waiting: AtomicU64::new(0),
                 lease: tokio::sync::Mutex::new(LeaseSlot {
                     keys: keys.to_vec(),
+                    limits: Arc::clone(limits),
                     units: 0,
                     expires: now,
                     views: Vec::new(),
@@ -117,9 +135,9 @@ impl Leases {
     }
 
     /// Takes the unspent units out of every lease that has expired by `now` (or of every
-    /// lease, with `all`), and forgets empty expired leases. Leases in use right now are
-    /// skipped; the next sweep gets them.
-    pub(crate) fn take_expired(&self, now: Instant, all: bool) -> Vec<(Vec<String>, u64)> {
+    /// lease, with `all`), with their keys and limits, and forgets empty expired leases.
+    /// Leases in use right now are skipped; the next sweep gets them.
+    pub(crate) fn take_expired(&self, now: Instant, all: bool) -> Vec<Expired> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let mut taken = Vec::new();
         slots.retain(|_, slot| {
@@ -130,7 +148,11 @@ impl Leases {
                 return true;
             }
             if lease.units > 0 {
-                taken.push((lease.keys.clone(), std::mem::take(&mut lease.units)));
+                taken.push(Expired {
+                    keys: lease.keys.clone(),
+                    limits: Arc::clone(&lease.limits),
+                    units: std::mem::take(&mut lease.units),
+                });
             }
             // Keep entries someone else holds a handle to (a request about to use it).
             Arc::strong_count(slot) > 1
@@ -154,13 +176,25 @@ mod tests {
 
     use super::*;
 
+    fn limits() -> Arc<LimitSet> {
+        Arc::new(LimitSet::new(Vec::new(), &[]))
+    }
+
+    fn expired(keys: &[String], units: u64) -> Vec<Expired> {
+        vec![Expired {
+            keys: keys.to_vec(),
+            limits: limits(),
+            units,
+        }]
+    }
+
     #[tokio::test]
     async fn expired_units_are_taken_once_and_empty_slots_forgotten() {
         let leases = Leases::default();
         let now = Instant::now();
         let keys = vec!["a".to_string()];
         {
-            let slot = leases.slot("a", &keys, now);
+            let slot = leases.slot("a", &keys, &limits(), now);
             let mut lease = slot.lock().await;
             lease.units = 7;
             lease.expires = now + Duration::from_secs(1);
@@ -170,7 +204,7 @@ mod tests {
             "not expired yet"
         );
         let later = now + Duration::from_secs(1);
-        assert_eq!(leases.take_expired(later, false), vec![(keys.clone(), 7)]);
+        assert_eq!(leases.take_expired(later, false), expired(&keys, 7));
         assert!(leases.take_expired(later, false).is_empty());
         assert_eq!(leases.len(), 0);
     }
@@ -181,12 +215,12 @@ mod tests {
         let now = Instant::now();
         let keys = vec!["a".to_string()];
         {
-            let slot = leases.slot("a", &keys, now);
+            let slot = leases.slot("a", &keys, &limits(), now);
             let mut lease = slot.lock().await;
             lease.units = 3;
             lease.expires = now + Duration::from_secs(60);
         }
-        assert_eq!(leases.take_expired(now, true), vec![(keys, 3)]);
+        assert_eq!(leases.take_expired(now, true), expired(&keys, 3));
     }
 
     #[tokio::test]
@@ -194,7 +228,7 @@ mod tests {
         let leases = Leases::default();
         let now = Instant::now();
         let keys = vec!["a".to_string()];
-        let slot = leases.slot("a", &keys, now);
+        let slot = leases.slot("a", &keys, &limits(), now);
         let mut lease = slot.lock().await;
         lease.units = 2;
         assert!(leases.take_expired(now, true).is_empty());

@@ -76,6 +76,7 @@
 //! # Modules
 //!
 //! - [`policy`]: policies and limits; [`config`]: the same from a TOML file;
+//! - [`job`]: checks whose limits (keys built by the caller) come with the call;
 //! - [`store`]: the [`Store`](store::Store) trait, the Redis store, an in-memory store;
 //! - [`http`]: the `tower` layer and the header fields;
 //! - [`metrics`]: what is recorded through the `metrics` facade;
@@ -91,6 +92,7 @@ mod deny_cache;
 pub mod expiring;
 pub mod http;
 mod in_flight;
+pub mod job;
 pub mod key;
 mod lease;
 mod limiter;
@@ -106,6 +108,7 @@ pub use algorithm::{Algorithm, Rate};
 pub use breaker::BreakerConfig;
 pub use decision::{Decision, LimitStatus, Outcome, Source};
 pub use in_flight::InFlight;
+pub use job::{Charge, Job, JobLimit, Profile};
 pub use key::{Inputs, KeyTemplate};
 pub use limiter::{BuildError, CheckError, FallbackStates, RateLimiter, RateLimiterBuilder};
 pub use plans::{PlanOptions, PlanServer, PlanSource, PlanStatus};

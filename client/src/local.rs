@@ -107,8 +107,32 @@ impl LocalLimits {
         partial_min: Option<u64>,
         now_us: i64,
     ) -> Result<Grant, LocalError> {
+        self.evaluate(calls, units, partial_min, now_us, true)
+    }
+
+    /// What [`acquire`](Self::acquire) would answer, changing nothing (`RL.PEEK`).
+    pub(crate) fn peek(
+        &mut self,
+        calls: &[LocalCall<'_>],
+        units: u64,
+        now_us: i64,
+    ) -> Result<Grant, LocalError> {
+        self.evaluate(calls, units, None, now_us, false)
+    }
+
+    fn evaluate(
+        &mut self,
+        calls: &[LocalCall<'_>],
+        units: u64,
+        partial_min: Option<u64>,
+        now_us: i64,
+        commit: bool,
+    ) -> Result<Grant, LocalError> {
         self.maybe_prune(now_us);
-        let quotas = calls.iter().map(quota).collect::<Result<Vec<_>, _>>()?;
+        let quotas = calls
+            .iter()
+            .map(|call| quota(call, !commit))
+            .collect::<Result<Vec<_>, _>>()?;
         let weights: Vec<u64> = calls.iter().map(|call| call.weight.max(1)).collect();
         let limits = Limits {
             quotas: &quotas,
@@ -121,9 +145,9 @@ impl LocalLimits {
             .map_err(|refused| mismatch(calls, refused))?;
         let views = self.buffers.per_limit().iter().map(view_of).collect();
         let commits: Vec<_> = self.buffers.take_commits().collect();
-        for (call, commit) in calls.iter().zip(commits) {
-            if let Some(commit) = commit {
-                self.commit(call.key, commit, now_us);
+        for (call, change) in calls.iter().zip(commits).filter(|_| commit) {
+            if let Some(change) = change {
+                self.commit(call.key, change, now_us);
             }
         }
         Ok(Grant {
@@ -144,7 +168,9 @@ impl LocalLimits {
     ) -> Result<(), LocalError> {
         let quotas = calls
             .iter()
-            .map(|call| Ok(quota(call)?.with_cost(units.max(1).saturating_mul(call.weight.max(1)))))
+            .map(|call| {
+                Ok(quota(call, false)?.with_cost(units.max(1).saturating_mul(call.weight.max(1))))
+            })
             .collect::<Result<Vec<_>, LocalError>>()?;
         let held = held(&self.states, self.strict, calls, &quotas, now_us);
         let commits = held
@@ -236,8 +262,9 @@ fn live<'s>(states: &'s HashMap<String, Stored>, key: &str, now_us: i64) -> Opti
         .filter(|stored| stored.expires_at_ms > now_ms)
 }
 
-/// The quota of one call, for one unit: its own, paced or holding the caller's slot.
-fn quota(call: &LocalCall<'_>) -> Result<Quota, LocalError> {
+/// The quota of one call, for one unit: its own, paced or holding the caller's slot. An
+/// in-flight limit needs the caller's holder, except for a peek (which reports the free slots).
+fn quota(call: &LocalCall<'_>, peek: bool) -> Result<Quota, LocalError> {
     match (call.quota.as_ref(), call.max_wait_ns, call.holder) {
         (Quota::TokenBucket(bucket), Some(wait_ns), _) => bucket
             .with_max_wait_ns(wait_ns)
@@ -246,6 +273,7 @@ fn quota(call: &LocalCall<'_>) -> Result<Quota, LocalError> {
         (Quota::Concurrency(slots), None, Some(holder)) => HolderId::new(holder.as_bytes())
             .map(|holder| Quota::Concurrency(Box::new(slots.with_holder(holder))))
             .map_err(|_| LocalError::Params("a holder id is 1 to 128 bytes".into())),
+        (quota @ Quota::Concurrency(_), None, None) if peek => Ok(quota.clone()),
         (Quota::Concurrency(_), None, None) => Err(LocalError::Params(
             "an in-flight limit needs the caller's holder id".into(),
         )),

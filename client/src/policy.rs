@@ -358,22 +358,8 @@ impl PolicyBuilder {
                 return Err(PolicyError::DuplicateKey(limit.key.to_string()));
             }
         }
-        if self.timeout.is_zero() {
-            return Err(PolicyError::ZeroTimeout);
-        }
-        if let Some(lease) = self.lease {
-            if lease.units == 0 {
-                return Err(PolicyError::ZeroLeaseUnits);
-            }
-            if lease.max_units < lease.units {
-                return Err(PolicyError::LeaseCap {
-                    units: lease.units,
-                    max_units: lease.max_units,
-                });
-            }
-            if lease.lifetime.is_zero() {
-                return Err(PolicyError::ZeroLeaseLifetime);
-            }
+        check_settings(&self.name, self.timeout, self.lease)?;
+        if self.lease.is_some() {
             let in_flight = self
                 .limits
                 .iter()
@@ -485,6 +471,34 @@ impl fmt::Display for PolicyError {
 }
 
 impl std::error::Error for PolicyError {}
+
+/// The checks a policy's and a job profile's settings pass: the name, a timeout above
+/// zero, a lease that claims something for some time.
+pub(crate) fn check_settings(
+    name: &str,
+    timeout: Duration,
+    lease: Option<Lease>,
+) -> Result<(), PolicyError> {
+    check_name(name)?;
+    if timeout.is_zero() {
+        return Err(PolicyError::ZeroTimeout);
+    }
+    if let Some(lease) = lease {
+        if lease.units == 0 {
+            return Err(PolicyError::ZeroLeaseUnits);
+        }
+        if lease.max_units < lease.units {
+            return Err(PolicyError::LeaseCap {
+                units: lease.units,
+                max_units: lease.max_units,
+            });
+        }
+        if lease.lifetime.is_zero() {
+            return Err(PolicyError::ZeroLeaseLifetime);
+        }
+    }
+    Ok(())
+}
 
 fn check_name(name: &str) -> Result<(), PolicyError> {
     let valid = !name.is_empty()

@@ -6,13 +6,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::plans::PlanOptions;
 
 use crate::config::{self, FileBounds};
-use crate::headers::{FieldsDraft, HeaderSettings};
+use crate::headers::{FieldsDraft, HeaderSettings, TripleNames};
 use crate::metrics;
+use crate::reference_env::{self, RedisSpec, RedisType, SocketType};
 use crate::request::Bounds;
 use crate::serve::{self, Limits};
 use crate::tls::TlsFiles;
@@ -68,6 +70,16 @@ pub struct Options {
     pub http_allowed_origins: Vec<String>,
     /// Distinct `rule` label values per domain in the descriptor metrics.
     pub max_metric_rules: usize,
+    /// The global shadow mode: every denial reported, none enforced.
+    pub shadow_mode: bool,
+    /// The reference's dynamic metadata in answers (`RESPONSE_DYNAMIC_METADATA`).
+    pub response_dynamic_metadata: bool,
+    /// `/healthcheck` fails while no domain is loaded.
+    pub healthy_with_config: bool,
+    /// The most verbose log level.
+    pub log_level: tracing::Level,
+    /// The environment variables a setting was read from (their names).
+    pub from_environment: Vec<&'static str>,
 }
 
 /// A listener's address, or none (`off`).
@@ -98,6 +110,26 @@ enum HeaderForm {
     Draft12,
 }
 
+/// `--log-level` (the reference's `LOG_LEVEL` names, any case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogLevel {
+    /// Everything.
+    Trace,
+    /// Each request's decision steps.
+    Debug,
+    /// Start, stop, reloads.
+    Info,
+    /// What goes wrong and is worked around.
+    #[value(alias = "warning")]
+    Warn,
+    /// What fails.
+    #[value(alias = "fatal", alias = "panic")]
+    Error,
+}
+
+/// Where the reference's settings are shown in `--help`.
+const REFERENCE: &str = "envoyproxy/ratelimit's settings (the flags win over the variables)";
+
 /// The flags as clap reads them, before the checks that involve several of them.
 #[derive(Debug, Parser)]
 #[command(
@@ -113,7 +145,7 @@ struct Args {
     /// redis://[user:password@]host:port/ or rediss:// (TLS);
     /// redis+sentinel://h1:port,h2:port/primary-name[/db] (Sentinel); with --cluster, a
     /// comma-separated list of seed nodes
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "REDIS_URL")]
     redis: Option<String>,
 
     /// The store is a Redis Cluster
@@ -124,13 +156,15 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     config: Option<PathBuf>,
 
-    /// Envoy RLS v3 ('off' disables it)
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081", value_parser = listen)]
-    grpc_listen: Listen,
+    /// Envoy RLS v3 ('off' disables it) [default: 127.0.0.1:8081; with GRPC_HOST or
+    /// GRPC_PORT, their address]
+    #[arg(long, value_name = "ADDR", value_parser = listen)]
+    grpc_listen: Option<Listen>,
 
-    /// HTTP JSON API, /metrics, /healthz, /readyz ('off' disables it)
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = listen)]
-    http_listen: Listen,
+    /// HTTP JSON API, /metrics, /healthz, /readyz ('off' disables it) [default:
+    /// 127.0.0.1:8080; with HOST or PORT, their address]
+    #[arg(long, value_name = "ADDR", value_parser = listen)]
+    http_listen: Option<Listen>,
 
     /// Claim N units per store call and spend them from memory (default: off)
     #[arg(long, value_name = "N", value_parser = count)]
@@ -161,7 +195,12 @@ struct Args {
     legacy_headers: bool,
 
     /// Prefix of every Redis key
-    #[arg(long, value_name = "TEXT", default_value = "rls:")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "rls:",
+        env = "CACHE_KEY_PREFIX"
+    )]
     key_prefix: String,
 
     /// Descriptors per request, at most 16 (one RL.MULTI takes 16 keys)
@@ -176,7 +215,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value = "256", value_parser = at_least_one)]
     max_value_bytes: usize,
 
-    /// Require 'Authorization: Bearer <token>' on /v1/* (token read from PATH)
+    /// Require 'Authorization: Bearer <token>' on /v1/* and /json (token read from PATH)
     #[arg(long, value_name = "PATH")]
     http_token_file: Option<PathBuf>,
 
@@ -335,6 +374,25 @@ struct Args {
     /// other Origin is refused
     #[arg(long, value_name = "ORIGIN")]
     http_allow_origin: Vec<String>,
+
+    /// Report every denial (per descriptor, in metrics) but admit every request: the
+    /// global shadow mode, for a migration
+    #[arg(long, env = "SHADOW_MODE")]
+    shadow_mode: bool,
+
+    /// The most verbose log lines written
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        value_enum,
+        ignore_case = true,
+        default_value = "info",
+        env = "LOG_LEVEL"
+    )]
+    log_level: LogLevel,
+
+    #[command(flatten)]
+    reference: ReferenceArgs,
 }
 
 /// `--limit-overrides`.
@@ -348,6 +406,158 @@ enum LimitOverrides {
 
 fn streams(text: &str) -> Result<u32, String> {
     u32::try_from(at_least_one(text)?).map_err(|_| "at most 4294967295".to_string())
+}
+
+/// envoyproxy/ratelimit's settings, as flags whose fallbacks are its environment
+/// variables (`--redis` reads `REDIS_URL`, `--key-prefix` `CACHE_KEY_PREFIX`, `--shadow-mode`
+/// `SHADOW_MODE`, `--log-level` `LOG_LEVEL`).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = REFERENCE)]
+struct ReferenceArgs {
+    /// How a --redis that is not a URL is reached: host:port (tcp) or a socket path (unix)
+    #[arg(
+        long,
+        value_name = "TYPE",
+        value_enum,
+        ignore_case = true,
+        env = "REDIS_SOCKET_TYPE"
+    )]
+    redis_socket_type: Option<SocketType>,
+
+    /// What a --redis that is not a URL names: one server, a Sentinel
+    /// (primary-name,sentinel:port,...) or a Cluster (node:port,...)
+    #[arg(
+        long,
+        value_name = "TYPE",
+        value_enum,
+        ignore_case = true,
+        env = "REDIS_TYPE"
+    )]
+    redis_type: Option<RedisType>,
+
+    /// The store's password, or user:password (for a --redis that is not a URL)
+    #[arg(long, value_name = "AUTH", env = "REDIS_AUTH", hide_env_values = true)]
+    redis_auth: Option<String>,
+
+    /// The store over TLS (for a --redis that is not a URL)
+    #[arg(long, env = "REDIS_TLS")]
+    redis_tls: bool,
+
+    /// With --redis-tls, the store's certificate is not checked against its name
+    #[arg(long, env = "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")]
+    redis_tls_skip_hostname_verification: bool,
+
+    /// The gRPC listener's host, when --grpc-listen is not given (default 0.0.0.0)
+    #[arg(long, value_name = "HOST", env = "GRPC_HOST")]
+    grpc_host: Option<String>,
+
+    /// The gRPC listener's port, when --grpc-listen is not given (default 8081)
+    #[arg(long, value_name = "PORT", env = "GRPC_PORT")]
+    grpc_port: Option<u16>,
+
+    /// The HTTP listener's host, when --http-listen is not given (default 0.0.0.0)
+    #[arg(long, value_name = "HOST", env = "HOST")]
+    http_host: Option<String>,
+
+    /// The HTTP listener's port, when --http-listen is not given (default 8080)
+    #[arg(long, value_name = "PORT", env = "PORT")]
+    http_port: Option<u16>,
+
+    /// With --runtime-subdirectory and --runtime-appdirectory, the config directory when
+    /// --config is not given: ROOT/SUBDIRECTORY/APPDIRECTORY (default
+    /// /srv/runtime_data/current)
+    #[arg(long, value_name = "DIR", env = "RUNTIME_ROOT")]
+    runtime_root: Option<PathBuf>,
+
+    /// See --runtime-root
+    #[arg(long, value_name = "DIR", env = "RUNTIME_SUBDIRECTORY")]
+    runtime_subdirectory: Option<PathBuf>,
+
+    /// See --runtime-root (default config)
+    #[arg(long, value_name = "DIR", env = "RUNTIME_APPDIRECTORY")]
+    runtime_appdirectory: Option<PathBuf>,
+
+    /// The binding limit's limit, remaining and reset in three header fields (named by the
+    /// next three flags)
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED")]
+    limit_headers: bool,
+
+    /// With --limit-headers, the limit's field
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "RateLimit-Limit",
+        env = "LIMIT_LIMIT_HEADER"
+    )]
+    limit_header: String,
+
+    /// With --limit-headers, the remaining units' field
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "RateLimit-Remaining",
+        env = "LIMIT_REMAINING_HEADER"
+    )]
+    remaining_header: String,
+
+    /// With --limit-headers, the seconds-to-reset field
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "RateLimit-Reset",
+        env = "LIMIT_RESET_HEADER"
+    )]
+    reset_header: String,
+
+    /// Dynamic metadata as the reference returns it (domain, descriptors, hitsAddend, and
+    /// the passed descriptors' rule metadata), besides this service's
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA")]
+    response_dynamic_metadata: bool,
+
+    /// /healthcheck fails while no domain is loaded
+    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")]
+    healthy_with_at_least_one_config: bool,
+}
+
+/// Every argument that reads a variable of the reference's: its id and the variable.
+const FROM_ENVIRONMENT: &[(&str, &str)] = &[
+    ("redis", "REDIS_URL"),
+    ("key_prefix", "CACHE_KEY_PREFIX"),
+    ("shadow_mode", "SHADOW_MODE"),
+    ("log_level", "LOG_LEVEL"),
+    ("redis_socket_type", "REDIS_SOCKET_TYPE"),
+    ("redis_type", "REDIS_TYPE"),
+    ("redis_auth", "REDIS_AUTH"),
+    ("redis_tls", "REDIS_TLS"),
+    (
+        "redis_tls_skip_hostname_verification",
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+    ),
+    ("grpc_host", "GRPC_HOST"),
+    ("grpc_port", "GRPC_PORT"),
+    ("http_host", "HOST"),
+    ("http_port", "PORT"),
+    ("runtime_root", "RUNTIME_ROOT"),
+    ("runtime_subdirectory", "RUNTIME_SUBDIRECTORY"),
+    ("runtime_appdirectory", "RUNTIME_APPDIRECTORY"),
+    ("limit_headers", "LIMIT_RESPONSE_HEADERS_ENABLED"),
+    ("limit_header", "LIMIT_LIMIT_HEADER"),
+    ("remaining_header", "LIMIT_REMAINING_HEADER"),
+    ("reset_header", "LIMIT_RESET_HEADER"),
+    ("response_dynamic_metadata", "RESPONSE_DYNAMIC_METADATA"),
+    (
+        "healthy_with_at_least_one_config",
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    ),
+];
+
+/// The variables `matches` read a value from.
+fn from_environment(matches: &ArgMatches) -> Vec<&'static str> {
+    FROM_ENVIRONMENT
+        .iter()
+        .filter(|(id, _)| matches.value_source(id) == Some(ValueSource::EnvVariable))
+        .map(|(_, variable)| *variable)
+        .collect()
 }
 
 fn listen(text: &str) -> Result<Listen, String> {
@@ -391,14 +601,18 @@ fn usage_error(kind: ErrorKind, message: impl std::fmt::Display) -> clap::Error 
     Args::command().error(kind, message)
 }
 
-/// Parses the command line (the program name first). `--help` and `--version` are errors
-/// of their own kind, printed to stdout with exit code 0 by [`clap::Error::exit`].
+/// Parses the command line (the program name first), the reference's environment
+/// variables standing in for absent flags. `--help` and `--version` are errors of their own
+/// kind, printed to stdout with exit code 0 by [`clap::Error::exit`].
 pub fn parse<I, T>(args: I) -> Result<Options, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let args = Args::try_parse_from(args)?;
+    let matches = Args::command().try_get_matches_from(args)?;
+    let from_environment = from_environment(&matches);
+    let args = Args::from_arg_matches(&matches)?;
+    let reference = &args.reference;
     let tls = |cert: Option<PathBuf>,
                key: Option<PathBuf>,
                client_ca: Option<PathBuf>,
@@ -414,23 +628,80 @@ where
             format!("--{which}-tls-cert and --{which}-tls-key go together"),
         )),
     };
-    let required = |flag: &str| {
-        usage_error(
-            ErrorKind::MissingRequiredArgument,
-            format!("{flag} is required"),
-        )
+    let required = |text: &str| usage_error(ErrorKind::MissingRequiredArgument, text);
+    let redis = args
+        .redis
+        .as_deref()
+        .ok_or_else(|| required("--redis is required (or REDIS_URL)"))?;
+    let (redis, cluster) = reference_env::redis_urls(&RedisSpec {
+        url: redis,
+        socket: reference.redis_socket_type,
+        kind: reference
+            .redis_type
+            .or(args.cluster.then_some(RedisType::Cluster)),
+        auth: reference.redis_auth.as_deref(),
+        tls: reference.redis_tls,
+        skip_verify: reference.redis_tls_skip_hostname_verification,
+    })
+    .map_err(|error| usage_error(ErrorKind::InvalidValue, format!("--redis: {error}")))?;
+    let runtime = [
+        &reference.runtime_root,
+        &reference.runtime_subdirectory,
+        &reference.runtime_appdirectory,
+    ];
+    let config = match (args.config, runtime.iter().any(|part| part.is_some())) {
+        (Some(config), _) => config,
+        (None, true) => reference_env::runtime_dir(
+            reference.runtime_root.as_deref(),
+            reference.runtime_subdirectory.as_deref(),
+            reference.runtime_appdirectory.as_deref(),
+        ),
+        (None, false) => return Err(required("--config is required (or RUNTIME_ROOT)")),
+    };
+    let listener = |given: Option<Listen>,
+                    host: &Option<String>,
+                    port: Option<u16>,
+                    default: SocketAddr,
+                    flag: &str| {
+        match (given, host, port) {
+            (Some(given), ..) => Ok(given.0),
+            (None, None, None) => Ok(Some(default)),
+            (None, host, port) => {
+                reference_env::listen_address(host.as_deref(), port, default.port())
+                    .map(Some)
+                    .map_err(|error| {
+                        usage_error(ErrorKind::InvalidValue, format!("{flag}: {error}"))
+                    })
+            }
+        }
+    };
+    let legacy = match (reference.limit_headers, args.legacy_headers) {
+        (true, _) => Some(TripleNames {
+            limit: reference.limit_header.clone(),
+            remaining: reference.remaining_header.clone(),
+            reset: reference.reset_header.clone(),
+        }),
+        (false, true) => Some(TripleNames::legacy()),
+        (false, false) => None,
     };
     let options = Options {
-        redis: args
-            .redis
-            .ok_or_else(|| required("--redis"))?
-            .split(',')
-            .map(str::to_string)
-            .collect(),
-        cluster: args.cluster,
-        config: args.config.ok_or_else(|| required("--config"))?,
-        grpc_listen: args.grpc_listen.0,
-        http_listen: args.http_listen.0,
+        redis,
+        cluster: args.cluster || cluster,
+        config,
+        grpc_listen: listener(
+            args.grpc_listen,
+            &reference.grpc_host,
+            reference.grpc_port,
+            SocketAddr::from(([127, 0, 0, 1], 8081)),
+            "--grpc-host/--grpc-port",
+        )?,
+        http_listen: listener(
+            args.http_listen,
+            &reference.http_host,
+            reference.http_port,
+            SocketAddr::from(([127, 0, 0, 1], 8080)),
+            "--http-host/--http-port",
+        )?,
         lease: args.lease.filter(|units| *units > 0),
         timeout: args.timeout_ms,
         failure: match args.failure_mode {
@@ -446,7 +717,7 @@ where
                 HeaderForm::Draft12 => FieldsDraft::Draft12,
             },
             on_admitted: !args.headers_on_denied_only,
-            legacy: args.legacy_headers,
+            legacy,
         },
         key_prefix: args.key_prefix,
         bounds: Bounds {
@@ -454,7 +725,6 @@ where
             max_entries: args.max_entries,
             max_value_bytes: args.max_value_bytes,
             limit_overrides: args.limit_overrides == LimitOverrides::Allow,
-            ..Bounds::default()
         },
         http_token_file: args.http_token_file,
         grpc_tls: tls(
@@ -491,6 +761,17 @@ where
         metrics_need_token: args.metrics_need_token,
         http_allowed_origins: args.http_allow_origin,
         max_metric_rules: args.max_metric_rules,
+        shadow_mode: args.shadow_mode,
+        response_dynamic_metadata: reference.response_dynamic_metadata,
+        healthy_with_config: reference.healthy_with_at_least_one_config,
+        log_level: match args.log_level {
+            LogLevel::Trace => tracing::Level::TRACE,
+            LogLevel::Debug => tracing::Level::DEBUG,
+            LogLevel::Info => tracing::Level::INFO,
+            LogLevel::Warn => tracing::Level::WARN,
+            LogLevel::Error => tracing::Level::ERROR,
+        },
+        from_environment,
     };
     if options.grpc_listen.is_none() && options.http_listen.is_none() {
         return Err(usage_error(
@@ -532,7 +813,7 @@ mod tests {
             HeaderSettings {
                 draft: FieldsDraft::Draft11,
                 on_admitted: true,
-                legacy: false
+                legacy: None
             }
         );
         assert_eq!(options.key_prefix, "rls:");
@@ -615,7 +896,11 @@ mod tests {
              --grpc-tls-key k --watch-ms 0 --plans-check-ms 50 --lease 0",
         )
         .unwrap();
-        assert_eq!(options.redis, vec!["a:1".to_string(), "b:2".to_string()]);
+        assert_eq!(
+            options.redis,
+            vec!["redis://a:1/".to_string(), "redis://b:2/".to_string()],
+            "cluster seeds without a scheme"
+        );
         assert!(options.cluster);
         assert_eq!(options.config, PathBuf::from("/etc/rl"));
         assert_eq!(options.grpc_listen, None);
@@ -625,7 +910,8 @@ mod tests {
         assert_eq!(options.failure, Fallback::Closed);
         assert_eq!(options.replicas, 1);
         assert_eq!(options.headers.draft, FieldsDraft::Draft12);
-        assert!(!options.headers.on_admitted && options.headers.legacy);
+        assert!(!options.headers.on_admitted);
+        assert_eq!(options.headers.legacy, Some(TripleNames::legacy()));
         assert_eq!(options.key_prefix, "x:");
         assert_eq!(options.bounds.max_descriptors, 4);
         assert_eq!(options.bounds.max_entries, 1);
@@ -646,8 +932,8 @@ mod tests {
     #[test]
     fn errors_name_the_flag_and_the_reason() {
         let cases: &[(&str, &str)] = &[
-            ("--config /c", "--redis is required"),
-            ("--redis r", "--config is required"),
+            ("--config /c", "--redis is required (or REDIS_URL)"),
+            ("--redis r", "--config is required (or RUNTIME_ROOT)"),
             ("--timeout-ms 0", "'--timeout-ms <MS>': must be above 0"),
             (
                 "--plans-check-ms 0",

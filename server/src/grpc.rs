@@ -23,10 +23,11 @@ use tonic::{Request, Response, Status as GrpcStatus};
 
 use crate::auth::Token;
 use crate::config::Unit;
-use crate::engine::{CheckFailure, Engine, Verdict};
+use crate::engine::Engine;
 use crate::headers::{self, HeaderSettings};
 use crate::metrics;
 use crate::request::{BadRequest, CheckRequest, Descriptor};
+use crate::verdict::{CheckFailure, Verdict};
 
 /// Largest request message accepted.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -264,11 +265,19 @@ pub fn to_proto(
 /// `denied_by` (and `shadow_denied_by`) name the limits that denied, so an access log can
 /// say which rule fired; `decided_by` says whether the store or the failure mode decided,
 /// and `backend` which store backend (`module`, `functions`, `scripts`) answered.
+/// With `RESPONSE_DYNAMIC_METADATA`, the reference's fields too (`domain`, `descriptors`,
+/// `hitsAddend`, `metadata`), on every answer.
 fn metadata(verdict: &Verdict) -> Option<Struct> {
     let denied = verdict.denied_by();
     let shadow = verdict.shadow_denied_by();
+    let mut fields: HashMap<String, Value> = verdict
+        .reference_metadata
+        .iter()
+        .flatten()
+        .map(|(key, value)| (key.clone(), proto_value(value)))
+        .collect();
     if denied.is_empty() && shadow.is_empty() && verdict.allowed {
-        return None;
+        return (!fields.is_empty()).then_some(Struct { fields });
     }
     let list = |names: Vec<&str>| Value {
         kind: Some(Kind::ListValue(ListValue {
@@ -280,7 +289,6 @@ fn metadata(verdict: &Verdict) -> Option<Struct> {
                 .collect(),
         })),
     };
-    let mut fields = HashMap::new();
     fields.insert("denied_by".to_string(), list(denied));
     if !shadow.is_empty() {
         fields.insert("shadow_denied_by".to_string(), list(shadow));
@@ -300,4 +308,25 @@ fn metadata(verdict: &Verdict) -> Option<Struct> {
         );
     }
     Some(Struct { fields })
+}
+
+/// A JSON value as a protobuf `Value` (numbers as doubles, as `Struct` holds them).
+fn proto_value(value: &serde_json::Value) -> Value {
+    use serde_json::Value as Json;
+    let kind = match value {
+        Json::Null => Kind::NullValue(0),
+        Json::Bool(boolean) => Kind::BoolValue(*boolean),
+        Json::Number(number) => Kind::NumberValue(number.as_f64().unwrap_or(0.0)),
+        Json::String(text) => Kind::StringValue(text.clone()),
+        Json::Array(items) => Kind::ListValue(ListValue {
+            values: items.iter().map(proto_value).collect(),
+        }),
+        Json::Object(fields) => Kind::StructValue(Struct {
+            fields: fields
+                .iter()
+                .map(|(key, value)| (key.clone(), proto_value(value)))
+                .collect(),
+        }),
+    };
+    Value { kind: Some(kind) }
 }

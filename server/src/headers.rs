@@ -13,7 +13,7 @@
 
 use redis_ratelimit_client::http::headers::ceil_seconds;
 
-use crate::engine::Verdict;
+use crate::verdict::{Status, Verdict};
 
 /// Which form of the IETF fields to send.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,15 +27,40 @@ pub enum FieldsDraft {
     Draft12,
 }
 
+/// The names of the limit / remaining / reset triple of the binding limit: the
+/// `X-RateLimit-*` of `--legacy-headers`, or the reference's `RateLimit-Limit`,
+/// `RateLimit-Remaining`, `RateLimit-Reset` (`LIMIT_RESPONSE_HEADERS_ENABLED`, the names from
+/// `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TripleNames {
+    /// The limit's requests per window.
+    pub limit: String,
+    /// Units left.
+    pub remaining: String,
+    /// Seconds until the limit resets.
+    pub reset: String,
+}
+
+impl TripleNames {
+    /// `x-ratelimit-limit`, `x-ratelimit-remaining`, `x-ratelimit-reset`.
+    pub fn legacy() -> Self {
+        Self {
+            limit: "x-ratelimit-limit".into(),
+            remaining: "x-ratelimit-remaining".into(),
+            reset: "x-ratelimit-reset".into(),
+        }
+    }
+}
+
 /// What to send.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeaderSettings {
     /// The IETF fields' form.
     pub draft: FieldsDraft,
     /// Also on admitted requests (always on denied ones).
     pub on_admitted: bool,
-    /// The `X-RateLimit-Limit/Remaining/Reset` triple of the binding limit.
-    pub legacy: bool,
+    /// The limit / remaining / reset triple of the binding limit, under these names.
+    pub legacy: Option<TripleNames>,
 }
 
 /// The fields for a verdict, in order; `hits` is what the request cost each limit.
@@ -50,7 +75,7 @@ pub fn fields(verdict: &Verdict, settings: &HeaderSettings, hits: &[u64]) -> Vec
     if verdict.allowed && !settings.on_admitted {
         return out;
     }
-    let shown: Vec<(usize, &crate::engine::Status)> = verdict
+    let shown: Vec<(usize, &Status)> = verdict
         .statuses
         .iter()
         .enumerate()
@@ -87,20 +112,17 @@ pub fn fields(verdict: &Verdict, settings: &HeaderSettings, hits: &[u64]) -> Vec
         out.push(("ratelimit-policy".to_string(), policy.join(", ")));
         out.push(("ratelimit".to_string(), service.join(", ")));
     }
-    if settings.legacy {
+    if let Some(names) = &settings.legacy {
         // The binding limit: a denying one, else the one with the fewest units left.
         let binding = shown
             .iter()
             .find(|(_, status)| status.over)
             .or_else(|| shown.iter().min_by_key(|(_, status)| status.remaining));
         if let Some((_, status)) = binding {
-            out.push(("x-ratelimit-limit".to_string(), status.quota.to_string()));
+            out.push((names.limit.clone(), status.quota.to_string()));
+            out.push((names.remaining.clone(), status.remaining.to_string()));
             out.push((
-                "x-ratelimit-remaining".to_string(),
-                status.remaining.to_string(),
-            ));
-            out.push((
-                "x-ratelimit-reset".to_string(),
+                names.reset.clone(),
                 ceil_seconds(status.reset_after).to_string(),
             ));
         }

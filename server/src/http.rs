@@ -1,6 +1,7 @@
 //! The HTTP JSON API, for every language: `POST /v1/check` takes the gRPC request in
 //! proto3's JSON mapping and answers the decision; `POST /v1/release` gives in-flight slots
-//! back; `GET /metrics`, `/healthz`, `/readyz`.
+//! back; `GET /metrics`, `/healthz`, `/readyz`; and the reference's `POST /json` and `GET
+//! /healthcheck` (`reference_http.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,10 +21,12 @@ use serde_json::{Value, json};
 
 use crate::auth::Token;
 use crate::config::Unit;
-use crate::engine::{CheckFailure, Engine, Verdict};
+use crate::engine::Engine;
 use crate::headers::{self, HeaderSettings};
 use crate::metrics;
+use crate::reference_http;
 use crate::request::{CheckRequest, Descriptor};
+use crate::verdict::{CheckFailure, Verdict};
 
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -40,6 +43,8 @@ pub struct Api {
     pub store_reachable: Arc<AtomicBool>,
     /// Whether the failure mode denies (then the service is not ready without the store).
     pub fails_closed: bool,
+    /// `/healthcheck` fails while no domain is loaded.
+    pub healthy_with_config: bool,
     /// The bearer token `/v1/*` requires, if any.
     pub token: Option<Token>,
     /// Whether `/metrics` requires the token too.
@@ -58,6 +63,12 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/v1/release", post(release))
         .route_layer(token())
         .route_layer(middleware::from_fn(json_only));
+    // The reference's endpoint takes a body of any content type, as the reference does (its
+    // own example posts with curl's form type): a web page is kept out by the Origin check,
+    // which every browser's POST meets, and the token guards it as it guards `/v1/*`.
+    let reference = Router::new()
+        .route("/json", post(reference_http::check))
+        .route_layer(token());
     let metrics = if api.metrics_need_token {
         get(metrics_text).route_layer(token())
     } else {
@@ -65,9 +76,11 @@ pub fn router(api: Arc<Api>) -> Router {
     };
     Router::new()
         .merge(guarded)
+        .merge(reference)
         .route("/metrics", metrics)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .route("/healthcheck", get(reference_http::healthcheck))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&api),
@@ -282,7 +295,7 @@ fn unit_from_json(unit: &JsonEnum) -> Option<Unit> {
 }
 
 /// The service's view of a JSON request.
-fn from_json(body: &[u8]) -> Result<CheckRequest, String> {
+pub fn from_json(body: &[u8]) -> Result<CheckRequest, String> {
     let request: JsonRequest =
         serde_json::from_slice(body).map_err(|error| format!("malformed JSON: {error}"))?;
     let hits_addend = match &request.hits_addend {
@@ -333,18 +346,6 @@ fn from_json(body: &[u8]) -> Result<CheckRequest, String> {
     })
 }
 
-fn unit_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Second => "SECOND",
-        Unit::Minute => "MINUTE",
-        Unit::Hour => "HOUR",
-        Unit::Day => "DAY",
-        Unit::Week => "WEEK",
-        Unit::Month => "MONTH",
-        Unit::Year => "YEAR",
-    }
-}
-
 /// A proto3 JSON duration: seconds with up to nine decimals and an `s`.
 fn json_duration(duration: std::time::Duration) -> String {
     let nanos = duration.subsec_nanos();
@@ -375,7 +376,7 @@ fn verdict_json(request: &CheckRequest, verdict: &Verdict, settings: &HeaderSett
                     json!({
                         "name": limit.name,
                         "requestsPerUnit": limit.requests_per_unit,
-                        "unit": unit_name(limit.unit),
+                        "unit": limit.unit.name(),
                     }),
                 );
             }

@@ -11,12 +11,15 @@ mod grpc;
 mod headers;
 mod health;
 mod http;
-mod limiters;
 mod metrics;
 mod plans;
+mod reference_env;
+mod reference_http;
 mod request;
+mod resolve;
 mod serve;
 mod tls;
+mod verdict;
 mod watch;
 
 use std::net::SocketAddr;
@@ -25,24 +28,31 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, SentinelStore, Store};
+use redis_ratelimit_client::{Fallback, Lease, Profile, RateLimiter, Replicas};
 
 use crate::cli::Options;
-use crate::engine::Engine;
-use crate::limiters::{LimiterSettings, Limiters};
+use crate::engine::{Engine, EngineSettings};
 use crate::serve::conn::Acceptor;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .init();
     let options = match cli::parse(std::env::args_os()) {
         Ok(options) => options,
         // --help and --version print to stdout (exit 0), usage errors to stderr (exit 2).
         Err(error) => error.exit(),
     };
+    tracing_subscriber::fmt()
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_max_level(options.log_level)
+        .init();
+    if !options.from_environment.is_empty() {
+        tracing::info!(
+            "envoyproxy/ratelimit's settings read from the environment: {}",
+            options.from_environment.join(", ")
+        );
+    }
+    reference_env::log_unread();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -84,6 +94,23 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
     store.map_err(|error| format!("--redis: {error}"))
 }
 
+/// The client library's limiter every check goes through: one job profile with the
+/// failure mode, the store timeout and the lease of the command line.
+fn limiter(options: &Options) -> Result<RateLimiter, String> {
+    let mut profile = Profile::builder(engine::PROFILE)
+        .fallback(options.failure)
+        .timeout(options.timeout);
+    if let Some(units) = options.lease {
+        profile = profile.lease(Lease::new(units));
+    }
+    let profile = profile.build().map_err(|error| error.to_string())?;
+    RateLimiter::builder_shared(store(options)?)
+        .profile(profile)
+        .replicas(Replicas::fixed(options.replicas.max(1)))
+        .build()
+        .map_err(|error| error.to_string())
+}
+
 async fn run(options: Options) -> Result<(), String> {
     let prometheus = metrics::install(options.max_metric_rules)?;
     let (config, seen) =
@@ -107,15 +134,7 @@ async fn run(options: Options) -> Result<(), String> {
     };
     let token = read_token("--http-token-file", &options.http_token_file)?;
     let grpc_token = read_token("--grpc-token-file", &options.grpc_token_file)?;
-    let limiters = Limiters::new(
-        store(&options)?,
-        LimiterSettings {
-            fallback: options.failure,
-            timeout: options.timeout,
-            lease: options.lease,
-            replicas: options.replicas,
-        },
-    );
+    let limiter = limiter(&options)?;
     let uses_plans = config.uses_plans();
     let plans = plans::Plans::new(
         options.redis.clone(),
@@ -127,10 +146,14 @@ async fn run(options: Options) -> Result<(), String> {
     );
     let engine = Arc::new(Engine::new(
         config,
-        limiters,
-        options.bounds,
-        options.key_prefix.clone(),
+        limiter,
         plans,
+        EngineSettings {
+            bounds: options.bounds,
+            key_prefix: options.key_prefix.clone(),
+            shadow_mode: options.shadow_mode,
+            reference_metadata: options.response_dynamic_metadata,
+        },
     ));
     if uses_plans {
         engine.plans().connect().await?;
@@ -167,7 +190,7 @@ async fn run(options: Options) -> Result<(), String> {
             listener.local_addr().unwrap_or(address),
             tls_note(tls.is_some())
         );
-        let service = grpc::service(Arc::clone(&engine), options.headers, grpc_token);
+        let service = grpc::service(Arc::clone(&engine), options.headers.clone(), grpc_token);
         let acceptor = Acceptor::new(listener, options.limits.max_connections, "gRPC");
         let (limits, stop) = (options.limits, stop.clone());
         servers.push(tokio::spawn(async move {
@@ -185,10 +208,11 @@ async fn run(options: Options) -> Result<(), String> {
             .map_err(|error| format!("HTTP TLS: {error}"))?;
         let api = Arc::new(http::Api {
             engine: Arc::clone(&engine),
-            headers: options.headers,
+            headers: options.headers.clone(),
             metrics: prometheus,
             store_reachable: Arc::clone(&reachable),
             fails_closed: options.failure == Fallback::Closed,
+            healthy_with_config: options.healthy_with_config,
             token,
             metrics_need_token: options.metrics_need_token,
             allowed_origins: options.http_allowed_origins.clone(),
@@ -211,7 +235,7 @@ async fn run(options: Options) -> Result<(), String> {
     wait_for_signal().await;
     tracing::info!("stopping: finishing requests in flight, giving leases back");
     let result = serve::drain(servers, options.shutdown_timeout, &stop).await;
-    engine.limiters().release_leases().await;
+    engine.limiter().release_leases().await;
     probe.abort();
     if let Some(watcher) = watcher {
         watcher.abort();

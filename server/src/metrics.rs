@@ -53,7 +53,7 @@ pub fn install(max_rule_labels: usize) -> Result<PrometheusHandle, String> {
         .map_err(|error| format!("cannot install the metrics recorder: {error}"))?;
     describe_counter!(
         "ratelimit_service_requests_total",
-        "Checks answered, by transport (grpc, http), domain and code (ok, over_limit, bad_request, error)"
+        "Checks answered, by transport (grpc, http, json: the reference's /json), domain and code (ok, over_limit, bad_request, error)"
     );
     describe_counter!(
         "ratelimit_service_descriptors_total",
@@ -61,7 +61,11 @@ pub fn install(max_rule_labels: usize) -> Result<PrometheusHandle, String> {
     );
     describe_counter!(
         "ratelimit_service_shadow_denials_total",
-        "Requests a shadow_mode limit would have denied, by domain and rule"
+        "Requests a shadow_mode limit (or, in the global shadow mode, any limit) would have denied, by domain and rule"
+    );
+    describe_counter!(
+        "ratelimit_service_global_shadow_total",
+        "Requests the global shadow mode admitted although a limit denied them (nothing charged), by domain"
     );
     describe_counter!(
         "ratelimit_config_reloads_total",
@@ -103,6 +107,15 @@ pub fn shadow_denied(domain: &str, rule: &str) {
         "ratelimit_service_shadow_denials_total",
         "domain" => domain.to_string(),
         "rule" => rule_label(domain, rule)
+    )
+    .increment(1);
+}
+
+/// The global shadow mode admitted a request some limit denied.
+pub fn global_shadow(domain: &str) {
+    counter!(
+        "ratelimit_service_global_shadow_total",
+        "domain" => domain.to_string()
     )
     .increment(1);
 }

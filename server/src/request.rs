@@ -8,7 +8,7 @@ use crate::config::{AlgorithmKind, LimitSpec, Unit};
 /// One descriptor of a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Descriptor {
-    /// Its entries, in order.
+    /// Its entries, in order (none: it matches no rule, as in the reference).
     pub entries: Vec<(String, String)>,
     /// A limit given by the caller instead of the config's (`requests_per_unit`, `unit`).
     pub limit: Option<(u32, Unit)>,
@@ -48,7 +48,8 @@ impl Descriptor {
     }
 }
 
-/// The most a request may carry.
+/// The most a request may carry. Hits are not bounded: a charge above a limit is a denial
+/// that can never pass, not bad input (a limit counted in bytes meets large ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
     /// Descriptors per request (at most 16: one `RL.MULTI` takes 16 keys).
@@ -57,8 +58,6 @@ pub struct Bounds {
     pub max_entries: usize,
     /// Bytes of one key or value, and of the domain.
     pub max_value_bytes: usize,
-    /// Hits of one descriptor.
-    pub max_hits: u64,
     /// Whether a descriptor may carry its own `limit` (the reference's override).
     pub limit_overrides: bool,
 }
@@ -69,7 +68,6 @@ impl Default for Bounds {
             max_descriptors: 16,
             max_entries: 8,
             max_value_bytes: 256,
-            max_hits: 1_000_000,
             limit_overrides: true,
         }
     }
@@ -110,13 +108,7 @@ impl Bounds {
                 self.max_descriptors
             ));
         }
-        if request.hits_addend > self.max_hits {
-            return bad(format!("'hits_addend' is above {}", self.max_hits));
-        }
         for (index, descriptor) in request.descriptors.iter().enumerate() {
-            if descriptor.entries.is_empty() {
-                return bad(format!("descriptors[{index}] has no entries"));
-            }
             if descriptor.limit.is_some() && !self.limit_overrides {
                 return bad(format!(
                     "descriptors[{index}].limit: this service refuses limit overrides (--limit-overrides refuse)"
@@ -141,15 +133,6 @@ impl Bounds {
                         self.max_value_bytes
                     ));
                 }
-            }
-            if descriptor
-                .hits_addend
-                .is_some_and(|hits| hits > self.max_hits)
-            {
-                return bad(format!(
-                    "descriptors[{index}].hits_addend is above {}",
-                    self.max_hits
-                ));
             }
         }
         Ok(())

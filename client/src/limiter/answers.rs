@@ -62,41 +62,48 @@ impl std::ops::DerefMut for Table {
 /// Fewest entries before expired ones are dropped.
 const PRUNE_FROM: usize = 1024;
 
-/// The store's last answers for one policy's key sets.
+/// The store's last answers for one policy's (or job profile's) key sets.
 #[derive(Debug)]
-pub(super) struct Answers {
+pub(crate) struct Answers {
     entries: Mutex<Table>,
-    /// How long an answer (or a debt) is kept: the policy's longest window or refill
-    /// period; after that the store has refilled completely and a fresh share is right.
-    keep_us: i64,
 }
 
-impl Answers {
-    pub(super) fn new(keep: Duration) -> Self {
-        let keep_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
+impl Default for Answers {
+    fn default() -> Self {
         Self {
             entries: Mutex::new(Table {
                 entries: HashMap::new(),
                 prune_at: PRUNE_FROM,
             }),
-            keep_us: keep_us.max(1_000_000),
         }
     }
+}
 
+/// How long an answer (or a debt) is kept: the check's longest window or refill period
+/// (at least a second); after that the store has refilled completely and a fresh share is
+/// right.
+fn keep_us(keep: Duration) -> i64 {
+    i64::try_from(keep.as_micros())
+        .unwrap_or(i64::MAX)
+        .max(1_000_000)
+}
+
+impl Answers {
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records what the store answered for key set `id` at `now_us`; `denied` is the
-    /// answer's wait and the cost it was for, when it denied.
+    /// Records what the store answered for key set `id` at `now_us`, kept for `keep`;
+    /// `denied` is the answer's wait and the cost it was for, when it denied.
     pub(super) fn record(
         &self,
         id: &str,
         views: &[(usize, View)],
         denied: Option<(Duration, u64)>,
         now_us: i64,
+        keep: Duration,
     ) {
-        let expires_at_us = now_us.saturating_add(self.keep_us);
+        let expires_at_us = now_us.saturating_add(keep_us(keep));
         let denied = denied.map(|(wait, cost)| {
             let wait_us = i64::try_from(wait.as_micros()).unwrap_or(i64::MAX);
             (now_us.saturating_add(wait_us), cost)
@@ -156,9 +163,10 @@ impl Answers {
         })
     }
 
-    /// Records `units` admitted by the fallback for key set `id`, owed to the store.
-    pub(super) fn owe(&self, id: &str, units: u64, now_us: i64) {
-        let expires_at_us = now_us.saturating_add(self.keep_us);
+    /// Records `units` admitted by the fallback for key set `id`, owed to the store for
+    /// `keep`.
+    pub(super) fn owe(&self, id: &str, units: u64, now_us: i64, keep: Duration) {
+        let expires_at_us = now_us.saturating_add(keep_us(keep));
         let mut entries = self.lock();
         let entry = entries.entry(id.to_string()).or_insert_with(|| Entry {
             views: Vec::new(),
@@ -219,8 +227,9 @@ mod tests {
 
     #[test]
     fn an_answer_seeds_once_then_the_local_states_continue() {
-        let answers = Answers::new(Duration::from_secs(60));
-        answers.record("k", &[(0, view(30, None))], None, T0);
+        let answers = Answers::default();
+        let keep = Duration::from_secs(60);
+        answers.record("k", &[(0, view(30, None))], None, T0, keep);
         let seed = answers.seed("k", T0 + 5).unwrap();
         assert_eq!(seed.views[0].1.remaining, 30);
         assert_eq!(seed.answered_at_us, T0);
@@ -228,7 +237,7 @@ mod tests {
             answers.seed("k", T0 + 10).is_none(),
             "seeded once per answer"
         );
-        answers.record("k", &[(0, view(10, None))], None, T0 + 20);
+        answers.record("k", &[(0, view(10, None))], None, T0 + 20, keep);
         assert_eq!(answers.seed("k", T0 + 30).unwrap().views[0].1.remaining, 10);
         assert!(answers.seed("other", T0).is_none());
     }
@@ -249,9 +258,10 @@ mod tests {
 
     #[test]
     fn a_denial_holds_for_its_wait_and_cost() {
-        let answers = Answers::new(Duration::from_secs(60));
+        let answers = Answers::default();
+        let keep = Duration::from_secs(60);
         let wait = Duration::from_millis(500);
-        answers.record("k", &[(0, view(0, Some(500)))], Some((wait, 2)), T0);
+        answers.record("k", &[(0, view(0, Some(500)))], Some((wait, 2)), T0, keep);
         assert_eq!(
             answers.denied_for("k", 2, T0 + 100_000),
             Some(Duration::from_millis(400))
@@ -266,25 +276,27 @@ mod tests {
 
     #[test]
     fn expired_answers_are_dropped_as_the_table_grows() {
-        let answers = Answers::new(Duration::from_secs(1));
+        let answers = Answers::default();
+        let keep = Duration::from_secs(1);
         for index in 0..PRUNE_FROM {
-            answers.record(&index.to_string(), &[(0, view(1, None))], None, T0);
+            answers.record(&index.to_string(), &[(0, view(1, None))], None, T0, keep);
         }
         let later = T0 + 2_000_000;
-        answers.record("new", &[(0, view(1, None))], None, later);
+        answers.record("new", &[(0, view(1, None))], None, later, keep);
         assert_eq!(answers.lock().len(), 1, "the expired answers went");
     }
 
     #[test]
     fn debts_accumulate_until_taken_and_expire_with_the_window() {
-        let answers = Answers::new(Duration::from_secs(2));
-        answers.owe("k", 2, T0);
-        answers.owe("k", 3, T0);
+        let answers = Answers::default();
+        let keep = Duration::from_secs(2);
+        answers.owe("k", 2, T0, keep);
+        answers.owe("k", 3, T0, keep);
         assert_eq!(answers.owed("k"), 5);
         assert!(answers.seed("k", T0).is_none(), "no answer to seed from");
         assert_eq!(answers.take_owed("k", T0), Some(5));
         assert_eq!(answers.take_owed("k", T0), None);
-        answers.owe("k", 1, T0);
+        answers.owe("k", 1, T0, keep);
         assert_eq!(
             answers.take_owed("k", T0 + 2_000_000),
             None,

@@ -84,12 +84,17 @@ pub(super) fn decided(
 
 /// The binding limit among the views of every group (policy indices), by the rule
 /// `RL.MULTI` applies within a group ([`multi::bind`], from the core).
+/// Probes never bind (they are read, not charged).
 pub(super) fn binding_of(state: &PolicyState, views: &[(usize, View)], units: u64) -> usize {
-    let decisions: Vec<CoreDecision> = views.iter().map(|(_, view)| view.to_core()).collect();
-    let costs: Vec<u64> = views
+    let charged: Vec<&(usize, View)> = views
+        .iter()
+        .filter(|(index, _)| !state.probe(*index))
+        .collect();
+    let decisions: Vec<CoreDecision> = charged.iter().map(|(_, view)| view.to_core()).collect();
+    let costs: Vec<u64> = charged
         .iter()
         .map(|(index, _)| units.saturating_mul(state.weight(*index)))
         .collect();
     let position = multi::bind(&decisions, &costs).map_or(0, |bound| bound.binding);
-    views.get(position).map_or(0, |(index, _)| *index)
+    charged.get(position).map_or(0, |(index, _)| *index)
 }

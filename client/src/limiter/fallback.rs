@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use super::RateLimiter;
 use super::decide::decided;
+use super::groups::probed;
 use super::state::{Acquired, Target};
 use crate::clock;
 use crate::decision::{Decision, LimitStatus, Outcome, Source};
 use crate::local::{LocalCall, LocalLimits};
 use crate::metrics;
 use crate::policy::Fallback;
-use crate::store::StoreError;
+use crate::store::{StoreError, View};
 
 impl RateLimiter {
     /// The decision when the store cannot decide: `error` is why (`None`: the breaker is
@@ -30,7 +31,7 @@ impl RateLimiter {
         let refused = error
             .as_ref()
             .is_some_and(|error| !error.is_unavailability());
-        let mut decision = match target.state.policy.fallback() {
+        let mut decision = match target.state.settings.fallback {
             Fallback::Open => blanket(target, true, wait),
             Fallback::Closed => blanket(target, false, wait),
             Fallback::Local => self.local_decision(target, cost, wait),
@@ -49,41 +50,80 @@ impl RateLimiter {
     fn local_decision(&self, target: Target<'_>, cost: u64, wait: Duration) -> Decision {
         let state = target.state;
         let now_us = clock::now_us();
-        if let Some(left) = state.answers.denied_for(target.id, cost, now_us) {
+        if let Some(left) = state.memory.answers.denied_for(target.id, cost, now_us) {
             return blanket(target, false, left);
         }
         let Some(calls) = self.local_calls(target) else {
             // Some limit's share is below one unit: this replica admits nothing alone.
             return blanket(target, false, wait);
         };
-        let grant = {
+        // The charged limits decide together; probes are read, as the store would.
+        let (charged, probes): (Vec<usize>, Vec<usize>) =
+            (0..calls.len()).partition(|index| !state.probe(*index));
+        let pick = |indices: &[usize]| -> Vec<LocalCall<'_>> {
+            indices
+                .iter()
+                .filter_map(|index| calls.get(*index).cloned())
+                .collect()
+        };
+        let decided_locally = {
             let mut local = self.inner.local.lock();
-            if let Some(seed) = state.answers.seed(target.id, now_us) {
+            if let Some(seed) = state.memory.answers.seed(target.id, now_us) {
                 self.seed_local(target, &calls, &seed.views, seed.answered_at_us, &mut local);
             }
-            local.acquire(&calls, cost, None, now_us)
+            let grant = if charged.is_empty() {
+                Ok(None)
+            } else {
+                local.acquire(&pick(&charged), cost, None, now_us).map(Some)
+            };
+            let read = if probes.is_empty() {
+                Ok(Vec::new())
+            } else {
+                local.peek(&pick(&probes), 1, now_us).map(|read| read.views)
+            };
+            grant.and_then(|grant| read.map(|read| (grant, read)))
         };
-        let Ok(grant) = grant else {
+        let Ok((grant, read)) = decided_locally else {
             return blanket(target, false, wait);
         };
-        if grant.granted > 0 {
-            state.answers.owe(target.id, grant.granted, now_us);
+        let granted = grant.as_ref().map_or(cost, |grant| grant.granted);
+        if granted > 0 && grant.is_some() {
+            state
+                .memory
+                .answers
+                .owe(target.id, granted, now_us, state.limits.longest);
         }
-        let limits: Vec<LimitStatus> = calls
+        let mut views: Vec<(usize, View)> = Vec::with_capacity(calls.len());
+        let binding = match &grant {
+            Some(grant) => {
+                views.extend(charged.iter().copied().zip(grant.views.iter().copied()));
+                charged.get(grant.binding).copied().unwrap_or(0)
+            }
+            None => probes.first().copied().unwrap_or(0),
+        };
+        views.extend(probes.iter().copied().zip(read.into_iter().map(probed)));
+        views.sort_by_key(|(index, _)| *index);
+        let mut binding_position = 0;
+        let limits: Vec<LimitStatus> = views
             .iter()
-            .zip(state.policy.limits())
-            .zip(&grant.views)
-            .map(|((call, limit), view)| LimitStatus {
-                configured_quota: limit.algorithm().quota(),
-                ..LimitStatus::from_view(limit.shared_name(), &call.quota, view)
+            .enumerate()
+            .filter_map(|(position, (index, view))| {
+                if *index == binding {
+                    binding_position = position;
+                }
+                let (call, limit) = (calls.get(*index)?, state.limits.get(*index)?);
+                Some(LimitStatus {
+                    configured_quota: limit.algorithm.quota(),
+                    ..LimitStatus::from_view(Arc::clone(&limit.name), &call.quota, view)
+                })
             })
             .collect();
         decided(
             state,
-            grant.granted > 0,
+            granted > 0,
             Source::Fallback,
             limits,
-            grant.binding,
+            binding_position,
         )
     }
 
@@ -125,9 +165,13 @@ impl RateLimiter {
             })
             .flatten()
             .map(|wait| (wait, cost));
-        state
-            .answers
-            .record(target.id, &acquired.views, denied, clock::now_us());
+        state.memory.answers.record(
+            target.id,
+            &acquired.views,
+            denied,
+            clock::now_us(),
+            state.limits.longest,
+        );
     }
 
     /// Charges the store what the fallback admitted for the target's keys while it could
@@ -137,7 +181,7 @@ impl RateLimiter {
     /// the units stay owed.
     pub(super) async fn settle(&self, target: Target<'_>) -> Result<(), StoreError> {
         let state = target.state;
-        let Some(owed) = state.answers.take_owed(target.id, clock::now_us()) else {
+        let Some(owed) = state.memory.answers.take_owed(target.id, clock::now_us()) else {
             return Ok(());
         };
         let groups: Vec<Vec<usize>> = self
@@ -161,7 +205,10 @@ impl RateLimiter {
                 Ok(())
             }
             Err(error) if error.is_unavailability() => {
-                state.answers.owe(target.id, owed, clock::now_us());
+                state
+                    .memory
+                    .answers
+                    .owe(target.id, owed, clock::now_us(), state.limits.longest);
                 Err(error)
             }
             // Refused (a configuration problem): the check that follows reports it.
@@ -175,17 +222,17 @@ impl RateLimiter {
         let replicas = self.inner.replicas.get();
         let state = target.state;
         state
-            .policy
-            .limits()
+            .limits
+            .limits
             .iter()
             .zip(target.keys)
             .map(|(limit, key)| {
                 Some(LocalCall {
                     key,
-                    quota: Cow::Owned(limit.algorithm().share(replicas)?),
-                    weight: limit.weight_units(),
+                    quota: Cow::Owned(limit.algorithm.share(replicas)?),
+                    weight: limit.weight,
                     max_wait_ns: limit
-                        .paced()
+                        .paced
                         .map(|wait| u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX)),
                     holder: target.holder,
                 })

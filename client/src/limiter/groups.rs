@@ -7,16 +7,31 @@ use super::RateLimiter;
 use super::decide::binding_of;
 use super::state::{Acquired, PolicyState, Target};
 use crate::metrics;
-use crate::store::{Acquire, Grant, Refund, StoreError, View};
+use crate::store::{Acquire, Grant, Refund, StoreBackend, StoreError, View};
 
 impl RateLimiter {
-    /// The store calls a check makes: the limits grouped by slot (one group when the store
-    /// is not a cluster), most specific group first; without `RL.MULTI`, one group per
-    /// limit.
+    /// The store calls a check makes: the charged limits grouped by slot (one group when
+    /// the store is not a cluster), most specific group first; without `RL.MULTI`, one
+    /// group per limit.
     pub(super) fn plan(&self, state: &PolicyState, keys: &[String]) -> Vec<Vec<usize>> {
         let multi = self.inner.store.capabilities().multi;
+        self.grouped(state, keys, multi, |index| !state.probe(index))
+    }
+
+    /// The reads of a check's probes, grouped by slot (one pipeline of `RL.PEEK`s each).
+    fn plan_probes(&self, state: &PolicyState, keys: &[String]) -> Vec<Vec<usize>> {
+        self.grouped(state, keys, true, |index| state.probe(index))
+    }
+
+    fn grouped(
+        &self,
+        state: &PolicyState,
+        keys: &[String],
+        multi: bool,
+        selected: impl Fn(usize) -> bool,
+    ) -> Vec<Vec<usize>> {
         let mut groups: Vec<(Option<u16>, Vec<usize>)> = Vec::new();
-        for &index in &state.order {
+        for &index in state.limits.order.iter().filter(|index| selected(**index)) {
             let key = keys.get(index);
             let slot = key.and_then(|key| self.inner.store.slot(key));
             // A group shares one call, so: not a paced limit (RL.MULTI does not pace), and
@@ -62,7 +77,7 @@ impl RateLimiter {
                 partial_min: partial_min.map(|min| min.min(units)),
                 holder: target.holder,
             };
-            let grant = match self.timed_acquire(state, &request, op).await {
+            let grant = match self.timed_call(state, &request, op).await {
                 Ok(grant) => grant,
                 Err(error) => {
                     self.refund_groups(target, &charged).await;
@@ -165,7 +180,7 @@ impl RateLimiter {
             })
             .collect();
         let mut ok = true;
-        let timeout = state.policy.timeout();
+        let timeout = state.settings.timeout;
         let calls = requests.iter().map(|request| async move {
             let started = Instant::now();
             let result = tokio::time::timeout(timeout, self.inner.store.refund(request))
@@ -190,16 +205,20 @@ impl RateLimiter {
     /// whose timer fired late (this process was not running), was caught in a stall, not in
     /// an outage: it gets one more timeout before it counts as a failure. Before deciding
     /// that, the connection gets a turn to read replies that arrived during the stall.
-    async fn timed_acquire(
+    async fn timed_call(
         &self,
         state: &PolicyState,
         request: &Acquire<'_>,
         op: &'static str,
     ) -> Result<Grant, StoreError> {
-        let timeout = state.policy.timeout();
+        let timeout = state.settings.timeout;
         let breaker = &self.inner.breaker;
         let sent = Instant::now();
-        let call = self.inner.store.acquire(request);
+        let call = if op == PEEK {
+            self.inner.store.peek(request)
+        } else {
+            self.inner.store.acquire(request)
+        };
         tokio::pin!(call);
         let mut result = tokio::time::timeout(timeout, &mut call).await;
         if result.is_err() {
@@ -229,6 +248,46 @@ impl RateLimiter {
         }
         result
     }
+}
+
+/// The operation label of a probe's read (a [`Store::peek`](crate::store::Store::peek)).
+const PEEK: &str = "peek";
+
+impl RateLimiter {
+    /// Reads every probe of the check (each as a call of one unit would see it, nothing
+    /// taken): their views by policy index, shown as a probe reports them (never denying,
+    /// the unit a real call would take still there), and the backend that answered.
+    pub(super) async fn read_probes(
+        &self,
+        target: Target<'_>,
+    ) -> Result<(Vec<(usize, View)>, Option<StoreBackend>), StoreError> {
+        let state = target.state;
+        let mut views = Vec::new();
+        let mut backend = None;
+        for group in self.plan_probes(state, target.keys) {
+            let request = Acquire {
+                limits: target.calls(&group),
+                units: 1,
+                partial_min: None,
+                holder: None,
+            };
+            let grant = self.timed_call(state, &request, PEEK).await?;
+            backend = Some(grant.backend);
+            views.extend(group.into_iter().zip(grant.views.into_iter().map(probed)));
+        }
+        Ok((views, backend))
+    }
+}
+
+/// A probe's view: a peek of one unit shows what would be left after taking it; a probe
+/// takes nothing and never denies.
+pub(super) fn probed(mut view: View) -> View {
+    if view.allowed {
+        view.remaining = view.remaining.saturating_add(1).min(view.limit);
+    }
+    view.allowed = true;
+    view.retry_after = Some(std::time::Duration::ZERO);
+    view
 }
 
 /// What a call of `units` takes from limit `index`: `units × weight`, or one slot of an

@@ -22,22 +22,23 @@ impl RateLimiter {
     /// store out of reach. It never falls back because it waited.
     pub(super) async fn check_leased(&self, target: Target<'_>, cost: u64) -> Decision {
         let state = target.state;
-        let Some(lease) = state.policy.lease() else {
+        let Some(lease) = state.settings.lease else {
             return self.check_store(target, cost).await;
         };
         let started = Instant::now();
-        let slot = state.leases.slot(target.id, target.keys, started);
+        let slot = state
+            .memory
+            .leases
+            .slot(target.id, target.keys, &state.limits, started);
         let mut held = slot.lock().await;
         let now = Instant::now();
         if held.expires <= now && held.units > 0 {
             let units = std::mem::take(&mut held.units);
             let limiter = self.clone();
-            let name = Arc::clone(&state.name);
+            let claimed = state.with_limits(Arc::clone(&held.limits));
             let keys = held.keys.clone();
             tokio::spawn(async move {
-                if let Some(state) = limiter.inner.policies.get(&name) {
-                    limiter.refund_lease(state, &keys, units).await;
-                }
+                limiter.refund_lease(&claimed, &keys, units).await;
             });
         }
         // Units are there only after a claim, which set the backend.
@@ -120,6 +121,7 @@ impl RateLimiter {
                     .saturating_sub(cost);
                 held.expires = now.checked_add(lease.lifetime).unwrap_or(now);
                 held.views = acquired.views.clone();
+                held.limits = Arc::clone(&state.limits);
                 held.backend = Some(acquired.backend);
                 held.last_claim = Some(LastClaim {
                     at: answered,
@@ -174,11 +176,11 @@ fn lease_decision(state: &PolicyState, lease: &LeaseSlot, backend: StoreBackend)
 fn add_leased(decision: &mut Decision, state: &PolicyState, leased: u64) {
     for limit in &mut decision.limits {
         let weight = state
-            .policy
-            .limits()
+            .limits
+            .limits
             .iter()
-            .find(|candidate| candidate.name() == &*limit.name)
-            .map_or(1, |candidate| candidate.weight_units());
+            .find(|candidate| candidate.name == limit.name)
+            .map_or(1, |candidate| candidate.weight);
         limit.remaining = limit
             .remaining
             .saturating_add(leased.saturating_mul(weight))

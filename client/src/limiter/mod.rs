@@ -6,6 +6,7 @@ mod answers;
 mod decide;
 mod fallback;
 mod groups;
+mod jobs;
 mod leased;
 mod plans;
 mod state;
@@ -16,10 +17,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use self::decide::store_decision;
-use self::state::{PolicyState, Target};
+pub(crate) use self::state::LimitSet;
+use self::state::{Acquired, PolicyState, Registered, Target};
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::decision::{Decision, Source};
 use crate::in_flight::InFlight;
+use crate::job::{JobError, Profile};
 use crate::key::{Inputs, MissingInput};
 use crate::local::LocalLimits;
 use crate::metrics;
@@ -37,6 +40,8 @@ pub enum CheckError {
     /// A check of cost 0 (it would charge nothing, or be counted as 1: neither is what the
     /// caller meant).
     ZeroCost,
+    /// A [`Job`](crate::job::Job) that cannot be checked as given.
+    Job(JobError),
 }
 
 impl fmt::Display for CheckError {
@@ -45,6 +50,7 @@ impl fmt::Display for CheckError {
             Self::UnknownPolicy(name) => write!(f, "no policy is named '{name}'"),
             Self::MissingInput(missing) => missing.fmt(f),
             Self::ZeroCost => write!(f, "a check costs at least 1 unit (got 0)"),
+            Self::Job(error) => error.fmt(f),
         }
     }
 }
@@ -54,7 +60,7 @@ impl std::error::Error for CheckError {}
 /// Why a limiter could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BuildError {
-    /// Two policies with one name.
+    /// Two policies (or two job profiles) with one name.
     DuplicatePolicy(String),
     /// A store-backed policy that cannot be served (plans, issue 17).
     StorePolicy(String),
@@ -73,7 +79,9 @@ impl std::error::Error for BuildError {}
 
 struct Inner {
     store: Arc<dyn Store>,
-    policies: HashMap<Arc<str>, PolicyState>,
+    policies: HashMap<Arc<str>, Registered>,
+    /// Job profiles: their settings and memory (their limits come with each job).
+    profiles: HashMap<Arc<str>, PolicyState>,
     replicas: Replicas,
     breaker: Breaker,
     /// The local fallback's limiter states (shares of the quota), perhaps shared.
@@ -159,6 +167,7 @@ impl fmt::Debug for RateLimiter {
 pub struct RateLimiterBuilder {
     store: Arc<dyn Store>,
     policies: Vec<Policy>,
+    profiles: Vec<Profile>,
     replicas: Replicas,
     breaker: BreakerConfig,
     plans: Option<crate::plans::PlanSource>,
@@ -177,6 +186,13 @@ impl RateLimiterBuilder {
     #[must_use]
     pub fn policies(mut self, policies: impl IntoIterator<Item = Policy>) -> Self {
         self.policies.extend(policies);
+        self
+    }
+
+    /// Adds a job profile: the settings [`RateLimiter::check_job`] uses for jobs naming it.
+    #[must_use]
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profiles.push(profile);
         self
     }
 
@@ -211,11 +227,20 @@ impl RateLimiterBuilder {
             if policies.contains_key(&name) {
                 return Err(BuildError::DuplicatePolicy(name.to_string()));
             }
-            policies.insert(name, PolicyState::new(policy));
+            policies.insert(name, Registered::new(policy));
+        }
+        let mut profiles = HashMap::new();
+        for profile in self.profiles {
+            let state = PolicyState::of_profile(&profile);
+            if profiles.insert(Arc::clone(&profile.name), state).is_some() {
+                return Err(BuildError::DuplicatePolicy(profile.name.to_string()));
+            }
         }
         let sweep_every = policies
             .values()
-            .filter_map(|state| state.policy.lease())
+            .map(|registered| &registered.state)
+            .chain(profiles.values())
+            .filter_map(|state| state.settings.lease)
             .map(|lease| lease.lifetime.checked_div(2).unwrap_or(lease.lifetime))
             .min();
         let plans = plans::StorePolicies::new(self.plans, &policies)?;
@@ -225,6 +250,7 @@ impl RateLimiterBuilder {
             inner: Arc::new(Inner {
                 store: self.store,
                 policies,
+                profiles,
                 replicas: self.replicas,
                 breaker: Breaker::new(self.breaker),
                 local: self.fallback_states,
@@ -248,14 +274,14 @@ impl RateLimiterBuilder {
 /// A check's policy state and keys: the registered policy's, or for a store-backed policy
 /// the state of the tenant's limits in the snapshot the check resolved.
 struct Rendered<'a> {
-    registered: &'a PolicyState,
-    resolved: Option<Arc<PolicyState>>,
+    registered: &'a Registered,
+    resolved: Option<Arc<Registered>>,
     keys: Vec<String>,
 }
 
 impl Rendered<'_> {
     fn state(&self) -> &PolicyState {
-        self.resolved.as_deref().unwrap_or(self.registered)
+        &self.resolved.as_deref().unwrap_or(self.registered).state
     }
 }
 
@@ -284,6 +310,7 @@ impl RateLimiter {
         RateLimiterBuilder {
             store,
             policies: Vec::new(),
+            profiles: Vec::new(),
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
             plans: None,
@@ -293,7 +320,10 @@ impl RateLimiter {
 
     /// The policy named `name`.
     pub fn policy(&self, name: &str) -> Option<&Policy> {
-        self.inner.policies.get(name).map(|state| &state.policy)
+        self.inner
+            .policies
+            .get(name)
+            .map(|registered| &registered.policy)
     }
 
     /// Checks a request of cost 1 against policy `policy`.
@@ -359,28 +389,41 @@ impl RateLimiter {
             return Err(CheckError::ZeroCost);
         }
         let rendered = self.render(policy, inputs)?;
-        let (state, keys) = (rendered.state(), &rendered.keys);
-        let id = keys.join("\u{0}");
+        let id = rendered.keys.join("\u{0}");
+        Ok(self
+            .decide(rendered.state(), &rendered.keys, &id, cost)
+            .await)
+    }
+
+    /// A check of `cost` against `state`'s limits on `keys` (their joined form `id`): the
+    /// deny cache, the lease, the store, the fallback; the in-flight slots it takes.
+    async fn decide(&self, state: &PolicyState, keys: &[String], id: &str, cost: u64) -> Decision {
         let holder = state.holds_slots().then(InFlight::new_holder);
         let target = Target {
             state,
             keys,
-            id: &id,
+            id,
             holder: holder.as_deref(),
         };
         let now = Instant::now();
-        let cached = if state.policy.deny_cache() {
-            state.deny.get(&id, cost, now)
+        // Probes are read from the store at every check: nothing to remember or lease.
+        let remembers = state.settings.deny_cache && !state.has_probes();
+        let cached = if remembers {
+            state.memory.deny.get(id, cost, now)
         } else {
             None
         };
         let decision = match cached {
             Some(decision) => decision,
             None => {
-                let leasable = state
-                    .policy
-                    .lease()
-                    .filter(|lease| cost <= lease.units && self.inner.store.capabilities().partial);
+                // Not a job holding in-flight slots or reading probes (a policy with an
+                // in-flight limit has no lease: it is refused when built).
+                let leasable = state.settings.lease.filter(|lease| {
+                    cost <= lease.units
+                        && !state.has_probes()
+                        && holder.is_none()
+                        && self.inner.store.capabilities().partial
+                });
                 let mut decision = match leasable {
                     Some(_) => self.check_leased(target, cost).await,
                     None => self.check_store(target, cost).await,
@@ -390,40 +433,57 @@ impl RateLimiter {
                 let bound_by_slots = decision
                     .binding_limit()
                     .is_some_and(|limit| limit.in_flight);
-                if state.policy.deny_cache()
-                    && !decision.allowed
-                    && decision.source.is_store()
-                    && !bound_by_slots
-                {
-                    state.deny.insert(&id, cost, &decision, now);
+                if remembers && !decision.allowed && decision.source.is_store() && !bound_by_slots {
+                    state.memory.deny.insert(id, cost, &decision, now);
                 }
                 if let Some(holder) = holder.filter(|_| decision.allowed) {
                     // Slots are held only where limits were consulted (not by a blanket
                     // fallback that admits everything).
-                    let held = decision.limits.iter().any(|limit| limit.in_flight);
+                    let held = decision
+                        .limits
+                        .iter()
+                        .zip(&state.limits.limits)
+                        .any(|(limit, checked)| limit.in_flight && !checked.probe);
                     decision.in_flight = held.then(|| InFlight {
-                        policy: Arc::clone(&state.name),
+                        policy: state
+                            .profile
+                            .as_ref()
+                            .map_or_else(|| Arc::clone(&state.name), Arc::clone),
                         holder,
-                        keys: keys.clone(),
+                        keys: keys.to_vec(),
                         local: decision.source == Source::Fallback,
+                        limits: state.profile.as_ref().map(|_| Arc::clone(&state.limits)),
                     });
                 }
                 decision
             }
         };
         metrics::decision(&decision);
-        Ok(decision)
+        decision
     }
 
     /// Gives back the in-flight slots an admitted request held, when it ends. (A slot not
     /// released frees itself after its limit's ttl.)
     pub async fn release(&self, in_flight: &InFlight) {
-        let Some(state) = self.inner.policies.get(&*in_flight.policy) else {
+        let registered = match &in_flight.limits {
+            // A job's: its profile's settings and memory, the job's limits.
+            Some(limits) => self
+                .inner
+                .profiles
+                .get(&*in_flight.policy)
+                .map(|profile| profile.with_limits(Arc::clone(limits))),
+            None => self
+                .inner
+                .policies
+                .get(&*in_flight.policy)
+                .map(|registered| registered.state.clone()),
+        };
+        let Some(state) = registered else {
             return;
         };
         let id = in_flight.keys.join("\u{0}");
         let target = Target {
-            state,
+            state: &state,
             keys: &in_flight.keys,
             id: &id,
             holder: Some(&in_flight.holder),
@@ -433,7 +493,7 @@ impl RateLimiter {
             return;
         }
         let releases: Vec<(Vec<usize>, u64)> = self
-            .plan(state, &in_flight.keys)
+            .plan(&state, &in_flight.keys)
             .into_iter()
             .map(|group| {
                 let slots: Vec<usize> = group
@@ -457,9 +517,30 @@ impl RateLimiter {
             let wait = self.inner.breaker.open_for();
             return self.fallback(target, cost, Some(error), wait);
         }
+        // Probes are read first: if the store is out of reach, nothing has been taken
+        // when the fallback decides.
+        let (probes, probed_on) = match self.read_probes(target).await {
+            Ok(read) => read,
+            Err(error) => {
+                let wait = self.inner.breaker.open_for();
+                return self.fallback(target, cost, Some(error), wait);
+            }
+        };
         let groups = self.plan(target.state, target.keys);
-        match self.acquire(target, &groups, cost, None, "acquire").await {
-            Ok(acquired) => {
+        let acquired = match (groups.is_empty(), probed_on) {
+            // Only probes: admitted, nothing to take.
+            (true, Some(backend)) => Ok(Acquired {
+                granted: cost,
+                views: Vec::new(),
+                binding: 0,
+                backend,
+            }),
+            _ => self.acquire(target, &groups, cost, None, "acquire").await,
+        };
+        match acquired {
+            Ok(mut acquired) => {
+                acquired.views.extend(probes);
+                acquired.views.sort_by_key(|(index, _)| *index);
                 self.remember(target, &acquired, cost);
                 store_decision(target.state, &acquired)
             }
@@ -483,17 +564,21 @@ impl RateLimiter {
 
     async fn sweep_once(&self, all: bool) {
         let now = Instant::now();
-        // Plans: the store-backed policies' resolved states too.
+        // Plans: the store-backed policies' resolved states too; and the job profiles.
         let resolved = self.inner.plans.states();
-        for state in self
+        let states = self
             .inner
             .policies
             .values()
-            .chain(resolved.iter().map(|s| &**s))
-        {
-            state.deny.purge(now);
-            for (keys, units) in state.leases.take_expired(now, all) {
-                self.refund_lease(state, &keys, units).await;
+            .chain(resolved.iter().map(|registered| &**registered))
+            .map(|registered| &registered.state)
+            .chain(self.inner.profiles.values());
+        for state in states {
+            state.memory.deny.purge(now);
+            for expired in state.memory.leases.take_expired(now, all) {
+                let claimed = state.with_limits(expired.limits);
+                self.refund_lease(&claimed, &expired.keys, expired.units)
+                    .await;
             }
         }
     }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::state::PolicyState;
+use super::state::Registered;
 use super::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
 use crate::algorithm::Algorithm;
 use crate::key::{Inputs, MissingInput};
@@ -31,17 +31,17 @@ type StateId = (Arc<str>, Vec<LimitSpec>);
 pub(super) struct StorePolicies {
     source: Option<PlanSource>,
     policies: HashMap<Arc<str>, StorePolicy>,
-    states: RwLock<HashMap<StateId, Arc<PolicyState>>>,
+    states: RwLock<HashMap<StateId, Arc<Registered>>>,
 }
 
 impl StorePolicies {
     pub(super) fn new(
         source: Option<PlanSource>,
-        policies: &HashMap<Arc<str>, PolicyState>,
+        policies: &HashMap<Arc<str>, Registered>,
     ) -> Result<Self, BuildError> {
         let mut store_policies = HashMap::new();
-        for (name, state) in policies {
-            let Some(tenant_input) = state.policy.store_tenant() else {
+        for (name, registered) in policies {
+            let Some(tenant_input) = registered.policy.store_tenant() else {
                 continue;
             };
             if source.is_none() {
@@ -50,7 +50,7 @@ impl StorePolicies {
                      a PlanSource (RateLimiterBuilder::plans)"
                 )));
             }
-            let defaults = state
+            let defaults = registered
                 .policy
                 .limits()
                 .iter()
@@ -86,9 +86,10 @@ impl StorePolicies {
     /// tenant's effective limits from one snapshot; `None` for any other policy.
     pub(super) fn resolve(
         &self,
-        state: &PolicyState,
+        registered: &Registered,
         inputs: &Inputs,
-    ) -> Result<Option<Arc<PolicyState>>, CheckError> {
+    ) -> Result<Option<Arc<Registered>>, CheckError> {
+        let state = &registered.state;
         let (Some(store_policy), Some(source)) =
             (self.policies.get(&state.name), self.source.as_ref())
         else {
@@ -118,9 +119,9 @@ impl StorePolicies {
         if let Some(found) = states.get(&id) {
             return Ok(Some(Arc::clone(found)));
         }
-        let built = build(&state.policy, &store_policy.tenant_input, &id.1).or_else(|| {
+        let built = build(&registered.policy, &store_policy.tenant_input, &id.1).or_else(|| {
             build(
-                &state.policy,
+                &registered.policy,
                 &store_policy.tenant_input,
                 &store_policy.defaults,
             )
@@ -131,13 +132,13 @@ impl StorePolicies {
         if states.len() >= MAX_STATES {
             states.retain(|_, kept| Arc::strong_count(kept) > 1);
         }
-        let resolved = Arc::new(PolicyState::new(policy));
+        let resolved = Arc::new(Registered::new(policy));
         states.insert(id, Arc::clone(&resolved));
         Ok(Some(resolved))
     }
 
     /// Every resolved state (the sweeper refunds their expired leases).
-    pub(super) fn states(&self) -> Vec<Arc<PolicyState>> {
+    pub(super) fn states(&self) -> Vec<Arc<Registered>> {
         self.states
             .read()
             .unwrap_or_else(PoisonError::into_inner)

@@ -1,88 +1,223 @@
-//! What the limiter keeps per policy, and what one check is about.
+//! What the limiter keeps per policy (or job profile), and what one check is about.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::answers::Answers;
+use crate::algorithm::Algorithm;
 use crate::decision::LimitStatus;
 use crate::deny_cache::DenyCache;
+use crate::job::Profile;
 use crate::lease::Leases;
-use crate::policy::Policy;
+use crate::policy::{Fallback, Lease, Policy};
 use crate::store::{LimitCall, StoreBackend, View};
 
-/// A policy with what the limiter keeps for it.
-pub(super) struct PolicyState {
-    pub(super) policy: Policy,
-    pub(super) name: Arc<str>,
+/// How checks are made: a policy's settings, or a job profile's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub(crate) lease: Option<Lease>,
+    pub(crate) fallback: Fallback,
+    pub(crate) timeout: Duration,
+    pub(crate) deny_cache: bool,
+}
+
+impl Settings {
+    fn of(policy: &Policy) -> Self {
+        Self {
+            lease: policy.lease(),
+            fallback: policy.fallback(),
+            timeout: policy.timeout(),
+            deny_cache: policy.deny_cache(),
+        }
+    }
+}
+
+/// One limit as the limiter calls it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CheckedLimit {
+    pub(crate) name: Arc<str>,
+    pub(crate) algorithm: Algorithm,
+    /// Units charged per unit of cost.
+    pub(crate) weight: u64,
+    /// Pacing (token buckets): the longest wait a request may be given.
+    pub(crate) paced: Option<Duration>,
+    /// Read, never charged, never denying (a job's probe).
+    pub(crate) probe: bool,
+}
+
+/// The limits of a check, in the order statuses are reported (a policy's declaration order,
+/// or a job's), and the order the store is called in (most specific key first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LimitSet {
+    pub(crate) limits: Vec<CheckedLimit>,
     /// Limit indices, most specific key first (the order groups are called in).
-    pub(super) order: Vec<usize>,
-    pub(super) deny: DenyCache,
-    pub(super) leases: Leases,
+    pub(crate) order: Vec<usize>,
+    /// The longest window or refill period: how long the store's last answer is worth
+    /// continuing from in a fallback.
+    pub(crate) longest: Duration,
+}
+
+impl LimitSet {
+    /// The limits in report order; `specificity[i]` orders the calls (most specific first,
+    /// stable among equals).
+    pub(crate) fn new(limits: Vec<CheckedLimit>, specificity: &[usize]) -> Self {
+        let longest = limits
+            .iter()
+            .map(|limit| limit.algorithm.window())
+            .max()
+            .unwrap_or(Duration::ZERO);
+        let mut order: Vec<usize> = (0..limits.len()).collect();
+        order.sort_by_key(|index| std::cmp::Reverse(specificity.get(*index).copied()));
+        Self {
+            limits,
+            order,
+            longest,
+        }
+    }
+
+    fn of(policy: &Policy) -> Self {
+        let limits = policy
+            .limits()
+            .iter()
+            .map(|limit| CheckedLimit {
+                name: limit.shared_name(),
+                algorithm: limit.algorithm().clone(),
+                weight: limit.weight_units(),
+                paced: limit.paced(),
+                probe: false,
+            })
+            .collect();
+        let specificity: Vec<usize> = policy
+            .limits()
+            .iter()
+            .map(|limit| limit.key().specificity())
+            .collect();
+        Self::new(limits, &specificity)
+    }
+
+    pub(crate) fn get(&self, index: usize) -> Option<&CheckedLimit> {
+        self.limits.get(index)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.limits.len()
+    }
+}
+
+/// What the limiter remembers between checks, per policy or job profile, by key set.
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
+    pub(crate) deny: DenyCache,
+    pub(crate) leases: Leases,
     /// The store's last answer per key set, what the fallback continues from.
-    pub(super) answers: Answers,
+    pub(crate) answers: Answers,
+}
+
+/// A check's settings, limits and memory: a policy's (its limits fixed), or a job's (its
+/// limits given by the call, its memory the profile's). Cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct PolicyState {
+    /// What decisions and metrics are labelled.
+    pub(crate) name: Arc<str>,
+    pub(crate) settings: Settings,
+    pub(crate) limits: Arc<LimitSet>,
+    pub(crate) memory: Arc<Memory>,
+    /// A job's profile (in-flight slots are released through it); `None` for a policy.
+    pub(crate) profile: Option<Arc<str>>,
 }
 
 impl PolicyState {
-    pub(super) fn new(policy: Policy) -> Self {
-        let longest = policy
-            .limits()
-            .iter()
-            .map(|limit| limit.algorithm().window())
-            .max()
-            .unwrap_or(Duration::ZERO);
-        let mut order: Vec<usize> = (0..policy.limits().len()).collect();
-        // Stable: among equally specific limits, declaration order.
-        order.sort_by_key(|index| {
-            std::cmp::Reverse(
-                policy
-                    .limits()
-                    .get(*index)
-                    .map_or(0, |limit| limit.key().specificity()),
-            )
-        });
+    pub(super) fn new(policy: &Policy) -> Self {
         Self {
             name: policy.shared_name(),
-            policy,
-            order,
-            deny: DenyCache::default(),
-            leases: Leases::default(),
-            answers: Answers::new(longest),
+            settings: Settings::of(policy),
+            limits: Arc::new(LimitSet::of(policy)),
+            memory: Arc::new(Memory::default()),
+            profile: None,
+        }
+    }
+
+    /// A job profile's state: its settings and memory (each job brings its limits).
+    pub(super) fn of_profile(profile: &Profile) -> Self {
+        Self {
+            name: Arc::clone(&profile.name),
+            settings: Settings {
+                lease: profile.lease,
+                fallback: profile.fallback,
+                timeout: profile.timeout,
+                deny_cache: profile.deny_cache,
+            },
+            limits: Arc::new(LimitSet::new(Vec::new(), &[])),
+            memory: Arc::new(Memory::default()),
+            profile: Some(Arc::clone(&profile.name)),
+        }
+    }
+
+    /// The same settings and memory, other limits (a lease refunded with the limits it was
+    /// claimed for).
+    pub(super) fn with_limits(&self, limits: Arc<LimitSet>) -> Self {
+        Self {
+            limits,
+            ..self.clone()
         }
     }
 
     /// Units limit `index` is charged per unit of cost.
     pub(super) fn weight(&self, index: usize) -> u64 {
-        self.policy
-            .limits()
-            .get(index)
-            .map_or(1, |limit| limit.weight_units())
+        self.limits.get(index).map_or(1, |limit| limit.weight)
     }
 
     /// Whether limit `index` is paced (called on its own).
     pub(super) fn paced(&self, index: usize) -> bool {
-        self.policy
-            .limits()
+        self.limits
             .get(index)
-            .is_some_and(|limit| limit.paced().is_some())
+            .is_some_and(|limit| limit.paced.is_some())
     }
 
     /// Whether limit `index` is an in-flight limit.
     pub(super) fn in_flight(&self, index: usize) -> bool {
-        self.policy
-            .limits()
+        self.limits
             .get(index)
-            .is_some_and(|limit| limit.algorithm().is_in_flight())
+            .is_some_and(|limit| limit.algorithm.is_in_flight())
     }
 
-    /// Whether the policy has in-flight limits (its checks hold slots until released).
+    /// Whether limit `index` is a probe (read, never charged).
+    pub(super) fn probe(&self, index: usize) -> bool {
+        self.limits.get(index).is_some_and(|limit| limit.probe)
+    }
+
+    /// Whether some limit is a probe (such a check always reads the store).
+    pub(super) fn has_probes(&self) -> bool {
+        self.limits.limits.iter().any(|limit| limit.probe)
+    }
+
+    /// Whether the check holds slots until released (a charged in-flight limit).
     pub(super) fn holds_slots(&self) -> bool {
-        (0..self.policy.limits().len()).any(|index| self.in_flight(index))
+        (0..self.limits.len()).any(|index| self.in_flight(index) && !self.probe(index))
     }
 
     pub(super) fn status(&self, index: usize, view: &View) -> Option<LimitStatus> {
-        let limit = self.policy.limits().get(index)?;
-        let quota = limit.algorithm().as_quota();
-        Some(LimitStatus::from_view(limit.shared_name(), quota, view))
+        let limit = self.limits.get(index)?;
+        Some(LimitStatus::from_view(
+            Arc::clone(&limit.name),
+            limit.algorithm.as_quota(),
+            view,
+        ))
+    }
+}
+
+/// A registered policy: the policy as given, and its state.
+pub(super) struct Registered {
+    pub(super) policy: Policy,
+    pub(super) state: PolicyState,
+}
+
+impl Registered {
+    pub(super) fn new(policy: Policy) -> Self {
+        Self {
+            state: PolicyState::new(&policy),
+            policy,
+        }
     }
 }
 
@@ -99,12 +234,12 @@ pub(super) struct Target<'a> {
 impl<'a> Target<'a> {
     /// Limit `index` as the store is asked about it.
     pub(super) fn call(&self, index: usize) -> Option<LimitCall<'a>> {
-        let limit = self.state.policy.limits().get(index)?;
+        let limit = self.state.limits.get(index)?;
         Some(LimitCall {
             key: self.keys.get(index)?,
-            algorithm: limit.algorithm(),
-            weight: limit.weight_units(),
-            max_wait: limit.paced(),
+            algorithm: &limit.algorithm,
+            weight: limit.weight,
+            max_wait: limit.paced,
         })
     }
 

@@ -180,6 +180,19 @@ impl Store for MemoryStore {
         })
     }
 
+    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+        Box::pin(async move {
+            // One RL.PEEK per limit: several need no RL.MULTI.
+            self.enter().await?;
+            let calls = local_calls(&request.limits, request.holder)?;
+            let now_us = self.now_us();
+            let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+            limits
+                .peek(&calls, request.units, now_us)
+                .map_err(server_error)
+        })
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.capabilities
     }

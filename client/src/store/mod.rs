@@ -135,6 +135,26 @@ pub trait Store: Send + Sync + 'static {
     /// Gives units back to every limit of a group, never beyond their limits.
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// What [`acquire`](Store::acquire) would answer now, taking nothing: each limit's view
+    /// of a call of `units × weight` (the holder and `partial_min` are not used). The
+    /// Redis and memory stores read (`RL.PEEK`); this default, for a store without a
+    /// read-only call, acquires and refunds what it was granted.
+    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+        Box::pin(async move {
+            let grant = self.acquire(request).await?;
+            if grant.granted > 0 {
+                let refund = Refund {
+                    limits: request.limits.clone(),
+                    units: grant.granted,
+                    holder: request.holder,
+                };
+                // A lost refund under-admits by the probed units; never over.
+                let _ = self.refund(&refund).await;
+            }
+            Ok(grant)
+        })
+    }
+
     /// What the store supports (may be learned when it first answers).
     fn capabilities(&self) -> Capabilities;
 

@@ -360,6 +360,45 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Runs commands of one group in one pipeline (the limits of a group share a slot, so
+    /// one pipeline reaches them all); a script or library the server lost is loaded again
+    /// and the pipeline sent once more. The first error reply is the error.
+    async fn pipelined(
+        &self,
+        connection: &Connection,
+        commands: &[Args],
+    ) -> Result<Vec<Value>, StoreError> {
+        let mut pipeline = redis::pipe();
+        for args in commands {
+            pipeline.add_command(self.command(args));
+        }
+        let mut replies = connection
+            .pipeline(&pipeline, commands.len())
+            .await
+            .map_err(|error| store_error(&error))?;
+        let lost = replies.iter().find_map(|reply| match reply {
+            Value::ServerError(error) => self.lost(Some(error.code()), error.details()),
+            _ => None,
+        });
+        if let Some(backend) = lost {
+            let _ = backend::reload(connection, backend).await;
+            replies = connection
+                .pipeline(&pipeline, commands.len())
+                .await
+                .map_err(|error| store_error(&error))?;
+        }
+        // A pipeline answers each command on its own: an error reply is a value.
+        match replies.iter().find_map(|reply| match reply {
+            Value::ServerError(error) => Some(error.clone()),
+            _ => None,
+        }) {
+            Some(error) => Err(store_error(&RedisError::from(error))),
+            None => Ok(replies),
+        }
+    }
+}
+
 impl Probe for Connection {
     async fn has_command(&self, name: &str) -> Result<bool, String> {
         has_command(self, name)
@@ -445,34 +484,20 @@ impl Store for RedisStore {
         Box::pin(async move {
             let connection = self.connection().await?;
             let commands = reply::refund_commands(request).map_err(StoreError::Server)?;
-            // The limits of a group share a slot, so one pipeline reaches them all.
-            let mut pipeline = redis::pipe();
-            for args in &commands {
-                pipeline.add_command(self.command(args));
-            }
-            let mut replies = connection
-                .pipeline(&pipeline, commands.len())
-                .await
-                .map_err(|error| store_error(&error))?;
-            let lost = replies.iter().find_map(|reply| match reply {
-                Value::ServerError(error) => self.lost(Some(error.code()), error.details()),
-                _ => None,
-            });
-            if let Some(backend) = lost {
-                let _ = backend::reload(connection, backend).await;
-                replies = connection
-                    .pipeline(&pipeline, commands.len())
-                    .await
-                    .map_err(|error| store_error(&error))?;
-            }
-            // A pipeline answers each command on its own: an error reply is a value.
-            match replies.into_iter().find_map(|reply| match reply {
-                Value::ServerError(error) => Some(error),
-                _ => None,
-            }) {
-                Some(error) => Err(store_error(&RedisError::from(error))),
-                None => Ok(()),
-            }
+            self.pipelined(connection, &commands).await.map(|_| ())
+        })
+    }
+
+    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+        Box::pin(async move {
+            let connection = self.connection().await?;
+            let backend = self.backend().ok_or_else(|| {
+                StoreError::Unavailable("connected, but no backend resolved yet".into())
+            })?;
+            let commands = reply::peek_commands(request);
+            let replies = self.pipelined(connection, &commands).await?;
+            reply::parse_peeks(&replies, backend, request.units)
+                .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
         })
     }
 

@@ -143,6 +143,53 @@ pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, String>
         .collect()
 }
 
+/// The `RL.PEEK` of each limit of a group: what a call of `units × weight` would get now
+/// (an in-flight limit: whether a slot is free).
+pub(crate) fn peek_commands(request: &Acquire<'_>) -> Vec<Vec<String>> {
+    request
+        .limits
+        .iter()
+        .map(|call| {
+            let mut args = vec![
+                "RL.PEEK".to_string(),
+                call.key.to_string(),
+                call.algorithm.wire_name().to_string(),
+            ];
+            match call.algorithm {
+                Algorithm::Concurrency { limit, .. } => args.push(limit.to_string()),
+                algorithm => {
+                    args.extend(algorithm.wire_args());
+                    args.push(request.units.saturating_mul(call.weight.max(1)).to_string());
+                }
+            }
+            args
+        })
+        .collect()
+}
+
+/// Reads the replies of a group's `RL.PEEK`s: admitted if every limit would admit.
+pub(crate) fn parse_peeks(
+    replies: &[Value],
+    backend: StoreBackend,
+    units: u64,
+) -> Result<Grant, String> {
+    let views = replies
+        .iter()
+        .map(|reply| five(reply).map(View::from_fields))
+        .collect::<Result<Vec<View>, String>>()?;
+    let granted = if views.iter().all(|view| view.allowed) {
+        units
+    } else {
+        0
+    };
+    Ok(Grant {
+        granted,
+        binding: 0,
+        views,
+        backend,
+    })
+}
+
 fn integer(value: &Value) -> Result<i64, String> {
     match value {
         Value::Int(n) => Ok(*n),

@@ -278,6 +278,17 @@ impl Store for SentinelStore {
         })
     }
 
+    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+        Box::pin(async move {
+            let watch = self.watch();
+            let store = self.primary().await;
+            watch.settle(match store {
+                Ok(store) => store.peek(request).await,
+                Err(error) => Err(error),
+            })
+        })
+    }
+
     fn capabilities(&self) -> Capabilities {
         lock(&self.inner.current).as_ref().map_or(
             Capabilities {

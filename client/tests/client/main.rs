@@ -17,6 +17,7 @@ mod continuity;
 mod fleet;
 mod hostile;
 mod http;
+mod jobs;
 mod limiter;
 mod plans;
 mod plans_cluster;

@@ -577,3 +577,95 @@ async fn a_script_or_library_the_server_lost_is_loaded_again() {
         assert_eq!(grant.views[0].remaining, 4, "{backend}");
     }
 }
+
+/// `Store::peek` on a server (the module's `RL.PEEK`, and the Functions library's
+/// `rl_peek`) answers as the memory store does, and changes nothing.
+async fn peeks_on(server: &Server) {
+    let redis = RedisStore::new(&url(server)).unwrap();
+    redis.connect().await.unwrap();
+    let memory = MemoryStore::new();
+    let limits = vec![
+        (
+            "tb".to_string(),
+            Algorithm::token_bucket(4, HOUR).unwrap(),
+            1,
+        ),
+        (
+            "fw".to_string(),
+            Algorithm::fixed_window(3, HOUR).unwrap(),
+            1,
+        ),
+        ("gcra".to_string(), Algorithm::gcra(2, 1, HOUR).unwrap(), 1),
+        (
+            "slots".to_string(),
+            Algorithm::concurrency(1, HOUR).unwrap(),
+            1,
+        ),
+    ];
+    for store in [&redis as &dyn Store, &memory] {
+        run(
+            store,
+            &limits,
+            &[
+                Step::Acquire(&[0, 1, 2], 2, None, None),
+                Step::Acquire(&[3], 1, None, Some("a")),
+            ],
+        )
+        .await;
+    }
+    let mut answers = Vec::new();
+    for store in [&redis as &dyn Store, &memory] {
+        let mut seen = Vec::new();
+        for units in [1, 2, 5] {
+            let request = Acquire {
+                limits: calls(&limits, &[0, 1, 2, 3]),
+                units,
+                partial_min: None,
+                holder: None,
+            };
+            // Twice: a peek takes nothing.
+            for _ in 0..2 {
+                let grant = store.peek(&request).await.unwrap();
+                seen.push((
+                    grant.granted,
+                    grant
+                        .views
+                        .iter()
+                        .map(|view| (view.allowed, view.remaining, view.limit))
+                        .collect::<Vec<_>>(),
+                ));
+            }
+        }
+        answers.push(seen);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "the server reads as the memory store"
+    );
+    assert_eq!(
+        answers[0][0],
+        (
+            0,
+            vec![(true, 1, 4), (true, 0, 3), (true, 0, 3), (false, 0, 1)]
+        ),
+        "a peek of one unit after two were taken: the bucket (4) would have 1 left, the \
+         window and GCRA (3) none; the one slot is held"
+    );
+    assert_eq!(
+        answers[0][2].1[1],
+        (false, 1, 3),
+        "a peek of two: the window cannot, and shows the 1 it has"
+    );
+}
+
+#[tokio::test]
+async fn peeks_read_the_module_and_change_nothing() {
+    let server = Server::start(&[]);
+    peeks_on(&server).await;
+}
+
+#[tokio::test]
+async fn peeks_read_the_functions_library_and_change_nothing() {
+    let server = Server::start_without_module(&["--enable-module-command", "no"]);
+    peeks_on(&server).await;
+}

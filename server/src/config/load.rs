@@ -75,21 +75,40 @@ pub fn config_files(dir: &Path, max_files: usize) -> Result<Vec<PathBuf>, Config
 /// (one per file at most, plus duplicate domains), so one reload reports everything wrong.
 pub fn load(dir: &Path, bounds: &FileBounds) -> Result<Config, Vec<ConfigError>> {
     let files = config_files(dir, bounds.max_files).map_err(|error| vec![error])?;
+    let mut texts = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for file in files {
+        match yaml::read_bounded(&file, bounds.max_file_bytes) {
+            Ok(text) => texts.push((file, text)),
+            Err(refused) => errors.push(ConfigError {
+                file,
+                line: refused.line,
+                reason: refused.reason,
+            }),
+        }
+    }
+    let assembled = assemble(texts, bounds.max_depth);
+    match (assembled, errors.is_empty()) {
+        (Ok(config), true) => Ok(config),
+        (Ok(_), false) => Err(errors),
+        (Err(more), _) => {
+            errors.extend(more);
+            Err(errors)
+        }
+    }
+}
+
+/// The config of files' texts (path, YAML), one domain each, names unique, each nested at
+/// most `max_depth` collections deep.
+pub fn assemble(
+    texts: Vec<(PathBuf, String)>,
+    max_depth: usize,
+) -> Result<Config, Vec<ConfigError>> {
     let mut domains: HashMap<String, Domain> = HashMap::new();
     let mut errors = Vec::new();
-    for file in &files {
-        let text = match yaml::read_bounded(file, bounds.max_file_bytes) {
-            Ok(text) => text,
-            Err(refused) => {
-                errors.push(ConfigError {
-                    file: file.clone(),
-                    line: refused.line,
-                    reason: refused.reason,
-                });
-                continue;
-            }
-        };
-        match parse_file(file, &text, bounds.max_depth) {
+    let mut files = Vec::with_capacity(texts.len());
+    for (file, text) in texts {
+        match parse_file(&file, &text, max_depth) {
             Ok(domain) => {
                 if let Some(first) = domains.get(&domain.name) {
                     errors.push(ConfigError {
@@ -106,6 +125,7 @@ pub fn load(dir: &Path, bounds: &FileBounds) -> Result<Config, Vec<ConfigError>>
             }
             Err(error) => errors.push(error),
         }
+        files.push(file);
     }
     if errors.is_empty() {
         Ok(Config { domains, files })
@@ -190,7 +210,7 @@ impl Reader<'_> {
             };
             if !known.contains(&name) {
                 let hint = match name {
-                    "quota_mode" | "value_to_metric" | "share_threshold" | "metadata" => {
+                    "quota_mode" => {
                         " (a field of the reference this service does not implement)".to_string()
                     }
                     _ => format!(" (known: {})", known.join(", ")),
@@ -306,6 +326,9 @@ impl Reader<'_> {
                 "rate_limit",
                 "shadow_mode",
                 "detailed_metric",
+                "value_to_metric",
+                "share_threshold",
+                "metadata",
                 "descriptors",
             ],
         )?;
@@ -314,18 +337,31 @@ impl Reader<'_> {
         let mut limit = None;
         let mut shadow_mode = false;
         let mut detailed_metric = false;
+        let mut value_to_metric = false;
+        let mut share_threshold = None;
+        let mut metadata = None;
         let mut children_node = None;
-        for (field, item, _) in &fields {
+        for (field, item, at) in &fields {
             match *field {
-                "key" => key = Some(self.string(item, "key")?),
+                "key" => key = Some((self.string(item, "key")?, *at)),
                 "value" => value = Some(self.string(item, "value")?),
                 "rate_limit" => limit = Some((self.limit(item)?, line(item))),
                 "shadow_mode" => shadow_mode = self.boolean(item, "shadow_mode")?,
                 "detailed_metric" => detailed_metric = self.boolean(item, "detailed_metric")?,
+                "value_to_metric" => value_to_metric = self.boolean(item, "value_to_metric")?,
+                "share_threshold" => {
+                    share_threshold = Some((self.boolean(item, "share_threshold")?, *at));
+                }
+                "metadata" => metadata = Some(self.metadata(item)?),
                 _ => children_node = Some(*item),
             }
         }
-        let key = key.ok_or_else(|| self.error(line(node), "a descriptor has no 'key'"))?;
+        let (key, key_line) =
+            key.ok_or_else(|| self.error(line(node), "a descriptor has no 'key'"))?;
+        if key.is_empty() {
+            // It could never match: an entry's key is never empty.
+            return Err(self.error(key_line, "a descriptor's 'key' is empty"));
+        }
         let mut path = if parent.is_empty() {
             key.clone()
         } else {
@@ -351,23 +387,34 @@ impl Reader<'_> {
             ));
         }
         let limit = limit.map(|(limit, _)| limit);
+        let value = value.as_deref().map(ValuePattern::parse);
+        let share_threshold = match share_threshold {
+            Some((true, _)) if value.as_ref().is_some_and(ValuePattern::is_wildcard) => true,
+            Some((true, at)) => {
+                return Err(self.error(
+                    at,
+                    format!(
+                        "'share_threshold' is for wildcard values (with a '*'), and descriptor \
+                         '{path}' has none"
+                    ),
+                ));
+            }
+            _ => false,
+        };
         let children = match children_node {
             Some(children) => self.rules(children, &path, &keys)?,
             None => Vec::new(),
         };
         check_unique(self, &children)?;
-        if limit.is_none() && children.is_empty() {
-            return Err(self.error(
-                line(node),
-                format!("descriptor '{path}' has neither a 'rate_limit' nor nested 'descriptors'"),
-            ));
-        }
         Ok(Rule {
             key,
-            value: value.as_deref().map(ValuePattern::parse),
+            value,
             limit,
             shadow_mode,
             detailed_metric,
+            value_to_metric,
+            share_threshold,
+            metadata,
             children,
             path,
             location: self.location(line(node)),
@@ -439,8 +486,14 @@ impl Reader<'_> {
                 }
             }
         }
-        if !replaces.is_empty() && name.is_none() {
-            return Err(self.error(line(node), "a limit with 'replaces' needs a 'name'"));
+        if let Some(own) = name
+            .as_deref()
+            .filter(|own| replaces.iter().any(|r| r == own))
+        {
+            return Err(self.error(
+                line(node),
+                format!("'replaces' names this limit itself ('{own}'): it would never apply"),
+            ));
         }
         if let Some((_, at)) = &tenant_key {
             if name.is_none() {
@@ -460,13 +513,14 @@ impl Reader<'_> {
             }
         }
         if unlimited {
-            if requests_per_unit.is_some_and(|rpu| rpu > 0)
-                || algorithm.is_some()
-                || burst.is_some()
-            {
+            // As the reference: a unit is refused, a requests_per_unit is ignored.
+            if unit.is_some() {
+                return Err(self.error(line(node), "an unlimited limit has no 'unit'"));
+            }
+            if algorithm.is_some() || burst.is_some() {
                 return Err(self.error(
                     line(node),
-                    "an unlimited limit has no requests_per_unit, algorithm or burst",
+                    "an unlimited limit has no 'algorithm' or 'burst'",
                 ));
             }
             return Ok(RuleLimit {
@@ -512,6 +566,18 @@ impl Reader<'_> {
         })
     }
 
+    /// `metadata`: any mapping, kept as JSON (plain scalars typed as YAML reads them:
+    /// booleans, integers, floats, null; quoted ones strings).
+    fn metadata(
+        &self,
+        node: &MarkedYaml<'_>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+        match json_of(node) {
+            serde_json::Value::Object(map) => Ok(map),
+            _ => Err(self.error(line(node), "'metadata' must be a mapping")),
+        }
+    }
+
     fn replaces(&self, node: &MarkedYaml<'_>) -> Result<Vec<String>, ConfigError> {
         self.sequence(node, "replaces")?
             .iter()
@@ -521,6 +587,9 @@ impl Reader<'_> {
                     .first()
                     .ok_or_else(|| self.error(line(item), "a replaces entry has no 'name'"))?;
                 self.string(value, "name")
+                    .ok()
+                    .filter(|name| !name.is_empty())
+                    .ok_or_else(|| self.error(line(value), "a replaces entry has an empty 'name'"))
             })
             .collect()
     }
@@ -544,6 +613,46 @@ fn check_unique(reader: &Reader<'_>, rules: &[Rule]) -> Result<(), ConfigError> 
         }
     }
     Ok(())
+}
+
+/// A YAML node as JSON: mappings with their keys as written, plain scalars typed.
+fn json_of(node: &MarkedYaml<'_>) -> serde_json::Value {
+    use serde_json::Value;
+    match &node.data {
+        YamlData::Mapping(mapping) => Value::Object(
+            mapping
+                .iter()
+                .map(|(key, value)| {
+                    let key = match &key.data {
+                        YamlData::Representation(text, _, _) => text.to_string(),
+                        _ => json_of(key).to_string(),
+                    };
+                    (key, json_of(value))
+                })
+                .collect(),
+        ),
+        YamlData::Sequence(items) => Value::Array(items.iter().map(json_of).collect()),
+        YamlData::Representation(text, ScalarStyle::Plain, _) => {
+            let text: &str = text;
+            if is_null(text) {
+                Value::Null
+            } else if let Ok(boolean) = text.parse::<bool>() {
+                Value::Bool(boolean)
+            } else if let Ok(integer) = text.parse::<i64>() {
+                Value::from(integer)
+            } else if let Some(number) = text
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+            {
+                Value::Number(number)
+            } else {
+                Value::String(text.to_string())
+            }
+        }
+        YamlData::Representation(text, _, _) => Value::String(text.to_string()),
+        _ => Value::Null,
+    }
 }
 
 fn is_null(text: &str) -> bool {
@@ -682,16 +791,30 @@ mod tests {
             ),
             ("descriptors: []\n", 1, "no 'domain'"),
             (
-                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n",
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day}\n",
                 4,
-                "unlimited",
+                "an unlimited limit has no 'unit'",
             ),
-            ("domain: a\ndescriptors:\n  - key: k\n", 3, "neither"),
             ("domain: a\n  descriptors: [\n", 2, "not YAML"),
             (
-                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n",
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: x, replaces: [{name: x}]}\n",
                 4,
-                "needs a 'name'",
+                "'replaces' names this limit itself ('x')",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: \"\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                3,
+                "a descriptor's 'key' is empty",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                4,
+                "'share_threshold' is for wildcard values",
+            ),
+            (
+                "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      name: a\n      replaces:\n        - name:\n",
+                9,
+                "a replaces entry has an empty 'name'",
             ),
             (
                 "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      name: n\n      tenant_key: k\n",

@@ -34,6 +34,8 @@
 //!                  algorithm: sliding_window, tenant_key: tenant}
 //! ```
 
+#[cfg(test)]
+mod cases;
 mod load;
 mod pattern;
 mod yaml;
@@ -47,6 +49,8 @@ use std::time::Duration;
 use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_client::{Algorithm, Rate};
 
+#[cfg(test)]
+pub use self::load::assemble;
 pub use self::load::{ConfigError, config_files, load};
 pub use self::pattern::ValuePattern;
 pub use self::yaml::{
@@ -83,6 +87,19 @@ impl Unit {
             Self::Week => 604_800,
             Self::Month => 2_592_000,
             Self::Year => 31_536_000,
+        }
+    }
+
+    /// The unit as the protos name it (`SECOND` … `YEAR`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Second => "SECOND",
+            Self::Minute => "MINUTE",
+            Self::Hour => "HOUR",
+            Self::Day => "DAY",
+            Self::Week => "WEEK",
+            Self::Month => "MONTH",
+            Self::Year => "YEAR",
         }
     }
 
@@ -225,7 +242,8 @@ impl fmt::Display for Location {
 }
 
 /// One `descriptors` entry of the config: a key, an optional value (or pattern), a limit and
-/// nested descriptors.
+/// nested descriptors. A rule with neither a limit nor nested rules matches and applies no
+/// limit (the reference's "whitelisted" descriptor).
 #[derive(Clone, Debug)]
 pub struct Rule {
     /// The entry key it matches.
@@ -238,6 +256,15 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// Metrics name the request's own values rather than the rule.
     pub detailed_metric: bool,
+    /// Metrics name the request's value at this level (for a rule without a value, or a
+    /// wildcard one).
+    pub value_to_metric: bool,
+    /// A wildcard rule whose matching values share one counter (the pattern is the key's
+    /// value) instead of one counter each.
+    pub share_threshold: bool,
+    /// The reference's `metadata`: returned in the response's dynamic metadata for the
+    /// descriptors that passed, when asked for (`--response-dynamic-metadata`).
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// Nested rules (matched by the next entry of a descriptor).
     pub children: Vec<Rule>,
     /// The rule's path in the config (`key=value.key`), its identity in metrics.
@@ -257,14 +284,57 @@ pub struct Domain {
     pub location: Location,
 }
 
-/// What a descriptor's entries matched: the deepest rule reached by its last entry, if it
-/// has a limit.
-#[derive(Clone, Copy, Debug)]
+/// What a descriptor's entries matched: the rule reached by its last entry, if it has a
+/// limit, and the rule each entry matched on the way.
+#[derive(Clone, Debug)]
 pub struct Found<'a> {
     /// The rule.
     pub rule: &'a Rule,
     /// Its limit.
     pub limit: &'a RuleLimit,
+    /// The rule each entry matched, in order (the last is `rule`).
+    pub path: Vec<&'a Rule>,
+}
+
+impl Found<'_> {
+    /// The value entry `index` counts under: the request's, or for a `share_threshold`
+    /// rule its pattern (every matching value shares the counter).
+    pub fn counted_value<'v>(&'v self, index: usize, value: &'v str) -> &'v str {
+        match self.path.get(index) {
+            Some(Rule {
+                share_threshold: true,
+                value: Some(pattern),
+                ..
+            }) => pattern.as_str(),
+            _ => value,
+        }
+    }
+
+    /// The rule as metrics name it: its path in the config (`key=value.key`), with the
+    /// request's values where the rule asks for them (`detailed_metric` on the rule reached,
+    /// `value_to_metric` per level), a `share_threshold` level always by its pattern.
+    pub fn metric_name(&self, entries: &[(String, String)]) -> String {
+        let detailed = self.rule.detailed_metric;
+        let mut name = String::new();
+        for (rule, (key, value)) in self.path.iter().zip(entries) {
+            if !name.is_empty() {
+                name.push('.');
+            }
+            name.push_str(key);
+            let shown = match &rule.value {
+                Some(pattern) if rule.share_threshold => Some(pattern.as_str()),
+                Some(ValuePattern::Exact(exact)) => Some(exact.as_str()),
+                _ if detailed || rule.value_to_metric => Some(value.as_str()),
+                Some(pattern) => Some(pattern.as_str()),
+                None => None,
+            };
+            if let Some(shown) = shown {
+                name.push('=');
+                name.push_str(shown);
+            }
+        }
+        name
+    }
 }
 
 impl Domain {
@@ -275,11 +345,13 @@ impl Domain {
     pub fn find<'a>(&'a self, entries: &[(String, String)]) -> Option<Found<'a>> {
         let mut level: &[Rule] = &self.rules;
         let count = entries.len();
+        let mut path = Vec::with_capacity(count);
         for (index, (key, value)) in entries.iter().enumerate() {
             let rule = match_level(level, key, value)?;
+            path.push(rule);
             let last = index.saturating_add(1) == count;
             if last {
-                return rule.limit.as_ref().map(|limit| Found { rule, limit });
+                return rule.limit.as_ref().map(|limit| Found { rule, limit, path });
             }
             if rule.children.is_empty() {
                 return None;
@@ -296,7 +368,7 @@ fn match_level<'a>(rules: &'a [Rule], key: &str, value: &str) -> Option<&'a Rule
         .find(|rule| matches!(&rule.value, Some(ValuePattern::Exact(exact)) if exact == value))
         .or_else(|| {
             same_key().find(|rule| {
-                matches!(&rule.value, Some(pattern @ ValuePattern::Glob(_)) if pattern.matches(value))
+                matches!(&rule.value, Some(pattern @ ValuePattern::Glob(..)) if pattern.matches(value))
             })
         })
         .or_else(|| same_key().find(|rule| rule.value.is_none()))

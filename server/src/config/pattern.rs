@@ -7,25 +7,41 @@ pub enum ValuePattern {
     /// Matches this value only.
     Exact(String),
     /// Matches values made of these literal pieces in order, anything between them (the text
-    /// split at each `*`; the first piece is a prefix, the last a suffix).
-    Glob(Vec<String>),
+    /// split at each `*`; the first piece is a prefix, the last a suffix), and the pattern
+    /// as written.
+    Glob(Vec<String>, String),
 }
 
 impl ValuePattern {
     /// The pattern a config value spells.
     pub fn parse(text: &str) -> Self {
         if text.contains('*') {
-            Self::Glob(text.split('*').map(str::to_string).collect())
+            Self::Glob(
+                text.split('*').map(str::to_string).collect(),
+                text.to_string(),
+            )
         } else {
             Self::Exact(text.to_string())
         }
+    }
+
+    /// The value as written in the config.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Exact(text) | Self::Glob(_, text) => text,
+        }
+    }
+
+    /// Whether it has a `*`.
+    pub fn is_wildcard(&self) -> bool {
+        matches!(self, Self::Glob(..))
     }
 
     /// Whether `value` matches.
     pub fn matches(&self, value: &str) -> bool {
         match self {
             Self::Exact(exact) => exact == value,
-            Self::Glob(pieces) => glob_matches(pieces, value),
+            Self::Glob(pieces, _) => glob_matches(pieces, value),
         }
     }
 }

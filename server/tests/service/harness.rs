@@ -48,12 +48,68 @@ impl Drop for TempDir {
     }
 }
 
-/// The binary Cargo built for these tests, or the one `RLS_SERVICE_BINARY` names (to run
-/// the reproductions against another build, an earlier release say).
+/// The binary Cargo built for these tests, or the one `RLS_SERVER_BINARY` names (another
+/// build, an earlier release say: to see a test fail before the fix it comes with).
 fn binary() -> PathBuf {
-    std::env::var_os("RLS_SERVICE_BINARY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_redis-ratelimit-server")))
+    std::env::var_os("RLS_SERVER_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_redis-ratelimit-server")),
+        PathBuf::from,
+    )
+}
+
+/// The command running the service, with at most `open_files` file descriptors if given
+/// (`prlimit`, which execs the service: its pid is the service's). The test machine's
+/// environment never steers it: the reference's variables are removed.
+fn command(open_files: Option<u64>) -> Command {
+    let mut command = match open_files {
+        None => Command::new(binary()),
+        Some(limit) => {
+            let mut command = Command::new("prlimit");
+            command
+                .arg(format!("--nofile={limit}:{limit}"))
+                .arg("--")
+                .arg(binary());
+            command
+        }
+    };
+    for name in REFERENCE_VARIABLES {
+        command.env_remove(name);
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// The flags of a service on `redis` with the config directory `config`, both listeners on
+/// ports they pick, then `extra`.
+fn listening(redis: &str, config: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["--redis", redis, "--config"]
+        .iter()
+        .map(|arg| arg.to_string())
+        .collect();
+    args.push(config.to_string_lossy().into_owned());
+    args.extend(
+        [
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+        ]
+        .map(String::from),
+    );
+    args.extend(extra.iter().map(|arg| arg.to_string()));
+    args
+}
+
+/// A config directory holding `config` (name, text).
+fn config_dir(config: &[(&str, &str)]) -> TempDir {
+    let dir = TempDir::new("config");
+    for (name, text) in config {
+        dir.write(name, text);
+    }
+    dir
 }
 
 /// A running service.
@@ -68,63 +124,44 @@ pub struct Service {
 impl Service {
     /// Starts the service on `redis` with `config` files (name, text) and `extra` flags.
     pub fn start(redis: &str, config: &[(&str, &str)], extra: &[&str]) -> Service {
-        let dir = TempDir::new("config");
-        for (name, text) in config {
-            dir.write(name, text);
-        }
-        Self::start_in(redis, dir, extra)
+        Self::start_in(redis, config_dir(config), extra)
     }
 
     pub fn start_in(redis: &str, config: TempDir, extra: &[&str]) -> Service {
-        Self::start_with(redis, config, extra, None)
+        let args = listening(redis, &config.0, extra);
+        Self::spawn(&args, &[], config, None)
     }
 
-    /// Starts the service with at most `open_files` file descriptors (`prlimit`, which
-    /// execs the service: its pid is the service's).
+    /// Starts the service with at most `open_files` file descriptors.
     pub fn start_limited(
         redis: &str,
         config: &[(&str, &str)],
         extra: &[&str],
         open_files: u64,
     ) -> Service {
-        let dir = TempDir::new("config");
-        for (name, text) in config {
-            dir.write(name, text);
-        }
-        Self::start_with(redis, dir, extra, Some(open_files))
+        let dir = config_dir(config);
+        let args = listening(redis, &dir.0, extra);
+        Self::spawn(&args, &[], dir, Some(open_files))
     }
 
-    fn start_with(
-        redis: &str,
+    /// Starts the service with only `args` (the watch period and timeout of the other
+    /// tests added) and the environment variables `env`, `config` its directory to clean
+    /// up: for the settings the reference reads from the environment.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)], config: TempDir) -> Service {
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        Self::spawn(&args, env, config, None)
+    }
+
+    fn spawn(
+        args: &[String],
+        env: &[(&str, &str)],
         config: TempDir,
-        extra: &[&str],
         open_files: Option<u64>,
     ) -> Service {
-        let mut command = match open_files {
-            None => Command::new(binary()),
-            Some(limit) => {
-                let mut command = Command::new("prlimit");
-                command
-                    .arg(format!("--nofile={limit}:{limit}"))
-                    .arg("--")
-                    .arg(binary());
-                command
-            }
-        };
-        let mut child = command
-            .args(["--redis", redis, "--config"])
-            .arg(&config.0)
-            .args([
-                "--grpc-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-            ])
+        let mut child = command(open_files)
             .args(["--watch-ms", "100", "--timeout-ms", "1000"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .args(args)
+            .envs(env.iter().copied())
             .spawn()
             .unwrap();
         let log = Arc::new(Mutex::new(String::new()));
@@ -167,54 +204,43 @@ impl Service {
     /// Starts a service expected to refuse to start; returns its log.
     pub fn fail_to_start(redis: &str, config: &[(&str, &str)]) -> String {
         let (status, log) = Self::exit_at_start(redis, config, &[]);
-        assert!(!status.success(), "the service started");
+        assert!(!status.success(), "the service exited 0 at start; log:\n{log}");
         log
     }
 
-    /// Runs a service expected to exit at start (within 60 s): its exit status and log.
+    /// Runs a service expected to exit at start: its exit status and log. Bounded: a
+    /// service still running after 20 s started after all, and is stopped, failing the test.
     pub fn exit_at_start(
         redis: &str,
         config: &[(&str, &str)],
         extra: &[&str],
     ) -> (std::process::ExitStatus, String) {
-        let dir = TempDir::new("config");
-        for (name, text) in config {
-            dir.write(name, text);
-        }
-        let mut child = Command::new(binary())
-            .args(["--redis", redis, "--config"])
-            .arg(&dir.0)
-            .args([
-                "--grpc-listen",
-                "127.0.0.1:0",
-                "--http-listen",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+        let dir = config_dir(config);
+        let mut child = command(None)
+            .args(listening(redis, &dir.0, extra))
             .spawn()
             .unwrap();
+        // Read as it comes, so a service writing much is never blocked on a full pipe.
         let mut stderr = child.stderr.take().unwrap();
         let reader = std::thread::spawn(move || {
             let mut log = String::new();
             let _ = stderr.read_to_string(&mut log);
             log
         });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the service did not exit at start");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        (status, reader.join().unwrap())
+        let mut status = None;
+        let exited = wait_until(Duration::from_secs(20), || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        });
+        if !exited {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let log = reader.join().unwrap();
+        match status {
+            Some(status) => (status, log),
+            None => panic!("the service started (stopped after 20 s); log:\n{log}"),
+        }
     }
 
     /// The process id.
@@ -285,11 +311,45 @@ impl Drop for Service {
     }
 }
 
+/// The address a listener logged it is bound to (an unspecified address reached on
+/// loopback).
 fn bound(log: &str, prefix: &str) -> Option<SocketAddr> {
     let line = log.lines().find(|line| line.contains(prefix))?;
     let rest = line.split(prefix).nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
+    let mut address: SocketAddr = rest.split_whitespace().next()?.parse().ok()?;
+    if address.ip().is_unspecified() {
+        address.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    Some(address)
 }
+
+/// The environment variables of envoyproxy/ratelimit the service reads (or logs).
+pub const REFERENCE_VARIABLES: &[&str] = &[
+    "REDIS_URL",
+    "REDIS_SOCKET_TYPE",
+    "REDIS_TYPE",
+    "REDIS_AUTH",
+    "REDIS_TLS",
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+    "GRPC_HOST",
+    "GRPC_PORT",
+    "HOST",
+    "PORT",
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+    "SHADOW_MODE",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
+    "CACHE_KEY_PREFIX",
+    "LOG_LEVEL",
+    "RESPONSE_DYNAMIC_METADATA",
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+    "USE_STATSD",
+    "REDIS_POOL_SIZE",
+];
 
 pub struct Reply {
     pub status: u16,

@@ -14,7 +14,11 @@
 //!   memory and descriptors read from /proc, and the security switches;
 //! - `python`: an independent client, the stubs `envoy-data-plane` generates from Envoy's protos;
 //! - `envoy`: a real Envoy with the example config in front of the service, over real HTTP;
-//! - `venv`: the Python packages those two use (pinned), installed on first use.
+//! - `reference`: envoyproxy/ratelimit's README examples, service and integration tests'
+//!   expectations, the defects a migration met, and its environment variables, `/json`
+//!   and `/healthcheck`, over gRPC and both HTTP APIs;
+//! - `venv`: the Python packages the Python and Envoy tests use (pinned), installed on first
+//!   use.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -34,4 +38,5 @@ mod http_api;
 mod operations;
 mod plans;
 mod python;
+mod reference;
 mod venv;
