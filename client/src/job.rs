@@ -32,7 +32,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, AlgorithmError};
+use crate::algorithm::Algorithm;
 use crate::policy::{DEFAULT_TIMEOUT, Fallback, Lease, MAX_LIMITS, PolicyError};
 
 /// What a check asks of one limit.
@@ -168,14 +168,6 @@ pub enum JobError {
     /// A limit charged 0 units (a probe says it is read only).
     #[error("limit '{0}' is charged 0 units: charge at least 1, or make it a probe")]
     ZeroUnits(String),
-    /// A limit whose algorithm cannot be sent.
-    #[error("limit '{limit}': {error}")]
-    Algorithm {
-        /// The limit.
-        limit: String,
-        /// Why.
-        error: AlgorithmError,
-    },
 }
 
 /// What every job of one name shares: the fallback, the store timeout, leases and the

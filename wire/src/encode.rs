@@ -323,6 +323,23 @@ pub fn throttle(key: &[u8], params: &GcraParams, out: &mut Args) -> Command {
     Command::Throttle
 }
 
+/// `RL.PEEK key NAME <parameters> cost`: what a call of the quota's cost would get now,
+/// changing nothing (a paced bucket's wait is not asked); for an in-flight limit `RL.PEEK
+/// key CONCURRENCY limit`: whether a slot is free (a peek holds none).
+pub fn peek(key: &[u8], quota: &Quota, out: &mut Args) -> Command {
+    out.start(Command::Peek);
+    out.push(key);
+    out.push(quota.kind().command_name().unwrap_or_default().as_bytes());
+    match quota {
+        Quota::Concurrency(params) => out.push_display(params.limit()),
+        quota => {
+            params(quota, out);
+            out.push_display(quota.cost());
+        }
+    }
+    Command::Peek
+}
+
 /// The command that gives the quota's cost back to `key`: `RL.REFUND key NAME <parameters>
 /// cost`; for a GCRA, `CL.THROTTLE` with a negative quantity; for an in-flight limit,
 /// `RL.RELEASE key holder` (its slot is given back by releasing its holder).

@@ -247,11 +247,12 @@ mod tests {
         // The answer is a second old when the store first fails: the local states start from
         // a fresh share and owe the store; the debt must not revive the old answer, which
         // would start them over and grant the share again within one outage.
-        let answers = Answers::new(Duration::from_secs(1));
-        answers.record("k", &[(0, view(0, None))], None, T0);
+        let answers = Answers::default();
+        let keep = Duration::from_secs(1);
+        answers.record("k", &[(0, view(0, None))], None, T0, keep);
         let late = T0 + 1_200_000;
         assert!(answers.seed("k", late).is_none(), "expired");
-        answers.owe("k", 1, late);
+        answers.owe("k", 1, late, keep);
         assert!(answers.seed("k", late + 250_000).is_none(), "revived");
         assert_eq!(answers.take_owed("k", late + 250_000), Some(1));
     }

@@ -101,16 +101,9 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
     }
     let mut limits = Vec::with_capacity(job.limits.len());
     for (index, limit) in job.limits.iter().enumerate() {
-        let shape = limit
-            .algorithm
-            .shape()
-            .map_err(|error| JobError::Algorithm {
-                limit: limit.name.to_string(),
-                error,
-            })?;
         // The limits too: a key whose limit changed (a plan's amount, on the same key) is
         // another key set for the denials and leases remembered.
-        let _ = write!(id, "\u{3}{shape:?}");
+        let _ = write!(id, "\u{3}{:?}", limit.algorithm.as_quota());
         let (weight, probe) = match (limit.charge, uniform) {
             (Charge::Probe, _) => {
                 id.push('\u{2}');
@@ -123,7 +116,6 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
         limits.push(CheckedLimit {
             name: Arc::clone(&limit.name),
             algorithm: limit.algorithm.clone(),
-            shape,
             weight,
             paced: None,
             probe,

@@ -184,7 +184,7 @@ impl Store for MemoryStore {
         Box::pin(async move {
             // One RL.PEEK per limit: several need no RL.MULTI.
             self.enter().await?;
-            let calls = local_calls(&request.limits, request.holder)?;
+            let calls = local_calls(&request.limits, request.holder);
             let now_us = self.now_us();
             let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
             limits

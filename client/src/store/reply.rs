@@ -145,23 +145,18 @@ pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, String>
 
 /// The `RL.PEEK` of each limit of a group: what a call of `units × weight` would get now
 /// (an in-flight limit: whether a slot is free).
-pub(crate) fn peek_commands(request: &Acquire<'_>) -> Vec<Vec<String>> {
+pub(crate) fn peek_commands(request: &Acquire<'_>) -> Vec<Args> {
     request
         .limits
         .iter()
         .map(|call| {
-            let mut args = vec![
-                "RL.PEEK".to_string(),
-                call.key.to_string(),
-                call.algorithm.wire_name().to_string(),
-            ];
-            match call.algorithm {
-                Algorithm::Concurrency { limit, .. } => args.push(limit.to_string()),
-                algorithm => {
-                    args.extend(algorithm.wire_args());
-                    args.push(request.units.saturating_mul(call.weight.max(1)).to_string());
-                }
-            }
+            let units = request.units.saturating_mul(call.weight.max(1));
+            let mut args = Args::default();
+            encode::peek(
+                call.key.as_bytes(),
+                &call.algorithm.as_quota().with_cost(units),
+                &mut args,
+            );
             args
         })
         .collect()

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use super::load::parse_file;
-use super::{Config, Domain, Found, Unit, assemble};
+use super::{Config, DEFAULT_MAX_DEPTH, Domain, Found, Unit, assemble};
 
 macro_rules! reference {
     ($path:literal) => {
@@ -26,7 +26,8 @@ const SHARE: (&str, &str) = reference!("config/share_threshold.yaml");
 const METADATA: (&str, &str) = reference!("config/metadata.yaml");
 
 fn domain((path, text): (&str, &str)) -> Domain {
-    parse_file(&PathBuf::from(path), text).unwrap_or_else(|error| panic!("{error}"))
+    parse_file(&PathBuf::from(path), text, DEFAULT_MAX_DEPTH)
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -128,7 +129,7 @@ fn every_refused_config_is_refused_as_the_reference_refuses_it() {
         ),
     ];
     for ((path, text), line, reason) in cases {
-        let error = parse_file(&PathBuf::from(path), text).unwrap_err();
+        let error = parse_file(&PathBuf::from(path), text, DEFAULT_MAX_DEPTH).unwrap_err();
         assert!(error.reason.contains(reason), "{path}: {error}");
         assert_eq!(error.line, *line, "{path}: {error}");
     }
@@ -145,7 +146,7 @@ fn a_domain_in_two_files_is_refused_as_the_reference_does_by_default() {
             .collect()
     };
     let duplicate = reference!("config/duplicate_domain.yaml");
-    let errors = assemble(files(&[BASIC, duplicate])).unwrap_err();
+    let errors = assemble(files(&[BASIC, duplicate]), DEFAULT_MAX_DEPTH).unwrap_err();
     assert!(
         errors[0]
             .to_string()
@@ -156,9 +157,9 @@ fn a_domain_in_two_files_is_refused_as_the_reference_does_by_default() {
         reference!("config/merge_domain_a.yaml"),
         reference!("config/merge_domain_b.yaml"),
     );
-    assert!(assemble(files(&[a, b])).is_err());
+    assert!(assemble(files(&[a, b]), DEFAULT_MAX_DEPTH).is_err());
     for half in [a, b] {
-        let config: Config = assemble(files(&[half])).unwrap();
+        let config: Config = assemble(files(&[half]), DEFAULT_MAX_DEPTH).unwrap();
         assert!(config.domain("ref-merged").is_some());
     }
 }

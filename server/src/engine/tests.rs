@@ -18,7 +18,7 @@ use redis_ratelimit_client::store::{MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{Fallback, PlanOptions, Profile, RateLimiter};
 
 use super::{Engine, EngineSettings, PROFILE};
-use crate::config::{Unit, assemble};
+use crate::config::{DEFAULT_MAX_DEPTH, Unit, assemble};
 use crate::headers::{self, FieldsDraft, HeaderSettings};
 use crate::plans::Plans;
 use crate::request::{Bounds, CheckRequest, Descriptor};
@@ -44,6 +44,7 @@ fn engine_failing(
             .iter()
             .map(|(name, text)| (PathBuf::from(name), text.to_string()))
             .collect(),
+        DEFAULT_MAX_DEPTH,
     )
     .unwrap_or_else(|errors| panic!("{errors:?}"));
     let store = Arc::new(MemoryStore::new());

@@ -204,7 +204,10 @@ impl Service {
     /// Starts a service expected to refuse to start; returns its log.
     pub fn fail_to_start(redis: &str, config: &[(&str, &str)]) -> String {
         let (status, log) = Self::exit_at_start(redis, config, &[]);
-        assert!(!status.success(), "the service exited 0 at start; log:\n{log}");
+        assert!(
+            !status.success(),
+            "the service exited 0 at start; log:\n{log}"
+        );
         log
     }
 

@@ -26,6 +26,7 @@ enum Parsed {
     Throttle(GcraParams),
     Refund(Quota),
     Release(HolderId),
+    Peek(CallArgs),
 }
 
 /// Parses `args` (name first) as the module does.
@@ -52,7 +53,8 @@ fn parse(args: &Args) -> Result<(Vec<u8>, Parsed), CommandError> {
             [holder] => Parsed::Release(quota::holder(holder)?),
             _ => return Err(CommandError::WrongArity),
         },
-        Syntax::Multi | Syntax::Peek | Syntax::Effects => unreachable!("not encoded"),
+        Syntax::Peek => Parsed::Peek(remembered::peek(rest, SETTINGS)?),
+        Syntax::Multi | Syntax::Effects => unreachable!("not encoded"),
     };
     Ok((key.to_vec(), parsed))
 }
@@ -242,6 +244,32 @@ proptest! {
         }
     }
 
+    /// A peek of any kind parses back to the quota it reads, taken whole (an in-flight
+    /// limit: its limit alone, which is all a peek of one says).
+    #[test]
+    fn a_peek_parses_back((kind, args) in arb_call()) {
+        let Ok(parsed) = parse_call::call(kind, &bytes(&args), SETTINGS) else {
+            return Ok(());
+        };
+        let quota = parsed.quota;
+        let mut out = Args::default();
+        prop_assert_eq!(peek(b"k", &quota, &mut out), Command::Peek);
+        let (key, reparsed) = parse(&out).unwrap();
+        prop_assert_eq!(key, b"k".to_vec());
+        let Parsed::Peek(back) = reparsed else { panic!("a peek") };
+        prop_assert_eq!(back.grant, Grant::Whole);
+        match quota {
+            Quota::Concurrency(params) => {
+                let Quota::Concurrency(read) = back.quota else { panic!("in-flight") };
+                prop_assert_eq!(read.limit(), params.limit());
+                prop_assert!(read.holder().is_none());
+            }
+            // A peek asks no wait: it never waits.
+            Quota::TokenBucket(p) => prop_assert_eq!(back.quota, Quota::TokenBucket(p.with_max_wait_ns(0).unwrap())),
+            other => prop_assert_eq!(back.quota, other),
+        }
+    }
+
     /// Every refill interval has a rate the parser turns back into exactly that interval.
     #[test]
     fn every_interval_has_a_rate(interval_ns in prop_oneof![
@@ -340,6 +368,10 @@ fn the_commands_clients_have_always_sent() {
     assert_eq!(words(&out).join(" "), "CL.THROTTLE g 4 10 60 -5");
     refund(b"s", &slots, &mut out).unwrap();
     assert_eq!(words(&out).join(" "), "RL.RELEASE s req-1");
+    peek(b"a", &window.with_cost(10), &mut out);
+    assert_eq!(words(&out).join(" "), "RL.PEEK a SLIDING 100 1.000000 10");
+    peek(b"s", &slots, &mut out);
+    assert_eq!(words(&out).join(" "), "RL.PEEK s CONCURRENCY 5");
 }
 
 #[test]
