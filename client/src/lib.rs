@@ -110,7 +110,7 @@ pub use decision::{Decision, LimitStatus, Outcome, Source};
 pub use in_flight::InFlight;
 pub use job::{Charge, Job, JobLimit, Profile};
 pub use key::{Inputs, KeyTemplate};
-pub use limiter::{BuildError, CheckError, FallbackStates, RateLimiter, RateLimiterBuilder};
+pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
 pub use plans::{PlanOptions, PlanServer, PlanSource, PlanStatus};
 pub use policy::{Fallback, Lease, Limit, Policy};
 pub use replicas::Replicas;

@@ -4,7 +4,7 @@
 //! fallback admitted meanwhile.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::RateLimiter;
@@ -67,7 +67,7 @@ impl RateLimiter {
                 .collect()
         };
         let decided_locally = {
-            let mut local = self.inner.local.lock();
+            let mut local = self.local();
             if let Some(seed) = state.memory.answers.seed(target.id, now_us) {
                 self.seed_local(target, &calls, &seed.views, seed.answered_at_us, &mut local);
             }
@@ -240,6 +240,14 @@ impl RateLimiter {
             .collect()
     }
 
+    /// The local fallback's states.
+    fn local(&self) -> MutexGuard<'_, LocalLimits> {
+        self.inner
+            .local
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Releases the target's slots in the local in-flight limits.
     pub(super) fn release_local(&self, target: Target<'_>) {
         let Some(calls) = self.local_calls(target) else {
@@ -253,7 +261,7 @@ impl RateLimiter {
             .collect();
         if !slots.is_empty() {
             // A release of an unknown holder changes nothing, so errors cannot matter here.
-            let _ = self.inner.local.lock().refund(&slots, 1, clock::now_us());
+            let _ = self.local().refund(&slots, 1, clock::now_us());
         }
     }
 }

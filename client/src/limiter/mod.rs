@@ -13,7 +13,7 @@ mod state;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use self::decide::store_decision;
@@ -84,8 +84,9 @@ struct Inner {
     profiles: HashMap<Arc<str>, PolicyState>,
     replicas: Replicas,
     breaker: Breaker,
-    /// The local fallback's limiter states (shares of the quota), perhaps shared.
-    local: FallbackStates,
+    /// The local fallback's limiter states (shares of the quota), one per key for every
+    /// policy and job profile: a key has one share whichever asks.
+    local: Mutex<LocalLimits>,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Plans: the store-backed policies' resolved states.
     plans: plans::StorePolicies,
@@ -100,32 +101,6 @@ impl Drop for Inner {
         if let Some(handle) = sweeper.take() {
             handle.abort();
         }
-    }
-}
-
-/// The local fallback's limiter states: this replica's share of each key's quota, by key.
-/// Limiters built with the same states decide a key from one share: a service that builds
-/// several limiters over the same keys (one per shape of request, say) gives each key one
-/// share in a fallback, not one per limiter. Cheap to clone (clones share).
-#[derive(Clone)]
-pub struct FallbackStates(Arc<Mutex<LocalLimits>>);
-
-impl Default for FallbackStates {
-    fn default() -> Self {
-        // Lenient: the fallback has no one to report a kind mismatch to.
-        Self(Arc::new(Mutex::new(LocalLimits::lenient())))
-    }
-}
-
-impl FallbackStates {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, LocalLimits> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl fmt::Debug for FallbackStates {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FallbackStates").finish_non_exhaustive()
     }
 }
 
@@ -171,7 +146,6 @@ pub struct RateLimiterBuilder {
     replicas: Replicas,
     breaker: BreakerConfig,
     plans: Option<crate::plans::PlanSource>,
-    fallback_states: FallbackStates,
 }
 
 impl RateLimiterBuilder {
@@ -210,14 +184,6 @@ impl RateLimiterBuilder {
         self
     }
 
-    /// The local fallback's states, shared with every limiter given the same (by default
-    /// the limiter's own).
-    #[must_use]
-    pub fn fallback_states(mut self, states: FallbackStates) -> Self {
-        self.fallback_states = states;
-        self
-    }
-
     /// Builds the limiter. Inside a Tokio runtime, this also starts the task that refunds
     /// expired leases; without one, expired leases are refunded when next touched.
     pub fn build(self) -> Result<RateLimiter, BuildError> {
@@ -253,7 +219,8 @@ impl RateLimiterBuilder {
                 profiles,
                 replicas: self.replicas,
                 breaker: Breaker::new(self.breaker),
-                local: self.fallback_states,
+                // Lenient: the fallback has no one to report a kind mismatch to.
+                local: Mutex::new(LocalLimits::lenient()),
                 sweeper: Mutex::new(None),
                 plans,
             }),
@@ -314,7 +281,6 @@ impl RateLimiter {
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
             plans: None,
-            fallback_states: FallbackStates::default(),
         }
     }
 

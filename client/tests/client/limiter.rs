@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis_ratelimit_client::store::{Capabilities, MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{
-    Algorithm, BreakerConfig, CheckError, Fallback, FallbackStates, Inputs, Lease, Limit, Outcome,
-    Policy, RateLimiter, Replicas, Source,
+    Algorithm, BreakerConfig, CheckError, Fallback, Inputs, Job, JobLimit, Lease, Limit, Outcome,
+    Policy, Profile, RateLimiter, Replicas, Source,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -404,43 +404,57 @@ async fn fallback_local_enforces_this_replicas_share() {
     );
 }
 
-/// Two limiters deciding one key (a service's limiters for two shapes of request, each
-/// with the per-user limit): with the same fallback states, one share between them; with
-/// their own, one each.
+/// One key checked by requests of several shapes (a service's per-user limit, asked alone
+/// or with a per-route one; two policies sharing the key) has one share of its quota in a
+/// fallback, whichever shape asks: the local states are the limiter's, by key.
 #[tokio::test]
-async fn limiters_sharing_fallback_states_share_a_keys_quota() {
+async fn a_key_has_one_local_share_whatever_checks_it() {
     let store = Arc::new(MemoryStore::new());
     store.set_down(true);
-    let build = |policy: Policy, states: &FallbackStates| {
-        RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
-            .policy(policy)
-            .fallback_states(states.clone())
-            .build()
-            .unwrap()
-    };
-    let plain = || failing_policy(Fallback::Local, 5);
-    let with_route = || {
-        Policy::builder("api")
-            .limit(limit("per-user", 5, "rl:{user}"))
-            .limit(limit("per-route", 100, "rl:route:{user}"))
-            .fallback(Fallback::Local)
-            .timeout(Duration::from_millis(20))
-            .build()
-            .unwrap()
-    };
-    let shared = FallbackStates::default();
-    let apart = [FallbackStates::default(), FallbackStates::default()];
-    for (states, expected) in [([&shared, &shared], 5), ([&apart[0], &apart[1]], 10)] {
-        let limiters = [build(plain(), states[0]), build(with_route(), states[1])];
-        let mut admitted = 0;
-        for round in 0..12 {
-            let limiter = &limiters[round % 2];
-            let decision = limiter.check("api", &user("ann")).await.unwrap();
-            assert_eq!(decision.source, Source::Fallback);
-            admitted += u64::from(decision.allowed);
-        }
-        assert_eq!(admitted, expected);
+    let with_route = Policy::builder("api-route")
+        .limit(limit("per-user", 5, "rl:{user}"))
+        .limit(limit("per-route", 100, "rl:route:{user}"))
+        .fallback(Fallback::Local)
+        .timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let profile = Profile::builder("jobs")
+        .fallback(Fallback::Local)
+        .timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(failing_policy(Fallback::Local, 5))
+        .policy(with_route)
+        .profile(profile)
+        .build()
+        .unwrap();
+    let per_user = || JobLimit::new("per-user", "rl:ann", bucket(5));
+    let mut admitted = 0;
+    for round in 0..16 {
+        let decision = match round % 4 {
+            0 => limiter.check("api", &user("ann")).await.unwrap(),
+            1 => limiter.check("api-route", &user("ann")).await.unwrap(),
+            2 => limiter
+                .check_job(&Job::new("jobs").limit(per_user()))
+                .await
+                .unwrap(),
+            _ => limiter
+                .check_job(&Job::new("jobs").limit(per_user()).limit(JobLimit::new(
+                    "per-route",
+                    "rl:route:ann",
+                    bucket(100),
+                )))
+                .await
+                .unwrap(),
+        };
+        assert_eq!(decision.source, Source::Fallback);
+        admitted += u64::from(decision.allowed);
     }
+    assert_eq!(
+        admitted, 5,
+        "one share of the per-user limit across four shapes"
+    );
 }
 
 #[tokio::test]
