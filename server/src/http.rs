@@ -152,9 +152,9 @@ async fn same_origin(State(api): State<Arc<Api>>, request: Request, next: Next) 
     next.run(request).await
 }
 
-/// The API takes JSON only: `application/json` (or `application/*+json`). A browser
+/// `/v1/*` takes JSON only: `application/json` (or `application/*+json`). A browser
 /// sends a cross-origin POST without asking first only as text/plain or a form, so this
-/// also keeps pages out.
+/// also keeps pages out (besides the Origin check, which alone guards `/json`).
 async fn json_only(request: Request, next: Next) -> Response {
     let content_type = request
         .headers()

@@ -1045,6 +1045,16 @@ fn bad_token_tls_and_body_input_is_refused_clearly() {
         );
         assert_eq!(reply.status, 200, "{scheme}: {}", reply.body);
     }
+    // The reference's /json is guarded alike.
+    let reply = service.http("POST", "/json", &body("user", "t"), &[]);
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    let reply = service.http(
+        "POST",
+        "/json",
+        &body("user", "t"),
+        &[("Authorization", "Bearer s3cret")],
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
     // A body over 64 KiB: 413 as problem+json.
     let large = format!(
         r#"{{"domain":"hostile","descriptors":[],"pad":"{}"}}"#,
@@ -1279,10 +1289,38 @@ fn limit_overrides_can_be_refused_and_web_pages_are() {
     );
     assert_problem(&reply, 403);
     assert_problem(
-        &http_with_type(default.http, &check, Some("text/plain")),
+        &http_with_type(default.http, "/v1/check", &check, Some("text/plain")),
         415,
     );
-    assert_problem(&http_with_type(default.http, &check, None), 415);
+    assert_problem(
+        &http_with_type(default.http, "/v1/check", &check, None),
+        415,
+    );
+    // The reference's /json takes a body of any content type, as the reference does (its
+    // own example posts with curl's form type): there the Origin alone keeps pages out.
+    let types = [
+        Some("application/json"),
+        Some("application/x-www-form-urlencoded"),
+        Some("text/plain"),
+        None,
+    ];
+    for (index, content_type) in types.into_iter().enumerate() {
+        let reference = body("user", &format!("json-{index}"));
+        let reply = http_with_type(default.http, "/json", &reference, content_type);
+        assert_eq!(reply.status, 200, "{content_type:?}: {}", reply.body);
+        assert!(
+            reply.body.contains(r#""overallCode":"OK""#),
+            "{}",
+            reply.body
+        );
+    }
+    let reply = default.http(
+        "POST",
+        "/json",
+        &check,
+        &[("Origin", "http://evil.example")],
+    );
+    assert_problem(&reply, 403);
     let allowed = start(&redis, &["--http-allow-origin", "https://app.example"]);
     let reply = allowed.http(
         "POST",
@@ -1304,15 +1342,20 @@ fn limit_overrides_can_be_refused_and_web_pages_are() {
     );
 }
 
-/// A POST to /v1/check with the given content type (or none).
-fn http_with_type(address: SocketAddr, body: &str, content_type: Option<&str>) -> Reply {
+/// A POST to `path` with the given content type (or none).
+fn http_with_type(
+    address: SocketAddr,
+    path: &str,
+    body: &str,
+    content_type: Option<&str>,
+) -> Reply {
     let content_type = content_type
         .map(|value| format!("Content-Type: {value}\r\n"))
         .unwrap_or_default();
     exchange(
         address,
         &format!(
-            "POST /v1/check HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n{body}",
             body.len()
         ),
     )
