@@ -415,6 +415,11 @@ pub fn exchange(address: SocketAddr, request: &str) -> Reply {
     }
 }
 
+/// The URL of a test Redis.
+pub fn redis_url(redis: &Server) -> String {
+    format!("redis://127.0.0.1:{}/", redis.port)
+}
+
 /// A descriptor of `(key, value)` entries.
 pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {

@@ -25,7 +25,9 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use redis_ratelimit_testkit::server::{Server, wait_until};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use crate::harness::{Reply, Service, TempDir, descriptor, exchange, on_runtime, request};
+use crate::harness::{
+    Reply, Service, TempDir, descriptor, exchange, on_runtime, redis_url, request,
+};
 use tokio_rustls::rustls;
 
 const CONFIG: &str = r#"
@@ -39,10 +41,6 @@ descriptors:
     detailed_metric: true
     rate_limit: {unit: day, requests_per_unit: 1000000, name: per-path}
 "#;
-
-fn redis_url(redis: &Server) -> String {
-    format!("redis://127.0.0.1:{}/", redis.port)
-}
 
 fn start(redis: &Server, extra: &[&str]) -> Service {
     Service::start(&redis_url(redis), &[("hostile.yaml", CONFIG)], extra)

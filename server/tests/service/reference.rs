@@ -20,7 +20,7 @@ use envoy_types::pb::google::protobuf::value::Kind;
 use redis_ratelimit_testkit::server::{Server, wait_until};
 use serde_json::{Value, json};
 
-use crate::harness::{self, Service, TempDir, certificate, tls_redis};
+use crate::harness::{self, Service, TempDir, certificate, redis_url, tls_redis};
 
 /// How a request reaches the service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,10 +238,6 @@ fn reference_file(path: &str) -> String {
         .join("tests/reference")
         .join(path);
     std::fs::read_to_string(&file).unwrap_or_else(|error| panic!("{}: {error}", file.display()))
-}
-
-fn redis_url(redis: &Server) -> String {
-    format!("redis://127.0.0.1:{}/", redis.port)
 }
 
 fn flush(redis: &Server) {
