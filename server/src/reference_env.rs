@@ -197,8 +197,8 @@ const UNREAD: &[(&str, &str)] = &[
     ("GRPC_SERVER_USE_TLS", GRPC_TLS),
     ("GRPC_SERVER_TLS_CERT", GRPC_TLS),
     ("GRPC_SERVER_TLS_KEY", GRPC_TLS),
-    ("GRPC_CLIENT_TLS_CACERT", GRPC_TLS),
-    ("GRPC_CLIENT_TLS_SAN", GRPC_TLS),
+    ("GRPC_CLIENT_TLS_CACERT", GRPC_CLIENT_CA),
+    ("GRPC_CLIENT_TLS_SAN", GRPC_CLIENT_CA),
     ("LOG_FORMAT", "logs are text lines"),
     (
         "CONFIG_TYPE",
@@ -320,8 +320,9 @@ const UNREAD: &[(&str, &str)] = &[
 ];
 
 const NO_DEBUG: &str = "there is no debug listener (/metrics and /readyz are on the HTTP listener)";
-const CONNECTIONS: &str = "connection lifetimes are the service's own";
+const CONNECTIONS: &str = "connections are bounded by --max-connections, --max-streams, --keepalive-ms and --request-timeout-ms";
 const GRPC_TLS: &str = "gRPC is served over TLS with --grpc-tls-cert and --grpc-tls-key";
+const GRPC_CLIENT_CA: &str = "client certificates are required with --grpc-tls-client-ca (mutual TLS): one its CA signed is admitted, whatever its name";
 const NO_XDS: &str = "the config is not taken from an xDS server";
 const METRICS: &str = "metrics are Prometheus text at GET /metrics on the HTTP listener";
 const POOL: &str = "the store is one multiplexed connection, pipelined by itself";
