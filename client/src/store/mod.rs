@@ -24,7 +24,7 @@ pub use self::backend::Backend;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
 #[cfg(feature = "sentinel")]
-pub use self::sentinel::{RESOLVE_PACE, SentinelStore};
+pub use self::sentinel::{RESOLVE_PACE, SentinelStore, parse_url as parse_sentinel_url};
 pub use crate::outcome::{Grant, StoreBackend, View};
 
 /// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).

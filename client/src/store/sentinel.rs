@@ -216,7 +216,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// `redis+sentinel://h1:p1,h2:p2/name[/db]` → (addresses, name, db).
-pub(crate) fn parse_url(url: &str) -> Result<(Vec<String>, String, i64), String> {
+pub fn parse_url(url: &str) -> Result<(Vec<String>, String, i64), String> {
     let rest = url
         .strip_prefix("redis+sentinel://")
         .ok_or("a Sentinel URL starts with redis+sentinel://")?;
