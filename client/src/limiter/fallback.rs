@@ -11,7 +11,6 @@ use super::RateLimiter;
 use super::decide::decided;
 use super::groups::probed;
 use super::state::{Acquired, Target};
-use crate::clock;
 use crate::decision::{Decision, LimitStatus, Outcome, Source};
 use crate::local::{LocalCall, LocalLimits};
 use crate::metrics;
@@ -49,7 +48,7 @@ impl RateLimiter {
     /// owing the store what it admits.
     fn local_decision(&self, target: Target<'_>, cost: u64, wait: Duration) -> Decision {
         let state = target.state;
-        let now_us = clock::now_us();
+        let now_us = self.inner.clock.now_us();
         if let Some(left) = state.memory.answers.denied_for(target.id, cost, now_us) {
             return blanket(target, false, left);
         }
@@ -169,7 +168,7 @@ impl RateLimiter {
             target.id,
             &acquired.views,
             denied,
-            clock::now_us(),
+            self.inner.clock.now_us(),
             state.limits.longest,
         );
     }
@@ -181,7 +180,11 @@ impl RateLimiter {
     /// the units stay owed.
     pub(super) async fn settle(&self, target: Target<'_>) -> Result<(), StoreError> {
         let state = target.state;
-        let Some(owed) = state.memory.answers.take_owed(target.id, clock::now_us()) else {
+        let Some(owed) = state
+            .memory
+            .answers
+            .take_owed(target.id, self.inner.clock.now_us())
+        else {
             return Ok(());
         };
         let groups: Vec<Vec<usize>> = self
@@ -205,10 +208,12 @@ impl RateLimiter {
                 Ok(())
             }
             Err(error) if error.is_unavailability() => {
-                state
-                    .memory
-                    .answers
-                    .owe(target.id, owed, clock::now_us(), state.limits.longest);
+                state.memory.answers.owe(
+                    target.id,
+                    owed,
+                    self.inner.clock.now_us(),
+                    state.limits.longest,
+                );
                 Err(error)
             }
             // Refused (a configuration problem): the check that follows reports it.
@@ -261,7 +266,7 @@ impl RateLimiter {
             .collect();
         if !slots.is_empty() {
             // A release of an unknown holder changes nothing, so errors cannot matter here.
-            let _ = self.local().refund(&slots, 1, clock::now_us());
+            let _ = self.local().refund(&slots, 1, self.inner.clock.now_us());
         }
     }
 }

@@ -1,8 +1,6 @@
 //! Store calls: a policy's limits grouped by slot, called in turn, with refunds keeping the
 //! whole check all-or-nothing across groups.
 
-use std::time::Instant;
-
 use super::RateLimiter;
 use super::decide::binding_of;
 use super::state::{Acquired, PolicyState, Target};
@@ -182,11 +180,15 @@ impl RateLimiter {
         let mut ok = true;
         let timeout = state.settings.timeout;
         let calls = requests.iter().map(|request| async move {
-            let started = Instant::now();
+            let started = self.inner.clock.now();
             let result = tokio::time::timeout(timeout, self.inner.store.refund(request))
                 .await
                 .unwrap_or(Err(StoreError::Timeout));
-            metrics::store_latency(&state.name, "refund", started.elapsed());
+            metrics::store_latency(
+                &state.name,
+                "refund",
+                self.inner.clock.now().saturating_duration_since(started),
+            );
             result
         });
         for result in join_all(calls).await {
@@ -213,7 +215,7 @@ impl RateLimiter {
     ) -> Result<GroupGrant, StoreError> {
         let timeout = state.settings.timeout;
         let breaker = &self.inner.breaker;
-        let sent = Instant::now();
+        let sent = self.inner.clock.now();
         let call = if op == PEEK {
             self.inner.store.peek(request)
         } else {
@@ -224,14 +226,14 @@ impl RateLimiter {
         if result.is_err() {
             tokio::task::yield_now().await;
             // The timer fired late: this process was not running (a stall of its own).
-            let late =
-                sent.elapsed() > timeout.saturating_add(timeout.checked_div(2).unwrap_or_default());
+            let waited = self.inner.clock.now().saturating_duration_since(sent);
+            let late = waited > timeout.saturating_add(timeout.checked_div(2).unwrap_or_default());
             if late || breaker.answered_since(sent) {
                 result = tokio::time::timeout(timeout, &mut call).await;
             }
         }
         let result = result.unwrap_or(Err(StoreError::Timeout));
-        let now = Instant::now();
+        let now = self.inner.clock.now();
         metrics::store_latency(&state.name, op, now.saturating_duration_since(sent));
         match &result {
             Ok(_) => {

@@ -1,7 +1,6 @@
 //! Checks paid from leases: spend units claimed earlier, or claim a new batch.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::RateLimiter;
 use super::decide::{binding_of, store_decision, views_decision};
@@ -25,13 +24,13 @@ impl RateLimiter {
         let Some(lease) = state.settings.lease else {
             return self.check_store(target, cost).await;
         };
-        let started = Instant::now();
+        let started = self.inner.clock.now();
         let slot = state
             .memory
             .leases
             .slot(target.id, target.keys, &state.limits, started);
         let mut held = slot.lock().await;
-        let now = Instant::now();
+        let now = self.inner.clock.now();
         if held.expires <= now && held.units > 0 {
             let units = std::mem::take(&mut held.units);
             let limiter = self.clone();
@@ -72,7 +71,7 @@ impl RateLimiter {
         }
         if let Err(error) = self.settle(target).await {
             held.last_claim = Some(LastClaim {
-                at: Instant::now(),
+                at: self.inner.clock.now(),
                 result: ClaimResult::Failed,
             });
             let wait = self.inner.breaker.open_for();
@@ -98,7 +97,7 @@ impl RateLimiter {
         let claimed = self
             .acquire(target, &groups, want, Some(min), "claim")
             .await;
-        let answered = Instant::now();
+        let answered = self.inner.clock.now();
         match claimed {
             Ok(acquired) if acquired.granted == 0 => {
                 self.remember(target, &acquired, min);

@@ -14,13 +14,14 @@ mod store_policies;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use self::decide::store_decision;
 pub(crate) use self::state::LimitSet;
 use self::state::{Acquired, PolicyState, Registered, Target};
 use self::store_policies::StoreBacked;
 use crate::breaker::{Breaker, BreakerConfig, Permit};
+use crate::clock::{Clock, LimiterClock, MonotonicClock};
 use crate::decision::{Decision, Source};
 use crate::in_flight::InFlight;
 use crate::job::{JobError, Profile};
@@ -91,6 +92,8 @@ struct Inner {
     /// policy and job profile: a key has one share whichever asks.
     local: Mutex<LocalLimits>,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Every reading of the time (store calls' timeouts aside).
+    clock: LimiterClock,
     /// The store-backed policies, their source and resolved states.
     store_backed: Option<Box<dyn StoreBacked>>,
 }
@@ -149,6 +152,7 @@ pub struct RateLimiterBuilder {
     replicas: Replicas,
     breaker: BreakerConfig,
     policy_source: Option<store_policies::Pending>,
+    clock: Arc<dyn Clock>,
 }
 
 impl RateLimiterBuilder {
@@ -184,6 +188,14 @@ impl RateLimiterBuilder {
     #[must_use]
     pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
         self.breaker = breaker;
+        self
+    }
+
+    /// The clock the limiter reads (default [`MonotonicClock`]; a
+    /// [`FakeClock`](crate::clock::FakeClock) in tests that move time by hand).
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
         self
     }
 
@@ -232,6 +244,7 @@ impl RateLimiterBuilder {
                 // Lenient: the fallback has no one to report a kind mismatch to.
                 local: Mutex::new(LocalLimits::lenient()),
                 sweeper: Mutex::new(None),
+                clock: LimiterClock::new(self.clock),
                 store_backed,
             }),
         };
@@ -291,6 +304,7 @@ impl RateLimiter {
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
             policy_source: None,
+            clock: Arc::new(MonotonicClock),
         }
     }
 
@@ -394,7 +408,7 @@ impl RateLimiter {
             id,
             holder: holder.as_deref(),
         };
-        let now = Instant::now();
+        let now = self.inner.clock.now();
         // Probes are read from the store at every check: nothing to remember or lease.
         let remembers = state.settings.deny_cache && !state.has_probes();
         let cached = if remembers {
@@ -499,7 +513,7 @@ impl RateLimiter {
     /// A check without leases: every group in turn, refunding earlier groups if a later one
     /// denies or fails.
     async fn check_store(&self, target: Target<'_>, cost: u64) -> Decision {
-        if let Permit::Skip(open_for) = self.inner.breaker.permit(Instant::now()) {
+        if let Permit::Skip(open_for) = self.inner.breaker.permit(self.inner.clock.now()) {
             return self.fallback(target, cost, None, open_for);
         }
         if let Err(error) = self.settle(target).await {
@@ -552,7 +566,7 @@ impl RateLimiter {
     }
 
     async fn sweep_once(&self, all: bool) {
-        let now = Instant::now();
+        let now = self.inner.clock.now();
         // The store-backed policies' resolved states too; and the job profiles.
         let resolved = self
             .inner
