@@ -16,7 +16,7 @@ use redis::{Cmd, ErrorKind, RedisError, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
-use super::backend::{self, Backend, Probe, Resolved};
+use super::backend::{self, Backend, BackendError, Probe, Resolved};
 use super::reply;
 use super::{
     Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
@@ -264,9 +264,7 @@ impl RedisStore {
 
     async fn detect(&self, connection: &Connection) -> Result<(), StoreError> {
         if self.inner.backend.get().is_none() {
-            let resolved = backend::resolve(connection, self.inner.options.backend)
-                .await
-                .map_err(StoreError::Server)?;
+            let resolved = backend::resolve(connection, self.inner.options.backend).await?;
             backend::record(resolved.backend);
             let _ = self.inner.backend.set(resolved);
         }
@@ -402,14 +400,16 @@ impl RedisStore {
 }
 
 impl Probe for Connection {
-    async fn has_command(&self, name: &str) -> Result<bool, String> {
+    async fn has_command(&self, name: &str) -> Result<bool, BackendError> {
         has_command(self, name)
             .await
-            .map_err(|error| error.to_string())
+            .map_err(|error| BackendError::Server(error.to_string()))
     }
 
-    async fn run(&self, command: &Cmd) -> Result<Value, String> {
-        self.query(command).await.map_err(|error| error.to_string())
+    async fn run(&self, command: &Cmd) -> Result<Value, BackendError> {
+        self.query(command)
+            .await
+            .map_err(|error| BackendError::Server(error.to_string()))
     }
 }
 
@@ -474,21 +474,19 @@ impl Store for RedisStore {
             let backend = self.backend().ok_or_else(|| {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
-            let command =
-                reply::acquire_command(request, self.multi()).map_err(StoreError::Server)?;
+            let command = reply::acquire_command(request, self.multi())?;
             let value = self
                 .run(connection, command.args())
                 .await
                 .map_err(|error| store_error(&error))?;
-            reply::parse_acquire(&command, request, &value, backend)
-                .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
+            reply::parse_acquire(&command, request, &value, backend).map_err(StoreError::from)
         })
     }
 
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let connection = self.connection().await?;
-            let commands = reply::refund_commands(request).map_err(StoreError::Server)?;
+            let commands = reply::refund_commands(request)?;
             self.pipelined(connection, &commands).await.map(|_| ())
         })
     }
@@ -504,8 +502,7 @@ impl Store for RedisStore {
             })?;
             let commands = reply::peek_commands(request);
             let replies = self.pipelined(connection, &commands).await?;
-            reply::parse_peeks(&replies, backend, request.units)
-                .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
+            reply::parse_peeks(&replies, backend, request.units).map_err(StoreError::from)
         })
     }
 
