@@ -91,8 +91,9 @@
 //!   asked for) but never before `now`. redis-cell lets the TAT go into the past: its TTL
 //!   is then negative, which Redis 7's `RedisModule_SetExpire` refuses below −1 ms, so it
 //!   replies `Cell error: Error while setting key expire` after having written the TAT
-//!   (without expiry); within 2 ms of `now`, or on older servers, it succeeds with `remaining` computed from the past
-//!   TAT. Here the limiter is simply full, with the same reply as a missing key.
+//!   (without expiry); within 2 ms of `now`, or on older servers, it succeeds with
+//!   `remaining` computed from the past TAT. Here the limiter is simply full, with the same
+//!   reply as a missing key.
 //! - **Remaining above the limit.** For an interval under 1 µs (more than a million units a
 //!   second), redis-cell divides by zero whole microseconds and replies `remaining =
 //!   i64::MAX`. Here `remaining` never exceeds the limit, `max_burst + 1`.
