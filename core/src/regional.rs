@@ -59,32 +59,42 @@ pub struct Admission {
     pub allowed: bool,
     /// Which part decided it, and why.
     pub why: Why,
-    /// The floor's own evaluation of the call (its commit is to be written when the floor
-    /// admitted; its decision is what the headers show when nothing admitted).
-    pub floor: Granted<Change>,
+    /// The floor's own evaluation of the call, if the region has a floor (its commit is to
+    /// be written when the floor admitted; its decision is what the headers show when
+    /// nothing admitted).
+    pub floor: Option<Granted<Change>>,
     /// The lease after the call, when the lease paid for it (to be written).
     pub lease: Option<Lease>,
 }
 
-/// Decides a call of `floor.cost()` units at `now_us`: the floor (`floor_held`, checked against
-/// `floor`), then the lease. Nothing is written; the caller writes the floor's commit or the
-/// new lease, whichever the admission carries.
+/// A region's floor: its own limiter's state (`None`: missing) and the quota it is checked
+/// against.
+pub type Floor<'a> = (Option<LimiterRef<'a>>, &'a Quota);
+
+/// Decides a call of `cost` units at `now_us`: the floor, if the region has one (checked for
+/// `cost` units), then the lease. Nothing is written; the caller writes the floor's commit or
+/// the new lease, whichever the admission carries.
 pub fn admit(
-    floor_held: Option<LimiterRef<'_>>,
-    floor: &Quota,
+    floor: Option<Floor<'_>>,
+    cost: u64,
     lease: Option<Lease>,
     now_us: i64,
 ) -> Result<Admission, Refused> {
-    let granted = engine::acquire(floor_held, floor, Grant::Whole, now_us)?;
-    if granted.evaluation.decision.allowed {
-        return Ok(Admission {
-            allowed: true,
-            why: Why::Floor,
-            floor: granted,
-            lease: None,
-        });
-    }
-    let cost = floor.cost();
+    let floor = match floor {
+        Some((held, quota)) => {
+            let granted = engine::acquire(held, &quota.with_cost(cost), Grant::Whole, now_us)?;
+            if granted.evaluation.decision.allowed {
+                return Ok(Admission {
+                    allowed: true,
+                    why: Why::Floor,
+                    floor: Some(granted),
+                    lease: None,
+                });
+            }
+            Some(granted)
+        }
+        None => None,
+    };
     let (allowed, why, lease) = match lease.filter(|lease| lease.is_live(now_us)) {
         None => (false, Why::HomeUnreachable, None),
         Some(live) => match live.units.checked_sub(cost) {
@@ -102,7 +112,7 @@ pub fn admit(
     Ok(Admission {
         allowed,
         why,
-        floor: granted,
+        floor,
         lease,
     })
 }
@@ -129,10 +139,10 @@ mod tests {
         let mut state: Option<Limiter> = None;
         let mut whys = Vec::new();
         for _ in 0..calls {
-            let admission = admit(state.as_ref().map(Limiter::as_ref), &quota, lease, NOW_US)
-                .unwrap();
+            let held = state.as_ref().map(Limiter::as_ref);
+            let admission = admit(Some((held, &quota)), 1, lease, NOW_US).unwrap();
             if admission.why == Why::Floor {
-                let change = admission.floor.evaluation.commit.unwrap().change;
+                let change = admission.floor.unwrap().evaluation.commit.unwrap().change;
                 match state.as_mut() {
                     Some(held) => change.apply(held.as_mut()).unwrap(),
                     None => state = Some(change.create()),
@@ -154,7 +164,13 @@ mod tests {
         };
         assert_eq!(
             run(2, Some(lease), 5),
-            [Why::Floor, Why::Floor, Why::Lease, Why::Lease, Why::LeaseExhausted]
+            [
+                Why::Floor,
+                Why::Floor,
+                Why::Lease,
+                Why::Lease,
+                Why::LeaseExhausted
+            ]
         );
     }
 

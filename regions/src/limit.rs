@@ -1,0 +1,194 @@
+//! A global limit and its split: a fraction `f` into static floors by region weight, the rest
+//! into a pool at home, each one of core's own quotas.
+
+use redis_ratelimit_core::kinds::Quota;
+use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
+use redis_ratelimit_core::token_bucket::TokenBucketParams;
+use redis_ratelimit_core::window::WindowParams;
+
+use crate::check::Bound;
+
+/// Nanoseconds per second.
+const NS_PER_S: u128 = 1_000_000_000;
+/// Parts per million.
+const PPM: u128 = 1_000_000;
+
+/// One limit shared by every region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlobalLimit {
+    /// `capacity` tokens refilled at `per_second` tokens a second.
+    TokenBucket { capacity: u64, per_second: u64 },
+    /// `limit` units per window of `window_us`, aligned to the Unix epoch of home's clock.
+    FixedWindow { limit: u64, window_us: u64 },
+    /// `limit` units in any span shorter than `window_us`.
+    SlidingLog { limit: u64, window_us: u64 },
+}
+
+impl GlobalLimit {
+    /// What the whole system may admit at most (the check of [`crate::check`]).
+    pub fn bound(self) -> Bound {
+        match self {
+            GlobalLimit::TokenBucket {
+                capacity,
+                per_second,
+            } => Bound::Refill {
+                burst: capacity,
+                per_second,
+            },
+            GlobalLimit::FixedWindow { limit, window_us } => Bound::Aligned { limit, window_us },
+            GlobalLimit::SlidingLog { limit, window_us } => Bound::Log { limit, window_us },
+        }
+    }
+}
+
+/// The fraction `num / den` of the quota given to the floors (`num <= den`, `den >= 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fraction {
+    pub num: u64,
+    pub den: u64,
+}
+
+/// How the pool pays for leases outliving the instant they were granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The pool's capacity is reduced by `⌈r_p × T⌉` (0 over-admission).
+    PrePaid,
+    /// The pool keeps its full capacity (over-admission at most `min(R × 2k, ⌈r_p × T⌉)`).
+    Carryover,
+}
+
+/// The quotas of one global limit across regions (each for a call of one unit).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// Region `i`'s floor (`None`: its share rounds to nothing), in the region's clock.
+    pub floors: Vec<Option<Quota>>,
+    /// The pool at home (`None`: nothing left to lease), in home's clock.
+    pub pool: Option<Quota>,
+    /// Units the pre-pay took from the pool's capacity (0 in carryover mode).
+    pub prepaid_units: u64,
+    /// Whether a lease ends at the end of home's current window (fixed window).
+    pub window_us: Option<u64>,
+}
+
+/// Splits `limit`: `fraction` into floors by `weights`, derated for clock drift up to
+/// `rho_ppm`; the rest into the pool, whose leases live `lease_us` (T).
+pub fn split(
+    limit: GlobalLimit,
+    fraction: Fraction,
+    weights: &[u64],
+    rho_ppm: u64,
+    mode: Mode,
+    lease_us: u64,
+) -> Split {
+    let total_weight = u128::from(weights.iter().sum::<u64>().max(1));
+    let (num, den) = (u128::from(fraction.num), u128::from(fraction.den.max(1)));
+    let share = |quota: u64, weight: u64| {
+        u64::try_from(u128::from(quota) * num * u128::from(weight) / (den * total_weight))
+            .unwrap_or(0)
+    };
+    let rho = u128::from(rho_ppm);
+    match limit {
+        GlobalLimit::TokenBucket {
+            capacity,
+            per_second,
+        } => {
+            let rate = u128::from(per_second);
+            let floors: Vec<Option<Quota>> = weights
+                .iter()
+                .map(|weight| {
+                    let floor_capacity = share(capacity, *weight);
+                    let floor_rate = rate * num * u128::from(*weight);
+                    if floor_capacity == 0 || floor_rate == 0 {
+                        return None;
+                    }
+                    // 1e9 × den × W / (rate × num × w), rounded up, then derated by 1 + ρ.
+                    let interval = (NS_PER_S * den * total_weight).div_ceil(floor_rate);
+                    let local = (interval * (PPM + rho)).div_ceil(PPM);
+                    bucket(floor_capacity, local)
+                })
+                .collect();
+            let floor_capacity: u64 = weights.iter().map(|w| share(capacity, *w)).sum();
+            let pool_rate = rate * (den - num.min(den));
+            let prepaid_units = match mode {
+                Mode::PrePaid => {
+                    u64::try_from((pool_rate * u128::from(lease_us)).div_ceil(den * PPM))
+                        .unwrap_or(u64::MAX)
+                }
+                Mode::Carryover => 0,
+            };
+            let pool_capacity = capacity
+                .saturating_sub(floor_capacity)
+                .saturating_sub(prepaid_units);
+            let pool = (pool_rate > 0 && pool_capacity > 0)
+                .then(|| bucket(pool_capacity, (NS_PER_S * den).div_ceil(pool_rate)))
+                .flatten();
+            Split {
+                floors,
+                pool,
+                prepaid_units,
+                window_us: None,
+            }
+        }
+        GlobalLimit::FixedWindow { limit, window_us } => {
+            let floors = weights
+                .iter()
+                .map(|weight| fixed(share(limit, *weight), window_us))
+                .collect();
+            let floor_limit: u64 = weights.iter().map(|w| share(limit, *w)).sum();
+            Split {
+                floors,
+                pool: fixed(limit - floor_limit, window_us),
+                prepaid_units: 0,
+                window_us: Some(window_us),
+            }
+        }
+        GlobalLimit::SlidingLog { limit, window_us } => {
+            let local_window = u64::try_from((u128::from(window_us) * (PPM + rho)).div_ceil(PPM))
+                .unwrap_or(u64::MAX);
+            let floors = weights
+                .iter()
+                .map(|weight| log(share(limit, *weight), local_window))
+                .collect();
+            let floor_limit: u64 = weights.iter().map(|w| share(limit, *w)).sum();
+            // A lease's entries are stamped at its expiry: an entry that counts from its
+            // grant until `expiry + W` is an entry stamped at the grant in a window `W + T`.
+            let pool_window = match mode {
+                Mode::PrePaid => window_us + lease_us,
+                Mode::Carryover => window_us,
+            };
+            Split {
+                floors,
+                pool: log(limit - floor_limit, pool_window),
+                prepaid_units: 0,
+                window_us: None,
+            }
+        }
+    }
+}
+
+fn bucket(capacity: u64, interval_ns: u128) -> Option<Quota> {
+    let interval_ns = u64::try_from(interval_ns).ok()?;
+    TokenBucketParams::from_interval(capacity, interval_ns, 1)
+        .ok()
+        .map(Quota::TokenBucket)
+}
+
+fn fixed(limit: u64, window_us: u64) -> Option<Quota> {
+    (limit > 0)
+        .then(|| {
+            WindowParams::new(limit, window_us, 1)
+                .ok()
+                .map(Quota::FixedWindow)
+        })
+        .flatten()
+}
+
+fn log(limit: u64, window_us: u64) -> Option<Quota> {
+    (limit > 0)
+        .then(|| {
+            SlidingLogParams::new(limit, window_us, 1, MAX_STORED_ENTRIES)
+                .ok()
+                .map(Quota::SlidingLog)
+        })
+        .flatten()
+}
