@@ -5,9 +5,9 @@
 //! scale core works on). A region reads its own clock: `T0 + offset + t × (1 + drift)`. The
 //! agent of a region asks home for `k` units every `P` of its clock; home grants what its
 //! pool has (a `PARTIAL` grant of core's own algorithm); the region spends the lease until
-//! `sent + ⌊T × (1 − ρ)⌋` of its clock, `T = P + a`, and when the next lease arrives gives
-//! the previous one's unspent units back. Home accepts a give-back only before the lease's
-//! home expiry (`grant + T`).
+//! `sent + ⌊T × (1 − ρ)⌋` of its clock, `T = P + a`; when the next lease arrives the previous
+//! one ends, its unspent units lapsing or (with give-backs) sent back. Home accepts a
+//! give-back only before the lease's home expiry (`grant + T`).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -68,6 +68,8 @@ pub struct Scenario {
     pub failovers: Vec<i64>,
     /// The run ends here, µs.
     pub duration_us: i64,
+    /// Whether a superseded lease's unspent units go back to the pool (else they lapse).
+    pub give_back: bool,
     pub seed: u64,
     pub bug: Bug,
 }
@@ -410,7 +412,8 @@ impl Run<'_> {
         if let Some((previous, home_expiry_us)) = previous {
             let units = previous.live_units(local_us);
             let link = &self.scenario.regions[reply.region].link;
-            if units > 0
+            if self.scenario.give_back
+                && units > 0
                 && let Some(arrives) = link.deliver(now_us, &mut self.rng)
             {
                 self.at(
