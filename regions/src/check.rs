@@ -7,8 +7,9 @@
 /// What the whole system may admit at most.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bound {
-    /// `burst + ⌊per_second × Δ / 1 s⌋` over any span Δ (token bucket).
-    Refill { burst: u64, per_second: u64 },
+    /// `burst + ⌊units × Δ / per_ns⌋` over any span Δ (token bucket: its capacity, its rate
+    /// per second; GCRA: `max_burst + 1`, one unit per emission interval).
+    Refill { burst: u64, units: u64, per_ns: u64 },
     /// `limit` per window `[k × W, (k + 1) × W)` of Unix µs (fixed window).
     Aligned { limit: u64, window_us: u64 },
     /// `limit` in any span shorter than `window_us` (sliding log).
@@ -39,14 +40,20 @@ pub fn excess(bound: Bound, admissions: &[(i64, u64)]) -> Excess {
         }
     };
     match bound {
-        Bound::Refill { burst, per_second } => {
+        Bound::Refill {
+            burst,
+            units,
+            per_ns,
+        } => {
             for (i, (from_us, _)) in admissions.iter().enumerate() {
                 let mut admitted = 0u64;
-                for (to_us, units) in &admissions[i..] {
-                    admitted += units;
+                for (to_us, admitted_units) in &admissions[i..] {
+                    admitted += admitted_units;
                     let span_us = u128::try_from(to_us - from_us).unwrap_or(0);
-                    let refill =
-                        u64::try_from(u128::from(per_second) * span_us / 1_000_000).unwrap_or(0);
+                    let refill = u64::try_from(
+                        u128::from(units) * span_us * 1000 / u128::from(per_ns.max(1)),
+                    )
+                    .unwrap_or(0);
                     offer(admitted, burst + refill, *from_us, *to_us);
                 }
             }
@@ -93,7 +100,8 @@ mod tests {
     fn a_bucket_is_held_over_every_span() {
         let bound = Bound::Refill {
             burst: 2,
-            per_second: 1,
+            units: 1,
+            per_ns: 1_000_000_000,
         };
         assert_eq!(excess(bound, &[(0, 2), (S, 1)]).units, 0);
         let over = excess(bound, &[(0, 2), (S - 1, 1)]);

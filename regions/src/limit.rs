@@ -1,6 +1,7 @@
 //! A global limit and its split: a fraction `f` into static floors by region weight, the rest
 //! into a pool at home, each one of core's own quotas.
 
+use redis_ratelimit_core::gcra::{GcraParams, emission_interval_ns};
 use redis_ratelimit_core::kinds::Quota;
 use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
 use redis_ratelimit_core::token_bucket::TokenBucketParams;
@@ -18,6 +19,12 @@ const PPM: u128 = 1_000_000;
 pub enum GlobalLimit {
     /// `capacity` tokens refilled at `per_second` tokens a second.
     TokenBucket { capacity: u64, per_second: u64 },
+    /// redis-cell's GCRA: bursts of `max_burst + 1`, `count` units per `period_s` seconds.
+    Gcra {
+        max_burst: u64,
+        count: u64,
+        period_s: u64,
+    },
     /// `limit` units per window of `window_us`, aligned to the Unix epoch of home's clock.
     FixedWindow { limit: u64, window_us: u64 },
     /// `limit` units in any span shorter than `window_us`.
@@ -33,7 +40,17 @@ impl GlobalLimit {
                 per_second,
             } => Bound::Refill {
                 burst: capacity,
-                per_second,
+                units: per_second,
+                per_ns: 1_000_000_000,
+            },
+            GlobalLimit::Gcra {
+                max_burst,
+                count,
+                period_s,
+            } => Bound::Refill {
+                burst: max_burst + 1,
+                units: 1,
+                per_ns: gcra_interval_ns(count, period_s),
             },
             GlobalLimit::FixedWindow { limit, window_us } => Bound::Aligned { limit, window_us },
             GlobalLimit::SlidingLog { limit, window_us } => Bound::Log { limit, window_us },
@@ -129,6 +146,47 @@ pub fn split(
                 window_us: None,
             }
         }
+        GlobalLimit::Gcra {
+            max_burst,
+            count,
+            period_s,
+        } => {
+            let burst = max_burst + 1;
+            let interval = u128::from(gcra_interval_ns(count, period_s));
+            let floors: Vec<Option<Quota>> = weights
+                .iter()
+                .map(|weight| {
+                    let floor_burst = share(burst, *weight);
+                    let floor_rate = num * u128::from(*weight);
+                    if floor_burst == 0 || floor_rate == 0 {
+                        return None;
+                    }
+                    let exact = (interval * den * total_weight).div_ceil(floor_rate);
+                    cell(floor_burst, (exact * (PPM + rho)).div_ceil(PPM))
+                })
+                .collect();
+            let floor_burst: u64 = weights.iter().map(|w| share(burst, *w)).sum();
+            let pool_share = den - num.min(den);
+            let prepaid_units = match mode {
+                Mode::PrePaid => u64::try_from(
+                    (u128::from(lease_us) * 1000 * pool_share).div_ceil(interval * den),
+                )
+                .unwrap_or(u64::MAX),
+                Mode::Carryover => 0,
+            };
+            let pool_burst = burst
+                .saturating_sub(floor_burst)
+                .saturating_sub(prepaid_units);
+            let pool = (pool_share > 0 && pool_burst > 0)
+                .then(|| cell(pool_burst, (interval * den).div_ceil(pool_share)))
+                .flatten();
+            Split {
+                floors,
+                pool,
+                prepaid_units,
+                window_us: None,
+            }
+        }
         GlobalLimit::FixedWindow { limit, window_us } => {
             let floors = weights
                 .iter()
@@ -171,6 +229,27 @@ fn bucket(capacity: u64, interval_ns: u128) -> Option<Quota> {
     TokenBucketParams::from_interval(capacity, interval_ns, 1)
         .ok()
         .map(Quota::TokenBucket)
+}
+
+/// redis-cell's emission interval of `count` per `period_s` (core's own computation).
+pub fn gcra_interval_ns(count: u64, period_s: u64) -> u64 {
+    let count = i64::try_from(count).unwrap_or(i64::MAX);
+    let period = i64::try_from(period_s).unwrap_or(i64::MAX);
+    emission_interval_ns(count, period)
+        .ok()
+        .and_then(|interval| u64::try_from(interval).ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// A GCRA of bursts of `burst` and an emission interval of at least `interval_ns`: a
+/// million units per a whole number of seconds makes its interval a whole number of µs,
+/// rounded up.
+fn cell(burst: u64, interval_ns: u128) -> Option<Quota> {
+    let period_s = i64::try_from(interval_ns.div_ceil(1000)).ok()?;
+    let max_burst = i64::try_from(burst - 1).ok()?;
+    GcraParams::new(max_burst, 1_000_000, period_s, 1)
+        .ok()
+        .map(Quota::Gcra)
 }
 
 fn fixed(limit: u64, window_us: u64) -> Option<Quota> {

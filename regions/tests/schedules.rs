@@ -8,7 +8,7 @@
 )]
 
 use proptest::prelude::*;
-use redis_ratelimit_regions::check::excess;
+use redis_ratelimit_regions::check::{Bound, excess};
 use redis_ratelimit_regions::limit::{Fraction, GlobalLimit, Mode};
 use redis_ratelimit_regions::net::{Link, Rng};
 use redis_ratelimit_regions::sim::{Bug, RegionSpec, Scenario, run};
@@ -25,7 +25,7 @@ const MS: i64 = 1000;
 /// count for `W + T`).
 fn stated_bound(scenario: &Scenario) -> u64 {
     let regions = u64::try_from(scenario.regions.len()).unwrap();
-    let GlobalLimit::TokenBucket { per_second, .. } = scenario.limit else {
+    let Bound::Refill { units, per_ns, .. } = scenario.limit.bound() else {
         return 0;
     };
     let prepaid = scenario.split().prepaid_units;
@@ -37,10 +37,11 @@ fn stated_bound(scenario: &Scenario) -> u64 {
         regions * scenario.lease_units * per_lifetime
     } else {
         let f = scenario.fraction;
-        let pool_rate = u128::from(per_second) * u128::from(f.den - f.num);
-        let lease_us = u128::try_from(scenario.lease_us()).unwrap();
+        let pool_units = u128::from(units) * u128::from(f.den - f.num);
+        let lease_ns = u128::try_from(scenario.lease_us()).unwrap() * 1000;
         let refill =
-            u64::try_from((pool_rate * lease_us).div_ceil(u128::from(f.den) * 1_000_000)).unwrap();
+            u64::try_from((pool_units * lease_ns).div_ceil(u128::from(f.den) * u128::from(per_ns)))
+                .unwrap();
         (regions * 2 * scenario.lease_units).min(refill)
     };
     exposure.saturating_sub(prepaid)
@@ -160,6 +161,15 @@ proptest! {
     ) {
         let mode = if prepaid { Mode::PrePaid } else { Mode::Carryover };
         let limit = GlobalLimit::TokenBucket { capacity, per_second };
+        assert_within_bound(&random_scenario(limit, mode, seed));
+    }
+
+    #[test]
+    fn gcras_hold_their_bound(
+        max_burst in 1u64..=40, count in 1u64..=50, period_s in 1u64..=3, prepaid: bool, seed: u64,
+    ) {
+        let mode = if prepaid { Mode::PrePaid } else { Mode::Carryover };
+        let limit = GlobalLimit::Gcra { max_burst, count, period_s };
         assert_within_bound(&random_scenario(limit, mode, seed));
     }
 
