@@ -112,10 +112,16 @@ fn random_region(rng: &mut Rng, rho_ppm: u64, aligned: bool, duration_us: i64) -
     }
 }
 
-/// A random scenario of `limit` in `mode`, drawn from `seed`.
+/// A random scenario of `limit` in `mode`, drawn from `seed` (fixed windows on clocks
+/// aligned with home's).
 fn random_scenario(limit: GlobalLimit, mode: Mode, seed: u64) -> Scenario {
-    let mut rng = Rng::new(seed);
     let aligned = matches!(limit, GlobalLimit::FixedWindow { .. });
+    random_scenario_on(limit, mode, seed, aligned)
+}
+
+/// A random scenario whose region clocks are home's (`aligned`) or drift and are offset.
+fn random_scenario_on(limit: GlobalLimit, mode: Mode, seed: u64, aligned: bool) -> Scenario {
+    let mut rng = Rng::new(seed);
     let rho_ppm = if aligned { 0 } else { rng.below(2001) };
     let duration_us = 3000 * MS;
     let regions: Vec<RegionSpec> = (0..1 + rng.below(3))
@@ -179,6 +185,26 @@ proptest! {
     ) {
         let limit = GlobalLimit::FixedWindow { limit, window_us: window_ms * 1000 };
         assert_within_bound(&random_scenario(limit, Mode::PrePaid, seed));
+    }
+
+    /// A floor's windows are its region's: on a clock offset from home's, a floor can fill
+    /// the end of one of its windows and the start of the next within one home window.
+    #[test]
+    fn fixed_windows_on_skewed_clocks_admit_at_most_the_floors_more(
+        limit in 2u64..=30, window_ms in 100u64..=1000, seed: u64,
+    ) {
+        let limit = GlobalLimit::FixedWindow { limit, window_us: window_ms * 1000 };
+        let scenario = random_scenario_on(limit, Mode::PrePaid, seed, false);
+        let floors: u64 = scenario
+            .split()
+            .floors
+            .iter()
+            .flatten()
+            .map(|floor| floor.advertised_quota())
+            .sum();
+        let outcome = run(&scenario);
+        let found = excess(limit.bound(), &outcome.log());
+        prop_assert!(found.units <= floors, "{found:?} beyond the floors' {floors}: {scenario:?}");
     }
 
     #[test]
