@@ -14,6 +14,8 @@ pub enum Bound {
     Aligned { limit: u64, window_us: u64 },
     /// `limit` in any span shorter than `window_us` (sliding log).
     Log { limit: u64, window_us: u64 },
+    /// `limit` holders at any instant (in-flight: each admission holds `[at, until)`).
+    Holders { limit: u64 },
 }
 
 /// The worst interval of a log: how far its admissions went beyond the bound.
@@ -26,7 +28,36 @@ pub struct Excess {
     pub to_us: i64,
 }
 
-/// The largest excess of `admissions` (`(at_us, units)`, sorted by instant) over `bound`.
+/// The largest excess of `holds` (`(from_us, until_us)`, each one slot, released at
+/// `until_us`) over `limit` holders at once.
+pub fn holders_excess(limit: u64, holds: &[(i64, i64)]) -> Excess {
+    // At one instant releases come before acquires: a slot freed at `t` may be taken at `t`.
+    let mut events: Vec<(i64, bool)> = holds
+        .iter()
+        .flat_map(|(from, until)| [(*from, true), (*until, false)])
+        .collect();
+    events.sort_unstable();
+    let mut worst = Excess::default();
+    let mut held = 0u64;
+    for (at_us, acquire) in events {
+        if acquire {
+            held += 1;
+            if held > limit && held - limit > worst.units {
+                worst = Excess {
+                    units: held - limit,
+                    from_us: at_us,
+                    to_us: at_us,
+                };
+            }
+        } else {
+            held = held.saturating_sub(1);
+        }
+    }
+    worst
+}
+
+/// The largest excess of `admissions` (`(at_us, units)`, sorted by instant) over `bound`
+/// (for [`Bound::Holders`], see [`holders_excess`]).
 pub fn excess(bound: Bound, admissions: &[(i64, u64)]) -> Excess {
     debug_assert!(admissions.windows(2).all(|pair| pair[0].0 <= pair[1].0));
     let mut worst = Excess::default();
@@ -73,6 +104,7 @@ pub fn excess(bound: Bound, admissions: &[(i64, u64)]) -> Excess {
                 start = end;
             }
         }
+        Bound::Holders { .. } => {}
         Bound::Log { limit, window_us } => {
             let window = i64::try_from(window_us).unwrap_or(i64::MAX);
             let mut end = 0;
@@ -117,6 +149,12 @@ mod tests {
         };
         assert_eq!(excess(bound, &[(8, 1), (9, 1), (10, 2)]).units, 0);
         assert_eq!(excess(bound, &[(10, 1), (15, 1), (19, 1)]).units, 1);
+    }
+
+    #[test]
+    fn holders_are_counted_at_every_instant() {
+        assert_eq!(holders_excess(1, &[(0, 5), (5, 9)]).units, 0);
+        assert_eq!(holders_excess(1, &[(0, 5), (4, 9), (4, 6)]).units, 2);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A global limit and its split: a fraction `f` into static floors by region weight, the rest
 //! into a pool at home, each one of core's own quotas.
 
+use redis_ratelimit_core::concurrency::{ConcurrencyParams, MAX_STORED_HOLDERS};
 use redis_ratelimit_core::gcra::{GcraParams, emission_interval_ns};
 use redis_ratelimit_core::kinds::Quota;
 use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
@@ -29,6 +30,8 @@ pub enum GlobalLimit {
     FixedWindow { limit: u64, window_us: u64 },
     /// `limit` units in any span shorter than `window_us`.
     SlidingLog { limit: u64, window_us: u64 },
+    /// `limit` calls in flight at once, each holding its slot at most `hold_us`.
+    InFlight { limit: u64, hold_us: u64 },
 }
 
 impl GlobalLimit {
@@ -54,6 +57,7 @@ impl GlobalLimit {
             },
             GlobalLimit::FixedWindow { limit, window_us } => Bound::Aligned { limit, window_us },
             GlobalLimit::SlidingLog { limit, window_us } => Bound::Log { limit, window_us },
+            GlobalLimit::InFlight { limit, .. } => Bound::Holders { limit },
         }
     }
 }
@@ -221,7 +225,34 @@ pub fn split(
                 window_us: None,
             }
         }
+        GlobalLimit::InFlight { limit, hold_us } => {
+            // A floor's holder must outlive its call on the region's clock.
+            let local_hold = u64::try_from((u128::from(hold_us) * (PPM + rho)).div_ceil(PPM))
+                .unwrap_or(u64::MAX);
+            let floors = weights
+                .iter()
+                .map(|weight| slots(share(limit, *weight), local_hold))
+                .collect();
+            let floor_limit: u64 = weights.iter().map(|w| share(limit, *w)).sum();
+            // Each leased slot is a holder of the pool that lives as long as the lease.
+            Split {
+                floors,
+                pool: slots(limit - floor_limit, lease_us),
+                prepaid_units: 0,
+                window_us: None,
+            }
+        }
     }
+}
+
+fn slots(limit: u64, ttl_us: u64) -> Option<Quota> {
+    (limit > 0)
+        .then(|| {
+            ConcurrencyParams::new(limit, ttl_us, MAX_STORED_HOLDERS)
+                .ok()
+                .map(|params| Quota::Concurrency(Box::new(params)))
+        })
+        .flatten()
 }
 
 fn bucket(capacity: u64, interval_ns: u128) -> Option<Quota> {

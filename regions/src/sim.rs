@@ -11,11 +11,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use redis_ratelimit_core::concurrency::HolderId;
+use redis_ratelimit_core::engine;
 use redis_ratelimit_core::grant::Grant;
-use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef};
+use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef, Quota};
 use redis_ratelimit_core::regional::{self, Lease, Why};
 use redis_ratelimit_core::{Commit, Evaluation};
 
+use crate::check::{Bound, Excess, excess, holders_excess};
 use crate::limit::{Fraction, GlobalLimit, Mode, Split, split};
 use crate::net::{Link, Rng};
 
@@ -42,6 +45,8 @@ pub struct RegionSpec {
 pub struct Bug {
     /// A lease lives this much longer than `T` (local µs).
     pub lease_outlives_us: i64,
+    /// An in-flight call may take a leased slot even if it ends after the lease.
+    pub calls_outlive_leases: bool,
 }
 
 /// Everything one run depends on.
@@ -103,6 +108,9 @@ pub struct Admitted {
     pub region: usize,
     /// `Why::Floor` or `Why::Lease`.
     pub why: Why,
+    /// When an in-flight call releases its slot (home's clock, Unix µs; `at_us` for the
+    /// other algorithms).
+    pub until_us: i64,
 }
 
 /// What a run did.
@@ -125,6 +133,21 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The run's worst excess over `limit`'s bound.
+    pub fn excess(&self, limit: GlobalLimit) -> Excess {
+        match limit.bound() {
+            Bound::Holders { limit } => {
+                let holds: Vec<(i64, i64)> = self
+                    .admissions
+                    .iter()
+                    .map(|admitted| (admitted.at_us, admitted.until_us))
+                    .collect();
+                holders_excess(limit, &holds)
+            }
+            bound => excess(bound, &self.log()),
+        }
+    }
+
     /// The admission log as `(at_us, units)`, for [`crate::check::excess`].
     pub fn log(&self) -> Vec<(i64, u64)> {
         self.admissions
@@ -150,9 +173,19 @@ struct Reply {
     home_expiry_us: i64,
 }
 
-#[derive(Clone, Copy, Debug)]
+/// What an in-flight call holds until it ends.
+#[derive(Clone, Debug)]
+enum Slot {
+    /// A holder of the region's floor.
+    Floor(HolderId),
+    /// A slot of the region's lease of this number.
+    Lease(u64),
+}
+
+#[derive(Clone, Debug)]
 enum Event {
     Demand { region: usize, cost: u64 },
+    CallEnds { region: usize, slot: Slot },
     Tick { region: usize, n: i64 },
     RequestAtHome { region: usize, sent_local_us: i64 },
     ReplyAtRegion(Reply),
@@ -170,7 +203,8 @@ struct Pending {
 
 struct Region {
     floor: Stored,
-    lease: Option<(Lease, i64)>,
+    /// The live lease, its home expiry, and its number.
+    lease: Option<(Lease, i64, u64)>,
 }
 
 struct Run<'a> {
@@ -183,6 +217,8 @@ struct Run<'a> {
     replica: Stored,
     pending: VecDeque<Pending>,
     regions: Vec<Region>,
+    /// Numbers leases, floor holders and pool holders.
+    serial: u64,
     outcome: Outcome,
 }
 
@@ -205,6 +241,7 @@ pub fn run(scenario: &Scenario) -> Outcome {
                 lease: None,
             })
             .collect(),
+        serial: 0,
         outcome: Outcome::default(),
     };
     for (region, spec) in scenario.regions.iter().enumerate() {
@@ -246,6 +283,7 @@ impl Run<'_> {
     fn handle(&mut self, now_us: i64, event: Event) {
         match event {
             Event::Demand { region, cost } => self.demand(now_us, region, cost),
+            Event::CallEnds { region, slot } => self.end_call(now_us, region, slot),
             Event::Tick { region, n } => {
                 let sent_local_us = self.local_us(region, now_us);
                 let link = &self.scenario.regions[region].link;
@@ -295,15 +333,54 @@ impl Run<'_> {
         }
     }
 
+    fn next_serial(&mut self) -> u64 {
+        self.serial += 1;
+        self.serial
+    }
+
+    /// An in-flight call's hold, virtual µs: a cost of `c` holds `c` thirds of the longest.
+    fn hold_us(&self, cost: u64) -> Option<i64> {
+        let GlobalLimit::InFlight { hold_us, .. } = self.scenario.limit else {
+            return None;
+        };
+        i64::try_from(hold_us * cost.clamp(1, 3) / 3).ok()
+    }
+
     fn demand(&mut self, now_us: i64, region: usize, cost: u64) {
         let local_us = self.local_us(region, now_us);
+        let hold_us = self.hold_us(cost);
+        let rho = i64::try_from(self.scenario.rho_ppm).unwrap_or(0);
+        // An in-flight call takes one slot; it may take a leased one only if it ends (on
+        // the region's clock, derated) before the lease does.
+        let (units, local_hold) = match hold_us {
+            Some(hold) => (1, (hold * (1_000_000 + rho) + 999_999) / 1_000_000),
+            None => (cost, 0),
+        };
+        let holder = hold_us.map(|_| {
+            let serial = self.next_serial();
+            HolderId::new(format!("r{region}c{serial}").as_bytes()).expect("a short holder id")
+        });
+        let floor_quota = self.split.floors[region]
+            .as_ref()
+            .map(|quota| match (quota, &holder) {
+                (Quota::Concurrency(params), Some(holder)) => {
+                    Quota::Concurrency(Box::new(params.with_holder(holder.clone())))
+                }
+                (quota, _) => quota.clone(),
+            });
         let state = &self.regions[region];
         let floor_held = live(&state.floor, local_us);
-        let floor = self.split.floors[region]
-            .as_ref()
-            .map(|quota| (floor_held, quota));
-        let lease = state.lease.map(|(lease, _)| lease);
-        let Ok(admission) = regional::admit(floor, cost, lease, local_us) else {
+        let floor = floor_quota.as_ref().map(|quota| (floor_held, quota));
+        let local_hold = if self.scenario.bug.calls_outlive_leases {
+            0
+        } else {
+            local_hold
+        };
+        let lease = state.lease.map(|(lease, _, _)| Lease {
+            expires_at_us: lease.expires_at_us - local_hold,
+            ..lease
+        });
+        let Ok(admission) = regional::admit(floor, units, lease, local_us) else {
             panic!("a floor holds its own algorithm");
         };
         if !admission.allowed {
@@ -314,6 +391,7 @@ impl Run<'_> {
             return;
         }
         let state = &mut self.regions[region];
+        let mut slot = None;
         if admission.why == Why::Floor {
             if let Some(commit) = admission
                 .floor
@@ -321,16 +399,48 @@ impl Run<'_> {
             {
                 write(&mut state.floor, local_us, commit);
             }
+            slot = holder.map(Slot::Floor);
         }
-        if let (Some(next), Some((held, _))) = (admission.lease, state.lease.as_mut()) {
-            *held = next;
+        if let (Some(next), Some((held, _, serial))) = (admission.lease, state.lease.as_mut()) {
+            held.units = next.units;
+            slot = hold_us.map(|_| Slot::Lease(*serial));
+        }
+        let until_us = now_us + hold_us.unwrap_or(0);
+        if let Some(slot) = slot {
+            self.at(until_us, Event::CallEnds { region, slot });
         }
         self.outcome.admissions.push(Admitted {
             at_us: T0_US + now_us,
             units: cost,
             region,
             why: admission.why,
+            until_us: T0_US + until_us,
         });
+    }
+
+    /// An in-flight call ends: its floor holder is released, or its slot goes back to its
+    /// lease if that lease is still the region's.
+    fn end_call(&mut self, now_us: i64, region: usize, slot: Slot) {
+        let local_us = self.local_us(region, now_us);
+        let state = &mut self.regions[region];
+        match slot {
+            Slot::Floor(holder) => {
+                let held = live(&state.floor, local_us);
+                let Ok(commit) = engine::release(held, &holder, local_us) else {
+                    panic!("a floor holds its own algorithm");
+                };
+                if let Some(commit) = commit {
+                    write(&mut state.floor, local_us, commit);
+                }
+            }
+            Slot::Lease(serial) => {
+                if let Some((lease, _, current)) = state.lease.as_mut()
+                    && *current == serial
+                {
+                    lease.units += 1;
+                }
+            }
+        }
     }
 
     /// Home grants what its pool has, up to `k`, and replies (after `WAIT` if set).
@@ -347,20 +457,48 @@ impl Run<'_> {
             }
             None => lease_us,
         };
-        let quota = pool.with_cost(self.scenario.lease_units);
-        let held = live(&self.primary, home_us);
-        let Ok(granted) = quota.evaluate(held, Grant::Partial { min: 1 }, home_us) else {
-            panic!("the pool holds its own algorithm");
+        let units = match &pool {
+            // Slots are leased as holders of the pool, one acquire each, living T.
+            Quota::Concurrency(params) => {
+                let mut granted = 0;
+                while granted < self.scenario.lease_units {
+                    let serial = self.next_serial();
+                    let holder = HolderId::new(format!("lease{serial}").as_bytes())
+                        .expect("a short holder id");
+                    let quota = Quota::Concurrency(Box::new(params.with_holder(holder)));
+                    let held = live(&self.primary, home_us);
+                    let Ok(acquired) = quota.evaluate(held, Grant::Whole, home_us) else {
+                        panic!("the pool holds its own algorithm");
+                    };
+                    let Some(commit) = acquired.evaluation.commit else {
+                        break;
+                    };
+                    write(&mut self.primary, home_us, commit);
+                    granted += 1;
+                }
+                granted
+            }
+            _ => {
+                let quota = pool.with_cost(self.scenario.lease_units);
+                let held = live(&self.primary, home_us);
+                let Ok(granted) = quota.evaluate(held, Grant::Partial { min: 1 }, home_us) else {
+                    panic!("the pool holds its own algorithm");
+                };
+                let Some(commit) = granted.evaluation.commit else {
+                    return;
+                };
+                write(&mut self.primary, home_us, commit);
+                granted.units
+            }
         };
-        let Some(commit) = granted.evaluation.commit else {
+        if units == 0 {
             return;
-        };
-        write(&mut self.primary, home_us, commit);
+        }
         self.outcome.grants += 1;
-        self.outcome.granted_units += granted.units;
+        self.outcome.granted_units += units;
         let reply = Reply {
             region,
-            units: granted.units,
+            units,
             sent_local_us,
             lifetime_us,
             home_expiry_us: home_us + lifetime_us,
@@ -406,13 +544,18 @@ impl Run<'_> {
             return;
         }
         self.outcome.leases_received += 1;
-        let previous = self.regions[reply.region]
-            .lease
-            .replace((lease, reply.home_expiry_us));
-        if let Some((previous, home_expiry_us)) = previous {
+        let serial = self.next_serial();
+        let previous =
+            self.regions[reply.region]
+                .lease
+                .replace((lease, reply.home_expiry_us, serial));
+        if let Some((previous, home_expiry_us, _)) = previous {
             let units = previous.live_units(local_us);
             let link = &self.scenario.regions[reply.region].link;
+            // Leased slots are holders at home: they lapse there with their ttl.
+            let refundable = !matches!(self.scenario.limit, GlobalLimit::InFlight { .. });
             if self.scenario.give_back
+                && refundable
                 && units > 0
                 && let Some(arrives) = link.deliver(now_us, &mut self.rng)
             {

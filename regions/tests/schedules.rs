@@ -49,7 +49,7 @@ fn stated_bound(scenario: &Scenario) -> u64 {
 
 fn assert_within_bound(scenario: &Scenario) {
     let outcome = run(scenario);
-    let found = excess(scenario.limit.bound(), &outcome.log());
+    let found = outcome.excess(scenario.limit);
     assert!(
         found.units <= stated_bound(scenario),
         "{} over (bound {}) in {found:?}\nscenario: {scenario:?}\noutcome: {outcome:?}",
@@ -208,6 +208,14 @@ proptest! {
     }
 
     #[test]
+    fn in_flight_limits_never_have_more_holders(
+        limit in 2u64..=20, hold_ms in 10u64..=500, seed: u64,
+    ) {
+        let limit = GlobalLimit::InFlight { limit, hold_us: hold_ms * 1000 };
+        assert_within_bound(&random_scenario(limit, Mode::PrePaid, seed));
+    }
+
+    #[test]
     fn sliding_logs_admit_at_most_their_limit_in_any_window(
         limit in 2u64..=30, window_ms in 100u64..=1000, seed: u64,
     ) {
@@ -252,12 +260,13 @@ fn small_constants_exhaustively() {
 }
 
 /// The random schedules have teeth: the broken variants (carryover, leases outliving T, a
-/// sliding log pool counting leased entries for W rather than W + T)
+/// sliding log pool counting leased entries for W rather than W + T, in-flight calls on a
+/// leased slot outliving the lease)
 /// over-admit in some of them, and the leases carry real traffic.
 #[test]
 fn the_random_schedules_catch_the_broken_variants() {
     let (mut carryover_over, mut outliving_over, mut lease_units, mut all_units) = (0, 0, 0, 0);
-    let mut log_over = 0;
+    let (mut log_over, mut slots_over) = (0, 0);
     let mut worst_carryover = 0;
     for seed in 0..300u64 {
         let limit = GlobalLimit::TokenBucket {
@@ -305,14 +314,21 @@ fn the_random_schedules_catch_the_broken_variants() {
         };
         let stamped_at_grant = random_scenario(log, Mode::Carryover, seed);
         log_over += u64::from(excess(log.bound(), &run(&stamped_at_grant).log()).units > 0);
+        let in_flight = GlobalLimit::InFlight {
+            limit: 10,
+            hold_us: 300 * 1000,
+        };
+        let mut overstaying = random_scenario(in_flight, Mode::PrePaid, seed);
+        overstaying.bug.calls_outlive_leases = true;
+        slots_over += u64::from(run(&overstaying).excess(in_flight).units > 0);
         let mut correct = outliving.clone();
         correct.bug = Bug::default();
         assert_within_bound(&correct);
     }
     eprintln!(
-        "carryover over-admits in {carryover_over}/300 (worst {worst_carryover}), leases outliving T in {outliving_over}/300, sliding log pools of window W (not W + T) in {log_over}/300; leased units {lease_units} of {all_units}"
+        "carryover over-admits in {carryover_over}/300 (worst {worst_carryover}), leases outliving T in {outliving_over}/300, sliding log pools of window W (not W + T) in {log_over}/300, in-flight calls outliving their leased slot in {slots_over}/300; leased units {lease_units} of {all_units}"
     );
-    assert!(carryover_over > 0 && outliving_over > 0 && log_over > 0);
+    assert!(carryover_over > 0 && outliving_over > 0 && log_over > 0 && slots_over > 0);
     assert!(lease_units * 4 > all_units);
 }
 
