@@ -364,7 +364,7 @@ impl Run<'_> {
             .as_ref()
             .map(|quota| match (quota, &holder) {
                 (Quota::Concurrency(params), Some(holder)) => {
-                    Quota::Concurrency(Box::new(params.with_holder(holder.clone())))
+                    Quota::Concurrency(Box::new(params.with_holder(*holder)))
                 }
                 (quota, _) => quota.clone(),
             });
