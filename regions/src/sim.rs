@@ -75,6 +75,9 @@ pub struct Scenario {
     pub duration_us: i64,
     /// Whether a superseded lease's unspent units go back to the pool (else they lapse).
     pub give_back: bool,
+    /// Whether an agent asks home only for a hot key: one its floor denied since the last
+    /// refresh (else it asks every refresh).
+    pub hot_only: bool,
     pub seed: u64,
     pub bug: Bug,
 }
@@ -205,6 +208,8 @@ struct Region {
     floor: Stored,
     /// The live lease, its home expiry, and its number.
     lease: Option<(Lease, i64, u64)>,
+    /// Whether the floor denied a call since the last refresh.
+    hot: bool,
 }
 
 struct Run<'a> {
@@ -239,6 +244,7 @@ pub fn run(scenario: &Scenario) -> Outcome {
             .map(|_| Region {
                 floor: None,
                 lease: None,
+                hot: false,
             })
             .collect(),
         serial: 0,
@@ -287,7 +293,9 @@ impl Run<'_> {
             Event::Tick { region, n } => {
                 let sent_local_us = self.local_us(region, now_us);
                 let link = &self.scenario.regions[region].link;
-                if let Some(arrives) = link.deliver(now_us, &mut self.rng) {
+                let asks = !self.scenario.hot_only || self.regions[region].hot;
+                self.regions[region].hot = false;
+                if asks && let Some(arrives) = link.deliver(now_us, &mut self.rng) {
                     self.at(
                         arrives,
                         Event::RequestAtHome {
@@ -383,6 +391,9 @@ impl Run<'_> {
         let Ok(admission) = regional::admit(floor, units, lease, local_us) else {
             panic!("a floor holds its own algorithm");
         };
+        if admission.why != Why::Floor {
+            self.regions[region].hot = true;
+        }
         if !admission.allowed {
             self.outcome.denied += 1;
             if admission.why == Why::HomeUnreachable {

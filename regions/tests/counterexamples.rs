@@ -55,6 +55,7 @@ fn bucket(capacity: u64, mode: Mode, k: u64, regions: Vec<RegionSpec>) -> Scenar
         failovers: vec![],
         duration_us: 2000 * MS,
         give_back: false,
+        hot_only: false,
         seed: 1,
         bug: Bug::default(),
     }

@@ -153,6 +153,7 @@ fn random_scenario_on(limit: GlobalLimit, mode: Mode, seed: u64, aligned: bool) 
         failovers,
         duration_us,
         give_back: rng.below(2) == 0,
+        hot_only: rng.below(2) == 0,
         seed,
         bug: Bug::default(),
     }
@@ -345,6 +346,7 @@ fn give_backs_under_a_short_pre_pay_over_admit_within_their_bound() {
     };
     let mut found_by_search = random_scenario(limit, Mode::PrePaid, 15_610_635_194_283_164_813);
     found_by_search.give_back = true;
+    found_by_search.hot_only = false;
     let found = excess(limit.bound(), &run(&found_by_search).log());
     assert_eq!((found.units, found.to_us - found.from_us), (1, 599_161));
     assert!(found.units <= stated_bound(&found_by_search));
@@ -371,4 +373,64 @@ fn give_backs_under_a_short_pre_pay_over_admit_within_their_bound() {
     eprintln!(
         "pre-paid with give-backs over-admits in {over}/2000 random schedules (worst {worst})"
     );
+}
+
+/// A hot region reaches at least its floor plus the pool's rate: three regions of weights
+/// 70/20/10, f = ½, the first saturating (a call every 2 ms for 20 s), the others idle, agents
+/// asking only for a hot key. Over the run the hot region admits at least its floor's
+/// capacity and rate plus the pool's rate (less one lease size per refresh to start).
+#[test]
+fn a_hot_region_reaches_its_floor_plus_the_pool() {
+    let duration_us = 20_000 * MS;
+    let region = |weight: u64, demand: Vec<(i64, u64)>| RegionSpec {
+        weight,
+        drift_ppm: 0,
+        offset_us: 0,
+        link: Link {
+            delay_us: 35 * MS,
+            jitter_us: 5 * MS,
+            loss_per_mille: 0,
+            partitions: vec![],
+        },
+        demand,
+    };
+    let saturating: Vec<(i64, u64)> = (0..duration_us / (2 * MS))
+        .map(|n| (n * 2 * MS, 1))
+        .collect();
+    for mode in [Mode::PrePaid, Mode::Carryover] {
+        let scenario = Scenario {
+            limit: GlobalLimit::TokenBucket {
+                capacity: 100,
+                per_second: 100,
+            },
+            fraction: Fraction { num: 1, den: 2 },
+            mode,
+            refresh_us: 100 * MS,
+            margin_us: 100 * MS,
+            rho_ppm: 0,
+            lease_units: 20,
+            regions: vec![
+                region(70, saturating.clone()),
+                region(20, vec![]),
+                region(10, vec![]),
+            ],
+            wait: true,
+            replication_us: MS,
+            failovers: vec![],
+            duration_us,
+            give_back: false,
+            hot_only: true,
+            seed: 7,
+            bug: Bug::default(),
+        };
+        let outcome = run(&scenario);
+        let admitted: u64 = outcome.admissions.iter().map(|a| a.units).sum();
+        // Floor: capacity 35, rate 35/s; pool: rate 50/s; over 20 s.
+        let floor_and_pool = 35 + (35 + 50) * 20;
+        eprintln!(
+            "{mode:?}: the hot region admitted {admitted} in 20 s, its floor plus the pool's rate {floor_and_pool}"
+        );
+        assert!(admitted + 20 >= floor_and_pool, "{mode:?}: {admitted}");
+        assert_eq!(outcome.excess(scenario.limit).units, 0);
+    }
 }
