@@ -159,8 +159,21 @@ fn random_scenario_on(limit: GlobalLimit, mode: Mode, seed: u64, aligned: bool) 
     }
 }
 
+/// Random schedules per property: 200, or ten times as many with `RL_TEST_LONG=1`.
+fn cases() -> u32 {
+    if std::env::var("RL_TEST_LONG").is_ok_and(|value| value == "1") {
+        2000
+    } else {
+        200
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn token_buckets_hold_their_bound(
