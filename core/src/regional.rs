@@ -175,6 +175,35 @@ mod tests {
     }
 
     #[test]
+    fn without_a_floor_the_lease_pays_the_whole_cost_or_nothing() {
+        let lease = Lease {
+            units: 3,
+            expires_at_us: NOW_US + 1,
+        };
+        let paid = admit(None, 2, Some(lease), NOW_US).unwrap();
+        assert_eq!((paid.allowed, paid.why), (true, Why::Lease));
+        assert_eq!(paid.lease.map(|lease| lease.units), Some(1));
+        assert!(paid.floor.is_none());
+        let short = admit(None, 4, Some(lease), NOW_US).unwrap();
+        assert_eq!(
+            (short.allowed, short.why, short.lease),
+            (false, Why::LeaseExhausted, None)
+        );
+        let lapsed = admit(None, 1, Some(lease), NOW_US + 1).unwrap();
+        assert_eq!((lapsed.allowed, lapsed.why), (false, Why::HomeUnreachable));
+    }
+
+    #[test]
+    fn a_floor_denial_keeps_the_floors_view_for_the_headers() {
+        let quota = floor(1);
+        let admission = admit(Some((None, &quota)), 2, None, NOW_US).unwrap();
+        assert_eq!(admission.why, Why::HomeUnreachable);
+        let floor = admission.floor.unwrap();
+        assert!(!floor.evaluation.decision.allowed);
+        assert!(floor.evaluation.commit.is_none());
+    }
+
+    #[test]
     fn a_lapsed_lease_is_never_spent_and_the_floor_says_home_is_unreachable() {
         let lapsed = Lease {
             units: 100,
