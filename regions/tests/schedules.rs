@@ -447,3 +447,75 @@ fn a_hot_region_reaches_its_floor_plus_the_pool() {
         assert_eq!(outcome.excess(scenario.limit).units, 0);
     }
 }
+
+/// Every schedule on a small grid, exhaustively: two regions, each with no calls, or one
+/// burst of 1 or 3 calls at one of eight instants 50 ms apart around the second lease's
+/// arrival, or two bursts 10 ms apart, with and without a cut of region 0 from home, for
+/// C ≤ 6 and k ≤ 3 in both modes (a bucket at 10/s, P = 150 ms, T = 200 ms). Pre-paid holds to
+/// 0; carryover over-admits, by the refill of one period (⌊10/s × 150 ms⌋ = 1), within its
+/// bound (⌈10/s × 200 ms⌉ = 2).
+#[test]
+fn every_schedule_on_a_small_grid() {
+    let mut demands: Vec<Vec<(i64, u64)>> = vec![vec![]];
+    for slot in 0..8i64 {
+        for size in [1usize, 3] {
+            demands.push(vec![(slot * 50 * MS + 185 * MS, 1); size]);
+        }
+    }
+    demands.push([vec![(185 * MS, 1); 3], vec![(195 * MS, 1); 3]].concat());
+    let link = |partitions: Vec<(i64, i64)>| Link {
+        delay_us: 20 * MS,
+        jitter_us: 0,
+        loss_per_mille: 0,
+        partitions,
+    };
+    let (mut runs, mut carryover_worst) = (0, 0);
+    for capacity in 1..=6u64 {
+        for lease_units in 1..=3u64 {
+            for mode in [Mode::PrePaid, Mode::Carryover] {
+                for cut in [vec![], vec![(150 * MS, 450 * MS)]] {
+                    for first in &demands {
+                        for second in &demands {
+                            let region = |demand: &Vec<(i64, u64)>, partitions| RegionSpec {
+                                weight: 1,
+                                drift_ppm: 0,
+                                offset_us: 0,
+                                link: link(partitions),
+                                demand: demand.clone(),
+                            };
+                            let scenario = Scenario {
+                                limit: GlobalLimit::TokenBucket {
+                                    capacity,
+                                    per_second: 10,
+                                },
+                                fraction: Fraction { num: 0, den: 1 },
+                                mode,
+                                refresh_us: 150 * MS,
+                                margin_us: 50 * MS,
+                                rho_ppm: 0,
+                                lease_units,
+                                regions: vec![region(first, cut.clone()), region(second, vec![])],
+                                wait: true,
+                                replication_us: MS,
+                                failovers: vec![],
+                                duration_us: 700 * MS,
+                                give_back: false,
+                                hot_only: false,
+                                seed: 0,
+                                bug: Bug::default(),
+                            };
+                            assert_within_bound(&scenario);
+                            if mode == Mode::Carryover {
+                                let found = run(&scenario).excess(scenario.limit).units;
+                                carryover_worst = carryover_worst.max(found);
+                            }
+                            runs += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(runs, 6 * 3 * 2 * 2 * 18 * 18);
+    assert_eq!(carryover_worst, 1);
+}
