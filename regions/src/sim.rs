@@ -47,6 +47,8 @@ pub struct Bug {
     pub lease_outlives_us: i64,
     /// An in-flight call may take a leased slot even if it ends after the lease.
     pub calls_outlive_leases: bool,
+    /// Regions measure durations on their clocks as if they did not drift (no derating).
+    pub ignores_drift: bool,
 }
 
 /// Everything one run depends on.
@@ -88,6 +90,15 @@ impl Scenario {
         self.refresh_us + self.margin_us
     }
 
+    /// The drift regions derate their durations for (0 with [`Bug::ignores_drift`]).
+    pub fn derated_ppm(&self) -> u64 {
+        if self.bug.ignores_drift {
+            0
+        } else {
+            self.rho_ppm
+        }
+    }
+
     /// The quotas of this scenario's split.
     pub fn split(&self) -> Split {
         let weights: Vec<u64> = self.regions.iter().map(|region| region.weight).collect();
@@ -95,7 +106,7 @@ impl Scenario {
             self.limit,
             self.fraction,
             &weights,
-            self.rho_ppm,
+            self.derated_ppm(),
             self.mode,
             u64::try_from(self.lease_us()).unwrap_or(0),
         )
@@ -357,7 +368,7 @@ impl Run<'_> {
     fn demand(&mut self, now_us: i64, region: usize, cost: u64) {
         let local_us = self.local_us(region, now_us);
         let hold_us = self.hold_us(cost);
-        let rho = i64::try_from(self.scenario.rho_ppm).unwrap_or(0);
+        let rho = i64::try_from(self.scenario.derated_ppm()).unwrap_or(0);
         // An in-flight call takes one slot; it may take a leased one only if it ends (on
         // the region's clock, derated) before the lease does.
         let (units, local_hold) = match hold_us {
@@ -542,7 +553,7 @@ impl Run<'_> {
     /// A lease reaches its region: it replaces the region's lease, whose unspent units go
     /// back home.
     fn receive(&mut self, now_us: i64, reply: Reply) {
-        let rho = i64::try_from(self.scenario.rho_ppm).unwrap_or(0);
+        let rho = i64::try_from(self.scenario.derated_ppm()).unwrap_or(0);
         let local_us = self.local_us(reply.region, now_us);
         let lifetime_local = reply.lifetime_us * (1_000_000 - rho) / 1_000_000;
         let lease = Lease {

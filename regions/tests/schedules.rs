@@ -122,7 +122,7 @@ fn random_scenario(limit: GlobalLimit, mode: Mode, seed: u64) -> Scenario {
 /// A random scenario whose region clocks are home's (`aligned`) or drift and are offset.
 fn random_scenario_on(limit: GlobalLimit, mode: Mode, seed: u64, aligned: bool) -> Scenario {
     let mut rng = Rng::new(seed);
-    let rho_ppm = if aligned { 0 } else { rng.below(2001) };
+    let rho_ppm = if aligned { 0 } else { rng.below(50_001) };
     let duration_us = 3000 * MS;
     let regions: Vec<RegionSpec> = (0..1 + rng.below(3))
         .map(|_| random_region(&mut rng, rho_ppm, aligned, duration_us))
@@ -275,12 +275,12 @@ fn small_constants_exhaustively() {
 
 /// The random schedules have teeth: the broken variants (carryover, leases outliving T, a
 /// sliding log pool counting leased entries for W rather than W + T, in-flight calls on a
-/// leased slot outliving the lease)
+/// leased slot outliving the lease, regions not derating for their drift)
 /// over-admit in some of them, and the leases carry real traffic.
 #[test]
 fn the_random_schedules_catch_the_broken_variants() {
     let (mut carryover_over, mut outliving_over, mut lease_units, mut all_units) = (0, 0, 0, 0);
-    let (mut log_over, mut slots_over) = (0, 0);
+    let (mut log_over, mut slots_over, mut drift_over) = (0, 0, 0);
     let mut worst_carryover = 0;
     for seed in 0..300u64 {
         let limit = GlobalLimit::TokenBucket {
@@ -335,14 +335,23 @@ fn the_random_schedules_catch_the_broken_variants() {
         let mut overstaying = random_scenario(in_flight, Mode::PrePaid, seed);
         overstaying.bug.calls_outlive_leases = true;
         slots_over += u64::from(run(&overstaying).excess(in_flight).units > 0);
+        let mut drifting = random_scenario(limit, Mode::PrePaid, seed);
+        drifting.bug.ignores_drift = true;
+        drift_over += u64::from(run(&drifting).excess(limit).units > 0);
         let mut correct = outliving.clone();
         correct.bug = Bug::default();
         assert_within_bound(&correct);
     }
     eprintln!(
-        "carryover over-admits in {carryover_over}/300 (worst {worst_carryover}), leases outliving T in {outliving_over}/300, sliding log pools of window W (not W + T) in {log_over}/300, in-flight calls outliving their leased slot in {slots_over}/300; leased units {lease_units} of {all_units}"
+        "carryover over-admits in {carryover_over}/300 (worst {worst_carryover}), leases outliving T in {outliving_over}/300, sliding log pools of window W (not W + T) in {log_over}/300, in-flight calls outliving their leased slot in {slots_over}/300, regions ignoring their drift in {drift_over}/300; leased units {lease_units} of {all_units}"
     );
-    assert!(carryover_over > 0 && outliving_over > 0 && log_over > 0 && slots_over > 0);
+    assert!(
+        carryover_over > 0
+            && outliving_over > 0
+            && log_over > 0
+            && slots_over > 0
+            && drift_over > 0
+    );
     assert!(lease_units * 4 > all_units);
 }
 
