@@ -3,7 +3,8 @@
 //!
 //! - `limiter`, `http`: the limiter and the tower layer on the in-memory store;
 //! - `redis_store`: the Redis store against a real server with the module;
-//! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster.
+//! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
+//! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,6 +14,7 @@
     missing_docs
 )]
 
+mod cluster_stall;
 mod continuity;
 mod fleet;
 mod hostile;
