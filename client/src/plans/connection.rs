@@ -53,12 +53,12 @@ impl std::fmt::Debug for PlanServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.at {
             Target::Single(client) => {
-                write!(f, "Single({:?})", client.get_connection_info().addr)
+                write!(f, "Single({:?})", client.get_connection_info().addr())
             }
             Target::Cluster { nodes, .. } => {
                 let addresses: Vec<String> = nodes
                     .iter()
-                    .map(|node| node.get_connection_info().addr.to_string())
+                    .map(|node| node.get_connection_info().addr().to_string())
                     .collect();
                 write!(f, "Cluster({addresses:?})")
             }
@@ -68,9 +68,9 @@ impl std::fmt::Debug for PlanServer {
     }
 }
 
-/// An error of the `IoError` kind (a timeout) with `what` did not happen in time.
+/// An error of the `Io` kind (a timeout) with `what` did not happen in time.
 fn too_slow(what: &'static str) -> RedisError {
-    RedisError::from((redis::ErrorKind::IoError, what))
+    RedisError::from((redis::ErrorKind::Io, what))
 }
 
 impl PlanServer {
@@ -137,8 +137,8 @@ impl PlanServer {
     pub async fn connect(&self) -> Result<PlanConnection, RedisError> {
         if let Some(client) = self.server_now().await? {
             let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(self.timeout)
-                .set_response_timeout(self.timeout);
+                .set_connection_timeout(Some(self.timeout))
+                .set_response_timeout(Some(self.timeout));
             let connection = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
@@ -197,13 +197,8 @@ fn sentinel(url: &str) -> Result<Target, RedisError> {
     Ok(Target::Sentinel(Arc::new(SentinelPrimary {
         sentinel: tokio::sync::Mutex::new(sentinel),
         service,
-        node: redis::sentinel::SentinelNodeConnectionInfo {
-            tls_mode: None,
-            redis_connection_info: Some(redis::RedisConnectionInfo {
-                db,
-                ..redis::RedisConnectionInfo::default()
-            }),
-        },
+        node: redis::sentinel::SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(db)),
     })))
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, RedisError, Value};
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
@@ -67,20 +67,18 @@ enum Connection {
 }
 
 impl Connection {
-    /// Runs one command. An error reply is an `Err`: the `redis` crate (0.27) hands a single
-    /// command's error reply back as `Ok(Value::ServerError)`, which would read a refused
-    /// `FUNCTION LOAD` as loaded, never see `NOSCRIPT`, and class `LOADING` or `READONLY`
-    /// as a refusal instead of an outage.
+    /// Runs one command. An error reply is an `Err` (`query_async` makes it one), so that a
+    /// refused `FUNCTION LOAD` is not read as loaded, `NOSCRIPT` is seen, and `LOADING` or
+    /// `READONLY` count as an outage, not a refusal.
     async fn query(&self, command: &Cmd) -> Result<Value, RedisError> {
-        let reply = match self {
+        match self {
             Self::Single(manager) => {
-                ConnectionManager::clone(manager)
-                    .req_packed_command(command)
+                command
+                    .query_async(&mut ConnectionManager::clone(manager))
                     .await
             }
-            Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
-        };
-        reply.and_then(Value::extract_error)
+            Self::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+        }
     }
 
     async fn pipeline(
@@ -286,9 +284,12 @@ impl RedisStore {
             Target::Single(client) => {
                 // One attempt per call: the limiter's circuit breaker paces the retries, and
                 // once made the manager reconnects by itself.
+                // No response timeout of the crate's own (1.x sets 500 ms by default): each
+                // check is bounded by its policy's timeout, which may be longer.
                 let config = ConnectionManagerConfig::new()
                     .set_number_of_retries(0)
-                    .set_connection_timeout(timeout);
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(None);
                 ConnectionManager::new_with_config(client.clone(), config)
                     .await
                     .map(|manager| Connection::Single(Box::new(manager)))
@@ -310,7 +311,7 @@ impl RedisStore {
     /// Connection refused").
     fn naming_the_address(&self, error: StoreError) -> StoreError {
         let address = match &self.inner.target {
-            Target::Single(client) => client.get_connection_info().addr.to_string(),
+            Target::Single(client) => client.get_connection_info().addr().to_string(),
             Target::Cluster(_, nodes) => nodes.clone(),
         };
         let named = |detail: String| format!("cannot connect to {address}: {detail}");
@@ -369,6 +370,10 @@ impl RedisStore {
         connection: &Connection,
         commands: &[Args],
     ) -> Result<Vec<Value>, StoreError> {
+        if commands.is_empty() {
+            // Nothing to send (the `redis` crate refuses an empty pipeline).
+            return Ok(Vec::new());
+        }
         let mut pipeline = redis::pipe();
         for args in commands {
             pipeline.add_command(self.command(args));
@@ -442,12 +447,13 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
         || error.is_connection_refusal()
         || matches!(
             error.kind(),
-            ErrorKind::ClusterDown
-                | ErrorKind::MasterDown
-                | ErrorKind::TryAgain
-                | ErrorKind::BusyLoadingError
-                | ErrorKind::ClusterConnectionNotFound
-                | ErrorKind::ReadOnly
+            ErrorKind::Server(
+                ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ReadOnly
+            ) | ErrorKind::ClusterConnectionNotFound
         );
     // The server's own words (`WRONGTYPE key holds ...`), as redis-cli shows them.
     let text = match (error.code(), error.detail()) {
@@ -512,7 +518,7 @@ impl Store for RedisStore {
     fn slot(&self, key: &str) -> Option<u16> {
         match self.inner.target {
             Target::Single(_) => None,
-            Target::Cluster(..) => Some(redis::cluster_routing::get_slot(key.as_bytes())),
+            Target::Cluster(..) => Some(redis_ratelimit_wire::slot::key_slot(key.as_bytes())),
         }
     }
 }

@@ -101,8 +101,8 @@ fn main() -> ExitCode {
             ExitCode::from(3)
         }
         Err(Failure::Store(error)) => {
-            let moved =
-                matches!(&error, PlanStoreError::Redis(e) if e.kind() == redis::ErrorKind::Moved);
+            let moved = matches!(&error, PlanStoreError::Redis(e)
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Moved));
             if moved {
                 errln!(
                     "rlctl: {error}\nrlctl: this server is a cluster node that does not hold the \
