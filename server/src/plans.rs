@@ -1,4 +1,4 @@
-//! Limits from the policy store (issue 17's plans) for the rules that name a `tenant_key`:
+//! Limits from the policy store (the plans `rlctl` edits) for the rules that name a `tenant_key`:
 //! the tenant's effective limit called the rule's `name` replaces the YAML limit, which stays
 //! the default. One [`PlanSource`] follows the store, connected only when the config uses
 //! plans.
@@ -11,6 +11,11 @@ use redis_ratelimit_client::plans::spec::Kind;
 use redis_ratelimit_client::{Algorithm, PlanOptions, PlanSource};
 
 use crate::config::{LimitSpec, Unit};
+
+/// The policy store could not be read at start.
+#[derive(Debug, thiserror::Error)]
+#[error("policy store: {0}")]
+pub struct ConnectError(#[source] redis_ratelimit_client::plans::store::PlanStoreError);
 
 /// The limit a plan rule applies to one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,7 +54,7 @@ impl Plans {
 
     /// Connects the source if it is not yet (a first read bounded by the options' timeout),
     /// logging its status.
-    pub async fn connect(&self) -> Result<(), String> {
+    pub async fn connect(&self) -> Result<(), ConnectError> {
         if self.source().is_some() {
             return Ok(());
         }
@@ -60,7 +65,7 @@ impl Plans {
             let url = self.urls.first().map_or("", String::as_str);
             PlanSource::connect(url, self.options.clone()).await
         }
-        .map_err(|error| format!("policy store: {error}"))?;
+        .map_err(ConnectError)?;
         tracing::info!(
             "plans: {} (version checked every {:?} besides notifications)",
             source.status(),
