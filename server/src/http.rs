@@ -19,6 +19,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::answer::{self, Answer};
 use crate::auth::Token;
 use crate::config::Unit;
 use crate::engine::Engine;
@@ -26,7 +27,7 @@ use crate::headers::{self, HeaderSettings};
 use crate::metrics;
 use crate::reference_http;
 use crate::request::{CheckRequest, Descriptor};
-use crate::verdict::{CheckFailure, Verdict};
+use crate::verdict::Verdict;
 
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -464,13 +465,8 @@ async fn check(State(api): State<Arc<Api>>, body: Result<Bytes, BytesRejection>)
         Ok(request) => request,
         Err(error) => return bad_request(&error.to_string()),
     };
-    match api.engine.check(&request).await {
-        Ok(verdict) => {
-            metrics::request(
-                "http",
-                &request.domain,
-                if verdict.allowed { "ok" } else { "over_limit" },
-            );
+    match answer::check(&api.engine, "http", &request).await {
+        Answer::Verdict(verdict) => {
             let body = verdict_json(&request, &verdict, &api.headers);
             (
                 [(header::CONTENT_TYPE, "application/json")],
@@ -478,16 +474,13 @@ async fn check(State(api): State<Arc<Api>>, body: Result<Bytes, BytesRejection>)
             )
                 .into_response()
         }
-        Err(CheckFailure::BadRequest(error)) => bad_request(&error.0),
-        Err(CheckFailure::Internal(error)) => {
-            metrics::request("http", &request.domain, "error");
-            tracing::error!(domain = %request.domain, "check failed: {error}");
-            problem(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Internal Server Error",
-                &error,
-            )
-        }
+        // Counted by `answer::check` already.
+        Answer::BadRequest(error) => problem(StatusCode::BAD_REQUEST, "Bad Request", &error),
+        Answer::Internal(error) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal Server Error",
+            &error,
+        ),
     }
 }
 

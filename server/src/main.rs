@@ -3,6 +3,7 @@
 //! its YAML config read as is) and an HTTP JSON API for every language; every request's
 //! descriptors decided all or nothing.
 
+mod answer;
 mod auth;
 mod cli;
 mod config;
