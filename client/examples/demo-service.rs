@@ -28,8 +28,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use axum::Router;
-use clap::Parser;
 use axum::routing::get;
+use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, StoreBackend};

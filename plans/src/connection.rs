@@ -27,12 +27,13 @@ pub struct PlanServer {
 
 #[derive(Clone)]
 enum Target {
-    /// One server (a standalone Redis, or a replica set's primary).
-    Single(redis::Client),
+    /// One server (a standalone Redis, or a replica set's primary). Boxed, as the cluster
+    /// client: their sizes depend on the `redis` crate's features (TLS).
+    Single(Box<redis::Client>),
     /// A Redis Cluster, given some of its nodes.
     Cluster {
         /// Routes the store's commands to the `{rl-policy}` slot's primary.
-        client: ClusterClient,
+        client: Box<ClusterClient>,
         /// The given nodes, tried in turn for the notifications' subscription.
         nodes: Vec<redis::Client>,
     },
@@ -80,7 +81,7 @@ impl PlanServer {
         let at = if url.starts_with("redis+sentinel://") {
             sentinel(url)?
         } else {
-            Target::Single(redis::Client::open(url)?)
+            Target::Single(Box::new(redis::Client::open(url)?))
         };
         Ok(Self { at, timeout })
     }
@@ -103,7 +104,7 @@ impl PlanServer {
             .build()?;
         Ok(Self {
             at: Target::Cluster {
-                client,
+                client: Box::new(client),
                 nodes: clients,
             },
             timeout,
@@ -115,7 +116,7 @@ impl PlanServer {
     /// cluster.
     async fn server_now(&self) -> Result<Option<redis::Client>, RedisError> {
         match &self.at {
-            Target::Single(client) => Ok(Some(client.clone())),
+            Target::Single(client) => Ok(Some(redis::Client::clone(client))),
             #[cfg(feature = "sentinel")]
             Target::Sentinel(primary) => {
                 let asked = tokio::time::timeout(self.timeout, async {

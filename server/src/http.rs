@@ -341,10 +341,8 @@ pub fn from_json(body: &[u8]) -> Result<CheckRequest, JsonError> {
             Some(limit) => {
                 let field = format!("descriptors[{index}].limit.requestsPerUnit");
                 let requests = limit.requests_per_unit.value(&field)?;
-                let requests =
-                    u32::try_from(requests).map_err(|_| JsonError::NotAUint32(field))?;
-                let unit =
-                    unit_from_json(&limit.unit).ok_or(JsonError::UnknownUnit(index))?;
+                let requests = u32::try_from(requests).map_err(|_| JsonError::NotAUint32(field))?;
+                let unit = unit_from_json(&limit.unit).ok_or(JsonError::UnknownUnit(index))?;
                 Some((requests, unit))
             }
         };

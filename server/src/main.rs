@@ -167,11 +167,12 @@ async fn run(options: Options) -> Result<(), StartError> {
 /// limiter of the command line and the policy store when the config uses plans; and what
 /// the watcher compares the config files with.
 async fn engine(options: &Options) -> Result<(Arc<Engine>, u64), StartError> {
-    let (config, seen) = watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(
-        || StartError::ConfigRefused {
-            dir: options.config.clone(),
-        },
-    )?;
+    let (config, seen) =
+        watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(|| {
+            StartError::ConfigRefused {
+                dir: options.config.clone(),
+            }
+        })?;
     tracing::info!(
         domains = config.domains.len(),
         files = config.files.len(),

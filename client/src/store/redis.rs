@@ -56,10 +56,12 @@ impl Default for RedisStoreOptions {
     }
 }
 
+/// Both boxed: their sizes depend on the `redis` crate's features (TLS makes a client of one
+/// server larger), and the target is read only when connecting.
 enum Target {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     /// The client, and the nodes it was given (for error messages).
-    Cluster(ClusterClient, String),
+    Cluster(Box<ClusterClient>, String),
 }
 
 #[derive(Clone)]
@@ -150,14 +152,14 @@ impl RedisStore {
                  rediss:// for TLS, or redis+unix:///path/to/socket"
             ))
         })?;
-        Ok(Self::from_target(Target::Single(client), options))
+        Ok(Self::from_target(Target::Single(Box::new(client)), options))
     }
 
     /// A store on one server, from a client of the `redis` crate (the Sentinel store's
     /// primary).
     #[cfg(feature = "sentinel")]
     pub(crate) fn from_client(client: redis::Client, options: RedisStoreOptions) -> Self {
-        Self::from_target(Target::Single(client), options)
+        Self::from_target(Target::Single(Box::new(client)), options)
     }
 
     /// A store on a Redis Cluster, given some of its nodes.
@@ -169,7 +171,10 @@ impl RedisStore {
                 StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
             })?;
         let named = format!("the cluster at {}", nodes.join(", "));
-        Ok(Self::from_target(Target::Cluster(client, named), options))
+        Ok(Self::from_target(
+            Target::Cluster(Box::new(client), named),
+            options,
+        ))
     }
 
     fn from_target(target: Target, options: RedisStoreOptions) -> Self {
@@ -292,7 +297,7 @@ impl RedisStore {
                     .set_number_of_retries(0)
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(None);
-                ConnectionManager::new_with_config(client.clone(), config)
+                ConnectionManager::new_with_config(redis::Client::clone(client), config)
                     .await
                     .map(|manager| Connection::Single(Box::new(manager)))
                     .map_err(|error| store_error(&error))

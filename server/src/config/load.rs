@@ -547,7 +547,11 @@ impl Reader<'_> {
     }
 
     /// `unlimited: true`: as the reference, a unit is refused, a requests_per_unit ignored.
-    fn unlimited(&self, node: &MarkedYaml<'_>, fields: LimitFields) -> Result<RuleLimit, ConfigError> {
+    fn unlimited(
+        &self,
+        node: &MarkedYaml<'_>,
+        fields: LimitFields,
+    ) -> Result<RuleLimit, ConfigError> {
         if fields.unit.is_some() {
             return Err(self.error(line(node), "an unlimited limit has no 'unit'"));
         }
@@ -567,7 +571,11 @@ impl Reader<'_> {
 
     /// A limit with a unit and a rate: `burst` only where the algorithm takes one, and
     /// what the client library can enforce.
-    fn rate_limit(&self, node: &MarkedYaml<'_>, fields: LimitFields) -> Result<RuleLimit, ConfigError> {
+    fn rate_limit(
+        &self,
+        node: &MarkedYaml<'_>,
+        fields: LimitFields,
+    ) -> Result<RuleLimit, ConfigError> {
         let unit = fields
             .unit
             .ok_or_else(|| self.error(line(node), "rate_limit has no 'unit'"))?;
