@@ -341,17 +341,19 @@ async fn drive(
             Ok(decision) => (decision.allowed, source(decision.source), None),
             Err(_) => (false, Source::Error, None),
         };
-        if let Ok(decision) = &result {
-            if let Some(in_flight) = decision.in_flight.as_ref().filter(|_| decision.allowed) {
-                tokio::time::sleep(HOLD).await;
-                release_us = Some(now_us());
-                limiter.release(in_flight).await;
-            }
+        if let Ok(decision) = &result
+            && let Some(in_flight) = decision.in_flight.as_ref().filter(|_| decision.allowed)
+        {
+            tokio::time::sleep(HOLD).await;
+            release_us = Some(now_us());
+            limiter.release(in_flight).await;
         }
-        if let Some(regrant) = driver.regrant.as_mut() {
-            if !allowed && source == Source::Store && regrant.turns(&soak_limiter, send_us, cost) {
-                allowed = true;
-            }
+        if let Some(regrant) = driver.regrant.as_mut()
+            && !allowed
+            && source == Source::Store
+            && regrant.turns(&soak_limiter, send_us, cost)
+        {
+            allowed = true;
         }
         let record = DecisionRecord {
             client: driver.client,
