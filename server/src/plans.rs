@@ -7,6 +7,7 @@ use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_plans::snapshot::Rule as PlanRule;
 use redis_ratelimit_plans::spec::PlanKind;
 use redis_ratelimit_plans::{PlanOptions, PlanSource};
@@ -90,7 +91,7 @@ impl Plans {
         tenant: &str,
         name: &str,
         default: &LimitSpec,
-    ) -> Result<PlanLimit, String> {
+    ) -> Result<PlanLimit, AlgorithmError> {
         let effective = self.source().and_then(|source| {
             source.resolve(tenant, &[]).into_iter().find(|effective| {
                 effective.spec.name() == name && effective.rule != PlanRule::Default
@@ -98,10 +99,7 @@ impl Plans {
         });
         match effective {
             Some(effective) => {
-                let algorithm = effective
-                    .spec
-                    .algorithm()
-                    .map_err(|error| error.to_string())?;
+                let algorithm = effective.spec.algorithm()?;
                 let (requests_per_unit, unit) = reported(algorithm.quota(), algorithm.window());
                 Ok(PlanLimit {
                     key_suffix: suffix(name, effective.spec.kind()),
@@ -111,7 +109,7 @@ impl Plans {
                 })
             }
             None => {
-                let algorithm = default.algorithm().map_err(|error| error.to_string())?;
+                let algorithm = default.algorithm()?;
                 let kind = algorithm.as_ref().and_then(PlanKind::of);
                 Ok(PlanLimit {
                     key_suffix: kind
