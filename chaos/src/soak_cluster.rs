@@ -366,7 +366,7 @@ impl SoakCluster {
         let on_slots = |slots: &[(u16, u16)]| -> Vec<String> {
             keys.iter()
                 .filter(|(_, key)| {
-                    let slot = redis::cluster_routing::get_slot(key.as_bytes());
+                    let slot = redis_ratelimit_testkit::cluster::keyslot(key);
                     slots.iter().any(|(from, to)| (*from..=*to).contains(&slot))
                 })
                 .map(|(name, _)| name.clone())

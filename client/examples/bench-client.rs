@@ -26,6 +26,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use redis::aio::ConnectionManager;
 use redis_ratelimit_client::store::RedisStore;
 use redis_ratelimit_client::{
@@ -43,31 +44,30 @@ const KEYS: usize = 100;
 const IN_FLIGHT: usize = 16;
 const ROUNDS: usize = 5;
 
+/// The flags as clap reads them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench-client",
+    about = "The client library's benchmark: what a check costs the service, and what it \
+             costs Redis; writes a Markdown report"
+)]
 struct Options {
+    /// Where to write the report [default: stdout only]
+    #[arg(long, value_name = "PATH")]
     out: Option<String>,
+
+    /// Requests of each Redis-cost run
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
     requests: usize,
+
+    /// Sequential requests of each overhead run
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
     latency: usize,
 }
 
 fn options() -> Options {
-    let mut options = Options {
-        out: None,
-        requests: 200_000,
-        latency: 20_000,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .unwrap_or_else(|| panic!("{flag} needs a value"));
-        match flag.as_str() {
-            "--out" => options.out = Some(value),
-            "--requests" => options.requests = value.parse().unwrap(),
-            "--latency" => options.latency = value.parse().unwrap(),
-            other => panic!("unknown option {other}"),
-        }
-    }
-    options
+    // --help prints to stdout (exit 0), a bad flag to stderr (exit 2).
+    Options::parse()
 }
 
 fn limiter(port: u16, lease: Option<u64>, name: &str) -> RateLimiter {

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, StoreBackend};
@@ -37,30 +38,69 @@ use redis_ratelimit_client::{
 };
 use redis_ratelimit_plans::{PlanOptions, PlanSource};
 
-const USAGE: &str = "\
-usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS
-                    [--replicas K] [--lease N] [--timeout-ms MS] [--plans [--plans-check-ms MS]]
-                    [--backend auto|module|functions|scripts]
+/// The flags as clap reads them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "demo-service",
+    about = "A rate-limited HTTP service: GET / is limited per x-api-key header (requests \
+             without one share the key 'anonymous') by a token bucket of --limit tokens \
+             refilled over --window seconds, decided in Redis for every replica; GET /metrics \
+             is Prometheus text",
+    args_override_self = true
+)]
+struct Flags {
+    /// The Redis server with the module, e.g. redis://127.0.0.1:6379/
+    #[arg(long, value_name = "URL")]
+    redis: String,
 
-A rate-limited HTTP service: GET / is limited per x-api-key header (requests without one
-share the key 'anonymous') by a token bucket of --limit tokens refilled over --window
-seconds, decided in Redis for every replica; GET /metrics is Prometheus text.
+    /// Where to listen, e.g. 127.0.0.1:8080 (port 0: any free port)
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
 
-  --redis URL        the Redis server with the module, e.g. redis://127.0.0.1:6379/
-  --listen ADDR      where to listen, e.g. 127.0.0.1:8080 (port 0: any free port)
-  --limit N          tokens per key
-  --window SECONDS   time to refill an empty bucket
-  --replicas K       replicas of this service; without Redis each allows limit / K (default 1)
-  --lease N          claim N tokens per Redis call and spend them from memory (default off)
-  --timeout-ms MS    longest wait for Redis before the local fallback decides (default 50)
-  --backend NAME     what runs the limits in Redis: auto (default: the module if loaded, else
-                     the Functions library, loaded if absent, else it as a script), module,
-                     functions or scripts
-  --plans            limit GET / by the plan of the tenant in the x-tenant header, read from
-                     the policy store in Redis (rlctl edits it); --limit and --window are the
-                     defaults of tenants without a plan
-  --plans-check-ms MS  the backstop: compare the store's version this often (default 500)
-  -h, --help         this text";
+    /// Tokens per key
+    #[arg(long, value_name = "N")]
+    limit: u64,
+
+    /// Time to refill an empty bucket
+    #[arg(long, value_name = "SECONDS")]
+    window: u64,
+
+    /// Replicas of this service; without Redis each allows limit / K
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    replicas: u64,
+
+    /// Claim N tokens per Redis call and spend them from memory [default: off]
+    #[arg(long, value_name = "N")]
+    lease: Option<u64>,
+
+    /// Longest wait for Redis before the local fallback decides
+    #[arg(long, value_name = "MS", default_value_t = default_timeout_ms())]
+    timeout_ms: u64,
+
+    /// What runs the limits in Redis: auto (the module if loaded, else the Functions
+    /// library, loaded if absent, else it as a script), module, functions or scripts
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = backend)]
+    backend: Backend,
+
+    /// Limit GET / by the plan of the tenant in the x-tenant header, read from the policy
+    /// store in Redis (rlctl edits it); --limit and --window are the defaults of tenants
+    /// without a plan
+    #[arg(long)]
+    plans: bool,
+
+    /// The backstop of --plans (which it implies): compare the store's version this often
+    /// [default: 500]
+    #[arg(long, value_name = "MS")]
+    plans_check_ms: Option<u64>,
+}
+
+fn default_timeout_ms() -> u64 {
+    u64::try_from(redis_ratelimit_client::policy::DEFAULT_TIMEOUT.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn backend(name: &str) -> Result<Backend, String> {
+    Backend::parse(name).ok_or_else(|| "one of auto, module, functions or scripts".to_string())
+}
 
 struct Args {
     redis: String,
@@ -76,65 +116,25 @@ struct Args {
     backend: Backend,
 }
 
-/// The arguments, or `None` when help was asked for (and printed).
-fn parse_args() -> Result<Option<Args>, String> {
-    let mut redis = None;
-    let mut listen = None;
-    let mut limit = None;
-    let mut window = None;
-    let mut replicas = 1;
-    let mut lease = None;
-    let mut timeout = redis_ratelimit_client::policy::DEFAULT_TIMEOUT;
-    let mut plans = None;
-    let mut backend = Backend::Auto;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if flag == "--help" || flag == "-h" {
-            println!("{USAGE}");
-            return Ok(None);
-        }
-        if flag == "--plans" {
-            plans = plans.or(Some(PlanOptions::default().check_every));
-            continue;
-        }
-        let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("{flag} takes a positive integer (got '{value}')"))
+impl From<Flags> for Args {
+    fn from(flags: Flags) -> Self {
+        let plans = match (flags.plans, flags.plans_check_ms) {
+            (_, Some(ms)) => Some(Duration::from_millis(ms)),
+            (true, None) => Some(PlanOptions::default().check_every),
+            (false, None) => None,
         };
-        match flag.as_str() {
-            "--redis" => redis = Some(value.clone()),
-            "--listen" => {
-                listen = Some(
-                    value
-                        .parse()
-                        .map_err(|_| format!("bad --listen '{value}'"))?,
-                )
-            }
-            "--limit" => limit = Some(number()?),
-            "--window" => window = Some(Duration::from_secs(number()?)),
-            "--replicas" => replicas = number()?,
-            "--lease" => lease = Some(number()?),
-            "--timeout-ms" => timeout = Duration::from_millis(number()?),
-            "--plans-check-ms" => plans = Some(Duration::from_millis(number()?)),
-            "--backend" => {
-                backend = Backend::parse(&value).ok_or(format!("bad --backend '{value}'"))?
-            }
-            other => return Err(format!("unknown option {other}")),
+        Self {
+            redis: flags.redis,
+            listen: flags.listen,
+            limit: flags.limit,
+            window: Duration::from_secs(flags.window),
+            replicas: flags.replicas,
+            lease: flags.lease,
+            timeout: Duration::from_millis(flags.timeout_ms),
+            plans,
+            backend: flags.backend,
         }
     }
-    Ok(Some(Args {
-        redis: redis.ok_or("--redis is required")?,
-        listen: listen.ok_or("--listen is required")?,
-        limit: limit.ok_or("--limit is required")?,
-        window: window.ok_or("--window is required")?,
-        replicas,
-        lease,
-        timeout,
-        plans,
-        backend,
-    }))
 }
 
 fn policy(args: &Args) -> Result<Policy, Box<dyn std::error::Error>> {
@@ -234,14 +234,8 @@ async fn shutdown() {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(args)) => args,
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("demo-service: {error}\n(demo-service --help lists the options)");
-            return ExitCode::from(2);
-        }
-    };
+    // --help prints to stdout (exit 0), a bad flag to stderr (exit 2).
+    let args = Args::from(Flags::parse());
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -226,7 +226,7 @@ impl LocalLimits {
     /// bound.
     fn maybe_prune(&mut self, now_us: i64) {
         self.operations = self.operations.wrapping_add(1);
-        if self.operations % 1024 == 0 {
+        if self.operations.is_multiple_of(1024) {
             let now_ms = now_us.div_euclid(1_000);
             self.states
                 .retain(|_, stored| stored.expires_at_ms > now_ms);

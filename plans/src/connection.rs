@@ -27,12 +27,13 @@ pub struct PlanServer {
 
 #[derive(Clone)]
 enum Target {
-    /// One server (a standalone Redis, or a replica set's primary).
-    Single(redis::Client),
+    /// One server (a standalone Redis, or a replica set's primary). Boxed, as the cluster
+    /// client: their sizes depend on the `redis` crate's features (TLS).
+    Single(Box<redis::Client>),
     /// A Redis Cluster, given some of its nodes.
     Cluster {
         /// Routes the store's commands to the `{rl-policy}` slot's primary.
-        client: ClusterClient,
+        client: Box<ClusterClient>,
         /// The given nodes, tried in turn for the notifications' subscription.
         nodes: Vec<redis::Client>,
     },
@@ -53,12 +54,12 @@ impl std::fmt::Debug for PlanServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.at {
             Target::Single(client) => {
-                write!(f, "Single({:?})", client.get_connection_info().addr)
+                write!(f, "Single({:?})", client.get_connection_info().addr())
             }
             Target::Cluster { nodes, .. } => {
                 let addresses: Vec<String> = nodes
                     .iter()
-                    .map(|node| node.get_connection_info().addr.to_string())
+                    .map(|node| node.get_connection_info().addr().to_string())
                     .collect();
                 write!(f, "Cluster({addresses:?})")
             }
@@ -68,9 +69,9 @@ impl std::fmt::Debug for PlanServer {
     }
 }
 
-/// An error of the `IoError` kind (a timeout) with `what` did not happen in time.
+/// An error of the `Io` kind (a timeout) with `what` did not happen in time.
 fn too_slow(what: &'static str) -> RedisError {
-    RedisError::from((redis::ErrorKind::IoError, what))
+    RedisError::from((redis::ErrorKind::Io, what))
 }
 
 impl PlanServer {
@@ -80,7 +81,7 @@ impl PlanServer {
         let at = if url.starts_with("redis+sentinel://") {
             sentinel(url)?
         } else {
-            Target::Single(redis::Client::open(url)?)
+            Target::Single(Box::new(redis::Client::open(url)?))
         };
         Ok(Self { at, timeout })
     }
@@ -103,7 +104,7 @@ impl PlanServer {
             .build()?;
         Ok(Self {
             at: Target::Cluster {
-                client,
+                client: Box::new(client),
                 nodes: clients,
             },
             timeout,
@@ -115,7 +116,7 @@ impl PlanServer {
     /// cluster.
     async fn server_now(&self) -> Result<Option<redis::Client>, RedisError> {
         match &self.at {
-            Target::Single(client) => Ok(Some(client.clone())),
+            Target::Single(client) => Ok(Some(redis::Client::clone(client))),
             #[cfg(feature = "sentinel")]
             Target::Sentinel(primary) => {
                 let asked = tokio::time::timeout(self.timeout, async {
@@ -137,8 +138,8 @@ impl PlanServer {
     pub async fn connect(&self) -> Result<PlanConnection, RedisError> {
         if let Some(client) = self.server_now().await? {
             let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(self.timeout)
-                .set_response_timeout(self.timeout);
+                .set_connection_timeout(Some(self.timeout))
+                .set_response_timeout(Some(self.timeout));
             let connection = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
@@ -198,13 +199,8 @@ fn sentinel(url: &str) -> Result<Target, RedisError> {
     Ok(Target::Sentinel(Arc::new(SentinelPrimary {
         sentinel: tokio::sync::Mutex::new(sentinel),
         service,
-        node: redis::sentinel::SentinelNodeConnectionInfo {
-            tls_mode: None,
-            redis_connection_info: Some(redis::RedisConnectionInfo {
-                db,
-                ..redis::RedisConnectionInfo::default()
-            }),
-        },
+        node: redis::sentinel::SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(db)),
     })))
 }
 

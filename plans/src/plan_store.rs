@@ -256,7 +256,8 @@ pub async fn history(
         .arg(count)
         .query_async(con)
         .await?;
-    let rows: Vec<(String, Vec<String>)> = redis::from_redis_value(&reply)?;
+    let rows: Vec<(String, Vec<String>)> =
+        redis::from_redis_value(reply).map_err(redis::RedisError::from)?;
     Ok(rows
         .into_iter()
         .map(|(id, flat)| {

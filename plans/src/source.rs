@@ -161,7 +161,7 @@ impl PlanSource {
         refresh(&source.inner, &mut connection).await;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             PlanStoreError::Redis(redis::RedisError::from((
-                redis::ErrorKind::ClientError,
+                redis::ErrorKind::Client,
                 "PlanSource::connect runs inside a Tokio runtime (it follows the store in a task)",
             )))
         })?;

@@ -21,13 +21,14 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status as GrpcStatus};
 
+use crate::answer::{self, Answer};
 use crate::auth::Token;
 use crate::config::Unit;
 use crate::engine::Engine;
 use crate::headers::{self, HeaderSettings};
 use crate::metrics;
 use crate::request::{BadRequest, CheckRequest, Descriptor};
-use crate::verdict::{CheckFailure, Verdict};
+use crate::verdict::Verdict;
 
 /// Largest request message accepted.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -96,24 +97,12 @@ impl RateLimitService for Rls {
                 return Err(GrpcStatus::invalid_argument(error.0));
             }
         };
-        match self.engine.check(&check).await {
-            Ok(verdict) => {
-                metrics::request(
-                    "grpc",
-                    &check.domain,
-                    if verdict.allowed { "ok" } else { "over_limit" },
-                );
+        match answer::check(&self.engine, "grpc", &check).await {
+            Answer::Verdict(verdict) => {
                 Ok(Response::new(to_proto(&check, &verdict, &self.headers)))
             }
-            Err(CheckFailure::BadRequest(error)) => {
-                metrics::request("grpc", "", "bad_request");
-                Err(GrpcStatus::invalid_argument(error.0))
-            }
-            Err(CheckFailure::Internal(error)) => {
-                metrics::request("grpc", &check.domain, "error");
-                tracing::error!(domain = %check.domain, "check failed: {error}");
-                Err(GrpcStatus::internal(error))
-            }
+            Answer::BadRequest(error) => Err(GrpcStatus::invalid_argument(error)),
+            Answer::Internal(error) => Err(GrpcStatus::internal(error)),
         }
     }
 }

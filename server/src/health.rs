@@ -60,7 +60,15 @@ async fn connect(urls: &[String], cluster: bool) -> Option<Box<dyn ConnectionLik
         Some(Box::new(connection))
     } else {
         let client = redis::Client::open(urls.first()?.as_str()).ok()?;
-        let connection = client.get_multiplexed_async_connection().await.ok()?;
+        // Bounded by the probe's own timeout, not the crate's defaults (1 s to connect,
+        // 500 ms per reply).
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .ok()?;
         Some(Box::new(connection))
     }
 }

@@ -19,6 +19,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::answer::{self, Answer};
 use crate::auth::Token;
 use crate::config::Unit;
 use crate::engine::Engine;
@@ -26,7 +27,7 @@ use crate::headers::{self, HeaderSettings};
 use crate::metrics;
 use crate::reference_http;
 use crate::request::{CheckRequest, Descriptor};
-use crate::verdict::{CheckFailure, Verdict};
+use crate::verdict::Verdict;
 
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -223,14 +224,40 @@ enum JsonInt {
 }
 
 impl JsonInt {
-    fn value(&self, field: &str) -> Result<u64, String> {
+    fn value(&self, field: &str) -> Result<u64, JsonError> {
         match self {
             Self::Number(value) => Ok(*value),
-            Self::Text(text) => text
-                .parse()
-                .map_err(|_| format!("'{field}' must be a non-negative integer, not '{text}'")),
+            Self::Text(text) => text.parse().map_err(|_| JsonError::NotAnInteger {
+                field: field.to_string(),
+                text: text.clone(),
+            }),
         }
     }
+}
+
+/// Why a JSON check request is refused (the `400` answer's message).
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    /// Not JSON, or not a request's shape (an unknown field, a wrong type).
+    #[error("malformed JSON: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// An integer given as a string that is not one.
+    #[error("'{field}' must be a non-negative integer, not '{text}'")]
+    NotAnInteger {
+        /// The field's path in the request.
+        field: String,
+        /// What it held.
+        text: String,
+    },
+    /// A `uint32` field above its range.
+    #[error("'{0}' is a uint32")]
+    NotAUint32(String),
+    /// `isNegativeHits`, which the service does not take.
+    #[error("descriptors[{0}].isNegativeHits is not supported")]
+    NegativeHits(usize),
+    /// A descriptor's limit in a unit that is not one.
+    #[error("descriptors[{0}].limit.unit is not a known unit (SECOND … YEAR)")]
+    UnknownUnit(usize),
 }
 
 /// A proto3 JSON enum: its name or its number.
@@ -295,33 +322,27 @@ fn unit_from_json(unit: &JsonEnum) -> Option<Unit> {
 }
 
 /// The service's view of a JSON request.
-pub fn from_json(body: &[u8]) -> Result<CheckRequest, String> {
-    let request: JsonRequest =
-        serde_json::from_slice(body).map_err(|error| format!("malformed JSON: {error}"))?;
+pub fn from_json(body: &[u8]) -> Result<CheckRequest, JsonError> {
+    let request: JsonRequest = serde_json::from_slice(body).map_err(JsonError::Malformed)?;
     let hits_addend = match &request.hits_addend {
         Some(hits) => hits.value("hitsAddend")?,
         None => 0,
     };
     if hits_addend > u64::from(u32::MAX) {
-        return Err("'hitsAddend' is a uint32".into());
+        return Err(JsonError::NotAUint32("hitsAddend".into()));
     }
     let mut descriptors = Vec::with_capacity(request.descriptors.len());
     for (index, descriptor) in request.descriptors.into_iter().enumerate() {
         if descriptor.is_negative_hits {
-            return Err(format!(
-                "descriptors[{index}].isNegativeHits is not supported"
-            ));
+            return Err(JsonError::NegativeHits(index));
         }
         let limit = match &descriptor.limit {
             None => None,
             Some(limit) => {
                 let field = format!("descriptors[{index}].limit.requestsPerUnit");
                 let requests = limit.requests_per_unit.value(&field)?;
-                let requests =
-                    u32::try_from(requests).map_err(|_| format!("'{field}' is a uint32"))?;
-                let unit = unit_from_json(&limit.unit).ok_or_else(|| {
-                    format!("descriptors[{index}].limit.unit is not a known unit (SECOND … YEAR)")
-                })?;
+                let requests = u32::try_from(requests).map_err(|_| JsonError::NotAUint32(field))?;
+                let unit = unit_from_json(&limit.unit).ok_or(JsonError::UnknownUnit(index))?;
                 Some((requests, unit))
             }
         };
@@ -440,15 +461,10 @@ async fn check(State(api): State<Arc<Api>>, body: Result<Bytes, BytesRejection>)
     };
     let request = match from_json(&body) {
         Ok(request) => request,
-        Err(error) => return bad_request(&error),
+        Err(error) => return bad_request(&error.to_string()),
     };
-    match api.engine.check(&request).await {
-        Ok(verdict) => {
-            metrics::request(
-                "http",
-                &request.domain,
-                if verdict.allowed { "ok" } else { "over_limit" },
-            );
+    match answer::check(&api.engine, "http", &request).await {
+        Answer::Verdict(verdict) => {
             let body = verdict_json(&request, &verdict, &api.headers);
             (
                 [(header::CONTENT_TYPE, "application/json")],
@@ -456,16 +472,13 @@ async fn check(State(api): State<Arc<Api>>, body: Result<Bytes, BytesRejection>)
             )
                 .into_response()
         }
-        Err(CheckFailure::BadRequest(error)) => bad_request(&error.0),
-        Err(CheckFailure::Internal(error)) => {
-            metrics::request("http", &request.domain, "error");
-            tracing::error!(domain = %request.domain, "check failed: {error}");
-            problem(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Internal Server Error",
-                &error,
-            )
-        }
+        // Counted by `answer::check` already.
+        Answer::BadRequest(error) => problem(StatusCode::BAD_REQUEST, "Bad Request", &error),
+        Answer::Internal(error) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal Server Error",
+            &error,
+        ),
     }
 }
 
@@ -539,10 +552,19 @@ mod tests {
         assert!(
             from_json(br#"{"domain":"api","descriptorz":[]}"#)
                 .unwrap_err()
+                .to_string()
                 .contains("descriptorz")
         );
-        assert!(from_json(b"{").unwrap_err().contains("malformed JSON"));
-        assert!(from_json(br#"{"domain":"a","hitsAddend":"x"}"#).is_err());
+        assert!(matches!(
+            from_json(b"{").unwrap_err(),
+            JsonError::Malformed(_)
+        ));
+        assert_eq!(
+            from_json(br#"{"domain":"a","hitsAddend":"x"}"#)
+                .unwrap_err()
+                .to_string(),
+            "'hitsAddend' must be a non-negative integer, not 'x'"
+        );
         assert_eq!(
             json_duration(std::time::Duration::from_millis(1500)),
             "1.500000000s"

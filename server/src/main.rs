@@ -3,6 +3,7 @@
 //! its YAML config read as is) and an HTTP JSON API for every language; every request's
 //! descriptors decided all or nothing.
 
+mod answer;
 mod auth;
 mod cli;
 mod config;
@@ -18,12 +19,13 @@ mod reference_http;
 mod request;
 mod resolve;
 mod serve;
+mod start_error;
 mod tls;
 mod verdict;
 mod watch;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -34,6 +36,10 @@ use redis_ratelimit_client::{Fallback, Lease, Profile, RateLimiter, Replicas};
 use crate::cli::Options;
 use crate::engine::{Engine, EngineSettings};
 use crate::serve::conn::Acceptor;
+use crate::start_error::StartError;
+
+/// A listener's task: it ends when the listener stops, with its error if it failed.
+type Listener = tokio::task::JoinHandle<Result<(), serve::ListenerError>>;
 
 fn main() -> ExitCode {
     let options = match cli::parse(std::env::args_os()) {
@@ -72,7 +78,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
+fn store(options: &Options) -> Result<Arc<dyn Store>, StartError> {
     let store_options = RedisStoreOptions {
         connect_timeout: options.timeout.max(std::time::Duration::from_millis(500)),
         ..RedisStoreOptions::default()
@@ -81,7 +87,7 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
         let nodes: Vec<&str> = options.redis.iter().map(String::as_str).collect();
         RedisStore::cluster(&nodes, store_options).map(|store| Arc::new(store) as Arc<dyn Store>)
     } else {
-        let url = options.redis.first().ok_or("--redis is empty")?;
+        let url = options.redis.first().ok_or(StartError::NoRedisUrl)?;
         if url.starts_with("redis+sentinel://") {
             // The primary a set of sentinels names, followed through failovers.
             SentinelStore::from_url(url, store_options)
@@ -91,34 +97,81 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, String> {
                 .map(|store| Arc::new(store) as Arc<dyn Store>)
         }
     };
-    store.map_err(|error| format!("--redis: {error}"))
+    store.map_err(StartError::Store)
 }
 
 /// The client library's limiter every check goes through: one job profile with the
 /// failure mode, the store timeout and the lease of the command line.
-fn limiter(options: &Options) -> Result<RateLimiter, String> {
+fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
     let mut profile = Profile::builder(engine::PROFILE)
         .fallback(options.failure)
         .timeout(options.timeout);
     if let Some(units) = options.lease {
         profile = profile.lease(Lease::new(units));
     }
-    let profile = profile.build().map_err(|error| error.to_string())?;
+    let profile = profile.build().map_err(StartError::Profile)?;
     RateLimiter::builder_shared(store(options)?)
         .profile(profile)
         .replicas(Replicas::fixed(options.replicas.max(1)))
         .build()
-        .map_err(|error| error.to_string())
+        .map_err(StartError::Limiter)
 }
 
-async fn run(options: Options) -> Result<(), String> {
+/// Starts the service and serves until SIGINT or SIGTERM, then drains it.
+async fn run(options: Options) -> Result<(), StartError> {
     let prometheus = metrics::install(options.max_metric_rules)?;
+    let http_token = read_token("--http-token-file", options.http_token_file.as_deref())?;
+    let grpc_token = read_token("--grpc-token-file", options.grpc_token_file.as_deref())?;
+    let (engine, seen) = engine(&options).await?;
+    let reachable = Arc::new(AtomicBool::new(false));
+    let probe = tokio::spawn(health::probe(
+        options.redis.clone(),
+        options.cluster,
+        options.timeout,
+        Arc::clone(&reachable),
+    ));
+    let watcher = options.watch.map(|every| {
+        tokio::spawn(watch::watch(
+            Arc::clone(&engine),
+            options.config.clone(),
+            every,
+            options.config_bounds,
+            seen,
+        ))
+    });
+
+    let stop = serve::Stop::default();
+    let mut servers = Vec::new();
+    if let Some(address) = options.grpc_listen {
+        let service = grpc::service(Arc::clone(&engine), options.headers.clone(), grpc_token);
+        servers.push(start_grpc(&options, address, service, &stop).await?);
+    }
+    if let Some(address) = options.http_listen {
+        let api = http_api(&options, &engine, prometheus, &reachable, http_token);
+        servers.push(start_http(&options, address, api, &stop).await?);
+    }
+
+    wait_for_signal().await;
+    tracing::info!("stopping: finishing requests in flight, giving leases back");
+    let result = serve::drain(servers, options.shutdown_timeout, &stop).await;
+    engine.limiter().release_leases().await;
+    probe.abort();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
+    tracing::info!("stopped");
+    result.map_err(StartError::from)
+}
+
+/// The engine on the config read at start (refused with its errors logged), with the
+/// limiter of the command line and the policy store when the config uses plans; and what
+/// the watcher compares the config files with.
+async fn engine(options: &Options) -> Result<(Arc<Engine>, u64), StartError> {
     let (config, seen) =
         watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(|| {
-            format!(
-                "{}: the config is refused (errors above)",
-                options.config.display()
-            )
+            StartError::ConfigRefused {
+                dir: options.config.clone(),
+            }
         })?;
     tracing::info!(
         domains = config.domains.len(),
@@ -126,15 +179,7 @@ async fn run(options: Options) -> Result<(), String> {
         "config loaded from {}",
         options.config.display()
     );
-    let read_token = |flag: &str, path: &Option<PathBuf>| {
-        path.as_deref()
-            .map(auth::Token::read)
-            .transpose()
-            .map_err(|error| format!("{flag}: {error}"))
-    };
-    let token = read_token("--http-token-file", &options.http_token_file)?;
-    let grpc_token = read_token("--grpc-token-file", &options.grpc_token_file)?;
-    let limiter = limiter(&options)?;
+    let limiter = limiter(options)?;
     let uses_plans = config.uses_plans();
     let plans = plans::Plans::new(
         options.redis.clone(),
@@ -158,96 +203,111 @@ async fn run(options: Options) -> Result<(), String> {
     if uses_plans {
         engine.plans().connect().await?;
     }
-    let reachable = Arc::new(AtomicBool::new(false));
-    let probe = tokio::spawn(health::probe(
-        options.redis.clone(),
-        options.cluster,
-        options.timeout,
-        Arc::clone(&reachable),
-    ));
-    let watcher = options.watch.map(|every| {
-        tokio::spawn(watch::watch(
-            Arc::clone(&engine),
-            options.config.clone(),
-            every,
-            options.config_bounds,
-            seen,
-        ))
-    });
-
-    let stop = serve::Stop::default();
-    let mut servers = Vec::new();
-    if let Some(address) = options.grpc_listen {
-        let tls = options
-            .grpc_tls
-            .as_ref()
-            .map(|files| tls::acceptor(files, &[b"h2"]))
-            .transpose()
-            .map_err(|error| format!("gRPC TLS: {error}"))?;
-        let listener = bind("--grpc-listen", address).await?;
-        tracing::info!(
-            "gRPC (Envoy RLS v3) on {}{}",
-            listener.local_addr().unwrap_or(address),
-            tls_note(tls.is_some())
-        );
-        let service = grpc::service(Arc::clone(&engine), options.headers.clone(), grpc_token);
-        let acceptor = Acceptor::new(listener, options.limits.max_connections, "gRPC");
-        let (limits, stop) = (options.limits, stop.clone());
-        servers.push(tokio::spawn(async move {
-            serve::grpc::serve(acceptor, tls, service, limits, stop)
-                .await
-                .map_err(|error| format!("gRPC server: {error}"))
-        }));
-    }
-    if let Some(address) = options.http_listen {
-        let tls = options
-            .http_tls
-            .as_ref()
-            .map(|files| tls::acceptor(files, &[b"http/1.1"]))
-            .transpose()
-            .map_err(|error| format!("HTTP TLS: {error}"))?;
-        let api = Arc::new(http::Api {
-            engine: Arc::clone(&engine),
-            headers: options.headers.clone(),
-            metrics: prometheus,
-            store_reachable: Arc::clone(&reachable),
-            fails_closed: options.failure == Fallback::Closed,
-            healthy_with_config: options.healthy_with_config,
-            token,
-            metrics_need_token: options.metrics_need_token,
-            allowed_origins: options.http_allowed_origins.clone(),
-            request_timeout: options.limits.request_timeout,
-        });
-        let listener = bind("--http-listen", address).await?;
-        tracing::info!(
-            "HTTP API on {}{}",
-            listener.local_addr().unwrap_or(address),
-            tls_note(tls.is_some())
-        );
-        let acceptor = Acceptor::new(listener, options.limits.max_connections, "HTTP");
-        let (limits, stop) = (options.limits, stop.clone());
-        servers.push(tokio::spawn(async move {
-            serve::http::serve(acceptor, tls, http::router(api), limits, stop).await;
-            Ok(())
-        }));
-    }
-
-    wait_for_signal().await;
-    tracing::info!("stopping: finishing requests in flight, giving leases back");
-    let result = serve::drain(servers, options.shutdown_timeout, &stop).await;
-    engine.limiter().release_leases().await;
-    probe.abort();
-    if let Some(watcher) = watcher {
-        watcher.abort();
-    }
-    tracing::info!("stopped");
-    result
+    Ok((engine, seen))
 }
 
-async fn bind(flag: &str, address: SocketAddr) -> Result<tokio::net::TcpListener, String> {
+/// The bearer token in the file given to `flag`, if one was.
+fn read_token(flag: &'static str, path: Option<&Path>) -> Result<Option<auth::Token>, StartError> {
+    path.map(auth::Token::read)
+        .transpose()
+        .map_err(|source| StartError::TokenFile { flag, source })
+}
+
+/// The gRPC listener (Envoy RLS v3) bound and serving `service`, in a task of its own.
+async fn start_grpc(
+    options: &Options,
+    address: SocketAddr,
+    service: grpc::Service,
+    stop: &serve::Stop,
+) -> Result<Listener, StartError> {
+    let tls = options
+        .grpc_tls
+        .as_ref()
+        .map(|files| tls::acceptor(files, &[b"h2"]))
+        .transpose()
+        .map_err(|source| StartError::Tls {
+            listener: "gRPC",
+            source,
+        })?;
+    let listener = bind("--grpc-listen", address).await?;
+    tracing::info!(
+        "gRPC (Envoy RLS v3) on {}{}",
+        listener.local_addr().unwrap_or(address),
+        tls_note(tls.is_some())
+    );
+    let acceptor = Acceptor::new(listener, options.limits.max_connections, "gRPC");
+    let (limits, stop) = (options.limits, stop.clone());
+    Ok(tokio::spawn(async move {
+        serve::grpc::serve(acceptor, tls, service, limits, stop)
+            .await
+            .map_err(serve::ListenerError::Grpc)
+    }))
+}
+
+/// What the HTTP API answers with: the engine, the metrics, the store's health, the token
+/// and the command line's HTTP settings.
+fn http_api(
+    options: &Options,
+    engine: &Arc<Engine>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+    reachable: &Arc<AtomicBool>,
+    token: Option<auth::Token>,
+) -> Arc<http::Api> {
+    Arc::new(http::Api {
+        engine: Arc::clone(engine),
+        headers: options.headers.clone(),
+        metrics,
+        store_reachable: Arc::clone(reachable),
+        fails_closed: options.failure == Fallback::Closed,
+        healthy_with_config: options.healthy_with_config,
+        token,
+        metrics_need_token: options.metrics_need_token,
+        allowed_origins: options.http_allowed_origins.clone(),
+        request_timeout: options.limits.request_timeout,
+    })
+}
+
+/// The HTTP listener bound and serving `api`, in a task of its own.
+async fn start_http(
+    options: &Options,
+    address: SocketAddr,
+    api: Arc<http::Api>,
+    stop: &serve::Stop,
+) -> Result<Listener, StartError> {
+    let tls = options
+        .http_tls
+        .as_ref()
+        .map(|files| tls::acceptor(files, &[b"http/1.1"]))
+        .transpose()
+        .map_err(|source| StartError::Tls {
+            listener: "HTTP",
+            source,
+        })?;
+    let listener = bind("--http-listen", address).await?;
+    tracing::info!(
+        "HTTP API on {}{}",
+        listener.local_addr().unwrap_or(address),
+        tls_note(tls.is_some())
+    );
+    let acceptor = Acceptor::new(listener, options.limits.max_connections, "HTTP");
+    let (limits, stop) = (options.limits, stop.clone());
+    Ok(tokio::spawn(async move {
+        serve::http::serve(acceptor, tls, http::router(api), limits, stop).await;
+        Ok(())
+    }))
+}
+
+async fn bind(
+    flag: &'static str,
+    address: SocketAddr,
+) -> Result<tokio::net::TcpListener, StartError> {
     tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|error| format!("{flag} {address}: {error}"))
+        .map_err(|source| StartError::Bind {
+            flag,
+            address,
+            source,
+        })
 }
 
 fn tls_note(tls: bool) -> &'static str {

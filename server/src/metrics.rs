@@ -44,13 +44,18 @@ fn rule_label(domain: &str, rule: &str) -> String {
     }
 }
 
+/// The Prometheus recorder could not be installed (another one is, or its setup failed).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot install the metrics recorder: {0}")]
+pub struct InstallError(#[source] metrics_exporter_prometheus::BuildError);
+
 /// Installs the Prometheus recorder (once per process) and describes the metrics; at most
 /// `max_rule_labels` distinct `rule` values per domain.
-pub fn install(max_rule_labels: usize) -> Result<PrometheusHandle, String> {
+pub fn install(max_rule_labels: usize) -> Result<PrometheusHandle, InstallError> {
     MAX_RULE_LABELS.store(max_rule_labels, Ordering::Relaxed);
     let handle = PrometheusBuilder::new()
         .install_recorder()
-        .map_err(|error| format!("cannot install the metrics recorder: {error}"))?;
+        .map_err(InstallError)?;
     describe_counter!(
         "ratelimit_service_requests_total",
         "Checks answered, by transport (grpc, http, json: the reference's /json), domain and code (ok, over_limit, bad_request, error)"

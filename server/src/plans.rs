@@ -7,11 +7,17 @@ use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_core::kinds::Kind;
 use redis_ratelimit_plans::snapshot::Rule as PlanRule;
 use redis_ratelimit_plans::{PlanOptions, PlanSource};
 
 use crate::config::{LimitSpec, Unit};
+
+/// The policy store could not be read at start.
+#[derive(Debug, thiserror::Error)]
+#[error("policy store: {0}")]
+pub struct ConnectError(#[source] redis_ratelimit_plans::plan_store::PlanStoreError);
 
 /// The limit a plan rule applies to one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,7 +56,7 @@ impl Plans {
 
     /// Connects the source if it is not yet (a first read bounded by the options' timeout),
     /// logging its status.
-    pub async fn connect(&self) -> Result<(), String> {
+    pub async fn connect(&self) -> Result<(), ConnectError> {
         if self.source().is_some() {
             return Ok(());
         }
@@ -61,7 +67,7 @@ impl Plans {
             let url = self.urls.first().map_or("", String::as_str);
             PlanSource::connect(url, self.options.clone()).await
         }
-        .map_err(|error| format!("policy store: {error}"))?;
+        .map_err(ConnectError)?;
         tracing::info!(
             "plans: {} (version checked every {:?} besides notifications)",
             source.status(),
@@ -85,7 +91,7 @@ impl Plans {
         tenant: &str,
         name: &str,
         default: &LimitSpec,
-    ) -> Result<PlanLimit, String> {
+    ) -> Result<PlanLimit, AlgorithmError> {
         let effective = self.source().and_then(|source| {
             source.resolve(tenant, &[]).into_iter().find(|effective| {
                 effective.spec.name() == name && effective.rule != PlanRule::Default
@@ -93,10 +99,7 @@ impl Plans {
         });
         match effective {
             Some(effective) => {
-                let algorithm = effective
-                    .spec
-                    .algorithm()
-                    .map_err(|error| error.to_string())?;
+                let algorithm = effective.spec.algorithm()?;
                 let (requests_per_unit, unit) = reported(algorithm.quota(), algorithm.window());
                 Ok(PlanLimit {
                     key_suffix: suffix(name, effective.spec.kind()),
@@ -106,7 +109,7 @@ impl Plans {
                 })
             }
             None => {
-                let algorithm = default.algorithm().map_err(|error| error.to_string())?;
+                let algorithm = default.algorithm()?;
                 let kind = algorithm
                     .as_ref()
                     .map(Algorithm::kind)

@@ -154,15 +154,34 @@ pub fn listen_address(
     host: Option<&str>,
     port: Option<u16>,
     default_port: u16,
-) -> Result<SocketAddr, String> {
+) -> Result<SocketAddr, AddressError> {
     let host = host.unwrap_or("0.0.0.0");
     let port = port.unwrap_or(default_port);
     let host = host.trim_start_matches('[').trim_end_matches(']');
     (host, port)
         .to_socket_addrs()
-        .map_err(|error| format!("cannot resolve '{host}': {error}"))?
+        .map_err(|source| AddressError::Unresolved {
+            host: host.to_string(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("'{host}' has no address"))
+        .ok_or_else(|| AddressError::NoAddress(host.to_string()))
+}
+
+/// Why a listener's host gives no address.
+#[derive(Debug, thiserror::Error)]
+pub enum AddressError {
+    /// The name could not be resolved.
+    #[error("cannot resolve '{host}': {source}")]
+    Unresolved {
+        /// The host.
+        host: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// The name resolved to nothing.
+    #[error("'{0}' has no address")]
+    NoAddress(String),
 }
 
 /// The reference's config directory: `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`
@@ -450,18 +469,21 @@ mod tests {
     #[test]
     fn listeners_and_the_runtime_directory_as_the_reference_lays_them_out() {
         assert_eq!(
-            listen_address(None, Some(9000), 8081),
-            Ok("0.0.0.0:9000".parse().unwrap())
+            listen_address(None, Some(9000), 8081).unwrap(),
+            "0.0.0.0:9000".parse().unwrap()
         );
         assert_eq!(
-            listen_address(Some("127.0.0.1"), None, 8081),
-            Ok("127.0.0.1:8081".parse().unwrap())
+            listen_address(Some("127.0.0.1"), None, 8081).unwrap(),
+            "127.0.0.1:8081".parse().unwrap()
         );
         assert_eq!(
-            listen_address(Some("[::1]"), Some(1), 8081),
-            Ok("[::1]:1".parse().unwrap())
+            listen_address(Some("[::1]"), Some(1), 8081).unwrap(),
+            "[::1]:1".parse::<std::net::SocketAddr>().unwrap()
         );
-        assert!(listen_address(Some("no such host.invalid"), None, 1).is_err());
+        assert!(matches!(
+            listen_address(Some("no such host.invalid"), None, 1),
+            Err(AddressError::Unresolved { .. })
+        ));
         assert_eq!(
             runtime_dir(
                 Some(Path::new("runtime/current")),

@@ -16,24 +16,19 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use envoy_types::pb::google::protobuf::{Struct, Value as ProtoValue, value::Kind};
 use serde_json::{Map, Value, json};
 
+use crate::answer::{self, Answer};
 use crate::grpc;
 use crate::http::{Api, from_json};
-use crate::metrics;
 
 /// `POST /json`.
 pub async fn check(State(api): State<Arc<Api>>, body: Bytes) -> Response {
     let Ok(request) = from_json(&body) else {
         return status_text(StatusCode::BAD_REQUEST);
     };
-    let Ok(verdict) = api.engine.check(&request).await else {
-        metrics::request("json", "", "bad_request");
+    // The reference answers 400 for any check that fails, internal errors included.
+    let Answer::Verdict(verdict) = answer::check(&api.engine, "json", &request).await else {
         return status_text(StatusCode::BAD_REQUEST);
     };
-    metrics::request(
-        "json",
-        &request.domain,
-        if verdict.allowed { "ok" } else { "over_limit" },
-    );
     let response = grpc::to_proto(&request, &verdict, &api.headers);
     let status = if response.overall_code == Code::OverLimit as i32 {
         StatusCode::TOO_MANY_REQUESTS

@@ -173,7 +173,7 @@ fn limit_of(
         (Some(tenant), Some(limit_name)) => {
             let limit = plans
                 .limit(tenant, limit_name, spec)
-                .map_err(CheckFailure::Internal)?;
+                .map_err(|error| CheckFailure::Internal(error.to_string()))?;
             Ok((
                 limit.algorithm,
                 limit.requests_per_unit,

@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redis::cluster_routing::get_slot;
+use redis_ratelimit_wire::slot::key_slot;
 
 use crate::binaries::cli_binary;
 use crate::server::{Server, info_field, wait_until};
@@ -336,7 +336,7 @@ impl Cluster {
 
 /// The hash slot of a key (CRC16 of its hash tag, as the server computes it).
 pub fn keyslot(key: &str) -> u16 {
-    get_slot(key.as_bytes())
+    key_slot(key.as_bytes())
 }
 
 /// A node's id.

@@ -198,10 +198,10 @@ impl Server {
         self.child = Some(child);
         let port = self.port;
         let ready = wait_until(Duration::from_secs(10), || {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return true; // exited: stop waiting
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(_)) = child.try_wait()
+            {
+                return true; // exited: stop waiting
             }
             ping(port)
         });

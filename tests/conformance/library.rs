@@ -145,12 +145,12 @@ fn racing_clients_never_exceed_the_bound() {
                         &["race:bucket"],
                         &["50", "100"],
                     )
-                    .and_then(|v| redis::from_redis_value(&v))
+                    .and_then(|v| Ok(redis::from_redis_value(v)?))
                     .expect("rl_tokenbucket");
                     admitted.fetch_add(bucket[0] as u64, Ordering::Relaxed);
                     let log: Vec<i64> =
                         fcall(&mut client, "rl_slidinglog", &["race:log"], &["100", "10"])
-                            .and_then(|v| redis::from_redis_value(&v))
+                            .and_then(|v| Ok(redis::from_redis_value(v)?))
                             .expect("rl_slidinglog");
                     in_window.fetch_add(log[0] as u64, Ordering::Relaxed);
                 }
@@ -315,7 +315,7 @@ fn evalsha_runs_the_same_code_and_fcall_ro_peeks_on_a_replica() {
     for step in 0..20 {
         clocked.set(BASE_US + step * 137_000);
         let by_function: Vec<i64> = redis::from_redis_value(
-            &fcall(&mut con, "rl_tokenbucket", &["f"], &["5", "3", "2"]).unwrap(),
+            fcall(&mut con, "rl_tokenbucket", &["f"], &["5", "3", "2"]).unwrap(),
         )
         .unwrap();
         let by_script: Vec<i64> = redis::cmd("EVALSHA")

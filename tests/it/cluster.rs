@@ -42,7 +42,7 @@ fn describe(cmd: &redis::Cmd) -> String {
     cmd.args_iter()
         .map(|arg| match arg {
             redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-            redis::Arg::Cursor => "<cursor>".into(),
+            other => format!("<{other:?}>"),
         })
         .collect::<Vec<_>>()
         .join(" ")

@@ -5,7 +5,8 @@
 //! - [`encode`]: the same commands written, for clients, with [`commands`], the table of
 //!   every command (name, arity, flags, the Functions library's function, its stats);
 //! - [`codec`]: the one binary encoding of limiters (RDB, `DUMP`/`RESTORE`, AOF rewrite) and
-//!   of the effects replicated to replicas.
+//!   of the effects replicated to replicas;
+//! - [`slot`]: the hash slot of a key, as Redis Cluster computes it.
 //!
 //! The Redis module parses and encodes with this crate, and so do the client library (it
 //! refuses exactly what the server refuses, with the server's words), the fuzz targets and
@@ -21,3 +22,4 @@ pub mod codec;
 pub mod commands;
 pub mod encode;
 pub mod error;
+pub mod slot;

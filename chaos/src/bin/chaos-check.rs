@@ -5,16 +5,27 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
+
 use redis_ratelimit_chaos::checker::table;
 use redis_ratelimit_chaos::run;
 
+/// The flags as clap reads them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "chaos-check",
+    about = "Checks a kept soak run again and prints the checker's report; exits 1 when a \
+             bound was broken, 2 when the run cannot be read"
+)]
+struct Flags {
+    /// A kept soak run, as `make soak` prints
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+}
+
 fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    let (Some(dir), None) = (args.next(), args.next()) else {
-        eprintln!("usage: chaos-check DIR (a kept soak run, as `make soak` prints)");
-        return ExitCode::from(2);
-    };
-    let dir = PathBuf::from(dir);
+    // --help prints to stdout (exit 0), a bad flag to stderr (exit 2).
+    let dir = Flags::parse().dir;
     match run::recheck(&dir) {
         Err(error) => {
             eprintln!("chaos-check: {error}");

@@ -24,6 +24,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::{ArgGroup, CommandFactory, Parser};
+
 use redis_ratelimit_chaos::catalogue::{self, HOLD, Shape, SoakLimiter};
 use redis_ratelimit_chaos::load::{self, Mix, Phase};
 use redis_ratelimit_chaos::plant::Plant;
@@ -31,10 +33,75 @@ use redis_ratelimit_chaos::record::{DecisionRecord, Source, now_us};
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, SentinelStore, Store};
 use redis_ratelimit_client::{Inputs, RateLimiter, Replicas};
 
-const USAGE: &str = "usage: chaos-load --cluster IP:PORT,... | --sentinel URL | --redis URL \
-                     --client N --duration-ms MS --log PATH [--clients N] [--set soak|counter] \
-                     [--load mix|0.5|1|3] [--interval-ms MS] [--timeout-ms MS] [--seed S] \
-                     [--plant NAME]";
+/// The flags as clap reads them.
+#[derive(Debug, Parser)]
+#[command(
+    name = "chaos-load",
+    about = "The soak's load generator: one client process of a fleet, checking every limiter \
+             of the catalogue and logging each decision for the checker",
+    args_override_self = true,
+    group(ArgGroup::new("target").required(true).args(["cluster", "sentinel", "redis"]))
+)]
+struct Flags {
+    /// The cluster's nodes
+    #[arg(long, value_name = "IP:PORT,...", value_delimiter = ',')]
+    cluster: Option<Vec<String>>,
+
+    /// A redis+sentinel://H:P,H:P/NAME URL
+    #[arg(long, value_name = "URL")]
+    sentinel: Option<String>,
+
+    /// One server, redis://H:P/
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+
+    /// This process's number in the fleet
+    #[arg(long, value_name = "N")]
+    client: u32,
+
+    /// Processes in the fleet (each takes 1 / N of a quota when it falls back locally)
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = at_least_one)]
+    clients: u64,
+
+    /// How long to run
+    #[arg(long, value_name = "MS")]
+    duration_ms: u64,
+
+    /// Where to write the decisions
+    #[arg(long, value_name = "PATH")]
+    log: String,
+
+    /// Which limiters: soak or counter
+    #[arg(long, value_name = "NAME", default_value = "soak")]
+    set: String,
+
+    /// The offered load: mix (0.5x, 1x and 3x in turn, from the seed), 0.5, 1 or 3
+    #[arg(long, value_name = "LEVEL", default_value = "mix", value_parser = Mix::parse)]
+    load: Mix,
+
+    /// One check every that many ms instead (jittered)
+    #[arg(long, value_name = "MS", value_parser = at_least_one)]
+    interval_ms: Option<u64>,
+
+    /// The store's timeout
+    #[arg(long, value_name = "MS", default_value_t = 250, value_parser = at_least_one)]
+    timeout_ms: u64,
+
+    /// The seed of the schedule
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    seed: u64,
+
+    /// Make some limiters misbehave on purpose
+    #[arg(long, value_name = "NAME", value_parser = Plant::parse)]
+    plant: Option<Plant>,
+}
+
+/// A count, 0 read as 1.
+fn at_least_one(text: &str) -> Result<u64, String> {
+    text.parse::<u64>()
+        .map(|value| value.max(1))
+        .map_err(|_| "a non-negative integer is expected".to_string())
+}
 
 enum Target {
     Cluster(Vec<String>),
@@ -56,75 +123,45 @@ struct Args {
     plant: Option<Plant>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut target = None;
-    let mut client = None;
-    let mut clients = 3;
-    let mut duration = None;
-    let mut log = None;
-    let mut set = "soak".to_string();
-    let mut load = Mix::Seeded;
-    let mut interval = None;
-    let mut timeout = Duration::from_millis(250);
-    let mut seed = 1;
-    let mut plant = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("{flag} takes a non-negative integer (got '{value}')"))
+impl Args {
+    fn parse() -> Args {
+        let flags = Flags::parse();
+        // The group makes exactly one of the three present.
+        let target = match (flags.cluster, flags.sentinel, flags.redis) {
+            (Some(nodes), _, _) => Target::Cluster(
+                nodes
+                    .iter()
+                    .map(|node| format!("redis://{node}/"))
+                    .collect(),
+            ),
+            (_, Some(url), _) => Target::Sentinel(url),
+            (_, _, Some(url)) => Target::Redis(url),
+            (None, None, None) => Flags::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "--cluster, --sentinel or --redis is required",
+                )
+                .exit(),
         };
-        match flag.as_str() {
-            "--cluster" => {
-                target = Some(Target::Cluster(
-                    value
-                        .split(',')
-                        .map(|node| format!("redis://{node}/"))
-                        .collect(),
-                ));
-            }
-            "--sentinel" => target = Some(Target::Sentinel(value.clone())),
-            "--redis" => target = Some(Target::Redis(value.clone())),
-            "--client" => {
-                client = Some(u32::try_from(number()?).map_err(|_| "--client is too large")?);
-            }
-            "--clients" => clients = number()?.max(1),
-            "--duration-ms" => duration = Some(Duration::from_millis(number()?)),
-            "--log" => log = Some(value.clone()),
-            "--set" => set.clone_from(&value),
-            "--load" => load = Mix::parse(&value)?,
-            "--interval-ms" => interval = Some(Duration::from_millis(number()?.max(1))),
-            "--timeout-ms" => timeout = Duration::from_millis(number()?.max(1)),
-            "--seed" => seed = number()?,
-            "--plant" => plant = Some(Plant::parse(&value)?),
-            other => return Err(format!("unknown flag {other}")),
+        Args {
+            target,
+            client: flags.client,
+            clients: flags.clients,
+            duration: Duration::from_millis(flags.duration_ms),
+            log: flags.log,
+            set: flags.set,
+            load: flags.load,
+            interval: flags.interval_ms.map(Duration::from_millis),
+            timeout: Duration::from_millis(flags.timeout_ms),
+            seed: flags.seed,
+            plant: flags.plant,
         }
     }
-    Ok(Args {
-        target: target.ok_or("--cluster, --sentinel or --redis is required")?,
-        client: client.ok_or("--client is required")?,
-        clients,
-        duration: duration.ok_or("--duration-ms is required")?,
-        log: log.ok_or("--log is required")?,
-        set,
-        load,
-        interval,
-        timeout,
-        seed,
-        plant,
-    })
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(error) => {
-            eprintln!("chaos-load: {error}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    // --help prints to stdout (exit 0), a bad flag to stderr (exit 2).
+    let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -304,17 +341,19 @@ async fn drive(
             Ok(decision) => (decision.allowed, source(decision.source), None),
             Err(_) => (false, Source::Error, None),
         };
-        if let Ok(decision) = &result {
-            if let Some(in_flight) = decision.in_flight.as_ref().filter(|_| decision.allowed) {
-                tokio::time::sleep(HOLD).await;
-                release_us = Some(now_us());
-                limiter.release(in_flight).await;
-            }
+        if let Ok(decision) = &result
+            && let Some(in_flight) = decision.in_flight.as_ref().filter(|_| decision.allowed)
+        {
+            tokio::time::sleep(HOLD).await;
+            release_us = Some(now_us());
+            limiter.release(in_flight).await;
         }
-        if let Some(regrant) = driver.regrant.as_mut() {
-            if !allowed && source == Source::Store && regrant.turns(&soak_limiter, send_us, cost) {
-                allowed = true;
-            }
+        if let Some(regrant) = driver.regrant.as_mut()
+            && !allowed
+            && source == Source::Store
+            && regrant.turns(&soak_limiter, send_us, cost)
+        {
+            allowed = true;
         }
         let record = DecisionRecord {
             client: driver.client,

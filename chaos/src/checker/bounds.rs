@@ -251,7 +251,7 @@ pub fn rate(units: u64, per_us: u64) -> String {
 
 /// `2 s`, `0.5 s`, `30 s`.
 pub fn seconds(us: u64) -> String {
-    if us % 1_000_000 == 0 {
+    if us.is_multiple_of(1_000_000) {
         format!("{} s", us / 1_000_000)
     } else {
         format!("{} s", us as f64 / 1e6)

@@ -272,16 +272,16 @@ fn check_limiter(
             format!("fails closed, yet its fallback admitted {fallback_units} units"),
         );
     }
-    if limiter.in_flight() {
-        if let Some(missing) = admitted.iter().find(|d| d.release_us.is_none()) {
-            report.violate(
-                name,
-                format!(
-                    "an admitted in-flight check without its release: {}",
-                    missing.line()
-                ),
-            );
-        }
+    if limiter.in_flight()
+        && let Some(missing) = admitted.iter().find(|d| d.release_us.is_none())
+    {
+        report.violate(
+            name,
+            format!(
+                "an admitted in-flight check without its release: {}",
+                missing.line()
+            ),
+        );
     }
     let margin = SERVER_CLOCK_MARGIN_US;
     let ttl_us = match limiter.shape {

@@ -150,10 +150,10 @@ impl Default for HeaderOptions {
 /// Adds only `Retry-After` (a refusal that consulted no limit: the store was out of reach
 /// and the policy fails closed).
 pub fn insert_retry_after(headers: &mut HeaderMap, decision: &Decision) {
-    if let Some(seconds) = retry_after_seconds(decision) {
-        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-            headers.insert(http::header::RETRY_AFTER, value);
-        }
+    if let Some(seconds) = retry_after_seconds(decision)
+        && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+    {
+        headers.insert(http::header::RETRY_AFTER, value);
     }
 }
 
@@ -178,15 +178,15 @@ pub fn insert(
     if let Some(seconds) = retry_after_seconds(decision) {
         set(http::header::RETRY_AFTER, seconds.to_string());
     }
-    if options.legacy {
-        if let Some(limit) = decision.binding_limit() {
-            set(X_RATELIMIT_LIMIT, limit.quota.to_string());
-            set(X_RATELIMIT_REMAINING, limit.remaining.to_string());
-            set(
-                X_RATELIMIT_RESET,
-                ceil_seconds(limit.reset_after).to_string(),
-            );
-        }
+    if options.legacy
+        && let Some(limit) = decision.binding_limit()
+    {
+        set(X_RATELIMIT_LIMIT, limit.quota.to_string());
+        set(X_RATELIMIT_REMAINING, limit.remaining.to_string());
+        set(
+            X_RATELIMIT_RESET,
+            ceil_seconds(limit.reset_after).to_string(),
+        );
     }
 }
 

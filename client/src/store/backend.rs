@@ -267,7 +267,7 @@ mod tests {
             .args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                redis::Arg::Cursor => "<cursor>".into(),
+                other => format!("<{other:?}>"),
             })
             .collect()
     }

@@ -218,6 +218,6 @@ impl Store for MemoryStore {
 
     fn slot(&self, key: &str) -> Option<u16> {
         self.cluster
-            .then(|| redis::cluster_routing::get_slot(key.as_bytes()))
+            .then(|| redis_ratelimit_wire::slot::key_slot(key.as_bytes()))
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, RedisError, Value};
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
@@ -56,10 +56,12 @@ impl Default for RedisStoreOptions {
     }
 }
 
+/// Both boxed: their sizes depend on the `redis` crate's features (TLS makes a client of one
+/// server larger), and the target is read only when connecting.
 enum Target {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     /// The client, and the nodes it was given (for error messages).
-    Cluster(ClusterClient, String),
+    Cluster(Box<ClusterClient>, String),
 }
 
 #[derive(Clone)]
@@ -69,20 +71,18 @@ enum Connection {
 }
 
 impl Connection {
-    /// Runs one command. An error reply is an `Err`: the `redis` crate (0.27) hands a single
-    /// command's error reply back as `Ok(Value::ServerError)`, which would read a refused
-    /// `FUNCTION LOAD` as loaded, never see `NOSCRIPT`, and class `LOADING` or `READONLY`
-    /// as a refusal instead of an outage.
+    /// Runs one command. An error reply is an `Err` (`query_async` makes it one), so that a
+    /// refused `FUNCTION LOAD` is not read as loaded, `NOSCRIPT` is seen, and `LOADING` or
+    /// `READONLY` count as an outage, not a refusal.
     async fn query(&self, command: &Cmd) -> Result<Value, RedisError> {
-        let reply = match self {
+        match self {
             Self::Single(manager) => {
-                ConnectionManager::clone(manager)
-                    .req_packed_command(command)
+                command
+                    .query_async(&mut ConnectionManager::clone(manager))
                     .await
             }
-            Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
-        };
-        reply.and_then(Value::extract_error)
+            Self::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+        }
     }
 
     async fn pipeline(
@@ -152,14 +152,14 @@ impl RedisStore {
                  rediss:// for TLS, or redis+unix:///path/to/socket"
             ))
         })?;
-        Ok(Self::from_target(Target::Single(client), options))
+        Ok(Self::from_target(Target::Single(Box::new(client)), options))
     }
 
     /// A store on one server, from a client of the `redis` crate (the Sentinel store's
     /// primary).
     #[cfg(feature = "sentinel")]
     pub(crate) fn from_client(client: redis::Client, options: RedisStoreOptions) -> Self {
-        Self::from_target(Target::Single(client), options)
+        Self::from_target(Target::Single(Box::new(client)), options)
     }
 
     /// A store on a Redis Cluster, given some of its nodes.
@@ -171,7 +171,10 @@ impl RedisStore {
                 StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
             })?;
         let named = format!("the cluster at {}", nodes.join(", "));
-        Ok(Self::from_target(Target::Cluster(client, named), options))
+        Ok(Self::from_target(
+            Target::Cluster(Box::new(client), named),
+            options,
+        ))
     }
 
     fn from_target(target: Target, options: RedisStoreOptions) -> Self {
@@ -286,10 +289,13 @@ impl RedisStore {
             Target::Single(client) => {
                 // One attempt per call: the limiter's circuit breaker paces the retries, and
                 // once made the manager reconnects by itself.
+                // No response timeout of the crate's own (1.x sets 500 ms by default): each
+                // check is bounded by its policy's timeout, which may be longer.
                 let config = ConnectionManagerConfig::new()
                     .set_number_of_retries(0)
-                    .set_connection_timeout(timeout);
-                ConnectionManager::new_with_config(client.clone(), config)
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(None);
+                ConnectionManager::new_with_config(redis::Client::clone(client), config)
                     .await
                     .map(|manager| Connection::Single(Box::new(manager)))
                     .map_err(|error| store_error(&error))
@@ -310,7 +316,7 @@ impl RedisStore {
     /// Connection refused").
     fn naming_the_address(&self, error: StoreError) -> StoreError {
         let address = match &self.inner.target {
-            Target::Single(client) => client.get_connection_info().addr.to_string(),
+            Target::Single(client) => client.get_connection_info().addr().to_string(),
             Target::Cluster(_, nodes) => nodes.clone(),
         };
         let named = |detail: String| format!("cannot connect to {address}: {detail}");
@@ -369,6 +375,10 @@ impl RedisStore {
         connection: &Connection,
         commands: &[Args],
     ) -> Result<Vec<Value>, StoreError> {
+        if commands.is_empty() {
+            // Nothing to send (the `redis` crate refuses an empty pipeline).
+            return Ok(Vec::new());
+        }
         let mut pipeline = redis::pipe();
         for args in commands {
             pipeline.add_command(self.command(args));
@@ -444,12 +454,13 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
         || error.is_connection_refusal()
         || matches!(
             error.kind(),
-            ErrorKind::ClusterDown
-                | ErrorKind::MasterDown
-                | ErrorKind::TryAgain
-                | ErrorKind::BusyLoadingError
-                | ErrorKind::ClusterConnectionNotFound
-                | ErrorKind::ReadOnly
+            ErrorKind::Server(
+                ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ReadOnly
+            ) | ErrorKind::ClusterConnectionNotFound
         );
     // The server's own words (`WRONGTYPE key holds ...`), as redis-cli shows them.
     let text = match (error.code(), error.detail()) {
@@ -517,7 +528,7 @@ impl Store for RedisStore {
     fn slot(&self, key: &str) -> Option<u16> {
         match self.inner.target {
             Target::Single(_) => None,
-            Target::Cluster(..) => Some(redis::cluster_routing::get_slot(key.as_bytes())),
+            Target::Cluster(..) => Some(redis_ratelimit_wire::slot::key_slot(key.as_bytes())),
         }
     }
 }

@@ -68,10 +68,7 @@ impl SentinelStore {
         }
         let sentinel = Sentinel::build(sentinels.to_vec())
             .map_err(|error| StoreError::Server(format!("invalid Redis configuration: {error}")))?;
-        let node = SentinelNodeConnectionInfo {
-            tls_mode: None,
-            redis_connection_info: Some(node),
-        };
+        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(node);
         Ok(Self {
             inner: Arc::new(Inner {
                 sentinel: tokio::sync::Mutex::new(sentinel),
@@ -97,10 +94,7 @@ impl SentinelStore {
             .map(|address| format!("redis://{address}/"))
             .collect();
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-        let node = RedisConnectionInfo {
-            db,
-            ..RedisConnectionInfo::default()
-        };
+        let node = RedisConnectionInfo::default().set_db(db);
         Self::new(&urls, &service, node, options)
     }
 
@@ -163,7 +157,7 @@ impl SentinelStore {
         let Ok(Ok(client)) = found else {
             return;
         };
-        let address = match &client.get_connection_info().addr {
+        let address = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
             other => other.to_string(),
         };

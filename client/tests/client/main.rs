@@ -5,7 +5,8 @@
 //! - `redis_store`: the Redis store against a real server with the module;
 //! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
 //! - `plans_fleet`: demo-service replicas following the policy store (the
-//!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`).
+//!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`);
+//! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -15,6 +16,7 @@
     missing_docs
 )]
 
+mod cluster_stall;
 mod continuity;
 mod fleet;
 mod http;

@@ -161,6 +161,20 @@ pub fn parse_file(file: &Path, text: &str, max_depth: usize) -> Result<Domain, C
     reader.domain(document)
 }
 
+/// The fields of a `rate_limit` block as read, with the line of those a later check
+/// points at.
+#[derive(Default)]
+struct LimitFields {
+    unit: Option<Unit>,
+    requests_per_unit: Option<u64>,
+    name: Option<String>,
+    unlimited: bool,
+    replaces: Vec<String>,
+    algorithm: Option<(AlgorithmKind, usize)>,
+    burst: Option<(u64, usize)>,
+    tenant_key: Option<(String, usize)>,
+}
+
 struct Reader<'a> {
     file: &'a Arc<PathBuf>,
 }
@@ -421,7 +435,21 @@ impl Reader<'_> {
         })
     }
 
+    /// A `rate_limit` block: its fields read, their combination checked, an enforceable
+    /// limit made (or an unlimited one).
     fn limit(&self, node: &MarkedYaml<'_>) -> Result<RuleLimit, ConfigError> {
+        let fields = self.limit_fields(node)?;
+        self.check_names(node, &fields)?;
+        if fields.unlimited {
+            self.unlimited(node, fields)
+        } else {
+            self.rate_limit(node, fields)
+        }
+    }
+
+    /// The fields of a `rate_limit` block, each read and typed (none refused yet for
+    /// what the others say).
+    fn limit_fields(&self, node: &MarkedYaml<'_>) -> Result<LimitFields, ConfigError> {
         let fields = self.fields(
             node,
             "rate_limit",
@@ -436,105 +464,128 @@ impl Reader<'_> {
                 "tenant_key",
             ],
         )?;
-        let mut unit = None;
-        let mut requests_per_unit = None;
-        let mut name = None;
-        let mut unlimited = false;
-        let mut replaces = Vec::new();
-        let mut algorithm = None;
-        let mut burst = None;
-        let mut tenant_key = None;
+        let mut read = LimitFields::default();
         for (field, item, _) in &fields {
             match *field {
-                "unit" => {
-                    let text = self.string(item, "unit")?;
-                    unit = Some(Unit::parse(&text).ok_or_else(|| {
-                        self.error(
-                            line(item),
-                            format!(
-                                "unknown unit '{text}' (second, minute, hour, day, week, month, year)"
-                            ),
-                        )
-                    })?);
-                }
+                "unit" => read.unit = Some(self.unit(item)?),
                 "requests_per_unit" => {
-                    requests_per_unit =
+                    read.requests_per_unit =
                         Some(self.integer(item, "requests_per_unit", u64::from(u32::MAX))?);
                 }
-                "name" => name = Some(self.string(item, "name")?),
-                "unlimited" => unlimited = self.boolean(item, "unlimited")?,
-                "replaces" => replaces = self.replaces(item)?,
-                "algorithm" => {
-                    let text = self.string(item, "algorithm")?;
-                    algorithm = Some((AlgorithmKind::parse(&text).ok_or_else(|| {
-                        self.error(
-                            line(item),
-                            format!(
-                                "unknown algorithm '{text}' (fixed_window, sliding_window, token_bucket, gcra, concurrency)"
-                            ),
-                        )
-                    })?, line(item)));
-                }
+                "name" => read.name = Some(self.string(item, "name")?),
+                "unlimited" => read.unlimited = self.boolean(item, "unlimited")?,
+                "replaces" => read.replaces = self.replaces(item)?,
+                "algorithm" => read.algorithm = Some((self.algorithm(item)?, line(item))),
                 "tenant_key" => {
-                    tenant_key = Some((self.string(item, "tenant_key")?, line(item)));
+                    read.tenant_key = Some((self.string(item, "tenant_key")?, line(item)));
                 }
                 _ => {
-                    burst = Some((
+                    read.burst = Some((
                         self.integer(item, "burst", u64::from(u32::MAX))?,
                         line(item),
                     ))
                 }
             }
         }
-        if let Some(own) = name
+        Ok(read)
+    }
+
+    /// `unit`: one of the reference's units.
+    fn unit(&self, item: &MarkedYaml<'_>) -> Result<Unit, ConfigError> {
+        let text = self.string(item, "unit")?;
+        Unit::parse(&text).ok_or_else(|| {
+            self.error(
+                line(item),
+                format!("unknown unit '{text}' (second, minute, hour, day, week, month, year)"),
+            )
+        })
+    }
+
+    /// `algorithm`: a kind the service takes, by its configuration name.
+    fn algorithm(&self, item: &MarkedYaml<'_>) -> Result<AlgorithmKind, ConfigError> {
+        let text = self.string(item, "algorithm")?;
+        AlgorithmKind::parse(&text).ok_or_else(|| {
+            self.error(
+                line(item),
+                format!("unknown algorithm '{text}' ({})", AlgorithmKind::names()),
+            )
+        })
+    }
+
+    /// `replaces` does not name the limit itself; `tenant_key` comes with a `name`, on a
+    /// rate limit.
+    fn check_names(&self, node: &MarkedYaml<'_>, fields: &LimitFields) -> Result<(), ConfigError> {
+        if let Some(own) = fields
+            .name
             .as_deref()
-            .filter(|own| replaces.iter().any(|r| r == own))
+            .filter(|own| fields.replaces.iter().any(|r| r == own))
         {
             return Err(self.error(
                 line(node),
                 format!("'replaces' names this limit itself ('{own}'): it would never apply"),
             ));
         }
-        if let Some((_, at)) = &tenant_key {
-            if name.is_none() {
-                return Err(self.error(
-                    *at,
-                    "a limit with 'tenant_key' needs a 'name': the plan limit it takes",
-                ));
-            }
-            if unlimited {
-                return Err(self.error(*at, "an unlimited limit has no 'tenant_key'"));
-            }
-            if matches!(algorithm, Some((AlgorithmKind::Concurrency, _))) {
-                return Err(self.error(
-                    *at,
-                    "'tenant_key' is for rate limits; plans have no concurrency limits",
-                ));
-            }
+        let Some((_, at)) = &fields.tenant_key else {
+            return Ok(());
+        };
+        if fields.name.is_none() {
+            return Err(self.error(
+                *at,
+                "a limit with 'tenant_key' needs a 'name': the plan limit it takes",
+            ));
         }
-        if unlimited {
-            // As the reference: a unit is refused, a requests_per_unit is ignored.
-            if unit.is_some() {
-                return Err(self.error(line(node), "an unlimited limit has no 'unit'"));
-            }
-            if algorithm.is_some() || burst.is_some() {
-                return Err(self.error(
-                    line(node),
-                    "an unlimited limit has no 'algorithm' or 'burst'",
-                ));
-            }
-            return Ok(RuleLimit {
-                spec: None,
-                name,
-                replaces,
-                tenant_key: None,
-            });
+        if fields.unlimited {
+            return Err(self.error(*at, "an unlimited limit has no 'tenant_key'"));
         }
-        let unit = unit.ok_or_else(|| self.error(line(node), "rate_limit has no 'unit'"))?;
-        let requests_per_unit = requests_per_unit
+        if matches!(fields.algorithm, Some((AlgorithmKind::Concurrency, _))) {
+            return Err(self.error(
+                *at,
+                "'tenant_key' is for rate limits; plans have no concurrency limits",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `unlimited: true`: as the reference, a unit is refused, a requests_per_unit ignored.
+    fn unlimited(
+        &self,
+        node: &MarkedYaml<'_>,
+        fields: LimitFields,
+    ) -> Result<RuleLimit, ConfigError> {
+        if fields.unit.is_some() {
+            return Err(self.error(line(node), "an unlimited limit has no 'unit'"));
+        }
+        if fields.algorithm.is_some() || fields.burst.is_some() {
+            return Err(self.error(
+                line(node),
+                "an unlimited limit has no 'algorithm' or 'burst'",
+            ));
+        }
+        Ok(RuleLimit {
+            spec: None,
+            name: fields.name,
+            replaces: fields.replaces,
+            tenant_key: None,
+        })
+    }
+
+    /// A limit with a unit and a rate: `burst` only where the algorithm takes one, and
+    /// what the client library can enforce.
+    fn rate_limit(
+        &self,
+        node: &MarkedYaml<'_>,
+        fields: LimitFields,
+    ) -> Result<RuleLimit, ConfigError> {
+        let unit = fields
+            .unit
+            .ok_or_else(|| self.error(line(node), "rate_limit has no 'unit'"))?;
+        let requests_per_unit = fields
+            .requests_per_unit
             .ok_or_else(|| self.error(line(node), "rate_limit has no 'requests_per_unit'"))?;
-        let kind = algorithm.map_or(AlgorithmKind::FixedWindow, |(kind, _)| kind);
-        if let Some((value, at)) = burst {
+        let kind = fields
+            .algorithm
+            .map_or(AlgorithmKind::FixedWindow, |(kind, _)| kind);
+        if let Some((value, at)) = fields.burst {
             if !kind.has_burst() {
                 return Err(self.error(
                     at,
@@ -552,17 +603,17 @@ impl Reader<'_> {
             requests_per_unit,
             unit,
             algorithm: kind,
-            burst: burst.map(|(value, _)| value),
+            burst: fields.burst.map(|(value, _)| value),
         };
         if let Err(error) = spec.algorithm() {
-            let at = algorithm.map_or(line(node), |(_, at)| at);
+            let at = fields.algorithm.map_or(line(node), |(_, at)| at);
             return Err(self.error(at, format!("this limit cannot be enforced: {error}")));
         }
         Ok(RuleLimit {
             spec: Some(spec),
-            name,
-            replaces,
-            tenant_key: tenant_key.map(|(key, _)| key),
+            name: fields.name,
+            replaces: fields.replaces,
+            tenant_key: fields.tenant_key.map(|(key, _)| key),
         })
     }
 

@@ -48,6 +48,7 @@ use std::time::Duration;
 
 use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_client::{Algorithm, Rate};
+use redis_ratelimit_core::kinds::Kind;
 
 #[cfg(test)]
 pub use self::load::assemble;
@@ -136,28 +137,42 @@ pub enum AlgorithmKind {
 }
 
 impl AlgorithmKind {
-    /// The kind named in the config.
+    /// Every kind the service takes, in the order its errors list them.
+    pub const ALL: [AlgorithmKind; 5] = [
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::TokenBucket,
+        Self::Gcra,
+        Self::Concurrency,
+    ];
+
+    /// The core's kind: its configuration name is this kind's (the `kinds!` table's column).
+    fn kind(self) -> Kind {
+        match self {
+            Self::FixedWindow => Kind::FixedWindow,
+            Self::SlidingWindow => Kind::SlidingWindow,
+            Self::TokenBucket => Kind::TokenBucket,
+            Self::Gcra => Kind::Gcra,
+            Self::Concurrency => Kind::Concurrency,
+        }
+    }
+
+    /// The kind named in the config, by the core's configuration name (the service has no
+    /// sliding log).
     pub fn parse(text: &str) -> Option<Self> {
-        Some(match text {
-            "fixed_window" => Self::FixedWindow,
-            "sliding_window" => Self::SlidingWindow,
-            "token_bucket" => Self::TokenBucket,
-            "gcra" => Self::Gcra,
-            "concurrency" => Self::Concurrency,
-            _ => return None,
-        })
+        let kind = Kind::from_config_name(text)?;
+        Self::ALL.into_iter().find(|service| service.kind() == kind)
     }
 
     /// The config's name of the kind (also part of every key, so that changing a limit's
     /// algorithm starts a new counter instead of meeting a key of another type).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::FixedWindow => "fixed_window",
-            Self::SlidingWindow => "sliding_window",
-            Self::TokenBucket => "token_bucket",
-            Self::Gcra => "gcra",
-            Self::Concurrency => "concurrency",
-        }
+        self.kind().config_name()
+    }
+
+    /// The names the config takes, for an error: "fixed_window, sliding_window, ...".
+    pub fn names() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
     }
 
     /// Whether the kind takes a `burst`.

@@ -89,21 +89,32 @@ pub struct Stop {
 /// How long the listeners have to end once their connections are closed at the deadline.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
+/// Why a listener stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerError {
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Grpc(#[source] tonic::transport::Error),
+    /// A listener's task panicked or was cancelled.
+    #[error("a listener task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
 /// Stops the listeners: each finishes the requests it has, until `timeout`; then the
 /// connections still open are closed. The first listener error is returned.
 pub async fn drain(
-    servers: Vec<JoinHandle<Result<(), String>>>,
+    servers: Vec<JoinHandle<Result<(), ListenerError>>>,
     timeout: Duration,
     stop: &Stop,
-) -> Result<(), String> {
+) -> Result<(), ListenerError> {
     stop.finish.cancel();
     let started = tokio::time::Instant::now();
     let mut result = Ok(());
-    let mut keep = |joined: Result<Result<(), String>, tokio::task::JoinError>| {
+    let mut keep = |joined: Result<Result<(), ListenerError>, tokio::task::JoinError>| {
         let error = match joined {
             Ok(Ok(())) => return,
             Ok(Err(error)) => error,
-            Err(error) => format!("a listener task failed: {error}"),
+            Err(error) => ListenerError::Task(error),
         };
         if result.is_ok() {
             result = Err(error);

@@ -101,8 +101,7 @@ fn main() -> ExitCode {
             ExitCode::from(3)
         }
         Err(Failure::Store(error)) => {
-            let moved =
-                matches!(&error, PlanStoreError::Redis(e) if e.kind() == redis::ErrorKind::Moved);
+            let moved = matches!(&error, PlanStoreError::Redis(e) if is_moved(e));
             if moved {
                 errln!(
                     "rlctl: {error}\nrlctl: this server is a cluster node that does not hold the \
@@ -262,5 +261,16 @@ fn changes(
         Command::Get { .. } | Command::List | Command::History { .. } | Command::Export => {
             (String::new(), Vec::new())
         }
+    })
+}
+
+/// Whether a node answered `MOVED`: alone, or for the commands of a transaction (the store's
+/// writes are one `MULTI`/`EXEC`, which the `redis` crate reports as aborted with each
+/// command's error).
+fn is_moved(error: &redis::RedisError) -> bool {
+    error.clone().into_server_errors().is_some_and(|errors| {
+        errors
+            .iter()
+            .any(|(_, error)| error.kind() == Some(redis::ServerErrorKind::Moved))
     })
 }
