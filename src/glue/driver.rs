@@ -247,12 +247,7 @@ pub fn regional(
     let floor_key = LimiterKey::open(call, floor_name)?;
     let mut lease_key = LeaseKey::open(call, lease_name)?;
     let held = lease_key.lease();
-    let admission = regional::admit(
-        Some((floor_key.held(), floor)),
-        floor.cost(),
-        held,
-        now_us,
-    )?;
+    let admission = regional::admit(Some((floor_key.held(), floor)), floor.cost(), held, now_us)?;
     let Some(granted) = admission.floor else {
         return Err(CommandError::Message("ERR a regional call has a floor"));
     };

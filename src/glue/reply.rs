@@ -12,10 +12,10 @@
 
 use super::api::Call;
 use super::driver::RegionalOutcome;
-use redis_ratelimit_wire::args::regional::why_word;
 use redis_ratelimit_core::Decision;
 use redis_ratelimit_core::engine::Verdict;
 use redis_ratelimit_core::gcra::{CellOutcome, cell_reply};
+use redis_ratelimit_wire::args::regional::why_word;
 
 /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
 pub fn decision(call: &Call<'_>, decision: &Decision) {

@@ -12,8 +12,8 @@ use crate::error::{ArgError, CommandError, Rule};
 use std::ffi::CStr;
 
 use redis_ratelimit_core::kinds::{Kind, Quota};
-use redis_ratelimit_core::regional::Why;
 use redis_ratelimit_core::number::{NumberError, parse_positive_integer};
+use redis_ratelimit_core::regional::Why;
 use redis_ratelimit_core::time::{MAX_NOW_US, US_PER_MS};
 
 /// The most units a lease holds: the Functions library counts them in doubles, exact to
@@ -43,7 +43,9 @@ pub fn floor(args: &[&[u8]], settings: Settings) -> Result<Quota, CommandError> 
     }
     match with_cost(kind, rest, settings)? {
         (quota, []) => Ok(quota),
-        (_, [extra, ..]) => Err(ArgError::new("option", Rule::Must("not follow the cost"), extra).into()),
+        (_, [extra, ..]) => {
+            Err(ArgError::new("option", Rule::Must("not follow the cost"), extra).into())
+        }
     }
 }
 
@@ -282,7 +284,10 @@ mod tests {
             .iter()
             .map(|why| why_word(*why).to_str().unwrap())
             .collect();
-        assert_eq!(words, ["floor", "lease", "lease_exhausted", "home_unreachable"]);
+        assert_eq!(
+            words,
+            ["floor", "lease", "lease_exhausted", "home_unreachable"]
+        );
         for why in REASONS {
             assert_eq!(why_named(why_word(why).to_bytes()), Some(why));
         }
