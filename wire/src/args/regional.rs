@@ -68,7 +68,7 @@ pub fn lease(args: &[&[u8]], now_us: i64) -> Result<LeaseArgs, CommandError> {
     let expires_at_ms = match parse_positive_integer(expiry_arg) {
         Ok(ms) if ms <= max_expiry_ms() => i64::try_from(ms).unwrap_or(i64::MAX),
         Ok(_) | Err(NumberError::TooLarge) => {
-            let rule = Rule::AtMost("4611686018427387 (2116-02-20)");
+            let rule = Rule::AtMost("4611686018427 (2116-02-20)");
             return Err(ArgError::new("expires_at_ms", rule, expiry_arg).into());
         }
         Err(error) => {
@@ -272,9 +272,10 @@ mod tests {
             "ERR expires_at_ms must be a positive integer (got 'soon')"
         );
         assert_eq!(
-            lease_error("5 4611686018427388"),
-            "ERR expires_at_ms must be at most 4611686018427387 (2116-02-20) (got '4611686018427388')"
+            lease_error("5 4611686018428"),
+            "ERR expires_at_ms must be at most 4611686018427 (2116-02-20) (got '4611686018428')"
         );
+        assert!(lease(&[b"5", b"4611686018427"], NOW_US).is_ok());
         assert_eq!(lease_error("5"), "ERR wrong number of arguments");
     }
 
