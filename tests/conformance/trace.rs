@@ -342,7 +342,7 @@ fn lease_key(rng: &mut Rng) -> String {
     if rng.chance(4) {
         return key(rng, "tb");
     }
-    format!("{{t}}lease:{}", rng.below(KEYS_PER_ALGORITHM))
+    format!("{{t}}lease:{}", rng.below(2))
 }
 
 /// `RL.REGIONAL floor lease ALGORITHM <parameters> [cost]`, a floor of any algorithm but
@@ -350,7 +350,14 @@ fn lease_key(rng: &mut Rng) -> String {
 /// the same key twice).
 fn regional_call(rng: &mut Rng) -> Call {
     let (family, name) = ALGORITHM_NAMES[rng.below(ALGORITHM_NAMES.len() as u64) as usize];
-    let floor = key(rng, family);
+    // Mostly a small floor of its own, soon spent, so that calls reach the lease; now and
+    // then any key and parameters of the family.
+    let small = rng.chance(75);
+    let floor = if small && !rng.chance(5) {
+        format!("{{t}}floor-{family}")
+    } else {
+        key(rng, family)
+    };
     let lease = if rng.chance(2) {
         floor.clone()
     } else {
@@ -360,9 +367,22 @@ fn regional_call(rng: &mut Rng) -> Call {
     if rng.chance(3) {
         args = vec!["CONCURRENCY".into(), "2".into(), "1000".into()];
     } else {
-        args.extend(match family {
-            "tb" => token_bucket_params(rng),
-            "gc" => gcra_params(rng),
+        args.extend(match (family, small) {
+            ("tb", true) => vec![
+                rng.pick(&["1", "2"]).into(),
+                rng.pick(&["0.001", "0.5"]).into(),
+            ],
+            ("gc", true) => vec![
+                rng.pick(&["0", "1"]).into(),
+                "1".into(),
+                rng.pick(&["60", "3600"]).into(),
+            ],
+            (_, true) => vec![
+                rng.pick(&["1", "2"]).into(),
+                rng.pick(&["60", "3600", "1"]).into(),
+            ],
+            ("tb", false) => token_bucket_params(rng),
+            ("gc", false) => gcra_params(rng),
             _ => window_params(rng),
         });
         cost(rng, &mut args);
@@ -382,21 +402,11 @@ fn regional_call(rng: &mut Rng) -> Call {
 /// hour ahead (the past and now refused), units from 0 to the most a lease holds, and now
 /// and then bad ones.
 fn region_lease_call(rng: &mut Rng, now_us: i64) -> Call {
-    let units = rng.pick(&[
-        "0",
-        "1",
-        "2",
-        "3",
-        "5",
-        "20",
-        "007",
-        "1000000000000000",
-        "1000000000000001",
-        "-1",
-        "x",
-        "inf",
-        "99999999999999999999",
-    ]);
+    let units = if rng.chance(80) {
+        rng.pick(&["0", "1", "2", "3", "5", "20", "007", "1000000000000000"])
+    } else {
+        rng.pick(&["1000000000000001", "-1", "x", "inf", "99999999999999999999"])
+    };
     let now_ms = now_us.div_euclid(1_000);
     let end = match rng.below(100) {
         0..=2 => "0".to_string(),
@@ -404,8 +414,8 @@ fn region_lease_call(rng: &mut Rng, now_us: i64) -> Call {
         5 => "4611686018428".to_string(),
         6..=9 => (now_ms - rng.below(2_000) as i64).to_string(),
         10..=14 => (now_ms + 1).to_string(),
-        15..=59 => (now_ms + 1 + rng.below(1_000) as i64).to_string(),
-        60..=89 => (now_ms + 1 + rng.below(10_000) as i64).to_string(),
+        15..=29 => (now_ms + 1 + rng.below(1_000) as i64).to_string(),
+        30..=59 => (now_ms + 1 + rng.below(30_000) as i64).to_string(),
         _ => (now_ms + 1 + rng.below(3_600_000) as i64).to_string(),
     };
     single(
@@ -418,7 +428,7 @@ fn region_lease_call(rng: &mut Rng, now_us: i64) -> Call {
 
 /// A region's random call at `now_us` (the instant it will be made at).
 pub fn random_call_at(rng: &mut Rng, now_us: i64) -> Call {
-    if rng.chance(65) {
+    if rng.chance(55) {
         regional_call(rng)
     } else {
         region_lease_call(rng, now_us)
@@ -513,8 +523,8 @@ pub fn random_step_us(rng: &mut Rng) -> i64 {
     }
 }
 
-/// A trace of `len` steps from `seed`, starting at `base_us`; about one call in seven is
-/// a region's (`RL.REGIONAL` and the leases it spends, whose ends are absolute instants).
+/// A trace of `len` steps from `seed`, starting at `base_us`; one call in four is a
+/// region's (`RL.REGIONAL` and the leases it spends, whose ends are absolute instants).
 pub fn trace(seed: u64, len: usize, base_us: i64) -> Vec<Step> {
     let mut rng = Rng::new(seed);
     let mut now_us = base_us;
@@ -522,7 +532,7 @@ pub fn trace(seed: u64, len: usize, base_us: i64) -> Vec<Step> {
         .map(|_| {
             let step_us = random_step_us(&mut rng);
             now_us += step_us;
-            let call = if rng.chance(15) {
+            let call = if rng.chance(25) {
                 random_call_at(&mut rng, now_us)
             } else {
                 random_call(&mut rng)
