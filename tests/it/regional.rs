@@ -7,7 +7,9 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::cluster_support::{Cluster, keyslot};
-use crate::helpers::{error_text, expect_error, pexpiretime, snapshot, wait_replicas, write_marks};
+use crate::helpers::{
+    error_text, expect_error, expect_refusal, pexpiretime, snapshot, wait_replicas, write_marks,
+};
 use crate::server::{Server, caught_up, primary_and_replica, wait_until};
 
 /// A regional reply: the five fields, why, and the lease's units left.
@@ -309,6 +311,9 @@ fn bad_arguments_and_other_types_change_nothing() {
             "{:?} wrote something",
             String::from_utf8_lossy(&args.join(&b' '))
         );
+        // The same refusal whatever the command remembered (after a call that parsed the
+        // same arguments on other keys), and nothing written by it.
+        assert_eq!(expect_refusal(&mut con, &args), error);
     }
     assert_eq!(snapshot(&mut con, &keys), before);
 }
