@@ -23,6 +23,8 @@ use redis_ratelimit_wire::args::regional::LeaseArgs;
 use redis_ratelimit_wire::encode::{self, Args, EncodeError};
 use tokio::time::Instant;
 
+use redis_ratelimit_core::kinds::Kind;
+
 use crate::Algorithm;
 
 /// One global limit this region leases units of.
@@ -73,10 +75,14 @@ pub struct Refresh {
     /// Units home granted each hot limit, in order (0: the pool had none).
     pub granted: Vec<u64>,
     /// The units each replaced lease had left when the new one was installed (unspent
-    /// units that lapse; a limit whose lease is replaced whole was not hot), in order.
-    pub replaced: Vec<u64>,
-    /// The end of the installed leases (Unix ms, region clock).
-    pub expires_at_ms: i64,
+    /// units that lapse; a limit whose lease is replaced whole was not hot), in order;
+    /// `None` for a lease not installed (a fixed window's lease that would have ended before
+    /// home answered).
+    pub replaced: Vec<Option<u64>>,
+    /// The end of each lease (Unix ms, region clock), in order: `T` after the request was
+    /// sent, or sooner for a fixed window pool, whose lease ends with the home window it was
+    /// granted in.
+    pub expires_at_ms: Vec<i64>,
 }
 
 /// Why a refresh installed nothing.
@@ -139,16 +145,19 @@ where
         .await
         .map_err(AgentError::Region)?;
     let sent_at = Instant::now();
-    let expires_at_ms = seconds
-        .saturating_mul(1_000)
-        .saturating_add(micros / 1_000)
-        .saturating_add(lifetime_ms);
+    let sent_at_ms = seconds.saturating_mul(1_000).saturating_add(micros / 1_000);
     let replies = ask_home(home, limits, config).await?;
-    let granted = limits
+    let grants = limits
         .iter()
         .zip(&replies)
-        .map(|(limit, reply)| granted_units(limit, reply))
-        .collect::<Result<Vec<u64>, AgentError>>()?;
+        .map(|(limit, reply)| read_grant(limit, reply))
+        .collect::<Result<Vec<HomeGrant>, AgentError>>()?;
+    let granted: Vec<u64> = grants.iter().map(|grant| grant.units).collect();
+    let expires_at_ms: Vec<i64> = limits
+        .iter()
+        .zip(&grants)
+        .map(|(limit, grant)| lease_end_ms(limit, grant, sent_at_ms, lifetime_ms, config))
+        .collect();
     if config.wait_replicas > 0 {
         let acknowledged = match replies.get(limits.len()) {
             Some(redis::Value::Int(count)) => *count,
@@ -167,7 +176,10 @@ where
             elapsed_ms: elapsed.as_millis(),
         });
     }
-    let replaced = install(region, limits, &granted, expires_at_ms).await?;
+    // A lease ending before now (region time, at least `sent + elapsed`) is not installed.
+    let elapsed_ms = i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX);
+    let now_at_least_ms = sent_at_ms.saturating_add(elapsed_ms);
+    let replaced = install(region, limits, &granted, &expires_at_ms, now_at_least_ms).await?;
     Ok(Refresh {
         granted,
         replaced,
@@ -211,14 +223,29 @@ async fn ask_home<H: ConnectionLike + Send>(
     pipe.query_async(home).await.map_err(AgentError::Home)
 }
 
-/// The units a partial grant's reply says were granted: its first field.
-fn granted_units(limit: &HotLimit, reply: &redis::Value) -> Result<u64, AgentError> {
-    let first = match reply {
-        redis::Value::Array(fields) => fields.first(),
-        _ => None,
+/// What home's reply to one grant says.
+struct HomeGrant {
+    /// The units granted: field 1 of a partial grant's reply.
+    units: u64,
+    /// `reset_after_ms` (field 4): for a fixed window, when the home window ends, rounded
+    /// up.
+    reset_after_ms: i64,
+}
+
+fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, AgentError> {
+    let fields = match reply {
+        redis::Value::Array(fields) => fields.as_slice(),
+        _ => &[],
     };
-    match first {
-        Some(redis::Value::Int(units)) if *units >= 0 => Ok(u64::try_from(*units).unwrap_or(0)),
+    match (fields.first(), fields.get(3)) {
+        (Some(redis::Value::Int(units)), Some(redis::Value::Int(reset_after_ms)))
+            if *units >= 0 =>
+        {
+            Ok(HomeGrant {
+                units: u64::try_from(*units).unwrap_or(0),
+                reset_after_ms: *reset_after_ms,
+            })
+        }
         _ => Err(AgentError::Reply {
             key: limit.pool_key.clone(),
             reply: format!("{reply:?}"),
@@ -226,19 +253,52 @@ fn granted_units(limit: &HotLimit, reply: &redis::Value) -> Result<u64, AgentErr
     }
 }
 
-/// Installs every granted lease in one pipeline; the units each replaced lease had left.
+/// A lease's end on the region's clock: `T` (derated) after the request was sent; for a
+/// fixed window pool, no later than the home window the units were granted in. That window
+/// ended `reset_after_ms` (rounded up, so less 1 ms) after the grant, which came after the
+/// request was sent: the same span from the sending, derated, ends before it.
+fn lease_end_ms(
+    limit: &HotLimit,
+    grant: &HomeGrant,
+    sent_at_ms: i64,
+    lifetime_ms: i64,
+    config: &AgentConfig,
+) -> i64 {
+    let mut lives_ms = lifetime_ms;
+    if limit.pool.kind() == Kind::FixedWindow {
+        let window_left_ms = grant.reset_after_ms.saturating_sub(1).max(0);
+        let kept_ppm = 1_000_000i64.saturating_sub(i64::from(config.drift_ppm));
+        let derated_ms = window_left_ms.saturating_mul(kept_ppm) / 1_000_000;
+        lives_ms = lives_ms.min(derated_ms);
+    }
+    sent_at_ms.saturating_add(lives_ms)
+}
+
+/// Installs every granted lease still to end after `now_at_least_ms` in one pipeline; the
+/// units each replaced lease had left (`None`: not installed).
 async fn install<R: ConnectionLike + Send>(
     region: &mut R,
     limits: &[HotLimit],
     granted: &[u64],
-    expires_at_ms: i64,
-) -> Result<Vec<u64>, AgentError> {
+    expires_at_ms: &[i64],
+    now_at_least_ms: i64,
+) -> Result<Vec<Option<u64>>, AgentError> {
     let mut pipe = redis::pipe();
     let mut words = Args::default();
-    for (limit, units) in limits.iter().zip(granted) {
+    let live: Vec<bool> = expires_at_ms
+        .iter()
+        .map(|end_ms| *end_ms > now_at_least_ms)
+        .collect();
+    for (((limit, units), end_ms), _) in limits
+        .iter()
+        .zip(granted)
+        .zip(expires_at_ms)
+        .zip(&live)
+        .filter(|(_, live)| **live)
+    {
         let lease = LeaseArgs {
             units: *units,
-            expires_at_ms,
+            expires_at_ms: *end_ms,
         };
         encode::region_lease(limit.lease_key.as_bytes(), &lease, &mut words);
         let mut command = words.iter();
@@ -248,7 +308,16 @@ async fn install<R: ConnectionLike + Send>(
             cmd.arg(word);
         }
     }
-    pipe.query_async(region).await.map_err(AgentError::Region)
+    let mut replaced: Vec<u64> = if live.contains(&true) {
+        pipe.query_async(region).await.map_err(AgentError::Region)?
+    } else {
+        Vec::new()
+    };
+    replaced.reverse();
+    Ok(live
+        .iter()
+        .map(|installed| installed.then(|| replaced.pop().unwrap_or(0)))
+        .collect())
 }
 
 /// Refreshes `limits` every `config.period` until the task is dropped, handing each

@@ -18,6 +18,8 @@ async fn connect(server: &Server) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Asks for `wait_replicas` (a replica that is there answers at once; a missing one is
+/// waited for 200 ms).
 fn config(wait_replicas: u32) -> AgentConfig {
     AgentConfig {
         period: Duration::from_secs(60),
@@ -77,13 +79,16 @@ async fn the_agent_leases_partial_grants_acknowledged_by_a_replica_and_regions_s
     let region = Server::start(&[]);
     let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
     let limits = hot_limits();
-    let config = config(1);
+    let config = AgentConfig {
+        wait_timeout: Duration::from_secs(10),
+        ..config(1)
+    };
 
     let first = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
         .await
         .unwrap();
     assert_eq!(first.granted, [4, 4]);
-    assert_eq!(first.replaced, [0, 0]);
+    assert_eq!(first.replaced, [Some(0), Some(0)]);
     let pttl: i64 = redis::cmd("PTTL")
         .arg("{api}lease")
         .query_async(&mut region_con)
@@ -120,7 +125,11 @@ async fn the_agent_leases_partial_grants_acknowledged_by_a_replica_and_regions_s
         .await
         .unwrap();
     assert_eq!(second.granted, [4, 4]);
-    assert_eq!(second.replaced, [0, 4], "the GCRA lease went unspent");
+    assert_eq!(
+        second.replaced,
+        [Some(0), Some(4)],
+        "the GCRA lease went unspent"
+    );
     let third = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
         .await
         .unwrap();
@@ -186,4 +195,43 @@ async fn a_batch_no_replica_acknowledged_is_not_installed() {
         [2, 2],
         "the unacknowledged grants were taken at home all the same: lost, never doubled"
     );
+}
+
+#[tokio::test]
+async fn a_fixed_window_lease_ends_with_the_home_window_it_was_granted_in() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let limits = vec![HotLimit {
+        pool_key: "pool:fw".into(),
+        pool: Algorithm::fixed_window(10, Duration::from_secs(60)).unwrap(),
+        lease_key: "{fw}lease".into(),
+        lease_units: 4,
+    }];
+    let (seconds, micros): (i64, i64) =
+        redis::cmd("TIME").query_async(&mut home_con).await.unwrap();
+    let home_now_ms = seconds * 1_000 + micros / 1_000;
+    let window_end_ms = (home_now_ms / 60_000 + 1) * 60_000;
+    let refresh = regions::refresh(&mut home_con, &mut region_con, &limits, &config(0))
+        .await
+        .unwrap();
+    assert_eq!(refresh.granted, [4]);
+    let end_ms = refresh.expires_at_ms[0];
+    assert!(
+        end_ms < window_end_ms,
+        "the lease ({end_ms}) ends before the home window ({window_end_ms}), not T after"
+    );
+    if window_end_ms - home_now_ms > 1_000 {
+        assert!(
+            end_ms > window_end_ms - 1_000,
+            "{end_ms} vs {window_end_ms}"
+        );
+        assert_eq!(refresh.replaced, [Some(0)]);
+        let installed: i64 = redis::cmd("PEXPIRETIME")
+            .arg("{fw}lease")
+            .query_async(&mut region_con)
+            .await
+            .unwrap();
+        assert_eq!(installed, end_ms);
+    }
 }
