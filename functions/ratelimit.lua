@@ -2356,6 +2356,109 @@ local function multi(keys, a)
   return d
 end
 
+-- Regions: RL.REGIONAL and RL.REGIONLEASE --------------------------------------------------
+-- A region's lease is a plain string of its units left (canonical decimal digits, at most
+-- 10^15), expiring at the lease's end (PXAT): the module's exact form, so either side reads
+-- the other's. A regional call decides from its floor (any limiter but an in-flight one),
+-- then from the live lease, and writes exactly one of them.
+
+local MAX_LEASE_UNITS = '1000000000000000'
+local NOT_A_LEASE = 'ERR the lease key holds a string that is not a lease (units with an expiry)'
+local MAX_EXPIRY_MS = '4611686018427'
+
+-- The lease in `key`: nil (missing), or {units, end_us}; WRONGTYPE for another type or one
+-- of the library's limiters, an error for any other string.
+local function lease_read(key)
+  local value = redis.pcall('GET', key)
+  if not value then return nil end
+  if type(value) == 'table' then fail(WRONG_TYPE) end
+  local canonical = value == '0' or (string.match(value, '^[1-9]%d*$') ~= nil and not digits_above(value, MAX_LEASE_UNITS))
+  if not canonical then
+    local kind = string.match(value, '^(%l+) ')
+    if kind and NAMES[kind] then fail(WRONG_TYPE) end
+    fail(NOT_A_LEASE)
+  end
+  local end_ms = redis.call('PEXPIRETIME', key)
+  if end_ms < 0 then fail(NOT_A_LEASE) end
+  return {units = tonumber(value), end_us = end_ms * 1000, end_ms = end_ms}
+end
+
+local function live_units(lease, now)
+  if lease and now.us < lease.end_us then return lease.units end
+  return 0
+end
+
+local regional_args = remembered(function(a)
+  local kind = algorithm(a[1])
+  if kind == 'cc' then
+    fail('ERR an in-flight limit cannot be a regional floor (RL.REGIONAL takes TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA)')
+  end
+  local q, i = with_cost_arg(kind, a, 2, 'rl.regional')
+  if a[i] ~= nil then arg_error('option', 'must not follow the cost', a[i]) end
+  return q
+end)
+
+local function regional(keys, a)
+  if #keys ~= 2 or #a < 3 then arity('rl.regional') end
+  local floor_key, lease_key = keys[1], keys[2]
+  if floor_key == lease_key then
+    fail('ERR RL.REGIONAL needs two keys: the floor\'s limiter and the lease (the same key was given twice)')
+  end
+  local now = now_reading()
+  local q = regional_args(a)
+  local kind = q.kind
+  local state
+  if kind == 'sl' then state = sl_open(floor_key, now, sl_read(floor_key)) else state = open(floor_key, kind, now) end
+  local lease = lease_read(lease_key)
+  check_kind(state, kind)
+  local _, d, write = grant(state, q, nil, now)
+  local left = live_units(lease, now)
+  if d[1] == 1 then
+    if write then commit(floor_key, write, state, now) end
+    return {1, d[2], d[3], d[4], d[5], 'floor', left}
+  end
+  if lease == nil or now.us >= lease.end_us then
+    return {0, d[2], d[3], d[4], d[5], 'home_unreachable', 0}
+  end
+  if left < q.cost then
+    return {0, d[2], d[3], d[4], d[5], 'lease_exhausted', left}
+  end
+  left = left - q.cost
+  redis.call('SET', lease_key, int(left), 'PXAT', int(lease.end_ms))
+  return {1, d[2], d[3], d[4], d[5], 'lease', left}
+end
+
+local function region_lease(keys, a)
+  local key = single_key(keys, 'rl.regionlease')
+  if #a ~= 2 then arity('rl.regionlease') end
+  local now = now_reading()
+  local units_arg, end_arg = a[1], a[2]
+  local units, problem = parse_positive(units_arg)
+  if problem == 'Zero' then
+    units = '0'
+  elseif problem == 'Negative' then
+    arg_error('units', 'must be at least 0', units_arg)
+  elseif problem == 'NotFinite' then
+    arg_error('units', 'must be a finite number', units_arg)
+  elseif problem == 'Malformed' then
+    arg_error('units', 'must be a whole number of units', units_arg)
+  end
+  if problem == 'TooLarge' or digits_above(units, MAX_LEASE_UNITS) then
+    arg_error('units', 'must be at most ' .. MAX_LEASE_UNITS, units_arg)
+  end
+  local end_ms, end_problem = parse_positive(end_arg)
+  if end_problem == 'TooLarge' or (end_ms and digits_above(end_ms, MAX_EXPIRY_MS)) then
+    arg_error('expires_at_ms', 'must be at most ' .. MAX_EXPIRY_MS .. ' (2116-02-20)', end_arg)
+  end
+  if not end_ms then arg_error('expires_at_ms', RULES[end_problem] or 'must be a positive integer', end_arg) end
+  if tonumber(end_ms) * 1000 <= now.us then
+    arg_error('expires_at_ms', "must be after the server's time (the lease would have ended)", end_arg)
+  end
+  local replaced = live_units(lease_read(key), now)
+  redis.call('SET', key, units, 'PXAT', end_ms)
+  return replaced
+end
+
 -- Registration -----------------------------------------------------------------------------
 
 return {
@@ -2369,6 +2472,8 @@ return {
   rl_release = release,
   rl_peek = peek,
   rl_refund = refund,
+  rl_regional = regional,
+  rl_regionlease = region_lease,
 }
 end
 
@@ -2411,12 +2516,14 @@ if redis.register_function then
   register('rl_release', {'allow-oom'})
   register('rl_peek', {'no-writes', 'allow-oom'})
   register('rl_refund', {'allow-oom'})
+  register('rl_regional', {})
+  register('rl_regionlease', {})
 else
   -- Loaded as a script: EVALSHA sha numkeys key ... function_name arg ...
   commands = build()
   local command = commands[ARGV[1] or '']
   if command == nil then
-    return redis.error_reply("ERR the first argument must name one of the ratelimit library's functions (rl_tokenbucket, rl_sliding, rl_fixed, rl_slidinglog, cl_throttle, rl_multi, rl_acquire, rl_release, rl_peek, rl_refund)")
+    return redis.error_reply("ERR the first argument must name one of the ratelimit library's functions (rl_tokenbucket, rl_sliding, rl_fixed, rl_slidinglog, cl_throttle, rl_multi, rl_acquire, rl_release, rl_peek, rl_refund, rl_regional, rl_regionlease)")
   end
   local ok, result = pcall(command, KEYS, {unpack(ARGV, 2)})
   if ok then return result end

@@ -101,6 +101,7 @@ pub mod metrics;
 mod outcome;
 pub mod policy;
 mod policy_source;
+pub mod regions;
 mod replicas;
 pub mod store;
 

@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use redis_ratelimit_wire::args;
 use redis_ratelimit_core::CallCost;
 use redis_ratelimit_core::sliding_log::MAX_STORED_ENTRIES;
-use redis_ratelimit_core::time::{MAX_WINDOW_US, MIN_WINDOW_US};
+use redis_ratelimit_core::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US};
 use redis_ratelimit_core::token_bucket::MAX_REFILL_NS;
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_wire::error::{ArgError, CommandError};
@@ -57,6 +57,11 @@ fn check_command_error(error: &CommandError) {
 }
 
 fn single_values(text: &[u8]) {
+    // A stored lease is its units' canonical decimal, nothing else.
+    if let Some(units) = args::regional::stored_units(text) {
+        assert_eq!(units.to_string().as_bytes(), text);
+        assert!(units <= args::regional::MAX_LEASE_UNITS);
+    }
     match args::positive_integer("x", text) {
         Ok(value) => {
             assert!(value >= 1);
@@ -110,6 +115,16 @@ fn cost_of(rest: &[&[u8]]) -> u64 {
 }
 
 fn commands(list: &[&[u8]]) {
+    // A lease to install: at most the most a lease holds, ending after the server's time.
+    for now_us in [0, 1_800_000_000_000_000, MAX_NOW_US] {
+        match args::regional::lease(list, now_us) {
+            Ok(lease) => {
+                assert!(lease.units <= args::regional::MAX_LEASE_UNITS);
+                assert!(lease.expires_at_ms.saturating_mul(1_000) > now_us);
+            }
+            Err(error) => check_command_error(&error),
+        }
+    }
     for max_log_entries in MAX_LOG_ENTRIES {
         let settings = args::Settings {
             max_log_entries,
@@ -134,6 +149,13 @@ fn commands(list: &[&[u8]]) {
                 Ok(call) => assert_eq!(call.quota.kind(), kind),
                 Err(error) => check_command_error(&error),
             }
+        }
+        match args::regional::floor(list, settings) {
+            Ok(quota) => {
+                assert_ne!(quota.kind(), Kind::Concurrency);
+                check_quota(&quota, &list[1..], max_log_entries);
+            }
+            Err(error) => check_command_error(&error),
         }
         if let Some((numkeys, rest)) = list.split_first() {
             if let Ok(count) = args::multi::key_count(numkeys) {

@@ -73,6 +73,10 @@ pub fn missing_apis() -> Vec<&'static str> {
         RedisModule_DeleteKey,
         RedisModule_IsKeysPositionRequest,
         RedisModule_KeyAtPosWithFlags,
+        RedisModule_StringDMA,
+        RedisModule_StringSet,
+        RedisModule_GetAbsExpire,
+        RedisModule_ReplyWithCString,
     )
 }
 
@@ -262,6 +266,14 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Replies with a bulk string (a word such as a regional decision's reason).
+    pub fn reply_bulk(&self, text: &CStr) {
+        if let Some(reply) = api!(RedisModule_ReplyWithCString) {
+            // SAFETY: live context, NUL-terminated string (Redis copies it).
+            unsafe { reply(self.ctx, text.as_ptr()) };
+        }
+    }
+
     /// Replies with an error; `message` starts with its error code (`ERR`, `WRONGTYPE`...).
     pub fn reply_error(&self, message: &str) {
         let Some(reply) = api!(RedisModule_ReplyWithError) else {
@@ -300,6 +312,34 @@ impl<'a> Call<'a> {
                 key,
                 payload.as_ptr().cast::<c_char>(),
                 payload.len(),
+            )
+        };
+        status == raw::REDISMODULE_OK as c_int
+    }
+
+    /// Propagates `SET key value PXAT expires_at_ms` to replicas and the AOF, after this
+    /// command: a plain string with its absolute expiry.
+    pub fn replicate_set_pxat(
+        &self,
+        key: *mut raw::RedisModuleString,
+        value: &[u8],
+        expires_at_ms: i64,
+    ) -> bool {
+        let Some(replicate) = api!(RedisModule_Replicate) else {
+            return false;
+        };
+        // SAFETY: "sbcl" = RedisModuleString*, (buffer, length), C string, long long: the
+        // arguments that follow match it; Redis copies them.
+        let status = unsafe {
+            replicate(
+                self.ctx,
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                key,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                c"PXAT".as_ptr(),
+                std::ffi::c_longlong::from(expires_at_ms),
             )
         };
         status == raw::REDISMODULE_OK as c_int
@@ -456,6 +496,51 @@ impl Key {
             raw::REDISMODULE_KEYTYPE_EMPTY => KeyContent::Empty,
             _ => KeyContent::Other,
         }
+    }
+
+    /// Whether the key holds a Redis string.
+    pub fn is_string(&self) -> bool {
+        let Some(key_type) = api!(RedisModule_KeyType) else {
+            return false;
+        };
+        // SAFETY: the key is open.
+        unsafe { key_type(self.key.as_ptr()) as isize == raw::REDISMODULE_KEYTYPE_STRING }
+    }
+
+    /// The bytes of the string the key holds (empty if it holds none), valid while the key
+    /// stays open and unmodified.
+    pub fn string_bytes(&self) -> &[u8] {
+        let Some(dma) = api!(RedisModule_StringDMA) else {
+            return &[];
+        };
+        let mut len = 0usize;
+        let read = c_int::try_from(raw::REDISMODULE_READ).unwrap_or(0);
+        // SAFETY: the key is open; StringDMA in read mode returns the string's buffer and
+        // length (or null for a key holding no string) without changing the key.
+        let ptr = unsafe { dma(self.key.as_ptr(), &mut len, read) };
+        if ptr.is_null() {
+            return &[];
+        }
+        // SAFETY: Redis's buffer of `len` bytes, alive while the key is open and untouched;
+        // the returned borrow of `self` keeps it so (writes need `&self` after it ends).
+        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+    }
+
+    /// The key's absolute expiry (Unix ms), if it has one.
+    pub fn expires_at_ms(&self) -> Option<i64> {
+        let get = api!(RedisModule_GetAbsExpire)?;
+        // SAFETY: the key is open.
+        let expiry = unsafe { get(self.key.as_ptr()) };
+        (expiry != i64::from(raw::REDISMODULE_NO_EXPIRE)).then_some(expiry)
+    }
+
+    /// Stores a Redis string in the key (replacing any value, and removing its expiry).
+    pub fn set_string(&self, value: *mut raw::RedisModuleString) -> bool {
+        let Some(set) = api!(RedisModule_StringSet) else {
+            return false;
+        };
+        // SAFETY: the key is open for writing; Redis copies (or retains) the string.
+        unsafe { set(self.key.as_ptr(), value) == raw::REDISMODULE_OK as c_int }
     }
 
     /// Stores a new value in the key (replacing any), taking ownership of `value`.

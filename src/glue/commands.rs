@@ -15,6 +15,7 @@ use redis_ratelimit_core::gcra::GcraParams;
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::{Kind, Quota};
 use redis_ratelimit_wire::args::multi::{self, MultiArgs};
+use redis_ratelimit_wire::args::regional;
 use redis_ratelimit_wire::args::remembered::{self, MultiContext};
 use redis_ratelimit_wire::args::{self, CallArgs, Memo, Settings};
 use redis_ratelimit_wire::commands::{Command, Syntax};
@@ -33,6 +34,7 @@ thread_local! {
     static THROTTLE_ARGS: Memo<(), GcraParams> = const { Memo::new() };
     static MULTI_ARGS: Memo<MultiContext, MultiArgs> = const { Memo::new() };
     static MULTI_BUFFERS: Cell<Option<MultiBuffers>> = const { Cell::new(None) };
+    static REGIONAL_ARGS: Memo<Settings, Quota> = const { Memo::new() };
 }
 
 /// The command's key: argument 1.
@@ -231,6 +233,58 @@ pub fn multi(call: &Call<'_>) -> Result<(), CommandError> {
         reply::multi(call, &outcome, buffers.engine.per_limit(), first);
         Ok(())
     })
+}
+
+/// `RL.REGIONAL floor_key lease_key ALGORITHM <parameters> [cost]`: a region's call, taken
+/// from its floor, or else from its lease (both keys in one slot on a Cluster).
+pub fn regional(call: &Call<'_>) -> Result<(), CommandError> {
+    let floor_name = key_name(call)?;
+    let Some(lease_name) = call.arg(2) else {
+        return Err(CommandError::WrongArity);
+    };
+    if call.arg_bytes(1) == call.arg_bytes(2) {
+        return Err(regional::SAME_KEY);
+    }
+    let now_us = clock::now_us()?;
+    let settings = settings();
+    let mut buffer = ArgBuffer::new();
+    let arguments = call.args_bytes(3.., &mut buffer);
+    let outcome = REGIONAL_ARGS.with(|memo| {
+        memo.with(arguments, settings, remembered::regional, |floor| {
+            driver::regional(
+                call,
+                Command::Regional.name(),
+                floor_name,
+                lease_name,
+                floor,
+                now_us,
+            )
+        })
+    })??;
+    stats::record(Command::Regional, outcome.allowed);
+    reply::regional(call, &outcome);
+    Ok(())
+}
+
+/// `RL.REGIONLEASE key units expires_at_ms`: installs a region's lease, replacing the one
+/// the key held; replies with the units the replaced lease had left (0 if none lived).
+///
+/// Not memoized: every lease has its own expiry.
+pub fn region_lease(call: &Call<'_>) -> Result<(), CommandError> {
+    let name = key_name(call)?;
+    let now_us = clock::now_us()?;
+    let lease = regional::lease(call.args_bytes(2.., &mut ArgBuffer::new()), now_us)?;
+    let replaced = driver::region_lease(
+        call,
+        Command::RegionLease.name(),
+        name,
+        lease.units,
+        lease.expires_at_ms,
+        now_us,
+    )?;
+    stats::record(Command::RegionLease, true);
+    call.reply_integer(i64::try_from(replaced).unwrap_or(i64::MAX));
+    Ok(())
 }
 
 /// Tells Redis where the keys of `numkeys key [key ...]` are. Redis 7.0's cluster routing

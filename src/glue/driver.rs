@@ -19,6 +19,8 @@ use redis_ratelimit_core::engine::{self, Held, Verdict};
 use redis_ratelimit_core::gcra::{CellOutcome, GcraParams};
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::{Change, KindAlgorithm, LimiterRef, Quota, QuotaVisitor};
+use redis_ratelimit_core::regional::{self, Why};
+use redis_ratelimit_core::time::US_PER_MS;
 use redis_ratelimit_core::{Commit, Decision, Evaluation};
 use redis_ratelimit_wire::args::CallArgs;
 use redis_ratelimit_wire::args::multi::MultiArgs;
@@ -26,6 +28,7 @@ use redis_ratelimit_wire::error::CommandError;
 
 use super::api::Call;
 use super::effects::{self, Replicated};
+use super::lease::LeaseKey;
 use super::scratch::Reusable;
 use super::store::LimiterKey;
 
@@ -215,3 +218,73 @@ pub fn acquire_many(
     }
     Ok(verdict)
 }
+
+/// What a regional call decided, for its reply.
+#[derive(Clone, Copy, Debug)]
+pub struct RegionalOutcome {
+    /// Whether the call was admitted, and by which part.
+    pub allowed: bool,
+    /// Why.
+    pub why: Why,
+    /// The floor's own decision (what the headers show: the region's own quota).
+    pub floor: Decision,
+    /// The units left in the live lease after the call (0 when none lives).
+    pub lease_units: u64,
+}
+
+/// A region's call: its floor (`floor_name`, checked against `floor`, of the floor's cost),
+/// then, if the floor denies, the lease in `lease_name`. Both keys are opened and checked
+/// before anything is decided; then exactly one of them is written: the floor's commit when
+/// the floor admitted, or the lease's units left when the lease paid.
+pub fn regional(
+    call: &Call<'_>,
+    event: &CStr,
+    floor_name: *mut raw::RedisModuleString,
+    lease_name: *mut raw::RedisModuleString,
+    floor: &Quota,
+    now_us: i64,
+) -> Result<RegionalOutcome, CommandError> {
+    let floor_key = LimiterKey::open(call, floor_name)?;
+    let mut lease_key = LeaseKey::open(call, lease_name)?;
+    let held = lease_key.lease();
+    let admission = regional::admit(Some((floor_key.held(), floor)), floor.cost(), held, now_us)?;
+    let Some(granted) = admission.floor else {
+        return Err(CommandError::Message("ERR a regional call has a floor"));
+    };
+    let outcome = RegionalOutcome {
+        allowed: admission.allowed,
+        why: admission.why,
+        floor: granted.evaluation.decision,
+        lease_units: admission
+            .lease
+            .or(held)
+            .map_or(0, |lease| lease.live_units(now_us)),
+    };
+    if let (Why::Floor, Some(commit)) = (admission.why, granted.evaluation.commit) {
+        effects::commit_one(call, event, floor_key, commit)?;
+    }
+    if let Some(left) = admission.lease {
+        let expires_at_ms = left.expires_at_us.div_euclid(US_PER_MS_I64);
+        effects::commit_lease(call, event, &mut lease_key, left.units, expires_at_ms)?;
+    }
+    Ok(outcome)
+}
+
+/// Installs a lease of `units` until `expires_at_ms` in `name`, replacing what it held:
+/// the units the replaced lease had left at `now_us` (0 if none lived).
+pub fn region_lease(
+    call: &Call<'_>,
+    event: &CStr,
+    name: *mut raw::RedisModuleString,
+    units: u64,
+    expires_at_ms: i64,
+    now_us: i64,
+) -> Result<u64, CommandError> {
+    let mut key = LeaseKey::open(call, name)?;
+    let replaced = key.lease().map_or(0, |lease| lease.live_units(now_us));
+    effects::commit_lease(call, event, &mut key, units, expires_at_ms)?;
+    Ok(replaced)
+}
+
+/// Microseconds in a millisecond, signed.
+const US_PER_MS_I64: i64 = US_PER_MS as i64;

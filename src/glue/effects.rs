@@ -14,6 +14,8 @@
 //! - [`set_state`]: a replica (or AOF load) validates every pair as strictly as an RDB load,
 //!   then applies them all or nothing, and passes the command on verbatim to its own AOF and
 //!   sub-replicas;
+//! - [`commit_lease`]: a region's lease is a plain string with an absolute expiry,
+//!   propagated as `SET key units PXAT end_ms`;
 //! - [`rewrite_aof`]: the AOF rewrite emits one `RL.FX` per key with its whole state
 //!   (expiry 0: Redis appends its own `PEXPIREAT`).
 
@@ -23,6 +25,7 @@ use std::ffi::CStr;
 use redis_module::raw;
 
 use super::api::{Call, OwnedString, api};
+use super::lease::LeaseKey;
 use super::scratch::{self, Reusable};
 use super::store::{self, LimiterKey, Update, Write};
 use redis_ratelimit_core::Commit;
@@ -123,6 +126,38 @@ pub fn commit_one_as<A: KindAlgorithm>(
     call.replicate(SET_STATE, key.name(), effect.as_bytes());
     call.announce_write(event, key.name());
     Ok(())
+}
+
+/// Commits a region's lease (its units left until its end): written as a plain string with
+/// its absolute expiry, and propagated as `SET key units PXAT end_ms`, which a replica and
+/// the AOF apply as they are (the end is absolute, so no clock of theirs changes it).
+pub fn commit_lease(
+    call: &Call<'_>,
+    event: &CStr,
+    key: &mut LeaseKey,
+    units: u64,
+    expires_at_ms: i64,
+) -> Result<(), CommandError> {
+    let mut digits = [0u8; 20];
+    let digits = decimal(units, &mut digits);
+    key.store(call, digits, units, expires_at_ms)?;
+    call.replicate_set_pxat(key.name(), digits, expires_at_ms);
+    call.announce_write(event, key.name());
+    Ok(())
+}
+
+/// The decimal digits of `value`, written at the end of `buffer`.
+fn decimal(mut value: u64, buffer: &mut [u8; 20]) -> &[u8] {
+    let mut start = buffer.len();
+    for slot in buffer.iter_mut().rev() {
+        *slot = b'0'.wrapping_add(u8::try_from(value % 10).unwrap_or(0));
+        start = start.saturating_sub(1);
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    buffer.get(start..).unwrap_or_default()
 }
 
 /// The strings of one multi-key propagation, reused between calls (see [`scratch`]).

@@ -20,6 +20,7 @@ pub mod config;
 pub mod datatype;
 pub mod driver;
 pub mod effects;
+pub mod lease;
 pub mod registry;
 pub mod reply;
 pub mod scratch;

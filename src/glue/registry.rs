@@ -24,6 +24,9 @@ enum Keys {
     OneReadWrite,
     /// One key at argument 1, only read.
     OneReadOnly,
+    /// Two keys at arguments 1 and 2, read and updated (one slot on a Cluster: Redis
+    /// refuses them with `CROSSSLOT` otherwise).
+    TwoReadWrite,
     /// `numkeys` at argument 1, then that many keys, read and updated. The command must
     /// also be flagged `getkeys-api` and answer keys position requests: Redis 7.0's cluster
     /// routing reads no key specs of module commands.
@@ -72,6 +75,8 @@ entry_point!(acquire_entry => commands::acquire);
 entry_point!(release_entry => commands::release);
 entry_point!(peek_entry => commands::peek);
 entry_point!(refund_entry => commands::refund);
+entry_point!(regional_entry => commands::regional);
+entry_point!(region_lease_entry => commands::region_lease);
 entry_point!(set_state_entry => effects::set_state);
 
 /// The ACL category this module adds (Redis 7.4+).
@@ -152,6 +157,21 @@ fn registration(command: Command) -> Registration {
             acl_categories: c"write fast",
             summary: c"Gives back the cost of a call that was admitted but not performed",
             complexity: c"O(1); O(cost) for SLIDINGLOG",
+        },
+        Command::Regional => Registration {
+            handler: regional_entry,
+            keys: Keys::TwoReadWrite,
+            acl_categories: c"write slow",
+            summary:
+                c"A region's call under one quota across regions: its floor, then its leased balance",
+            complexity: c"O(1); O(log N + cost) for a SLIDINGLOG floor",
+        },
+        Command::RegionLease => Registration {
+            handler: region_lease_entry,
+            keys: Keys::OneReadWrite,
+            acl_categories: c"write fast",
+            summary: c"Installs a region's lease: units until an absolute expiry, replacing the last",
+            complexity: c"O(1)",
         },
         Command::Effects => Registration {
             handler: set_state_entry,
@@ -296,6 +316,7 @@ impl Keys {
     fn legacy_range(self) -> (c_int, c_int, c_int) {
         match self {
             Keys::OneReadWrite | Keys::OneReadOnly => (1, 1, 1),
+            Keys::TwoReadWrite => (1, 2, 1),
             Keys::Counted => (0, 0, 0),
             Keys::Pairs => (1, -1, 2),
         }
@@ -305,7 +326,7 @@ impl Keys {
     fn flags(self) -> u64 {
         let flags = match self {
             Keys::OneReadOnly => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-            Keys::OneReadWrite | Keys::Counted | Keys::Pairs => {
+            Keys::OneReadWrite | Keys::TwoReadWrite | Keys::Counted | Keys::Pairs => {
                 raw::REDISMODULE_CMD_KEY_RW
                     | raw::REDISMODULE_CMD_KEY_ACCESS
                     | raw::REDISMODULE_CMD_KEY_UPDATE
@@ -323,9 +344,10 @@ impl Keys {
             index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
         };
         match self {
-            Keys::OneReadWrite | Keys::OneReadOnly | Keys::Pairs => {
+            Keys::OneReadWrite | Keys::OneReadOnly | Keys::TwoReadWrite | Keys::Pairs => {
                 let (last_key, key_step) = match self {
                     Keys::Pairs => (-1, 2),
+                    Keys::TwoReadWrite => (1, 1),
                     _ => (0, 1),
                 };
                 spec.find_keys_type =

@@ -4,12 +4,18 @@
 //!   limit]` (under a partial grant, field 1 is the units granted);
 //! - `RL.MULTI`: those five from the binding limit, then `binding` (its index) and an array
 //!   of every limit's own five;
+//! - `RL.REGIONAL`: the five fields (field 1 whether the floor or the lease admitted the
+//!   call, fields 2–5 the floor's own view: the region's quota, what its headers show), then
+//!   why (`floor`, `lease`, `lease_exhausted`, `home_unreachable`) and the units left in
+//!   the live lease;
 //! - `CL.THROTTLE`: redis-cell's five fields.
 
 use super::api::Call;
+use super::driver::RegionalOutcome;
 use redis_ratelimit_core::Decision;
 use redis_ratelimit_core::engine::Verdict;
 use redis_ratelimit_core::gcra::{CellOutcome, cell_reply};
+use redis_ratelimit_wire::args::regional::why_word;
 
 /// `[allowed, remaining, retry_after_ms, reset_after_ms, limit]`.
 pub fn decision(call: &Call<'_>, decision: &Decision) {
@@ -33,6 +39,16 @@ pub fn multi(call: &Call<'_>, verdict: &Verdict, per_limit: &[Decision], first: 
     for limit in per_limit {
         call.reply_integers(&limit.reply_fields());
     }
+}
+
+/// `[allowed, remaining, retry_after_ms, reset_after_ms, limit, why, lease_units]`.
+pub fn regional(call: &Call<'_>, outcome: &RegionalOutcome) {
+    call.reply_array(7);
+    for field in with_first(&outcome.floor, i64::from(outcome.allowed)) {
+        call.reply_integer(field);
+    }
+    call.reply_bulk(why_word(outcome.why));
+    call.reply_integer(i64::try_from(outcome.lease_units).unwrap_or(i64::MAX));
 }
 
 /// `[limited, limit, remaining, retry_after_s, reset_after_s]`, as redis-cell sends it.

@@ -216,7 +216,7 @@ const SINGLE_KEY_COMMANDS: [&str; 9] = [
 
 /// Calls that leave in the command's parsed-arguments memo exactly what `args` (a command
 /// line) would be remembered as, if any of them succeeds: the same arguments on another key
-/// for a single-key command; for `RL.MULTI`, the same limits and options after every key
+/// for a single-key command, on other keys for `RL.REGIONAL`'s two; for `RL.MULTI`, the same limits and options after every key
 /// count from 1 to 16, on other keys of the first key's hash tag (the call's own key count
 /// first). Empty for a command line refused before its arguments are parsed.
 pub fn memo_primers(args: &[&[u8]]) -> Vec<Vec<Vec<u8>>> {
@@ -230,6 +230,16 @@ pub fn memo_primers(args: &[&[u8]]) -> Vec<Vec<Vec<u8>>> {
         };
         let mut primer = vec![command.to_vec(), [*key, b":memo-primer"].concat()];
         primer.extend(after_key.iter().map(|arg| arg.to_vec()));
+        return vec![primer];
+    }
+    if name == "RL.REGIONAL" {
+        // Both keys (the floor's and the lease's) replaced, in their own slots.
+        let Some((keys, after_keys)) = rest.split_at_checked(2) else {
+            return Vec::new();
+        };
+        let mut primer = vec![command.to_vec()];
+        primer.extend(keys.iter().map(|key| [*key, b":memo-primer"].concat()));
+        primer.extend(after_keys.iter().map(|arg| arg.to_vec()));
         return vec![primer];
     }
     if name != "RL.MULTI" {

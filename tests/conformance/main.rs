@@ -211,7 +211,7 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn the_library_answers_every_call_exactly_as_the_module() {
-    agree_on(&seeds(), "", |seed| trace(seed, TRACE_LEN));
+    agree_on(&seeds(), "", |seed| trace(seed, TRACE_LEN, BASE_US));
 }
 
 /// Long sliding logs and many holders, which the random traces do not build (`long_trace`):

@@ -1,7 +1,7 @@
 //! Random traces: calls of every command over a few keys per algorithm, with parameters
 //! drawn from small pools (so that parameter changes on a key happen often), costs,
-//! `PARTIAL [MIN m]`, `MAXWAIT`, peeks, refunds, `RL.MULTI`, in-flight limits, bad input and
-//! clock steps forward and back.
+//! `PARTIAL [MIN m]`, `MAXWAIT`, peeks, refunds, `RL.MULTI`, in-flight limits, regional calls
+//! and the leases they spend, bad input and clock steps forward and back.
 
 use std::fmt;
 
@@ -337,6 +337,104 @@ fn multi_call(rng: &mut Rng) -> Call {
     }
 }
 
+/// A region's lease key: now and then one of a limiter's (WRONGTYPE must agree too).
+fn lease_key(rng: &mut Rng) -> String {
+    if rng.chance(4) {
+        return key(rng, "tb");
+    }
+    format!("{{t}}lease:{}", rng.below(2))
+}
+
+/// `RL.REGIONAL floor lease ALGORITHM <parameters> [cost]`, a floor of any algorithm but
+/// in-flight limits (now and then refused: an in-flight floor, an option after the cost,
+/// the same key twice).
+fn regional_call(rng: &mut Rng) -> Call {
+    let (family, name) = ALGORITHM_NAMES[rng.below(ALGORITHM_NAMES.len() as u64) as usize];
+    // Mostly a small floor of its own, soon spent, so that calls reach the lease; now and
+    // then any key and parameters of the family.
+    let small = rng.chance(75);
+    let floor = if small && !rng.chance(5) {
+        format!("{{t}}floor-{family}")
+    } else {
+        key(rng, family)
+    };
+    let lease = if rng.chance(2) {
+        floor.clone()
+    } else {
+        lease_key(rng)
+    };
+    let mut args = vec![rng.pick(&[name, &name.to_lowercase()]).to_string()];
+    if rng.chance(3) {
+        args = vec!["CONCURRENCY".into(), "2".into(), "1000".into()];
+    } else {
+        args.extend(match (family, small) {
+            ("tb", true) => vec![
+                rng.pick(&["1", "2"]).into(),
+                rng.pick(&["0.001", "0.5"]).into(),
+            ],
+            ("gc", true) => vec![
+                rng.pick(&["0", "1"]).into(),
+                "1".into(),
+                rng.pick(&["60", "3600"]).into(),
+            ],
+            (_, true) => vec![
+                rng.pick(&["1", "2"]).into(),
+                rng.pick(&["60", "3600", "1"]).into(),
+            ],
+            ("tb", false) => token_bucket_params(rng),
+            ("gc", false) => gcra_params(rng),
+            _ => window_params(rng),
+        });
+        cost(rng, &mut args);
+        if rng.chance(3) {
+            args.push(rng.pick(&["PARTIAL", "MAXWAIT", "9"]).into());
+        }
+    }
+    Call {
+        command: "RL.REGIONAL",
+        function: "rl_regional",
+        keys: vec![floor, lease],
+        args,
+    }
+}
+
+/// `RL.REGIONLEASE key units expires_at_ms` at `now_us`: lease ends from the past to an
+/// hour ahead (the past and now refused), units from 0 to the most a lease holds, and now
+/// and then bad ones.
+fn region_lease_call(rng: &mut Rng, now_us: i64) -> Call {
+    let units = if rng.chance(80) {
+        rng.pick(&["0", "1", "2", "3", "5", "20", "007", "1000000000000000"])
+    } else {
+        rng.pick(&["1000000000000001", "-1", "x", "inf", "99999999999999999999"])
+    };
+    let now_ms = now_us.div_euclid(1_000);
+    let end = match rng.below(100) {
+        0..=2 => "0".to_string(),
+        3..=4 => "soon".to_string(),
+        5 => "4611686018428".to_string(),
+        6..=9 => (now_ms - rng.below(2_000) as i64).to_string(),
+        10..=14 => (now_ms + 1).to_string(),
+        15..=29 => (now_ms + 1 + rng.below(1_000) as i64).to_string(),
+        30..=59 => (now_ms + 1 + rng.below(30_000) as i64).to_string(),
+        _ => (now_ms + 1 + rng.below(3_600_000) as i64).to_string(),
+    };
+    single(
+        "RL.REGIONLEASE",
+        "rl_regionlease",
+        lease_key(rng),
+        vec![units.to_string(), end],
+    )
+}
+
+/// A region's random call at `now_us` (the instant it will be made at).
+pub fn random_call_at(rng: &mut Rng, now_us: i64) -> Call {
+    if rng.chance(55) {
+        regional_call(rng)
+    } else {
+        region_lease_call(rng, now_us)
+    }
+}
+
 /// One random call.
 pub fn random_call(rng: &mut Rng) -> Call {
     match rng.below(100) {
@@ -425,13 +523,21 @@ pub fn random_step_us(rng: &mut Rng) -> i64 {
     }
 }
 
-/// A trace of `len` steps from `seed`.
-pub fn trace(seed: u64, len: usize) -> Vec<Step> {
+/// A trace of `len` steps from `seed`, starting at `base_us`; one call in four is a
+/// region's (`RL.REGIONAL` and the leases it spends, whose ends are absolute instants).
+pub fn trace(seed: u64, len: usize, base_us: i64) -> Vec<Step> {
     let mut rng = Rng::new(seed);
+    let mut now_us = base_us;
     (0..len)
-        .map(|_| Step {
-            step_us: random_step_us(&mut rng),
-            call: random_call(&mut rng),
+        .map(|_| {
+            let step_us = random_step_us(&mut rng);
+            now_us += step_us;
+            let call = if rng.chance(25) {
+                random_call_at(&mut rng, now_us)
+            } else {
+                random_call(&mut rng)
+            };
+            Step { step_us, call }
         })
         .collect()
 }

@@ -30,6 +30,7 @@ mod partial;
 mod peek_refund;
 mod persistence;
 mod protocol;
+mod regional;
 mod replication;
 mod throttle;
 mod token_bucket;

@@ -32,6 +32,11 @@ pub enum Syntax {
     Refund,
     /// `key effect [key effect ...]`: effects computed by a primary (internal).
     Effects,
+    /// `floor_key lease_key ALGORITHM <parameters> [cost]`: a region's admission, the floor
+    /// then the leased balance.
+    Regional,
+    /// `key units expires_at_ms`: installs a region's lease.
+    RegionLease,
 }
 
 /// Declares every command once: its name (lowercase, as Redis registers and reports it), its
@@ -115,6 +120,12 @@ commands! {
     /// `RL.REFUND`: counts as admitted a refund that gave something back.
     Refund = c"rl.refund", -5, c"write fast",
         Syntax::Refund, true, Some("rl_refund");
+    /// `RL.REGIONAL`: counts the calls the floor or the lease admitted, or that both denied.
+    Regional = c"rl.regional", -6, c"write deny-oom",
+        Syntax::Regional, true, Some("rl_regional");
+    /// `RL.REGIONLEASE`: counts every lease installed as admitted.
+    RegionLease = c"rl.regionlease", 4, c"write deny-oom",
+        Syntax::RegionLease, true, Some("rl_regionlease");
     /// `RL.FX`: applies a primary's effects (replication and AOF only).
     Effects = c"rl.fx", -3, c"write deny-oom",
         Syntax::Effects, false, None;
@@ -221,7 +232,9 @@ mod tests {
                 "acquire",
                 "release",
                 "peek",
-                "refund"
+                "refund",
+                "regional",
+                "regionlease"
             ]
         );
         assert_eq!(Command::Effects.event(), None);

@@ -22,6 +22,7 @@ use redis_ratelimit_core::time::{NS_PER_MS, NS_PER_SECOND, US_PER_MS, US_PER_SEC
 
 use crate::args::CallArgs;
 use crate::args::multi::MultiArgs;
+use crate::args::regional::LeaseArgs;
 use crate::commands::Command;
 
 /// A command's words, one after another in one buffer.
@@ -108,6 +109,8 @@ pub enum EncodeError {
     KindNeedsMulti,
     /// The keys and the limits do not pair up.
     KeysAndLimits,
+    /// A regional floor that is an in-flight or a paced (`MAXWAIT`) limit.
+    NotAFloor,
 }
 
 impl fmt::Display for EncodeError {
@@ -121,6 +124,9 @@ impl fmt::Display for EncodeError {
                 "this algorithm has no command of its own: it needs RL.MULTI"
             }
             EncodeError::KeysAndLimits => "one key per limit",
+            EncodeError::NotAFloor => {
+                "a regional floor is a limit of units, taken whole and unpaced (not in-flight, no MAXWAIT)"
+            }
         })
     }
 }
@@ -366,6 +372,35 @@ pub fn refund(key: &[u8], quota: &Quota, out: &mut Args) -> Result<Command, Enco
             Ok(Command::Refund)
         }
     }
+}
+
+/// `RL.REGIONAL floor_key lease_key NAME <parameters> cost`: a region's admission of the
+/// floor's cost, from its floor then its lease.
+pub fn regional(
+    floor_key: &[u8],
+    lease_key: &[u8],
+    floor: &Quota,
+    out: &mut Args,
+) -> Result<Command, EncodeError> {
+    if matches!(floor, Quota::Concurrency(_)) || max_wait_ns(floor).is_some() {
+        return Err(EncodeError::NotAFloor);
+    }
+    out.start(Command::Regional);
+    out.push(floor_key);
+    out.push(lease_key);
+    out.push(floor.kind().command_name().unwrap_or_default().as_bytes());
+    params(floor, out);
+    out.push_display(floor.cost());
+    Ok(Command::Regional)
+}
+
+/// `RL.REGIONLEASE key units expires_at_ms`: installs a region's lease.
+pub fn region_lease(key: &[u8], lease: &LeaseArgs, out: &mut Args) -> Command {
+    out.start(Command::RegionLease);
+    out.push(key);
+    out.push_display(lease.units);
+    out.push_display(lease.expires_at_ms);
+    Command::RegionLease
 }
 
 /// The command that takes `limits` from `keys` (one key per limit) on a server that has

@@ -3,6 +3,7 @@
 //!
 //! - `limiter`, `http`: the limiter and the tower layer on the in-memory store;
 //! - `redis_store`: the Redis store against a real server with the module;
+//! - `regions`: the regional lease agent against a home and a region;
 //! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
 //! - `plans_fleet`: demo-service replicas following the policy store (the
 //!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`);
@@ -24,6 +25,7 @@ mod jobs;
 mod limiter;
 mod plans_fleet;
 mod redis_store;
+mod regions;
 mod stress;
 
 /// Held by the tests that load the machine (fleets of processes, load generators): run one

@@ -98,7 +98,7 @@ pub fn refund(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<Quota, C
 }
 
 /// The quota of `<parameters> [cost]` and the arguments after them.
-fn with_cost<'a, 'b>(
+pub(super) fn with_cost<'a, 'b>(
     kind: Kind,
     args: &'a [&'b [u8]],
     settings: Settings,

@@ -7,6 +7,7 @@
 //! - [`quota`] reads each algorithm's parameters;
 //! - [`mod@call`] reads a single-key call (`[cost] [PARTIAL [MIN m]]` after the parameters);
 //! - [`multi`] reads `RL.MULTI`;
+//! - [`regional`] reads `RL.REGIONAL` and `RL.REGIONLEASE`, and the leases they keep;
 //! - [`memo`] remembers the last arguments each command parsed;
 //! - [`remembered`] says what each command remembers, with its parse as a function of it.
 
@@ -14,6 +15,7 @@ pub mod call;
 pub mod memo;
 pub mod multi;
 pub mod quota;
+pub mod regional;
 pub mod remembered;
 pub mod value;
 

@@ -10,8 +10,9 @@
 //! | `RL.PEEK`, `RL.REFUND` | after the key (the algorithm name included) | the settings |
 //! | `CL.THROTTLE` | after the key | none |
 //! | `RL.MULTI` | after the keys | the key count, the settings |
+//! | `RL.REGIONAL` | after the two keys | the settings |
 //!
-//! `RL.ACQUIRE` and `RL.RELEASE` are not remembered (their holder changes with every call);
+//! `RL.ACQUIRE`, `RL.RELEASE` and `RL.REGIONLEASE` are not remembered (their holder changes with every call);
 //! the key names of `RL.MULTI` are checked outside the memo (repeats, types) and only name a
 //! key in an error, which is never remembered.
 
@@ -58,6 +59,11 @@ pub fn throttle(args: &[&[u8]], (): ()) -> Result<GcraParams, CommandError> {
 /// `RL.MULTI`: the limits and options after the keys.
 pub fn multi_limits(args: &[&[u8]], context: MultiContext) -> Result<MultiArgs, LimitsError> {
     multi::limits(context.key_count, args, context.settings)
+}
+
+/// `RL.REGIONAL`: the floor's `ALGORITHM args... [cost]` after the two keys.
+pub fn regional(args: &[&[u8]], settings: Settings) -> Result<Quota, CommandError> {
+    super::regional::floor(args, settings)
 }
 
 /// Parses `ALGORITHM args...` with `parse` for the named algorithm.

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::args::multi::{self, MultiArgs};
+use crate::args::regional::{self, LeaseArgs};
 use crate::args::{Settings, call as parse_call, quota, remembered};
 use crate::commands::Syntax;
 use crate::error::CommandError;
@@ -17,6 +18,9 @@ const SETTINGS: Settings = Settings {
     max_holders: 1_000,
 };
 
+/// The server's time a lease's expiry is checked against.
+const NOW_US: i64 = 1_700_000_000_000_000;
+
 /// A command as the module parses it.
 #[derive(Debug, PartialEq)]
 enum Parsed {
@@ -27,6 +31,8 @@ enum Parsed {
     Refund(Quota),
     Release(HolderId),
     Peek(CallArgs),
+    Regional(Vec<u8>, Quota),
+    RegionLease(LeaseArgs),
 }
 
 /// Parses `args` (name first) as the module does.
@@ -54,6 +60,11 @@ fn parse(args: &Args) -> Result<(Vec<u8>, Parsed), CommandError> {
             _ => return Err(CommandError::WrongArity),
         },
         Syntax::Peek => Parsed::Peek(remembered::peek(rest, SETTINGS)?),
+        Syntax::Regional => {
+            let (lease_key, floor) = rest.split_first().ok_or(CommandError::WrongArity)?;
+            Parsed::Regional(lease_key.to_vec(), remembered::regional(floor, SETTINGS)?)
+        }
+        Syntax::RegionLease => Parsed::RegionLease(regional::lease(rest, NOW_US)?),
         Syntax::Multi | Syntax::Effects => unreachable!("not encoded"),
     };
     Ok((key.to_vec(), parsed))
@@ -242,6 +253,41 @@ proptest! {
             (Command::Release, Parsed::Release(id)) => prop_assert_eq!(id, holder()),
             other => prop_assert!(false, "{:?}", other),
         }
+    }
+
+    /// A regional call of any floor parses back to its keys and its floor; the floors
+    /// `RL.REGIONAL` refuses (in-flight, paced) are refused by the encoder too.
+    #[test]
+    fn a_regional_call_parses_back((kind, args) in arb_call()) {
+        let Ok(parsed) = parse_call::call(kind, &bytes(&args), SETTINGS) else {
+            return Ok(());
+        };
+        let floor = with_holder(parsed).quota;
+        let mut out = Args::default();
+        let refused = matches!(floor, Quota::Concurrency(_))
+            || matches!(&floor, Quota::TokenBucket(p) if p.max_wait_ns() > 0);
+        match regional(b"{r}floor", b"{r}lease", &floor, &mut out) {
+            Err(error) => prop_assert!(refused && error == EncodeError::NotAFloor),
+            Ok(command) => {
+                prop_assert!(!refused);
+                prop_assert_eq!(command, Command::Regional);
+                let (key, reparsed) = parse(&out).unwrap();
+                prop_assert_eq!(key, b"{r}floor".to_vec());
+                prop_assert_eq!(reparsed, Parsed::Regional(b"{r}lease".to_vec(), floor));
+            }
+        }
+    }
+
+    /// A lease parses back to itself, whatever its units and (future) expiry.
+    #[test]
+    fn a_region_lease_parses_back(
+        units in prop_oneof![0u64..100, Just(regional::MAX_LEASE_UNITS), 0..=regional::MAX_LEASE_UNITS],
+        after_ms in 1i64..1_000_000_000_000,
+    ) {
+        let lease = LeaseArgs { units, expires_at_ms: NOW_US / 1_000 + after_ms };
+        let mut out = Args::default();
+        prop_assert_eq!(region_lease(b"k", &lease, &mut out), Command::RegionLease);
+        prop_assert_eq!(parse(&out).unwrap(), (b"k".to_vec(), Parsed::RegionLease(lease)));
     }
 
     /// A peek of any kind parses back to the quota it reads, taken whole (an in-flight

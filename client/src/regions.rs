@@ -1,0 +1,365 @@
+//! A region's lease agent: one quota across regions (`docs/regions.md`).
+//!
+//! Each region's clients call `RL.REGIONAL floor_key lease_key ...` on their own Redis: the
+//! floor first, then the leased balance. The agent keeps those balances topped up from the
+//! home region's pool: every period `P` it asks home, in **one pipelined call**, for a
+//! `PARTIAL` grant of up to `k` units of each hot limit's pool key, ends the batch with
+//! `WAIT n` on the home primary (a grant counts only once a replica has it, so a home
+//! failover loses none), and installs what was granted with `RL.REGIONLEASE` in the region,
+//! each lease ending `T = P + a` after the request was **sent** (read on the region's own
+//! clock before the grants exist, derated for drift), so no lease outlives `T` in home time.
+//!
+//! A lease replaces the previous one; the unspent units of the previous one lapse (the exact
+//! mode: give-backs cost exactness, see `docs/regions.md`). A batch whose `WAIT` did not
+//! reach its replicas is installed not at all: its grants may not survive a failover, so the
+//! agent counts them as not granted (safe: units are lost, never doubled).
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_wire::args::multi::MultiArgs;
+use redis_ratelimit_wire::args::regional::LeaseArgs;
+use redis_ratelimit_wire::encode::{self, Args, EncodeError};
+use tokio::time::Instant;
+
+use redis_ratelimit_core::kinds::Kind;
+
+use crate::Algorithm;
+
+/// One global limit this region leases units of.
+#[derive(Clone, Debug)]
+pub struct HotLimit {
+    /// The pool's key in the home Redis.
+    pub pool_key: String,
+    /// The pool's algorithm and parameters, as home holds it.
+    pub pool: Algorithm,
+    /// The lease's key in the region's Redis (in the floor key's slot on a Cluster: give
+    /// both one hash tag).
+    pub lease_key: String,
+    /// `k`: the most units one lease holds (at least the region's demand over one `T`).
+    pub lease_units: u64,
+}
+
+/// How the agent leases.
+#[derive(Clone, Copy, Debug)]
+pub struct AgentConfig {
+    /// `P`: how often the agent asks home.
+    pub period: Duration,
+    /// `a`: at least one round trip to home plus the `WAIT`; a lease lives `T = P + a`.
+    pub margin: Duration,
+    /// `ρ`, in parts per million: how far the region's clock may run fast of home's. A
+    /// lease lives `⌊T·(1 − ρ)⌋` of the region's time.
+    pub drift_ppm: u32,
+    /// Replicas of the home primary that must have a batch (`WAIT n`) before its grants
+    /// count; 0 skips the `WAIT` (a failover may then lose grants: see `docs/regions.md`).
+    pub wait_replicas: u32,
+    /// How long the `WAIT` may take.
+    pub wait_timeout: Duration,
+}
+
+impl AgentConfig {
+    /// `⌊(P + a)·(1 − ρ)⌋` in whole milliseconds: how long, on the region's clock, a lease
+    /// lives after its request was sent.
+    pub fn lease_lifetime_ms(&self) -> i64 {
+        let lifetime_us = self.period.saturating_add(self.margin).as_micros();
+        let kept_ppm = 1_000_000u128.saturating_sub(u128::from(self.drift_ppm));
+        let derated_ms = lifetime_us.saturating_mul(kept_ppm) / 1_000_000 / 1_000;
+        i64::try_from(derated_ms).unwrap_or(i64::MAX)
+    }
+}
+
+/// What one refresh did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refresh {
+    /// Units home granted each hot limit, in order (0: the pool had none).
+    pub granted: Vec<u64>,
+    /// The units each replaced lease had left when the new one was installed (unspent
+    /// units that lapse; a limit whose lease is replaced whole was not hot), in order;
+    /// `None` for a lease not installed (a fixed window's lease that would have ended before
+    /// home answered).
+    pub replaced: Vec<Option<u64>>,
+    /// The end of each lease (Unix ms, region clock), in order: `T` after the request was
+    /// sent, or sooner for a fixed window pool, whose lease ends with the home window it was
+    /// granted in.
+    pub expires_at_ms: Vec<i64>,
+}
+
+/// Why a refresh installed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The home Redis failed or refused the batch.
+    #[error("home: {0}")]
+    Home(redis::RedisError),
+    /// The region's Redis failed or refused the installs.
+    #[error("region: {0}")]
+    Region(redis::RedisError),
+    /// A pool cannot be asked for a grant.
+    #[error("pool {key}: {error}")]
+    Encode {
+        /// The pool key.
+        key: String,
+        /// Why.
+        error: EncodeError,
+    },
+    /// Home's reply was not a grant.
+    #[error("home answered {reply:?} for pool {key}")]
+    Reply {
+        /// The pool key.
+        key: String,
+        /// What home sent.
+        reply: String,
+    },
+    /// The batch reached fewer replicas than asked: its grants are not installed.
+    #[error("the batch reached {acknowledged} of {wanted} home replicas: not installed")]
+    NotAcknowledged {
+        /// Replicas that acknowledged.
+        acknowledged: i64,
+        /// Replicas asked for.
+        wanted: u32,
+    },
+    /// The grants came back after their leases would have ended: not installed.
+    #[error("home answered after {elapsed_ms} ms, past the lease lifetime")]
+    TooLate {
+        /// How long home took.
+        elapsed_ms: u128,
+    },
+}
+
+/// One refresh of `limits`: the grants from `home` (one pipeline, then `WAIT`), installed in
+/// `region` (one pipeline). Nothing is installed unless every grant was acknowledged.
+pub async fn refresh<H, R>(
+    home: &mut H,
+    region: &mut R,
+    limits: &[HotLimit],
+    config: &AgentConfig,
+) -> Result<Refresh, AgentError>
+where
+    H: ConnectionLike + Send,
+    R: ConnectionLike + Send,
+{
+    let lifetime_ms = config.lease_lifetime_ms();
+    // The lease counts from now, before any grant exists, on the clock that will spend it.
+    let (seconds, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(region)
+        .await
+        .map_err(AgentError::Region)?;
+    let sent_at = Instant::now();
+    let sent_at_ms = seconds.saturating_mul(1_000).saturating_add(micros / 1_000);
+    let replies = ask_home(home, limits, config).await?;
+    let grants = limits
+        .iter()
+        .zip(&replies)
+        .map(|(limit, reply)| read_grant(limit, reply))
+        .collect::<Result<Vec<HomeGrant>, AgentError>>()?;
+    let granted: Vec<u64> = grants.iter().map(|grant| grant.units).collect();
+    let expires_at_ms: Vec<i64> = limits
+        .iter()
+        .zip(&grants)
+        .map(|(limit, grant)| lease_end_ms(limit, grant, sent_at_ms, lifetime_ms, config))
+        .collect();
+    if config.wait_replicas > 0 {
+        let acknowledged = match replies.get(limits.len()) {
+            Some(redis::Value::Int(count)) => *count,
+            _ => 0,
+        };
+        if acknowledged < i64::from(config.wait_replicas) {
+            return Err(AgentError::NotAcknowledged {
+                acknowledged,
+                wanted: config.wait_replicas,
+            });
+        }
+    }
+    let elapsed = sent_at.elapsed();
+    if elapsed.as_millis() >= u128::try_from(lifetime_ms).unwrap_or(0) {
+        return Err(AgentError::TooLate {
+            elapsed_ms: elapsed.as_millis(),
+        });
+    }
+    // A lease ending before now (region time, at least `sent + elapsed`) is not installed.
+    let elapsed_ms = i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX);
+    let now_at_least_ms = sent_at_ms.saturating_add(elapsed_ms);
+    let replaced = install(region, limits, &granted, &expires_at_ms, now_at_least_ms).await?;
+    Ok(Refresh {
+        granted,
+        replaced,
+        expires_at_ms,
+    })
+}
+
+/// Sends every grant of the batch, then `WAIT`, in one pipeline.
+async fn ask_home<H: ConnectionLike + Send>(
+    home: &mut H,
+    limits: &[HotLimit],
+    config: &AgentConfig,
+) -> Result<Vec<redis::Value>, AgentError> {
+    let mut pipe = redis::pipe();
+    let mut words = Args::default();
+    for limit in limits {
+        let grant = MultiArgs {
+            quotas: vec![limit.pool.as_quota().clone()],
+            weights: vec![1],
+            cost: limit.lease_units.max(1),
+            grant: Grant::Partial { min: 1 },
+        };
+        encode::group(&[limit.pool_key.as_bytes()], &grant, true, &mut words).map_err(|error| {
+            AgentError::Encode {
+                key: limit.pool_key.clone(),
+                error,
+            }
+        })?;
+        let mut command = words.iter();
+        let name = command.next().unwrap_or_default();
+        let cmd = pipe.cmd(&String::from_utf8_lossy(name));
+        for word in command {
+            cmd.arg(word);
+        }
+    }
+    if config.wait_replicas > 0 {
+        pipe.cmd("WAIT")
+            .arg(config.wait_replicas)
+            .arg(u64::try_from(config.wait_timeout.as_millis()).unwrap_or(u64::MAX));
+    }
+    pipe.query_async(home).await.map_err(AgentError::Home)
+}
+
+/// What home's reply to one grant says.
+struct HomeGrant {
+    /// The units granted: field 1 of a partial grant's reply.
+    units: u64,
+    /// `reset_after_ms` (field 4): for a fixed window, when the home window ends, rounded
+    /// up.
+    reset_after_ms: i64,
+}
+
+fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, AgentError> {
+    let fields = match reply {
+        redis::Value::Array(fields) => fields.as_slice(),
+        _ => &[],
+    };
+    match (fields.first(), fields.get(3)) {
+        (Some(redis::Value::Int(units)), Some(redis::Value::Int(reset_after_ms)))
+            if *units >= 0 =>
+        {
+            Ok(HomeGrant {
+                units: u64::try_from(*units).unwrap_or(0),
+                reset_after_ms: *reset_after_ms,
+            })
+        }
+        _ => Err(AgentError::Reply {
+            key: limit.pool_key.clone(),
+            reply: format!("{reply:?}"),
+        }),
+    }
+}
+
+/// A lease's end on the region's clock: `T` (derated) after the request was sent; for a
+/// fixed window pool, no later than the home window the units were granted in. That window
+/// ended `reset_after_ms` (rounded up, so less 1 ms) after the grant, which came after the
+/// request was sent: the same span from the sending, derated, ends before it.
+fn lease_end_ms(
+    limit: &HotLimit,
+    grant: &HomeGrant,
+    sent_at_ms: i64,
+    lifetime_ms: i64,
+    config: &AgentConfig,
+) -> i64 {
+    let mut lives_ms = lifetime_ms;
+    if limit.pool.kind() == Kind::FixedWindow {
+        let window_left_ms = grant.reset_after_ms.saturating_sub(1).max(0);
+        let kept_ppm = 1_000_000i64.saturating_sub(i64::from(config.drift_ppm));
+        let derated_ms = window_left_ms.saturating_mul(kept_ppm) / 1_000_000;
+        lives_ms = lives_ms.min(derated_ms);
+    }
+    sent_at_ms.saturating_add(lives_ms)
+}
+
+/// Installs every granted lease still to end after `now_at_least_ms` in one pipeline; the
+/// units each replaced lease had left (`None`: not installed).
+async fn install<R: ConnectionLike + Send>(
+    region: &mut R,
+    limits: &[HotLimit],
+    granted: &[u64],
+    expires_at_ms: &[i64],
+    now_at_least_ms: i64,
+) -> Result<Vec<Option<u64>>, AgentError> {
+    let mut pipe = redis::pipe();
+    let mut words = Args::default();
+    let live: Vec<bool> = expires_at_ms
+        .iter()
+        .map(|end_ms| *end_ms > now_at_least_ms)
+        .collect();
+    for (((limit, units), end_ms), _) in limits
+        .iter()
+        .zip(granted)
+        .zip(expires_at_ms)
+        .zip(&live)
+        .filter(|(_, live)| **live)
+    {
+        let lease = LeaseArgs {
+            units: *units,
+            expires_at_ms: *end_ms,
+        };
+        encode::region_lease(limit.lease_key.as_bytes(), &lease, &mut words);
+        let mut command = words.iter();
+        let name = command.next().unwrap_or_default();
+        let cmd = pipe.cmd(&String::from_utf8_lossy(name));
+        for word in command {
+            cmd.arg(word);
+        }
+    }
+    let mut replaced: Vec<u64> = if live.contains(&true) {
+        pipe.query_async(region).await.map_err(AgentError::Region)?
+    } else {
+        Vec::new()
+    };
+    replaced.reverse();
+    Ok(live
+        .iter()
+        .map(|installed| installed.then(|| replaced.pop().unwrap_or(0)))
+        .collect())
+}
+
+/// Refreshes `limits` every `config.period` until the task is dropped, handing each
+/// refresh's result to `report` (a refresh that fails installs nothing; the region then
+/// spends its current lease until it ends, then its floor alone says `home_unreachable`).
+pub async fn run<H, R>(
+    mut home: H,
+    mut region: R,
+    limits: Vec<HotLimit>,
+    config: AgentConfig,
+    mut report: impl FnMut(Result<Refresh, AgentError>) + Send,
+) where
+    H: ConnectionLike + Send,
+    R: ConnectionLike + Send,
+{
+    let mut ticks = tokio::time::interval(config.period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        report(refresh(&mut home, &mut region, &limits, &config).await);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_lives_p_plus_a_derated_for_drift() {
+        let config = AgentConfig {
+            period: Duration::from_millis(1_000),
+            margin: Duration::from_millis(250),
+            drift_ppm: 0,
+            wait_replicas: 1,
+            wait_timeout: Duration::from_millis(100),
+        };
+        assert_eq!(config.lease_lifetime_ms(), 1_250);
+        let drifting = AgentConfig {
+            drift_ppm: 50_000,
+            ..config
+        };
+        // ⌊1250 × 0.95⌋ = 1187.
+        assert_eq!(drifting.lease_lifetime_ms(), 1_187);
+    }
+}
