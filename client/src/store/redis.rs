@@ -17,6 +17,7 @@ use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
 use super::backend::{self, Backend, Probe, Resolved};
+use super::batch::{BatchOptions, Batcher};
 use super::reply;
 use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreBackend, StoreError};
 
@@ -42,6 +43,8 @@ pub struct RedisStoreOptions {
     /// Which implementation to call: the module, the Functions library, or the library as
     /// a script; [`Backend::Auto`] (the default) picks when first connected.
     pub backend: Backend,
+    /// How concurrent acquires share a write ([`BatchOptions::OFF`]: each on its own).
+    pub batch: BatchOptions,
 }
 
 impl Default for RedisStoreOptions {
@@ -50,6 +53,7 @@ impl Default for RedisStoreOptions {
             connect_timeout: Duration::from_secs(1),
             multi: MultiSupport::Detect,
             backend: Backend::Auto,
+            batch: BatchOptions::default(),
         }
     }
 }
@@ -61,7 +65,7 @@ enum Target {
 }
 
 #[derive(Clone)]
-enum Connection {
+pub(super) enum Connection {
     Single(Box<ConnectionManager>),
     Cluster(ClusterConnection),
 }
@@ -72,18 +76,23 @@ impl Connection {
     /// `FUNCTION LOAD` as loaded, never see `NOSCRIPT`, and class `LOADING` or `READONLY`
     /// as a refusal instead of an outage.
     async fn query(&self, command: &Cmd) -> Result<Value, RedisError> {
-        let reply = match self {
+        self.query_raw(command).await.and_then(Value::extract_error)
+    }
+
+    /// Runs one command; an error reply is a value (`Value::ServerError`).
+    pub(super) async fn query_raw(&self, command: &Cmd) -> Result<Value, RedisError> {
+        match self {
             Self::Single(manager) => {
                 ConnectionManager::clone(manager)
                     .req_packed_command(command)
                     .await
             }
             Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
-        };
-        reply.and_then(Value::extract_error)
+        }
     }
 
-    async fn pipeline(
+    /// Runs `count` commands in one pipeline; error replies are values.
+    pub(super) async fn pipeline(
         &self,
         pipeline: &redis::Pipeline,
         count: usize,
@@ -126,6 +135,8 @@ struct Inner {
     multi: AtomicU8,
     /// The backend in use, once resolved on the first connection.
     backend: OnceLock<Resolved>,
+    /// Holds concurrent acquires for a shared write.
+    batcher: Arc<Batcher>,
 }
 
 /// The latest connection attempt.
@@ -178,6 +189,7 @@ impl RedisStore {
             MultiSupport::Yes => PRESENT,
             MultiSupport::No => ABSENT,
         };
+        let batcher = Batcher::new(options.batch);
         Self {
             inner: Arc::new(Inner {
                 target,
@@ -186,6 +198,7 @@ impl RedisStore {
                 attempts: watch::Sender::new(Attempt::default()),
                 multi: AtomicU8::new(multi),
                 backend: OnceLock::new(),
+                batcher,
             }),
         }
     }
@@ -342,20 +355,34 @@ impl RedisStore {
             .filter(|backend| backend::lost(*backend, code, detail))
     }
 
-    /// Runs `args` on the backend; a script or library the server no longer has
-    /// (`NOSCRIPT` after a restart or `SCRIPT FLUSH`; `Function not found` after `FUNCTION
-    /// FLUSH`) is loaded again and the call retried once.
-    async fn run(&self, connection: &Connection, args: &Args) -> Result<Value, RedisError> {
-        let result = connection.query(&self.command(args)).await;
-        match result {
+    /// Runs an acquire's `args` (on a key of `slot`) on the backend, through the batcher:
+    /// sent at once when nothing is in flight, else in one write with the acquires waiting
+    /// with it. A script or library the server no longer has (`NOSCRIPT` after a restart or
+    /// `SCRIPT FLUSH`; `Function not found` after `FUNCTION FLUSH`) is loaded again and the
+    /// call retried once.
+    async fn run_batched(
+        &self,
+        connection: &Connection,
+        slot: Option<u16>,
+        args: &Args,
+    ) -> Result<Value, StoreError> {
+        let reply = self
+            .inner
+            .batcher
+            .run(connection, slot, self.command(args))
+            .await?;
+        match reply.extract_error() {
+            Ok(value) => Ok(value),
             Err(error) => match self.lost(error.code(), error.detail()) {
                 Some(backend) => {
                     let _ = backend::reload(connection, backend).await;
-                    connection.query(&self.command(args)).await
+                    connection
+                        .query(&self.command(args))
+                        .await
+                        .map_err(|error| store_error(&error))
                 }
-                None => Err(error),
+                None => Err(store_error(&error)),
             },
-            other => other,
         }
     }
 }
@@ -471,10 +498,11 @@ impl Store for RedisStore {
             })?;
             let command =
                 reply::acquire_command(request, self.multi()).map_err(StoreError::Server)?;
-            let value = self
-                .run(connection, command.args())
-                .await
-                .map_err(|error| store_error(&error))?;
+            let slot = request
+                .limits
+                .first()
+                .and_then(|limit| self.slot(limit.key));
+            let value = self.run_batched(connection, slot, command.args()).await?;
             reply::parse_acquire(&command, request, &value, backend)
                 .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
         })

@@ -13,6 +13,7 @@
     missing_docs
 )]
 
+mod batching;
 mod continuity;
 mod fleet;
 mod hostile;
