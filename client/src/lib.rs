@@ -99,8 +99,8 @@ mod limiter;
 mod local;
 pub mod metrics;
 mod outcome;
-pub mod plans;
 pub mod policy;
+mod policy_source;
 mod replicas;
 pub mod store;
 
@@ -111,8 +111,8 @@ pub use in_flight::InFlight;
 pub use job::{Charge, Job, JobLimit, Profile};
 pub use key::{Inputs, KeyTemplate};
 pub use limiter::{BuildError, CheckError, RateLimiter, RateLimiterBuilder};
-pub use plans::{PlanOptions, PlanServer, PlanSource, PlanStatus};
 pub use policy::{Fallback, Lease, Limit, Policy};
+pub use policy_source::PolicySource;
 pub use replicas::Replicas;
 pub use store::{Backend, StoreBackend};
 

@@ -13,10 +13,10 @@ use redis_ratelimit_core::Commit;
 use redis_ratelimit_core::concurrency::HolderId;
 use redis_ratelimit_core::decision::Decision;
 use redis_ratelimit_core::engine::{self, Limits, Refused};
-use redis_ratelimit_core::grant::Grant as CoreGrant;
+use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef, Quota};
 
-use crate::outcome::{Grant, StoreBackend, View};
+use crate::outcome::{GroupGrant, StoreBackend, View};
 
 /// One limit of a local group.
 #[derive(Clone, Debug)]
@@ -106,7 +106,7 @@ impl LocalLimits {
         units: u64,
         partial_min: Option<u64>,
         now_us: i64,
-    ) -> Result<Grant, LocalError> {
+    ) -> Result<GroupGrant, LocalError> {
         self.evaluate(calls, units, partial_min, now_us, true)
     }
 
@@ -116,7 +116,7 @@ impl LocalLimits {
         calls: &[LocalCall<'_>],
         units: u64,
         now_us: i64,
-    ) -> Result<Grant, LocalError> {
+    ) -> Result<GroupGrant, LocalError> {
         self.evaluate(calls, units, None, now_us, false)
     }
 
@@ -127,7 +127,7 @@ impl LocalLimits {
         partial_min: Option<u64>,
         now_us: i64,
         commit: bool,
-    ) -> Result<Grant, LocalError> {
+    ) -> Result<GroupGrant, LocalError> {
         self.maybe_prune(now_us);
         let quotas = calls
             .iter()
@@ -138,7 +138,7 @@ impl LocalLimits {
             quotas: &quotas,
             weights: &weights,
             cost: units.max(1),
-            grant: partial_min.map_or(CoreGrant::Whole, |min| CoreGrant::Partial { min }),
+            grant: partial_min.map_or(Grant::Whole, |min| Grant::Partial { min }),
         };
         let held = held(&self.states, self.strict, calls, &quotas, now_us);
         let verdict = engine::acquire_many(&held, limits, now_us, &mut self.buffers)
@@ -150,7 +150,7 @@ impl LocalLimits {
                 self.commit(call.key, change, now_us);
             }
         }
-        Ok(Grant {
+        Ok(GroupGrant {
             granted: verdict.units,
             binding: verdict.bound.binding,
             views,

@@ -1,4 +1,4 @@
-//! What a group of limits answers: each limit's [`View`] and the group's [`Grant`].
+//! What a group of limits answers: each limit's [`View`] and the group's [`GroupGrant`].
 //!
 //! Below both the stores (which read them from the module's replies) and the local engine
 //! (which builds them from the core's decisions), so neither imports the other for them.
@@ -56,7 +56,7 @@ impl View {
 
 /// Which implementation answered a store call: a [`Backend`](crate::Backend) once resolved
 /// (never [`Backend::Auto`](crate::Backend::Auto)), or the in-process
-/// [`MemoryStore`](crate::store::MemoryStore). Every [`Grant`] says it, and a decision the
+/// [`MemoryStore`](crate::store::MemoryStore). Every [`GroupGrant`] says it, and a decision the
 /// store made carries it in [`Source::Store`](crate::Source::Store).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StoreBackend {
@@ -91,7 +91,7 @@ impl fmt::Display for StoreBackend {
 
 /// What a group answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grant {
+pub struct GroupGrant {
     /// Units granted: the units asked for, or with a partial request anything from `min` to
     /// them; 0 when denied (nothing was taken from any limit).
     pub granted: u64,

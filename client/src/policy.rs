@@ -210,7 +210,7 @@ pub struct Policy {
     fallback: Fallback,
     timeout: Duration,
     deny_cache: bool,
-    /// Plans (issue 17): the input naming the tenant whose limits come from the store.
+    /// The input naming the tenant whose limits come from the policy source.
     store_tenant: Option<Arc<str>>,
 }
 
@@ -228,12 +228,12 @@ impl Policy {
         }
     }
 
-    /// Starts a policy named `name` whose limits come from the policy store
-    /// ([`plans`](crate::plans)) for the tenant named by the check's input `tenant_input`.
-    /// The limits added to the builder are the defaults: they apply to a tenant on no plan,
-    /// and to everyone until the store has been read. The keys are derived from the tenant
-    /// and each limit's name and kind ([`plans::key_template`](crate::plans::key_template)),
-    /// so the defaults' key templates are not used.
+    /// Starts a policy named `name` whose limits come from the limiter's
+    /// [`PolicySource`](crate::PolicySource) (the `redis-ratelimit-plans` crate's policy
+    /// store) for the tenant named by the check's input `tenant_input`. The limits added to
+    /// the builder are the defaults: they apply to a tenant on no plan, and to everyone until
+    /// the store has been read. The source derives the keys (the plans crate from the tenant
+    /// and each limit's name and kind), so the defaults' key templates are not used.
     pub fn from_store(name: &str, tenant_input: &str) -> PolicyBuilder {
         let mut builder = Self::builder(name);
         builder.store_tenant = Some(tenant_input.into());

@@ -24,7 +24,7 @@ RLCTL = Path(os.environ.get("RL_RLCTL", REPOSITORY / "target" / "debug" / "rlctl
 def rlctl(server: Server, *args: str) -> None:
     if not RLCTL.is_file():
         pytest.fail(
-            f"{RLCTL} is missing: make python-test builds it (cargo build -p redis-ratelimit-client --bin rlctl)"
+            f"{RLCTL} is missing: make python-test builds it (cargo build -p redis-ratelimit-plans --bin rlctl)"
         )
     subprocess.run([str(RLCTL), "--redis", server.url, *args], check=True, capture_output=True, timeout=30)
 

@@ -9,8 +9,8 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use redis_ratelimit_client::Fallback;
-use redis_ratelimit_client::plans::PlanOptions;
 use redis_ratelimit_client::store::BatchOptions;
+use redis_ratelimit_plans::PlanOptions;
 
 use crate::config::{self, FileBounds};
 use crate::headers::{FieldsDraft, HeaderSettings, TripleNames};

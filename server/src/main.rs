@@ -140,9 +140,9 @@ async fn run(options: Options) -> Result<(), String> {
     let plans = plans::Plans::new(
         options.redis.clone(),
         options.cluster,
-        redis_ratelimit_client::PlanOptions {
+        redis_ratelimit_plans::PlanOptions {
             check_every: options.plans_check,
-            ..redis_ratelimit_client::PlanOptions::default()
+            ..redis_ratelimit_plans::PlanOptions::default()
         },
     );
     let engine = Arc::new(Engine::new(

@@ -1,4 +1,4 @@
-//! Limits from the policy store (issue 17's plans) for the rules that name a `tenant_key`:
+//! Limits from the policy store (plans, tenants and overrides) for the rules that name a `tenant_key`:
 //! the tenant's effective limit called the rule's `name` replaces the YAML limit, which stays
 //! the default. One [`PlanSource`] follows the store, connected only when the config uses
 //! plans.
@@ -6,9 +6,10 @@
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
-use redis_ratelimit_client::plans::snapshot::Rule as PlanRule;
-use redis_ratelimit_client::plans::spec::Kind;
-use redis_ratelimit_client::{Algorithm, PlanOptions, PlanSource};
+use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_plans::snapshot::Rule as PlanRule;
+use redis_ratelimit_plans::spec::PlanKind;
+use redis_ratelimit_plans::{PlanOptions, PlanSource};
 
 use crate::config::{LimitSpec, Unit};
 
@@ -106,7 +107,7 @@ impl Plans {
             }
             None => {
                 let algorithm = default.algorithm().map_err(|error| error.to_string())?;
-                let kind = algorithm.as_ref().and_then(Kind::of);
+                let kind = algorithm.as_ref().and_then(PlanKind::of);
                 Ok(PlanLimit {
                     key_suffix: kind
                         .map_or_else(|| format!("plan:{name}:blocked"), |kind| suffix(name, kind)),
@@ -119,7 +120,7 @@ impl Plans {
     }
 }
 
-fn suffix(name: &str, kind: Kind) -> String {
+fn suffix(name: &str, kind: PlanKind) -> String {
     format!("plan:{name}:{}", kind.as_str())
 }
 

@@ -7,7 +7,7 @@ use super::RateLimiter;
 use super::decide::binding_of;
 use super::state::{Acquired, PolicyState, Target};
 use crate::metrics;
-use crate::store::{Acquire, Grant, Refund, StoreBackend, StoreError, View};
+use crate::store::{Acquire, GroupGrant, Refund, StoreBackend, StoreError, View};
 
 impl RateLimiter {
     /// The store calls a check makes: the charged limits grouped by slot (one group when
@@ -84,7 +84,7 @@ impl RateLimiter {
                     return Err(error);
                 }
             };
-            let Grant {
+            let GroupGrant {
                 granted,
                 binding,
                 views: group_views,
@@ -210,7 +210,7 @@ impl RateLimiter {
         state: &PolicyState,
         request: &Acquire<'_>,
         op: &'static str,
-    ) -> Result<Grant, StoreError> {
+    ) -> Result<GroupGrant, StoreError> {
         let timeout = state.settings.timeout;
         let breaker = &self.inner.breaker;
         let sent = Instant::now();

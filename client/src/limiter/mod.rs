@@ -8,8 +8,8 @@ mod fallback;
 mod groups;
 mod jobs;
 mod leased;
-mod plans;
 mod state;
+mod store_policies;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use self::decide::store_decision;
 pub(crate) use self::state::LimitSet;
 use self::state::{Acquired, PolicyState, Registered, Target};
+use self::store_policies::StoreBacked;
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::decision::{Decision, Source};
 use crate::in_flight::InFlight;
@@ -27,6 +28,7 @@ use crate::key::{Inputs, MissingInput};
 use crate::local::LocalLimits;
 use crate::metrics;
 use crate::policy::Policy;
+use crate::policy_source::PolicySource;
 use crate::replicas::Replicas;
 use crate::store::Store;
 
@@ -62,7 +64,8 @@ impl std::error::Error for CheckError {}
 pub enum BuildError {
     /// Two policies (or two job profiles) with one name.
     DuplicatePolicy(String),
-    /// A store-backed policy that cannot be served (plans, issue 17).
+    /// A store-backed policy that cannot be served (no policy source, or a default the
+    /// source cannot stand for).
     StorePolicy(String),
 }
 
@@ -88,8 +91,8 @@ struct Inner {
     /// policy and job profile: a key has one share whichever asks.
     local: Mutex<LocalLimits>,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Plans: the store-backed policies' resolved states.
-    plans: plans::StorePolicies,
+    /// The store-backed policies, their source and resolved states.
+    store_backed: Option<Box<dyn StoreBacked>>,
 }
 
 impl Drop for Inner {
@@ -145,7 +148,7 @@ pub struct RateLimiterBuilder {
     profiles: Vec<Profile>,
     replicas: Replicas,
     breaker: BreakerConfig,
-    plans: Option<crate::plans::PlanSource>,
+    policy_source: Option<store_policies::Pending>,
 }
 
 impl RateLimiterBuilder {
@@ -184,6 +187,13 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Where the store-backed policies ([`Policy::from_store`]) take their limits from.
+    #[must_use]
+    pub fn policy_source(mut self, source: impl PolicySource) -> Self {
+        self.policy_source = Some(store_policies::pending(source));
+        self
+    }
+
     /// Builds the limiter. Inside a Tokio runtime, this also starts the task that refunds
     /// expired leases; without one, expired leases are refunded when next touched.
     pub fn build(self) -> Result<RateLimiter, BuildError> {
@@ -209,7 +219,7 @@ impl RateLimiterBuilder {
             .filter_map(|state| state.settings.lease)
             .map(|lease| lease.lifetime.checked_div(2).unwrap_or(lease.lifetime))
             .min();
-        let plans = plans::StorePolicies::new(self.plans, &policies)?;
+        let store_backed = store_policies::attach(self.policy_source, &policies)?;
         metrics::describe();
         metrics::circuit(false);
         let limiter = RateLimiter {
@@ -222,7 +232,7 @@ impl RateLimiterBuilder {
                 // Lenient: the fallback has no one to report a kind mismatch to.
                 local: Mutex::new(LocalLimits::lenient()),
                 sweeper: Mutex::new(None),
-                plans,
+                store_backed,
             }),
         };
         if let (Some(every), Ok(runtime)) = (sweep_every, tokio::runtime::Handle::try_current()) {
@@ -280,8 +290,16 @@ impl RateLimiter {
             profiles: Vec::new(),
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
-            plans: None,
+            policy_source: None,
         }
+    }
+
+    /// The policy source the store-backed policies read, if it is an `S`.
+    pub fn policy_source<S: PolicySource>(&self) -> Option<&S> {
+        self.inner
+            .store_backed
+            .as_ref()
+            .and_then(|store_backed| store_backed.source().downcast_ref())
     }
 
     /// The policy named `name`.
@@ -325,8 +343,13 @@ impl RateLimiter {
             .policies
             .get(policy)
             .ok_or_else(|| CheckError::UnknownPolicy(policy.to_string()))?;
-        // Plans: a store-backed policy runs against the tenant's limits (one snapshot).
-        let resolved = self.inner.plans.resolve(registered, inputs)?;
+        // A store-backed policy runs against the tenant's limits now.
+        let resolved = match &self.inner.store_backed {
+            Some(store_backed) if registered.policy.store_tenant().is_some() => {
+                store_backed.resolve(registered, inputs)?
+            }
+            _ => None,
+        };
         let state = resolved.as_deref().unwrap_or(registered);
         let keys = state
             .policy
@@ -530,8 +553,13 @@ impl RateLimiter {
 
     async fn sweep_once(&self, all: bool) {
         let now = Instant::now();
-        // Plans: the store-backed policies' resolved states too; and the job profiles.
-        let resolved = self.inner.plans.states();
+        // The store-backed policies' resolved states too; and the job profiles.
+        let resolved = self
+            .inner
+            .store_backed
+            .as_ref()
+            .map(|store_backed| store_backed.states())
+            .unwrap_or_default();
         let states = self
             .inner
             .policies

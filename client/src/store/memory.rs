@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Acquire, BoxFuture, Capabilities, Grant, LimitCall, Refund, Store, StoreError};
+use super::{Acquire, BoxFuture, Capabilities, GroupGrant, LimitCall, Refund, Store, StoreError};
 use crate::clock;
 use crate::local::{LocalCall, LocalError, LocalLimits};
 
@@ -152,7 +152,10 @@ fn server_error(error: LocalError) -> StoreError {
 }
 
 impl Store for MemoryStore {
-    fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn acquire<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         Box::pin(async move {
             self.enter().await?;
             self.check_slots(&request.limits)?;
@@ -180,7 +183,10 @@ impl Store for MemoryStore {
         })
     }
 
-    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn peek<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         Box::pin(async move {
             // One RL.PEEK per limit: several need no RL.MULTI.
             self.enter().await?;

@@ -26,8 +26,8 @@ pub use self::batch::BatchOptions;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
 #[cfg(feature = "sentinel")]
-pub use self::sentinel::{RESOLVE_PACE, SentinelStore};
-pub use crate::outcome::{Grant, StoreBackend, View};
+pub use self::sentinel::{RESOLVE_PACE, SentinelStore, parse_url as parse_sentinel_url};
+pub use crate::outcome::{GroupGrant, StoreBackend, View};
 
 /// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -132,7 +132,10 @@ impl std::error::Error for StoreError {}
 /// either every limit is charged or none is.
 pub trait Store: Send + Sync + 'static {
     /// Takes units from every limit of a group, all or nothing (or a partial grant).
-    fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>>;
+    fn acquire<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>>;
 
     /// Gives units back to every limit of a group, never beyond their limits.
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>>;
@@ -141,7 +144,10 @@ pub trait Store: Send + Sync + 'static {
     /// of a call of `units × weight` (the holder and `partial_min` are not used). The
     /// Redis and memory stores read (`RL.PEEK`); this default, for a store without a
     /// read-only call, acquires and refunds what it was granted.
-    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn peek<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         Box::pin(async move {
             let grant = self.acquire(request).await?;
             if grant.granted > 0 {

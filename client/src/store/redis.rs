@@ -19,7 +19,9 @@ use tokio::sync::watch;
 use super::backend::{self, Backend, Probe, Resolved};
 use super::batch::{BatchOptions, Batcher};
 use super::reply;
-use super::{Acquire, BoxFuture, Capabilities, Grant, Refund, Store, StoreBackend, StoreError};
+use super::{
+    Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
+};
 
 /// Whether the server has `RL.MULTI` (and partial grants, which came with it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -489,7 +491,10 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
 }
 
 impl Store for RedisStore {
-    fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn acquire<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         Box::pin(async move {
             let connection = self.connection().await?;
             // Resolved before the connection is published, so always there by now.
@@ -516,7 +521,10 @@ impl Store for RedisStore {
         })
     }
 
-    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn peek<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         Box::pin(async move {
             let connection = self.connection().await?;
             let backend = self.backend().ok_or_else(|| {

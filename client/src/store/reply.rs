@@ -1,19 +1,19 @@
 //! The module's commands for a group of limits, written by the server's own command
-//! language (`redis_ratelimit_wire::encode`), and its replies as [`Grant`]s. Pure, so the
+//! language (`redis_ratelimit_wire::encode`), and its replies as [`GroupGrant`]s. Pure, so the
 //! wire protocol is tested without a server.
 
 use std::time::Duration;
 
 use redis::Value;
 use redis_ratelimit_core::concurrency::HolderId;
-use redis_ratelimit_core::grant::Grant as CallGrant;
+use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::Quota;
 use redis_ratelimit_wire::args;
 use redis_ratelimit_wire::args::multi::MultiArgs;
 use redis_ratelimit_wire::commands::{self, Syntax};
 use redis_ratelimit_wire::encode::{self, Args, EncodeError};
 
-use super::{Acquire, Grant, LimitCall, Refund, StoreBackend, View};
+use super::{Acquire, GroupGrant, LimitCall, Refund, StoreBackend, View};
 
 /// A command for a group, and how its reply reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,7 +106,7 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
         cost: request.units,
         grant: request
             .partial_min
-            .map_or(CallGrant::Whole, |min| CallGrant::Partial { min }),
+            .map_or(Grant::Whole, |min| Grant::Partial { min }),
     };
     let keys: Vec<&[u8]> = request
         .limits
@@ -167,7 +167,7 @@ pub(crate) fn parse_peeks(
     replies: &[Value],
     backend: StoreBackend,
     units: u64,
-) -> Result<Grant, String> {
+) -> Result<GroupGrant, String> {
     let views = replies
         .iter()
         .map(|reply| five(reply).map(View::from_fields))
@@ -177,7 +177,7 @@ pub(crate) fn parse_peeks(
     } else {
         0
     };
-    Ok(Grant {
+    Ok(GroupGrant {
         granted,
         binding: 0,
         views,
@@ -222,7 +222,7 @@ pub(crate) fn parse_acquire(
     request: &Acquire<'_>,
     reply: &Value,
     backend: StoreBackend,
-) -> Result<Grant, String> {
+) -> Result<GroupGrant, String> {
     let partial = request.partial_min.is_some();
     match command.reply {
         Reply::Single => {
@@ -237,7 +237,7 @@ pub(crate) fn parse_acquire(
                 0
             };
             view.allowed = granted > 0;
-            Ok(Grant {
+            Ok(GroupGrant {
                 granted,
                 binding: 0,
                 views: vec![view],
@@ -259,7 +259,7 @@ pub(crate) fn parse_acquire(
                 reset_after: Duration::from_secs(u64::try_from(reset_s).unwrap_or(0)),
                 limit: u64::try_from(limit).unwrap_or(0),
             };
-            Ok(Grant {
+            Ok(GroupGrant {
                 granted: if allowed { request.units } else { 0 },
                 binding: 0,
                 views: vec![view],
@@ -291,7 +291,7 @@ pub(crate) fn parse_acquire(
                 0
             };
             let binding = usize::try_from(integer(binding)?).unwrap_or(0);
-            Ok(Grant {
+            Ok(GroupGrant {
                 granted,
                 binding: binding.min(views.len().saturating_sub(1)),
                 views,

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::redis::RedisStore;
 use super::{
-    Acquire, BoxFuture, Capabilities, Grant, RedisStoreOptions, Refund, Store, StoreError,
+    Acquire, BoxFuture, Capabilities, GroupGrant, RedisStoreOptions, Refund, Store, StoreError,
 };
 
 /// The shortest time between two questions to the sentinels.
@@ -216,7 +216,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// `redis+sentinel://h1:p1,h2:p2/name[/db]` → (addresses, name, db).
-pub(crate) fn parse_url(url: &str) -> Result<(Vec<String>, String, i64), String> {
+pub fn parse_url(url: &str) -> Result<(Vec<String>, String, i64), String> {
     let rest = url
         .strip_prefix("redis+sentinel://")
         .ok_or("a Sentinel URL starts with redis+sentinel://")?;
@@ -256,7 +256,10 @@ pub(crate) fn parse_url(url: &str) -> Result<(Vec<String>, String, i64), String>
 }
 
 impl Store for SentinelStore {
-    fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn acquire<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         Box::pin(async move {
             let watch = self.watch();
             let store = self.primary().await;
@@ -278,7 +281,10 @@ impl Store for SentinelStore {
         })
     }
 
-    fn peek<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn peek<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         Box::pin(async move {
             let watch = self.watch();
             let store = self.primary().await;

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redis_ratelimit_client::job::JobError;
 use redis_ratelimit_client::store::{
-    Acquire, BoxFuture, Capabilities, Grant, MemoryStore, Refund, Store, StoreBackend, StoreError,
+    Acquire, BoxFuture, Capabilities, GroupGrant, MemoryStore, Refund, Store, StoreBackend,
+    StoreError,
 };
 use redis_ratelimit_client::{
     Algorithm, CheckError, Decision, Fallback, Job, JobLimit, Lease, Profile, RateLimiter, Source,
@@ -235,7 +236,10 @@ async fn in_flight_slots_of_a_job_are_released_through_its_profile() {
 struct NoPeek(MemoryStore);
 
 impl Store for NoPeek {
-    fn acquire<'a>(&'a self, request: &'a Acquire<'a>) -> BoxFuture<'a, Result<Grant, StoreError>> {
+    fn acquire<'a>(
+        &'a self,
+        request: &'a Acquire<'a>,
+    ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
         self.0.acquire(request)
     }
 

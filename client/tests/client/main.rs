@@ -3,7 +3,9 @@
 //!
 //! - `limiter`, `http`: the limiter and the tower layer on the in-memory store;
 //! - `redis_store`: the Redis store against a real server with the module;
-//! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster.
+//! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
+//! - `plans_fleet`: demo-service replicas following the policy store (the
+//!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -16,12 +18,9 @@
 mod batching;
 mod continuity;
 mod fleet;
-mod hostile;
 mod http;
 mod jobs;
 mod limiter;
-mod plans;
-mod plans_cluster;
 mod plans_fleet;
 mod redis_store;
 mod stress;

@@ -1,4 +1,4 @@
-//! Plans across a fleet (issue 17): 3 demo-service replicas with `--plans` under load, and
+//! Plans across a fleet: 3 demo-service replicas with `--plans` under load, and
 //! the time from an `rlctl` command to every replica enforcing its change: a tenant moved
 //! between plans, an override raising one limit, and a change made while every
 //! subscription was just cut (the version check catches up). Each figure counts from the
@@ -9,14 +9,44 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis_ratelimit_testkit::server::Server;
 
-use super::fleet::fleet;
-use super::plans::{rlctl_ok, url};
+use super::fleet::{fleet, url};
+
+/// `rlctl`, built next to this test by the policy store's crate (`make client-test` builds
+/// it first; `cargo test -p redis-ratelimit-client` alone does not).
+fn rlctl_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let binary = profile.join("rlctl");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it first with `cargo build -p redis-ratelimit-plans --bin rlctl`",
+        binary.display()
+    );
+    binary
+}
+
+/// Runs `rlctl --redis URL ARGS...` and insists it succeeded; returns its stdout.
+fn rlctl_ok(server: &Server, args: &[&str]) -> String {
+    let output = Command::new(rlctl_binary())
+        .args(["--redis", &url(server), "--who", "test"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "rlctl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
 
 /// The backstop period the replicas run with.
 const CHECK_EVERY_MS: u64 = 500;

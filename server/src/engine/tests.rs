@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_ratelimit_client::store::{MemoryStore, Store, StoreBackend};
-use redis_ratelimit_client::{Fallback, PlanOptions, Profile, RateLimiter};
+use redis_ratelimit_client::{Fallback, Profile, RateLimiter};
+use redis_ratelimit_plans::PlanOptions;
 
 use super::{Engine, EngineSettings, PROFILE};
 use crate::config::{DEFAULT_MAX_DEPTH, Unit, assemble};

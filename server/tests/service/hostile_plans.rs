@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_client::plans::spec::Pattern;
-use redis_ratelimit_client::plans::{edit, store};
+use redis_ratelimit_plans::spec::Pattern;
+use redis_ratelimit_plans::{edit, plan_store};
 use redis_ratelimit_testkit::server::Server;
 
 use crate::harness::Service;
@@ -185,10 +185,10 @@ async fn a_tenant_value_the_store_refuses_never_resolves_a_tenants_override() {
 async fn a_store_rebuilt_at_a_lower_version_is_served_and_reported() {
     let (_redis, service, mut con) = serving_acme_at_5000().await;
     let _: u64 = redis::cmd("DEL")
-        .arg(store::VERSION_KEY)
-        .arg(store::PLANS_KEY)
-        .arg(store::TENANTS_KEY)
-        .arg(store::OVERRIDES_KEY)
+        .arg(plan_store::VERSION_KEY)
+        .arg(plan_store::PLANS_KEY)
+        .arg(plan_store::TENANTS_KEY)
+        .arg(plan_store::OVERRIDES_KEY)
         .query_async(&mut con)
         .await
         .unwrap();

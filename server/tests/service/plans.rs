@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use redis_ratelimit_client::PlanServer;
-use redis_ratelimit_client::plans::spec::{LimitSpec, Pattern};
-use redis_ratelimit_client::plans::{edit, store};
+use redis_ratelimit_plans::PlanServer;
+use redis_ratelimit_plans::spec::{LimitSpec, Pattern};
+use redis_ratelimit_plans::{edit, plan_store};
 use redis_ratelimit_testkit::cluster::{Cluster, keyslot};
 use redis_ratelimit_testkit::sentinel::Sentinel;
 use redis_ratelimit_testkit::server::Server;
@@ -28,19 +28,17 @@ descriptors:
 /// One change of the store, checked and written as `rlctl` does.
 pub(super) async fn change(
     con: &mut (impl redis::aio::ConnectionLike + Send),
-    edits: impl FnOnce(&redis_ratelimit_client::plans::snapshot::Snapshot) -> Vec<edit::Edit>,
+    edits: impl FnOnce(&redis_ratelimit_plans::snapshot::Snapshot) -> Vec<edit::Edit>,
 ) {
-    let (snapshot, _) = store::read(con).await.unwrap();
+    let (snapshot, _) = plan_store::read(con).await.unwrap();
     let edits = edits(&snapshot);
-    store::write(con, snapshot.version, "test", "change", &edits)
+    plan_store::write(con, snapshot.version, "test", "change", &edits)
         .await
         .unwrap();
 }
 
 /// Plan `small` (3 a minute) and tenant `acme` on it, in one change.
-fn acme_on_a_small_plan(
-    snapshot: &redis_ratelimit_client::plans::snapshot::Snapshot,
-) -> Vec<edit::Edit> {
+fn acme_on_a_small_plan(snapshot: &redis_ratelimit_plans::snapshot::Snapshot) -> Vec<edit::Edit> {
     let small = limits(&["per-minute=sliding:3/60s"]);
     let mut edits = edit::plan_set(snapshot, "small", &small).unwrap();
     let mut with_plan = snapshot.clone();
@@ -166,7 +164,7 @@ async fn a_tenant_gets_its_plan_and_follows_changes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_the_store_is_read_through_its_slot_owner() {
     let cluster = Cluster::start(3, 0);
-    let owner = cluster.owner(keyslot(store::VERSION_KEY)).port;
+    let owner = cluster.owner(keyslot(plan_store::VERSION_KEY)).port;
     let others: Vec<String> = cluster
         .primaries()
         .iter()
@@ -196,7 +194,7 @@ async fn through_a_sentinel_the_store_is_read_on_the_primary_it_names() {
         .unwrap();
     change(&mut con, acme_on_a_small_plan).await;
     let version: Option<u64> = redis::cmd("GET")
-        .arg(store::VERSION_KEY)
+        .arg(plan_store::VERSION_KEY)
         .query(&mut primary.conn())
         .unwrap();
     assert_eq!(version, Some(1), "the change is on the primary");

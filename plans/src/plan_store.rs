@@ -25,7 +25,7 @@ use super::spec::SpecError;
 pub const VERSION_KEY: &str = "{rl-policy}:version";
 /// The instant (server µs) of the last change, written by every change: a store wiped or
 /// restored and changed again reaches versions it had before, never with the same stamp.
-pub const STAMP_KEY: &str = "{rl-policy}:stamp";
+pub(crate) const STAMP_KEY: &str = "{rl-policy}:stamp";
 /// Plans.
 pub const PLANS_KEY: &str = "{rl-policy}:plans";
 /// Tenant -> plan.
@@ -33,11 +33,11 @@ pub const TENANTS_KEY: &str = "{rl-policy}:tenants";
 /// Overrides.
 pub const OVERRIDES_KEY: &str = "{rl-policy}:overrides";
 /// The audit stream.
-pub const AUDIT_KEY: &str = "{rl-policy}:audit";
+pub(crate) const AUDIT_KEY: &str = "{rl-policy}:audit";
 /// The channel every change is published on.
 pub const CHANNEL: &str = "{rl-policy}:changes";
 /// Audit entries kept (approximately: `XADD MAXLEN ~`).
-pub const AUDIT_KEPT: u64 = 100_000;
+pub(crate) const AUDIT_KEPT: u64 = 100_000;
 
 /// Compare the version, apply the edits, bump the version, stamp it, audit each edit,
 /// publish.
@@ -165,7 +165,7 @@ pub async fn read(
 /// The store's version (0 before the first change) and stamp (empty before the first
 /// change of this version of the library): what a snapshot read now would hold in
 /// [`Snapshot::version`] and [`Snapshot::stamp`].
-pub async fn revision(
+pub(crate) async fn revision(
     con: &mut (impl ConnectionLike + Send),
 ) -> Result<(u64, String), PlanStoreError> {
     let (version, stamp): (Option<String>, Option<String>) = redis::cmd("MGET")

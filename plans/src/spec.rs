@@ -7,14 +7,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis_ratelimit_core::kinds::{Kind as CoreKind, Quota};
+use redis_ratelimit_core::kinds::{Kind, Quota};
 
-use crate::algorithm::Algorithm;
+use redis_ratelimit_client::Algorithm;
 
 /// The algorithms a plan's limit can use (in-flight limits are not part of plans: a slot is
 /// held by one request and released by the replica that took it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
+pub enum PlanKind {
     /// A token bucket of `amount` tokens refilled completely over `period`.
     Token,
     /// A sliding-window counter of `amount` per `period`.
@@ -27,39 +27,39 @@ pub enum Kind {
     Gcra,
 }
 
-impl Kind {
-    const ALL: [Kind; 5] = [
-        Kind::Token,
-        Kind::Sliding,
-        Kind::Fixed,
-        Kind::Log,
-        Kind::Gcra,
+impl PlanKind {
+    const ALL: [PlanKind; 5] = [
+        PlanKind::Token,
+        PlanKind::Sliding,
+        PlanKind::Fixed,
+        PlanKind::Log,
+        PlanKind::Gcra,
     ];
 
     /// The name used in limit texts and keys.
     pub fn as_str(self) -> &'static str {
         match self {
-            Kind::Token => "token",
-            Kind::Sliding => "sliding",
-            Kind::Fixed => "fixed",
-            Kind::Log => "log",
-            Kind::Gcra => "gcra",
+            PlanKind::Token => "token",
+            PlanKind::Sliding => "sliding",
+            PlanKind::Fixed => "fixed",
+            PlanKind::Log => "log",
+            PlanKind::Gcra => "gcra",
         }
     }
 
-    fn parse(text: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|kind| kind.as_str() == text)
+    fn parse(text: &str) -> Option<PlanKind> {
+        PlanKind::ALL.into_iter().find(|kind| kind.as_str() == text)
     }
 
     /// The kind of an algorithm, `None` for an in-flight limit (or a kind plans have no
     /// name for).
-    pub fn of(algorithm: &Algorithm) -> Option<Kind> {
+    pub fn of(algorithm: &Algorithm) -> Option<PlanKind> {
         Some(match algorithm.kind() {
-            CoreKind::TokenBucket => Kind::Token,
-            CoreKind::SlidingWindow => Kind::Sliding,
-            CoreKind::FixedWindow => Kind::Fixed,
-            CoreKind::SlidingLog => Kind::Log,
-            CoreKind::Gcra => Kind::Gcra,
+            Kind::TokenBucket => PlanKind::Token,
+            Kind::SlidingWindow => PlanKind::Sliding,
+            Kind::FixedWindow => PlanKind::Fixed,
+            Kind::SlidingLog => PlanKind::Log,
+            Kind::Gcra => PlanKind::Gcra,
             _ => return None,
         })
     }
@@ -85,7 +85,7 @@ fn refuse<T>(message: impl Into<String>) -> Result<T, SpecError> {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LimitSpec {
     name: String,
-    kind: Kind,
+    kind: PlanKind,
     amount: u64,
     period: Duration,
 }
@@ -109,7 +109,7 @@ impl LimitSpec {
             return bad("no '/' before the period");
         };
         check_limit_name(name).map_err(|error| SpecError(message(&error.0)))?;
-        let Some(kind) = Kind::parse(kind) else {
+        let Some(kind) = PlanKind::parse(kind) else {
             return bad(&format!("unknown algorithm '{kind}'"));
         };
         let Ok(amount) = amount.parse::<u64>() else {
@@ -140,7 +140,7 @@ impl LimitSpec {
         };
         let spec = LimitSpec {
             name: name.to_string(),
-            kind: Kind::of(algorithm)?,
+            kind: PlanKind::of(algorithm)?,
             amount,
             period,
         };
@@ -153,18 +153,22 @@ impl LimitSpec {
     }
 
     /// Its algorithm kind (part of its key).
-    pub fn kind(&self) -> Kind {
+    pub fn kind(&self) -> PlanKind {
         self.kind
     }
 
     /// The algorithm with its parameters, by the server's rules.
-    pub fn algorithm(&self) -> Result<Algorithm, crate::algorithm::AlgorithmError> {
+    pub fn algorithm(
+        &self,
+    ) -> Result<Algorithm, redis_ratelimit_client::algorithm::AlgorithmError> {
         match self.kind {
-            Kind::Token => Algorithm::token_bucket(self.amount, self.period),
-            Kind::Sliding => Algorithm::sliding_window(self.amount, self.period),
-            Kind::Fixed => Algorithm::fixed_window(self.amount, self.period),
-            Kind::Log => Algorithm::sliding_log(self.amount, self.period),
-            Kind::Gcra => Algorithm::gcra(self.amount.saturating_sub(1), self.amount, self.period),
+            PlanKind::Token => Algorithm::token_bucket(self.amount, self.period),
+            PlanKind::Sliding => Algorithm::sliding_window(self.amount, self.period),
+            PlanKind::Fixed => Algorithm::fixed_window(self.amount, self.period),
+            PlanKind::Log => Algorithm::sliding_log(self.amount, self.period),
+            PlanKind::Gcra => {
+                Algorithm::gcra(self.amount.saturating_sub(1), self.amount, self.period)
+            }
         }
     }
 }

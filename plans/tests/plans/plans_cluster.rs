@@ -6,8 +6,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_client::plans::store;
-use redis_ratelimit_client::{PlanOptions, PlanSource, PlanStatus};
+use redis_ratelimit_plans::plan_store;
+use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
 use redis_ratelimit_testkit::cluster::{Cluster, keyslot};
 use redis_ratelimit_testkit::server::Server;
 
@@ -47,7 +47,7 @@ async fn until_version(source: &PlanSource, version: u64) {
 #[tokio::test]
 async fn rlctl_and_a_source_reach_the_store_through_any_node_of_a_cluster() {
     let cluster = Cluster::start(3, 0);
-    let owner = cluster.owner(keyslot(store::VERSION_KEY));
+    let owner = cluster.owner(keyslot(plan_store::VERSION_KEY));
     let others: Vec<&Server> = cluster
         .primaries()
         .into_iter()
@@ -87,7 +87,7 @@ async fn rlctl_and_a_source_reach_the_store_through_any_node_of_a_cluster() {
     assert!(written, "{said}");
     // The keys are on the owner of the slot, and only there.
     let version: Option<u64> = redis::cmd("GET")
-        .arg(store::VERSION_KEY)
+        .arg(plan_store::VERSION_KEY)
         .query(&mut owner.conn())
         .unwrap();
     assert_eq!(version, Some(2));

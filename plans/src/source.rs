@@ -14,10 +14,12 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
+use redis_ratelimit_client::{BuildError, Limit, PolicySource};
 
 use super::connection::{PlanConnection, PlanServer};
+use super::plan_store::{self, CHANNEL, PlanStoreError};
 use super::snapshot::{Effective, Snapshot};
-use super::store::{self, CHANNEL, PlanStoreError};
+use super::spec::LimitSpec;
 
 /// How a [`PlanSource`] follows the store.
 #[derive(Clone, Debug)]
@@ -188,7 +190,7 @@ impl PlanSource {
 
     /// The limits that apply to `tenant` now (on Redis's clock), given `defaults`, with the
     /// rule each comes from: [`Snapshot::resolve`] on the snapshot in use.
-    pub fn resolve(&self, tenant: &str, defaults: &[super::spec::LimitSpec]) -> Vec<Effective> {
+    pub fn resolve(&self, tenant: &str, defaults: &[LimitSpec]) -> Vec<Effective> {
         let view = self.view();
         view.snapshot.resolve(tenant, defaults, view.now_ms())
     }
@@ -202,6 +204,40 @@ impl PlanSource {
                 .read()
                 .unwrap_or_else(PoisonError::into_inner),
         )
+    }
+}
+
+/// The limiter's view of the store: a store-backed policy's limits for a tenant, from one
+/// snapshot, keyed by tenant, policy, limit name and kind ([`key_template`](crate::key_template)).
+impl PolicySource for PlanSource {
+    type Limit = LimitSpec;
+
+    fn default_limit(&self, policy: &str, limit: &Limit) -> Result<LimitSpec, BuildError> {
+        LimitSpec::from_algorithm(limit.name(), limit.algorithm())
+            .filter(|_| limit.weight_units() == 1 && limit.paced().is_none())
+            .ok_or_else(|| {
+                BuildError::StorePolicy(format!(
+                    "policy '{policy}', limit '{}': a store-backed policy's defaults are plan \
+                     limits (amount per period of token, sliding, fixed, log or gcra; weight 1, \
+                     not paced, not in-flight)",
+                    limit.name()
+                ))
+            })
+    }
+
+    fn limits(&self, tenant: &str, defaults: &[LimitSpec]) -> Vec<LimitSpec> {
+        let view = self.view();
+        view.snapshot
+            .resolve(tenant, defaults, view.now_ms())
+            .into_iter()
+            .map(|effective| effective.spec)
+            .collect()
+    }
+
+    fn to_limit(&self, tenant_input: &str, policy: &str, limit: &LimitSpec) -> Option<Limit> {
+        let algorithm = limit.algorithm().ok()?;
+        let key = crate::key_template(tenant_input, policy, limit.name(), limit.kind());
+        Limit::new(limit.name(), algorithm, &key).ok()
     }
 }
 
@@ -226,11 +262,11 @@ async fn refresh(inner: &Inner, connection: &mut Option<PlanConnection>) {
             *inner.status.read().unwrap_or_else(PoisonError::into_inner),
             PlanStatus::Loaded(_)
         );
-        if loaded && store::revision(con).await? == held {
+        if loaded && plan_store::revision(con).await? == held {
             return Ok(None);
         }
         let local_before = local_now_ms();
-        let (snapshot, server_ms) = store::read(con).await?;
+        let (snapshot, server_ms) = plan_store::read(con).await?;
         if let Some(bad) = snapshot.unreadable.first() {
             return Err(PlanStoreError::Corrupt(bad.reason.clone()));
         }

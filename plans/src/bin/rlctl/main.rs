@@ -35,12 +35,12 @@ mod show;
 
 use std::process::ExitCode;
 
-use redis_ratelimit_client::PlanServer;
-use redis_ratelimit_client::plans::edit::{self, Edit, Table};
-use redis_ratelimit_client::plans::file;
-use redis_ratelimit_client::plans::snapshot::Snapshot;
-use redis_ratelimit_client::plans::spec::{LimitSpec, Pattern, SpecError, check_tenant};
-use redis_ratelimit_client::plans::store::{self, PlanStoreError};
+use redis_ratelimit_plans::PlanServer;
+use redis_ratelimit_plans::edit::{self, Edit, Table};
+use redis_ratelimit_plans::file;
+use redis_ratelimit_plans::plan_store::{self, PlanStoreError};
+use redis_ratelimit_plans::snapshot::Snapshot;
+use redis_ratelimit_plans::spec::{LimitSpec, Pattern, SpecError, check_tenant};
 
 use self::args::{Args, Command, Stop};
 
@@ -131,7 +131,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         PlanServer::from_url(&args.redis, patience)?
     };
     let mut con = server.connect().await?;
-    let (snapshot, now_ms) = store::read(&mut con).await?;
+    let (snapshot, now_ms) = plan_store::read(&mut con).await?;
     for bad in &snapshot.unreadable {
         errln!("rlctl: warning: {}", show::unreadable(bad));
     }
@@ -147,7 +147,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         }
         Command::History { tenant, count } => {
             let scanned = if tenant.is_some() { 10_000 } else { *count };
-            let entries = store::history(&mut con, scanned).await?;
+            let entries = plan_store::history(&mut con, scanned).await?;
             out!(
                 "{}",
                 show::history(&snapshot, &entries, tenant.as_deref(), *count)
@@ -181,7 +181,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         out!("{}", show::edits(&snapshot, &edits));
         return Ok(());
     }
-    let version = store::write(&mut con, snapshot.version, &args.who, &op, &edits).await?;
+    let version = plan_store::write(&mut con, snapshot.version, &args.who, &op, &edits).await?;
     outln!("{op}: version {} -> {version}", snapshot.version);
     out!("{}", show::edits(&snapshot, &edits));
     Ok(())
@@ -255,7 +255,7 @@ fn changes(
                 .map_err(|error| Failure::Input(format!("cannot read {path}: {error}")))?;
             let wanted = file::import(&text)?;
             (
-                format!("import {}", store::printable(path, 256)),
+                format!("import {}", plan_store::printable(path, 256)),
                 edit::replace_all(snapshot, &wanted)?,
             )
         }

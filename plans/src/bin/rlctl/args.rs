@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser, Subcommand};
-use redis_ratelimit_client::plans::spec::{LIMIT_SYNTAX, parse_duration};
+use redis_ratelimit_plans::spec::{LIMIT_SYNTAX, parse_duration};
 
 const AFTER_HELP: &str = "\
 Commands in full:

@@ -7,14 +7,12 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_client::plans::edit;
-use redis_ratelimit_client::plans::spec::LimitSpec;
-use redis_ratelimit_client::plans::store::{self, PlanStoreError};
 use redis_ratelimit_client::store::{MemoryStore, RedisStore};
-use redis_ratelimit_client::{
-    Algorithm, Decision, Inputs, Limit, PlanOptions, PlanSource, PlanStatus, Policy, RateLimiter,
-    Source,
-};
+use redis_ratelimit_client::{Algorithm, Decision, Inputs, Limit, Policy, RateLimiter, Source};
+use redis_ratelimit_plans::edit;
+use redis_ratelimit_plans::plan_store::{self, PlanStoreError};
+use redis_ratelimit_plans::spec::LimitSpec;
+use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
 use redis_ratelimit_testkit::helpers::write_marks;
 use redis_ratelimit_testkit::server::Server;
 
@@ -68,7 +66,7 @@ pub(super) async fn limiter(server: &Server, options: PlanOptions) -> RateLimite
     store.connect().await.unwrap();
     RateLimiter::builder(store)
         .policy(policy)
-        .plans(source)
+        .policy_source(source)
         .build()
         .unwrap()
 }
@@ -94,11 +92,11 @@ pub(super) fn quotas(decision: &Decision) -> Vec<(String, u64)> {
 /// Polls until the limiter's source is at `version`, at most `timeout`; returns how long.
 async fn until_version(limiter: &RateLimiter, version: u64, timeout: Duration) -> Duration {
     let started = Instant::now();
-    while limiter.plans().unwrap().version() < version {
+    while limiter.policy_source::<PlanSource>().unwrap().version() < version {
         assert!(
             started.elapsed() < timeout,
             "still at version {} after {timeout:?}, wanted {version}",
-            limiter.plans().unwrap().version()
+            limiter.policy_source::<PlanSource>().unwrap().version()
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -107,7 +105,7 @@ async fn until_version(limiter: &RateLimiter, version: u64, timeout: Duration) -
 
 pub(super) fn store_version(server: &Server) -> u64 {
     let version: Option<u64> = redis::cmd("GET")
-        .arg(store::VERSION_KEY)
+        .arg(plan_store::VERSION_KEY)
         .query(&mut server.conn())
         .unwrap();
     version.unwrap_or(0)
@@ -128,19 +126,19 @@ async fn concurrent_writers_one_is_refused_as_stale_and_no_update_is_lost() {
     let client = server.client();
     let mut first = client.get_multiplexed_async_connection().await.unwrap();
     let mut second = client.get_multiplexed_async_connection().await.unwrap();
-    let (read, _) = store::read(&mut first).await.unwrap();
+    let (read, _) = plan_store::read(&mut first).await.unwrap();
     // Two admins read version 2 and change different tenants at once.
     let alice = edit::tenant_set(&read, "alice", "pro").unwrap();
     let bob = edit::tenant_set(&read, "bob", "free").unwrap();
     let (one, two) = tokio::join!(
-        store::write(
+        plan_store::write(
             &mut first,
             read.version,
             "admin-1",
             "tenant set alice",
             &alice
         ),
-        store::write(&mut second, read.version, "admin-2", "tenant set bob", &bob),
+        plan_store::write(&mut second, read.version, "admin-2", "tenant set bob", &bob),
     );
     let (refused, winner) = match (one, two) {
         (Ok(version), Err(error)) | (Err(error), Ok(version)) => (error, version),
@@ -160,16 +158,16 @@ async fn concurrent_writers_one_is_refused_as_stale_and_no_update_is_lost() {
         "{message}"
     );
     // The loser reads again and retries: both changes are there.
-    let (read, _) = store::read(&mut first).await.unwrap();
+    let (read, _) = plan_store::read(&mut first).await.unwrap();
     let lost = if read.tenants.contains_key("alice") {
         &bob
     } else {
         &alice
     };
-    store::write(&mut first, read.version, "admin", "retry", lost)
+    plan_store::write(&mut first, read.version, "admin", "retry", lost)
         .await
         .unwrap();
-    let (read, _) = store::read(&mut first).await.unwrap();
+    let (read, _) = plan_store::read(&mut first).await.unwrap();
     assert_eq!(read.version, 4);
     assert_eq!(read.tenants.get("alice").map(String::as_str), Some("pro"));
     assert_eq!(read.tenants.get("bob").map(String::as_str), Some("free"));
@@ -200,7 +198,7 @@ async fn concurrent_writers_one_is_refused_as_stale_and_no_update_is_lost() {
 async fn every_change_is_audited_and_published() {
     let server = Server::start(&[]);
     let mut pubsub = server.client().get_async_pubsub().await.unwrap();
-    pubsub.subscribe(store::CHANNEL).await.unwrap();
+    pubsub.subscribe(plan_store::CHANNEL).await.unwrap();
     let changes: &[&[&str]] = &[
         &[
             "plan",
@@ -253,7 +251,7 @@ async fn every_change_is_audited_and_published() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let entries = store::history(&mut con, 100).await.unwrap();
+    let entries = plan_store::history(&mut con, 100).await.unwrap();
     let summary: Vec<String> = entries
         .iter()
         .rev()
@@ -700,7 +698,7 @@ async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
         .unwrap();
     let limiter = RateLimiter::builder(MemoryStore::new())
         .policy(policy)
-        .plans(source)
+        .policy_source(source)
         .build()
         .unwrap();
     let decision = check(&limiter, "acme").await;
@@ -713,7 +711,10 @@ async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
     );
     rlctl_ok(&server, &["tenant", "set", "acme", "--plan", "pro"]);
     until_version(&limiter, 2, Duration::from_secs(3)).await;
-    assert_eq!(limiter.plans().unwrap().status(), PlanStatus::Loaded(2));
+    assert_eq!(
+        limiter.policy_source::<PlanSource>().unwrap().status(),
+        PlanStatus::Loaded(2)
+    );
     assert_eq!(
         quotas(&check(&limiter, "acme").await),
         [("per-day".into(), 50)]
@@ -791,7 +792,7 @@ async fn leases_of_a_store_backed_policy_are_spent_and_refunded_across_a_change(
     store.connect().await.unwrap();
     let limiter = RateLimiter::builder(store)
         .policy(policy)
-        .plans(source)
+        .policy_source(source)
         .build()
         .unwrap();
     for _ in 0..3 {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use super::snapshot::{Override, Snapshot, encode_limits, field};
 use super::spec::{LimitSpec, Pattern, SpecError, check_limit_name, check_tenant};
-use crate::policy::MAX_LIMITS;
+use redis_ratelimit_client::policy::MAX_LIMITS;
 
 /// One of the store's hashes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

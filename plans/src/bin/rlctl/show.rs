@@ -2,10 +2,10 @@
 
 use std::fmt::Write;
 
-use redis_ratelimit_client::plans::edit::{Edit, Table};
-use redis_ratelimit_client::plans::snapshot::{Rule, Snapshot, Unreadable};
-use redis_ratelimit_client::plans::spec::Pattern;
-use redis_ratelimit_client::plans::store::{AuditEntry, printable};
+use redis_ratelimit_plans::edit::{Edit, Table};
+use redis_ratelimit_plans::plan_store::{AuditEntry, printable};
+use redis_ratelimit_plans::snapshot::{Rule, Snapshot, Unreadable};
+use redis_ratelimit_plans::spec::Pattern;
 
 /// A text from the store as one line (control characters escaped: a name or a `--who`
 /// holding a newline cannot forge a line), and at most this long.

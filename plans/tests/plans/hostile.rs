@@ -6,11 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_client::plans::edit::{self, Table};
-use redis_ratelimit_client::plans::snapshot::Rule;
-use redis_ratelimit_client::plans::spec::Pattern;
-use redis_ratelimit_client::plans::store;
-use redis_ratelimit_client::{PlanOptions, PlanSource, PlanStatus, RateLimiter};
+use redis_ratelimit_client::RateLimiter;
+use redis_ratelimit_plans::edit::{self, Table};
+use redis_ratelimit_plans::plan_store;
+use redis_ratelimit_plans::snapshot::Rule;
+use redis_ratelimit_plans::spec::Pattern;
+use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
 use redis_ratelimit_testkit::helpers::write_marks;
 use redis_ratelimit_testkit::server::Server;
 
@@ -18,10 +19,10 @@ use crate::plans::{check, limiter, quotas, rlctl, rlctl_ok, spec, store_version,
 
 /// The four keys of the store that hold its content (the audit stream is the fifth).
 const CONTENT_KEYS: [&str; 4] = [
-    store::VERSION_KEY,
-    store::PLANS_KEY,
-    store::TENANTS_KEY,
-    store::OVERRIDES_KEY,
+    plan_store::VERSION_KEY,
+    plan_store::PLANS_KEY,
+    plan_store::TENANTS_KEY,
+    plan_store::OVERRIDES_KEY,
 ];
 
 fn wipe(server: &Server) {
@@ -85,7 +86,7 @@ fn acme_on_pro() -> Server {
 }
 
 fn plans_of(limiter: &RateLimiter) -> &PlanSource {
-    limiter.plans().unwrap()
+    limiter.policy_source::<PlanSource>().unwrap()
 }
 
 /// The review's sequence: version 3 with an override for acme; the four keys deleted; the
@@ -170,7 +171,7 @@ async fn after_an_old_store_at_64_no_version_of_the_rebuilt_one_keeps_its_overri
         .await
         .unwrap();
     let star = Pattern::parse("*").unwrap();
-    let (snapshot, _) = store::read(&mut con).await.unwrap();
+    let (snapshot, _) = plan_store::read(&mut con).await.unwrap();
     let edits = edit::override_set(
         &snapshot,
         &star,
@@ -179,14 +180,14 @@ async fn after_an_old_store_at_64_no_version_of_the_rebuilt_one_keeps_its_overri
         None,
     )
     .unwrap();
-    store::write(&mut con, 0, "test", "override set *", &edits)
+    plan_store::write(&mut con, 0, "test", "override set *", &edits)
         .await
         .unwrap();
     for round in 1..64u64 {
-        let (snapshot, _) = store::read(&mut con).await.unwrap();
+        let (snapshot, _) = plan_store::read(&mut con).await.unwrap();
         let limits = [spec(&format!("filler=fixed:{round}/1d"))];
         let edits = edit::plan_set(&snapshot, "filler", &limits).unwrap();
-        store::write(&mut con, snapshot.version, "test", "plan set", &edits)
+        plan_store::write(&mut con, snapshot.version, "test", "plan set", &edits)
             .await
             .unwrap();
     }
@@ -234,10 +235,10 @@ async fn an_unreadable_field_is_skipped_with_a_warning_and_repaired_by_name() {
     until_followed(&replica, 2, "acme", &[("a", 5)]).await;
     let mut con = server.conn();
     for (key, field, value) in [
-        (store::PLANS_KEY, "broken", "per-minute=sliding:0/60s"),
-        (store::PLANS_KEY, "newer", "per-minute=leaky:5/60s"),
-        (store::OVERRIDES_KEY, "acme per-day", "garbage"),
-        (store::OVERRIDES_KEY, "ac{me", "a=fixed:1/1d"),
+        (plan_store::PLANS_KEY, "broken", "per-minute=sliding:0/60s"),
+        (plan_store::PLANS_KEY, "newer", "per-minute=leaky:5/60s"),
+        (plan_store::OVERRIDES_KEY, "acme per-day", "garbage"),
+        (plan_store::OVERRIDES_KEY, "ac{me", "a=fixed:1/1d"),
     ] {
         let _: () = redis::cmd("HSET")
             .arg(key)
@@ -292,7 +293,7 @@ async fn an_unreadable_field_is_skipped_with_a_warning_and_repaired_by_name() {
 
     // A version that is not a whole number: every command says so, nothing is written.
     let _: () = redis::cmd("SET")
-        .arg(store::VERSION_KEY)
+        .arg(plan_store::VERSION_KEY)
         .arg("seven")
         .query(&mut con)
         .unwrap();
@@ -362,9 +363,9 @@ async fn who_and_file_names_cannot_forge_history_lines() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let (snapshot, _) = store::read(&mut con).await.unwrap();
+    let (snapshot, _) = plan_store::read(&mut con).await.unwrap();
     let edits = edit::plan_set(&snapshot, "p", &[spec("a=fixed:1/1d")]).unwrap();
-    store::write(
+    plan_store::write(
         &mut con,
         0,
         &format!("mallory\n{forged}"),
@@ -436,7 +437,7 @@ async fn import_refuses_what_override_set_refuses() {
     assert_eq!(write_marks(&mut con), marks);
     // A store that holds an unreadable field is made to hold exactly the file too.
     let _: () = redis::cmd("HSET")
-        .arg(store::PLANS_KEY)
+        .arg(plan_store::PLANS_KEY)
         .arg("broken")
         .arg("x")
         .query(&mut con)
@@ -449,7 +450,7 @@ async fn import_refuses_what_override_set_refuses() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let (snapshot, _) = store::read(&mut async_con).await.unwrap();
+    let (snapshot, _) = plan_store::read(&mut async_con).await.unwrap();
     assert!(snapshot.unreadable.is_empty(), "{:?}", snapshot.unreadable);
     assert!(snapshot.unreadable_field(Table::Plans, "broken").is_none());
 }
