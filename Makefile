@@ -196,7 +196,9 @@ bench-client: prereqs ## The client: check overhead vs GET, Redis cost of leases
 	RL_MODULE_PATH=$(abspath $(BENCH_MODULE)) $(CARGO) run --release -p redis-ratelimit-client --example bench-client -- \
 	  --out docs/bench-client.md --requests $(BENCH_CLIENT_REQUESTS) --latency $(BENCH_CLIENT_LATENCY)
 
-# Seconds per paced run and repeats of each (path, rate, descriptors) cell.
+# Seconds per paced run and repeats of each (path, rate, descriptors) cell. The Envoy row
+# uses the service tests' venv (target/tmp/service-venv, made by `make service-test`) or
+# RLS_ENVOY=/path/to/envoy; without one the report says it was not measured.
 BENCH_SERVICE_SECONDS ?= 3
 BENCH_SERVICE_REPEATS ?= 3
 
