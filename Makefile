@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit test-prereqs integration conformance containers chaos soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration conformance containers chaos soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -40,7 +40,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	$(CARGO) build --release -p redis-ratelimit-server
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint unit test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
+test: prereqs lint unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
 	$(CARGO) fmt --all -- --check
@@ -51,6 +51,9 @@ lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the p
 
 unit: ## Unit and property tests of the pure crates (core, wire), the module and the client
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
+
+regions-model: ## The model checker of one quota across regions (docs/regions.md): every bound, and the predicted counterexamples
+	$(CARGO) test -p redis-ratelimit-regions
 
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
 	tests/prereqs/run.sh

@@ -286,17 +286,54 @@ fn fields(param: Param) -> Vec<String> {
     }
 }
 
+/// Why a limit's algorithm and parameters are refused.
+#[derive(Debug, thiserror::Error)]
+enum LimitError {
+    /// An algorithm of no known name.
+    #[error("algorithm is {names} (got '{got}')")]
+    UnknownAlgorithm {
+        /// The names there are (`a, b or c`).
+        names: String,
+        /// The name given.
+        got: String,
+    },
+    /// A field the algorithm takes no parameter for.
+    #[error("'{stray}' is not a parameter of {algorithm}")]
+    Stray {
+        /// The field.
+        stray: String,
+        /// The algorithm's name.
+        algorithm: &'static str,
+    },
+    /// A parameter not given.
+    #[error("'{0}' is missing")]
+    Missing(String),
+    /// A duration given twice or not at all.
+    #[error("give exactly one of '{seconds}' and '{millis}'")]
+    OneDuration {
+        /// In seconds.
+        seconds: String,
+        /// In milliseconds.
+        millis: String,
+    },
+    /// A rate and a refill time both given.
+    #[error("give either 'rate' or a refill time, not both")]
+    RateAndRefill,
+    /// What the server's rules refuse.
+    #[error("{0}")]
+    Algorithm(#[from] AlgorithmError),
+}
+
 /// The algorithm a limit names, from exactly the parameters it takes, as the arguments of
 /// its command: checked by the server's parser.
-fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
+fn algorithm(limit: &LimitConfig) -> Result<Algorithm, LimitError> {
     let Some(kind) = Kind::from_config_name(&limit.algorithm) else {
         let names: Vec<&str> = Kind::ALL.iter().map(|kind| kind.config_name()).collect();
         let (last, rest) = names.split_last().unwrap_or((&"", &[]));
-        return Err(format!(
-            "algorithm is {} or {last} (got '{}')",
-            rest.join(", "),
-            limit.algorithm
-        ));
+        return Err(LimitError::UnknownAlgorithm {
+            names: format!("{} or {last}", rest.join(", ")),
+            got: limit.algorithm.clone(),
+        });
     };
     let params = args::quota::params(kind);
     let mut allowed: Vec<String> = params.iter().copied().flat_map(fields).collect();
@@ -309,18 +346,22 @@ fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
         .into_iter()
         .find(|name| !allowed.iter().any(|field| field == name))
     {
-        return Err(format!(
-            "'{stray}' is not a parameter of {}",
-            kind.config_name()
-        ));
+        return Err(LimitError::Stray {
+            stray: stray.to_string(),
+            algorithm: kind.config_name(),
+        });
     }
-    let need = |name: &str| limit.number(name).ok_or(format!("'{name}' is missing"));
+    let need = |name: &str| {
+        limit
+            .number(name)
+            .ok_or_else(|| LimitError::Missing(name.to_string()))
+    };
     let one_duration = |what: &str| {
         let (seconds, millis) = (format!("{what}_s"), format!("{what}_ms"));
         match (limit.number(&seconds), limit.number(&millis)) {
             (Some(s), None) => Ok(Duration::from_secs(s)),
             (None, Some(ms)) => Ok(Duration::from_millis(ms)),
-            _ => Err(format!("give exactly one of '{seconds}' and '{millis}'")),
+            _ => Err(LimitError::OneDuration { seconds, millis }),
         }
     };
     let mut arguments: Vec<String> = Vec::with_capacity(params.len());
@@ -340,19 +381,17 @@ fn algorithm(limit: &LimitConfig) -> Result<Algorithm, String> {
                     // Tokens refilled over a time: the rate of the count before it.
                     let tokens = arguments.last().map_or("", String::as_str);
                     let tokens = args::positive_integer("capacity", tokens.as_bytes())
-                        .map_err(|error| AlgorithmError::from(CommandError::from(error)))
-                        .map_err(|error| error.to_string())?;
-                    let rate = Rate::per(tokens, one_duration("refill")?)
-                        .map_err(|error| error.to_string())?;
+                        .map_err(|error| AlgorithmError::from(CommandError::from(error)))?;
+                    let rate = Rate::per(tokens, one_duration("refill")?)?;
                     rate.as_str().to_string()
                 }
-                _ => return Err("give either 'rate' or a refill time, not both".into()),
+                _ => return Err(LimitError::RateAndRefill),
             },
         };
         arguments.push(argument);
     }
     let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
-    Algorithm::from_arguments(kind, &arguments).map_err(|error| error.to_string())
+    Ok(Algorithm::from_arguments(kind, &arguments)?)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! brandur/redis-cell 0.4.0 (time 0.3.36): `src/cell/mod.rs` (`Rate::per_period`,
 //! `RateLimiter::new`, `RateLimiter::rate_limit`), `src/lib.rs` (argument parsing and the
-//! rounding of the reply to whole seconds, PR #58), `src/cell/store.rs` (the key's TTL). The
+//! rounding of the reply up to whole seconds), `src/cell/store.rs` (the key's TTL). The
 //! arithmetic below is redis-cell's, transcribed to integer nanoseconds; where redis-cell uses
 //! floating point, this module either does the same float operations or uses integer
 //! operations proven to give the same result within the accepted parameters (see
@@ -87,12 +87,13 @@
 //! - **Huge quantities.** redis-cell computes `interval × quantity` in an `i64` that wraps in
 //!   its release build when the product exceeds `i64::MAX` ns (292 years), which can admit a
 //!   huge request. Here the product is exact: such a call is denied with retry −1.
-//! - **Negative quantities** move the TAT back (the "return tokens" use of issue #22) but
-//!   never before `now`. redis-cell lets the TAT go into the past: its TTL is then negative,
-//!   which Redis 7's `RedisModule_SetExpire` refuses below −1 ms, so it replies `Cell error:
-//!   Error while setting key expire` after having written the TAT (without expiry); within
-//!   2 ms of `now`, or on older servers, it succeeds with `remaining` computed from the past
-//!   TAT. Here the limiter is simply full, with the same reply as a missing key.
+//! - **Negative quantities** move the TAT back (returning tokens, which redis-cell's users
+//!   asked for) but never before `now`. redis-cell lets the TAT go into the past: its TTL
+//!   is then negative, which Redis 7's `RedisModule_SetExpire` refuses below −1 ms, so it
+//!   replies `Cell error: Error while setting key expire` after having written the TAT
+//!   (without expiry); within 2 ms of `now`, or on older servers, it succeeds with
+//!   `remaining` computed from the past TAT. Here the limiter is simply full, with the same
+//!   reply as a missing key.
 //! - **Remaining above the limit.** For an interval under 1 µs (more than a million units a
 //!   second), redis-cell divides by zero whole microseconds and replies `remaining =
 //!   i64::MAX`. Here `remaining` never exceeds the limit, `max_burst + 1`.

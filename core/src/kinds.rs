@@ -117,11 +117,13 @@ pub trait StateVisitor {
 /// state type and how the type-erased [`Quota`] and [`Change`] hold its parameters and
 /// change (the algorithm's own types, or boxed when they are large), how errors name it, the
 /// ALGORITHM name `RL.PEEK` / `RL.REFUND` / `RL.MULTI` accept (none for kinds with a command
-/// of their own syntax), and the name configuration files give it.
+/// of their own syntax), the name configuration files give it, and its short name (the
+/// policy store's limit texts and keys, and an alias of the configuration name).
 macro_rules! kinds {
-    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty, $params:ty, $change:ty], $description:literal, $name:expr, $config_name:literal;)*) => {
-        /// The algorithm a key holds. The discriminant is the kind byte of the encoding.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty, $params:ty, $change:ty], $description:literal, $name:expr, $config_name:literal, $short_name:literal;)*) => {
+        /// The algorithm a key holds. The discriminant is the kind byte of the encoding (and
+        /// the order kinds sort in).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[repr(u8)]
         pub enum Kind {
             $(
@@ -152,6 +154,12 @@ macro_rules! kinds {
             /// The name configuration files give this kind (`token_bucket`).
             pub fn config_name(self) -> &'static str {
                 match self { $(Kind::$variant => $config_name,)* }
+            }
+
+            /// This kind's short name (`token`): how the policy store's limit texts and keys
+            /// write it, and an alias of [`config_name`](Self::config_name).
+            pub fn short_name(self) -> &'static str {
+                match self { $(Kind::$variant => $short_name,)* }
             }
 
             /// Calls `visitor` with this kind's state type.
@@ -436,22 +444,22 @@ macro_rules! kinds {
 
 kinds! {
     TokenBucket = 0: TokenBucketAlgorithm [TokenBucket, TokenBucketParams, TokenBucket],
-        "a token bucket", Some("TOKENBUCKET"), "token_bucket";
+        "a token bucket", Some("TOKENBUCKET"), "token_bucket", "token";
     SlidingWindow = 1: SlidingWindowAlgorithm [SlidingWindow, WindowParams, SlidingWindow],
-        "a sliding window", Some("SLIDING"), "sliding_window";
+        "a sliding window", Some("SLIDING"), "sliding_window", "sliding";
     FixedWindow = 2: FixedWindowAlgorithm [FixedWindow, WindowParams, FixedWindow],
-        "a fixed window", Some("FIXED"), "fixed_window";
+        "a fixed window", Some("FIXED"), "fixed_window", "fixed";
     SlidingLog = 3: SlidingLogAlgorithm [SlidingLog, SlidingLogParams, SlidingLogChange],
-        "a sliding log", Some("SLIDINGLOG"), "sliding_log";
+        "a sliding log", Some("SLIDINGLOG"), "sliding_log", "log";
     // Boxed in the type-erased quota: its five fields would make every kind's quota 48 bytes
     // to move around rather than 40 (an admitted RL.MULTI paid 30 instructions more).
     Gcra = 4: GcraAlgorithm [Gcra, Box<GcraParams>, Gcra],
-        "a CL.THROTTLE (GCRA)", Some("GCRA"), "gcra";
+        "a CL.THROTTLE (GCRA)", Some("GCRA"), "gcra", "gcra";
     // Boxed in the type-erased enums: a holder id is 128 bytes inline, which would make every
     // quota and change of every kind that big to move around.
     Concurrency = 5: ConcurrencyAlgorithm
         [Concurrency, Box<ConcurrencyParams>, Box<ConcurrencyChange>],
-        "an in-flight limit", Some("CONCURRENCY"), "concurrency";
+        "an in-flight limit", Some("CONCURRENCY"), "concurrency", "concurrency";
 }
 
 impl Quota {
@@ -488,12 +496,13 @@ impl Kind {
         Kind::ALL.iter().copied().find(|kind| *kind as u8 == byte)
     }
 
-    /// The kind a configuration file names (`token_bucket`; exact), if any.
+    /// The kind a configuration file names (`token_bucket`, or its short name `token`;
+    /// exact), if any.
     pub fn from_config_name(name: &str) -> Option<Kind> {
         Kind::ALL
             .iter()
             .copied()
-            .find(|kind| kind.config_name() == name)
+            .find(|kind| kind.config_name() == name || kind.short_name() == name)
     }
 
     /// The kind an ALGORITHM argument names (case-insensitive), if any.

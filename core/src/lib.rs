@@ -25,6 +25,7 @@ pub mod grant;
 pub mod kinds;
 pub mod multi;
 pub mod number;
+pub mod regional;
 pub mod sliding_log;
 pub mod sliding_window;
 #[cfg(test)]

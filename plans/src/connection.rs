@@ -188,8 +188,8 @@ fn sentinel(url: &str) -> Result<Target, RedisError> {
             format!("{why} in '{url}'"),
         ))
     };
-    let (sentinels, service, db) =
-        redis_ratelimit_client::store::parse_sentinel_url(url).map_err(invalid)?;
+    let (sentinels, service, db) = redis_ratelimit_client::store::parse_sentinel_url(url)
+        .map_err(|why| invalid(why.to_string()))?;
     let urls: Vec<String> = sentinels
         .iter()
         .map(|address| format!("redis://{address}/"))

@@ -11,58 +11,17 @@ use redis_ratelimit_core::kinds::{Kind, Quota};
 
 use redis_ratelimit_client::Algorithm;
 
-/// The algorithms a plan's limit can use (in-flight limits are not part of plans: a slot is
-/// held by one request and released by the replica that took it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PlanKind {
-    /// A token bucket of `amount` tokens refilled completely over `period`.
-    Token,
-    /// A sliding-window counter of `amount` per `period`.
-    Sliding,
-    /// A fixed window of `amount` per `period`.
-    Fixed,
-    /// A sliding log of `amount` per `period`.
-    Log,
-    /// GCRA: `amount` per `period` (whole seconds), a burst of `amount`.
-    Gcra,
+/// The kind of a plan's limit, by the name core's `kinds!` table gives it (its short name,
+/// `token`, `sliding`..., or its configuration name, `token_bucket`...); in-flight limits
+/// are not part of plans (a slot is held by one request and released by the replica that
+/// took it).
+fn plan_kind(name: &str) -> Option<Kind> {
+    Kind::from_config_name(name).filter(|kind| is_plan_kind(*kind))
 }
 
-impl PlanKind {
-    const ALL: [PlanKind; 5] = [
-        PlanKind::Token,
-        PlanKind::Sliding,
-        PlanKind::Fixed,
-        PlanKind::Log,
-        PlanKind::Gcra,
-    ];
-
-    /// The name used in limit texts and keys.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlanKind::Token => "token",
-            PlanKind::Sliding => "sliding",
-            PlanKind::Fixed => "fixed",
-            PlanKind::Log => "log",
-            PlanKind::Gcra => "gcra",
-        }
-    }
-
-    fn parse(text: &str) -> Option<PlanKind> {
-        PlanKind::ALL.into_iter().find(|kind| kind.as_str() == text)
-    }
-
-    /// The kind of an algorithm, `None` for an in-flight limit (or a kind plans have no
-    /// name for).
-    pub fn of(algorithm: &Algorithm) -> Option<PlanKind> {
-        Some(match algorithm.kind() {
-            Kind::TokenBucket => PlanKind::Token,
-            Kind::SlidingWindow => PlanKind::Sliding,
-            Kind::FixedWindow => PlanKind::Fixed,
-            Kind::SlidingLog => PlanKind::Log,
-            Kind::Gcra => PlanKind::Gcra,
-            _ => return None,
-        })
-    }
+/// Whether a plan's limit can be of this kind.
+fn is_plan_kind(kind: Kind) -> bool {
+    kind != Kind::Concurrency
 }
 
 /// Why a text of the policy store is refused.
@@ -85,7 +44,7 @@ fn refuse<T>(message: impl Into<String>) -> Result<T, SpecError> {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LimitSpec {
     name: String,
-    kind: PlanKind,
+    kind: Kind,
     amount: u64,
     period: Duration,
 }
@@ -109,7 +68,7 @@ impl LimitSpec {
             return bad("no '/' before the period");
         };
         check_limit_name(name).map_err(|error| SpecError(message(&error.0)))?;
-        let Some(kind) = PlanKind::parse(kind) else {
+        let Some(kind) = plan_kind(kind) else {
             return bad(&format!("unknown algorithm '{kind}'"));
         };
         let Ok(amount) = amount.parse::<u64>() else {
@@ -140,7 +99,7 @@ impl LimitSpec {
         };
         let spec = LimitSpec {
             name: name.to_string(),
-            kind: PlanKind::of(algorithm)?,
+            kind: Some(algorithm.kind()).filter(|kind| is_plan_kind(*kind))?,
             amount,
             period,
         };
@@ -153,7 +112,7 @@ impl LimitSpec {
     }
 
     /// Its algorithm kind (part of its key).
-    pub fn kind(&self) -> PlanKind {
+    pub fn kind(&self) -> Kind {
         self.kind
     }
 
@@ -162,13 +121,13 @@ impl LimitSpec {
         &self,
     ) -> Result<Algorithm, redis_ratelimit_client::algorithm::AlgorithmError> {
         match self.kind {
-            PlanKind::Token => Algorithm::token_bucket(self.amount, self.period),
-            PlanKind::Sliding => Algorithm::sliding_window(self.amount, self.period),
-            PlanKind::Fixed => Algorithm::fixed_window(self.amount, self.period),
-            PlanKind::Log => Algorithm::sliding_log(self.amount, self.period),
-            PlanKind::Gcra => {
-                Algorithm::gcra(self.amount.saturating_sub(1), self.amount, self.period)
-            }
+            Kind::TokenBucket => Algorithm::token_bucket(self.amount, self.period),
+            Kind::SlidingWindow => Algorithm::sliding_window(self.amount, self.period),
+            Kind::FixedWindow => Algorithm::fixed_window(self.amount, self.period),
+            Kind::SlidingLog => Algorithm::sliding_log(self.amount, self.period),
+            Kind::Gcra => Algorithm::gcra(self.amount.saturating_sub(1), self.amount, self.period),
+            // Never parsed into a plan's limit (plan_kind): the algorithm it would be.
+            Kind::Concurrency => Algorithm::concurrency(self.amount, self.period),
         }
     }
 }
@@ -179,7 +138,7 @@ impl fmt::Display for LimitSpec {
             f,
             "{}={}:{}/{}",
             self.name,
-            self.kind.as_str(),
+            self.kind.short_name(),
             self.amount,
             DurationText(self.period)
         )
@@ -327,6 +286,9 @@ mod tests {
         let spec = LimitSpec::parse("per-day=fixed:100000/86400s").unwrap();
         assert_eq!(spec.to_string(), "per-day=fixed:100000/1d");
         assert_eq!(LimitSpec::parse(&spec.to_string()).unwrap(), spec);
+        // Core's configuration names are aliases, written back in the short form.
+        let alias = LimitSpec::parse("m=sliding_window:1000/60s").unwrap();
+        assert_eq!(alias.to_string(), "m=sliding:1000/1m");
         let bucket = LimitSpec::parse("burst=token:10/1500ms").unwrap();
         assert_eq!(bucket.to_string(), "burst=token:10/1500ms");
         assert_eq!(
@@ -351,6 +313,7 @@ mod tests {
         let error = |text: &str| LimitSpec::parse(text).unwrap_err().0;
         assert!(error("per-minute").contains("no '='"));
         assert!(error("a=leaky:1/1s").contains("unknown algorithm 'leaky'"));
+        assert!(error("a=concurrency:1/1s").contains("unknown algorithm 'concurrency'"));
         assert!(error("a=fixed:x/1s").contains("'x' is not a whole number"));
         assert!(error("a=fixed:1/1y").contains("bad duration '1y'"));
         assert!(error("a=fixed:0/1s").contains("limit must be greater than 0 (got '0')"));

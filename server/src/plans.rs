@@ -7,8 +7,8 @@ use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_core::kinds::Kind;
 use redis_ratelimit_plans::snapshot::Rule as PlanRule;
-use redis_ratelimit_plans::spec::PlanKind;
 use redis_ratelimit_plans::{PlanOptions, PlanSource};
 
 use crate::config::{LimitSpec, Unit};
@@ -107,7 +107,10 @@ impl Plans {
             }
             None => {
                 let algorithm = default.algorithm().map_err(|error| error.to_string())?;
-                let kind = algorithm.as_ref().and_then(PlanKind::of);
+                let kind = algorithm
+                    .as_ref()
+                    .map(Algorithm::kind)
+                    .filter(|kind| *kind != Kind::Concurrency);
                 Ok(PlanLimit {
                     key_suffix: kind
                         .map_or_else(|| format!("plan:{name}:blocked"), |kind| suffix(name, kind)),
@@ -120,8 +123,8 @@ impl Plans {
     }
 }
 
-fn suffix(name: &str, kind: PlanKind) -> String {
-    format!("plan:{name}:{}", kind.as_str())
+fn suffix(name: &str, kind: Kind) -> String {
+    format!("plan:{name}:{}", kind.short_name())
 }
 
 /// A plan limit as Envoy's `requests_per_unit` and `unit`: the largest unit the window is a

@@ -4,24 +4,42 @@
 //! fallback admitted meanwhile.
 
 use std::borrow::Cow;
-use std::sync::{Arc, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::RateLimiter;
 use super::decide::decided;
-use super::groups::probed;
+use super::groups::{Groups, probed};
 use super::state::{Acquired, Target};
-use crate::clock;
+use crate::clock::LimiterClock;
 use crate::decision::{Decision, LimitStatus, Outcome, Source};
 use crate::local::{LocalCall, LocalLimits};
 use crate::metrics;
 use crate::policy::Fallback;
+use crate::replicas::Replicas;
 use crate::store::{StoreError, View};
 
-impl RateLimiter {
+/// The fallback's memory: the local limiter states (shares of the quota), one per key for
+/// every policy and job profile (a key has one share whichever asks), and the replica
+/// count the shares divide by.
+pub(super) struct LocalFallback {
+    states: Mutex<LocalLimits>,
+    pub(super) replicas: Replicas,
+    clock: LimiterClock,
+}
+
+impl LocalFallback {
+    pub(super) fn new(replicas: Replicas, clock: LimiterClock) -> Self {
+        Self {
+            // Lenient: the fallback has no one to report a kind mismatch to.
+            states: Mutex::new(LocalLimits::lenient()),
+            replicas,
+            clock,
+        }
+    }
+
     /// The decision when the store cannot decide: `error` is why (`None`: the breaker is
     /// open), `wait` how long a denied client should wait before the store is tried again.
-    pub(super) fn fallback(
+    pub(super) fn decide(
         &self,
         target: Target<'_>,
         cost: u64,
@@ -49,7 +67,7 @@ impl RateLimiter {
     /// owing the store what it admits.
     fn local_decision(&self, target: Target<'_>, cost: u64, wait: Duration) -> Decision {
         let state = target.state;
-        let now_us = clock::now_us();
+        let now_us = self.clock.now_us();
         if let Some(left) = state.memory.answers.denied_for(target.id, cost, now_us) {
             return blanket(target, false, left);
         }
@@ -138,7 +156,7 @@ impl RateLimiter {
         answered_at_us: i64,
         local: &mut LocalLimits,
     ) {
-        let replicas = self.inner.replicas.get().max(1);
+        let replicas = self.replicas.get().max(1);
         for (index, view) in views {
             if target.state.in_flight(*index) {
                 continue;
@@ -169,7 +187,7 @@ impl RateLimiter {
             target.id,
             &acquired.views,
             denied,
-            clock::now_us(),
+            self.clock.now_us(),
             state.limits.longest,
         );
     }
@@ -179,12 +197,20 @@ impl RateLimiter {
     /// charged, their local slots were released). Call it before any other call for these
     /// keys once the store is reachable again. An error is the store still out of reach:
     /// the units stay owed.
-    pub(super) async fn settle(&self, target: Target<'_>) -> Result<(), StoreError> {
+    pub(super) async fn settle(
+        &self,
+        groups: &Groups,
+        target: Target<'_>,
+    ) -> Result<(), StoreError> {
         let state = target.state;
-        let Some(owed) = state.memory.answers.take_owed(target.id, clock::now_us()) else {
+        let Some(owed) = state
+            .memory
+            .answers
+            .take_owed(target.id, self.clock.now_us())
+        else {
             return Ok(());
         };
-        let groups: Vec<Vec<usize>> = self
+        let charged: Vec<Vec<usize>> = groups
             .plan(state, target.keys)
             .into_iter()
             .map(|group| {
@@ -199,16 +225,21 @@ impl RateLimiter {
             holder: None,
             ..target
         };
-        match self.acquire(unheld, &groups, owed, Some(1), "settle").await {
+        match groups
+            .acquire(unheld, &charged, owed, Some(1), "settle")
+            .await
+        {
             Ok(acquired) => {
                 metrics::fallback_settled(&state.name, owed, acquired.granted);
                 Ok(())
             }
             Err(error) if error.is_unavailability() => {
-                state
-                    .memory
-                    .answers
-                    .owe(target.id, owed, clock::now_us(), state.limits.longest);
+                state.memory.answers.owe(
+                    target.id,
+                    owed,
+                    self.clock.now_us(),
+                    state.limits.longest,
+                );
                 Err(error)
             }
             // Refused (a configuration problem): the check that follows reports it.
@@ -219,7 +250,7 @@ impl RateLimiter {
     /// Every limit of the target at this replica's share (`None` if some share is below one
     /// unit).
     fn local_calls<'a>(&self, target: Target<'a>) -> Option<Vec<LocalCall<'a>>> {
-        let replicas = self.inner.replicas.get();
+        let replicas = self.replicas.get();
         let state = target.state;
         state
             .limits
@@ -242,10 +273,7 @@ impl RateLimiter {
 
     /// The local fallback's states.
     fn local(&self) -> MutexGuard<'_, LocalLimits> {
-        self.inner
-            .local
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.states.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Releases the target's slots in the local in-flight limits.
@@ -261,7 +289,7 @@ impl RateLimiter {
             .collect();
         if !slots.is_empty() {
             // A release of an unknown holder changes nothing, so errors cannot matter here.
-            let _ = self.local().refund(&slots, 1, clock::now_us());
+            let _ = self.local().refund(&slots, 1, self.clock.now_us());
         }
     }
 }

@@ -1,20 +1,37 @@
 //! Store calls: a policy's limits grouped by slot, called in turn, with refunds keeping the
 //! whole check all-or-nothing across groups.
 
-use std::time::Instant;
+use std::sync::Arc;
 
-use super::RateLimiter;
 use super::decide::binding_of;
 use super::state::{Acquired, PolicyState, Target};
+use crate::breaker::Breaker;
+use crate::clock::LimiterClock;
 use crate::metrics;
-use crate::store::{Acquire, GroupGrant, Refund, StoreBackend, StoreError, View};
+use crate::store::{Acquire, GroupGrant, Refund, Store, StoreBackend, StoreError, View};
 
-impl RateLimiter {
+/// The store and what watches it: every call a check makes goes through here, timed, and
+/// recorded in the circuit breaker.
+pub(super) struct Groups {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) breaker: Breaker,
+    clock: LimiterClock,
+}
+
+impl Groups {
+    pub(super) fn new(store: Arc<dyn Store>, breaker: Breaker, clock: LimiterClock) -> Self {
+        Self {
+            store,
+            breaker,
+            clock,
+        }
+    }
+
     /// The store calls a check makes: the charged limits grouped by slot (one group when
     /// the store is not a cluster), most specific group first; without `RL.MULTI`, one
     /// group per limit.
     pub(super) fn plan(&self, state: &PolicyState, keys: &[String]) -> Vec<Vec<usize>> {
-        let multi = self.inner.store.capabilities().multi;
+        let multi = self.store.capabilities().multi;
         self.grouped(state, keys, multi, |index| !state.probe(index))
     }
 
@@ -33,7 +50,7 @@ impl RateLimiter {
         let mut groups: Vec<(Option<u16>, Vec<usize>)> = Vec::new();
         for &index in state.limits.order.iter().filter(|index| selected(**index)) {
             let key = keys.get(index);
-            let slot = key.and_then(|key| self.inner.store.slot(key));
+            let slot = key.and_then(|key| self.store.slot(key));
             // A group shares one call, so: not a paced limit (RL.MULTI does not pace), and
             // not two limits on one key (two templates can render the same key).
             let fits = |group: &Vec<usize>| {
@@ -182,11 +199,15 @@ impl RateLimiter {
         let mut ok = true;
         let timeout = state.settings.timeout;
         let calls = requests.iter().map(|request| async move {
-            let started = Instant::now();
-            let result = tokio::time::timeout(timeout, self.inner.store.refund(request))
+            let started = self.clock.now();
+            let result = tokio::time::timeout(timeout, self.store.refund(request))
                 .await
                 .unwrap_or(Err(StoreError::Timeout));
-            metrics::store_latency(&state.name, "refund", started.elapsed());
+            metrics::store_latency(
+                &state.name,
+                "refund",
+                self.clock.now().saturating_duration_since(started),
+            );
             result
         });
         for result in join_all(calls).await {
@@ -212,26 +233,26 @@ impl RateLimiter {
         op: &'static str,
     ) -> Result<GroupGrant, StoreError> {
         let timeout = state.settings.timeout;
-        let breaker = &self.inner.breaker;
-        let sent = Instant::now();
+        let breaker = &self.breaker;
+        let sent = self.clock.now();
         let call = if op == PEEK {
-            self.inner.store.peek(request)
+            self.store.peek(request)
         } else {
-            self.inner.store.acquire(request)
+            self.store.acquire(request)
         };
         tokio::pin!(call);
         let mut result = tokio::time::timeout(timeout, &mut call).await;
         if result.is_err() {
             tokio::task::yield_now().await;
             // The timer fired late: this process was not running (a stall of its own).
-            let late =
-                sent.elapsed() > timeout.saturating_add(timeout.checked_div(2).unwrap_or_default());
+            let waited = self.clock.now().saturating_duration_since(sent);
+            let late = waited > timeout.saturating_add(timeout.checked_div(2).unwrap_or_default());
             if late || breaker.answered_since(sent) {
                 result = tokio::time::timeout(timeout, &mut call).await;
             }
         }
         let result = result.unwrap_or(Err(StoreError::Timeout));
-        let now = Instant::now();
+        let now = self.clock.now();
         metrics::store_latency(&state.name, op, now.saturating_duration_since(sent));
         match &result {
             Ok(_) => {
@@ -253,7 +274,7 @@ impl RateLimiter {
 /// The operation label of a probe's read (a [`Store::peek`](crate::store::Store::peek)).
 const PEEK: &str = "peek";
 
-impl RateLimiter {
+impl Groups {
     /// Reads every probe of the check (each as a call of one unit would see it, nothing
     /// taken): their views by policy index, shown as a probe reports them (never denying,
     /// the unit a real call would take still there), and the backend that answered.

@@ -10,6 +10,7 @@ use crate::breaker::Permit;
 use crate::decision::{Decision, Source};
 use crate::lease::{ClaimResult, LastClaim, LeaseSlot};
 use crate::metrics;
+use crate::policy::Lease;
 use crate::store::{StoreBackend, StoreError};
 
 impl RateLimiter {
@@ -25,121 +26,149 @@ impl RateLimiter {
         let Some(lease) = state.settings.lease else {
             return self.check_store(target, cost).await;
         };
-        let started = Instant::now();
+        let started = self.inner.clock.now();
         let slot = state
             .memory
             .leases
             .slot(target.id, target.keys, &state.limits, started);
         let mut held = slot.lock().await;
-        let now = Instant::now();
-        if held.expires <= now && held.units > 0 {
-            let units = std::mem::take(&mut held.units);
-            let limiter = self.clone();
-            let claimed = state.with_limits(Arc::clone(&held.limits));
-            let keys = held.keys.clone();
-            tokio::spawn(async move {
-                limiter.refund_lease(&claimed, &keys, units).await;
-            });
-        }
+        let now = self.inner.clock.now();
+        self.refund_expired(state, &mut held, now);
         // Units are there only after a claim, which set the backend.
         if let Some(backend) = held.backend.filter(|_| held.units >= cost) {
             held.units = held.units.saturating_sub(cost);
             return lease_decision(state, &held, backend);
         }
-        // A claim answered while this request waited for it: take its result.
-        if let Some(last) = held.last_claim.as_ref().filter(|last| last.at >= started) {
-            match &last.result {
-                ClaimResult::Denied {
-                    min,
-                    views,
-                    binding,
-                    backend,
-                } if cost.saturating_sub(held.units) >= *min => {
-                    return views_decision(state, false, views, *binding, Source::Lease(*backend));
-                }
-                ClaimResult::Failed => {
-                    metrics::store_error(&state.name, "lease_wait");
-                    let wait = self.inner.breaker.open_for();
-                    return self.fallback(target, cost, Some(StoreError::Timeout), wait);
-                }
-                // Granted but spent by the requests before this one, or denied for a larger
-                // cost: claim anew.
-                ClaimResult::Granted | ClaimResult::Denied { .. } => {}
-            }
+        if let Some(decision) = self.claimed_meanwhile(target, cost, &held, started) {
+            return decision;
         }
-        if let Permit::Skip(open_for) = self.inner.breaker.permit(now) {
-            return self.fallback(target, cost, None, open_for);
+        if let Permit::Skip(open_for) = self.inner.groups.breaker.permit(now) {
+            return self.inner.fallback.decide(target, cost, None, open_for);
         }
-        if let Err(error) = self.settle(target).await {
+        if let Err(error) = self.inner.fallback.settle(&self.inner.groups, target).await {
             held.last_claim = Some(LastClaim {
-                at: Instant::now(),
+                at: self.inner.clock.now(),
                 result: ClaimResult::Failed,
             });
-            let wait = self.inner.breaker.open_for();
-            return self.fallback(target, cost, Some(error), wait);
+            let wait = self.inner.groups.breaker.open_for();
+            return self.inner.fallback.decide(target, cost, Some(error), wait);
         }
-        let held_units = held.units;
-        // The last batch went within a quarter of its lifetime: the key is hot, claim more.
-        let hot = held.last_claim.as_ref().is_some_and(|last| {
-            matches!(last.result, ClaimResult::Granted)
-                && now.saturating_duration_since(last.at)
-                    < lease.lifetime.checked_div(4).unwrap_or_default()
+        let size = claim_size(&lease, &held, cost, slot.waiting(), now);
+        self.claim(target, cost, &lease, size, &mut held, now).await
+    }
+
+    /// Gives an expired lease's unspent units back to the store, in a task of their own.
+    fn refund_expired(&self, state: &PolicyState, held: &mut LeaseSlot, now: Instant) {
+        if held.expires > now || held.units == 0 {
+            return;
+        }
+        let units = std::mem::take(&mut held.units);
+        let limiter = self.clone();
+        let claimed = state.with_limits(Arc::clone(&held.limits));
+        let keys = held.keys.clone();
+        tokio::spawn(async move {
+            limiter.refund_lease(&claimed, &keys, units).await;
         });
-        let recent = if hot {
-            held.claim_units.saturating_mul(2)
-        } else {
-            lease.units
-        };
-        let size = lease.claim_for(cost, slot.waiting(), recent);
+    }
+
+    /// The result of a claim answered while this request waited for the lease (since
+    /// `started`), if it decides this request: its denial, or its failure (the fallback).
+    fn claimed_meanwhile(
+        &self,
+        target: Target<'_>,
+        cost: u64,
+        held: &LeaseSlot,
+        started: Instant,
+    ) -> Option<Decision> {
+        let state = target.state;
+        let last = held.last_claim.as_ref().filter(|last| last.at >= started)?;
+        match &last.result {
+            ClaimResult::Denied {
+                min,
+                views,
+                binding,
+                backend,
+            } if cost.saturating_sub(held.units) >= *min => Some(views_decision(
+                state,
+                false,
+                views,
+                *binding,
+                Source::Lease(*backend),
+            )),
+            ClaimResult::Failed => {
+                metrics::store_error(&state.name, "lease_wait");
+                let wait = self.inner.groups.breaker.open_for();
+                let error = Some(StoreError::Timeout);
+                Some(self.inner.fallback.decide(target, cost, error, wait))
+            }
+            // Granted but spent by the requests before this one, or denied for a larger
+            // cost: claim anew.
+            ClaimResult::Granted | ClaimResult::Denied { .. } => None,
+        }
+    }
+
+    /// Claims up to `size` units (what the lease holds counts), at least what this request
+    /// needs, and spends this request's cost from them.
+    async fn claim(
+        &self,
+        target: Target<'_>,
+        cost: u64,
+        lease: &Lease,
+        size: u64,
+        held: &mut LeaseSlot,
+        now: Instant,
+    ) -> Decision {
+        let state = target.state;
         held.claim_units = size;
+        let held_units = held.units;
         let want = size.saturating_sub(held_units);
         let min = cost.saturating_sub(held_units).max(1);
-        let groups = self.plan(state, target.keys);
+        let groups = self.inner.groups.plan(state, target.keys);
         let claimed = self
+            .inner
+            .groups
             .acquire(target, &groups, want, Some(min), "claim")
             .await;
-        let answered = Instant::now();
-        match claimed {
-            Ok(acquired) if acquired.granted == 0 => {
-                self.remember(target, &acquired, min);
-                held.last_claim = Some(LastClaim {
-                    at: answered,
-                    result: ClaimResult::Denied {
-                        min,
-                        views: acquired.views.clone(),
-                        binding: acquired.binding,
-                        backend: acquired.backend,
-                    },
-                });
-                store_decision(state, &acquired)
-            }
-            Ok(acquired) => {
-                self.remember(target, &acquired, min);
-                metrics::lease_claimed(&state.name, acquired.granted);
-                held.units = held_units
-                    .saturating_add(acquired.granted)
-                    .saturating_sub(cost);
-                held.expires = now.checked_add(lease.lifetime).unwrap_or(now);
-                held.views = acquired.views.clone();
-                held.limits = Arc::clone(&state.limits);
-                held.backend = Some(acquired.backend);
-                held.last_claim = Some(LastClaim {
-                    at: answered,
-                    result: ClaimResult::Granted,
-                });
-                let mut decision = store_decision(state, &acquired);
-                add_leased(&mut decision, state, held.units);
-                decision
-            }
+        let at = self.inner.clock.now();
+        let acquired = match claimed {
+            Ok(acquired) => acquired,
             Err(error) => {
                 held.last_claim = Some(LastClaim {
-                    at: answered,
+                    at,
                     result: ClaimResult::Failed,
                 });
-                let wait = self.inner.breaker.open_for();
-                self.fallback(target, cost, Some(error), wait)
+                let wait = self.inner.groups.breaker.open_for();
+                return self.inner.fallback.decide(target, cost, Some(error), wait);
             }
+        };
+        self.inner.fallback.remember(target, &acquired, min);
+        if acquired.granted == 0 {
+            held.last_claim = Some(LastClaim {
+                at,
+                result: ClaimResult::Denied {
+                    min,
+                    views: acquired.views.clone(),
+                    binding: acquired.binding,
+                    backend: acquired.backend,
+                },
+            });
+            return store_decision(state, &acquired);
         }
+        metrics::lease_claimed(&state.name, acquired.granted);
+        held.units = held_units
+            .saturating_add(acquired.granted)
+            .saturating_sub(cost);
+        held.expires = now.checked_add(lease.lifetime).unwrap_or(now);
+        held.views = acquired.views.clone();
+        held.limits = Arc::clone(&state.limits);
+        held.backend = Some(acquired.backend);
+        held.last_claim = Some(LastClaim {
+            at,
+            result: ClaimResult::Granted,
+        });
+        let mut decision = store_decision(state, &acquired);
+        add_leased(&mut decision, state, held.units);
+        decision
     }
 
     /// Gives a lease's unspent units back to every limit.
@@ -152,14 +181,32 @@ impl RateLimiter {
             holder: None,
         };
         let refunds: Vec<(Vec<usize>, u64)> = self
+            .inner
+            .groups
             .plan(state, keys)
             .into_iter()
             .map(|group| (group, units))
             .collect();
-        if self.refund_groups(target, &refunds).await {
+        if self.inner.groups.refund_groups(target, &refunds).await {
             metrics::lease_refunded(&state.name, units);
         }
     }
+}
+
+/// How many units to claim: the lease's size, twice the last claim's when the last batch
+/// went within a quarter of its lifetime (the key is hot), more when requests wait.
+fn claim_size(lease: &Lease, held: &LeaseSlot, cost: u64, waiting: u64, now: Instant) -> u64 {
+    let hot = held.last_claim.as_ref().is_some_and(|last| {
+        matches!(last.result, ClaimResult::Granted)
+            && now.saturating_duration_since(last.at)
+                < lease.lifetime.checked_div(4).unwrap_or_default()
+    });
+    let recent = if hot {
+        held.claim_units.saturating_mul(2)
+    } else {
+        lease.units
+    };
+    lease.claim_for(cost, waiting, recent)
 }
 
 /// A request paid from the lease: the limits as they were when the units were claimed.

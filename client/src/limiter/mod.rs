@@ -4,6 +4,7 @@
 
 mod answers;
 mod decide;
+mod error;
 mod fallback;
 mod groups;
 mod jobs;
@@ -14,83 +15,41 @@ mod store_policies;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use self::decide::store_decision;
+pub use self::error::{BuildError, CheckError};
+use self::fallback::LocalFallback;
+use self::groups::Groups;
 pub(crate) use self::state::LimitSet;
 use self::state::{Acquired, PolicyState, Registered, Target};
 use self::store_policies::StoreBacked;
 use crate::breaker::{Breaker, BreakerConfig, Permit};
+use crate::clock::{Clock, LimiterClock, MonotonicClock};
 use crate::decision::{Decision, Source};
 use crate::in_flight::InFlight;
-use crate::job::{JobError, Profile};
+use crate::job::Profile;
 use crate::key::{Inputs, MissingInput};
-use crate::local::LocalLimits;
 use crate::metrics;
 use crate::policy::Policy;
 use crate::policy_source::PolicySource;
 use crate::replicas::Replicas;
 use crate::store::Store;
 
-/// Why a check could not be made (a mistake of the caller, not of the store).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CheckError {
-    /// No policy of that name was registered.
-    UnknownPolicy(String),
-    /// A key template needs an input the check did not give.
-    MissingInput(MissingInput),
-    /// A check of cost 0 (it would charge nothing, or be counted as 1: neither is what the
-    /// caller meant).
-    ZeroCost,
-    /// A [`Job`](crate::job::Job) that cannot be checked as given.
-    Job(JobError),
-}
-
-impl fmt::Display for CheckError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::UnknownPolicy(name) => write!(f, "no policy is named '{name}'"),
-            Self::MissingInput(missing) => missing.fmt(f),
-            Self::ZeroCost => write!(f, "a check costs at least 1 unit (got 0)"),
-            Self::Job(error) => error.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for CheckError {}
-
-/// Why a limiter could not be built.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BuildError {
-    /// Two policies (or two job profiles) with one name.
-    DuplicatePolicy(String),
-    /// A store-backed policy that cannot be served (no policy source, or a default the
-    /// source cannot stand for).
-    StorePolicy(String),
-}
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::DuplicatePolicy(name) => write!(f, "two policies are named '{name}'"),
-            Self::StorePolicy(reason) => f.write_str(reason),
-        }
-    }
-}
-
-impl std::error::Error for BuildError {}
-
+/// What a limiter is made of: the policies and profiles with their memory, the store calls
+/// (and the breaker watching them), the local fallback, the store-backed policies' source,
+/// and the clock; each part owns its state.
 struct Inner {
-    store: Arc<dyn Store>,
     policies: HashMap<Arc<str>, Registered>,
     /// Job profiles: their settings and memory (their limits come with each job).
     profiles: HashMap<Arc<str>, PolicyState>,
-    replicas: Replicas,
-    breaker: Breaker,
-    /// The local fallback's limiter states (shares of the quota), one per key for every
-    /// policy and job profile: a key has one share whichever asks.
-    local: Mutex<LocalLimits>,
+    /// The store, and the breaker that watches it.
+    groups: Groups,
+    /// Decisions in process when the store cannot decide.
+    fallback: LocalFallback,
     sweeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Every reading of the time (store calls' timeouts aside).
+    clock: LimiterClock,
     /// The store-backed policies, their source and resolved states.
     store_backed: Option<Box<dyn StoreBacked>>,
 }
@@ -136,7 +95,7 @@ impl fmt::Debug for RateLimiter {
         names.sort_unstable();
         f.debug_struct("RateLimiter")
             .field("policies", &names)
-            .field("replicas", &self.inner.replicas)
+            .field("replicas", &self.inner.fallback.replicas)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +108,7 @@ pub struct RateLimiterBuilder {
     replicas: Replicas,
     breaker: BreakerConfig,
     policy_source: Option<store_policies::Pending>,
+    clock: Arc<dyn Clock>,
 }
 
 impl RateLimiterBuilder {
@@ -187,6 +147,14 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// The clock the limiter reads (default [`MonotonicClock`]; a
+    /// [`FakeClock`](crate::clock::FakeClock) in tests that move time by hand).
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// Where the store-backed policies ([`Policy::from_store`]) take their limits from.
     #[must_use]
     pub fn policy_source(mut self, source: impl PolicySource) -> Self {
@@ -222,16 +190,15 @@ impl RateLimiterBuilder {
         let store_backed = store_policies::attach(self.policy_source, &policies)?;
         metrics::describe();
         metrics::circuit(false);
+        let clock = LimiterClock::new(self.clock);
         let limiter = RateLimiter {
             inner: Arc::new(Inner {
-                store: self.store,
                 policies,
                 profiles,
-                replicas: self.replicas,
-                breaker: Breaker::new(self.breaker),
-                // Lenient: the fallback has no one to report a kind mismatch to.
-                local: Mutex::new(LocalLimits::lenient()),
+                groups: Groups::new(self.store, Breaker::new(self.breaker), clock.clone()),
+                fallback: LocalFallback::new(self.replicas, clock.clone()),
                 sweeper: Mutex::new(None),
+                clock,
                 store_backed,
             }),
         };
@@ -291,6 +258,7 @@ impl RateLimiter {
             replicas: Replicas::default(),
             breaker: BreakerConfig::default(),
             policy_source: None,
+            clock: Arc::new(MonotonicClock),
         }
     }
 
@@ -394,7 +362,7 @@ impl RateLimiter {
             id,
             holder: holder.as_deref(),
         };
-        let now = Instant::now();
+        let now = self.inner.clock.now();
         // Probes are read from the store at every check: nothing to remember or lease.
         let remembers = state.settings.deny_cache && !state.has_probes();
         let cached = if remembers {
@@ -411,7 +379,7 @@ impl RateLimiter {
                     cost <= lease.units
                         && !state.has_probes()
                         && holder.is_none()
-                        && self.inner.store.capabilities().partial
+                        && self.inner.groups.store.capabilities().partial
                 });
                 let mut decision = match leasable {
                     Some(_) => self.check_leased(target, cost).await,
@@ -478,10 +446,12 @@ impl RateLimiter {
             holder: Some(&in_flight.holder),
         };
         if in_flight.local {
-            self.release_local(target);
+            self.inner.fallback.release_local(target);
             return;
         }
         let releases: Vec<(Vec<usize>, u64)> = self
+            .inner
+            .groups
             .plan(&state, &in_flight.keys)
             .into_iter()
             .map(|group| {
@@ -493,29 +463,29 @@ impl RateLimiter {
             })
             .filter(|(slots, _)| !slots.is_empty())
             .collect();
-        self.refund_groups(target, &releases).await;
+        self.inner.groups.refund_groups(target, &releases).await;
     }
 
     /// A check without leases: every group in turn, refunding earlier groups if a later one
     /// denies or fails.
     async fn check_store(&self, target: Target<'_>, cost: u64) -> Decision {
-        if let Permit::Skip(open_for) = self.inner.breaker.permit(Instant::now()) {
-            return self.fallback(target, cost, None, open_for);
+        if let Permit::Skip(open_for) = self.inner.groups.breaker.permit(self.inner.clock.now()) {
+            return self.inner.fallback.decide(target, cost, None, open_for);
         }
-        if let Err(error) = self.settle(target).await {
-            let wait = self.inner.breaker.open_for();
-            return self.fallback(target, cost, Some(error), wait);
+        if let Err(error) = self.inner.fallback.settle(&self.inner.groups, target).await {
+            let wait = self.inner.groups.breaker.open_for();
+            return self.inner.fallback.decide(target, cost, Some(error), wait);
         }
         // Probes are read first: if the store is out of reach, nothing has been taken
         // when the fallback decides.
-        let (probes, probed_on) = match self.read_probes(target).await {
+        let (probes, probed_on) = match self.inner.groups.read_probes(target).await {
             Ok(read) => read,
             Err(error) => {
-                let wait = self.inner.breaker.open_for();
-                return self.fallback(target, cost, Some(error), wait);
+                let wait = self.inner.groups.breaker.open_for();
+                return self.inner.fallback.decide(target, cost, Some(error), wait);
             }
         };
-        let groups = self.plan(target.state, target.keys);
+        let groups = self.inner.groups.plan(target.state, target.keys);
         let acquired = match (groups.is_empty(), probed_on) {
             // Only probes: admitted, nothing to take.
             (true, Some(backend)) => Ok(Acquired {
@@ -524,18 +494,23 @@ impl RateLimiter {
                 binding: 0,
                 backend,
             }),
-            _ => self.acquire(target, &groups, cost, None, "acquire").await,
+            _ => {
+                self.inner
+                    .groups
+                    .acquire(target, &groups, cost, None, "acquire")
+                    .await
+            }
         };
         match acquired {
             Ok(mut acquired) => {
                 acquired.views.extend(probes);
                 acquired.views.sort_by_key(|(index, _)| *index);
-                self.remember(target, &acquired, cost);
+                self.inner.fallback.remember(target, &acquired, cost);
                 store_decision(target.state, &acquired)
             }
             Err(error) => {
-                let wait = self.inner.breaker.open_for();
-                self.fallback(target, cost, Some(error), wait)
+                let wait = self.inner.groups.breaker.open_for();
+                self.inner.fallback.decide(target, cost, Some(error), wait)
             }
         }
     }
@@ -548,11 +523,11 @@ impl RateLimiter {
 
     /// Whether the circuit breaker currently holds store calls back.
     pub fn store_unreachable(&self) -> bool {
-        self.inner.breaker.is_open()
+        self.inner.groups.breaker.is_open()
     }
 
     async fn sweep_once(&self, all: bool) {
-        let now = Instant::now();
+        let now = self.inner.clock.now();
         // The store-backed policies' resolved states too; and the job profiles.
         let resolved = self
             .inner

@@ -119,12 +119,43 @@ pub(crate) fn command(backend: StoreBackend, sha: &str, args: &Args) -> Cmd {
     command
 }
 
+/// Why a backend cannot be used on this server.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BackendError {
+    /// The server's error (its own text).
+    #[error("{0}")]
+    Server(String),
+    /// With [`Backend::Auto`]: no module, and neither the library nor the script loads.
+    #[error(
+        "no rate-limit backend on this server: no module commands; the Functions library: \
+         {functions}; scripts: {scripts}"
+    )]
+    NoBackend {
+        /// Why the library did not load.
+        functions: Box<BackendError>,
+        /// Why the script did not load.
+        scripts: Box<BackendError>,
+    },
+    /// `SCRIPT LOAD` answered something else than a SHA.
+    #[error("SCRIPT LOAD answered {0}")]
+    ScriptLoad(String),
+    /// `SCRIPT LOAD` answered a SHA that is not text.
+    #[error("{0}")]
+    ScriptSha(#[from] std::string::FromUtf8Error),
+}
+
+impl From<BackendError> for super::StoreError {
+    fn from(error: BackendError) -> Self {
+        super::StoreError::Server(error.to_string())
+    }
+}
+
 /// What resolving needs to ask the server, so that [`resolve`] is tested without one.
 pub(crate) trait Probe {
     /// Whether the server has this command (`COMMAND INFO`).
-    async fn has_command(&self, name: &str) -> Result<bool, String>;
-    /// Runs a command, returning its reply or the server's error text.
-    async fn run(&self, command: &Cmd) -> Result<Value, String>;
+    async fn has_command(&self, name: &str) -> Result<bool, BackendError>;
+    /// Runs a command, returning its reply or the server's error.
+    async fn run(&self, command: &Cmd) -> Result<Value, BackendError>;
 }
 
 /// A backend ready to be called: which one, and the script's SHA for
@@ -137,7 +168,7 @@ pub(crate) struct Resolved {
 
 /// Picks and prepares the backend `wanted` stands for: loads the library or the script as
 /// needed. `Err` when the wanted backend cannot work on this server, saying why.
-pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resolved, String> {
+pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resolved, BackendError> {
     let resolved = |backend, sha: String| Ok(Resolved { backend, sha });
     match wanted {
         Backend::Module => resolved(StoreBackend::Module, String::new()),
@@ -155,10 +186,10 @@ pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resol
                 Ok(()) => resolved(StoreBackend::Functions, String::new()),
                 Err(functions) => match load_script(probe).await {
                     Ok(sha) => resolved(StoreBackend::Scripts, sha),
-                    Err(scripts) => Err(format!(
-                        "no rate-limit backend on this server: no module commands; \
-                         the Functions library: {functions}; scripts: {scripts}"
-                    )),
+                    Err(scripts) => Err(BackendError::NoBackend {
+                        functions: Box::new(functions),
+                        scripts: Box::new(scripts),
+                    }),
                 },
             }
         }
@@ -172,7 +203,7 @@ pub(crate) fn record(backend: StoreBackend) {
 
 /// Loads the library unless this server already has it (`FUNCTION LIST LIBRARYNAME`).
 /// Another process may load it meanwhile: `REPLACE` makes that harmless.
-async fn load_library(probe: &impl Probe) -> Result<(), String> {
+async fn load_library(probe: &impl Probe) -> Result<(), BackendError> {
     let mut list = redis::cmd("FUNCTION");
     list.arg("LIST").arg("LIBRARYNAME").arg(LIBRARY_NAME);
     let present = match probe.run(&list).await? {
@@ -186,7 +217,7 @@ async fn load_library(probe: &impl Probe) -> Result<(), String> {
 }
 
 /// `FUNCTION LOAD REPLACE` of the library (a cluster client sends it to every primary).
-async fn replace_library(probe: &impl Probe) -> Result<(), String> {
+async fn replace_library(probe: &impl Probe) -> Result<(), BackendError> {
     let mut load = redis::cmd("FUNCTION");
     load.arg("LOAD").arg("REPLACE").arg(LIBRARY);
     probe.run(&load).await.map(|_| ())
@@ -207,7 +238,7 @@ pub(crate) fn lost(backend: StoreBackend, code: Option<&str>, detail: Option<&st
 }
 
 /// Gives the server the backend's code again, after [`lost`] said it lost it.
-pub(crate) async fn reload(probe: &impl Probe, backend: StoreBackend) -> Result<(), String> {
+pub(crate) async fn reload(probe: &impl Probe, backend: StoreBackend) -> Result<(), BackendError> {
     match backend {
         StoreBackend::Scripts => load_script(probe).await.map(|_| ()),
         StoreBackend::Functions => replace_library(probe).await,
@@ -216,13 +247,13 @@ pub(crate) async fn reload(probe: &impl Probe, backend: StoreBackend) -> Result<
 }
 
 /// Loads the script (idempotent: the SHA is the text's).
-async fn load_script(probe: &impl Probe) -> Result<String, String> {
+async fn load_script(probe: &impl Probe) -> Result<String, BackendError> {
     let mut load = redis::cmd("SCRIPT");
     load.arg("LOAD").arg(script());
     match probe.run(&load).await? {
-        Value::BulkString(sha) => String::from_utf8(sha).map_err(|e| e.to_string()),
+        Value::BulkString(sha) => Ok(String::from_utf8(sha)?),
         Value::SimpleString(sha) => Ok(sha),
-        other => Err(format!("SCRIPT LOAD answered {other:?}")),
+        other => Err(BackendError::ScriptLoad(format!("{other:?}"))),
     }
 }
 

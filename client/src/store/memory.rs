@@ -4,14 +4,15 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{Acquire, BoxFuture, Capabilities, GroupGrant, LimitCall, Refund, Store, StoreError};
-use crate::clock;
+use crate::clock::{Clock, MonotonicClock};
 use crate::local::{LocalCall, LocalError, LocalLimits};
 
-/// An in-process [`Store`] running the module's algorithms with this process's clock.
+/// An in-process [`Store`] running the module's algorithms with this process's clock (or
+/// the [`Clock`] given to [`with_clock`](Self::with_clock)).
 ///
 /// ```
 /// use redis_ratelimit_client::store::MemoryStore;
@@ -25,7 +26,8 @@ pub struct MemoryStore {
     cluster: bool,
     down: AtomicBool,
     delay_us: AtomicU64,
-    /// Added to the real clock (tests move time forward without sleeping).
+    clock: Arc<dyn Clock>,
+    /// Added to the clock (tests move time forward without sleeping).
     offset_us: AtomicI64,
     calls: AtomicU64,
 }
@@ -48,6 +50,7 @@ impl MemoryStore {
             cluster: false,
             down: AtomicBool::new(false),
             delay_us: AtomicU64::new(0),
+            clock: Arc::new(MonotonicClock),
             offset_us: AtomicI64::new(0),
             calls: AtomicU64::new(0),
         }
@@ -57,6 +60,14 @@ impl MemoryStore {
     #[must_use]
     pub fn with_capabilities(mut self, capabilities: Capabilities) -> Self {
         self.capabilities = capabilities;
+        self
+    }
+
+    /// The same store reading `clock` (a [`FakeClock`](crate::FakeClock) shared with the
+    /// limiter moves both).
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
         self
     }
 
@@ -91,7 +102,9 @@ impl MemoryStore {
     }
 
     fn now_us(&self) -> i64 {
-        clock::now_us().saturating_add(self.offset_us.load(Ordering::SeqCst))
+        self.clock
+            .now_us()
+            .saturating_add(self.offset_us.load(Ordering::SeqCst))
     }
 
     /// The common part of every call: count it, wait the configured delay, fail if down.

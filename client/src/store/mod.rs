@@ -26,7 +26,9 @@ pub use self::batch::BatchOptions;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
 #[cfg(feature = "sentinel")]
-pub use self::sentinel::{RESOLVE_PACE, SentinelStore, parse_url as parse_sentinel_url};
+pub use self::sentinel::{
+    RESOLVE_PACE, SentinelStore, SentinelUrlError, parse_url as parse_sentinel_url,
+};
 pub use crate::outcome::{GroupGrant, StoreBackend, View};
 
 /// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).

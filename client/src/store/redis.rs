@@ -16,8 +16,12 @@ use redis::{Cmd, ErrorKind, RedisError, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
+<<<<<<< HEAD
 use super::backend::{self, Backend, Probe, Resolved};
 use super::batch::{BatchOptions, Batcher};
+=======
+use super::backend::{self, Backend, BackendError, Probe, Resolved};
+>>>>>>> main
 use super::reply;
 use super::{
     Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
@@ -277,9 +281,7 @@ impl RedisStore {
 
     async fn detect(&self, connection: &Connection) -> Result<(), StoreError> {
         if self.inner.backend.get().is_none() {
-            let resolved = backend::resolve(connection, self.inner.options.backend)
-                .await
-                .map_err(StoreError::Server)?;
+            let resolved = backend::resolve(connection, self.inner.options.backend).await?;
             backend::record(resolved.backend);
             let _ = self.inner.backend.set(resolved);
         }
@@ -429,14 +431,16 @@ impl RedisStore {
 }
 
 impl Probe for Connection {
-    async fn has_command(&self, name: &str) -> Result<bool, String> {
+    async fn has_command(&self, name: &str) -> Result<bool, BackendError> {
         has_command(self, name)
             .await
-            .map_err(|error| error.to_string())
+            .map_err(|error| BackendError::Server(error.to_string()))
     }
 
-    async fn run(&self, command: &Cmd) -> Result<Value, String> {
-        self.query(command).await.map_err(|error| error.to_string())
+    async fn run(&self, command: &Cmd) -> Result<Value, BackendError> {
+        self.query(command)
+            .await
+            .map_err(|error| BackendError::Server(error.to_string()))
     }
 }
 
@@ -501,6 +505,7 @@ impl Store for RedisStore {
             let backend = self.backend().ok_or_else(|| {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
+<<<<<<< HEAD
             let command =
                 reply::acquire_command(request, self.multi()).map_err(StoreError::Server)?;
             let slot = request
@@ -510,13 +515,21 @@ impl Store for RedisStore {
             let value = self.run_batched(connection, slot, command.args()).await?;
             reply::parse_acquire(&command, request, &value, backend)
                 .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
+=======
+            let command = reply::acquire_command(request, self.multi())?;
+            let value = self
+                .run(connection, command.args())
+                .await
+                .map_err(|error| store_error(&error))?;
+            reply::parse_acquire(&command, request, &value, backend).map_err(StoreError::from)
+>>>>>>> main
         })
     }
 
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let connection = self.connection().await?;
-            let commands = reply::refund_commands(request).map_err(StoreError::Server)?;
+            let commands = reply::refund_commands(request)?;
             self.pipelined(connection, &commands).await.map(|_| ())
         })
     }
@@ -532,8 +545,7 @@ impl Store for RedisStore {
             })?;
             let commands = reply::peek_commands(request);
             let replies = self.pipelined(connection, &commands).await?;
-            reply::parse_peeks(&replies, backend, request.units)
-                .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
+            reply::parse_peeks(&replies, backend, request.units).map_err(StoreError::from)
         })
     }
 

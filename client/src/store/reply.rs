@@ -12,8 +12,74 @@ use redis_ratelimit_wire::args;
 use redis_ratelimit_wire::args::multi::MultiArgs;
 use redis_ratelimit_wire::commands::{self, Syntax};
 use redis_ratelimit_wire::encode::{self, Args, EncodeError};
+use redis_ratelimit_wire::error::CommandError;
 
-use super::{Acquire, GroupGrant, LimitCall, Refund, StoreBackend, View};
+use super::{Acquire, GroupGrant, LimitCall, Refund, StoreBackend, StoreError, View};
+
+/// Why a request cannot be written as a command: one the server would refuse, refused
+/// before it is sent.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RequestError {
+    /// A partial grant asked of an in-flight limit.
+    #[error("an in-flight limit takes no partial grant")]
+    PartialInFlight,
+    /// A partial grant asked of a paced limit.
+    #[error("pacing (MAXWAIT) cannot be combined with a partial grant")]
+    PacedPartial,
+    /// A partial grant on a kind whose only partial form is `RL.MULTI`, which the server
+    /// lacks.
+    #[error("partial grants on a {0} limit need RL.MULTI")]
+    PartialNeedsMulti(&'static str),
+    /// What the encoder refuses.
+    #[error("{0}")]
+    Encode(#[from] EncodeError),
+    /// A holder id the server would refuse.
+    #[error("{0}")]
+    Holder(CommandError),
+}
+
+impl From<CommandError> for RequestError {
+    fn from(error: CommandError) -> Self {
+        RequestError::Holder(error)
+    }
+}
+
+/// A reply of another shape than the command's.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReplyError {
+    /// Where an integer was due.
+    #[error("not an integer: {0}")]
+    NotAnInteger(String),
+    /// Where an array was due.
+    #[error("not an array: {0}")]
+    NotAnArray(String),
+    /// A limit's view of another length.
+    #[error("expected 5 integers, got {0} items")]
+    NotFive(usize),
+    /// An `RL.MULTI` reply of another length.
+    #[error("RL.MULTI: expected 7 items, got {0}")]
+    MultiItems(usize),
+    /// An `RL.MULTI` reply with another number of views than limits.
+    #[error("RL.MULTI: {views} views for {limits} limits")]
+    MultiViews {
+        /// Views in the reply.
+        views: usize,
+        /// Limits in the request.
+        limits: usize,
+    },
+}
+
+impl From<RequestError> for StoreError {
+    fn from(error: RequestError) -> Self {
+        StoreError::Server(error.to_string())
+    }
+}
+
+impl From<ReplyError> for StoreError {
+    fn from(error: ReplyError) -> Self {
+        StoreError::Server(format!("unexpected reply: {error}"))
+    }
+}
 
 /// A command for a group, and how its reply reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,33 +124,30 @@ fn quota(call: &LimitCall<'_>, holder: Option<HolderId>) -> Quota {
 }
 
 /// The caller's holder id, checked as the server checks it.
-fn holder_id(holder: &str) -> Result<HolderId, String> {
-    args::quota::holder(holder.as_bytes()).map_err(|error| error.to_string())
+fn holder_id(holder: &str) -> Result<HolderId, RequestError> {
+    Ok(args::quota::holder(holder.as_bytes())?)
 }
 
 /// The command for an acquire. `multi` says whether the server has `RL.MULTI`; `Err` when
 /// the request needs a command the server lacks.
-pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Command, String> {
+pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Command, RequestError> {
     let partial = request.partial_min.is_some();
     if let [call] = request.limits.as_slice() {
         if call.algorithm.is_in_flight() {
-            request.holder.ok_or(EncodeError::NoHolder.to_string())?;
+            request.holder.ok_or(EncodeError::NoHolder)?;
             if partial {
-                return Err("an in-flight limit takes no partial grant".into());
+                return Err(RequestError::PartialInFlight);
             }
         }
         if call.max_wait.is_some() && partial {
-            return Err("pacing (MAXWAIT) cannot be combined with a partial grant".into());
+            return Err(RequestError::PacedPartial);
         }
         let own = commands::Command::calling(call.algorithm.kind()).is_some();
         if !own && !multi && partial {
-            return Err(format!(
-                "partial grants on a {} limit need RL.MULTI",
-                call.algorithm.wire_name()
-            ));
+            return Err(RequestError::PartialNeedsMulti(call.algorithm.wire_name()));
         }
     } else if request.limits.iter().any(|call| call.max_wait.is_some()) && multi {
-        return Err(EncodeError::PacedInGroup.to_string());
+        return Err(EncodeError::PacedInGroup.into());
     }
     let holder = match request.holder {
         Some(holder) if request.limits.iter().any(|c| c.algorithm.is_in_flight()) => {
@@ -114,7 +177,7 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
         .map(|call| call.key.as_bytes())
         .collect();
     let mut args = Args::default();
-    let command = encode::group(&keys, &limits, multi, &mut args).map_err(|e| e.to_string())?;
+    let command = encode::group(&keys, &limits, multi, &mut args)?;
     let reply = match command.syntax() {
         Syntax::Multi => Reply::Multi,
         Syntax::Throttle => Reply::Throttle,
@@ -124,7 +187,7 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
 }
 
 /// The commands that give units back to each limit of a group (one per limit).
-pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, String> {
+pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, RequestError> {
     request
         .limits
         .iter()
@@ -137,7 +200,7 @@ pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, String>
             };
             let mut args = Args::default();
             let quota = quota(call, holder).with_cost(units);
-            encode::refund(call.key.as_bytes(), &quota, &mut args).map_err(|e| e.to_string())?;
+            encode::refund(call.key.as_bytes(), &quota, &mut args)?;
             Ok(args)
         })
         .collect()
@@ -167,11 +230,11 @@ pub(crate) fn parse_peeks(
     replies: &[Value],
     backend: StoreBackend,
     units: u64,
-) -> Result<GroupGrant, String> {
+) -> Result<GroupGrant, ReplyError> {
     let views = replies
         .iter()
         .map(|reply| five(reply).map(View::from_fields))
-        .collect::<Result<Vec<View>, String>>()?;
+        .collect::<Result<Vec<View>, ReplyError>>()?;
     let granted = if views.iter().all(|view| view.allowed) {
         units
     } else {
@@ -185,25 +248,25 @@ pub(crate) fn parse_peeks(
     })
 }
 
-fn integer(value: &Value) -> Result<i64, String> {
+fn integer(value: &Value) -> Result<i64, ReplyError> {
     match value {
         Value::Int(n) => Ok(*n),
         Value::BulkString(bytes) => std::str::from_utf8(bytes)
             .ok()
             .and_then(|text| text.parse().ok())
-            .ok_or_else(|| format!("not an integer: {value:?}")),
-        other => Err(format!("not an integer: {other:?}")),
+            .ok_or_else(|| ReplyError::NotAnInteger(format!("{value:?}"))),
+        other => Err(ReplyError::NotAnInteger(format!("{other:?}"))),
     }
 }
 
-fn array(value: &Value) -> Result<&[Value], String> {
+fn array(value: &Value) -> Result<&[Value], ReplyError> {
     match value {
         Value::Array(items) | Value::Set(items) => Ok(items),
-        other => Err(format!("not an array: {other:?}")),
+        other => Err(ReplyError::NotAnArray(format!("{other:?}"))),
     }
 }
 
-fn five(value: &Value) -> Result<[i64; 5], String> {
+fn five(value: &Value) -> Result<[i64; 5], ReplyError> {
     match array(value)? {
         [a, b, c, d, e] => Ok([
             integer(a)?,
@@ -212,7 +275,7 @@ fn five(value: &Value) -> Result<[i64; 5], String> {
             integer(d)?,
             integer(e)?,
         ]),
-        other => Err(format!("expected 5 integers, got {} items", other.len())),
+        other => Err(ReplyError::NotFive(other.len())),
     }
 }
 
@@ -222,7 +285,7 @@ pub(crate) fn parse_acquire(
     request: &Acquire<'_>,
     reply: &Value,
     backend: StoreBackend,
-) -> Result<GroupGrant, String> {
+) -> Result<GroupGrant, ReplyError> {
     let partial = request.partial_min.is_some();
     match command.reply {
         Reply::Single => {
@@ -269,19 +332,18 @@ pub(crate) fn parse_acquire(
         Reply::Multi => {
             let items = array(reply)?;
             let [first, _, _, _, _, binding, per_limit] = items else {
-                return Err(format!("RL.MULTI: expected 7 items, got {}", items.len()));
+                return Err(ReplyError::MultiItems(items.len()));
             };
             let first = integer(first)?;
             let views = array(per_limit)?
                 .iter()
                 .map(|view| five(view).map(View::from_fields))
-                .collect::<Result<Vec<View>, String>>()?;
+                .collect::<Result<Vec<View>, ReplyError>>()?;
             if views.len() != request.limits.len() {
-                return Err(format!(
-                    "RL.MULTI: {} views for {} limits",
-                    views.len(),
-                    request.limits.len()
-                ));
+                return Err(ReplyError::MultiViews {
+                    views: views.len(),
+                    limits: request.limits.len(),
+                });
             }
             let granted = if partial {
                 u64::try_from(first).unwrap_or(0)

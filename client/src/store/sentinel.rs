@@ -215,33 +215,48 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Why a Sentinel URL is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SentinelUrlError {
+    /// Another scheme.
+    #[error("a Sentinel URL starts with redis+sentinel://")]
+    Scheme,
+    /// No name of the monitored primary.
+    #[error("no monitored name after the sentinels (…/mymaster)")]
+    NoName,
+    /// A database that is not a number.
+    #[error("the database '{0}' is not a number")]
+    Database(String),
+    /// More than `/name/db`.
+    #[error("more path than /name/db")]
+    Path,
+    /// Two commas in a row, or one at an end.
+    #[error("an empty sentinel address")]
+    EmptyAddress,
+}
+
 /// `redis+sentinel://h1:p1,h2:p2/name[/db]` → (addresses, name, db).
-pub fn parse_url(url: &str) -> Result<(Vec<String>, String, i64), String> {
+pub fn parse_url(url: &str) -> Result<(Vec<String>, String, i64), SentinelUrlError> {
     let rest = url
         .strip_prefix("redis+sentinel://")
-        .ok_or("a Sentinel URL starts with redis+sentinel://")?;
-    let (hosts, path) = rest
-        .split_once('/')
-        .ok_or("no monitored name after the sentinels (…/mymaster)")?;
+        .ok_or(SentinelUrlError::Scheme)?;
+    let (hosts, path) = rest.split_once('/').ok_or(SentinelUrlError::NoName)?;
     let mut parts = path.split('/').filter(|part| !part.is_empty());
-    let service = parts
-        .next()
-        .ok_or("no monitored name after the sentinels (…/mymaster)")?
-        .to_string();
+    let service = parts.next().ok_or(SentinelUrlError::NoName)?.to_string();
     let db = match parts.next() {
         Some(db) => db
             .parse::<i64>()
-            .map_err(|_| format!("the database '{db}' is not a number"))?,
+            .map_err(|_| SentinelUrlError::Database(db.to_string()))?,
         None => 0,
     };
     if parts.next().is_some() {
-        return Err("more path than /name/db".into());
+        return Err(SentinelUrlError::Path);
     }
     let sentinels: Vec<String> = hosts
         .split(',')
         .map(|host| {
             if host.is_empty() {
-                Err("an empty sentinel address".to_string())
+                Err(SentinelUrlError::EmptyAddress)
             } else if host
                 .rsplit_once(':')
                 .is_some_and(|(_, port)| !port.contains(']'))

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redis_ratelimit_client::store::{MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{
-    Algorithm, BreakerConfig, Fallback, Inputs, Lease, Limit, Policy, RateLimiter, Replicas, Source,
+    Algorithm, BreakerConfig, FakeClock, Fallback, Inputs, Lease, Limit, Policy, RateLimiter,
+    Replicas, Source,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -31,30 +32,41 @@ fn policy(capacity: u64, lease: Option<Lease>) -> Policy {
     builder.build().unwrap()
 }
 
-fn limiter(store: &Arc<MemoryStore>, policy: Policy, replicas: u64) -> RateLimiter {
-    RateLimiter::builder_shared(Arc::clone(store) as Arc<dyn Store>)
+/// How long the breaker stays open after one failure.
+const OPEN_FOR: Duration = Duration::from_millis(1);
+
+/// A limiter on a fake clock (moved by hand past the breaker's period).
+fn limiter(store: &Arc<MemoryStore>, policy: Policy, replicas: u64) -> (RateLimiter, FakeClock) {
+    let clock = FakeClock::new();
+    let limiter = RateLimiter::builder_shared(Arc::clone(store) as Arc<dyn Store>)
         .policy(policy)
         .replicas(Replicas::fixed(replicas))
         .breaker(BreakerConfig {
             failures: 1,
-            open_for: Duration::from_millis(1),
+            open_for: OPEN_FOR,
         })
+        .clock(clock.clone())
         .build()
-        .unwrap()
+        .unwrap();
+    (limiter, clock)
 }
 
 fn ann() -> Inputs {
     Inputs::new().with("user", "ann")
 }
 
-/// Checks until one comes from the store (the breaker probes after `open_for`).
-async fn until_the_store_answers(limiter: &RateLimiter) -> redis_ratelimit_client::Decision {
-    for _ in 0..500 {
+/// Checks until one comes from the store: the breaker probes once `open_for` has passed on
+/// the limiter's clock.
+async fn until_the_store_answers(
+    limiter: &RateLimiter,
+    clock: &FakeClock,
+) -> redis_ratelimit_client::Decision {
+    for _ in 0..3 {
         let decision = limiter.check("api", &ann()).await.unwrap();
         if decision.source != Source::Fallback {
             return decision;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        clock.advance(OPEN_FOR);
     }
     panic!("the store never answered again");
 }
@@ -62,7 +74,7 @@ async fn until_the_store_answers(limiter: &RateLimiter) -> redis_ratelimit_clien
 #[tokio::test]
 async fn the_fallback_starts_from_the_stores_last_answer_and_settles_with_it() {
     let store = Arc::new(MemoryStore::new());
-    let limiter = limiter(&store, policy(30, None), 3);
+    let (limiter, clock) = limiter(&store, policy(30, None), 3);
     for _ in 0..24 {
         assert!(limiter.check("api", &ann()).await.unwrap().allowed);
     }
@@ -79,7 +91,7 @@ async fn the_fallback_starts_from_the_stores_last_answer_and_settles_with_it() {
     );
     store.set_down(false);
     // The first answer charges the store the 2 units first: 6 - 2 - 1 left.
-    let decision = until_the_store_answers(&limiter).await;
+    let decision = until_the_store_answers(&limiter, &clock).await;
     assert!(decision.allowed);
     assert_eq!(decision.limits[0].remaining, 3);
 }
@@ -87,7 +99,7 @@ async fn the_fallback_starts_from_the_stores_last_answer_and_settles_with_it() {
 #[tokio::test]
 async fn a_flapping_store_never_grants_an_exhausted_key_a_share() {
     let store = Arc::new(MemoryStore::new());
-    let limiter = limiter(&store, policy(30, None), 1);
+    let (limiter, clock) = limiter(&store, policy(30, None), 1);
     for _ in 0..30 {
         assert!(limiter.check("api", &ann()).await.unwrap().allowed);
     }
@@ -98,7 +110,7 @@ async fn a_flapping_store_never_grants_an_exhausted_key_a_share() {
             admitted += u64::from(limiter.check("api", &ann()).await.unwrap().allowed);
         }
         store.set_down(false);
-        let decision = until_the_store_answers(&limiter).await;
+        let decision = until_the_store_answers(&limiter, &clock).await;
         admitted += u64::from(decision.allowed);
     }
     // A unit refills every 2 minutes: none in this test.
@@ -111,7 +123,7 @@ async fn a_flapping_store_never_grants_an_exhausted_key_a_share() {
 #[tokio::test]
 async fn a_flapping_store_grants_a_share_once() {
     let store = Arc::new(MemoryStore::new());
-    let limiter = limiter(&store, policy(30, None), 2);
+    let (limiter, clock) = limiter(&store, policy(30, None), 2);
     // A fresh key: the store says 29 left after the first request.
     assert!(limiter.check("api", &ann()).await.unwrap().allowed);
     let mut admitted = 1;
@@ -121,7 +133,7 @@ async fn a_flapping_store_grants_a_share_once() {
             admitted += u64::from(limiter.check("api", &ann()).await.unwrap().allowed);
         }
         store.set_down(false);
-        admitted += u64::from(until_the_store_answers(&limiter).await.allowed);
+        admitted += u64::from(until_the_store_answers(&limiter, &clock).await.allowed);
     }
     // Episode 1 admits 29 / 2 = 14 locally, settled on recovery (29 - 14 - 1 = 14 left);
     // episode 2 admits 7 of them, and so on: every unit admitted came from the store.
@@ -180,7 +192,7 @@ async fn a_stall_of_the_store_is_not_an_outage_when_it_answers_since() {
 async fn requests_waiting_for_a_claim_take_its_result() {
     let store = Arc::new(MemoryStore::new());
     // Claims of 4, up to 16 when 16 requests wait; the store takes 30 ms per call.
-    let limiter = limiter(&store, policy(1000, Some(Lease::new(4).max_units(16))), 1);
+    let (limiter, _clock) = limiter(&store, policy(1000, Some(Lease::new(4).max_units(16))), 1);
     store.set_delay(Duration::from_millis(30));
     let tasks: Vec<_> = (0..16)
         .map(|_| {
@@ -206,7 +218,7 @@ async fn requests_waiting_for_a_claim_take_its_result() {
 
     // An exhausted key: the claim's denial answers every request that waited for it.
     let exhausted = Arc::new(MemoryStore::new());
-    let limiter = self::limiter(&exhausted, policy(2, Some(Lease::new(2))), 1);
+    let (limiter, _clock) = self::limiter(&exhausted, policy(2, Some(Lease::new(2))), 1);
     assert!(limiter.check("api", &ann()).await.unwrap().allowed);
     assert!(limiter.check("api", &ann()).await.unwrap().allowed);
     let before = exhausted.calls();

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis_ratelimit_client::store::{Capabilities, MemoryStore, Store, StoreBackend};
 use redis_ratelimit_client::{
-    Algorithm, BreakerConfig, CheckError, Fallback, Inputs, Job, JobLimit, Lease, Limit, Outcome,
-    Policy, Profile, RateLimiter, Replicas, Source,
+    Algorithm, BreakerConfig, CheckError, FakeClock, Fallback, Inputs, Job, JobLimit, Lease, Limit,
+    Outcome, Policy, Profile, RateLimiter, Replicas, Source,
 };
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -266,7 +266,13 @@ async fn a_partial_claim_takes_the_last_units() {
 async fn unspent_lease_units_are_refunded_after_the_lifetime() {
     let store = Arc::new(MemoryStore::new());
     let lifetime = Duration::from_millis(100);
-    let first = limiter_on(&store, leased_policy(10, 8, lifetime));
+    // The first replica's lease expires on its clock, moved by hand.
+    let clock = FakeClock::new();
+    let first = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(leased_policy(10, 8, lifetime))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     let second = limiter_on(&store, leased_policy(10, 8, lifetime));
     assert!(first.check("api", &user("ann")).await.unwrap().allowed); // claims 8, 7 left leased
     // The other replica gets the 2 units the store still has, then is denied.
@@ -278,7 +284,9 @@ async fn unspent_lease_units_are_refunded_after_the_lifetime() {
         admitted, 2,
         "units leased by the first replica are not available"
     );
-    // Once the first replica's lease expires its 7 units go back to the store.
+    // Once the first replica's lease expires its 7 units go back to the store (at the
+    // sweeper's next round, every half lifetime).
+    clock.advance(lifetime);
     let deadline = Instant::now() + Duration::from_secs(5);
     let policy_without_cache = Policy::builder("peek")
         .limit(limit("per-user", 10, "rl:{user}"))
@@ -473,12 +481,17 @@ async fn a_share_below_one_unit_admits_nothing_locally() {
 async fn a_slow_store_times_out_into_the_fallback_and_the_breaker_stops_calling_it() {
     let store = Arc::new(MemoryStore::new());
     store.set_delay(Duration::from_secs(5));
+    // The breaker's period passes on the limiter's clock, moved by hand; the store calls'
+    // timeouts are real.
+    let clock = FakeClock::new();
+    let open_for = Duration::from_secs(2);
     let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
         .policy(failing_policy(Fallback::Local, 100))
         .breaker(BreakerConfig {
             failures: 3,
-            open_for: Duration::from_secs(2),
+            open_for,
         })
+        .clock(clock.clone())
         .build()
         .unwrap();
     for _ in 0..10 {
@@ -490,20 +503,24 @@ async fn a_slow_store_times_out_into_the_fallback_and_the_breaker_stops_calling_
             elapsed < Duration::from_millis(200),
             "answered in {elapsed:?}"
         );
+        // The time the check took, on the limiter's clock too (each timeout is a failure
+        // of its own, not one stall).
+        clock.advance(elapsed);
     }
     assert_eq!(store.calls(), 3, "the breaker opened after 3 timeouts");
     assert!(limiter.store_unreachable());
     // The store recovers: after open_for a probe goes through and closes the circuit.
     store.set_delay(Duration::ZERO);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let decision = limiter.check("api", &user("ann")).await.unwrap();
-        if decision.source == Source::Store(StoreBackend::Memory) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never went back to the store");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert_eq!(
+        limiter.check("api", &user("ann")).await.unwrap().source,
+        Source::Fallback,
+        "still open"
+    );
+    clock.advance(open_for);
+    assert_eq!(
+        limiter.check("api", &user("ann")).await.unwrap().source,
+        Source::Store(StoreBackend::Memory)
+    );
     assert!(!limiter.store_unreachable());
 }
 

@@ -1,4 +1,4 @@
-//! The client under stress: issue 19's four runs, on real processes (Redis with the module,
+//! The client under stress: four runs on real processes (Redis with the module,
 //! the demo service, this test's own bounded loopback load generator), each asserting that
 //! what the fleet admitted is within the algorithm's allowance plus the stated bound
 //! (README, Guarantees):
@@ -13,7 +13,7 @@
 //!
 //! The figures are printed (`cargo test -p redis-ratelimit-client --test client stress --
 //! --nocapture --test-threads=1`), with Redis's own CPU per request (`INFO cpu`).
-//! `RL_STRESS_S=20` runs the healthy runs for 20 s each, as the issue did (default 5).
+//! `RL_STRESS_S=20` runs the healthy runs for 20 s each (default 5).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

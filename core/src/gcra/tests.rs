@@ -271,12 +271,12 @@ fn documented_replies() {
         Key::default().reply(&params(15, 30, 60, 1), T0_US),
         [0, 16, 15, -1, 2]
     );
-    // Issue #37: cl.throttle user123 5 5 3600
+    // redis-cell's report of `cl.throttle user123 5 5 3600`
     assert_eq!(
         Key::default().reply(&params(5, 5, 3600, 1), T0_US),
         [0, 6, 5, -1, 720]
     );
-    // Issue #50 (before the round-up of PR #58 the reset read 0)
+    // redis-cell's report of a burst of 1000 (before it rounded the reply up, the reset read 0)
     assert_eq!(
         Key::default().reply(&params(1000, 1000, 60, 1), T0_US),
         [0, 1001, 1000, -1, 1]
@@ -287,7 +287,7 @@ fn documented_replies() {
     assert_eq!(key.reply(&p, T0_US), [0, 1, 0, -1, 2]);
     assert_eq!(key.reply(&p, T0_US), [1, 1, 0, 2, 2]);
     assert_eq!(key.reply(&p, T0_US + 2 * SECOND), [0, 1, 0, -1, 2]);
-    // Issue #48: CL.THROTTLE somekey 0 3 60 1, rounded up since PR #58
+    // redis-cell's report of `CL.THROTTLE somekey 0 3 60 1`, rounded up as 0.4.0 does
     let p = params(0, 3, 60, 1);
     let mut key = Key::default();
     assert_eq!(key.reply(&p, T0_US), [0, 1, 0, -1, 20]);
@@ -468,7 +468,7 @@ fn negative_quantities_give_back_but_not_beyond_now() {
     let mut key = Key::default();
     key.throttle(&p(4), T0_US);
     assert_eq!(key.state.unwrap().tat_ns(), (T0_US + 4 * SECOND) * 1000);
-    // As in redis-cell (issue #22): the TAT moves back.
+    // As in redis-cell (returning tokens): the TAT moves back.
     let mut reference = redis_cell::Store {
         value: key.state.map(|s| s.tat_ns() as u64),
     };

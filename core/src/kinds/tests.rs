@@ -59,6 +59,11 @@ fn the_table_lists_every_kind_once_in_byte_order() {
 fn names_read_back() {
     for kind in Kind::ALL.iter().copied() {
         assert_eq!(Kind::from_config_name(kind.config_name()), Some(kind));
+        assert_eq!(
+            Kind::from_config_name(kind.short_name()),
+            Some(kind),
+            "an alias"
+        );
         let name = kind.command_name().unwrap();
         assert_eq!(
             Kind::named(name.to_ascii_lowercase().as_bytes()),

@@ -1,4 +1,4 @@
-//! Plans and overrides (issue 17) against a real server with the module: the store's atomic
+//! Plans and overrides against a real server with the module: the store's atomic
 //! writes, the audit stream and notifications, `rlctl` (good and bad input), precedence
 //! and expiry through the limiter, what a change does to existing state, and how a
 //! replica's view follows the store (notifications, the backstop, a cut subscription,

@@ -1,5 +1,5 @@
 //! Descriptor values in the config: exact, or with `*` wildcards (trailing, as the reference
-//! has always had, or inner, since its #1085).
+//! has always had, or inner, since its change that added wildcards anywhere in a value).
 
 /// A config `value`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser, Subcommand};
-use redis_ratelimit_plans::spec::{LIMIT_SYNTAX, parse_duration};
+use redis_ratelimit_plans::spec::{LIMIT_SYNTAX, SpecError, parse_duration};
 
 const AFTER_HELP: &str = "\
 Commands in full:
@@ -167,20 +167,34 @@ enum OverrideCommand {
     Prune,
 }
 
-fn version_number(text: &str) -> Result<u64, String> {
-    text.parse()
-        .map_err(|_| format!("takes a version number (got '{text}')"))
+/// Why a flag's value is refused (clap names the flag before it).
+#[derive(Debug, thiserror::Error)]
+enum ValueError {
+    /// Not a whole number.
+    #[error("takes a version number (got '{0}')")]
+    Version(String),
+    /// Not a whole number above zero.
+    #[error("takes a positive number (got '{0}')")]
+    Positive(String),
+    /// Not a duration.
+    #[error("{0}")]
+    Duration(SpecError),
 }
 
-fn positive(text: &str) -> Result<u64, String> {
+fn version_number(text: &str) -> Result<u64, ValueError> {
+    text.parse()
+        .map_err(|_| ValueError::Version(text.to_string()))
+}
+
+fn positive(text: &str) -> Result<u64, ValueError> {
     text.parse()
         .ok()
         .filter(|n| *n > 0)
-        .ok_or(format!("takes a positive number (got '{text}')"))
+        .ok_or_else(|| ValueError::Positive(text.to_string()))
 }
 
-fn duration(text: &str) -> Result<Duration, String> {
-    parse_duration(text).map_err(|error| error.0)
+fn duration(text: &str) -> Result<Duration, ValueError> {
+    parse_duration(text).map_err(ValueError::Duration)
 }
 
 /// What to do.

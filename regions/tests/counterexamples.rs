@@ -1,0 +1,147 @@
+//! Scenarios built by hand: the bound holds where it should, and each broken variant
+//! produces a counterexample of exactly the predicted size.
+#![allow(
+    clippy::arithmetic_side_effects,
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
+use redis_ratelimit_core::regional::Why;
+use redis_ratelimit_regions::check::excess;
+use redis_ratelimit_regions::limit::{Fraction, GlobalLimit, Mode};
+use redis_ratelimit_regions::net::Link;
+use redis_ratelimit_regions::sim::{Bug, Outcome, RegionSpec, Scenario, run};
+
+const MS: i64 = 1000;
+
+/// `calls` calls of one unit at `at_ms`.
+fn burst(at_ms: i64, calls: usize) -> Vec<(i64, u64)> {
+    vec![(at_ms * MS, 1); calls]
+}
+
+fn region(demand: Vec<(i64, u64)>, partitions: Vec<(i64, i64)>) -> RegionSpec {
+    RegionSpec {
+        weight: 1,
+        drift_ppm: 0,
+        offset_us: 0,
+        link: Link {
+            delay_us: 10 * MS,
+            jitter_us: 0,
+            loss_per_mille: 0,
+            partitions,
+        },
+        demand,
+    }
+}
+
+/// A token bucket of `capacity` at 10/s, all of it pooled (f = 0), P = 300 ms, a = 100 ms
+/// (T = 400 ms), one-way delay 10 ms, agents asking for `k` units.
+fn bucket(capacity: u64, mode: Mode, k: u64, regions: Vec<RegionSpec>) -> Scenario {
+    Scenario {
+        limit: GlobalLimit::TokenBucket {
+            capacity,
+            per_second: 10,
+        },
+        fraction: Fraction { num: 0, den: 1 },
+        mode,
+        refresh_us: 300 * MS,
+        margin_us: 100 * MS,
+        rho_ppm: 0,
+        lease_units: k,
+        regions,
+        wait: true,
+        replication_us: MS,
+        failovers: vec![],
+        duration_us: 2000 * MS,
+        give_back: false,
+        hot_only: false,
+        seed: 1,
+        bug: Bug::default(),
+    }
+}
+
+fn over(scenario: &Scenario) -> (u64, Outcome) {
+    let outcome = run(scenario);
+    (
+        excess(scenario.limit.bound(), &outcome.log()).units,
+        outcome,
+    )
+}
+
+/// Carryover: a region spends its first lease (all of the full pool) just before the second
+/// arrives, then the second (at 325 ms: what the pool refilled between the two grants, at 10 ms and
+/// 310 ms: 300 ms × 10/s = 3 units) at once: 3 units over, within `min(2k, r × T) = 4`.
+/// Pre-paid, the same schedule is held to the bound.
+#[test]
+fn without_the_pre_pay_the_refill_between_two_grants_is_over_admitted() {
+    let demand = [burst(319, 20), burst(325, 20)].concat();
+    let carryover = bucket(6, Mode::Carryover, 6, vec![region(demand.clone(), vec![])]);
+    let (units, outcome) = over(&carryover);
+    let predicted = 10 * 300 / 1000;
+    assert_eq!(units, predicted, "{outcome:?}");
+    let (two_k, refill_in_t) = (2 * 6, 10 * 400 / 1000);
+    assert!(units <= u64::min(two_k, refill_in_t));
+
+    let prepaid = bucket(6, Mode::PrePaid, 6, vec![region(demand, vec![])]);
+    assert_eq!(prepaid.split().prepaid_units, 4);
+    let (units, outcome) = over(&prepaid);
+    assert_eq!(units, 0, "{outcome:?}");
+    assert!(outcome.admissions.iter().all(|a| a.why == Why::Lease));
+}
+
+/// Pre-paid, with leases living 400 ms longer than T: the region is cut from home for the
+/// second refresh, so its first lease (16 units at 10 ms) is still spent at 619 ms, and the
+/// third lease (granted at 610 ms: the 6 units refilled in 600 ms) at 625 ms: 22 units where
+/// a bucket of 20 allows 20. Predicted: the refill during the lease's life beyond T,
+/// `⌊r × (610 − 10) ms⌋ − ⌈r × T⌉ = 6 − 4 = 2`. With leases of T, the same schedule holds.
+#[test]
+fn a_lease_outliving_t_over_admits_the_refill_of_its_extra_life() {
+    let demand = [burst(619, 30), burst(625, 30)].concat();
+    let cut = vec![(250 * MS, 350 * MS)];
+    let mut outliving = bucket(20, Mode::PrePaid, 16, vec![region(demand, cut)]);
+    outliving.bug.lease_outlives_us = 400 * MS;
+    let (units, outcome) = over(&outliving);
+    let predicted = 10 * 600 / 1000 - 10 * 400 / 1000;
+    assert_eq!(units, predicted, "{outcome:?}");
+
+    let mut correct = outliving.clone();
+    correct.bug = Bug::default();
+    let (units, outcome) = over(&correct);
+    assert_eq!(units, 0, "{outcome:?}");
+    assert!(outcome.home_unreachable > 0, "{outcome:?}");
+}
+
+/// A failover within the replication lag of a grant: with `WAIT` the grant is lost with its
+/// reply (the region never spends it); without, region 0 spends its 9 units (the whole
+/// pre-paid pool: 10 less ⌈10/s × 40 ms⌉) and home, having forgotten them, grants region 1
+/// the same 9 again: 18 units in 20 ms where the bucket allows 10, 8 over (the lost grant less
+/// the pre-pay).
+#[test]
+fn without_wait_a_failover_grants_the_same_units_twice() {
+    let regions = |wait: bool| {
+        let mut scenario = bucket(
+            10,
+            Mode::PrePaid,
+            9,
+            vec![region(burst(25, 10), vec![]), region(burst(45, 10), vec![])],
+        );
+        // Region 1's first request is lost, its second (at 20 ms) reaches home at 30 ms;
+        // region 0 is cut from home after its first.
+        scenario.regions[1].link.partitions = vec![(0, MS)];
+        scenario.regions[0].link.partitions = vec![(15 * MS, 100 * MS)];
+        scenario.refresh_us = 20 * MS;
+        scenario.margin_us = 20 * MS;
+        scenario.replication_us = 5 * MS;
+        scenario.failovers = vec![12 * MS];
+        scenario.wait = wait;
+        scenario.duration_us = 50 * MS;
+        scenario
+    };
+    let (units, outcome) = over(&regions(true));
+    assert_eq!(units, 0, "{outcome:?}");
+    assert_eq!(outcome.lost_grants, 1, "{outcome:?}");
+    let (units, outcome) = over(&regions(false));
+    assert_eq!(regions(false).split().prepaid_units, 1);
+    assert_eq!(units, 9 - 1, "{outcome:?}");
+}
