@@ -16,12 +16,8 @@ use redis::{Cmd, ErrorKind, RedisError, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
-<<<<<<< HEAD
-use super::backend::{self, Backend, Probe, Resolved};
-use super::batch::{BatchOptions, Batcher};
-=======
 use super::backend::{self, Backend, BackendError, Probe, Resolved};
->>>>>>> main
+use super::batch::{BatchOptions, Batcher};
 use super::reply;
 use super::{
     Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
@@ -505,24 +501,13 @@ impl Store for RedisStore {
             let backend = self.backend().ok_or_else(|| {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
-<<<<<<< HEAD
-            let command =
-                reply::acquire_command(request, self.multi()).map_err(StoreError::Server)?;
+            let command = reply::acquire_command(request, self.multi())?;
             let slot = request
                 .limits
                 .first()
                 .and_then(|limit| self.slot(limit.key));
             let value = self.run_batched(connection, slot, command.args()).await?;
-            reply::parse_acquire(&command, request, &value, backend)
-                .map_err(|detail| StoreError::Server(format!("unexpected reply: {detail}")))
-=======
-            let command = reply::acquire_command(request, self.multi())?;
-            let value = self
-                .run(connection, command.args())
-                .await
-                .map_err(|error| store_error(&error))?;
             reply::parse_acquire(&command, request, &value, backend).map_err(StoreError::from)
->>>>>>> main
         })
     }
 
