@@ -339,7 +339,7 @@ fn random_quota(rng: &mut Rng, kind: &str) -> Quota {
                 let Ok(params) = GcraParams::new(max_burst, count, period, 1) else {
                     continue;
                 };
-                Quota::Gcra(params)
+                Quota::Gcra(Box::new(params))
             }
             _ => {
                 let limit = rng.range(1, 8);
@@ -611,7 +611,7 @@ fn single_trace(rng: &mut Rng, out: &mut String, trace: u64, kind: &str, steps: 
                     // CL.THROTTLE with any quantity (0 peeks, negative gives back).
                     let quantity = rng.signed(-3, 8);
                     let params = params.with_quantity(quantity);
-                    let held = map.held(&keys, &[Quota::Gcra(params)], now_us);
+                    let held = map.held(&keys, &[Quota::Gcra(Box::new(params))], now_us);
                     let state = match held[0] {
                         Some(LimiterRef::Gcra(g)) => Some(*g),
                         _ => None,
@@ -629,7 +629,7 @@ fn single_trace(rng: &mut Rng, out: &mut String, trace: u64, kind: &str, steps: 
                     writeln!(
                         out,
                         "{{\"t\":\"thr\",\"tr\":{trace},\"now\":{now_us},\"keys\":[\"k\"],\"q\":[{}],\"cell\":{reply:?},\"d\":{},\"exp\":{expiry},\"s\":[{}]}}",
-                        quota_json(&Quota::Gcra(params)),
+                        quota_json(&Quota::Gcra(Box::new(params))),
                         decision(&evaluation.decision),
                         map.digest("k")
                     )

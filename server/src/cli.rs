@@ -9,6 +9,7 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use redis_ratelimit_client::Fallback;
+use redis_ratelimit_client::store::BatchOptions;
 use redis_ratelimit_plans::PlanOptions;
 
 use crate::config::{self, FileBounds};
@@ -36,6 +37,8 @@ pub struct Options {
     pub lease: Option<u64>,
     /// Store call timeout.
     pub timeout: Duration,
+    /// How concurrent checks share a write to Redis.
+    pub batch: BatchOptions,
     /// Failure mode.
     pub failure: Fallback,
     /// Replica count.
@@ -173,6 +176,16 @@ struct Args {
     /// Longest wait for one store call
     #[arg(long, value_name = "MS", default_value = "20", value_parser = positive_ms)]
     timeout_ms: Duration,
+
+    /// Longest a check waits to share a write to Redis with the checks arriving while an
+    /// earlier call is in flight (0: each check its own write; a check on an idle
+    /// connection is never held)
+    #[arg(long, value_name = "US", default_value = "200", value_parser = batch_window)]
+    batch_window_us: Duration,
+
+    /// Most checks in one write to Redis
+    #[arg(long, value_name = "N", default_value = "64", value_parser = batch_max)]
+    batch_max: usize,
 
     /// What a check does when the store is out of reach
     #[arg(long, value_name = "MODE", value_enum, default_value = "local")]
@@ -585,6 +598,21 @@ fn positive_ms(text: &str) -> Result<Duration, String> {
     positive(text).map(Duration::from_millis)
 }
 
+fn batch_window(text: &str) -> Result<Duration, String> {
+    match count(text)? {
+        window @ 0..=100_000 => Ok(Duration::from_micros(window)),
+        _ => Err("is at most 100000 (0.1 s)".into()),
+    }
+}
+
+fn batch_max(text: &str) -> Result<usize, String> {
+    let limit = BatchOptions::LIMIT_MAX;
+    match usize::try_from(count(text)?) {
+        Ok(max @ 1..) if max <= limit => Ok(max),
+        _ => Err(format!("is 1 to {limit}")),
+    }
+}
+
 fn at_least_one(text: &str) -> Result<usize, String> {
     Ok(usize::try_from(count(text)?.max(1)).unwrap_or(usize::MAX))
 }
@@ -704,6 +732,10 @@ where
         )?,
         lease: args.lease.filter(|units| *units > 0),
         timeout: args.timeout_ms,
+        batch: BatchOptions {
+            window: args.batch_window_us,
+            max: args.batch_max,
+        },
         failure: match args.failure_mode {
             FailureMode::Allow => Fallback::Open,
             FailureMode::Deny => Fallback::Closed,
@@ -805,6 +837,7 @@ mod tests {
         assert_eq!(options.grpc_listen, Some("127.0.0.1:8081".parse().unwrap()));
         assert_eq!(options.http_listen, Some("127.0.0.1:8080".parse().unwrap()));
         assert_eq!(options.lease, None);
+        assert_eq!(options.batch, BatchOptions::default());
         assert_eq!(options.timeout, Duration::from_millis(20));
         assert_eq!(options.failure, Fallback::Local);
         assert_eq!(options.replicas, 1);
@@ -940,6 +973,12 @@ mod tests {
                 "'--plans-check-ms <MS>': must be above 0",
             ),
             ("--lease -1", "a non-negative integer is expected"),
+            (
+                "--batch-window-us 100001",
+                "'--batch-window-us <US>': is at most 100000 (0.1 s)",
+            ),
+            ("--batch-max 0", "'--batch-max <N>': is 1 to 1024"),
+            ("--batch-max 1025", "'--batch-max <N>': is 1 to 1024"),
             (
                 "--failure-mode maybe",
                 "[possible values: allow, deny, local]",

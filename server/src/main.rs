@@ -81,6 +81,7 @@ fn main() -> ExitCode {
 fn store(options: &Options) -> Result<Arc<dyn Store>, StartError> {
     let store_options = RedisStoreOptions {
         connect_timeout: options.timeout.max(std::time::Duration::from_millis(500)),
+        batch: options.batch,
         ..RedisStoreOptions::default()
     };
     let store: Result<Arc<dyn Store>, _> = if options.cluster {

@@ -7,6 +7,7 @@
 //! have no server.
 
 mod backend;
+mod batch;
 mod memory;
 mod redis;
 mod reply;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use crate::algorithm::Algorithm;
 
 pub use self::backend::Backend;
+pub use self::batch::BatchOptions;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
 #[cfg(feature = "sentinel")]

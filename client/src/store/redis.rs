@@ -17,6 +17,7 @@ use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
 use super::backend::{self, Backend, BackendError, Probe, Resolved};
+use super::batch::{BatchOptions, Batcher};
 use super::reply;
 use super::{
     Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
@@ -44,6 +45,8 @@ pub struct RedisStoreOptions {
     /// Which implementation to call: the module, the Functions library, or the library as
     /// a script; [`Backend::Auto`] (the default) picks when first connected.
     pub backend: Backend,
+    /// How concurrent acquires share a write ([`BatchOptions::OFF`]: each on its own).
+    pub batch: BatchOptions,
 }
 
 impl Default for RedisStoreOptions {
@@ -52,6 +55,7 @@ impl Default for RedisStoreOptions {
             connect_timeout: Duration::from_secs(1),
             multi: MultiSupport::Detect,
             backend: Backend::Auto,
+            batch: BatchOptions::default(),
         }
     }
 }
@@ -65,7 +69,7 @@ enum Target {
 }
 
 #[derive(Clone)]
-enum Connection {
+pub(super) enum Connection {
     Single(Box<ConnectionManager>),
     Cluster(ClusterConnection),
 }
@@ -85,7 +89,21 @@ impl Connection {
         }
     }
 
-    async fn pipeline(
+    /// Runs one command; an error reply is a value (`Value::ServerError`), as in a
+    /// pipeline's replies, for the caller to read.
+    pub(super) async fn query_raw(&self, command: &Cmd) -> Result<Value, RedisError> {
+        match self {
+            Self::Single(manager) => {
+                ConnectionManager::clone(manager)
+                    .req_packed_command(command)
+                    .await
+            }
+            Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
+        }
+    }
+
+    /// Runs `count` commands in one pipeline; error replies are values.
+    pub(super) async fn pipeline(
         &self,
         pipeline: &redis::Pipeline,
         count: usize,
@@ -128,6 +146,8 @@ struct Inner {
     multi: AtomicU8,
     /// The backend in use, once resolved on the first connection.
     backend: OnceLock<Resolved>,
+    /// Holds concurrent acquires for a shared write.
+    batcher: Arc<Batcher>,
 }
 
 /// The latest connection attempt.
@@ -183,6 +203,7 @@ impl RedisStore {
             MultiSupport::Yes => PRESENT,
             MultiSupport::No => ABSENT,
         };
+        let batcher = Batcher::new(options.batch);
         Self {
             inner: Arc::new(Inner {
                 target,
@@ -191,6 +212,7 @@ impl RedisStore {
                 attempts: watch::Sender::new(Attempt::default()),
                 multi: AtomicU8::new(multi),
                 backend: OnceLock::new(),
+                batcher,
             }),
         }
     }
@@ -348,20 +370,34 @@ impl RedisStore {
             .filter(|backend| backend::lost(*backend, code, detail))
     }
 
-    /// Runs `args` on the backend; a script or library the server no longer has
-    /// (`NOSCRIPT` after a restart or `SCRIPT FLUSH`; `Function not found` after `FUNCTION
-    /// FLUSH`) is loaded again and the call retried once.
-    async fn run(&self, connection: &Connection, args: &Args) -> Result<Value, RedisError> {
-        let result = connection.query(&self.command(args)).await;
-        match result {
+    /// Runs an acquire's `args` (on a key of `slot`) on the backend, through the batcher:
+    /// sent at once when nothing is in flight, else in one write with the acquires waiting
+    /// with it. A script or library the server no longer has (`NOSCRIPT` after a restart or
+    /// `SCRIPT FLUSH`; `Function not found` after `FUNCTION FLUSH`) is loaded again and the
+    /// call retried once.
+    async fn run_batched(
+        &self,
+        connection: &Connection,
+        slot: Option<u16>,
+        args: &Args,
+    ) -> Result<Value, StoreError> {
+        let reply = self
+            .inner
+            .batcher
+            .run(connection, slot, self.command(args))
+            .await?;
+        match reply.extract_error() {
+            Ok(value) => Ok(value),
             Err(error) => match self.lost(error.code(), error.detail()) {
                 Some(backend) => {
                     let _ = backend::reload(connection, backend).await;
-                    connection.query(&self.command(args)).await
+                    connection
+                        .query(&self.command(args))
+                        .await
+                        .map_err(|error| store_error(&error))
                 }
-                None => Err(error),
+                None => Err(store_error(&error)),
             },
-            other => other,
         }
     }
 }
@@ -486,10 +522,11 @@ impl Store for RedisStore {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
             let command = reply::acquire_command(request, self.multi())?;
-            let value = self
-                .run(connection, command.args())
-                .await
-                .map_err(|error| store_error(&error))?;
+            let slot = request
+                .limits
+                .first()
+                .and_then(|limit| self.slot(limit.key));
+            let value = self.run_batched(connection, slot, command.args()).await?;
             reply::parse_acquire(&command, request, &value, backend).map_err(StoreError::from)
         })
     }

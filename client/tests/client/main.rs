@@ -17,6 +17,7 @@
     missing_docs
 )]
 
+mod batching;
 mod cluster_stall;
 mod continuity;
 mod fleet;

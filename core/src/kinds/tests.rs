@@ -16,9 +16,18 @@ fn one_of_each() -> Vec<Quota> {
         Quota::SlidingWindow(WindowParams::new(10, 60_000_000, 1).unwrap()),
         Quota::FixedWindow(WindowParams::new(10, 60_000_000, 1).unwrap()),
         Quota::SlidingLog(SlidingLogParams::new(10, 60_000_000, 1, 1_000).unwrap()),
-        Quota::Gcra(GcraParams::new(9, 10, 60, 1).unwrap()),
+        Quota::Gcra(Box::new(GcraParams::new(9, 10, 60, 1).unwrap())),
         Quota::Concurrency(Box::new(slots.with_holder(holder))),
     ]
+}
+
+#[test]
+fn a_quota_is_as_small_as_a_token_bucket_s_parameters() {
+    // What the engine and the glue move around per limit: the largest unboxed parameters
+    // (a token bucket's 32 bytes) and the tag. GCRA's five fields and an in-flight limit's
+    // holder are boxed.
+    assert_eq!(std::mem::size_of::<TokenBucketParams>(), 32);
+    assert_eq!(std::mem::size_of::<Quota>(), 40);
 }
 
 /// The limiter a key holds after one admitted call of `quota`.

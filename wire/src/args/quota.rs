@@ -59,7 +59,7 @@ pub fn quota(kind: Kind, args: &[&[u8]], settings: Settings) -> Result<Quota, Co
         Kind::SlidingWindow => window(args).map(Quota::SlidingWindow),
         Kind::FixedWindow => window(args).map(Quota::FixedWindow),
         Kind::SlidingLog => sliding_log(args, settings.max_log_entries).map(Quota::SlidingLog),
-        Kind::Gcra => gcra(args).map(Quota::Gcra),
+        Kind::Gcra => gcra(args).map(|params| Quota::Gcra(params.into())),
         Kind::Concurrency => {
             concurrency(args, settings.max_holders).map(|params| Quota::Concurrency(params.into()))
         }
