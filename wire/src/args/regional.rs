@@ -30,16 +30,38 @@ pub const SAME_KEY: CommandError = CommandError::Message(
     "ERR RL.REGIONAL needs two keys: the floor's limiter and the lease (the same key was given twice)",
 );
 
+/// Whether a kind's quota can be leased by regions: every kind but the in-flight limit.
+fn can_be_floor(kind: Kind) -> bool {
+    kind != Kind::Concurrency
+}
+
+/// `A, B or C`: the names the table lists, in its order.
+fn or_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// `ALGORITHM <parameters> [cost]` of `RL.REGIONAL` after its two keys: the floor's quota,
 /// of the call's cost. In-flight limits are refused: their pooled slots are leased as
 /// holders, not as units of a balance.
 pub fn floor(args: &[&[u8]], settings: Settings) -> Result<Quota, CommandError> {
     let (name, rest) = args.split_first().ok_or(CommandError::WrongArity)?;
     let kind = algorithm(name)?;
-    if kind == Kind::Concurrency {
-        return Err(CommandError::Message(
-            "ERR an in-flight limit cannot be a regional floor (RL.REGIONAL takes TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA)",
-        ));
+    if !can_be_floor(kind) {
+        return Err(CommandError::Dynamic(format!(
+            "ERR {} cannot be a regional floor (RL.REGIONAL takes {})",
+            kind.describe(),
+            or_list(
+                Kind::ALL
+                    .iter()
+                    .filter(|k| can_be_floor(**k))
+                    .filter_map(|k| k.command_name())
+            )
+        )));
     }
     match with_cost(kind, rest, settings)? {
         (quota, []) => Ok(quota),
