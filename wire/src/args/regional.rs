@@ -11,7 +11,7 @@ use super::value::{Settings, algorithm};
 use crate::error::{ArgError, CommandError, Rule};
 use std::ffi::CStr;
 
-use redis_ratelimit_core::kinds::{Kind, Quota};
+use redis_ratelimit_core::kinds::{Kind, Quota, or_list};
 use redis_ratelimit_core::number::{NumberError, parse_positive_integer};
 use redis_ratelimit_core::regional::Why;
 use redis_ratelimit_core::time::{MAX_NOW_US, US_PER_MS};
@@ -33,16 +33,6 @@ pub const SAME_KEY: CommandError = CommandError::Message(
 /// Whether a kind's quota can be leased by regions: every kind but the in-flight limit.
 fn can_be_floor(kind: Kind) -> bool {
     kind != Kind::Concurrency
-}
-
-/// `A, B or C`: the names the table lists, in its order.
-fn or_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    let names: Vec<&str> = names.collect();
-    match names.split_last() {
-        Some((last, [])) => (*last).to_string(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    }
 }
 
 /// `ALGORITHM <parameters> [cost]` of `RL.REGIONAL` after its two keys: the floor's quota,
