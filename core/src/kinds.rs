@@ -514,6 +514,17 @@ impl Kind {
     }
 }
 
+/// `a, b or c`: names in the order given (the table's, for texts that list kinds), so a text
+/// listing algorithms follows the table rather than a hand-written copy.
+pub fn or_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.into_iter().collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects)]
 mod tests;

@@ -19,7 +19,7 @@ use redis_ratelimit_client::{BuildError, Limit, PolicySource};
 use super::connection::{PlanConnection, PlanServer};
 use super::plan_store::{self, CHANNEL, PlanStoreError};
 use super::snapshot::{Effective, Snapshot};
-use super::spec::LimitSpec;
+use super::spec::{LimitSpec, plan_kind_names};
 
 /// How a [`PlanSource`] follows the store.
 #[derive(Clone, Debug)]
@@ -218,9 +218,9 @@ impl PolicySource for PlanSource {
             .ok_or_else(|| {
                 BuildError::StorePolicy(format!(
                     "policy '{policy}', limit '{}': a store-backed policy's defaults are plan \
-                     limits (amount per period of token, sliding, fixed, log or gcra; weight 1, \
-                     not paced, not in-flight)",
-                    limit.name()
+                     limits (amount per period of {}; weight 1, not paced, not in-flight)",
+                    limit.name(),
+                    plan_kind_names()
                 ))
             })
     }

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis_ratelimit_core::kinds::{Kind, Quota};
+use redis_ratelimit_core::kinds::{Kind, Quota, or_list};
 
 use redis_ratelimit_client::Algorithm;
 
@@ -49,9 +49,34 @@ pub struct LimitSpec {
     period: Duration,
 }
 
-/// The grammar, for error messages.
-pub const LIMIT_SYNTAX: &str = "NAME=KIND:AMOUNT/PERIOD with KIND token, sliding, fixed, log or gcra and \
-     PERIOD a whole number of ms, s, m, h or d (per-minute=sliding:1000/60s)";
+/// The short names of the kinds a plan's limit can be, in the table's order:
+/// `token, sliding, fixed, log or gcra`.
+pub fn plan_kind_names() -> String {
+    or_list(
+        Kind::ALL
+            .iter()
+            .filter(|kind| is_plan_kind(**kind))
+            .map(|kind| kind.short_name()),
+    )
+}
+
+/// The grammar, for error messages (a `Display`, so the kinds it lists are the table's).
+#[derive(Clone, Copy, Debug)]
+pub struct LimitSyntax;
+
+/// The grammar, for error messages: `{LIMIT_SYNTAX}` in a format string.
+pub const LIMIT_SYNTAX: LimitSyntax = LimitSyntax;
+
+impl std::fmt::Display for LimitSyntax {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "NAME=KIND:AMOUNT/PERIOD with KIND {} and PERIOD a whole number of ms, s, m, h or d \
+             (per-minute=sliding:1000/60s)",
+            plan_kind_names()
+        )
+    }
+}
 
 impl LimitSpec {
     /// Parses and validates `NAME=KIND:AMOUNT/PERIOD`.
@@ -280,6 +305,15 @@ impl fmt::Display for Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_grammar_lists_the_plan_kinds_of_the_table() {
+        assert_eq!(
+            LIMIT_SYNTAX.to_string(),
+            "NAME=KIND:AMOUNT/PERIOD with KIND token, sliding, fixed, log or gcra and PERIOD a \
+             whole number of ms, s, m, h or d (per-minute=sliding:1000/60s)"
+        );
+    }
 
     #[test]
     fn limits_round_trip_in_canonical_form() {

