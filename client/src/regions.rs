@@ -54,7 +54,8 @@ pub struct AgentConfig {
     /// Replicas of the home primary that must have a batch (`WAIT n`) before its grants
     /// count; 0 skips the `WAIT` (a failover may then lose grants: see `docs/regions.md`).
     pub wait_replicas: u32,
-    /// How long the `WAIT` may take.
+    /// How long the `WAIT` may take. The home connection's own response timeout (the redis
+    /// crate's 1.x default is 500 ms) must be longer, or a slow `WAIT` fails the refresh.
     pub wait_timeout: Duration,
 }
 

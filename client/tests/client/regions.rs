@@ -10,10 +10,14 @@ use redis_ratelimit_testkit::server::{Server, primary_and_replica};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// A connection without the redis crate's own response timeout (500 ms by default in 1.x):
+/// the agent's `WAIT` on the home primary may take up to its `wait_timeout`, longer while a
+/// just-started replica is still syncing.
 async fn connect(server: &Server) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
     redis::Client::open(format!("redis://127.0.0.1:{}/", server.port))
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .unwrap()
 }
