@@ -119,6 +119,7 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
             weight,
             paced: None,
             probe,
+            lease_suffix: None,
         });
     }
     let specificity: Vec<usize> = job.limits.iter().map(|limit| limit.specificity).collect();

@@ -239,3 +239,156 @@ async fn a_fixed_window_lease_ends_with_the_home_window_it_was_granted_in() {
         assert_eq!(installed, end_ms);
     }
 }
+
+/// A policy of one regional limit: a fixed window floor of 2 a day, its lease in
+/// `{api}floor:lease`.
+fn regional_policy() -> redis_ratelimit_client::Policy {
+    use redis_ratelimit_client::{Limit, Policy};
+    let floor = Algorithm::fixed_window(2, Duration::from_secs(86_400)).unwrap();
+    Policy::builder("regional")
+        .limit(
+            Limit::new("global", floor, "{{api}}floor")
+                .unwrap()
+                .regional(":lease")
+                .unwrap(),
+        )
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// What the limiter's checks said: (allowed, why, remaining, the `RateLimit` and
+/// `RateLimit-Policy` fields).
+type Said = (bool, &'static str, u64, String, String);
+
+async fn check_regional(limiter: &redis_ratelimit_client::RateLimiter) -> Said {
+    use redis_ratelimit_client::Inputs;
+    use redis_ratelimit_client::http::headers;
+    let decision = limiter.check("regional", &Inputs::new()).await.unwrap();
+    let regional = decision.regional().expect("a regional limit says why");
+    assert!(decision.source.is_store(), "{decision:?}");
+    if decision.allowed {
+        assert_eq!(decision.wait, Duration::ZERO, "{decision:?}");
+    }
+    (
+        decision.allowed,
+        regional.why_str(),
+        decision.remaining(),
+        headers::service_field(&decision).unwrap(),
+        headers::policy_field(&decision, None).unwrap(),
+    )
+}
+
+/// The floor, then (no lease) `home_unreachable` with the floor's quota in the headers, then
+/// a lease's units, then `lease_exhausted`: the decisions and their header fields say why,
+/// on the module and on the Functions library alike, and the metric counts them by why.
+async fn regional_decisions_say_why(server: &Server, backend: redis_ratelimit_client::Backend) {
+    use redis_ratelimit_client::RateLimiter;
+    use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions};
+    let options = RedisStoreOptions {
+        backend,
+        ..RedisStoreOptions::default()
+    };
+    let url = format!("redis://127.0.0.1:{}/", server.port);
+    let store = RedisStore::with_options(&url, options).unwrap();
+    let limiter = RateLimiter::builder(store)
+        .policy(regional_policy())
+        .build()
+        .unwrap();
+    let mut said = Vec::new();
+    for _ in 0..3 {
+        said.push(check_regional(&limiter).await);
+    }
+    let mut region = connect(server).await;
+    let (seconds, _): (i64, i64) = redis::cmd("TIME").query_async(&mut region).await.unwrap();
+    let mut install = match backend {
+        redis_ratelimit_client::Backend::Functions => {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg("rl_regionlease").arg(1);
+            cmd
+        }
+        _ => redis::cmd("RL.REGIONLEASE"),
+    };
+    let _: i64 = install
+        .arg("{api}floor:lease")
+        .arg(2)
+        .arg((seconds + 3600) * 1000)
+        .query_async(&mut region)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        said.push(check_regional(&limiter).await);
+    }
+    let summary: Vec<(bool, &str, u64)> = said.iter().map(|s| (s.0, s.1, s.2)).collect();
+    assert_eq!(
+        summary,
+        [
+            (true, "floor", 1),
+            (true, "floor", 0),
+            (false, "home_unreachable", 0),
+            (true, "lease", 1),
+            (true, "lease", 0),
+            (false, "lease_exhausted", 0),
+        ],
+        "{backend}: {said:?}"
+    );
+    // The headers show the floor's quota (2 a day) and why.
+    for (_, why, remaining, service, policy) in &said {
+        assert_eq!(policy, "\"global\";q=2;w=86400", "{backend}");
+        assert!(
+            service.starts_with(&format!("\"global\";r={remaining};t="))
+                && service.ends_with(&format!(";regional=\"{why}\"")),
+            "{backend}: {service}"
+        );
+    }
+}
+
+/// Runs the checks under a recorder, and asserts the regional metric by why.
+fn regional_decisions_counted(server: &Server, backend: redis_ratelimit_client::Backend) {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(regional_decisions_say_why(server, backend));
+    });
+    let mut counted = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        if key.name() != "ratelimit_regional_decisions_total" {
+            continue;
+        }
+        let labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        if let DebugValue::Counter(count) = value {
+            counted.insert(labels.join(","), count);
+        }
+    }
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("policy=regional,why=floor", 2),
+        ("policy=regional,why=home_unreachable", 1),
+        ("policy=regional,why=lease", 2),
+        ("policy=regional,why=lease_exhausted", 1),
+    ]
+    .into_iter()
+    .map(|(labels, count)| (labels.to_string(), count))
+    .collect();
+    assert_eq!(counted, expected, "{backend}");
+}
+
+#[test]
+fn regional_decisions_say_why_on_the_module() {
+    let server = Server::start(&[]);
+    regional_decisions_counted(&server, redis_ratelimit_client::Backend::Module);
+}
+
+#[test]
+fn regional_decisions_say_why_on_the_functions_library() {
+    let server = Server::start_without_module(&[]);
+    regional_decisions_counted(&server, redis_ratelimit_client::Backend::Functions);
+}
