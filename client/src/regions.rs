@@ -26,6 +26,8 @@ use tokio::time::Instant;
 use redis_ratelimit_core::kinds::Kind;
 
 use crate::Algorithm;
+use crate::store::StoreBackend;
+use crate::store::backend;
 
 /// One global limit this region leases units of.
 #[derive(Clone, Debug)]
@@ -57,6 +59,33 @@ pub struct AgentConfig {
     /// How long the `WAIT` may take. The home connection's own response timeout (the redis
     /// crate's 1.x default is 500 ms) must be longer, or a slow `WAIT` fails the refresh.
     pub wait_timeout: Duration,
+    /// What home runs: the module's commands, or the Functions library (the grants are then
+    /// sent as `FCALL rl_tokenbucket 1 pool_key ...`, the same grants call for call).
+    pub home: ServerForm,
+    /// What the region runs (the installs are `RL.REGIONLEASE` or `FCALL rl_regionlease`).
+    pub region: ServerForm,
+}
+
+/// What a server answers the agent's calls with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServerForm {
+    /// The module's `RL.*` commands.
+    #[default]
+    Module,
+    /// The Functions library (`functions/ratelimit.lua`) through `FCALL`; it must be loaded
+    /// there (the agent does not load it).
+    Functions,
+}
+
+impl ServerForm {
+    /// The module command `words` as this server takes it.
+    fn command(self, words: &Args) -> redis::Cmd {
+        let backend = match self {
+            ServerForm::Module => StoreBackend::Module,
+            ServerForm::Functions => StoreBackend::Functions,
+        };
+        backend::command(backend, "", words)
+    }
 }
 
 impl AgentConfig {
@@ -180,7 +209,15 @@ where
     // A lease ending before now (region time, at least `sent + elapsed`) is not installed.
     let elapsed_ms = i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX);
     let now_at_least_ms = sent_at_ms.saturating_add(elapsed_ms);
-    let replaced = install(region, limits, &granted, &expires_at_ms, now_at_least_ms).await?;
+    let replaced = install(
+        region,
+        limits,
+        &granted,
+        &expires_at_ms,
+        now_at_least_ms,
+        config.region,
+    )
+    .await?;
     Ok(Refresh {
         granted,
         replaced,
@@ -209,12 +246,7 @@ async fn ask_home<H: ConnectionLike + Send>(
                 error,
             }
         })?;
-        let mut command = words.iter();
-        let name = command.next().unwrap_or_default();
-        let cmd = pipe.cmd(&String::from_utf8_lossy(name));
-        for word in command {
-            cmd.arg(word);
-        }
+        pipe.add_command(config.home.command(&words));
     }
     if config.wait_replicas > 0 {
         pipe.cmd("WAIT")
@@ -283,6 +315,7 @@ async fn install<R: ConnectionLike + Send>(
     granted: &[u64],
     expires_at_ms: &[i64],
     now_at_least_ms: i64,
+    form: ServerForm,
 ) -> Result<Vec<Option<u64>>, AgentError> {
     let mut pipe = redis::pipe();
     let mut words = Args::default();
@@ -302,12 +335,7 @@ async fn install<R: ConnectionLike + Send>(
             expires_at_ms: *end_ms,
         };
         encode::region_lease(limit.lease_key.as_bytes(), &lease, &mut words);
-        let mut command = words.iter();
-        let name = command.next().unwrap_or_default();
-        let cmd = pipe.cmd(&String::from_utf8_lossy(name));
-        for word in command {
-            cmd.arg(word);
-        }
+        pipe.add_command(form.command(&words));
     }
     let mut replaced: Vec<u64> = if live.contains(&true) {
         pipe.query_async(region).await.map_err(AgentError::Region)?
@@ -354,6 +382,8 @@ mod tests {
             drift_ppm: 0,
             wait_replicas: 1,
             wait_timeout: Duration::from_millis(100),
+            home: ServerForm::Module,
+            region: ServerForm::Module,
         };
         assert_eq!(config.lease_lifetime_ms(), 1_250);
         let drifting = AgentConfig {

@@ -6,7 +6,7 @@
 //! [`MemoryStore`] runs the same core algorithms in process, for tests and examples that
 //! have no server.
 
-mod backend;
+pub(crate) mod backend;
 mod batch;
 mod memory;
 mod redis;
@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::algorithm::Algorithm;
 
-pub use self::backend::Backend;
+pub use self::backend::{Backend, LIBRARY};
 pub use self::batch::BatchOptions;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};

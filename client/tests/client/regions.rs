@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 use redis_ratelimit_client::Algorithm;
-use redis_ratelimit_client::regions::{self, AgentConfig, AgentError, HotLimit};
+use redis_ratelimit_client::regions::{self, AgentConfig, AgentError, HotLimit, ServerForm};
 use redis_ratelimit_testkit::server::{Server, primary_and_replica};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -31,6 +31,8 @@ fn config(wait_replicas: u32) -> AgentConfig {
         drift_ppm: 1_000,
         wait_replicas,
         wait_timeout: Duration::from_millis(200),
+        home: ServerForm::Module,
+        region: ServerForm::Module,
     }
 }
 
@@ -391,4 +393,57 @@ fn regional_decisions_say_why_on_the_module() {
 fn regional_decisions_say_why_on_the_functions_library() {
     let server = Server::start_without_module(&[]);
     regional_decisions_counted(&server, redis_ratelimit_client::Backend::Functions);
+}
+
+/// Loads the Functions library on a server without the module.
+async fn load_library(con: &mut redis::aio::MultiplexedConnection) {
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(redis_ratelimit_client::store::LIBRARY)
+        .query_async(con)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_agent_speaks_the_functions_librarys_fcall_form_to_home_and_region() {
+    let home = Server::start_without_module(&[]);
+    let region = Server::start_without_module(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    load_library(&mut home_con).await;
+    load_library(&mut region_con).await;
+    let config = AgentConfig {
+        home: ServerForm::Functions,
+        region: ServerForm::Functions,
+        ..config(0)
+    };
+    let limits = hot_limits();
+    let first = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(first.granted, [4, 4]);
+    assert_eq!(first.replaced, [Some(0), Some(0)]);
+    let second = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(second.granted, [4, 4]);
+    assert_eq!(
+        second.replaced,
+        [Some(4), Some(4)],
+        "unspent, replaced whole"
+    );
+    let third = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(
+        third.granted,
+        [2, 2],
+        "the pools of 10 ran down through FCALL"
+    );
+    let left: String = redis::cmd("GET")
+        .arg("{api}lease")
+        .query_async(&mut region_con)
+        .await
+        .unwrap();
+    assert_eq!(left, "2");
 }
