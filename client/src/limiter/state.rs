@@ -189,6 +189,11 @@ impl PolicyState {
             .is_some_and(|limit| limit.lease_suffix.is_some())
     }
 
+    /// Whether some limit is regional.
+    pub(super) fn has_regional(&self) -> bool {
+        (0..self.limits.len()).any(|index| self.regional(index))
+    }
+
     /// Whether limit `index` is an in-flight limit.
     pub(super) fn in_flight(&self, index: usize) -> bool {
         self.limits

@@ -226,6 +226,9 @@ pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, Request
     request
         .limits
         .iter()
+        // A regional limit is never refunded: its floor cannot tell the units its lease
+        // paid from its own, and a refund to the floor of a lease's unit would over-admit.
+        .filter(|call| call.lease_suffix.is_none())
         .map(|call: &LimitCall<'_>| {
             let units = request.units.saturating_mul(call.weight.max(1));
             let holder = if call.algorithm.is_in_flight() {
