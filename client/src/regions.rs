@@ -132,6 +132,15 @@ pub enum AgentError {
         /// Why.
         error: EncodeError,
     },
+    /// A pool that cannot be leased as asked (a sliding log whose window and `T` make no
+    /// log).
+    #[error("pool {key}: {reason}")]
+    Pool {
+        /// The pool key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// Home's reply was not a grant.
     #[error("home answered {reply:?} for pool {key}")]
     Reply {
@@ -234,8 +243,9 @@ async fn ask_home<H: ConnectionLike + Send>(
     let mut pipe = redis::pipe();
     let mut words = Args::default();
     for limit in limits {
+        let pool = pool_asked(limit, config)?;
         let grant = MultiArgs {
-            quotas: vec![limit.pool.as_quota().clone()],
+            quotas: vec![pool.as_quota().clone()],
             weights: vec![1],
             cost: limit.lease_units.max(1),
             grant: Grant::Partial { min: 1 },
@@ -254,6 +264,24 @@ async fn ask_home<H: ConnectionLike + Send>(
             .arg(u64::try_from(config.wait_timeout.as_millis()).unwrap_or(u64::MAX));
     }
     pipe.query_async(home).await.map_err(AgentError::Home)
+}
+
+/// The pool as the grant asks it. A sliding log pool is asked with its window lengthened by
+/// `T = P + a`: a lease's units count at home from the grant until `grant + T + W`, as if
+/// stamped at the lease's end (`grant + T` at the latest, home time), so every unit spent
+/// from the lease is counted for a whole `W` after it was spent (`docs/regions.md`: the
+/// exact sliding log bound). Every region leasing one pool must use the same `T` (or the
+/// largest): the pool counts each grant for the window its caller asks.
+fn pool_asked(limit: &HotLimit, config: &AgentConfig) -> Result<Algorithm, AgentError> {
+    if limit.pool.kind() != Kind::SlidingLog {
+        return Ok(limit.pool.clone());
+    }
+    let lifetime = config.period.saturating_add(config.margin);
+    let window = limit.pool.window().saturating_add(lifetime);
+    Algorithm::sliding_log(limit.pool.quota(), window).map_err(|error| AgentError::Pool {
+        key: limit.pool_key.clone(),
+        reason: error.to_string(),
+    })
 }
 
 /// What home's reply to one grant says.

@@ -447,3 +447,40 @@ async fn the_agent_speaks_the_functions_librarys_fcall_form_to_home_and_region()
         .unwrap();
     assert_eq!(left, "2");
 }
+
+/// A sliding log pool's grant counts for `W + T` at home: its entries outlive the lease by
+/// the whole window, as if stamped at the lease's end.
+#[tokio::test]
+async fn a_sliding_log_pools_lease_is_counted_at_home_for_w_plus_t() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let window = Duration::from_secs(600);
+    let limits = vec![HotLimit {
+        pool_key: "pool:log".into(),
+        pool: Algorithm::sliding_log(4, window).unwrap(),
+        lease_key: "{log}lease".into(),
+        lease_units: 3,
+    }];
+    let config = config(0);
+    let lifetime_ms = (config.period + config.margin).as_millis() as i64;
+    let first = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(first.granted, [3]);
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("pool:log")
+        .query_async(&mut home_con)
+        .await
+        .unwrap();
+    let window_ms = window.as_millis() as i64;
+    assert!(
+        pttl > window_ms + lifetime_ms - 5_000 && pttl <= window_ms + lifetime_ms,
+        "the grant's entries live W + T at home: {pttl} ms"
+    );
+    // The pool of 4 has 1 left for the next lease.
+    let second = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(second.granted, [1]);
+}
