@@ -109,7 +109,7 @@ impl RegionConfig {
                 .saturating_mul(u128::from(self.floor_percent))
                 .saturating_mul(u128::from(weight));
             let denominator = total.saturating_mul(100).max(1);
-            u64::try_from(numerator / denominator).unwrap_or(0)
+            u64::try_from(numerator.checked_div(denominator).unwrap_or(0)).unwrap_or(0)
         };
         let floors: u64 = self
             .weights
