@@ -146,6 +146,7 @@ pub fn agent_config(region: &RegionConfig) -> AgentConfig {
             HomeBackend::Module => ServerForm::Module,
             HomeBackend::Functions => ServerForm::Functions,
         },
+        // Found when the agent connects to the region (`region_form`).
         region: ServerForm::Module,
     }
 }
@@ -163,10 +164,24 @@ async fn connect(url: &str, connect_timeout: Duration) -> Option<MultiplexedConn
         .ok()
 }
 
+/// What the region's Redis runs: the module if it has `RL.REGIONLEASE`, else the Functions
+/// library (which the service's store loads when it resolves its backend).
+async fn region_form(connection: &mut MultiplexedConnection) -> ServerForm {
+    let info: Result<Vec<redis::Value>, _> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("rl.regionlease")
+        .query_async(connection)
+        .await;
+    match info.as_deref() {
+        Ok([redis::Value::Nil]) | Ok([]) => ServerForm::Functions,
+        _ => ServerForm::Module,
+    }
+}
+
 /// The agent: every `P`, one refresh of the hot limits from home into `region_url`,
 /// reconnecting to whichever side failed. Runs until aborted (at shutdown; no give-backs).
 pub async fn run(region: Arc<RegionConfig>, region_url: String, hot: Arc<HotKeys>) {
-    let config = agent_config(&region);
+    let mut config = agent_config(&region);
     let connect_timeout = region.margin;
     let mut home: Option<MultiplexedConnection> = None;
     let mut local: Option<MultiplexedConnection> = None;
@@ -188,6 +203,9 @@ pub async fn run(region: Arc<RegionConfig>, region_url: String, hot: Arc<HotKeys
         }
         if local.is_none() {
             local = connect(&region_url, connect_timeout).await;
+            if let Some(connection) = local.as_mut() {
+                config.region = region_form(connection).await;
+            }
         }
         let (Some(home_con), Some(local_con)) = (home.as_mut(), local.as_mut()) else {
             metrics::counter!(REFRESHES, "result" => "unreachable").increment(1);

@@ -382,6 +382,41 @@ mod tests {
     }
 
     #[test]
+    fn a_config_the_region_cannot_share_is_refused_naming_the_rule_and_field() {
+        let region = parse(GOOD).unwrap();
+        let config = |limit: &str| {
+            let text = format!("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {limit}\n");
+            super::super::assemble(vec![("api.yaml".into(), text)], 16).unwrap()
+        };
+        assert!(
+            region
+                .check(&config("{unit: hour, requests_per_unit: 8}"))
+                .is_ok()
+        );
+        let errors = |limit: &str| {
+            let errors = region.check(&config(limit)).unwrap_err();
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let bucket = errors("{unit: hour, requests_per_unit: 8, algorithm: token_bucket}");
+        assert!(
+            bucket.contains("rule 'k'") && bucket.contains("'algorithm' is token_bucket"),
+            "{bucket}"
+        );
+        let small = errors("{unit: hour, requests_per_unit: 1}");
+        assert!(small.contains("leaves this region a floor of 0"), "{small}");
+        // A limit of 0 denies without a store: nothing to share.
+        assert!(
+            region
+                .check(&config("{unit: hour, requests_per_unit: 0}"))
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn every_bad_field_is_named() {
         let cases = [
             (GOOD.replace("region: eu\n", ""), "'region' is missing"),

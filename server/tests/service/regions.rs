@@ -59,10 +59,29 @@ fn refreshes(service: &Service) -> u64 {
 
 #[test]
 fn a_hot_key_gets_leases_from_home_and_a_cold_one_does_not() {
-    let home = Server::start(&[]);
-    let region = Server::start(&[]);
+    hot_and_cold(Server::start(&[]), Server::start(&[]), false);
+}
+
+/// The same with a region that runs the Functions library (the service loads it; the
+/// agent installs through `FCALL rl_regionlease`) and a home that runs it too.
+#[test]
+fn a_region_and_a_home_on_the_functions_library_lease_alike() {
+    let home = Server::start_without_module(&[]);
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(redis_ratelimit_client::store::LIBRARY)
+        .query(&mut home.conn())
+        .unwrap();
+    hot_and_cold(home, Server::start_without_module(&[]), true);
+}
+
+fn hot_and_cold(home: Server, region: Server, functions: bool) {
     let dir = TempDir::new("region");
-    dir.write("region.yaml", &region_file(&home));
+    let mut file = region_file(&home);
+    if functions {
+        file.push_str("home_backend: functions\n");
+    }
+    dir.write("region.yaml", &file);
     let region_path = dir.0.join("region.yaml");
     let url = format!("redis://127.0.0.1:{}/", region.port);
     let mut service = Service::start(
@@ -71,7 +90,10 @@ fn a_hot_key_gets_leases_from_home_and_a_cold_one_does_not() {
         &["--region-config", region_path.to_str().unwrap()],
     );
     // The cold key: one call, the floor keeps half its 2.
-    assert!(allowed(&service, "cold"));
+    let (_, answer) = service.check_json(&body("cold"));
+    assert_eq!(answer["allowed"], true);
+    let backend = if functions { "functions" } else { "module" };
+    assert_eq!(answer["backend"], backend, "{answer}");
     // The hot key: its floor of 2, then denied (no lease yet: home_unreachable).
     assert!(allowed(&service, "hot"));
     assert!(allowed(&service, "hot"));
