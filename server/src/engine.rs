@@ -383,6 +383,7 @@ fn record_limit(
     status.ok = allowed || limit.allowed;
     status.remaining = limit.remaining;
     status.quota = limit.quota;
+    status.regional = limit.regional.map(|regional| regional.why_str());
     status.window = limit.window;
     status.reset_after = match limit.reset_after {
         // A window nothing was counted in yet (a fresh key, or a charge that can never

@@ -94,6 +94,7 @@ fn hot_and_cold(home: Server, region: Server, functions: bool) {
     assert_eq!(answer["allowed"], true);
     let backend = if functions { "functions" } else { "module" };
     assert_eq!(answer["backend"], backend, "{answer}");
+    assert_eq!(answer["statuses"][0]["regional"], "floor", "{answer}");
     // The hot key: its floor of 2, then denied (no lease yet: home_unreachable).
     assert!(allowed(&service, "hot"));
     assert!(allowed(&service, "hot"));
