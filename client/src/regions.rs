@@ -185,7 +185,17 @@ where
         .map_err(AgentError::Region)?;
     let sent_at = Instant::now();
     let sent_at_ms = seconds.saturating_mul(1_000).saturating_add(micros / 1_000);
-    let replies = ask_home(home, limits, config).await?;
+    // Grants that come back after the lease would have ended are never installed, so home
+    // is not waited for longer than that (a stalled home fails the refresh, not the task).
+    let lifetime = Duration::from_millis(u64::try_from(lifetime_ms).unwrap_or(0));
+    let replies = match tokio::time::timeout(lifetime, ask_home(home, limits, config)).await {
+        Ok(replies) => replies?,
+        Err(_) => {
+            return Err(AgentError::TooLate {
+                elapsed_ms: sent_at.elapsed().as_millis(),
+            });
+        }
+    };
     let grants = limits
         .iter()
         .zip(&replies)

@@ -484,3 +484,36 @@ async fn a_sliding_log_pools_lease_is_counted_at_home_for_w_plus_t() {
         .unwrap();
     assert_eq!(second.granted, [1]);
 }
+
+/// A stalled home (it keeps the connection and answers nothing) fails the refresh within
+/// the lease's lifetime, installing nothing, instead of holding the agent forever.
+#[tokio::test]
+async fn a_stalled_home_fails_the_refresh_within_the_lease_lifetime() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let config = AgentConfig {
+        period: Duration::from_millis(200),
+        margin: Duration::from_millis(100),
+        ..config(0)
+    };
+    let stalled = home.pause();
+    let started = std::time::Instant::now();
+    let refresh = regions::refresh(&mut home_con, &mut region_con, &hot_limits(), &config).await;
+    let took = started.elapsed();
+    drop(stalled);
+    assert!(
+        matches!(refresh, Err(AgentError::TooLate { .. })),
+        "{refresh:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "within T (300 ms) and a margin: {took:?}"
+    );
+    let lease: Option<String> = redis::cmd("GET")
+        .arg("{api}lease")
+        .query_async(&mut region_con)
+        .await
+        .unwrap();
+    assert_eq!(lease, None, "nothing installed");
+}
