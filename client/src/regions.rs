@@ -178,16 +178,20 @@ where
     R: ConnectionLike + Send,
 {
     let lifetime_ms = config.lease_lifetime_ms();
+    // Every wait of a refresh is bounded by the lease's lifetime: grants later than that are
+    // never installed anyway, and a stalled side fails the refresh, not the agent.
+    let lifetime = Duration::from_millis(u64::try_from(lifetime_ms).unwrap_or(0));
     // The lease counts from now, before any grant exists, on the clock that will spend it.
-    let (seconds, micros): (i64, i64) = redis::cmd("TIME")
-        .query_async(region)
-        .await
-        .map_err(AgentError::Region)?;
+    let time_cmd = redis::cmd("TIME");
+    let time = time_cmd.query_async::<(i64, i64)>(region);
+    let (seconds, micros) = match tokio::time::timeout(lifetime, time).await {
+        Ok(time) => time.map_err(AgentError::Region)?,
+        Err(_) => return Err(region_stalled()),
+    };
     let sent_at = Instant::now();
     let sent_at_ms = seconds.saturating_mul(1_000).saturating_add(micros / 1_000);
     // Grants that come back after the lease would have ended are never installed, so home
-    // is not waited for longer than that (a stalled home fails the refresh, not the task).
-    let lifetime = Duration::from_millis(u64::try_from(lifetime_ms).unwrap_or(0));
+    // is not waited for longer than that.
     let replies = match tokio::time::timeout(lifetime, ask_home(home, limits, config)).await {
         Ok(replies) => replies?,
         Err(_) => {
@@ -228,20 +232,34 @@ where
     // A lease ending before now (region time, at least `sent + elapsed`) is not installed.
     let elapsed_ms = i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX);
     let now_at_least_ms = sent_at_ms.saturating_add(elapsed_ms);
-    let replaced = install(
+    // The installs are bounded like the grants (an install answered late may still land:
+    // harmless, its end is absolute).
+    let installs = install(
         region,
         limits,
         &granted,
         &expires_at_ms,
         now_at_least_ms,
         config.region,
-    )
-    .await?;
+    );
+    let replaced = match tokio::time::timeout(lifetime, installs).await {
+        Ok(replaced) => replaced?,
+        Err(_) => return Err(region_stalled()),
+    };
     Ok(Refresh {
         granted,
         replaced,
         expires_at_ms,
     })
+}
+
+/// The region did not answer within a lease's lifetime.
+fn region_stalled() -> AgentError {
+    let stalled = std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the region did not answer within the lease's lifetime",
+    );
+    AgentError::Region(redis::RedisError::from(stalled))
 }
 
 /// Sends every grant of the batch, then `WAIT`, in one pipeline.

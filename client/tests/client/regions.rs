@@ -517,3 +517,23 @@ async fn a_stalled_home_fails_the_refresh_within_the_lease_lifetime() {
         .unwrap();
     assert_eq!(lease, None, "nothing installed");
 }
+
+/// A stalled region fails the refresh within the lease's lifetime too.
+#[tokio::test]
+async fn a_stalled_region_fails_the_refresh_within_the_lease_lifetime() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let config = AgentConfig {
+        period: Duration::from_millis(200),
+        margin: Duration::from_millis(100),
+        ..config(0)
+    };
+    let stalled = region.pause();
+    let started = std::time::Instant::now();
+    let refresh = regions::refresh(&mut home_con, &mut region_con, &hot_limits(), &config).await;
+    let took = started.elapsed();
+    drop(stalled);
+    assert!(matches!(refresh, Err(AgentError::Region(_))), "{refresh:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}
