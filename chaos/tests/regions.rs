@@ -56,7 +56,8 @@ fn one_quota_across_regions_keeps_every_bound_through_cuts_stalls_and_a_failover
     let options = Options {
         duration: seconds(12),
         plant: None,
-        faults: true,
+        // REGIONS_FAULTS=0: the same load without faults (a baseline for utilization).
+        faults: std::env::var("REGIONS_FAULTS").map_or(true, |text| text != "0"),
         dir: run_dir("regions"),
     };
     let report = report("faults", &options);

@@ -44,6 +44,21 @@ impl Row {
     pub fn hot_target(&self) -> u64 {
         self.hot_floor_supply + self.pool_supply.saturating_sub(self.cold_granted)
     }
+
+    /// The hot region's floor plus its weight's share of the pool.
+    pub fn hot_share(&self) -> u64 {
+        self.hot_floor_supply + self.pool_supply * SPLIT.weights[0] / SPLIT.weight_total()
+    }
+}
+
+/// A region's decisions: the server's `RL.REGIONAL` p50 / p99 / p99.9 (µs), the client's
+/// p99 round trip of a pipeline of every limit's call (µs), calls, errors.
+#[derive(Clone, Copy, Debug)]
+pub struct Decisions {
+    pub server_us: Option<(f64, f64, f64)>,
+    pub client_p99_us: u64,
+    pub calls: u64,
+    pub errors: u64,
 }
 
 /// The run's figures.
@@ -51,9 +66,8 @@ impl Row {
 pub struct Report {
     pub rows: Vec<Row>,
     pub run: Duration,
-    /// Per region: the server's `RL.REGIONAL` p50 / p99 / p99.9 (µs), the client's p99 round
-    /// trip of a pipeline of every limit's call (µs), calls, errors.
-    pub regional_us: Vec<(Option<(f64, f64, f64)>, u64, u64, u64)>,
+    /// Per region: its decisions' latency.
+    pub regional_us: Vec<Decisions>,
     /// Per region: refreshes (one home call per hot key set) a second, failed ones.
     pub home_calls_per_s: Vec<(f64, u64)>,
     /// Per region: decisions by reason.
@@ -73,7 +87,7 @@ impl Report {
     pub fn worst_server_p99_us(&self) -> Option<f64> {
         self.regional_us
             .iter()
-            .filter_map(|(percentiles, ..)| percentiles.map(|(_, p99, _)| p99))
+            .filter_map(|decisions| decisions.server_us.map(|(_, p99, _)| p99))
             .reduce(f64::max)
     }
 
@@ -87,14 +101,14 @@ impl Report {
             SPLIT.floor_percent,
             SPLIT.weights
         );
-        text.push_str("| limit | mode | global bound | admitted | over-admitted | allowed | hot region admitted / floor + pool left by the cold ones |\n|---|---|---|---|---|---|---|\n");
+        text.push_str("| limit | mode | global bound | admitted | over-admitted | allowed | hot region admitted | its floor + its weight's share of the pool (admitted, %) | its floor + the pool the cold regions left (admitted, %) |\n|---|---|---|---|---|---|---|---|---|\n");
         for row in &self.rows {
             let allowed = row
                 .allowed
                 .map_or("no bound claimed".to_string(), |a| a.to_string());
             let target = row.hot_target();
             text.push_str(&format!(
-                "| {} | {} | {} | {} | {}{} | {} | {} / {} ({:.0} %) |\n",
+                "| {} | {} | {} | {} | {}{} | {} | {} | {} ({:.0} %) | {} ({:.0} %) |\n",
                 row.name,
                 row.mode.as_str(),
                 row.bound,
@@ -103,18 +117,26 @@ impl Report {
                 if row.kept() { "" } else { " **BROKEN**" },
                 allowed,
                 row.hot_admitted,
+                row.hot_share(),
+                100.0 * row.hot_admitted as f64 / row.hot_share().max(1) as f64,
                 target,
                 100.0 * row.hot_admitted as f64 / target.max(1) as f64
             ));
         }
         text.push_str("\n| region | RL.REGIONAL p50 / p99 / p99.9 (server, µs) | pipeline of 7 p99 (client, µs) | calls | errors | home calls/s (failed) | decisions |\n|---|---|---|---|---|---|---|\n");
-        for (region, ((percentiles, client_p99, calls, errors), (per_s, failed))) in self
+        for (region, (decisions, (per_s, failed))) in self
             .regional_us
             .iter()
             .zip(&self.home_calls_per_s)
             .enumerate()
         {
-            let server = percentiles.map_or("n/a".to_string(), |(p50, p99, p999)| {
+            let Decisions {
+                server_us,
+                client_p99_us,
+                calls,
+                errors,
+            } = *decisions;
+            let server = server_us.map_or("n/a".to_string(), |(p50, p99, p999)| {
                 format!("{p50:.1} / {p99:.1} / {p999:.1}")
             });
             let whys: Vec<String> = self.whys[region]
@@ -122,7 +144,7 @@ impl Report {
                 .map(|(why, n)| format!("{why} {n}"))
                 .collect();
             text.push_str(&format!(
-                "| {region} ({} ms) | {server} | {client_p99} | {calls} | {errors} | {per_s:.2} ({failed}) | {} |\n",
+                "| {region} ({} ms) | {server} | {client_p99_us} | {calls} | {errors} | {per_s:.2} ({failed}) | {} |\n",
                 super::ONE_WAY_MS[region],
                 whys.join(", ")
             ));
@@ -178,7 +200,12 @@ pub fn check(outcome: &Outcome) -> Report {
                 .get(trips.len().saturating_mul(99) / 100)
                 .copied()
                 .unwrap_or(0);
-            (load.server_percentiles_us, p99, load.calls, load.errors)
+            Decisions {
+                server_us: load.server_percentiles_us,
+                client_p99_us: p99,
+                calls: load.calls,
+                errors: load.errors,
+            }
         })
         .collect();
     let home_calls_per_s = outcome
