@@ -74,6 +74,9 @@ pub struct Report {
     pub whys: Vec<Vec<(String, u64)>>,
     /// Per region: the agent's failed refreshes by error, and the primaries it followed.
     pub agent_errors: Vec<(Vec<(String, u64)>, u64)>,
+    /// Per region: the longest time without an installed lease during the load (ms), and
+    /// when it began (ms into the run).
+    pub longest_gap_ms: Vec<(u64, u64)>,
     pub faults: Vec<String>,
 }
 
@@ -233,8 +236,33 @@ pub fn check(outcome: &Outcome) -> Report {
             (errors, agent.primaries_followed)
         })
         .collect();
+    let longest_gap_ms = outcome
+        .agents
+        .iter()
+        .map(|agent| {
+            let mut instants: Vec<u64> = agent
+                .installed_at_us
+                .iter()
+                .copied()
+                .filter(|at| (outcome.started_us..=outcome.ended_us).contains(at))
+                .collect();
+            instants.insert(0, outcome.started_us);
+            instants.push(outcome.ended_us);
+            instants
+                .windows(2)
+                .map(|pair| {
+                    (
+                        (pair[1] - pair[0]) / 1000,
+                        (pair[0] - outcome.started_us) / 1000,
+                    )
+                })
+                .max()
+                .unwrap_or_default()
+        })
+        .collect();
     Report {
         agent_errors,
+        longest_gap_ms,
         rows,
         run,
         regional_us,

@@ -98,6 +98,8 @@ pub struct AgentStats {
     pub granted: Vec<u64>,
     /// Times the agent reconnected to a primary Sentinel named.
     pub primaries_followed: u64,
+    /// When each refresh that installed its leases ended (µs, host clock).
+    pub installed_at_us: Vec<u64>,
 }
 
 /// One region's load.
