@@ -158,9 +158,12 @@ impl Report {
                 .iter()
                 .map(|(error, n)| format!("{error} × {n}"))
                 .collect();
+            let (gap_ms, from_ms) = self.longest_gap_ms.get(region).copied().unwrap_or_default();
             text.push_str(&format!(
-                "- region {region}: {} (connected to a primary {followed} times)\n",
-                errors.join(", ")
+                "- region {region}: {} (connected to a primary {followed} times; longest time \
+                 without a lease installed: {gap_ms} ms, from {:.1} s)\n",
+                errors.join(", "),
+                from_ms as f64 / 1000.0
             ));
         }
         text.push_str("\nfaults:\n");
