@@ -95,14 +95,20 @@ impl Report {
     }
 
     pub fn markdown(&self) -> String {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let mut text = format!(
-            "{} s of load; T = {} ms (P = {} ms, a = {} ms), f = {} %, weights {:?}\n\n",
+            "{} s of load; T = {} ms (P = {} ms, a = {} ms), f = {} %, weights {:?}; load \
+             average at the end {}\n\n",
             self.run.as_secs(),
             SPLIT.lifetime().as_millis(),
             SPLIT.period.as_millis(),
             SPLIT.margin.as_millis(),
             SPLIT.floor_percent,
-            SPLIT.weights
+            SPLIT.weights,
+            load.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
         );
         text.push_str("| limit | mode | global bound | admitted | over-admitted | allowed | hot region admitted | its floor + its weight's share of the pool (admitted, %) | its floor + the pool the cold regions left (admitted, %) |\n|---|---|---|---|---|---|---|---|---|\n");
         for row in &self.rows {
