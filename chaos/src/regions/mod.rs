@@ -473,6 +473,7 @@ async fn agent(
                 match result {
                     Ok(refresh) => {
                         stats.refreshes_ok += 1;
+                        stats.installed_at_us.push(now_us());
                         for (index, (units, end_ms)) in refresh
                             .granted
                             .iter()
