@@ -257,3 +257,82 @@ fn hold(shared: &Shared) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on a free loopback port.
+    fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                std::thread::spawn(move || {
+                    let mut buffer = [0u8; 1024];
+                    while let Ok(read) = stream.read(&mut buffer) {
+                        if read == 0 || stream.write_all(&buffer[..read]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn round_trip(stream: &mut TcpStream) -> std::io::Result<Duration> {
+        let started = Instant::now();
+        stream.write_all(b"ping")?;
+        let mut reply = [0u8; 4];
+        stream.read_exact(&mut reply)?;
+        assert_eq!(&reply, b"ping");
+        Ok(started.elapsed())
+    }
+
+    #[test]
+    fn each_direction_adds_its_latency_a_blackhole_forwards_nothing_and_a_reset_ends_it() {
+        let proxy = Proxy::start("127.0.0.1:0".parse().unwrap(), echo()).unwrap();
+        let there = Latency {
+            base: Duration::from_millis(40),
+            jitter: Duration::from_millis(5),
+        };
+        let back = Latency {
+            base: Duration::from_millis(20),
+            jitter: Duration::ZERO,
+        };
+        proxy.set_latency(Direction::ToTarget, there);
+        proxy.set_latency(Direction::FromTarget, back);
+        let mut stream = TcpStream::connect(proxy.listen).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let trip = round_trip(&mut stream).unwrap();
+        assert!(
+            trip >= Duration::from_millis(60) && trip < Duration::from_millis(400),
+            "{trip:?}"
+        );
+
+        proxy.set(LinkFault::Blackhole);
+        stream.write_all(b"lost").unwrap();
+        let mut reply = [0u8; 4];
+        assert!(
+            stream.read_exact(&mut reply).is_err(),
+            "a blackhole forwards nothing"
+        );
+        proxy.set(LinkFault::None);
+        assert_eq!(proxy.reset_all(), 1);
+        let mut ended = [0u8; 4];
+        assert!(
+            matches!(stream.read(&mut ended), Ok(0) | Err(_)),
+            "the reset ends the connection"
+        );
+        // A new connection goes through again.
+        let mut again = TcpStream::connect(proxy.listen).unwrap();
+        again
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        assert!(round_trip(&mut again).unwrap() >= Duration::from_millis(60));
+    }
+}
