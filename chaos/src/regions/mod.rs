@@ -698,13 +698,13 @@ fn current_primary(sentinel_port: u16) -> u16 {
         .unwrap_or(0)
 }
 
-/// `admissions.log` (send_us recv_us region limit floor|lease) and `faults.log` in the
+/// `admissions.log` (send_us recv_us region limit units floor|lease) and `faults.log` in the
 /// run's directory, to check again or read.
 fn write_logs(outcome: &Outcome) {
     let mut text = String::new();
     for admission in &outcome.admissions {
         text.push_str(&format!(
-            "{} {} {} {} {}\n",
+            "{} {} {} {} 1 {}\n",
             admission.send_us,
             admission.recv_us,
             admission.region,
