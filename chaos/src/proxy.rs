@@ -160,12 +160,13 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 }
 
 /// Copies `from` to `to`, chunk by chunk: a reader applies the link's fault and stamps each
-/// chunk with its due instant, a writer forwards it then; closes both when either side ends.
+/// chunk with its due instant, a writer forwards it then; once `from` ends, the writer
+/// forwards what is still due, then closes both.
 fn spawn_pump(from: &TcpStream, to: &TcpStream, direction: Direction, shared: &Arc<Shared>) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
     };
-    let (Ok(from_again), Ok(to_again)) = (from.try_clone(), to.try_clone()) else {
+    let Ok(from_again) = from.try_clone() else {
         return;
     };
     let (due_tx, due_rx) = mpsc::channel::<(Instant, Vec<u8>)>();
@@ -190,8 +191,7 @@ fn spawn_pump(from: &TcpStream, to: &TcpStream, direction: Direction, shared: &A
                 break;
             }
         }
-        let _ = from.shutdown(Shutdown::Both);
-        let _ = to_again.shutdown(Shutdown::Both);
+        // Dropping the sender ends the writer once it has forwarded what is due.
     });
     std::thread::spawn(move || {
         while let Ok((due, chunk)) = due_rx.recv() {
