@@ -335,4 +335,28 @@ mod tests {
             .unwrap();
         assert!(round_trip(&mut again).unwrap() >= Duration::from_millis(60));
     }
+
+    #[test]
+    fn a_delay_adds_to_every_chunk_and_a_stall_holds_until_it_ends() {
+        let proxy = Proxy::start("127.0.0.1:0".parse().unwrap(), echo()).unwrap();
+        let mut stream = TcpStream::connect(proxy.listen).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        assert!(round_trip(&mut stream).unwrap() < Duration::from_millis(200));
+        proxy.set(LinkFault::Delay(Duration::from_millis(30)));
+        // 30 ms each way, not 30 ms per chunk queued behind the others.
+        let trip = round_trip(&mut stream).unwrap();
+        assert!(
+            trip >= Duration::from_millis(60) && trip < Duration::from_millis(500),
+            "{trip:?}"
+        );
+        proxy.set(LinkFault::StallUntil(
+            Instant::now() + Duration::from_millis(150),
+        ));
+        let trip = round_trip(&mut stream).unwrap();
+        assert!(trip >= Duration::from_millis(140), "{trip:?}");
+        proxy.set(LinkFault::None);
+        assert!(round_trip(&mut stream).unwrap() < Duration::from_millis(200));
+    }
 }
