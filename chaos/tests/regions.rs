@@ -108,3 +108,56 @@ fn the_check_fails_when_the_agent_installs_the_units_it_asked_for_not_those_gran
         "the planted bug went unseen: broken {broken:?}"
     );
 }
+
+fn burst(without_prepay: bool) -> Vec<redis_ratelimit_chaos::regions::burst::Burst> {
+    let rows = redis_ratelimit_chaos::regions::burst::run(without_prepay);
+    let mut text = String::from(
+        "| limit | mode | admitted | over-admitted | allowed |\n|---|---|---|---|---|\n",
+    );
+    for row in &rows {
+        text.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            row.name,
+            row.mode.as_str(),
+            row.admitted,
+            row.over,
+            row.allowed
+        ));
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n== regions burst ({}):\n{text}",
+        if without_prepay {
+            "planted: no pre-pay"
+        } else {
+            "as built"
+        }
+    );
+    rows
+}
+
+#[test]
+fn a_burst_on_a_refilled_pool_is_exact_pre_paid_and_within_its_bound_in_carryover() {
+    let rows = burst(false);
+    for row in &rows {
+        assert!(row.kept(), "{row:?}");
+    }
+    assert!(
+        rows.iter().any(|row| row.allowed > 0 && row.over > 0),
+        "the schedule shows carryover's excess: {rows:?}"
+    );
+}
+
+#[test]
+fn without_the_pre_pay_the_same_burst_over_admits() {
+    let rows = burst(true);
+    let broken: Vec<&str> = rows
+        .iter()
+        .filter(|row| !row.kept())
+        .map(|row| row.name)
+        .collect();
+    assert!(
+        broken.contains(&"tb-prepaid") && broken.contains(&"gcra-prepaid"),
+        "the missing pre-pay went unseen: {rows:?}"
+    );
+}

@@ -181,7 +181,7 @@ impl Report {
 }
 
 /// The most units over `check` in any interval of `calls`.
-fn worst(calls: &[Call], check: Check) -> Option<Interval> {
+pub fn worst(calls: &[Call], check: Check) -> Option<Interval> {
     let scan = match check {
         Check::Span { .. } => sweep::span(calls, &[], None, check, SERVER_CLOCK_MARGIN_US),
         Check::Aligned { limit, window_us } => {

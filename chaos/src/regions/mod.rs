@@ -13,6 +13,7 @@
 //! - [`check`]: the bounds over the merged log, the hot region's utilization, the regional
 //!   decision's latency and the agents' calls to home.
 
+pub mod burst;
 pub mod check;
 pub mod limits;
 
