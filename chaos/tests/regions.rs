@@ -3,7 +3,9 @@
 //! their lease agents, skewed over-demand, four cuts, two home stalls and a failover; the
 //! merged admission log held to every global limit's bound. `REGIONS_S` sets the load's
 //! length (default 12 s, what `make test` runs; `make regions` runs 60 s); the report is
-//! printed and kept in `target/regions-runs/`.
+//! printed and kept in `target/regions-runs/`. Beside it, a planted agent bug the check must
+//! catch, and the burst where the pre-pay matters (`regions::burst`), as built and without
+//! the pre-pay.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
