@@ -64,6 +64,20 @@ pub struct AgentConfig {
     pub home: ServerForm,
     /// What the region runs (the installs are `RL.REGIONLEASE` or `FCALL rl_regionlease`).
     pub region: ServerForm,
+    /// How a sliding log pool's leases are counted at home.
+    pub log_leases: LogLeases,
+}
+
+/// How a sliding log pool's grants are counted at home.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogLeases {
+    /// As if stamped at the lease's end: the pool is asked with its window lengthened by
+    /// `T`, so every unit spent from a lease is counted for a whole window after (exact).
+    #[default]
+    StampedAtEnd,
+    /// As given: the pool is asked as [`HotLimit::pool`] says (a caller that widens the
+    /// window itself, or measures the plain `T`-long grant, which no exact bound covers).
+    AsGiven,
 }
 
 /// What a server answers the agent's calls with.
@@ -301,7 +315,7 @@ async fn ask_home<H: ConnectionLike + Send>(
 /// exact sliding log bound). Every region leasing one pool must use the same `T` (or the
 /// largest): the pool counts each grant for the window its caller asks.
 fn pool_asked(limit: &HotLimit, config: &AgentConfig) -> Result<Algorithm, AgentError> {
-    if limit.pool.kind() != Kind::SlidingLog {
+    if limit.pool.kind() != Kind::SlidingLog || config.log_leases == LogLeases::AsGiven {
         return Ok(limit.pool.clone());
     }
     let lifetime = config.period.saturating_add(config.margin);
@@ -440,6 +454,7 @@ mod tests {
             wait_timeout: Duration::from_millis(100),
             home: ServerForm::Module,
             region: ServerForm::Module,
+            log_leases: LogLeases::StampedAtEnd,
         };
         assert_eq!(config.lease_lifetime_ms(), 1_250);
         let drifting = AgentConfig {

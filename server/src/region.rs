@@ -148,6 +148,7 @@ pub fn agent_config(region: &RegionConfig) -> AgentConfig {
         },
         // Found when the agent connects to the region (`region_form`).
         region: ServerForm::Module,
+        log_leases: regions::LogLeases::StampedAtEnd,
     }
 }
 

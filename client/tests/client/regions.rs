@@ -33,6 +33,7 @@ fn config(wait_replicas: u32) -> AgentConfig {
         wait_timeout: Duration::from_millis(200),
         home: ServerForm::Module,
         region: ServerForm::Module,
+        log_leases: regions::LogLeases::StampedAtEnd,
     }
 }
 
