@@ -8,6 +8,8 @@
 //! never be spent after it lapses, whatever the caller does or fails to do: no agent has to
 //! be alive to take units away.
 
+pub mod split;
+
 use crate::engine::{self, Refused};
 use crate::grant::{Grant, Granted};
 use crate::kinds::{Change, LimiterRef, Quota};

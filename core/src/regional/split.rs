@@ -1,0 +1,412 @@
+//! How one global limit is split across regions (`docs/regions.md`, *Floors* and *Pre-paid
+//! vs carryover*): a fraction `f` of it into static floors by region weight, the rest into
+//! home's pool. Every quantity is rounded so that the parts never add up to more than the
+//! whole: capacities (and window limits) rounded down, refill intervals rounded up, and the
+//! pool gets only what the floors do not. Integer arithmetic only, in `u128` where products
+//! could overflow, every result checked.
+//!
+//! The one place the service computes a split; the model checker (`regions/`) and the
+//! real-process harness (`chaos/src/regions/limits.rs`) still write theirs out.
+
+use core::fmt;
+
+/// The scale of the fixed-point rates used to give the pool what the floors do not: a rate
+/// of one token per `interval` ns is `⌊SCALE/interval⌋` (the global's, rounded down) or
+/// `⌈SCALE/interval⌉` (a floor's, rounded up) tokens per `SCALE` ns, so the pool's rate is
+/// never above the exact difference.
+const SCALE: u128 = 1_000_000_000_000_000_000_000_000_000;
+
+/// One million parts.
+const PPM: u128 = 1_000_000;
+
+/// The regions sharing a limit and how: every region's weight, which one is this region,
+/// the floor fraction `f` and this region's clock drift `ρ`.
+#[derive(Clone, Copy, Debug)]
+pub struct Regions<'a> {
+    /// Every region's weight `w_i` (each at least 1), this region's among them.
+    pub weights: &'a [u64],
+    /// This region's index in `weights`.
+    pub own: usize,
+    /// `f`, in percent (0 to 100).
+    pub floor_percent: u64,
+    /// `ρ`, parts per million: how far this region's clock may run fast of home's.
+    pub drift_ppm: u64,
+}
+
+/// Why a limit cannot be split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitError {
+    /// This region's floor capacity (or window limit) rounds to 0.
+    FloorCapacityZero,
+    /// This region's floor rate rounds to 0 (its refill interval would not fit).
+    FloorRateZero,
+    /// Home's pool gets no rate: the floors take all of it.
+    PoolRateZero,
+    /// The pre-pay `⌈r_p·T⌉` is at least the pool's whole capacity.
+    PrePayEatsPool {
+        /// The pre-pay, in units.
+        prepay: u64,
+        /// The pool's capacity before it.
+        pool: u64,
+    },
+    /// A weight, index or parameter out of range (no regions, a weight of 0, `f` above
+    /// 100, an interval of 0).
+    Invalid,
+}
+
+impl fmt::Display for SplitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::FloorCapacityZero => write!(f, "this region's floor capacity rounds to 0"),
+            Self::FloorRateZero => write!(f, "this region's floor rate rounds to 0"),
+            Self::PoolRateZero => write!(f, "home's pool gets no rate (the floors take it all)"),
+            Self::PrePayEatsPool { prepay, pool } => write!(
+                f,
+                "the pre-pay of {prepay} units (the pool's refill over one lease lifetime) \
+                 eats home's whole pool of {pool}"
+            ),
+            Self::Invalid => write!(f, "the split's parameters are out of range"),
+        }
+    }
+}
+
+/// A window limit's split (fixed window, sliding log): per window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowShare {
+    /// This region's floor, `⌊L·f·w/W⌋`.
+    pub floor: u64,
+    /// Home's pool, `L − Σ floors` (0: nothing to lease).
+    pub pool: u64,
+}
+
+/// A bucket's split (token bucket, GCRA): capacities and one-token refill intervals (ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketShare {
+    /// This region's floor capacity, `⌊C·f·w/W⌋`.
+    pub floor_capacity: u64,
+    /// This region's floor refill interval on its own clock: the exact `I·W/(f·w)`
+    /// rounded up, then derated `⌈·(1 + ρ)⌉`.
+    pub floor_interval_ns: u64,
+    /// Home's pool capacity: `C − Σ floors`, less the pre-pay when pre-paid.
+    pub pool_capacity: u64,
+    /// Home's pool refill interval: one token per this, a rate never above `r − Σ r_i`.
+    pub pool_interval_ns: u64,
+    /// The pre-pay subtracted from the pool's capacity, `⌈T/pool_interval⌉` (0: carryover).
+    pub prepay: u64,
+}
+
+impl Regions<'_> {
+    fn total_weight(&self) -> Result<u128, SplitError> {
+        if self.weights.is_empty()
+            || self.weights.contains(&0)
+            || self.own >= self.weights.len()
+            || self.floor_percent > 100
+        {
+            return Err(SplitError::Invalid);
+        }
+        Ok(self.weights.iter().map(|w| u128::from(*w)).sum())
+    }
+
+    fn own_weight(&self) -> Result<u64, SplitError> {
+        self.weights
+            .get(self.own)
+            .copied()
+            .ok_or(SplitError::Invalid)
+    }
+
+    /// `⌊x·f·w/(100·W)⌋`.
+    fn floor_part(&self, x: u64, weight: u64, total: u128) -> u64 {
+        let numerator = u128::from(x)
+            .saturating_mul(u128::from(self.floor_percent))
+            .saturating_mul(u128::from(weight));
+        let part = numerator
+            .checked_div(total.saturating_mul(100))
+            .unwrap_or(0);
+        u64::try_from(part).unwrap_or(u64::MAX).min(x)
+    }
+
+    /// A floor's refill interval before derating: `⌈I·100·W/(f·w)⌉` (`None`: `f` is 0 or it
+    /// does not fit).
+    fn floor_interval(&self, interval_ns: u64, weight: u64, total: u128) -> Option<u128> {
+        let numerator = u128::from(interval_ns)
+            .checked_mul(100)?
+            .checked_mul(total)?;
+        let denominator = u128::from(self.floor_percent).checked_mul(u128::from(weight))?;
+        if denominator == 0 {
+            return None;
+        }
+        Some(numerator.div_ceil(denominator))
+    }
+}
+
+/// Splits a window limit of `limit` units per window: this region's floor and home's pool.
+/// Refused when this region's floor rounds to 0.
+pub fn split_window(limit: u64, regions: &Regions<'_>) -> Result<WindowShare, SplitError> {
+    let total = regions.total_weight()?;
+    let floors = regions
+        .weights
+        .iter()
+        .map(|w| regions.floor_part(limit, *w, total))
+        .fold(0u64, u64::saturating_add);
+    let floor = regions.floor_part(limit, regions.own_weight()?, total);
+    if floor == 0 {
+        return Err(SplitError::FloorCapacityZero);
+    }
+    Ok(WindowShare {
+        floor,
+        pool: limit.saturating_sub(floors),
+    })
+}
+
+/// Splits a bucket of `capacity` refilled one token every `interval_ns` (GCRA: `burst =
+/// max_burst + 1`, the emission interval) among the regions; `prepay_lifetime_ns` is the
+/// lease lifetime `T` to pre-pay (`None`: carryover, the pool keeps its capacity).
+pub fn split_bucket(
+    capacity: u64,
+    interval_ns: u64,
+    prepay_lifetime_ns: Option<u64>,
+    regions: &Regions<'_>,
+) -> Result<BucketShare, SplitError> {
+    let total = regions.total_weight()?;
+    if interval_ns == 0 || capacity == 0 {
+        return Err(SplitError::Invalid);
+    }
+    let floors = regions
+        .weights
+        .iter()
+        .map(|w| regions.floor_part(capacity, *w, total))
+        .fold(0u64, u64::saturating_add);
+    let own = regions.own_weight()?;
+    let floor_capacity = regions.floor_part(capacity, own, total);
+    if floor_capacity == 0 {
+        return Err(SplitError::FloorCapacityZero);
+    }
+    // Every floor's interval, rounded up (its rate rounded down).
+    let mut floors_rate: u128 = 0;
+    for weight in regions.weights {
+        let floor = regions
+            .floor_interval(interval_ns, *weight, total)
+            .ok_or(SplitError::FloorRateZero)?;
+        floors_rate = floors_rate.saturating_add(SCALE.div_ceil(floor.max(1)));
+    }
+    let own_interval = regions
+        .floor_interval(interval_ns, own, total)
+        .ok_or(SplitError::FloorRateZero)?;
+    let derated = own_interval
+        .checked_mul(PPM.saturating_add(u128::from(regions.drift_ppm)))
+        .map(|scaled| scaled.div_ceil(PPM))
+        .and_then(|derated| u64::try_from(derated).ok())
+        .ok_or(SplitError::FloorRateZero)?;
+    // The pool: the global rate rounded down, less every floor's rounded up.
+    let pool_rate = (SCALE / u128::from(interval_ns))
+        .checked_sub(floors_rate)
+        .filter(|rate| *rate > 0)
+        .ok_or(SplitError::PoolRateZero)?;
+    let pool_interval_ns =
+        u64::try_from(SCALE.div_ceil(pool_rate)).map_err(|_| SplitError::PoolRateZero)?;
+    let pool = capacity.saturating_sub(floors);
+    let prepay = match prepay_lifetime_ns {
+        None => 0,
+        Some(lifetime_ns) => lifetime_ns.div_ceil(pool_interval_ns),
+    };
+    let pool_capacity = pool
+        .checked_sub(prepay)
+        .filter(|left| *left > 0)
+        .ok_or(SplitError::PrePayEatsPool { prepay, pool })?;
+    Ok(BucketShare {
+        floor_capacity,
+        floor_interval_ns: derated,
+        pool_capacity,
+        pool_interval_ns,
+        prepay,
+    })
+}
+
+/// The `count` of a GCRA rate of `count` per `period_s` seconds whose emission interval
+/// (`trunc(period·1e9/count)`, as `crate::gcra::emission_interval_ns` computes it) is at
+/// least `interval_ns`: `⌊period·1e9/interval⌋` (`None`: below 1).
+///
+/// The real quotient `period·1e9/count` is at least `interval_ns`, an integer, so its
+/// rounding to the nearest double and the truncation never fall below it.
+pub fn gcra_count(interval_ns: u64, period_s: u64) -> Option<u64> {
+    let period_ns = u128::from(period_s).checked_mul(1_000_000_000)?;
+    let count = period_ns.checked_div(u128::from(interval_ns))?;
+    u64::try_from(count).ok().filter(|count| *count > 0)
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::arithmetic_side_effects,
+    clippy::unwrap_used,
+    clippy::indexing_slicing
+)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn regions(weights: &[u64], floor_percent: u64, drift_ppm: u64) -> Regions<'_> {
+        Regions {
+            weights,
+            own: 0,
+            floor_percent,
+            drift_ppm,
+        }
+    }
+
+    #[test]
+    fn a_bucket_splits_as_the_docs_say() {
+        // 100 tokens at 10/s (one per 100 ms), weights 2:1:1, f = 50 %, T = 1.25 s.
+        let share = split_bucket(
+            100,
+            100_000_000,
+            Some(1_250_000_000),
+            &regions(&[2, 1, 1], 50, 0),
+        )
+        .unwrap();
+        // Floors 25, 12, 12; rates 2.5, 1.25, 1.25 per s; the pool 51 at 5/s less ⌈5·1.25⌉.
+        assert_eq!(share.floor_capacity, 25);
+        assert_eq!(share.floor_interval_ns, 400_000_000);
+        assert_eq!(share.pool_interval_ns, 200_000_000);
+        assert_eq!(share.prepay, 7);
+        assert_eq!(share.pool_capacity, 51 - 7);
+        let drifting =
+            split_bucket(100, 100_000_000, None, &regions(&[2, 1, 1], 50, 1_000)).unwrap();
+        assert_eq!(drifting.floor_interval_ns, 400_400_000, "derated by 1 + ρ");
+        assert_eq!(
+            (drifting.pool_capacity, drifting.prepay),
+            (51, 0),
+            "carryover"
+        );
+    }
+
+    #[test]
+    fn every_refusal() {
+        let r = regions(&[1, 1], 50, 0);
+        assert_eq!(split_window(3, &r), Err(SplitError::FloorCapacityZero));
+        assert_eq!(
+            split_bucket(3, 1, None, &r),
+            Err(SplitError::FloorCapacityZero)
+        );
+        assert_eq!(
+            split_bucket(10, 1, None, &regions(&[1, 1], 0, 0)),
+            Err(SplitError::FloorCapacityZero)
+        );
+        assert_eq!(
+            split_bucket(10, 1_000, None, &regions(&[1, 1], 100, 0)),
+            Err(SplitError::PoolRateZero)
+        );
+        // 10 at one per 100 ms; the pool 6 at 5/s; T = 2 s pre-pays 10.
+        assert_eq!(
+            split_bucket(10, 100_000_000, Some(2_000_000_000), &r),
+            Err(SplitError::PrePayEatsPool {
+                prepay: 10,
+                pool: 6
+            })
+        );
+        assert_eq!(
+            split_window(10, &regions(&[], 50, 0)),
+            Err(SplitError::Invalid)
+        );
+        assert_eq!(
+            split_window(10, &regions(&[0, 1], 50, 0)),
+            Err(SplitError::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_gcra_count_keeps_the_interval_at_least_the_target() {
+        assert_eq!(gcra_count(400_000_000, 1), Some(2));
+        assert_eq!(gcra_count(3_000_000_000, 1), None);
+        for (interval_ns, period_s) in [(333_333_334, 1), (7, 3_600), (86_400_000_000_000, 86_400)]
+        {
+            let count = gcra_count(interval_ns, period_s).unwrap();
+            let real = crate::gcra::emission_interval_ns(count as i64, period_s as i64).unwrap();
+            assert!(
+                real as u64 >= interval_ns,
+                "{interval_ns} {period_s}: {real}"
+            );
+        }
+    }
+
+    /// `Σ I/J_i + I/I_p ≤ 1` exactly (every region's floor interval `J_i`, the pool's
+    /// `I_p`), by cross-multiplying (`None`: the products overflow, the case is skipped).
+    fn rates_fit(interval_ns: u64, floors: &[u128], pool: u64) -> Option<bool> {
+        let mut denominators: Vec<u128> = floors.to_vec();
+        denominators.push(u128::from(pool));
+        let product = denominators
+            .iter()
+            .try_fold(1u128, |acc, d| acc.checked_mul(*d))?;
+        let mut sum: u128 = 0;
+        for d in &denominators {
+            sum = sum.checked_add((product / d).checked_mul(u128::from(interval_ns))?)?;
+        }
+        Some(sum <= product)
+    }
+
+    proptest! {
+        #[test]
+        fn the_parts_never_exceed_the_whole(
+            weights in proptest::collection::vec(1u64..1_000, 1..4),
+            own in 0usize..3,
+            floor_percent in 0u64..=100,
+            drift_ppm in 0u64..100_000,
+            capacity in 1u64..1_000_000,
+            interval_ns in 1u64..10_000_000,
+            lifetime_ns in proptest::option::of(0u64..10_000_000_000),
+        ) {
+            let own = own % weights.len();
+            let r = Regions { weights: &weights, own, floor_percent, drift_ppm };
+            if let Ok(window) = split_window(capacity, &r) {
+                let all: u64 = (0..weights.len())
+                    .map(|i| split_window(capacity, &Regions { own: i, ..r }).map_or(0, |s| s.floor))
+                    .sum();
+                prop_assert!(window.floor >= 1);
+                // Regions whose own floor is 0 are refused, but count 0 in the sum anyway.
+                prop_assert!(all + window.pool <= capacity);
+            }
+            if let Ok(share) = split_bucket(capacity, interval_ns, lifetime_ns, &r) {
+                let total: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+                let floors: Vec<u128> = weights
+                    .iter()
+                    .map(|w| r.floor_interval(interval_ns, *w, total).unwrap())
+                    .collect();
+                let capacities: u64 = weights
+                    .iter()
+                    .map(|w| r.floor_part(capacity, *w, total))
+                    .sum();
+                prop_assert!(capacities + share.pool_capacity + share.prepay <= capacity);
+                prop_assert!(share.pool_capacity >= 1 && share.floor_capacity >= 1);
+                // The floor's interval, derated, lasts at least the undrifted one × (1 + ρ).
+                let own_floor = floors[own];
+                prop_assert!(
+                    u128::from(share.floor_interval_ns) * PPM >= own_floor * (PPM + u128::from(drift_ppm))
+                );
+                // Each floor's interval is at least the exact one: J·f·w ≥ I·100·W.
+                for (w, j) in weights.iter().zip(&floors) {
+                    prop_assert!(j * u128::from(floor_percent) * u128::from(*w) >= u128::from(interval_ns) * 100 * total);
+                }
+                if let Some(fit) = rates_fit(interval_ns, &floors, share.pool_interval_ns) {
+                    prop_assert!(fit, "Σ floor rates + pool rate > the global rate");
+                }
+                // The pre-pay covers the pool's refill over T.
+                if let Some(t) = lifetime_ns {
+                    prop_assert!(u128::from(share.prepay) * u128::from(share.pool_interval_ns) >= u128::from(t));
+                }
+            }
+        }
+
+        #[test]
+        fn a_gcra_count_never_shortens_the_interval(
+            interval_ns in 1u64..100_000_000_000,
+            period_s in 1u64..100_000,
+        ) {
+            if let Some(count) = gcra_count(interval_ns, period_s) {
+                let real = crate::gcra::emission_interval_ns(
+                    i64::try_from(count).unwrap(),
+                    i64::try_from(period_s).unwrap(),
+                ).unwrap();
+                prop_assert!(u64::try_from(real).unwrap() >= interval_ns);
+            }
+        }
+    }
+}
