@@ -15,11 +15,10 @@ use serde_json::{Map, Value};
 use crate::config::{Config, RegionConfig};
 use crate::metrics;
 use crate::plans::Plans;
-use crate::region::{self, HotKeys};
+use crate::region::HotKeys;
 use crate::request::{BadRequest, Bounds, CheckRequest};
 use crate::resolve::{self, Item};
 use crate::verdict::{CheckFailure, Decider, Status, Verdict};
-use redis_ratelimit_core::kinds::Kind;
 
 #[cfg(test)]
 mod tests;
@@ -94,7 +93,7 @@ impl Engine {
         }
     }
 
-    /// Decides every fixed window limit as this region's share of it (`RL.REGIONAL`: the
+    /// Decides every limit (fixed window, token bucket, GCRA) as this region's share of it (`RL.REGIONAL`: the
     /// floor, then a lease), noting the hot ones in `hot` for the lease agent.
     #[must_use]
     pub fn with_region(mut self, region: Arc<RegionConfig>, hot: Arc<HotKeys>) -> Self {
@@ -261,12 +260,12 @@ fn job<'a>(
             continue;
         };
         let slots = algorithm.is_in_flight();
-        let floor = region
-            .filter(|_| algorithm.kind() == Kind::FixedWindow)
-            .and_then(|region| {
-                let floor = region::floor_of(region, algorithm.quota(), algorithm.window())?;
-                Some((floor, region.lease_suffix.as_str()))
-            });
+        // Every limit is regional in a region (`RegionConfig::check` refused the config
+        // otherwise, at start and on a reload).
+        let floor = region.and_then(|region| {
+            let parts = region.split(&algorithm).ok()?;
+            Some((parts.floor, region.lease_suffix.as_str()))
+        });
         let limit = match floor {
             Some((floor, suffix)) => {
                 JobLimit::new(&item.reported.label, item.key.as_str(), floor).regional(suffix)
@@ -293,7 +292,7 @@ fn note_hot(region: &RegionConfig, hot: &HotKeys, asked: &[&Item], decision: &De
         if status.regional.is_none() {
             continue;
         }
-        if let Some(pool) = region::pool_of(region, algorithm.quota(), algorithm.window()) {
+        if let Some(pool) = region.split(algorithm).ok().and_then(|parts| parts.pool) {
             hot.note(&item.key, &pool, item.hits, status);
         }
     }

@@ -73,19 +73,6 @@ impl HotKeys {
     }
 }
 
-/// The pool of a limit of `limit` per `window` in `region`, if home's share is not empty.
-pub fn pool_of(region: &RegionConfig, limit: u64, window: Duration) -> Option<Algorithm> {
-    let pool = region.share(limit).pool;
-    (pool > 0)
-        .then(|| Algorithm::fixed_window(pool, window).ok())
-        .flatten()
-}
-
-/// The floor of a limit of `limit` per `window` in `region`.
-pub fn floor_of(region: &RegionConfig, limit: u64, window: Duration) -> Option<Algorithm> {
-    Algorithm::fixed_window(region.share(limit).floor, window).ok()
-}
-
 /// The limits to lease this period: those with demand now, and those that spent some of
 /// their last lease, most demanded first, at most `cap`.
 fn choose(

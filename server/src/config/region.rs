@@ -34,7 +34,14 @@ use saphyr::YamlData;
 
 use super::load::{ConfigError, Reader, line};
 use super::yaml::{self, FileBounds};
-use super::{AlgorithmKind, Config, Rule};
+use redis_ratelimit_client::algorithm::AlgorithmError;
+use redis_ratelimit_client::{Algorithm, Rate};
+use redis_ratelimit_core::kinds::{Kind, Quota};
+use redis_ratelimit_core::regional::split::{
+    Regions, SplitError, gcra_count, split_bucket, split_window,
+};
+
+use super::{Config, LimitSpec, Rule};
 
 /// The most regions a file may weigh.
 pub const MAX_REGIONS: usize = 64;
@@ -87,44 +94,149 @@ pub struct RegionConfig {
     pub pool_prefix: String,
     /// What follows a limit's key to make its lease's key in this region.
     pub lease_suffix: String,
+    /// How a token bucket or GCRA pool is sized (`pool_mode`: `prepaid` or `carryover`).
+    pub pool_mode: PoolMode,
 }
 
-/// How one limit is shared: this region's floor and home's pool, per window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Share {
-    /// This region's floor.
-    pub floor: u64,
-    /// Home's pool: the limit less every region's floor.
-    pub pool: u64,
+/// How home's pool of a token bucket or GCRA limit is sized (`docs/regions.md`, *Pre-paid
+/// vs carryover*).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PoolMode {
+    /// The pool's capacity less `⌈r_p·T⌉`, its refill over one lease lifetime: 0
+    /// over-admission over any interval (the default).
+    #[default]
+    PrePaid,
+    /// The pool keeps its capacity: over-admission at most `min(R·2k, ⌈(1 − f)·r·T⌉)`.
+    Carryover,
+}
+
+/// How one limit is shared: this region's floor and home's pool (`None`: home's share is
+/// empty, nothing to lease).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parts {
+    /// This region's own limiter (its Redis, `RL.REGIONAL`'s floor).
+    pub floor: Algorithm,
+    /// Home's pool, as the agent asks it.
+    pub pool: Option<Algorithm>,
+}
+
+/// Why a limit cannot be shared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The algorithm has no regional form in the service.
+    Kind(Kind),
+    /// The split (`core::regional::split`) refuses it.
+    Split(SplitError),
+    /// A part cannot be built as an algorithm (its parameters out of the server's bounds).
+    Part(&'static str, String),
 }
 
 impl RegionConfig {
-    /// The share of a limit of `limit` units per window: this region's floor
-    /// `⌊limit·f·w/W⌋` and the pool `limit − Σ floors` (each floor rounded down, so the
-    /// floors and the pool never add up to more than `limit`).
-    pub fn share(&self, limit: u64) -> Share {
-        let total: u128 = self.weights.values().map(|w| u128::from(*w)).sum();
-        let floor_of = |weight: u64| -> u64 {
-            let numerator = u128::from(limit)
-                .saturating_mul(u128::from(self.floor_percent))
-                .saturating_mul(u128::from(weight));
-            let denominator = total.saturating_mul(100).max(1);
-            u64::try_from(numerator.checked_div(denominator).unwrap_or(0)).unwrap_or(0)
+    /// The split's view of the weights: every region's, this one's index.
+    fn regions<'a>(&self, weights: &'a [u64]) -> Regions<'a> {
+        Regions {
+            weights,
+            own: self
+                .weights
+                .keys()
+                .position(|name| *name == self.region)
+                .unwrap_or(usize::MAX),
+            floor_percent: self.floor_percent,
+            drift_ppm: u64::from(self.drift_ppm),
+        }
+    }
+
+    /// `T = P + a` in ns, the pre-pay's span (`None`: carryover).
+    fn prepay_lifetime_ns(&self) -> Option<u64> {
+        let lifetime = self.period.saturating_add(self.margin).as_nanos();
+        (self.pool_mode == PoolMode::PrePaid).then(|| u64::try_from(lifetime).unwrap_or(u64::MAX))
+    }
+
+    /// Splits the limit `global` into this region's floor and home's pool, by
+    /// `core::regional::split` (the floors by weight, capacities rounded down, intervals
+    /// rounded up and the floor's derated by `ρ`, the pool given what the floors do not,
+    /// less the pre-pay when pre-paid): fixed windows, token buckets and GCRA.
+    pub fn split(&self, global: &Algorithm) -> Result<Parts, Refusal> {
+        let weights: Vec<u64> = self.weights.values().copied().collect();
+        let regions = self.regions(&weights);
+        let built = |part: &'static str, algorithm: Result<Algorithm, AlgorithmError>| {
+            algorithm.map_err(|error| Refusal::Part(part, error.to_string()))
         };
-        let floors: u64 = self
-            .weights
-            .values()
-            .map(|weight| floor_of(*weight))
-            .fold(0, u64::saturating_add);
-        let own = self.weights.get(&self.region).copied().unwrap_or(0);
-        Share {
-            floor: floor_of(own),
-            pool: limit.saturating_sub(floors),
+        match global.as_quota() {
+            Quota::FixedWindow(_) => {
+                let window = global.window();
+                let share = split_window(global.quota(), &regions).map_err(Refusal::Split)?;
+                let floor = built("floor", Algorithm::fixed_window(share.floor, window))?;
+                let pool = (share.pool > 0)
+                    .then(|| built("pool", Algorithm::fixed_window(share.pool, window)))
+                    .transpose()?;
+                Ok(Parts { floor, pool })
+            }
+            Quota::TokenBucket(params) => {
+                let share = split_bucket(
+                    params.capacity(),
+                    params.interval_ns(),
+                    self.prepay_lifetime_ns(),
+                    &regions,
+                )
+                .map_err(Refusal::Split)?;
+                let bucket = |capacity: u64, interval_ns: u64| {
+                    Algorithm::token_bucket_with_rate(capacity, Rate::every(interval_ns)?)
+                };
+                Ok(Parts {
+                    floor: built(
+                        "floor",
+                        bucket(share.floor_capacity, share.floor_interval_ns),
+                    )?,
+                    pool: Some(built(
+                        "pool",
+                        bucket(share.pool_capacity, share.pool_interval_ns),
+                    )?),
+                })
+            }
+            Quota::Gcra(params) => {
+                let interval_ns = u64::try_from(params.interval_ns()).unwrap_or(0);
+                let period_s = u64::try_from(params.period_s()).unwrap_or(0);
+                let share = split_bucket(
+                    params.limit(),
+                    interval_ns,
+                    self.prepay_lifetime_ns(),
+                    &regions,
+                )
+                .map_err(Refusal::Split)?;
+                let period = Duration::from_secs(period_s);
+                // A rate of `count` per the limit's own period whose emission interval is at
+                // least the part's.
+                let gcra = |capacity: u64, interval_ns: u64, zero: SplitError| {
+                    let count = gcra_count(interval_ns, period_s).ok_or(Refusal::Split(zero))?;
+                    built(
+                        "pool",
+                        Algorithm::gcra(capacity.saturating_sub(1), count, period),
+                    )
+                };
+                Ok(Parts {
+                    floor: gcra(
+                        share.floor_capacity,
+                        share.floor_interval_ns,
+                        SplitError::FloorRateZero,
+                    )
+                    .map_err(|refusal| match refusal {
+                        Refusal::Part(_, error) => Refusal::Part("floor", error),
+                        other => other,
+                    })?,
+                    pool: Some(gcra(
+                        share.pool_capacity,
+                        share.pool_interval_ns,
+                        SplitError::PoolRateZero,
+                    )?),
+                })
+            }
+            _ => Err(Refusal::Kind(global.kind())),
         }
     }
 
     /// Refuses a limits config this region cannot share: every limit must be a fixed
-    /// window (not a plan's) whose floor here is at least 1.
+    /// window, a token bucket or GCRA (not a plan's) that [`Self::split`] takes.
     pub fn check(&self, config: &Config) -> Result<(), Vec<ConfigError>> {
         let mut errors = Vec::new();
         for domain in config.domains.values() {
@@ -150,28 +262,59 @@ impl RegionConfig {
                         "'tenant_key': a plan's limit cannot be shared across regions".into(),
                     ));
                 }
-                if let Some(spec) = limit
-                    .spec
-                    .as_ref()
-                    .filter(|spec| spec.requests_per_unit > 0)
-                {
-                    if spec.algorithm != AlgorithmKind::FixedWindow {
-                        errors.push(refuse(format!(
-                            "'algorithm' is {}: a region's limits are fixed windows (the \
-                             exact case of docs/regions.md)",
-                            spec.algorithm.as_str()
-                        )));
-                    } else if self.share(spec.requests_per_unit).floor == 0 {
-                        errors.push(refuse(format!(
-                            "'requests_per_unit' {} leaves this region a floor of 0 \
-                             ({}% split by weight): raise it or floor_percent",
-                            spec.requests_per_unit, self.floor_percent
-                        )));
+                if let Some(spec) = limit.spec.as_ref() {
+                    if let Some(reason) = self.refusal(spec) {
+                        errors.push(refuse(reason));
                     }
                 }
             }
             self.check_rules(&rule.children, errors);
         }
+    }
+
+    /// Why `spec` cannot be shared, naming the field to change (`None`: it can, or it is a
+    /// limit of 0, decided without a store).
+    fn refusal(&self, spec: &LimitSpec) -> Option<String> {
+        let global = spec.algorithm().ok().flatten()?;
+        let refusal = self.split(&global).err()?;
+        let f = self.floor_percent;
+        let per = spec.requests_per_unit;
+        let capacity = match spec.burst.filter(|_| spec.algorithm.has_burst()) {
+            Some(burst) => format!("'burst' {burst}"),
+            None => format!("'requests_per_unit' {per}"),
+        };
+        Some(match refusal {
+            Refusal::Kind(Kind::SlidingWindow) => "'algorithm' is sliding_window: its leases \
+                would be plain T-long grants, which no bound of docs/regions.md covers (use \
+                fixed_window, token_bucket or gcra)"
+                .into(),
+            Refusal::Kind(kind) => format!(
+                "'algorithm' is {}: a region's limits are fixed_window, token_bucket or gcra \
+                 (in-flight pools leased as holders are not built)",
+                kind.config_name()
+            ),
+            Refusal::Split(SplitError::FloorCapacityZero) => format!(
+                "{capacity} leaves this region a floor of 0 ({f}% split by weight): raise it \
+                 or floor_percent"
+            ),
+            Refusal::Split(SplitError::FloorRateZero) => format!(
+                "'requests_per_unit' {per} leaves this region a floor rate below 1 per unit \
+                 ({f}% split by weight): raise it or floor_percent"
+            ),
+            Refusal::Split(SplitError::PoolRateZero) => format!(
+                "'floor_percent' {f} leaves home's pool no rate of 'requests_per_unit' {per}: \
+                 lower floor_percent"
+            ),
+            Refusal::Split(SplitError::PrePayEatsPool { prepay, pool }) => format!(
+                "{capacity}: the pre-pay of {prepay} units (the pool's refill over T = \
+                 period_ms + margin_ms) eats home's whole pool of {pool}: raise it, shorten \
+                 period_ms or margin_ms, or set pool_mode: carryover"
+            ),
+            Refusal::Split(SplitError::Invalid) => "the split's parameters are out of range".into(),
+            Refusal::Part(part, error) => {
+                format!("this region's {part} of {capacity} cannot be built: {error}")
+            }
+        })
     }
 }
 
@@ -209,6 +352,7 @@ const FIELDS: &[&str] = &[
     "max_hot_keys",
     "pool_prefix",
     "lease_suffix",
+    "pool_mode",
 ];
 
 fn read(reader: &Reader<'_>, node: &saphyr::MarkedYaml<'_>) -> Result<RegionConfig, ConfigError> {
@@ -227,6 +371,7 @@ fn read(reader: &Reader<'_>, node: &saphyr::MarkedYaml<'_>) -> Result<RegionConf
     let mut max_hot_keys = 1_000;
     let mut pool_prefix = "pool:".to_string();
     let mut lease_suffix = ":lease".to_string();
+    let mut pool_mode = PoolMode::PrePaid;
     let mut weights_line = line(node);
     let ms = |value, field| reader.integer(value, field, MAX_PERIOD_MS);
     for (field, value, at) in &fields {
@@ -259,6 +404,18 @@ fn read(reader: &Reader<'_>, node: &saphyr::MarkedYaml<'_>) -> Result<RegionConf
             "max_hot_keys" => max_hot_keys = reader.integer(value, field, MAX_HOT_KEYS)?,
             "pool_prefix" => pool_prefix = reader.string(value, field)?,
             "lease_suffix" => lease_suffix = reader.string(value, field)?,
+            "pool_mode" => {
+                pool_mode = match reader.string(value, field)?.as_str() {
+                    "prepaid" => PoolMode::PrePaid,
+                    "carryover" => PoolMode::Carryover,
+                    other => {
+                        return Err(reader.error(
+                            *at,
+                            format!("'pool_mode' is prepaid or carryover, not '{other}'"),
+                        ));
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -321,6 +478,7 @@ fn read(reader: &Reader<'_>, node: &saphyr::MarkedYaml<'_>) -> Result<RegionConf
         max_hot_keys: usize::try_from(max_hot_keys).unwrap_or(usize::MAX),
         pool_prefix,
         lease_suffix,
+        pool_mode,
     })
 }
 
@@ -370,15 +528,47 @@ mod tests {
         assert_eq!(region.weights.len(), 3);
         assert_eq!((region.wait_replicas, region.max_hot_keys), (1, 1_000));
         assert_eq!(region.home_backend, HomeBackend::Module);
+        assert_eq!(region.pool_mode, PoolMode::PrePaid);
+        let hour = Duration::from_secs(3_600);
         // 100 at 50 %: floors 25 (eu), 12 (us), 12 (ap); the pool 100 − 49.
+        let window = region
+            .split(&Algorithm::fixed_window(100, hour).unwrap())
+            .unwrap();
+        assert_eq!(window.floor, Algorithm::fixed_window(25, hour).unwrap());
         assert_eq!(
-            region.share(100),
-            Share {
-                floor: 25,
-                pool: 51
-            }
+            window.pool,
+            Some(Algorithm::fixed_window(51, hour).unwrap())
         );
-        assert_eq!(region.share(1), Share { floor: 0, pool: 1 });
+        assert_eq!(
+            region.split(&Algorithm::fixed_window(1, hour).unwrap()),
+            Err(Refusal::Split(SplitError::FloorCapacityZero))
+        );
+        // A bucket of 100 at 10/s: the floor 25 at 2.5/s; the pool 51 at 5/s less the
+        // pre-pay ⌈5 × 1.25⌉ = 7 (T = 1250 ms).
+        let bucket = Algorithm::token_bucket_with_rate(100, Rate::per_second("10").unwrap());
+        let parts = region.split(&bucket.unwrap()).unwrap();
+        let expected = |capacity, rate| {
+            Algorithm::token_bucket_with_rate(capacity, Rate::per_second(rate).unwrap()).unwrap()
+        };
+        assert_eq!(parts.floor, expected(25, "2.5"));
+        assert_eq!(parts.pool, Some(expected(44, "5")));
+        let carryover = RegionConfig {
+            pool_mode: PoolMode::Carryover,
+            ..region.clone()
+        };
+        let bucket = Algorithm::token_bucket_with_rate(100, Rate::per_second("10").unwrap());
+        assert_eq!(
+            carryover.split(&bucket.unwrap()).unwrap().pool,
+            Some(expected(51, "5"))
+        );
+        // GCRA: 100 at once, 10 per second: the floor 25 at 2 per s (5 per 2 s is not a
+        // rate of one second: 2.5 rounds down to 2), the pool 44 at 5 per s.
+        let gcra = region
+            .split(&Algorithm::gcra(99, 10, Duration::from_secs(1)).unwrap())
+            .unwrap();
+        let second = Duration::from_secs(1);
+        assert_eq!(gcra.floor, Algorithm::gcra(24, 2, second).unwrap());
+        assert_eq!(gcra.pool, Some(Algorithm::gcra(43, 5, second).unwrap()));
     }
 
     #[test]
@@ -388,11 +578,15 @@ mod tests {
             let text = format!("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {limit}\n");
             super::super::assemble(vec![("api.yaml".into(), text)], 16).unwrap()
         };
-        assert!(
-            region
-                .check(&config("{unit: hour, requests_per_unit: 8}"))
-                .is_ok()
-        );
+        for good in [
+            "{unit: hour, requests_per_unit: 8}",
+            "{unit: hour, requests_per_unit: 8, algorithm: token_bucket}",
+            "{unit: hour, requests_per_unit: 8, algorithm: gcra}",
+            // A limit of 0 denies without a store: nothing to share.
+            "{unit: hour, requests_per_unit: 0}",
+        ] {
+            assert!(region.check(&config(good)).is_ok(), "{good}");
+        }
         let errors = |limit: &str| {
             let errors = region.check(&config(limit)).unwrap_err();
             errors
@@ -401,18 +595,59 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("; ")
         };
-        let bucket = errors("{unit: hour, requests_per_unit: 8, algorithm: token_bucket}");
+        let cases = [
+            (
+                "{unit: hour, requests_per_unit: 1}",
+                "'requests_per_unit' 1 leaves this region a floor of 0",
+            ),
+            (
+                "{unit: hour, requests_per_unit: 100, algorithm: token_bucket, burst: 1}",
+                "'burst' 1 leaves this region a floor of 0",
+            ),
+            (
+                "{unit: hour, requests_per_unit: 1, algorithm: gcra, burst: 8}",
+                "'requests_per_unit' 1 leaves this region a floor rate below 1 per unit",
+            ),
+            // 8 a second, bursts of 8: the pool 4 at 4/s; T = 1.25 s pre-pays 5.
+            (
+                "{unit: second, requests_per_unit: 8, algorithm: token_bucket}",
+                "the pre-pay of 5 units",
+            ),
+            (
+                "{unit: second, requests_per_unit: 8, algorithm: sliding_window}",
+                "'algorithm' is sliding_window",
+            ),
+            (
+                "{unit: second, requests_per_unit: 8, algorithm: concurrency}",
+                "'algorithm' is concurrency",
+            ),
+        ];
+        for (limit, expected) in cases {
+            let error = errors(limit);
+            assert!(
+                error.contains("rule 'k'") && error.contains(expected),
+                "{limit}: {error}"
+            );
+        }
+        let all_floors = parse(&GOOD.replace("floor_percent: 50", "floor_percent: 100")).unwrap();
+        let error = all_floors
+            .check(&config(
+                "{unit: hour, requests_per_unit: 8, algorithm: token_bucket}",
+            ))
+            .unwrap_err()[0]
+            .to_string();
         assert!(
-            bucket.contains("rule 'k'") && bucket.contains("'algorithm' is token_bucket"),
-            "{bucket}"
+            error.contains("'floor_percent' 100 leaves home's pool no rate"),
+            "{error}"
         );
-        let small = errors("{unit: hour, requests_per_unit: 1}");
-        assert!(small.contains("leaves this region a floor of 0"), "{small}");
-        // A limit of 0 denies without a store: nothing to share.
+        let carryover = parse(&format!("{GOOD}pool_mode: carryover\n")).unwrap();
         assert!(
-            region
-                .check(&config("{unit: hour, requests_per_unit: 0}"))
-                .is_ok()
+            carryover
+                .check(&config(
+                    "{unit: second, requests_per_unit: 8, algorithm: token_bucket}"
+                ))
+                .is_ok(),
+            "carryover keeps the pool whole"
         );
     }
 
@@ -454,6 +689,10 @@ mod tests {
                 "'home_backend' is module or functions",
             ),
             (format!("{GOOD}lease_suffix: \"{{x}}\"\n"), "'lease_suffix'"),
+            (
+                format!("{GOOD}pool_mode: loose\n"),
+                "'pool_mode' is prepaid or carryover",
+            ),
         ];
         for (text, expected) in cases {
             let error = parse(&text).unwrap_err().to_string();
