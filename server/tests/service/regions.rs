@@ -146,3 +146,203 @@ fn hot_and_cold(home: Server, region: Server, functions: bool) {
     assert!(service.terminate(), "{}", service.log());
     assert!(service.log().contains("region lease agent stopped"));
 }
+
+/// A token bucket of 8 an hour (bursts of 8): with two regions of equal weight and half in
+/// floors, this region's floor is a bucket of 2 refilled one per 30 min, and home's pool 4
+/// at one per 15 min less the pre-pay of one lease lifetime's refill (⌈0.5 s / 900 s⌉ = 1):
+/// 3. Over the test (seconds) no floor or pool refills a token.
+const BUCKET: &str = r#"
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 8, algorithm: token_bucket, name: per-key}
+"#;
+
+/// GCRA of 8 an hour, bursts of 8: the floor 2 at once (2 an hour), the pool 4 less the
+/// pre-pay of 1: 3 at once (3 an hour).
+const GCRA: &str = r#"
+domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 8, algorithm: gcra, name: per-key}
+"#;
+
+#[test]
+fn a_hot_token_bucket_key_gets_leases_and_never_exceeds_its_floor_and_the_prepaid_pool() {
+    bucket_hot_and_cold(BUCKET, 2, 3);
+}
+
+#[test]
+fn a_hot_gcra_key_gets_leases_and_never_exceeds_its_floor_and_the_prepaid_pool() {
+    bucket_hot_and_cold(GCRA, 2, 3);
+}
+
+/// The hot key is admitted its floor, then leases from home's pool, never more than floor +
+/// pool over the test; the cold key never reaches home.
+fn bucket_hot_and_cold(limits: &str, floor: usize, pool: usize) {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let dir = TempDir::new("region");
+    // k = 10: a lease takes the whole pre-paid pool, so its units show the pool's capacity.
+    let file = region_file(&home).replace("lease_units: 3", "lease_units: 10");
+    dir.write("region.yaml", &file);
+    let region_path = dir.0.join("region.yaml");
+    let url = format!("redis://127.0.0.1:{}/", region.port);
+    let mut service = Service::start(
+        &url,
+        &[("api.yaml", limits)],
+        &["--region-config", region_path.to_str().unwrap()],
+    );
+    let (_, answer) = service.check_json(&body("cold"));
+    assert_eq!(answer["allowed"], true, "{answer}");
+    assert_eq!(answer["statuses"][0]["regional"], "floor", "{answer}");
+    for call in 0..floor {
+        assert!(allowed(&service, "hot"), "floor call {call}");
+    }
+    let (_, answer) = service.check_json(&body("hot"));
+    assert_eq!(
+        answer["allowed"], false,
+        "the floor is spent, no lease yet: {answer}"
+    );
+    assert_eq!(
+        answer["statuses"][0]["regional"], "home_unreachable",
+        "{answer}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || !keys(&region, "*hot*:lease")
+            .is_empty()),
+        "no lease for the hot key: {}",
+        service.log()
+    );
+    let lease_key = keys(&region, "*hot*:lease").remove(0);
+    let units: String = redis::cmd("GET")
+        .arg(&lease_key)
+        .query(&mut region.conn())
+        .unwrap();
+    assert_eq!(
+        units, "3",
+        "a lease of k = 3 units (the pre-paid pool holds 3)"
+    );
+    let mut admitted = floor + (0..10).filter(|_| allowed(&service, "hot")).count();
+    assert!(admitted > floor, "the lease paid: {admitted}");
+    assert_eq!(
+        keys(&home, "pool:*hot*").len(),
+        1,
+        "home's pool gave the units"
+    );
+    let seen = refreshes(&service);
+    assert!(
+        wait_until(Duration::from_secs(10), || refreshes(&service) >= seen + 2),
+        "the agent stopped refreshing: {}",
+        service.log()
+    );
+    admitted += (0..10).filter(|_| allowed(&service, "hot")).count();
+    assert!(
+        admitted <= floor + pool,
+        "at most the floor {floor} + the pre-paid pool {pool}: {admitted}"
+    );
+    assert!(
+        keys(&home, "pool:*cold*").is_empty(),
+        "a cold key asks home nothing"
+    );
+    assert!(keys(&region, "*cold*:lease").is_empty());
+    assert!(service.terminate(), "{}", service.log());
+}
+
+/// Every limit a region cannot share is refused at start, naming its rule and field; and a
+/// reload to one is refused with the config in force kept.
+#[test]
+fn a_limit_the_region_cannot_share_is_refused_at_start_and_on_reload() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let dir = TempDir::new("region");
+    dir.write("region.yaml", &region_file(&home));
+    let all_floors = region_file(&home).replace("floor_percent: 50", "floor_percent: 100");
+    dir.write("all-floors.yaml", &all_floors);
+    let url = format!("redis://127.0.0.1:{}/", region.port);
+    let limit = |rate_limit: &str| {
+        format!("domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {rate_limit}\n")
+    };
+    let cases = [
+        (
+            "region.yaml",
+            "{unit: hour, requests_per_unit: 3}",
+            "'requests_per_unit' 3 leaves this region a floor of 0",
+        ),
+        (
+            "region.yaml",
+            "{unit: hour, requests_per_unit: 100, algorithm: token_bucket, burst: 3}",
+            "'burst' 3 leaves this region a floor of 0",
+        ),
+        (
+            "region.yaml",
+            "{unit: hour, requests_per_unit: 1, algorithm: gcra, burst: 8}",
+            "floor rate below 1 per unit",
+        ),
+        (
+            "all-floors.yaml",
+            "{unit: hour, requests_per_unit: 8, algorithm: token_bucket}",
+            "'floor_percent' 100 leaves home's pool no rate",
+        ),
+        (
+            // 8 a second, bursts of 4: floors 1 + 1, the pool 2 at 4/s; T = 0.5 s pre-pays
+            // 2, the whole pool.
+            "region.yaml",
+            "{unit: second, requests_per_unit: 8, algorithm: token_bucket, burst: 4}",
+            "the pre-pay of 2 units",
+        ),
+        (
+            "region.yaml",
+            "{unit: second, requests_per_unit: 8, algorithm: sliding_window}",
+            "'algorithm' is sliding_window",
+        ),
+        (
+            "region.yaml",
+            "{unit: second, requests_per_unit: 8, algorithm: concurrency}",
+            "'algorithm' is concurrency",
+        ),
+    ];
+    for (file, rate_limit, expected) in cases {
+        let path = dir.0.join(file);
+        let text = limit(rate_limit);
+        let (status, log) = Service::exit_at_start(
+            &url,
+            &[("api.yaml", &text)],
+            &["--region-config", path.to_str().unwrap()],
+        );
+        assert!(!status.success(), "{rate_limit}: started");
+        assert!(
+            log.contains("rule 'api_key'") && log.contains(expected),
+            "{rate_limit}: {expected}\n{log}"
+        );
+    }
+    // A reload to a token bucket whose pre-pay eats the pool is refused; the bucket of 8 an
+    // hour stays in force.
+    let region_path = dir.0.join("region.yaml");
+    let service = Service::start(
+        &url,
+        &[("api.yaml", BUCKET)],
+        &["--region-config", region_path.to_str().unwrap()],
+    );
+    service.config.write(
+        "api.yaml",
+        &limit("{unit: second, requests_per_unit: 8, algorithm: token_bucket, burst: 4}"),
+    );
+    assert!(
+        service.wait_log("config change refused", 1),
+        "{}",
+        service.log()
+    );
+    assert!(
+        service.log().contains("the pre-pay of 2 units"),
+        "{}",
+        service.log()
+    );
+    let (_, answer) = service.check_json(&body("k"));
+    assert_eq!(answer["statuses"][0]["regional"], "floor", "{answer}");
+    assert_eq!(
+        answer["headers"]["ratelimit-policy"], "\"per-key\";q=2;w=3600",
+        "the floor of the bucket in force: {answer}"
+    );
+    assert_eq!(answer["statuses"][0]["limitRemaining"], 1, "{answer}");
+}
