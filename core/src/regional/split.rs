@@ -222,16 +222,38 @@ pub fn split_bucket(
     })
 }
 
-/// The `count` of a GCRA rate of `count` per `period_s` seconds whose emission interval
+/// The longest GCRA period (seconds) whose nanoseconds a double holds exactly (`2^53` ns),
+/// so that the emission interval's float division is of exact operands.
+pub const MAX_EXACT_GCRA_PERIOD_S: u64 = 9_007_199;
+
+/// The units a GCRA rate chosen by [`gcra_rate`] aims for per period: its count is rounded
+/// down, so at least this many keep the rate within 0.1 % of the part's when they fit.
+const GCRA_PRECISION: u64 = 1_000;
+
+/// A GCRA rate of `count` per `period` seconds whose emission interval
 /// (`trunc(period·1e9/count)`, as `crate::gcra::emission_interval_ns` computes it) is at
-/// least `interval_ns`: `⌊period·1e9/interval⌋` (`None`: below 1).
+/// least `interval_ns`: the period is `period_s` times the smallest factor giving a count of
+/// at least 1000 (within [`MAX_EXACT_GCRA_PERIOD_S`]), and the count `⌊period·1e9/interval⌋`
+/// (`None`: below 1 even at the longest period).
 ///
-/// The real quotient `period·1e9/count` is at least `interval_ns`, an integer, so its
-/// rounding to the nearest double and the truncation never fall below it.
-pub fn gcra_count(interval_ns: u64, period_s: u64) -> Option<u64> {
+/// The real quotient `period·1e9/count` is at least `interval_ns`, an integer, and the
+/// operands are exact doubles, so its rounding to the nearest double and the truncation never
+/// fall below it.
+pub fn gcra_rate(interval_ns: u64, period_s: u64) -> Option<(u64, u64)> {
+    if interval_ns == 0 || period_s == 0 || period_s > MAX_EXACT_GCRA_PERIOD_S {
+        return None;
+    }
+    // The factor for a count of at least GCRA_PRECISION: ⌈precision·interval/(period·1e9)⌉.
+    let wanted = u128::from(GCRA_PRECISION).checked_mul(u128::from(interval_ns))?;
     let period_ns = u128::from(period_s).checked_mul(1_000_000_000)?;
-    let count = period_ns.checked_div(u128::from(interval_ns))?;
-    u64::try_from(count).ok().filter(|count| *count > 0)
+    let factor = wanted.div_ceil(period_ns).max(1);
+    let longest = u128::from(MAX_EXACT_GCRA_PERIOD_S / period_s);
+    let period = u128::from(period_s).checked_mul(factor.min(longest))?;
+    let count = period
+        .checked_mul(1_000_000_000)?
+        .checked_div(u128::from(interval_ns))?;
+    let count = u64::try_from(count).ok().filter(|count| *count > 0)?;
+    Some((count, u64::try_from(period).ok()?))
 }
 
 #[cfg(test)]
@@ -314,12 +336,15 @@ mod tests {
     }
 
     #[test]
-    fn a_gcra_count_keeps_the_interval_at_least_the_target() {
-        assert_eq!(gcra_count(400_000_000, 1), Some(2));
-        assert_eq!(gcra_count(3_000_000_000, 1), None);
+    fn a_gcra_rate_keeps_the_interval_at_least_the_target() {
+        // 2.5 a second: 1000 per 400 s.
+        assert_eq!(gcra_rate(400_000_000, 1), Some((1_000, 400)));
+        assert_eq!(gcra_rate(1_000_000, 1), Some((1_000, 1)));
+        // One a year is no rate within 2^53 ns.
+        assert_eq!(gcra_rate(31_536_000_000_000_000, 1), None);
         for (interval_ns, period_s) in [(333_333_334, 1), (7, 3_600), (86_400_000_000_000, 86_400)]
         {
-            let count = gcra_count(interval_ns, period_s).unwrap();
+            let (count, period_s) = gcra_rate(interval_ns, period_s).unwrap();
             let real = crate::gcra::emission_interval_ns(count as i64, period_s as i64).unwrap();
             assert!(
                 real as u64 >= interval_ns,
@@ -396,11 +421,12 @@ mod tests {
         }
 
         #[test]
-        fn a_gcra_count_never_shortens_the_interval(
-            interval_ns in 1u64..100_000_000_000,
+        fn a_gcra_rate_never_shortens_the_interval(
+            interval_ns in 1u64..100_000_000_000_000,
             period_s in 1u64..100_000,
         ) {
-            if let Some(count) = gcra_count(interval_ns, period_s) {
+            if let Some((count, period_s)) = gcra_rate(interval_ns, period_s) {
+                prop_assert!(period_s <= MAX_EXACT_GCRA_PERIOD_S);
                 let real = crate::gcra::emission_interval_ns(
                     i64::try_from(count).unwrap(),
                     i64::try_from(period_s).unwrap(),

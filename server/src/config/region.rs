@@ -38,7 +38,7 @@ use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_client::{Algorithm, Rate};
 use redis_ratelimit_core::kinds::{Kind, Quota};
 use redis_ratelimit_core::regional::split::{
-    Regions, SplitError, gcra_count, split_bucket, split_window,
+    Regions, SplitError, gcra_rate, split_bucket, split_window,
 };
 
 use super::{Config, LimitSpec, Rule};
@@ -204,11 +204,12 @@ impl RegionConfig {
                     &regions,
                 )
                 .map_err(Refusal::Split)?;
-                let period = Duration::from_secs(period_s);
-                // A rate of `count` per the limit's own period whose emission interval is at
-                // least the part's.
+                // A rate of `count` per a whole number of seconds whose emission interval is
+                // at least the part's.
                 let gcra = |capacity: u64, interval_ns: u64, zero: SplitError| {
-                    let count = gcra_count(interval_ns, period_s).ok_or(Refusal::Split(zero))?;
+                    let (count, period_s) =
+                        gcra_rate(interval_ns, period_s).ok_or(Refusal::Split(zero))?;
+                    let period = Duration::from_secs(period_s);
                     built(
                         "pool",
                         Algorithm::gcra(capacity.saturating_sub(1), count, period),
@@ -298,8 +299,9 @@ impl RegionConfig {
                  or floor_percent"
             ),
             Refusal::Split(SplitError::FloorRateZero) => format!(
-                "'requests_per_unit' {per} leaves this region a floor rate below 1 per unit \
-                 ({f}% split by weight): raise it or floor_percent"
+                "'requests_per_unit' {per} leaves this region a floor rate too slow to state \
+                 (its refill interval past the bounds, {f}% split by weight): raise it or \
+                 floor_percent"
             ),
             Refusal::Split(SplitError::PoolRateZero) => format!(
                 "'floor_percent' {f} leaves home's pool no rate of 'requests_per_unit' {per}: \
@@ -561,14 +563,20 @@ mod tests {
             carryover.split(&bucket.unwrap()).unwrap().pool,
             Some(expected(51, "5"))
         );
-        // GCRA: 100 at once, 10 per second: the floor 25 at 2 per s (5 per 2 s is not a
-        // rate of one second: 2.5 rounds down to 2), the pool 44 at 5 per s.
+        // GCRA: 100 at once, 10 per second: the floor 25 at 2.5 per s (1000 per 400 s, a
+        // count per whole seconds), the pool 44 at 5 per s (1000 per 200 s).
         let gcra = region
             .split(&Algorithm::gcra(99, 10, Duration::from_secs(1)).unwrap())
             .unwrap();
-        let second = Duration::from_secs(1);
-        assert_eq!(gcra.floor, Algorithm::gcra(24, 2, second).unwrap());
-        assert_eq!(gcra.pool, Some(Algorithm::gcra(43, 5, second).unwrap()));
+        let seconds = Duration::from_secs;
+        assert_eq!(
+            gcra.floor,
+            Algorithm::gcra(24, 1_000, seconds(400)).unwrap()
+        );
+        assert_eq!(
+            gcra.pool,
+            Some(Algorithm::gcra(43, 1_000, seconds(200)).unwrap())
+        );
     }
 
     #[test]
@@ -603,10 +611,6 @@ mod tests {
             (
                 "{unit: hour, requests_per_unit: 100, algorithm: token_bucket, burst: 1}",
                 "'burst' 1 leaves this region a floor of 0",
-            ),
-            (
-                "{unit: hour, requests_per_unit: 1, algorithm: gcra, burst: 8}",
-                "'requests_per_unit' 1 leaves this region a floor rate below 1 per unit",
             ),
             // 8 a second, bursts of 8: the pool 4 at 4/s; T = 1.25 s pre-pays 5.
             (

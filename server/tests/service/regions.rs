@@ -275,11 +275,6 @@ fn a_limit_the_region_cannot_share_is_refused_at_start_and_on_reload() {
             "'burst' 3 leaves this region a floor of 0",
         ),
         (
-            "region.yaml",
-            "{unit: hour, requests_per_unit: 1, algorithm: gcra, burst: 8}",
-            "floor rate below 1 per unit",
-        ),
-        (
             "all-floors.yaml",
             "{unit: hour, requests_per_unit: 8, algorithm: token_bucket}",
             "'floor_percent' 100 leaves home's pool no rate",
