@@ -16,14 +16,18 @@
 //! wait_timeout_ms: 100
 //! lease_units: 20               # k: the most units one lease holds
 //! max_hot_keys: 1000            # the most limits leased at once, most demanded first
+//! pool_mode: prepaid            # or carryover (token bucket and GCRA pools)
 //! ```
 //!
-//! Every limit of the service is then a regional one: a fixed window of `L` per unit is
-//! this region's floor of `⌊L·f·w/W⌋` per unit (its own Redis, `RL.REGIONAL`), and home's
-//! pool (key `pool_prefix` + the limit's key) holds `L − Σ floors` per unit, leased to the
-//! regions whose floor runs out. Only fixed windows are regional (their leases end with the
-//! home window they were granted in: the exact case); a config with another algorithm, a
-//! plan limit, or a floor of 0 is refused.
+//! Every limit of the service is then a regional one, split by
+//! [`RegionConfig::split`] (`core::regional::split`): a fixed window of `L` per unit is this
+//! region's floor of `⌊L·f·w/W⌋` per unit (its own Redis, `RL.REGIONAL`) and home's pool
+//! (key `pool_prefix` + the limit's key) `L − Σ floors`; a token bucket or GCRA is a floor
+//! of capacity `⌊C·f·w/W⌋` refilling at most `f·r·w/W` (its interval rounded up, derated
+//! for drift) and a pool of what the floors leave, less `⌈r_p·T⌉` when pre-paid (0
+//! over-admission; carryover keeps the capacity, within `min(R·2k, ⌈(1 − f)·r·T⌉)`). A
+//! sliding window, an in-flight limit, a plan's limit, or a split that rounds to 0 is
+//! refused, naming the field.
 
 use std::collections::BTreeMap;
 use std::path::Path;
