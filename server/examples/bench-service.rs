@@ -167,6 +167,11 @@ fn start_service(
     config: &std::path::Path,
     extra: &[String],
 ) -> Service {
+    // `NAME=VALUE` words set the environment (e.g. TOKIO_WORKER_THREADS=1), the rest are flags.
+    let (env, extra): (Vec<&String>, Vec<&String>) = extra.iter().partition(|word| {
+        word.split_once('=')
+            .is_some_and(|(name, _)| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+    });
     assert!(
         binary.exists(),
         "{} is missing: cargo build --release -p redis-ratelimit-server",
@@ -187,6 +192,7 @@ fn start_service(
         ])
         .args(["--timeout-ms", "1000", "--watch-ms", "0"])
         .args(extra)
+        .envs(env.iter().filter_map(|word| word.split_once('=')))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -194,8 +200,12 @@ fn start_service(
 }
 
 /// The null RLS: this example again, in its hidden mode ([`NULL_RLS_ENV`]).
-fn start_null_rls() -> Service {
-    let child = Command::new(std::env::current_exe().unwrap())
+fn start_null_rls(workers: Option<usize>) -> Service {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(workers) = workers {
+        command.env("TOKIO_WORKER_THREADS", workers.to_string());
+    }
+    let child = command
         .env(NULL_RLS_ENV, "127.0.0.1:0")
         .stderr(Stdio::piped())
         .spawn()
@@ -1038,7 +1048,8 @@ async fn bench() {
             "--descriptors" => descriptor_counts = value,
             // `--extras off`: no closed-loop Envoy run and no race.
             "--extras" => extras = value != "off",
-            // `LABEL=FLAGS`: this service binary with these flags (space-separated) too.
+            // `LABEL=WORDS`: this service binary with these flags (space-separated; words
+            // `NAME=VALUE` set its environment) too.
             "--variant" => {
                 let (label, flags) = value.split_once('=').expect("LABEL=FLAGS");
                 variants.push((
@@ -1088,10 +1099,17 @@ async fn bench() {
         });
         services.push(service);
     }
-    if chosen.contains(&"null") {
-        let null = start_null_rls();
+    // `null`: the null RLS with tokio's default workers (one per core); `null1`: one worker.
+    for (name, workers) in [("null", None), ("null1", Some(1))] {
+        if !chosen.contains(&name) {
+            continue;
+        }
+        let null = start_null_rls(workers);
         paths.push(Path::Service {
-            label: NULL_LABEL.to_string(),
+            label: match workers {
+                None => NULL_LABEL.to_string(),
+                Some(_) => format!("{NULL_LABEL}, 1 runtime worker"),
+            },
             clients: grpc_clients(&null).await,
             pid: null.child.id(),
             redis: false,
