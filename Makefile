@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration conformance containers chaos soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -96,11 +96,23 @@ containers: ## Container tests: restarts, SIGKILL, a Redis Cluster and a partiti
 # SOAK_PLANT=<name> planting a bug. Every run's logs are kept under target/soak-runs.
 SOAK_S ?= 600
 
-chaos: ## The planted-bug runs, the 60 s chaos soak and the Sentinel failover test (Docker)
+chaos: ## The planted-bug runs, the 60 s chaos soak, the Sentinel failover test (Docker) and the 12 s regions run
 	$(CARGO) test -p redis-ratelimit-client --features sentinel --lib store::sentinel
 	$(CARGO) build --features $(TEST_FEATURES)
 	@$(TEST_IMAGE); \
-	RL_TEST_IMAGE=$$image SOAK_S=60 $(CARGO) test -p redis-ratelimit-chaos -- --test-threads=1
+	RL_TEST_IMAGE=$$image SOAK_S=60 REGIONS_S=12 $(CARGO) test -p redis-ratelimit-chaos -- --test-threads=1
+
+# One quota across regions on real processes (chaos/tests/regions.rs, docs/regions.md): a
+# home with a replica and a Sentinel, three regions behind fault proxies of 35/70/120 ms one
+# way, the client's lease agents, 70/20/10 over-demand with four cuts, two home stalls and a
+# failover; the merged admission log checked per algorithm and mode; the planted-bug run
+# the check must fail; the burst where the pre-pay matters, as built and without it. `make chaos` (so `make test`) runs it for 12 s; REGIONS_S sets the
+# length here. Every run's logs and report are kept under target/regions-runs.
+REGIONS_S ?= 60
+
+regions: ## One quota across regions on real processes for REGIONS_S seconds (default 60), checked per algorithm and mode (docs/regions.md)
+	$(CARGO) build --features $(TEST_FEATURES)
+	REGIONS_S=$(REGIONS_S) $(CARGO) test -p redis-ratelimit-chaos --test regions -- --nocapture --test-threads=1
 
 soak: ## The chaos soak for SOAK_S seconds (default 600; RL_SOAK_SEED=n replays a run, SOAK_PLANT=name plants a bug)
 	@$(TEST_IMAGE); \

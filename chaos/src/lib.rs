@@ -8,7 +8,9 @@
 //! - [`run`]: a run's directory, named by its seed, kept to be checked again;
 //! - [`checker`]: every limiter's true bound over every interval, with the allowances of
 //!   the faults and fallback episodes that overlap it;
-//! - [`proxy`]: a userspace TCP proxy that delays, stalls and resets one node's link;
+//! - [`proxy`]: a userspace TCP proxy that delays (per direction, jittered), stalls,
+//!   blackholes and resets one link;
+//! - [`regions`]: one quota across regions on real processes (`make regions`);
 //! - [`soak_cluster`]: a 3+3 cluster of containers with one node behind the proxy, its
 //!   faults, and the checks after the run (replicas identical, memory back to baseline);
 //! - [`fleet`]: the load generator processes (`chaos-load`) and their logs.
@@ -28,6 +30,7 @@ pub mod load;
 pub mod plant;
 pub mod proxy;
 pub mod record;
+pub mod regions;
 pub mod run;
 pub mod setup;
 pub mod soak_cluster;

@@ -10,6 +10,8 @@ use crate::server::{Server, free_port, fresh_dir, wait_until};
 /// A running sentinel.
 pub struct Sentinel {
     child: Child,
+    /// Its temporary directory, removed on drop.
+    dir: std::path::PathBuf,
     /// Its port on 127.0.0.1.
     pub port: u16,
     /// The name it monitors the primary under.
@@ -43,6 +45,7 @@ impl Sentinel {
             .expect("start redis-server --sentinel");
         let sentinel = Sentinel {
             child,
+            dir: dir.clone(),
             port,
             name: name.to_string(),
         };
@@ -76,5 +79,6 @@ impl Drop for Sentinel {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
