@@ -999,6 +999,20 @@ fn envoy_added_latency(service: &Service, requests: usize) -> Result<[(f64, f64)
     result
 }
 
+/// What starts the part of a report kept by hand (measurements of other runs): a new report
+/// keeps it, from this line on, after its own.
+const KEPT_MARKER: &str = "<!-- kept by hand: make bench-service keeps what follows -->";
+
+/// Writes `report` to `out`, followed by the hand-kept part of the file already there.
+fn write_report(out: &std::path::Path, report: &str) {
+    let kept = std::fs::read_to_string(out)
+        .ok()
+        .and_then(|old| old.find(KEPT_MARKER).map(|at| old[at..].to_string()))
+        .unwrap_or_default();
+    let separator = if kept.is_empty() { "" } else { "\n" };
+    std::fs::write(out, format!("{report}{separator}{kept}")).unwrap();
+}
+
 fn main() {
     if let Ok(listen) = std::env::var(NULL_RLS_ENV) {
         null_rls::main(&listen);
@@ -1289,7 +1303,7 @@ async fn bench() {
         if let Some(parent) = out.parent() {
             std::fs::create_dir_all(parent).unwrap();
         }
-        std::fs::write(&out, &report).unwrap();
+        write_report(&out, &report);
         eprintln!("bench-service: wrote {}", out.display());
         drop(services);
         let _ = std::fs::remove_dir_all(&config);
@@ -1336,7 +1350,7 @@ async fn bench() {
     if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent).unwrap();
     }
-    std::fs::write(&out, &report).unwrap();
+    write_report(&out, &report);
     eprintln!("bench-service: wrote {}", out.display());
     drop(services);
     let _ = std::fs::remove_dir_all(&config);
