@@ -63,6 +63,9 @@ const USERS: usize = 1000;
 /// Set (to the address to listen on), this example is the null RLS instead of the benchmark.
 const NULL_RLS_ENV: &str = "RL_BENCH_NULL_RLS_LISTEN";
 
+/// Set too, the null RLS has none of the service's per-request layers (path `nullbare`).
+const NULL_RLS_BARE_ENV: &str = "RL_BENCH_NULL_RLS_BARE";
+
 /// The floor under the service's CPU per check: the same gRPC stack as the service (tonic on
 /// hyper/h2, the same server settings as `server/src/serve/grpc.rs`, a pass-through
 /// interceptor and response layer where the service has its own, TCP_NODELAY, tokio's
@@ -78,6 +81,8 @@ mod null_rls {
     use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
     use std::time::Duration;
     use tonic::{Request, Response, Status};
+
+    use super::NULL_RLS_BARE_ENV;
 
     struct Null;
 
@@ -117,8 +122,19 @@ mod null_rls {
                 "null RLS: gRPC (Envoy RLS v3) on {}",
                 incoming.local_addr().unwrap()
             );
+            let service = RateLimitServiceServer::new(Null).max_decoding_message_size(64 * 1024);
+            if std::env::var_os(NULL_RLS_BARE_ENV).is_some() {
+                // Tonic's defaults: no per-request layers (timeout, concurrency limit, load
+                // shedding, response map, interceptor), to tell what those cost.
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(incoming)
+                    .await
+                    .unwrap();
+                return;
+            }
             let service = tonic::service::interceptor::InterceptedService::new(
-                RateLimitServiceServer::new(Null).max_decoding_message_size(64 * 1024),
+                service,
                 |request: Request<()>| Ok(request),
             );
             tonic::transport::Server::builder()
@@ -200,10 +216,13 @@ fn start_service(
 }
 
 /// The null RLS: this example again, in its hidden mode ([`NULL_RLS_ENV`]).
-fn start_null_rls(workers: Option<usize>) -> Service {
+fn start_null_rls(workers: Option<usize>, bare: bool) -> Service {
     let mut command = Command::new(std::env::current_exe().unwrap());
     if let Some(workers) = workers {
         command.env("TOKIO_WORKER_THREADS", workers.to_string());
+    }
+    if bare {
+        command.env(NULL_RLS_BARE_ENV, "1");
     }
     let child = command
         .env(NULL_RLS_ENV, "127.0.0.1:0")
@@ -1113,17 +1132,24 @@ async fn bench() {
         });
         services.push(service);
     }
-    // `null`: the null RLS with tokio's default workers (one per core); `null1`: one worker.
-    for (name, workers) in [("null", None), ("null1", Some(1))] {
+    // `null`: the null RLS with tokio's default workers (one per core); `null1`: one worker;
+    // `nullbare`: without the service's per-request layers.
+    for (name, workers, bare, label) in [
+        ("null", None, false, ""),
+        ("null1", Some(1), false, ", 1 runtime worker"),
+        (
+            "nullbare",
+            None,
+            true,
+            ", tonic's defaults (no timeout, limit or shedding layers)",
+        ),
+    ] {
         if !chosen.contains(&name) {
             continue;
         }
-        let null = start_null_rls(workers);
+        let null = start_null_rls(workers, bare);
         paths.push(Path::Service {
-            label: match workers {
-                None => NULL_LABEL.to_string(),
-                Some(_) => format!("{NULL_LABEL}, 1 runtime worker"),
-            },
+            label: format!("{NULL_LABEL}{label}"),
             clients: grpc_clients(&null).await,
             pid: null.child.id(),
             redis: false,
