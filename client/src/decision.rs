@@ -7,6 +7,7 @@ use redis_ratelimit_core::Recovery;
 use redis_ratelimit_core::kinds::Quota;
 
 use crate::in_flight::InFlight;
+pub use crate::outcome::{Regional, Why};
 use crate::store::{StoreBackend, View};
 
 /// Where a decision came from, and which store backend answered what it rests on.
@@ -113,6 +114,11 @@ pub struct LimitStatus {
     pub reset_after: Duration,
     /// When at least one more unit than `remaining` is available (the `t` of `RateLimit`).
     pub more_in: Duration,
+    /// A regional limit's why and lease ([`Limit::regional`](crate::Limit::regional)): the
+    /// quota, window and waits above are then the region's floor's; `remaining` is the
+    /// floor's units left plus the live lease's (what the region can still admit), but the
+    /// floor's alone when no lease lives (`home_unreachable`).
+    pub regional: Option<Regional>,
 }
 
 impl LimitStatus {
@@ -124,14 +130,21 @@ impl LimitStatus {
             (false, Recovery::Sliding) => view.retry_after.unwrap_or(view.reset_after),
             _ => more_in(recovery, quota.advertised_quota(), view),
         };
+        let remaining = match view.regional {
+            Some(regional) if regional.why != Why::HomeUnreachable => {
+                view.remaining.saturating_add(regional.lease_units)
+            }
+            _ => view.remaining,
+        };
         Self {
             name,
             in_flight: recovery == Recovery::OnRelease,
+            regional: view.regional,
             quota: view.limit,
             configured_quota: view.limit,
             window,
             allowed: view.allowed,
-            remaining: view.remaining,
+            remaining,
             retry_after: view.retry_after,
             reset_after: view.reset_after,
             more_in,
@@ -188,6 +201,13 @@ impl Decision {
     /// The binding limit's quota.
     pub fn limit(&self) -> u64 {
         self.binding_limit().map_or(0, |limit| limit.quota)
+    }
+
+    /// What the policy's regional limit said, if it has one and it was consulted: why it was
+    /// decided so (`home_unreachable`: the region decided from its floor alone) and the
+    /// region's lease units left.
+    pub fn regional(&self) -> Option<Regional> {
+        self.limits.iter().find_map(|limit| limit.regional)
     }
 
     /// The names of the limits that denied the request.

@@ -53,6 +53,7 @@ pub struct JobLimit {
     pub(crate) algorithm: Algorithm,
     pub(crate) charge: Charge,
     pub(crate) specificity: usize,
+    pub(crate) lease_suffix: Option<Arc<str>>,
 }
 
 impl JobLimit {
@@ -65,7 +66,18 @@ impl JobLimit {
             algorithm,
             charge: Charge::Units(1),
             specificity: 0,
+            lease_suffix: None,
         }
+    }
+
+    /// Decides this limit as a region's floor and lease (`RL.REGIONAL key key+lease_suffix
+    /// ...`, see [`Limit::regional`](crate::Limit::regional)): called alone and after the
+    /// job's other limits, never refunded (a later denial leaves its units spent: under-
+    /// admission, never over). An in-flight or paced limit is refused by the store call.
+    #[must_use]
+    pub fn regional(mut self, lease_suffix: &str) -> Self {
+        self.lease_suffix = Some(lease_suffix.into());
+        self
     }
 
     /// How specific its key is (default 0): on a Redis Cluster, where limits in different

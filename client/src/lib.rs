@@ -108,7 +108,7 @@ pub mod store;
 pub use algorithm::{Algorithm, Rate};
 pub use breaker::BreakerConfig;
 pub use clock::{Clock, FakeClock, MonotonicClock};
-pub use decision::{Decision, LimitStatus, Outcome, Source};
+pub use decision::{Decision, LimitStatus, Outcome, Regional, Source, Why};
 pub use in_flight::InFlight;
 pub use job::{Charge, Job, JobLimit, Profile};
 pub use key::{Inputs, KeyTemplate};

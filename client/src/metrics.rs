@@ -7,6 +7,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `ratelimit_decisions_total` | counter | `policy`, `outcome` (`allowed`, `denied`, `fallback_allowed`, `fallback_denied`, `error`), `source` (`store`, `lease`, `cache`, `fallback`), `backend` (the store backend whose answer decided, the store call's or the one that granted the lease or the cached denial: `module`, `functions`, `scripts`, `memory`; `none` for the fallback) |
+//! | `ratelimit_regional_decisions_total` | counter | `policy`, `why` (`floor`, `lease`, `lease_exhausted`, `home_unreachable`: a regional limit's store decision, see [`Limit::regional`](crate::Limit::regional)) |
 //! | `ratelimit_store_latency_seconds` | histogram | `policy`, `op` (`acquire`, `claim`, `refund`) |
 //! | `ratelimit_store_errors_total` | counter | `policy`, `kind` (`timeout`, `unavailable`, `server`, `config`; `lease_wait`: a request waited for a lease claim that found the store out of reach, and went to the fallback) |
 //! | `ratelimit_lease_claims_total` | counter | `policy` |
@@ -25,6 +26,8 @@ use crate::decision::Decision;
 
 /// Decisions by policy, outcome, source and backend.
 pub const DECISIONS: &str = "ratelimit_decisions_total";
+/// Regional limits' store decisions by why.
+pub const REGIONAL_DECISIONS: &str = "ratelimit_regional_decisions_total";
 /// Store call latency.
 pub const STORE_LATENCY: &str = "ratelimit_store_latency_seconds";
 /// Store call failures by kind.
@@ -52,6 +55,10 @@ pub fn describe() {
     metrics::describe_counter!(
         DECISIONS,
         "Rate-limit decisions by policy, outcome, source and backend"
+    );
+    metrics::describe_counter!(
+        REGIONAL_DECISIONS,
+        "Regional limits' decisions by policy and why (floor, lease, lease_exhausted, home_unreachable)"
     );
     metrics::describe_histogram!(
         STORE_LATENCY,
@@ -90,6 +97,14 @@ pub(crate) fn decision(decision: &Decision) {
         "backend" => decision.source.backend_label(),
     )
     .increment(1);
+    if let (true, Some(regional)) = (decision.source.is_store(), decision.regional()) {
+        metrics::counter!(
+            REGIONAL_DECISIONS,
+            "policy" => Arc::clone(&decision.policy),
+            "why" => regional.why_str(),
+        )
+        .increment(1);
+    }
 }
 
 pub(crate) fn store_latency(policy: &Arc<str>, op: &'static str, elapsed: Duration) {

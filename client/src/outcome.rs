@@ -20,6 +20,9 @@ pub struct View {
     pub reset_after: Duration,
     /// The configured limit.
     pub limit: u64,
+    /// A regional limit's (`RL.REGIONAL`): why it was decided so, and the live lease's units
+    /// left; the fields above are then the floor's view. `None` for every other limit.
+    pub regional: Option<Regional>,
 }
 
 impl View {
@@ -32,8 +35,36 @@ impl View {
             retry_after: u64::try_from(retry_ms).ok().map(Duration::from_millis),
             reset_after: Duration::from_millis(u64::try_from(reset_ms).unwrap_or(0)),
             limit: u64::try_from(limit).unwrap_or(0),
+            regional: None,
         }
     }
+}
+
+pub use redis_ratelimit_core::regional::Why;
+
+/// What a regional limit's call (`RL.REGIONAL floor_key lease_key ...`) says besides the
+/// floor's view: why it was decided so (`docs/regions.md`), and the units the region's live
+/// lease has left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Regional {
+    /// `floor`, `lease`, `lease_exhausted` or `home_unreachable`.
+    pub why: Why,
+    /// Units left in the region's live lease after the call (0 without one).
+    pub lease_units: u64,
+}
+
+impl Regional {
+    /// The reason's name, as the module replies it (the `why` metric label).
+    pub fn why_str(&self) -> &'static str {
+        why_str(self.why)
+    }
+}
+
+/// A reason's name, as `RL.REGIONAL` replies it (the wire crate's word, one table).
+pub fn why_str(why: Why) -> &'static str {
+    redis_ratelimit_wire::args::regional::why_word(why)
+        .to_str()
+        .unwrap_or("unknown")
 }
 
 impl View {

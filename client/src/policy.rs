@@ -18,7 +18,11 @@ pub struct Limit {
     key: KeyTemplate,
     weight: u64,
     max_wait: Option<Duration>,
+    lease_suffix: Option<Arc<str>>,
 }
+
+/// The longest lease key suffix of a regional limit.
+pub const MAX_LEASE_SUFFIX: usize = 64;
 
 impl Limit {
     /// A limit named `name` (as the `RateLimit` header fields and metrics show it) applying
@@ -35,7 +39,48 @@ impl Limit {
             key,
             weight: 1,
             max_wait: None,
+            lease_suffix: None,
         })
+    }
+
+    /// Makes this a **regional** limit (`docs/regions.md`): one global quota across regions,
+    /// this limit's algorithm being the region's floor. Each check is decided by
+    /// `RL.REGIONAL key lease_key ...` on the region's Redis (the module, or the Functions
+    /// library's `rl_regional`): the floor first, then, when it denies, the units a lease
+    /// agent leased from the home region into `lease_key`, the rendered key followed by
+    /// `lease_suffix` (so on a Cluster, give the key a hash tag: both keys then share its
+    /// slot). The decision says why ([`LimitStatus::regional`](crate::LimitStatus)), and the
+    /// header fields show the floor's quota. Not an in-flight or paced limit; a policy has at
+    /// most one regional limit, called after its other limits, and no lease of its own.
+    pub fn regional(mut self, lease_suffix: &str) -> Result<Self, PolicyError> {
+        let refuse = |reason: &str| PolicyError::Regional {
+            limit: self.name.to_string(),
+            reason: reason.to_string(),
+        };
+        if self.algorithm.is_in_flight() {
+            return Err(refuse(
+                "an in-flight limit cannot be a regional floor (RL.REGIONAL takes a limit of units)",
+            ));
+        }
+        if self.max_wait.is_some() {
+            return Err(refuse("a paced limit cannot be a regional floor"));
+        }
+        let printable = lease_suffix
+            .bytes()
+            .all(|byte| byte.is_ascii_graphic() && byte != b'{' && byte != b'}');
+        if lease_suffix.is_empty() || lease_suffix.len() > MAX_LEASE_SUFFIX || !printable {
+            return Err(refuse(&format!(
+                "the lease key suffix must be 1 to {MAX_LEASE_SUFFIX} printable ASCII \
+                 characters without braces (it keeps the key's hash tag): got {lease_suffix:?}"
+            )));
+        }
+        self.lease_suffix = Some(lease_suffix.into());
+        Ok(self)
+    }
+
+    /// A regional limit's lease key suffix ([`Limit::regional`]).
+    pub fn lease_suffix(&self) -> Option<&str> {
+        self.lease_suffix.as_deref()
     }
 
     /// Paces this token bucket instead of refusing (the module's `MAXWAIT`): a request whose
@@ -50,6 +95,9 @@ impl Limit {
         };
         if self.algorithm.kind() != Kind::TokenBucket {
             return Err(refuse("only token buckets can be paced"));
+        }
+        if self.lease_suffix.is_some() {
+            return Err(refuse("a regional limit cannot be paced"));
         }
         if max_wait > MAX_WAIT || max_wait.subsec_nanos().checked_rem(1_000_000) != Some(0) {
             return Err(refuse("the wait is whole milliseconds, at most a day"));
@@ -359,6 +407,27 @@ impl PolicyBuilder {
             }
         }
         check_settings(&self.name, self.timeout, self.lease)?;
+        let mut regional = self
+            .limits
+            .iter()
+            .filter(|limit| limit.lease_suffix.is_some());
+        if let Some(first) = regional.next() {
+            let refuse = |reason: &str| PolicyError::Regional {
+                limit: first.name.to_string(),
+                reason: reason.to_string(),
+            };
+            if let Some(second) = regional.next() {
+                return Err(refuse(&format!(
+                    "a policy has at most one regional limit, and '{}' is another",
+                    second.name
+                )));
+            }
+            if self.lease.is_some() {
+                return Err(refuse(
+                    "a policy with a regional limit cannot be leased (the region's lease is its agent's)",
+                ));
+            }
+        }
         if self.lease.is_some() {
             let in_flight = self
                 .limits
@@ -376,13 +445,15 @@ impl PolicyBuilder {
                 });
             }
         }
+        // A region's lease may arrive at any moment: a regional denial is not remembered.
+        let regional_policy = self.limits.iter().any(|limit| limit.lease_suffix.is_some());
         Ok(Policy {
             name: self.name.into(),
             limits: self.limits,
             lease: self.lease,
             fallback: self.fallback,
             timeout: self.timeout,
-            deny_cache: self.deny_cache,
+            deny_cache: self.deny_cache && !regional_policy,
             store_tenant: self.store_tenant,
         })
     }
@@ -419,6 +490,13 @@ pub enum PolicyError {
     /// A lease on a policy with an in-flight limit (a slot is held by one request, it
     /// cannot be claimed in advance for others).
     LeasedInFlight(String),
+    /// A regional limit that cannot be one ([`Limit::regional`]).
+    Regional {
+        /// The limit.
+        limit: String,
+        /// Why.
+        reason: String,
+    },
     /// A zero store timeout.
     ZeroTimeout,
     /// A zero lease lifetime.
@@ -451,7 +529,9 @@ impl fmt::Display for PolicyError {
                 "policy '{policy}' has more than {MAX_LIMITS} limits (RL.MULTI's maximum)"
             ),
             Self::Template { limit, error } => write!(f, "limit '{limit}': {error}"),
-            Self::Pacing { limit, reason } => write!(f, "limit '{limit}': {reason}"),
+            Self::Pacing { limit, reason } | Self::Regional { limit, reason } => {
+                write!(f, "limit '{limit}': {reason}")
+            }
             Self::LeasedInFlight(limit) => write!(
                 f,
                 "limit '{limit}' is an in-flight limit: its policy cannot be leased"
@@ -530,6 +610,50 @@ mod tests {
         assert_eq!(policy.timeout(), DEFAULT_TIMEOUT);
         assert!(policy.deny_cache());
         assert_eq!(policy.lease(), None);
+    }
+
+    #[test]
+    fn a_regional_limit_is_a_floor_alone_in_its_policy() {
+        let regional = || {
+            Limit::new("global", bucket(), "{{g}}f")
+                .unwrap()
+                .regional(":lease")
+                .unwrap()
+        };
+        let policy = Policy::builder("api").limit(regional()).build().unwrap();
+        assert_eq!(policy.limits()[0].lease_suffix(), Some(":lease"));
+        assert!(!policy.deny_cache(), "a lease may come at any moment");
+        let error = |result: Result<Policy, PolicyError>| result.unwrap_err().to_string();
+        let slots = Algorithm::concurrency(3, Duration::from_secs(1)).unwrap();
+        let in_flight = Limit::new("slots", slots, "s").unwrap().regional(":l");
+        assert!(in_flight.unwrap_err().to_string().contains("in-flight"));
+        for bad in ["", "{x}", "a b", &"x".repeat(MAX_LEASE_SUFFIX + 1)] {
+            let refused = Limit::new("g", bucket(), "k").unwrap().regional(bad);
+            assert!(
+                refused.unwrap_err().to_string().contains("suffix"),
+                "{bad:?}"
+            );
+        }
+        let paced = Limit::new("g", bucket(), "k")
+            .unwrap()
+            .max_wait(Duration::from_millis(10))
+            .unwrap()
+            .regional(":l");
+        assert!(paced.unwrap_err().to_string().contains("paced"));
+        let second = Limit::new("other", bucket(), "{{g}}o")
+            .unwrap()
+            .regional(":lease")
+            .unwrap();
+        let two = Policy::builder("api")
+            .limit(regional())
+            .limit(second)
+            .build();
+        assert!(error(two).contains("at most one regional limit"));
+        let leased = Policy::builder("api")
+            .limit(regional())
+            .lease(Lease::new(2))
+            .build();
+        assert!(error(leased).contains("cannot be leased"));
     }
 
     #[test]

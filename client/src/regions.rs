@@ -26,6 +26,8 @@ use tokio::time::Instant;
 use redis_ratelimit_core::kinds::Kind;
 
 use crate::Algorithm;
+use crate::store::StoreBackend;
+use crate::store::backend;
 
 /// One global limit this region leases units of.
 #[derive(Clone, Debug)]
@@ -57,6 +59,47 @@ pub struct AgentConfig {
     /// How long the `WAIT` may take. The home connection's own response timeout (the redis
     /// crate's 1.x default is 500 ms) must be longer, or a slow `WAIT` fails the refresh.
     pub wait_timeout: Duration,
+    /// What home runs: the module's commands, or the Functions library (the grants are then
+    /// sent as `FCALL rl_tokenbucket 1 pool_key ...`, the same grants call for call).
+    pub home: ServerForm,
+    /// What the region runs (the installs are `RL.REGIONLEASE` or `FCALL rl_regionlease`).
+    pub region: ServerForm,
+    /// How a sliding log pool's leases are counted at home.
+    pub log_leases: LogLeases,
+}
+
+/// How a sliding log pool's grants are counted at home.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogLeases {
+    /// As if stamped at the lease's end: the pool is asked with its window lengthened by
+    /// `T`, so every unit spent from a lease is counted for a whole window after (exact).
+    #[default]
+    StampedAtEnd,
+    /// As given: the pool is asked as [`HotLimit::pool`] says (a caller that widens the
+    /// window itself, or measures the plain `T`-long grant, which no exact bound covers).
+    AsGiven,
+}
+
+/// What a server answers the agent's calls with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServerForm {
+    /// The module's `RL.*` commands.
+    #[default]
+    Module,
+    /// The Functions library (`functions/ratelimit.lua`) through `FCALL`; it must be loaded
+    /// there (the agent does not load it).
+    Functions,
+}
+
+impl ServerForm {
+    /// The module command `words` as this server takes it.
+    fn command(self, words: &Args) -> redis::Cmd {
+        let backend = match self {
+            ServerForm::Module => StoreBackend::Module,
+            ServerForm::Functions => StoreBackend::Functions,
+        };
+        backend::command(backend, "", words)
+    }
 }
 
 impl AgentConfig {
@@ -103,6 +146,15 @@ pub enum AgentError {
         /// Why.
         error: EncodeError,
     },
+    /// A pool that cannot be leased as asked (a sliding log whose window and `T` make no
+    /// log).
+    #[error("pool {key}: {reason}")]
+    Pool {
+        /// The pool key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// Home's reply was not a grant.
     #[error("home answered {reply:?} for pool {key}")]
     Reply {
@@ -140,14 +192,28 @@ where
     R: ConnectionLike + Send,
 {
     let lifetime_ms = config.lease_lifetime_ms();
+    // Every wait of a refresh is bounded by the lease's lifetime: grants later than that are
+    // never installed anyway, and a stalled side fails the refresh, not the agent.
+    let lifetime = Duration::from_millis(u64::try_from(lifetime_ms).unwrap_or(0));
     // The lease counts from now, before any grant exists, on the clock that will spend it.
-    let (seconds, micros): (i64, i64) = redis::cmd("TIME")
-        .query_async(region)
-        .await
-        .map_err(AgentError::Region)?;
+    let time_cmd = redis::cmd("TIME");
+    let time = time_cmd.query_async::<(i64, i64)>(region);
+    let (seconds, micros) = match tokio::time::timeout(lifetime, time).await {
+        Ok(time) => time.map_err(AgentError::Region)?,
+        Err(_) => return Err(region_stalled()),
+    };
     let sent_at = Instant::now();
     let sent_at_ms = seconds.saturating_mul(1_000).saturating_add(micros / 1_000);
-    let replies = ask_home(home, limits, config).await?;
+    // Grants that come back after the lease would have ended are never installed, so home
+    // is not waited for longer than that.
+    let replies = match tokio::time::timeout(lifetime, ask_home(home, limits, config)).await {
+        Ok(replies) => replies?,
+        Err(_) => {
+            return Err(AgentError::TooLate {
+                elapsed_ms: sent_at.elapsed().as_millis(),
+            });
+        }
+    };
     let grants = limits
         .iter()
         .zip(&replies)
@@ -180,12 +246,34 @@ where
     // A lease ending before now (region time, at least `sent + elapsed`) is not installed.
     let elapsed_ms = i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX);
     let now_at_least_ms = sent_at_ms.saturating_add(elapsed_ms);
-    let replaced = install(region, limits, &granted, &expires_at_ms, now_at_least_ms).await?;
+    // The installs are bounded like the grants (an install answered late may still land:
+    // harmless, its end is absolute).
+    let installs = install(
+        region,
+        limits,
+        &granted,
+        &expires_at_ms,
+        now_at_least_ms,
+        config.region,
+    );
+    let replaced = match tokio::time::timeout(lifetime, installs).await {
+        Ok(replaced) => replaced?,
+        Err(_) => return Err(region_stalled()),
+    };
     Ok(Refresh {
         granted,
         replaced,
         expires_at_ms,
     })
+}
+
+/// The region did not answer within a lease's lifetime.
+fn region_stalled() -> AgentError {
+    let stalled = std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "the region did not answer within the lease's lifetime",
+    );
+    AgentError::Region(redis::RedisError::from(stalled))
 }
 
 /// Sends every grant of the batch, then `WAIT`, in one pipeline.
@@ -197,8 +285,9 @@ async fn ask_home<H: ConnectionLike + Send>(
     let mut pipe = redis::pipe();
     let mut words = Args::default();
     for limit in limits {
+        let pool = pool_asked(limit, config)?;
         let grant = MultiArgs {
-            quotas: vec![limit.pool.as_quota().clone()],
+            quotas: vec![pool.as_quota().clone()],
             weights: vec![1],
             cost: limit.lease_units.max(1),
             grant: Grant::Partial { min: 1 },
@@ -209,12 +298,7 @@ async fn ask_home<H: ConnectionLike + Send>(
                 error,
             }
         })?;
-        let mut command = words.iter();
-        let name = command.next().unwrap_or_default();
-        let cmd = pipe.cmd(&String::from_utf8_lossy(name));
-        for word in command {
-            cmd.arg(word);
-        }
+        pipe.add_command(config.home.command(&words));
     }
     if config.wait_replicas > 0 {
         pipe.cmd("WAIT")
@@ -222,6 +306,24 @@ async fn ask_home<H: ConnectionLike + Send>(
             .arg(u64::try_from(config.wait_timeout.as_millis()).unwrap_or(u64::MAX));
     }
     pipe.query_async(home).await.map_err(AgentError::Home)
+}
+
+/// The pool as the grant asks it. A sliding log pool is asked with its window lengthened by
+/// `T = P + a`: a lease's units count at home from the grant until `grant + T + W`, as if
+/// stamped at the lease's end (`grant + T` at the latest, home time), so every unit spent
+/// from the lease is counted for a whole `W` after it was spent (`docs/regions.md`: the
+/// exact sliding log bound). Every region leasing one pool must use the same `T` (or the
+/// largest): the pool counts each grant for the window its caller asks.
+fn pool_asked(limit: &HotLimit, config: &AgentConfig) -> Result<Algorithm, AgentError> {
+    if limit.pool.kind() != Kind::SlidingLog || config.log_leases == LogLeases::AsGiven {
+        return Ok(limit.pool.clone());
+    }
+    let lifetime = config.period.saturating_add(config.margin);
+    let window = limit.pool.window().saturating_add(lifetime);
+    Algorithm::sliding_log(limit.pool.quota(), window).map_err(|error| AgentError::Pool {
+        key: limit.pool_key.clone(),
+        reason: error.to_string(),
+    })
 }
 
 /// What home's reply to one grant says.
@@ -283,6 +385,7 @@ async fn install<R: ConnectionLike + Send>(
     granted: &[u64],
     expires_at_ms: &[i64],
     now_at_least_ms: i64,
+    form: ServerForm,
 ) -> Result<Vec<Option<u64>>, AgentError> {
     let mut pipe = redis::pipe();
     let mut words = Args::default();
@@ -302,12 +405,7 @@ async fn install<R: ConnectionLike + Send>(
             expires_at_ms: *end_ms,
         };
         encode::region_lease(limit.lease_key.as_bytes(), &lease, &mut words);
-        let mut command = words.iter();
-        let name = command.next().unwrap_or_default();
-        let cmd = pipe.cmd(&String::from_utf8_lossy(name));
-        for word in command {
-            cmd.arg(word);
-        }
+        pipe.add_command(form.command(&words));
     }
     let mut replaced: Vec<u64> = if live.contains(&true) {
         pipe.query_async(region).await.map_err(AgentError::Region)?
@@ -354,6 +452,9 @@ mod tests {
             drift_ppm: 0,
             wait_replicas: 1,
             wait_timeout: Duration::from_millis(100),
+            home: ServerForm::Module,
+            region: ServerForm::Module,
+            log_leases: LogLeases::StampedAtEnd,
         };
         assert_eq!(config.lease_lifetime_ms(), 1_250);
         let drifting = AgentConfig {

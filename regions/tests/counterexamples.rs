@@ -145,3 +145,36 @@ fn without_wait_a_failover_grants_the_same_units_twice() {
     assert_eq!(regions(false).split().prepaid_units, 1);
     assert_eq!(units, 9 - 1, "{outcome:?}");
 }
+
+/// A sliding log of 6 per 500 ms, all of it pooled, leased 6 at a time (T = 400 ms). The
+/// region spends its first lease (6 units granted at 10 ms) at 315 ms, before the second
+/// (empty) lease replaces it at 320 ms. Stamped at the grant in a pool window of `W`
+/// (carryover), those entries leave the pool at 510 ms, so the third grant (610 ms) gives 6
+/// more, spent at 625 ms: 12 units within 310 ms where the log allows 6, 6 over (the whole
+/// pool twice in one window). Stamped at the lease's end (a pool window of `W + T`, the
+/// pre-paid mode and the agent's), they count until 910 ms: the third grant is empty, 0 over.
+#[test]
+fn a_log_pool_stamped_at_the_grant_over_admits_and_one_stamped_at_the_lease_end_does_not() {
+    let log = |mode: Mode| Scenario {
+        limit: GlobalLimit::SlidingLog {
+            limit: 6,
+            window_us: 500_000,
+        },
+        duration_us: 1000 * MS,
+        ..bucket(
+            6,
+            mode,
+            6,
+            vec![region([burst(315, 6), burst(625, 6)].concat(), vec![])],
+        )
+    };
+    let (units, outcome) = over(&log(Mode::Carryover));
+    assert_eq!(units, 6, "{outcome:?}");
+    let (units, outcome) = over(&log(Mode::PrePaid));
+    assert_eq!(units, 0, "{outcome:?}");
+    assert_eq!(
+        outcome.admissions.len(),
+        6,
+        "the first lease only: {outcome:?}"
+    );
+}

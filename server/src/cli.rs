@@ -25,6 +25,8 @@ use crate::tls::TlsFiles;
 pub struct Options {
     /// The store's URL(s).
     pub redis: Vec<String>,
+    /// The region file, when this service is one region of shared quotas.
+    pub region_config: Option<PathBuf>,
     /// A Redis Cluster.
     pub cluster: bool,
     /// The config directory.
@@ -160,6 +162,11 @@ struct Args {
     /// The envoyproxy/ratelimit YAML files (*.yaml, *.yml), watched
     #[arg(long, value_name = "DIR")]
     config: Option<PathBuf>,
+
+    /// This service is one region of quotas shared across regions: the region file (home,
+    /// weights, floor share, the lease agent's settings; see docs/regions.md)
+    #[arg(long, value_name = "FILE")]
+    region_config: Option<PathBuf>,
 
     /// Envoy RLS v3 ('off' disables it) [default: 127.0.0.1:8081; with GRPC_HOST or
     /// GRPC_PORT, their address]
@@ -780,6 +787,7 @@ where
             limit_overrides: args.limit_overrides == LimitOverrides::Allow,
         },
         http_token_file: args.http_token_file,
+        region_config: args.region_config,
         grpc_tls: tls(
             args.grpc_tls_cert,
             args.grpc_tls_key,

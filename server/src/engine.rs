@@ -12,12 +12,14 @@ use redis_ratelimit_client::expiring::Expiring;
 use redis_ratelimit_client::{Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter};
 use serde_json::{Map, Value};
 
-use crate::config::Config;
+use crate::config::{Config, RegionConfig};
 use crate::metrics;
 use crate::plans::Plans;
+use crate::region::{self, HotKeys};
 use crate::request::{BadRequest, Bounds, CheckRequest};
 use crate::resolve::{self, Item};
 use crate::verdict::{CheckFailure, Decider, Status, Verdict};
+use redis_ratelimit_core::kinds::Kind;
 
 #[cfg(test)]
 mod tests;
@@ -60,6 +62,8 @@ pub struct Engine {
     settings: EngineSettings,
     held: Mutex<Expiring<Held>>,
     plans: Plans,
+    /// This service as a region of a shared quota: its settings and the hot limits noted.
+    region: Option<(Arc<RegionConfig>, Arc<HotKeys>)>,
 }
 
 impl Engine {
@@ -77,7 +81,25 @@ impl Engine {
             settings,
             held: Mutex::new(Expiring::new()),
             plans,
+            region: None,
         }
+    }
+
+    /// Refuses a config this region cannot share (see [`RegionConfig::check`]); any config
+    /// when the service is not a region.
+    pub fn check_region(&self, config: &Config) -> Result<(), Vec<crate::config::ConfigError>> {
+        match &self.region {
+            Some((region, _)) => region.check(config),
+            None => Ok(()),
+        }
+    }
+
+    /// Decides every fixed window limit as this region's share of it (`RL.REGIONAL`: the
+    /// floor, then a lease), noting the hot ones in `hot` for the lease agent.
+    #[must_use]
+    pub fn with_region(mut self, region: Arc<RegionConfig>, hot: Arc<HotKeys>) -> Self {
+        self.region = Some((region, hot));
+        self
     }
 
     /// The policy store, followed once some limit uses plans.
@@ -156,11 +178,13 @@ impl Engine {
             return Ok(());
         }
         let blocked = items.iter().any(|item| item.algorithm.is_none());
+        let region = self.region.as_ref().map(|(region, _)| &**region);
         let (job, asked) = job(
             domain,
             items,
             blocked || ask == Ask::ShadowRead,
             ask != Ask::Enforce,
+            region,
         );
         let decision = match asked.is_empty() {
             true => None,
@@ -171,6 +195,9 @@ impl Engine {
                     .map_err(|error| CheckFailure::Internal(error.to_string()))?,
             ),
         };
+        if let (Some((region, hot)), Some(decision)) = (&self.region, &decision) {
+            note_hot(region, hot, &asked, decision);
+        }
         record(items, &asked, decision.as_ref(), verdict);
         match ask {
             Ask::Enforce => {
@@ -220,7 +247,13 @@ impl Engine {
 /// The job asking `items`' limits (those with an algorithm: a limit of 0 is decided without
 /// the store), each charged its hits, or read (hits 0, or `read_only`; a shadow in-flight
 /// limit, which would hold a slot nobody releases); and those items, in the job's order.
-fn job<'a>(domain: &str, items: &'a [Item], read_only: bool, shadow: bool) -> (Job, Vec<&'a Item>) {
+fn job<'a>(
+    domain: &str,
+    items: &'a [Item],
+    read_only: bool,
+    shadow: bool,
+    region: Option<&RegionConfig>,
+) -> (Job, Vec<&'a Item>) {
     let mut job = Job::new(PROFILE).label(domain);
     let mut asked = Vec::with_capacity(items.len());
     for item in items {
@@ -228,8 +261,19 @@ fn job<'a>(domain: &str, items: &'a [Item], read_only: bool, shadow: bool) -> (J
             continue;
         };
         let slots = algorithm.is_in_flight();
-        let limit = JobLimit::new(&item.reported.label, item.key.as_str(), algorithm)
-            .specificity(item.depth);
+        let floor = region
+            .filter(|_| algorithm.kind() == Kind::FixedWindow)
+            .and_then(|region| {
+                let floor = region::floor_of(region, algorithm.quota(), algorithm.window())?;
+                Some((floor, region.lease_suffix.as_str()))
+            });
+        let limit = match floor {
+            Some((floor, suffix)) => {
+                JobLimit::new(&item.reported.label, item.key.as_str(), floor).regional(suffix)
+            }
+            None => JobLimit::new(&item.reported.label, item.key.as_str(), algorithm),
+        }
+        .specificity(item.depth);
         job = job.limit(if read_only || item.hits == 0 || (shadow && slots) {
             limit.probe()
         } else {
@@ -238,6 +282,21 @@ fn job<'a>(domain: &str, items: &'a [Item], read_only: bool, shadow: bool) -> (J
         asked.push(item);
     }
     (job, asked)
+}
+
+/// Notes the regional limits of a decided job whose floor ran out or near it.
+fn note_hot(region: &RegionConfig, hot: &HotKeys, asked: &[&Item], decision: &Decision) {
+    for (item, status) in asked.iter().zip(&decision.limits) {
+        let Some(algorithm) = item.algorithm.as_ref() else {
+            continue;
+        };
+        if status.regional.is_none() {
+            continue;
+        }
+        if let Some(pool) = region::pool_of(region, algorithm.quota(), algorithm.window()) {
+            hot.note(&item.key, &pool, item.hits, status);
+        }
+    }
 }
 
 /// Who decided a job (`None`: no store call, a limit of 0 denied).
@@ -324,6 +383,7 @@ fn record_limit(
     status.ok = allowed || limit.allowed;
     status.remaining = limit.remaining;
     status.quota = limit.quota;
+    status.regional = limit.regional.map(|regional| regional.why_str());
     status.window = limit.window;
     status.reset_after = match limit.reset_after {
         // A window nothing was counted in yet (a fresh key, or a charge that can never

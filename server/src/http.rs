@@ -407,6 +407,9 @@ fn verdict_json(request: &CheckRequest, verdict: &Verdict, settings: &HeaderSett
                     json!(json_duration(status.reset_after)),
                 );
             }
+            if let Some(why) = status.regional {
+                item.insert("regional".into(), json!(why));
+            }
             if status.shadow {
                 item.insert("shadowMode".into(), json!(true));
                 item.insert("wouldDeny".into(), json!(status.over));

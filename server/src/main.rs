@@ -16,6 +16,7 @@ mod metrics;
 mod plans;
 mod reference_env;
 mod reference_http;
+mod region;
 mod request;
 mod resolve;
 mod serve;
@@ -124,7 +125,7 @@ async fn run(options: Options) -> Result<(), StartError> {
     let prometheus = metrics::install(options.max_metric_rules)?;
     let http_token = read_token("--http-token-file", options.http_token_file.as_deref())?;
     let grpc_token = read_token("--grpc-token-file", options.grpc_token_file.as_deref())?;
-    let (engine, seen) = engine(&options).await?;
+    let (engine, seen, agent) = engine(&options).await?;
     let reachable = Arc::new(AtomicBool::new(false));
     let probe = tokio::spawn(health::probe(
         options.redis.clone(),
@@ -158,6 +159,11 @@ async fn run(options: Options) -> Result<(), StartError> {
     let result = serve::drain(servers, options.shutdown_timeout, &stop).await;
     engine.limiter().release_leases().await;
     probe.abort();
+    if let Some(agent) = agent {
+        // No give-backs: the exact mode lets a stopped region's leases lapse within T.
+        agent.abort();
+        tracing::info!("region lease agent stopped (its leases lapse)");
+    }
     if let Some(watcher) = watcher {
         watcher.abort();
     }
@@ -168,7 +174,9 @@ async fn run(options: Options) -> Result<(), StartError> {
 /// The engine on the config read at start (refused with its errors logged), with the
 /// limiter of the command line and the policy store when the config uses plans; and what
 /// the watcher compares the config files with.
-async fn engine(options: &Options) -> Result<(Arc<Engine>, u64), StartError> {
+async fn engine(
+    options: &Options,
+) -> Result<(Arc<Engine>, u64, Option<tokio::task::JoinHandle<()>>), StartError> {
     let (config, seen) =
         watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(|| {
             StartError::ConfigRefused {
@@ -191,7 +199,12 @@ async fn engine(options: &Options) -> Result<(Arc<Engine>, u64), StartError> {
             ..redis_ratelimit_plans::PlanOptions::default()
         },
     );
-    let engine = Arc::new(Engine::new(
+    let region = options
+        .region_config
+        .as_deref()
+        .map(|file| region(options, file, &config));
+    let region = region.transpose()?;
+    let mut engine = Engine::new(
         config,
         limiter,
         plans,
@@ -201,11 +214,50 @@ async fn engine(options: &Options) -> Result<(Arc<Engine>, u64), StartError> {
             shadow_mode: options.shadow_mode,
             reference_metadata: options.response_dynamic_metadata,
         },
-    ));
+    );
+    let mut agent = None;
+    if let Some(region) = region {
+        let hot = Arc::new(region::HotKeys::default());
+        engine = engine.with_region(Arc::clone(&region), Arc::clone(&hot));
+        let region_url = options.redis.first().cloned().unwrap_or_default();
+        tracing::info!(
+            region = region.region,
+            home = region.home_url,
+            "a region of shared quotas: limits decided by RL.REGIONAL, the lease agent started"
+        );
+        region::describe();
+        agent = Some(tokio::spawn(region::run(region, region_url, hot)));
+    }
+    let engine = Arc::new(engine);
     if uses_plans {
         engine.plans().connect().await?;
     }
-    Ok((engine, seen))
+    Ok((engine, seen, agent))
+}
+
+/// The region file, checked against the limits config (errors logged).
+fn region(
+    options: &Options,
+    file: &Path,
+    config: &config::Config,
+) -> Result<Arc<config::RegionConfig>, StartError> {
+    let refused = || StartError::RegionRefused {
+        file: file.to_path_buf(),
+    };
+    if options.cluster {
+        return Err(StartError::RegionOnCluster);
+    }
+    let region = config::load_region(file, &options.config_bounds).map_err(|error| {
+        tracing::error!("{error}");
+        refused()
+    })?;
+    region.check(config).map_err(|errors| {
+        for error in &errors {
+            tracing::error!("{error}");
+        }
+        refused()
+    })?;
+    Ok(Arc::new(region))
 }
 
 /// The bearer token in the file given to `flag`, if one was.

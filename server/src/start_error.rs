@@ -65,6 +65,18 @@ pub enum StartError {
         /// Why not.
         source: std::io::Error,
     },
+    /// The region file is refused, or the limits cannot be shared across regions (the
+    /// errors are logged before).
+    #[error("--region-config {}: refused (errors above)", file.display())]
+    RegionRefused {
+        /// The region file.
+        file: PathBuf,
+    },
+    /// A region on a Redis Cluster (a limit's key and its lease's are in different slots).
+    #[error(
+        "--region-config: a region's Redis is one server (not --cluster): a limit's key and its lease's key must share a slot"
+    )]
+    RegionOnCluster,
     /// A listener stopped with an error.
     #[error(transparent)]
     Listener(#[from] ListenerError),

@@ -50,6 +50,9 @@ pub struct Status {
     pub more_in: Duration,
     /// The matched rule's `metadata`, if any.
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A region's limit (`--region-config`): why it was decided so (`floor`, `lease`,
+    /// `lease_exhausted`, `home_unreachable`); the quota and units above are the floor's.
+    pub regional: Option<&'static str>,
 }
 
 impl Status {
@@ -67,6 +70,7 @@ impl Status {
             reset_after: Duration::ZERO,
             more_in: Duration::ZERO,
             metadata: None,
+            regional: None,
         }
     }
 

@@ -121,6 +121,7 @@ pub async fn watch(
         }
         seen = now;
         settling = None;
+        let loaded = loaded.and_then(|config| engine.check_region(&config).map(|()| config));
         match loaded {
             Ok(config) => {
                 let domains = config.domains.len();

@@ -173,6 +173,16 @@ impl Command {
     pub const fn counts_keys(self) -> bool {
         matches!(self.syntax(), Syntax::Multi)
     }
+
+    /// How many keys come first when they are not counted: two for `RL.REGIONAL`
+    /// (`floor_key lease_key`), one for every other command (the Functions library's
+    /// `FCALL` form declares exactly these).
+    pub const fn leading_keys(self) -> usize {
+        match self.syntax() {
+            Syntax::Regional => 2,
+            _ => 1,
+        }
+    }
 }
 
 #[cfg(test)]

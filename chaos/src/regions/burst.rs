@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use redis::Value;
-use redis_ratelimit_client::regions::{self, AgentConfig, HotLimit};
+use redis_ratelimit_client::regions::{self, AgentConfig, HotLimit, LogLeases, ServerForm};
 use redis_ratelimit_testkit::server::Server;
 
 use super::limits::{GlobalLimit, Mode, limits};
@@ -79,6 +79,11 @@ pub fn run(without_prepay: bool) -> Vec<Burst> {
         drift_ppm: 1_000,
         wait_replicas: 1,
         wait_timeout: Duration::from_secs(5),
+        home: ServerForm::Module,
+        region: ServerForm::Module,
+        // The harness widens its log pools itself (`Mode::LogWidened`) and measures the
+        // plain `W` pool beside it (`Mode::LogAtGrant`): the agent asks them as given.
+        log_leases: LogLeases::AsGiven,
     };
     let hot = |region: usize| -> Vec<HotLimit> {
         chosen

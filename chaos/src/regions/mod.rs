@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use redis_ratelimit_client::regions::{self, AgentConfig, AgentError, HotLimit, Refresh};
+use redis_ratelimit_client::regions::{
+    self, AgentConfig, AgentError, HotLimit, LogLeases, Refresh, ServerForm,
+};
 use redis_ratelimit_testkit::sentinel::Sentinel;
 use redis_ratelimit_testkit::server::{Server, info_field, wait_until};
 
@@ -244,6 +246,11 @@ pub fn run(options: &Options) -> Outcome {
         drift_ppm: 1_000,
         wait_replicas: 1,
         wait_timeout: Duration::from_millis(100),
+        home: ServerForm::Module,
+        region: ServerForm::Module,
+        // The harness widens its log pools itself (`Mode::LogWidened`) and measures the
+        // plain `W` pool beside it (`Mode::LogAtGrant`): the agent asks them as given.
+        log_leases: LogLeases::AsGiven,
     };
     let mut agent_tasks = Vec::new();
     for region in 0..3 {

@@ -20,6 +20,11 @@
 //! `Retry-After`, as the draft requires. For the sliding algorithms `t` can reach twice `w`:
 //! units taken late in one window still weigh on the next (the counter's previous window,
 //! the log's entries), so the limiter is back to unused up to two windows after a call.
+//! A regional limit (`Limit::regional`, `docs/regions.md`) reports its region's floor: `q`
+//! and `w` are the floor's, `r` the floor's units left plus the live lease's, and an extra
+//! parameter says why the call was decided so, `regional="floor"`, `"lease"`,
+//! `"lease_exhausted"` or `"home_unreachable"` (no live lease: `r` is the floor's alone,
+//! the quota the region keeps without home).
 //! `RateLimit-Policy` is the policy as configured, whatever decided; during a local
 //! fallback `RateLimit` shows this replica's share of it. Seconds are whole (the draft has no fractions), and
 //! `Retry-After` is at least 1 so a client never retries in a busy loop.
@@ -100,6 +105,9 @@ pub fn service_field(decision: &Decision) -> Option<String> {
         // A slot comes back when a request ends: no effective window to tell.
         if !limit.in_flight {
             let _ = write!(field, ";t={}", ceil_seconds(limit.more_in));
+        }
+        if let Some(regional) = limit.regional {
+            let _ = write!(field, ";regional=\"{}\"", regional.why_str());
         }
     }
     (!field.is_empty()).then_some(field)
@@ -260,6 +268,7 @@ mod tests {
             retry_after: Some(Duration::from_millis(if allowed { 0 } else { 2_300 })),
             reset_after: Duration::from_millis(30_500),
             more_in: Duration::from_millis(more_in_ms),
+            regional: None,
         }
     }
 

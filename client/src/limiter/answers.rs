@@ -222,6 +222,7 @@ mod tests {
             retry_after: Some(Duration::from_millis(retry_ms.unwrap_or(0))),
             reset_after: Duration::from_secs(1),
             limit: 100,
+            regional: None,
         }
     }
 

@@ -51,13 +51,15 @@ impl Groups {
         for &index in state.limits.order.iter().filter(|index| selected(**index)) {
             let key = keys.get(index);
             let slot = key.and_then(|key| self.store.slot(key));
-            // A group shares one call, so: not a paced limit (RL.MULTI does not pace), and
-            // not two limits on one key (two templates can render the same key).
+            // A group shares one call, so: not a paced limit (RL.MULTI does not pace), not a
+            // regional one (RL.REGIONAL decides one limit), and not two limits on one key
+            // (two templates can render the same key).
+            let alone = |index: usize| state.paced(index) || state.regional(index);
             let fits = |group: &Vec<usize>| {
-                !state.paced(index)
+                !alone(index)
                     && group
                         .iter()
-                        .all(|other| !state.paced(*other) && keys.get(*other) != key)
+                        .all(|other| !alone(*other) && keys.get(*other) != key)
             };
             match groups
                 .iter_mut()

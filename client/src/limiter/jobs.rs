@@ -119,9 +119,18 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
             weight,
             paced: None,
             probe,
+            lease_suffix: limit.lease_suffix.clone(),
         });
     }
-    let specificity: Vec<usize> = job.limits.iter().map(|limit| limit.specificity).collect();
+    // A regional limit is called last (see `LimitSet::of`).
+    let specificity: Vec<usize> = job
+        .limits
+        .iter()
+        .map(|limit| match limit.lease_suffix {
+            Some(_) => 0,
+            None => limit.specificity.saturating_add(1),
+        })
+        .collect();
     Ok(Checked {
         limits: LimitSet::new(limits, &specificity),
         keys: job.limits.iter().map(|limit| limit.key.clone()).collect(),

@@ -364,7 +364,8 @@ impl RateLimiter {
         };
         let now = self.inner.clock.now();
         // Probes are read from the store at every check: nothing to remember or lease.
-        let remembers = state.settings.deny_cache && !state.has_probes();
+        // A regional limit's lease may arrive at any moment: its denials are not remembered.
+        let remembers = state.settings.deny_cache && !state.has_probes() && !state.has_regional();
         let cached = if remembers {
             state.memory.deny.get(id, cost, now)
         } else {

@@ -43,6 +43,8 @@ pub(crate) struct CheckedLimit {
     pub(crate) paced: Option<Duration>,
     /// Read, never charged, never denying (a job's probe).
     pub(crate) probe: bool,
+    /// A regional limit's lease key suffix (decided by `RL.REGIONAL`, alone in its group).
+    pub(crate) lease_suffix: Option<Arc<str>>,
 }
 
 /// The limits of a check, in the order statuses are reported (a policy's declaration order,
@@ -85,12 +87,18 @@ impl LimitSet {
                 weight: limit.weight_units(),
                 paced: limit.paced(),
                 probe: false,
+                lease_suffix: limit.lease_suffix().map(Arc::from),
             })
             .collect();
+        // A regional limit is called last (least specific), so it is never refunded
+        // because a later group denied: what its lease paid cannot go back to the floor.
         let specificity: Vec<usize> = policy
             .limits()
             .iter()
-            .map(|limit| limit.key().specificity())
+            .map(|limit| match limit.lease_suffix() {
+                Some(_) => 0,
+                None => limit.key().specificity().saturating_add(1),
+            })
             .collect();
         Self::new(limits, &specificity)
     }
@@ -174,6 +182,18 @@ impl PolicyState {
             .is_some_and(|limit| limit.paced.is_some())
     }
 
+    /// Whether limit `index` is regional (called alone, through `RL.REGIONAL`).
+    pub(super) fn regional(&self, index: usize) -> bool {
+        self.limits
+            .get(index)
+            .is_some_and(|limit| limit.lease_suffix.is_some())
+    }
+
+    /// Whether some limit is regional.
+    pub(super) fn has_regional(&self) -> bool {
+        (0..self.limits.len()).any(|index| self.regional(index))
+    }
+
     /// Whether limit `index` is an in-flight limit.
     pub(super) fn in_flight(&self, index: usize) -> bool {
         self.limits
@@ -240,6 +260,7 @@ impl<'a> Target<'a> {
             algorithm: &limit.algorithm,
             weight: limit.weight,
             max_wait: limit.paced,
+            lease_suffix: limit.lease_suffix.as_deref(),
         })
     }
 

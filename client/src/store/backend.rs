@@ -70,11 +70,12 @@ pub(crate) fn script() -> &'static str {
 }
 
 /// The library's function standing for a module command (`RL.TOKENBUCKET`, any case), and
-/// whether the command carries its own key count (`RL.MULTI numkeys ...`) or names one key:
-/// both from the table of commands.
-fn function_of(command: &[u8]) -> Option<(&'static str, bool)> {
+/// its keys: counted by the command itself (`RL.MULTI numkeys ...`, `None`) or the first
+/// `n` arguments (one key, or `RL.REGIONAL`'s two): all from the table of commands.
+fn function_of(command: &[u8]) -> Option<(&'static str, Option<usize>)> {
     let command = Command::named(command)?;
-    Some((command.function()?, command.counts_keys()))
+    let leading = (!command.counts_keys()).then(|| command.leading_keys());
+    Some((command.function()?, leading))
 }
 
 /// The command that runs the module command `args` (`RL.TOKENBUCKET key ...`) on a resolved
@@ -86,17 +87,19 @@ pub(crate) fn command(backend: StoreBackend, sha: &str, args: &Args) -> Cmd {
     let translated = match (backend, words.split_first()) {
         (StoreBackend::Module | StoreBackend::Memory, _) | (_, None) => None,
         (backend, Some((name, rest))) => {
-            function_of(name).map(|(function, counted)| (backend, function, counted, rest))
+            function_of(name).map(|(function, leading)| (backend, function, leading, rest))
         }
     };
-    let Some((backend, function, counted, rest)) = translated else {
+    let Some((backend, function, leading, rest)) = translated else {
         for word in &words {
             command.arg(*word);
         }
         return command;
     };
     // FCALL function numkeys key ... arg ... / EVALSHA sha numkeys key ... function arg ...
-    let (keys, after_keys) = if counted {
+    let (keys, after_keys) = if let Some(leading) = leading {
+        rest.split_at_checked(leading).unwrap_or((rest, &[]))
+    } else {
         let count = rest
             .first()
             .and_then(|n| std::str::from_utf8(n).ok())
@@ -105,8 +108,6 @@ pub(crate) fn command(backend: StoreBackend, sha: &str, args: &Args) -> Cmd {
         let keys = rest.get(1..count.saturating_add(1)).unwrap_or_default();
         let after = rest.get(count.saturating_add(1)..).unwrap_or_default();
         (keys, after)
-    } else {
-        rest.split_at_checked(1).unwrap_or((rest, &[]))
     };
     if backend == StoreBackend::Scripts {
         command.arg("EVALSHA").arg(sha).arg(keys.len());
@@ -314,6 +315,15 @@ mod tests {
         assert_eq!(
             words(&command(StoreBackend::Functions, "", &release)).join(" "),
             "FCALL rl_release 1 k req-1"
+        );
+        let regional = line("RL.REGIONAL {r}floor {r}lease FIXED 2 60 1");
+        assert_eq!(
+            words(&command(StoreBackend::Functions, "", &regional)).join(" "),
+            "FCALL rl_regional 2 {r}floor {r}lease FIXED 2 60 1"
+        );
+        assert_eq!(
+            words(&command(StoreBackend::Scripts, "abc", &regional)).join(" "),
+            "EVALSHA abc 2 {r}floor {r}lease rl_regional FIXED 2 60 1"
         );
         let other = line("PING");
         assert_eq!(

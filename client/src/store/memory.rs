@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::{Acquire, BoxFuture, Capabilities, GroupGrant, LimitCall, Refund, Store, StoreError};
 use crate::clock::{Clock, MonotonicClock};
 use crate::local::{LocalCall, LocalError, LocalLimits};
+use crate::outcome::{Regional, Why};
 
 /// An in-process [`Store`] running the module's algorithms with this process's clock (or
 /// the [`Clock`] given to [`with_clock`](Self::with_clock)).
@@ -178,9 +179,27 @@ impl Store for MemoryStore {
             let calls = local_calls(&request.limits, request.holder);
             let now_us = self.now_us();
             let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
-            limits
+            let mut grant = limits
                 .acquire(&calls, request.units, request.partial_min, now_us)
-                .map_err(server_error)
+                .map_err(server_error)?;
+            // No region leases in memory: a regional limit is its floor alone, and says so.
+            if request.partial_min.is_none() {
+                let regional = request
+                    .limits
+                    .iter()
+                    .map(|call| call.lease_suffix.is_some());
+                for (view, _) in grant.views.iter_mut().zip(regional).filter(|(_, r)| *r) {
+                    view.regional = Some(Regional {
+                        why: if view.allowed {
+                            Why::Floor
+                        } else {
+                            Why::HomeUnreachable
+                        },
+                        lease_units: 0,
+                    });
+                }
+            }
+            Ok(grant)
         })
     }
 

@@ -6,7 +6,7 @@
 //! [`MemoryStore`] runs the same core algorithms in process, for tests and examples that
 //! have no server.
 
-mod backend;
+pub(crate) mod backend;
 mod batch;
 mod memory;
 mod redis;
@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::algorithm::Algorithm;
 
-pub use self::backend::Backend;
+pub use self::backend::{Backend, LIBRARY};
 pub use self::batch::BatchOptions;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
@@ -45,6 +45,18 @@ pub struct LimitCall<'a> {
     pub weight: u64,
     /// Pacing (`MAXWAIT`, token buckets only): admit with a wait up to this long.
     pub max_wait: Option<Duration>,
+    /// A regional limit ([`Limit::regional`](crate::Limit::regional)): the suffix that makes
+    /// its lease key of its key (the floor's). Such a limit is its group's only one, taken
+    /// whole with `RL.REGIONAL key key+suffix ...` (the floor, then the region's lease).
+    pub lease_suffix: Option<&'a str>,
+}
+
+impl LimitCall<'_> {
+    /// The lease key of a regional limit: its key and the lease suffix.
+    pub fn lease_key(&self) -> Option<String> {
+        self.lease_suffix
+            .map(|suffix| format!("{}{suffix}", self.key))
+    }
 }
 
 /// A request to take units from every limit of a group at once.

@@ -15,6 +15,7 @@ use redis_ratelimit_wire::encode::{self, Args, EncodeError};
 use redis_ratelimit_wire::error::CommandError;
 
 use super::{Acquire, GroupGrant, LimitCall, Refund, StoreBackend, StoreError, View};
+use crate::outcome::{Regional, Why};
 
 /// Why a request cannot be written as a command: one the server would refuse, refused
 /// before it is sent.
@@ -36,6 +37,9 @@ pub(crate) enum RequestError {
     /// A holder id the server would refuse.
     #[error("{0}")]
     Holder(CommandError),
+    /// A regional limit in a group of several.
+    #[error("a regional limit is called alone")]
+    RegionalGroup,
 }
 
 impl From<CommandError> for RequestError {
@@ -59,6 +63,9 @@ pub(crate) enum ReplyError {
     /// An `RL.MULTI` reply of another length.
     #[error("RL.MULTI: expected 7 items, got {0}")]
     MultiItems(usize),
+    /// An `RL.REGIONAL` reply of another shape.
+    #[error("RL.REGIONAL: expected 5 integers, why and the lease's units, got {0}")]
+    RegionalItems(String),
     /// An `RL.MULTI` reply with another number of views than limits.
     #[error("RL.MULTI: {views} views for {limits} limits")]
     MultiViews {
@@ -97,6 +104,8 @@ enum Reply {
     Throttle,
     /// `RL.MULTI`'s 7 items.
     Multi,
+    /// `RL.REGIONAL`'s 7 items: the floor's five fields, why, the lease's units left.
+    Regional,
 }
 
 impl Command {
@@ -132,6 +141,16 @@ fn holder_id(holder: &str) -> Result<HolderId, RequestError> {
 /// the request needs a command the server lacks.
 pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Command, RequestError> {
     let partial = request.partial_min.is_some();
+    // A partial grant of a regional limit is the fallback's settlement: what the local
+    // fallback admitted is charged to the floor alone (the lease is the home's units).
+    if !partial
+        && request
+            .limits
+            .iter()
+            .any(|call| call.lease_suffix.is_some())
+    {
+        return regional_command(request);
+    }
     if let [call] = request.limits.as_slice() {
         if call.algorithm.is_in_flight() {
             request.holder.ok_or(EncodeError::NoHolder)?;
@@ -186,11 +205,30 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
     Ok(Command { args, reply })
 }
 
+/// `RL.REGIONAL key lease_key ...` for a group of one regional limit, taken whole.
+fn regional_command(request: &Acquire<'_>) -> Result<Command, RequestError> {
+    let [call] = request.limits.as_slice() else {
+        return Err(RequestError::RegionalGroup);
+    };
+    let lease_key = call.lease_key().unwrap_or_default();
+    let units = request.units.saturating_mul(call.weight.max(1));
+    let floor = call.algorithm.as_quota().with_cost(units);
+    let mut args = Args::default();
+    encode::regional(call.key.as_bytes(), lease_key.as_bytes(), &floor, &mut args)?;
+    Ok(Command {
+        args,
+        reply: Reply::Regional,
+    })
+}
+
 /// The commands that give units back to each limit of a group (one per limit).
 pub(crate) fn refund_commands(request: &Refund<'_>) -> Result<Vec<Args>, RequestError> {
     request
         .limits
         .iter()
+        // A regional limit is never refunded: its floor cannot tell the units its lease
+        // paid from its own, and a refund to the floor of a lease's unit would over-admit.
+        .filter(|call| call.lease_suffix.is_none())
         .map(|call: &LimitCall<'_>| {
             let units = request.units.saturating_mul(call.weight.max(1));
             let holder = if call.algorithm.is_in_flight() {
@@ -321,9 +359,45 @@ pub(crate) fn parse_acquire(
                 retry_after,
                 reset_after: Duration::from_secs(u64::try_from(reset_s).unwrap_or(0)),
                 limit: u64::try_from(limit).unwrap_or(0),
+                regional: None,
             };
             Ok(GroupGrant {
                 granted: if allowed { request.units } else { 0 },
+                binding: 0,
+                views: vec![view],
+                backend,
+            })
+        }
+        Reply::Regional => {
+            let shape = || ReplyError::RegionalItems(format!("{reply:?}"));
+            let items = array(reply)?;
+            let [a, b, c, d, e, why, lease_units] = items else {
+                return Err(shape());
+            };
+            let fields = [
+                integer(a)?,
+                integer(b)?,
+                integer(c)?,
+                integer(d)?,
+                integer(e)?,
+            ];
+            let why = match why {
+                Value::BulkString(word) => args::regional::why_named(word),
+                Value::SimpleString(word) => args::regional::why_named(word.as_bytes()),
+                _ => None,
+            }
+            .ok_or_else(shape)?;
+            let mut view = View::from_fields(fields);
+            if why == Why::Lease {
+                // Fields 2-5 are the floor's, which denied: its wait is no pacing wait.
+                view.retry_after = Some(Duration::ZERO);
+            }
+            view.regional = Some(Regional {
+                why,
+                lease_units: u64::try_from(integer(lease_units)?).unwrap_or(0),
+            });
+            Ok(GroupGrant {
+                granted: if view.allowed { request.units } else { 0 },
                 binding: 0,
                 views: vec![view],
                 backend,
@@ -374,6 +448,7 @@ mod tests {
             algorithm,
             weight,
             max_wait: None,
+            lease_suffix: None,
         }
     }
 
@@ -385,6 +460,58 @@ mod tests {
 
     fn ints(values: &[i64]) -> Value {
         Value::Array(values.iter().map(|v| Value::Int(*v)).collect())
+    }
+
+    #[test]
+    fn a_regional_limit_is_rl_regional_and_its_reply_says_why() {
+        let window = Algorithm::fixed_window(2, Duration::from_secs(60)).unwrap();
+        let regional = LimitCall {
+            lease_suffix: Some(":lease"),
+            ..call("{r}f", &window, 1)
+        };
+        let request = Acquire {
+            limits: vec![regional],
+            units: 1,
+            partial_min: None,
+            holder: None,
+        };
+        let command = acquire_command(&request, true).unwrap();
+        assert_eq!(
+            words(command.args()).join(" "),
+            "RL.REGIONAL {r}f {r}f:lease FIXED 2 60.000000 1"
+        );
+        let reply = |why: &str| {
+            let mut items: Vec<Value> = [1, 0, 500, 500, 2].map(Value::Int).to_vec();
+            items.push(Value::BulkString(why.as_bytes().to_vec()));
+            items.push(Value::Int(3));
+            Value::Array(items)
+        };
+        let grant =
+            parse_acquire(&command, &request, &reply("lease"), StoreBackend::Module).unwrap();
+        let view = grant.views[0];
+        assert_eq!(grant.granted, 1);
+        assert_eq!(view.retry_after, Some(Duration::ZERO), "no pacing wait");
+        assert_eq!(
+            view.regional,
+            Some(Regional {
+                why: Why::Lease,
+                lease_units: 3
+            })
+        );
+        let refused = parse_acquire(&command, &request, &reply("later"), StoreBackend::Module);
+        assert!(refused.is_err());
+        // The fallback's settlement charges the floor alone.
+        let settle = Acquire {
+            partial_min: Some(1),
+            ..request.clone()
+        };
+        let command = acquire_command(&settle, true).unwrap();
+        assert_eq!(words(command.args())[0], "RL.FIXED");
+        let two = Acquire {
+            limits: vec![regional, call("{r}g", &window, 1)],
+            ..request
+        };
+        assert!(acquire_command(&two, true).is_err());
     }
 
     #[test]

@@ -51,6 +51,7 @@ async fn race(
                 algorithm: &window,
                 weight: 1,
                 max_wait: None,
+                lease_suffix: None,
             }];
             // Every fourth check also takes the shared tight limit: all or nothing.
             if i % 4 == 0 {
@@ -59,6 +60,7 @@ async fn race(
                     algorithm: &tight,
                     weight: 1,
                     max_wait: None,
+                    lease_suffix: None,
                 });
             }
             let wrong = format!("string{}", i % 3);
@@ -68,6 +70,7 @@ async fn race(
                     algorithm: &window,
                     weight: 1,
                     max_wait: None,
+                    lease_suffix: None,
                 }];
             }
             let request = Acquire {
@@ -161,6 +164,7 @@ async fn a_check_on_an_idle_store_is_never_held() {
                 algorithm: &window,
                 weight: 1,
                 max_wait: None,
+                lease_suffix: None,
             }],
             units: 1,
             partial_min: None,

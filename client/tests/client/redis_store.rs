@@ -26,6 +26,7 @@ fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
             algorithm,
             weight: 1,
             max_wait: None,
+            lease_suffix: None,
         }],
         units: 1,
         partial_min: None,
@@ -50,6 +51,7 @@ fn calls<'a>(limits: &'a [(String, Algorithm, u64)], indices: &[usize]) -> Vec<L
                 algorithm,
                 weight: *weight,
                 max_wait: None,
+                lease_suffix: None,
             }
         })
         .collect()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 use redis_ratelimit_client::Algorithm;
-use redis_ratelimit_client::regions::{self, AgentConfig, AgentError, HotLimit};
+use redis_ratelimit_client::regions::{self, AgentConfig, AgentError, HotLimit, ServerForm};
 use redis_ratelimit_testkit::server::{Server, primary_and_replica};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -31,6 +31,9 @@ fn config(wait_replicas: u32) -> AgentConfig {
         drift_ppm: 1_000,
         wait_replicas,
         wait_timeout: Duration::from_millis(200),
+        home: ServerForm::Module,
+        region: ServerForm::Module,
+        log_leases: regions::LogLeases::StampedAtEnd,
     }
 }
 
@@ -238,4 +241,300 @@ async fn a_fixed_window_lease_ends_with_the_home_window_it_was_granted_in() {
             .unwrap();
         assert_eq!(installed, end_ms);
     }
+}
+
+/// A policy of one regional limit: a fixed window floor of 2 a day, its lease in
+/// `{api}floor:lease`.
+fn regional_policy() -> redis_ratelimit_client::Policy {
+    use redis_ratelimit_client::{Limit, Policy};
+    let floor = Algorithm::fixed_window(2, Duration::from_secs(86_400)).unwrap();
+    Policy::builder("regional")
+        .limit(
+            Limit::new("global", floor, "{{api}}floor")
+                .unwrap()
+                .regional(":lease")
+                .unwrap(),
+        )
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// What the limiter's checks said: (allowed, why, remaining, the `RateLimit` and
+/// `RateLimit-Policy` fields).
+type Said = (bool, &'static str, u64, String, String);
+
+async fn check_regional(limiter: &redis_ratelimit_client::RateLimiter) -> Said {
+    use redis_ratelimit_client::Inputs;
+    use redis_ratelimit_client::http::headers;
+    let decision = limiter.check("regional", &Inputs::new()).await.unwrap();
+    let regional = decision.regional().expect("a regional limit says why");
+    assert!(decision.source.is_store(), "{decision:?}");
+    if decision.allowed {
+        assert_eq!(decision.wait, Duration::ZERO, "{decision:?}");
+    }
+    (
+        decision.allowed,
+        regional.why_str(),
+        decision.remaining(),
+        headers::service_field(&decision).unwrap(),
+        headers::policy_field(&decision, None).unwrap(),
+    )
+}
+
+/// The floor, then (no lease) `home_unreachable` with the floor's quota in the headers, then
+/// a lease's units, then `lease_exhausted`: the decisions and their header fields say why,
+/// on the module and on the Functions library alike, and the metric counts them by why.
+async fn regional_decisions_say_why(server: &Server, backend: redis_ratelimit_client::Backend) {
+    use redis_ratelimit_client::RateLimiter;
+    use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions};
+    let options = RedisStoreOptions {
+        backend,
+        ..RedisStoreOptions::default()
+    };
+    let url = format!("redis://127.0.0.1:{}/", server.port);
+    let store = RedisStore::with_options(&url, options).unwrap();
+    let limiter = RateLimiter::builder(store)
+        .policy(regional_policy())
+        .build()
+        .unwrap();
+    let mut said = Vec::new();
+    for _ in 0..3 {
+        said.push(check_regional(&limiter).await);
+    }
+    let mut region = connect(server).await;
+    let (seconds, _): (i64, i64) = redis::cmd("TIME").query_async(&mut region).await.unwrap();
+    let mut install = match backend {
+        redis_ratelimit_client::Backend::Functions => {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg("rl_regionlease").arg(1);
+            cmd
+        }
+        _ => redis::cmd("RL.REGIONLEASE"),
+    };
+    let _: i64 = install
+        .arg("{api}floor:lease")
+        .arg(2)
+        .arg((seconds + 3600) * 1000)
+        .query_async(&mut region)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        said.push(check_regional(&limiter).await);
+    }
+    let summary: Vec<(bool, &str, u64)> = said.iter().map(|s| (s.0, s.1, s.2)).collect();
+    assert_eq!(
+        summary,
+        [
+            (true, "floor", 1),
+            (true, "floor", 0),
+            (false, "home_unreachable", 0),
+            (true, "lease", 1),
+            (true, "lease", 0),
+            (false, "lease_exhausted", 0),
+        ],
+        "{backend}: {said:?}"
+    );
+    // The headers show the floor's quota (2 a day) and why.
+    for (_, why, remaining, service, policy) in &said {
+        assert_eq!(policy, "\"global\";q=2;w=86400", "{backend}");
+        assert!(
+            service.starts_with(&format!("\"global\";r={remaining};t="))
+                && service.ends_with(&format!(";regional=\"{why}\"")),
+            "{backend}: {service}"
+        );
+    }
+}
+
+/// Runs the checks under a recorder, and asserts the regional metric by why.
+fn regional_decisions_counted(server: &Server, backend: redis_ratelimit_client::Backend) {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(regional_decisions_say_why(server, backend));
+    });
+    let mut counted = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        if key.name() != "ratelimit_regional_decisions_total" {
+            continue;
+        }
+        let labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        if let DebugValue::Counter(count) = value {
+            counted.insert(labels.join(","), count);
+        }
+    }
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("policy=regional,why=floor", 2),
+        ("policy=regional,why=home_unreachable", 1),
+        ("policy=regional,why=lease", 2),
+        ("policy=regional,why=lease_exhausted", 1),
+    ]
+    .into_iter()
+    .map(|(labels, count)| (labels.to_string(), count))
+    .collect();
+    assert_eq!(counted, expected, "{backend}");
+}
+
+#[test]
+fn regional_decisions_say_why_on_the_module() {
+    let server = Server::start(&[]);
+    regional_decisions_counted(&server, redis_ratelimit_client::Backend::Module);
+}
+
+#[test]
+fn regional_decisions_say_why_on_the_functions_library() {
+    let server = Server::start_without_module(&[]);
+    regional_decisions_counted(&server, redis_ratelimit_client::Backend::Functions);
+}
+
+/// Loads the Functions library on a server without the module.
+async fn load_library(con: &mut redis::aio::MultiplexedConnection) {
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(redis_ratelimit_client::store::LIBRARY)
+        .query_async(con)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_agent_speaks_the_functions_librarys_fcall_form_to_home_and_region() {
+    let home = Server::start_without_module(&[]);
+    let region = Server::start_without_module(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    load_library(&mut home_con).await;
+    load_library(&mut region_con).await;
+    let config = AgentConfig {
+        home: ServerForm::Functions,
+        region: ServerForm::Functions,
+        ..config(0)
+    };
+    let limits = hot_limits();
+    let first = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(first.granted, [4, 4]);
+    assert_eq!(first.replaced, [Some(0), Some(0)]);
+    let second = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(second.granted, [4, 4]);
+    assert_eq!(
+        second.replaced,
+        [Some(4), Some(4)],
+        "unspent, replaced whole"
+    );
+    let third = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(
+        third.granted,
+        [2, 2],
+        "the pools of 10 ran down through FCALL"
+    );
+    let left: String = redis::cmd("GET")
+        .arg("{api}lease")
+        .query_async(&mut region_con)
+        .await
+        .unwrap();
+    assert_eq!(left, "2");
+}
+
+/// A sliding log pool's grant counts for `W + T` at home: its entries outlive the lease by
+/// the whole window, as if stamped at the lease's end.
+#[tokio::test]
+async fn a_sliding_log_pools_lease_is_counted_at_home_for_w_plus_t() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let window = Duration::from_secs(600);
+    let limits = vec![HotLimit {
+        pool_key: "pool:log".into(),
+        pool: Algorithm::sliding_log(4, window).unwrap(),
+        lease_key: "{log}lease".into(),
+        lease_units: 3,
+    }];
+    let config = config(0);
+    let lifetime_ms = (config.period + config.margin).as_millis() as i64;
+    let first = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(first.granted, [3]);
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("pool:log")
+        .query_async(&mut home_con)
+        .await
+        .unwrap();
+    let window_ms = window.as_millis() as i64;
+    assert!(
+        pttl > window_ms + lifetime_ms - 5_000 && pttl <= window_ms + lifetime_ms,
+        "the grant's entries live W + T at home: {pttl} ms"
+    );
+    // The pool of 4 has 1 left for the next lease.
+    let second = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+        .await
+        .unwrap();
+    assert_eq!(second.granted, [1]);
+}
+
+/// A stalled home (it keeps the connection and answers nothing) fails the refresh within
+/// the lease's lifetime, installing nothing, instead of holding the agent forever.
+#[tokio::test]
+async fn a_stalled_home_fails_the_refresh_within_the_lease_lifetime() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let config = AgentConfig {
+        period: Duration::from_millis(200),
+        margin: Duration::from_millis(100),
+        ..config(0)
+    };
+    let stalled = home.pause();
+    let started = std::time::Instant::now();
+    let refresh = regions::refresh(&mut home_con, &mut region_con, &hot_limits(), &config).await;
+    let took = started.elapsed();
+    drop(stalled);
+    assert!(
+        matches!(refresh, Err(AgentError::TooLate { .. })),
+        "{refresh:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "within T (300 ms) and a margin: {took:?}"
+    );
+    let lease: Option<String> = redis::cmd("GET")
+        .arg("{api}lease")
+        .query_async(&mut region_con)
+        .await
+        .unwrap();
+    assert_eq!(lease, None, "nothing installed");
+}
+
+/// A stalled region fails the refresh within the lease's lifetime too.
+#[tokio::test]
+async fn a_stalled_region_fails_the_refresh_within_the_lease_lifetime() {
+    let home = Server::start(&[]);
+    let region = Server::start(&[]);
+    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let config = AgentConfig {
+        period: Duration::from_millis(200),
+        margin: Duration::from_millis(100),
+        ..config(0)
+    };
+    let stalled = region.pause();
+    let started = std::time::Instant::now();
+    let refresh = regions::refresh(&mut home_con, &mut region_con, &hot_limits(), &config).await;
+    let took = started.elapsed();
+    drop(stalled);
+    assert!(matches!(refresh, Err(AgentError::Region(_))), "{refresh:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }

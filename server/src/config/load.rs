@@ -175,18 +175,18 @@ struct LimitFields {
     tenant_key: Option<(String, usize)>,
 }
 
-struct Reader<'a> {
-    file: &'a Arc<PathBuf>,
+pub(super) struct Reader<'a> {
+    pub(super) file: &'a Arc<PathBuf>,
 }
 
-type Fields<'n, 'i> = Vec<(&'n str, &'n MarkedYaml<'i>, usize)>;
+pub(super) type Fields<'n, 'i> = Vec<(&'n str, &'n MarkedYaml<'i>, usize)>;
 
-fn line(node: &MarkedYaml<'_>) -> usize {
+pub(super) fn line(node: &MarkedYaml<'_>) -> usize {
     node.span.start.line()
 }
 
 impl Reader<'_> {
-    fn error(&self, line: usize, reason: impl Into<String>) -> ConfigError {
+    pub(super) fn error(&self, line: usize, reason: impl Into<String>) -> ConfigError {
         ConfigError {
             file: self.file.to_path_buf(),
             line,
@@ -203,7 +203,7 @@ impl Reader<'_> {
 
     /// A mapping's fields (keys as written, values, key lines), refusing any not in
     /// `known`.
-    fn fields<'n, 'i>(
+    pub(super) fn fields<'n, 'i>(
         &self,
         node: &'n MarkedYaml<'i>,
         what: &str,
@@ -238,7 +238,7 @@ impl Reader<'_> {
         Ok(fields)
     }
 
-    fn string(&self, node: &MarkedYaml<'_>, field: &str) -> Result<String, ConfigError> {
+    pub(super) fn string(&self, node: &MarkedYaml<'_>, field: &str) -> Result<String, ConfigError> {
         match &node.data {
             YamlData::Representation(text, style, _) => {
                 if *style == ScalarStyle::Plain && is_null(text) {
@@ -251,7 +251,7 @@ impl Reader<'_> {
         }
     }
 
-    fn boolean(&self, node: &MarkedYaml<'_>, field: &str) -> Result<bool, ConfigError> {
+    pub(super) fn boolean(&self, node: &MarkedYaml<'_>, field: &str) -> Result<bool, ConfigError> {
         match &node.data {
             YamlData::Representation(text, ScalarStyle::Plain, _) => match text.as_ref() {
                 "true" | "True" | "TRUE" => Ok(true),
@@ -265,7 +265,12 @@ impl Reader<'_> {
         }
     }
 
-    fn integer(&self, node: &MarkedYaml<'_>, field: &str, max: u64) -> Result<u64, ConfigError> {
+    pub(super) fn integer(
+        &self,
+        node: &MarkedYaml<'_>,
+        field: &str,
+        max: u64,
+    ) -> Result<u64, ConfigError> {
         let text = match &node.data {
             YamlData::Representation(text, ScalarStyle::Plain, _) => text.as_ref(),
             _ => return Err(self.error(line(node), format!("'{field}' must be an integer"))),

@@ -38,6 +38,7 @@
 mod cases;
 mod load;
 mod pattern;
+mod region;
 mod yaml;
 
 use std::collections::HashMap;
@@ -54,6 +55,7 @@ use redis_ratelimit_core::kinds::Kind;
 pub use self::load::assemble;
 pub use self::load::{ConfigError, config_files, load};
 pub use self::pattern::ValuePattern;
+pub use self::region::{HomeBackend, RegionConfig, load_region};
 pub use self::yaml::{
     DEFAULT_MAX_DEPTH, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES, FileBounds, read_head,
 };

@@ -39,4 +39,5 @@ mod operations;
 mod plans;
 mod python;
 mod reference;
+mod regions;
 mod venv;
