@@ -60,6 +60,101 @@ descriptors:
 const CLIENTS: usize = 16;
 const USERS: usize = 1000;
 
+/// Set (to the address to listen on), this example is the null RLS instead of the benchmark.
+const NULL_RLS_ENV: &str = "RL_BENCH_NULL_RLS_LISTEN";
+
+/// Set too, the null RLS has none of the service's per-request layers (path `nullbare`).
+const NULL_RLS_BARE_ENV: &str = "RL_BENCH_NULL_RLS_BARE";
+
+/// The floor under the service's CPU per check: the same gRPC stack as the service (tonic on
+/// hyper/h2, the same server settings as `server/src/serve/grpc.rs`, a pass-through
+/// interceptor and response layer where the service has its own, TCP_NODELAY, tokio's
+/// multi-threaded runtime with its default workers) serving the same RLS v3 method, which
+/// answers OK for every descriptor at once, without Redis, limits or metrics.
+mod null_rls {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+        Code, DescriptorStatus,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+        RateLimitService, RateLimitServiceServer,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+    use std::time::Duration;
+    use tonic::{Request, Response, Status};
+
+    use super::NULL_RLS_BARE_ENV;
+
+    struct Null;
+
+    #[tonic::async_trait]
+    impl RateLimitService for Null {
+        async fn should_rate_limit(
+            &self,
+            request: Request<RateLimitRequest>,
+        ) -> Result<Response<RateLimitResponse>, Status> {
+            let statuses = request
+                .into_inner()
+                .descriptors
+                .iter()
+                .map(|_| DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..Default::default()
+                })
+                .collect();
+            Ok(Response::new(RateLimitResponse {
+                overall_code: Code::Ok as i32,
+                statuses,
+                ..Default::default()
+            }))
+        }
+    }
+
+    pub fn main(listen: &str) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let incoming = tonic::transport::server::TcpIncoming::bind(listen.parse().unwrap())
+                .unwrap()
+                .with_nodelay(Some(true));
+            eprintln!(
+                "null RLS: gRPC (Envoy RLS v3) on {}",
+                incoming.local_addr().unwrap()
+            );
+            let service = RateLimitServiceServer::new(Null).max_decoding_message_size(64 * 1024);
+            if std::env::var_os(NULL_RLS_BARE_ENV).is_some() {
+                // Tonic's defaults: no per-request layers (timeout, concurrency limit, load
+                // shedding, response map, interceptor), to tell what those cost.
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(incoming)
+                    .await
+                    .unwrap();
+                return;
+            }
+            let service = tonic::service::interceptor::InterceptedService::new(
+                service,
+                |request: Request<()>| Ok(request),
+            );
+            tonic::transport::Server::builder()
+                .max_concurrent_streams(128)
+                .concurrency_limit_per_connection(128)
+                .load_shed(true)
+                .timeout(Duration::from_secs(10))
+                .http2_keepalive_interval(Some(Duration::from_secs(30)))
+                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+                .layer(tower::util::MapResponseLayer::new(
+                    |response: http::Response<tonic::body::Body>| response,
+                ))
+                .add_service(service)
+                .serve_with_incoming(incoming)
+                .await
+                .unwrap();
+        });
+    }
+}
+
 struct Service {
     child: Child,
     grpc: SocketAddr,
@@ -72,19 +167,33 @@ impl Drop for Service {
     }
 }
 
-fn start_service(redis: &Server, config: &std::path::Path, extra: &[&str]) -> Service {
-    let binary = std::env::current_exe()
+/// The release service binary beside this example.
+fn service_binary() -> PathBuf {
+    std::env::current_exe()
         .unwrap()
         .parent()
         .and_then(|examples| examples.parent())
         .unwrap()
-        .join("redis-ratelimit-server");
+        .join("redis-ratelimit-server")
+}
+
+fn start_service(
+    binary: &std::path::Path,
+    redis: &Server,
+    config: &std::path::Path,
+    extra: &[String],
+) -> Service {
+    // `NAME=VALUE` words set the environment (e.g. TOKIO_WORKER_THREADS=1), the rest are flags.
+    let (env, extra): (Vec<&String>, Vec<&String>) = extra.iter().partition(|word| {
+        word.split_once('=')
+            .is_some_and(|(name, _)| name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+    });
     assert!(
         binary.exists(),
         "{} is missing: cargo build --release -p redis-ratelimit-server",
         binary.display()
     );
-    let mut child = Command::new(binary)
+    let child = Command::new(binary)
         .args([
             "--redis",
             &format!("redis://127.0.0.1:{}/", redis.port),
@@ -99,9 +208,32 @@ fn start_service(redis: &Server, config: &std::path::Path, extra: &[&str]) -> Se
         ])
         .args(["--timeout-ms", "1000", "--watch-ms", "0"])
         .args(extra)
+        .envs(env.iter().filter_map(|word| word.split_once('=')))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    wait_for_listeners(child, true)
+}
+
+/// The null RLS: this example again, in its hidden mode ([`NULL_RLS_ENV`]).
+fn start_null_rls(workers: Option<usize>, bare: bool) -> Service {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(workers) = workers {
+        command.env("TOKIO_WORKER_THREADS", workers.to_string());
+    }
+    if bare {
+        command.env(NULL_RLS_BARE_ENV, "1");
+    }
+    let child = command
+        .env(NULL_RLS_ENV, "127.0.0.1:0")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_listeners(child, false)
+}
+
+/// Waits for the process to log its gRPC listener (and the HTTP one, with `http`).
+fn wait_for_listeners(mut child: Child, http: bool) -> Service {
     let log = Arc::new(Mutex::new(String::new()));
     let sink = Arc::clone(&log);
     let stderr = child.stderr.take().unwrap();
@@ -121,7 +253,7 @@ fn start_service(redis: &Server, config: &std::path::Path, extra: &[&str]) -> Se
             .ok()
     };
     assert!(wait_until(Duration::from_secs(20), || {
-        find("gRPC (Envoy RLS v3) on ").is_some() && find("HTTP API on ").is_some()
+        find("gRPC (Envoy RLS v3) on ").is_some() && (!http || find("HTTP API on ").is_some())
     }));
     Service {
         child,
@@ -160,13 +292,17 @@ fn request(i: usize, three: bool, users: usize) -> RateLimitRequest {
 
 /// The service variants each rate is run on (label, extra flags): as deployed (concurrent
 /// checks batched), and each check its own write to Redis, as before batching.
-const SERVICES: &[(&str, &[&str])] = &[
-    ("service", &[]),
+const SERVICES: &[(&str, &str, &[&str])] = &[
+    ("service", "service", &[]),
     (
+        "unbatched",
         "service, `--batch-window-us 0`",
         &["--batch-window-us", "0"],
     ),
 ];
+
+/// The null RLS's row.
+const NULL_LABEL: &str = "null RLS (same gRPC stack, answers OK at once, no Redis)";
 
 /// What a check costs, from the counters this benchmark reads before and after a run.
 #[derive(Clone, Copy, Default)]
@@ -253,6 +389,8 @@ enum Path {
         label: String,
         clients: Vec<RateLimitServiceClient<tonic::transport::Channel>>,
         pid: u32,
+        /// False for the null RLS, which answers without Redis.
+        redis: bool,
     },
     /// The reference's pattern straight to Redis.
     Reference {
@@ -273,6 +411,11 @@ impl Path {
             Path::Service { pid, .. } => Some(*pid),
             Path::Reference { .. } => None,
         }
+    }
+
+    /// A path of the service that decides on Redis (not the reference, not the null RLS).
+    fn is_real_service(&self) -> bool {
+        matches!(self, Path::Service { redis: true, .. })
     }
 
     /// One check (`i`-th of the run), answered or failed.
@@ -455,13 +598,14 @@ struct Cell {
     three: bool,
     median: Run,
     redis_cpu_spread: f64,
+    service_cpu_median: f64,
     service_cpu_spread: f64,
 }
 
 impl Cell {
     fn new(label: &str, three: bool, mut runs: Vec<Run>) -> Self {
         let (_, redis_cpu_spread) = median_and_spread(runs.iter().map(Run::redis_cpu_us).collect());
-        let (_, service_cpu_spread) =
+        let (service_cpu_median, service_cpu_spread) =
             median_and_spread(runs.iter().map(Run::service_cpu_us).collect());
         runs.sort_by(|a, b| a.redis_cpu_us().total_cmp(&b.redis_cpu_us()));
         let median = runs[runs.len() / 2].clone();
@@ -470,6 +614,7 @@ impl Cell {
             three,
             median,
             redis_cpu_spread,
+            service_cpu_median,
             service_cpu_spread,
         }
     }
@@ -496,7 +641,7 @@ impl Cell {
             if service {
                 format!(
                     "{:.1} (±{:.0} %)",
-                    run.service_cpu_us(),
+                    self.service_cpu_median,
                     self.service_cpu_spread * 50.0
                 )
             } else {
@@ -873,12 +1018,55 @@ fn envoy_added_latency(service: &Service, requests: usize) -> Result<[(f64, f64)
     result
 }
 
-#[tokio::main]
-async fn main() {
+/// What starts the part of a report kept by hand (measurements of other runs): a new report
+/// keeps it, from this line on, after its own.
+const KEPT_MARKER: &str = "<!-- kept by hand: make bench-service keeps what follows -->";
+
+/// Writes `report` to `out`, followed by the hand-kept part of the file already there.
+fn write_report(out: &std::path::Path, report: &str) {
+    let kept = std::fs::read_to_string(out)
+        .ok()
+        .and_then(|old| old.find(KEPT_MARKER).map(|at| old[at..].to_string()))
+        .unwrap_or_default();
+    let separator = if kept.is_empty() { "" } else { "\n" };
+    std::fs::write(out, format!("{report}{separator}{kept}")).unwrap();
+}
+
+fn main() {
+    if let Ok(listen) = std::env::var(NULL_RLS_ENV) {
+        null_rls::main(&listen);
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
+/// Opens `CLIENTS` gRPC connections to `service`.
+async fn grpc_clients(service: &Service) -> Vec<RateLimitServiceClient<tonic::transport::Channel>> {
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(
+            RateLimitServiceClient::connect(format!("http://{}", service.grpc))
+                .await
+                .unwrap(),
+        );
+    }
+    clients
+}
+
+async fn bench() {
     let mut out = PathBuf::from("target/bench/service.md");
     let mut seconds = 3.0f64;
     let mut repeats = 3usize;
     let mut rates = "2000,10000,max".to_string();
+    let mut chosen = "service,unbatched,reference,null".to_string();
+    let mut descriptor_counts = "1,3".to_string();
+    let mut extras = true;
+    // (label, binary, extra flags): services compared side by side with the default ones.
+    let mut variants: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().expect("a value");
@@ -887,9 +1075,31 @@ async fn main() {
             "--seconds" => seconds = value.parse().expect("a number of seconds"),
             "--repeats" => repeats = value.parse().expect("a number"),
             "--rates" => rates = value,
+            // Which of the default paths run: service, unbatched, reference, null.
+            "--paths" => chosen = value,
+            // 1, 3 or both.
+            "--descriptors" => descriptor_counts = value,
+            // `--extras off`: no closed-loop Envoy run and no race.
+            "--extras" => extras = value != "off",
+            // `LABEL=WORDS`: this service binary with these flags (space-separated; words
+            // `NAME=VALUE` set its environment) too.
+            "--variant" => {
+                let (label, flags) = value.split_once('=').expect("LABEL=FLAGS");
+                variants.push((
+                    label.to_string(),
+                    service_binary(),
+                    flags.split_whitespace().map(str::to_string).collect(),
+                ));
+            }
+            // `LABEL=BINARY`: another build of the service (a baseline) too.
+            "--binary" => {
+                let (label, binary) = value.split_once('=').expect("LABEL=BINARY");
+                variants.push((label.to_string(), PathBuf::from(binary), Vec::new()));
+            }
             other => panic!("unknown flag {other}"),
         }
     }
+    let chosen: Vec<&str> = chosen.split(',').collect();
     let config = std::env::temp_dir().join(format!("rls-bench-{}", std::process::id()));
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(config.join("bench.yaml"), CONFIG).unwrap();
@@ -900,35 +1110,66 @@ async fn main() {
     let redis = Redis { server, pid };
     let mut services = Vec::new();
     let mut paths = Vec::new();
-    for (label, extra) in SERVICES {
-        let service = start_service(&redis.server, &config, extra);
-        let mut clients = Vec::new();
+    let mut starts: Vec<(String, PathBuf, Vec<String>)> = SERVICES
+        .iter()
+        .filter(|(name, ..)| chosen.contains(name))
+        .map(|(_, label, extra)| {
+            (
+                label.to_string(),
+                service_binary(),
+                extra.iter().map(|flag| flag.to_string()).collect(),
+            )
+        })
+        .collect();
+    starts.extend(variants);
+    for (label, binary, extra) in starts {
+        let service = start_service(&binary, &redis.server, &config, &extra);
+        paths.push(Path::Service {
+            label,
+            clients: grpc_clients(&service).await,
+            pid: service.child.id(),
+            redis: true,
+        });
+        services.push(service);
+    }
+    // `null`: the null RLS with tokio's default workers (one per core); `null1`: one worker;
+    // `nullbare`: without the service's per-request layers.
+    for (name, workers, bare, label) in [
+        ("null", None, false, ""),
+        ("null1", Some(1), false, ", 1 runtime worker"),
+        (
+            "nullbare",
+            None,
+            true,
+            ", tonic's defaults (no timeout, limit or shedding layers)",
+        ),
+    ] {
+        if !chosen.contains(&name) {
+            continue;
+        }
+        let null = start_null_rls(workers, bare);
+        paths.push(Path::Service {
+            label: format!("{NULL_LABEL}{label}"),
+            clients: grpc_clients(&null).await,
+            pid: null.child.id(),
+            redis: false,
+        });
+        services.push(null);
+    }
+    if chosen.contains(&"reference") {
+        let mut connections = Vec::new();
         for _ in 0..CLIENTS {
-            clients.push(
-                RateLimitServiceClient::connect(format!("http://{}", service.grpc))
+            connections.push(
+                redis
+                    .server
+                    .client()
+                    .get_multiplexed_async_connection()
                     .await
                     .unwrap(),
             );
         }
-        paths.push(Path::Service {
-            label: label.to_string(),
-            clients,
-            pid: service.child.id(),
-        });
-        services.push(service);
+        paths.push(Path::Reference { connections });
     }
-    let mut connections = Vec::new();
-    for _ in 0..CLIENTS {
-        connections.push(
-            redis
-                .server
-                .client()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap(),
-        );
-    }
-    paths.push(Path::Reference { connections });
 
     eprintln!("bench-service: warm-up…");
     for path in &paths {
@@ -937,13 +1178,19 @@ async fn main() {
     let mut cells = Vec::new();
     let mut maxima = Vec::new();
     for three in [false, true] {
+        if !descriptor_counts
+            .split(',')
+            .any(|count| count == if three { "3" } else { "1" })
+        {
+            continue;
+        }
         let mut offered = Vec::new();
         for rate in rates.split(',') {
             if rate == "max" {
                 // The most the slowest service path answers closed loop: every path is then
                 // offered about that rate.
                 let mut max = f64::MAX;
-                for path in paths.iter().filter(|path| path.pid().is_some()) {
+                for path in paths.iter().filter(|path| path.is_real_service()) {
                     max = max.min(closed_loop_rate(path, seconds.min(2.0), three).await);
                 }
                 // Four fifths of it: a closed loop never queues, an open one at its rate
@@ -969,15 +1216,20 @@ async fn main() {
                 }
             }
             for (path, runs) in paths.iter().zip(runs) {
-                cells.push((path.pid().is_some(), Cell::new(path.label(), three, runs)));
+                cells.push((path.clone(), Cell::new(path.label(), three, runs)));
             }
         }
     }
-    eprintln!("bench-service: through Envoy…");
-    let through_envoy = tokio::task::block_in_place(|| envoy_added_latency(&services[0], 6000));
-    eprintln!("bench-service: the race…");
-    let (ours_admitted, ours_charged) = race_service(&services[0]).await;
-    let (reference_admitted, reference_charged) = race_reference(&redis.server).await;
+    let extras = if extras && !services.is_empty() && paths[0].is_real_service() {
+        eprintln!("bench-service: through Envoy…");
+        let through_envoy = tokio::task::block_in_place(|| envoy_added_latency(&services[0], 6000));
+        eprintln!("bench-service: the race…");
+        let ours = race_service(&services[0]).await;
+        let reference = race_reference(&redis.server).await;
+        Some((through_envoy, ours, reference))
+    } else {
+        None
+    };
 
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut report = String::new();
@@ -994,7 +1246,10 @@ async fn main() {
          and route (1). Latency runs from the instant a check was due to its answer. Redis \
          CPU is its main thread's on-CPU time (schedstat), commands are `INFO commandstats` \
          deltas and reads its `read` system calls (`/proc/<pid>/io`), all per check; service \
-         CPU is the on-CPU time of all the service's threads per check. The reference is \
+         CPU is the on-CPU time of all the service's threads per check, the median over the \
+         repeats. The null RLS is the floor under it: the same tonic/hyper gRPC stack with \
+         the service's server settings, serving the same RLS v3 method, answering OK at once \
+         without Redis (this example in a hidden mode, its own process). The reference is \
          envoyproxy/ratelimit's Redis pattern (`fixed_cache_impl.go`: one pipeline of \
          `INCRBY key 1` + `EXPIRE key ttl` per descriptor) sent by this benchmark straight \
          to Redis, without a service of its own (its service CPU is not measured).\n",
@@ -1024,8 +1279,8 @@ async fn main() {
     )
     .unwrap();
     writeln!(report, "|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|").unwrap();
-    for (service, cell) in &cells {
-        writeln!(report, "{}", cell.row(*service)).unwrap();
+    for (path, cell) in &cells {
+        writeln!(report, "{}", cell.row(path.pid().is_some())).unwrap();
     }
     writeln!(
         report,
@@ -1038,15 +1293,22 @@ async fn main() {
         "| offered/s | descriptors | path | ratio |\n|--:|--:|---|--:|"
     )
     .unwrap();
-    for (index, (service, cell)) in cells.iter().enumerate() {
-        if !service {
+    for (path, cell) in &cells {
+        if !path.is_real_service() {
             continue;
         }
-        let reference = cells[index..]
+        let reference = cells
             .iter()
-            .find(|(service, _)| !service)
-            .map(|(_, cell)| cell.median.redis_cpu_us())
-            .unwrap_or(f64::NAN);
+            .find(|(other, other_cell)| {
+                other.pid().is_none()
+                    && other_cell.three == cell.three
+                    && other_cell.median.offered == cell.median.offered
+            })
+            .map(|(_, cell)| cell.median.redis_cpu_us());
+        // Without the reference path (`--paths`), no ratio.
+        let Some(reference) = reference else {
+            continue;
+        };
         writeln!(
             report,
             "| {:.0} | {} | {} | {:.2} |",
@@ -1057,6 +1319,22 @@ async fn main() {
         )
         .unwrap();
     }
+    let Some((
+        through_envoy,
+        (ours_admitted, ours_charged),
+        (reference_admitted, reference_charged),
+    )) = extras
+    else {
+        print!("{report}");
+        if let Some(parent) = out.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        write_report(&out, &report);
+        eprintln!("bench-service: wrote {}", out.display());
+        drop(services);
+        let _ = std::fs::remove_dir_all(&config);
+        return;
+    };
     match &through_envoy {
         Ok([(plain_p50, plain_p99), (limited_p50, limited_p99)]) => writeln!(
             report,
@@ -1098,7 +1376,7 @@ async fn main() {
     if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent).unwrap();
     }
-    std::fs::write(&out, &report).unwrap();
+    write_report(&out, &report);
     eprintln!("bench-service: wrote {}", out.display());
     drop(services);
     let _ = std::fs::remove_dir_all(&config);

@@ -39,6 +39,8 @@ pub struct Options {
     pub lease: Option<u64>,
     /// Store call timeout.
     pub timeout: Duration,
+    /// The runtime's worker threads (`None`: tokio's default, one per core).
+    pub worker_threads: Option<usize>,
     /// How concurrent checks share a write to Redis.
     pub batch: BatchOptions,
     /// Failure mode.
@@ -193,6 +195,12 @@ struct Args {
     /// Most checks in one write to Redis
     #[arg(long, value_name = "N", default_value = "64", value_parser = batch_max)]
     batch_max: usize,
+
+    /// The runtime's worker threads (default: one per core, or TOKIO_WORKER_THREADS); on a
+    /// machine the service shares, 1 spends less CPU per check (fewer hand-offs between
+    /// threads: docs/bench-service.md)
+    #[arg(long, value_name = "N", value_parser = worker_threads)]
+    worker_threads: Option<usize>,
 
     /// What a check does when the store is out of reach
     #[arg(long, value_name = "MODE", value_enum, default_value = "local")]
@@ -594,6 +602,18 @@ fn count(text: &str) -> Result<u64, String> {
         .map_err(|_| "a non-negative integer is expected".to_string())
 }
 
+/// The most worker threads `--worker-threads` takes.
+const MAX_WORKER_THREADS: usize = 1024;
+
+fn worker_threads(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(threads @ 1..=MAX_WORKER_THREADS) => Ok(threads),
+        _ => Err(format!(
+            "a number of threads from 1 to {MAX_WORKER_THREADS} is expected"
+        )),
+    }
+}
+
 fn positive(text: &str) -> Result<u64, String> {
     match count(text)? {
         0 => Err("must be above 0".into()),
@@ -739,6 +759,7 @@ where
         )?,
         lease: args.lease.filter(|units| *units > 0),
         timeout: args.timeout_ms,
+        worker_threads: args.worker_threads,
         batch: BatchOptions {
             window: args.batch_window_us,
             max: args.batch_max,
@@ -934,7 +955,7 @@ mod tests {
              --lease 10 --timeout-ms 5 --failure-mode deny --replicas 0 --headers draft-12 \
              --headers-on-denied-only --legacy-headers --key-prefix x: --max-descriptors 4 \
              --max-entries 0 --max-value-bytes 64 --http-token-file /t --grpc-tls-cert c \
-             --grpc-tls-key k --watch-ms 0 --plans-check-ms 50 --lease 0",
+             --grpc-tls-key k --watch-ms 0 --plans-check-ms 50 --lease 0 --worker-threads 1",
         )
         .unwrap();
         assert_eq!(
@@ -968,6 +989,7 @@ mod tests {
         );
         assert_eq!(options.watch, None);
         assert_eq!(options.plans_check, Duration::from_millis(50));
+        assert_eq!(options.worker_threads, Some(1));
     }
 
     #[test]
@@ -987,6 +1009,10 @@ mod tests {
             ),
             ("--batch-max 0", "'--batch-max <N>': is 1 to 1024"),
             ("--batch-max 1025", "'--batch-max <N>': is 1 to 1024"),
+            (
+                "--worker-threads 0",
+                "'--worker-threads <N>': a number of threads from 1 to 1024 is expected",
+            ),
             (
                 "--failure-mode maybe",
                 "[possible values: allow, deny, local]",

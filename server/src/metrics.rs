@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock};
 
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use metrics::{Counter, counter, describe_counter, describe_gauge, gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 /// Distinct `rule` label values per domain: a rule with `detailed_metric` names the
@@ -84,26 +84,92 @@ pub fn install(max_rule_labels: usize) -> Result<PrometheusHandle, InstallError>
     Ok(handle)
 }
 
+/// Domains whose counters are kept as handles (past it, a domain's are looked up in the
+/// recorder each time, as before): the domains are the config's, so this is only a bound.
+const MAX_HANDLE_DOMAINS: usize = 1_024;
+
+/// One domain's per-check counters, kept once registered: a check then increments a handle
+/// found by its borrowed domain and rule, instead of building the label set (the domain and
+/// rule copied into a new key, which the recorder hashes and looks up) at every check.
+#[derive(Default)]
+struct DomainHandles {
+    /// `ratelimit_service_requests_total` by (transport, code).
+    requests: HashMap<(&'static str, &'static str), Counter>,
+    /// `ratelimit_service_descriptors_total` by rule, `[over_limit, ok]` (each registered
+    /// when first counted, so /metrics shows the series it showed before). Only rules that
+    /// are their own label (at most the bound of [`rule_label`] a domain); those past the
+    /// bound take the recorder's lookup each time.
+    descriptors: HashMap<String, [Option<Counter>; 2]>,
+}
+
+static HANDLES: LazyLock<RwLock<HashMap<String, DomainHandles>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// Keeps a domain's handle, unless [`MAX_HANDLE_DOMAINS`] other domains have theirs.
+fn keep(domain: &str, store: impl FnOnce(&mut DomainHandles)) {
+    let mut handles = HANDLES.write().unwrap_or_else(PoisonError::into_inner);
+    if handles.len() < MAX_HANDLE_DOMAINS || handles.contains_key(domain) {
+        store(handles.entry(domain.to_string()).or_default());
+    }
+}
+
 /// A check answered.
 pub fn request(transport: &'static str, domain: &str, code: &'static str) {
-    counter!(
+    {
+        let handles = HANDLES.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(counter) = handles
+            .get(domain)
+            .and_then(|handles| handles.requests.get(&(transport, code)))
+        {
+            counter.increment(1);
+            return;
+        }
+    }
+    let counter = counter!(
         "ratelimit_service_requests_total",
         "transport" => transport,
         "domain" => domain.to_string(),
         "code" => code
-    )
-    .increment(1);
+    );
+    counter.increment(1);
+    keep(domain, |handles| {
+        handles.requests.insert((transport, code), counter);
+    });
 }
 
 /// A descriptor decided.
 pub fn descriptor(domain: &str, rule: &str, ok: bool) {
-    counter!(
+    let slot = usize::from(ok);
+    {
+        let handles = HANDLES.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(counter) = handles
+            .get(domain)
+            .and_then(|handles| handles.descriptors.get(rule))
+            .and_then(|pair| pair.get(slot))
+            .and_then(Option::as_ref)
+        {
+            counter.increment(1);
+            return;
+        }
+    }
+    let label = rule_label(domain, rule);
+    let own = label == rule;
+    let counter = counter!(
         "ratelimit_service_descriptors_total",
         "domain" => domain.to_string(),
-        "rule" => rule_label(domain, rule),
+        "rule" => label,
         "code" => if ok { "ok" } else { "over_limit" }
-    )
-    .increment(1);
+    );
+    counter.increment(1);
+    // Past the bound the label is `_other`, whose handle is not kept under the rule's name.
+    if own {
+        keep(domain, |handles| {
+            let pair = handles.descriptors.entry(rule.to_string()).or_default();
+            if let Some(kept) = pair.get_mut(slot) {
+                *kept = Some(counter);
+            }
+        });
+    }
 }
 
 /// A shadow-mode limit would have denied.
