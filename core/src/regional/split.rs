@@ -198,8 +198,9 @@ pub fn split_bucket(
         .and_then(|derated| u64::try_from(derated).ok())
         .ok_or(SplitError::FloorRateZero)?;
     // The pool: the global rate rounded down, less every floor's rounded up.
-    let pool_rate = (SCALE / u128::from(interval_ns))
-        .checked_sub(floors_rate)
+    let pool_rate = SCALE
+        .checked_div(u128::from(interval_ns))
+        .and_then(|global| global.checked_sub(floors_rate))
         .filter(|rate| *rate > 0)
         .ok_or(SplitError::PoolRateZero)?;
     let pool_interval_ns =
@@ -247,7 +248,7 @@ pub fn gcra_rate(interval_ns: u64, period_s: u64) -> Option<(u64, u64)> {
     let wanted = u128::from(GCRA_PRECISION).checked_mul(u128::from(interval_ns))?;
     let period_ns = u128::from(period_s).checked_mul(1_000_000_000)?;
     let factor = wanted.div_ceil(period_ns).max(1);
-    let longest = u128::from(MAX_EXACT_GCRA_PERIOD_S / period_s);
+    let longest = u128::from(MAX_EXACT_GCRA_PERIOD_S.checked_div(period_s)?);
     let period = u128::from(period_s).checked_mul(factor.min(longest))?;
     let count = period
         .checked_mul(1_000_000_000)?

@@ -267,10 +267,8 @@ impl RegionConfig {
                         "'tenant_key': a plan's limit cannot be shared across regions".into(),
                     ));
                 }
-                if let Some(spec) = limit.spec.as_ref() {
-                    if let Some(reason) = self.refusal(spec) {
-                        errors.push(refuse(reason));
-                    }
+                if let Some(reason) = limit.spec.as_ref().and_then(|spec| self.refusal(spec)) {
+                    errors.push(refuse(reason));
                 }
             }
             self.check_rules(&rule.children, errors);
