@@ -12,7 +12,7 @@ use redis_ratelimit_client::expiring::Expiring;
 use redis_ratelimit_client::{Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter};
 use serde_json::{Map, Value};
 
-use crate::config::{Config, RegionConfig};
+use crate::config::{Config, Parts, RegionConfig};
 use crate::metrics;
 use crate::plans::Plans;
 use crate::region::HotKeys;
@@ -178,12 +178,16 @@ impl Engine {
         }
         let blocked = items.iter().any(|item| item.algorithm.is_none());
         let region = self.region.as_ref().map(|(region, _)| &**region);
+        let parts = match region {
+            Some(region) => split(region, items)?,
+            None => Vec::new(),
+        };
         let (job, asked) = job(
             domain,
             items,
             blocked || ask == Ask::ShadowRead,
             ask != Ask::Enforce,
-            region,
+            region.map(|region| (region, parts.as_slice())),
         );
         let decision = match asked.is_empty() {
             true => None,
@@ -194,8 +198,8 @@ impl Engine {
                     .map_err(|error| CheckFailure::Internal(error.to_string()))?,
             ),
         };
-        if let (Some((region, hot)), Some(decision)) = (&self.region, &decision) {
-            note_hot(region, hot, &asked, decision);
+        if let (Some((_, hot)), Some(decision)) = (&self.region, &decision) {
+            note_hot(hot, items, &parts, &asked, decision);
         }
         record(items, &asked, decision.as_ref(), verdict);
         match ask {
@@ -251,20 +255,19 @@ fn job<'a>(
     items: &'a [Item],
     read_only: bool,
     shadow: bool,
-    region: Option<&RegionConfig>,
+    region: Option<(&RegionConfig, &[Option<Parts>])>,
 ) -> (Job, Vec<&'a Item>) {
     let mut job = Job::new(PROFILE).label(domain);
     let mut asked = Vec::with_capacity(items.len());
-    for item in items {
+    for (index, item) in items.iter().enumerate() {
         let Some(algorithm) = item.algorithm.clone() else {
             continue;
         };
         let slots = algorithm.is_in_flight();
-        // Every limit is regional in a region (`RegionConfig::check` refused the config
-        // otherwise, at start and on a reload).
-        let floor = region.and_then(|region| {
-            let parts = region.split(&algorithm).ok()?;
-            Some((parts.floor, region.lease_suffix.as_str()))
+        // Every limit is regional in a region (`split` refused the request otherwise).
+        let floor = region.and_then(|(region, parts)| {
+            let parts = parts.get(index)?.as_ref()?;
+            Some((parts.floor.clone(), region.lease_suffix.as_str()))
         });
         let limit = match floor {
             Some((floor, suffix)) => {
@@ -283,17 +286,44 @@ fn job<'a>(
     (job, asked)
 }
 
+/// Each item's split in this region (`None`: a limit of 0, decided without a store). A limit
+/// the region cannot split (a caller's own `limit` the config's check never saw) is refused:
+/// decided whole in one region it would admit its global quota there alone.
+fn split(region: &RegionConfig, items: &[Item]) -> Result<Vec<Option<Parts>>, CheckFailure> {
+    items
+        .iter()
+        .map(|item| {
+            let Some(algorithm) = item.algorithm.as_ref() else {
+                return Ok(None);
+            };
+            region.split(algorithm).map(Some).map_err(|refusal| {
+                CheckFailure::BadRequest(BadRequest(format!(
+                    "limit '{}' cannot be shared across regions: {refusal}",
+                    item.reported.label
+                )))
+            })
+        })
+        .collect()
+}
+
 /// Notes the regional limits of a decided job whose floor ran out or near it.
-fn note_hot(region: &RegionConfig, hot: &HotKeys, asked: &[&Item], decision: &Decision) {
+fn note_hot(
+    hot: &HotKeys,
+    items: &[Item],
+    parts: &[Option<Parts>],
+    asked: &[&Item],
+    decision: &Decision,
+) {
     for (item, status) in asked.iter().zip(&decision.limits) {
-        let Some(algorithm) = item.algorithm.as_ref() else {
-            continue;
-        };
         if status.regional.is_none() {
             continue;
         }
-        if let Some(pool) = region.split(algorithm).ok().and_then(|parts| parts.pool) {
-            hot.note(&item.key, &pool, item.hits, status);
+        let pool = items
+            .iter()
+            .position(|candidate| std::ptr::eq(candidate, *item))
+            .and_then(|index| parts.get(index)?.as_ref()?.pool.as_ref());
+        if let Some(pool) = pool {
+            hot.note(&item.key, pool, item.hits, status);
         }
     }
 }

@@ -55,7 +55,7 @@ use redis_ratelimit_core::kinds::Kind;
 pub use self::load::assemble;
 pub use self::load::{ConfigError, config_files, load};
 pub use self::pattern::ValuePattern;
-pub use self::region::{HomeBackend, RegionConfig, load_region};
+pub use self::region::{HomeBackend, Parts, RegionConfig, load_region};
 pub use self::yaml::{
     DEFAULT_MAX_DEPTH, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES, FileBounds, read_head,
 };

@@ -135,6 +135,20 @@ pub enum Refusal {
     Part(&'static str, String),
 }
 
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Kind(kind) => write!(
+                f,
+                "a region's limits are fixed_window, token_bucket or gcra, not {}",
+                kind.config_name()
+            ),
+            Self::Split(error) => write!(f, "{error}"),
+            Self::Part(part, error) => write!(f, "this region's {part} cannot be built: {error}"),
+        }
+    }
+}
+
 impl RegionConfig {
     /// The split's view of the weights: every region's, this one's index.
     fn regions<'a>(&self, weights: &'a [u64]) -> Regions<'a> {

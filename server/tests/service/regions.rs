@@ -340,4 +340,16 @@ fn a_limit_the_region_cannot_share_is_refused_at_start_and_on_reload() {
         "the floor of the bucket in force: {answer}"
     );
     assert_eq!(answer["statuses"][0]["limitRemaining"], 1, "{answer}");
+    // A caller's own limit the region cannot split (3 an hour: a floor of 0) is refused,
+    // never decided whole in this region alone.
+    let (code, refused) = service.check_json(
+        r#"{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"o"}],"limit":{"requestsPerUnit":3,"unit":"HOUR"}}]}"#,
+    );
+    assert_eq!(code, 400, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains("cannot be shared across regions")),
+        "{refused}"
+    );
 }
