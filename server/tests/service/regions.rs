@@ -169,22 +169,29 @@ descriptors:
 
 #[test]
 fn a_hot_token_bucket_key_gets_leases_and_never_exceeds_its_floor_and_the_prepaid_pool() {
-    bucket_hot_and_cold(BUCKET, 2, 3);
+    bucket_hot_and_cold(BUCKET, "", 2, 3);
 }
 
 #[test]
 fn a_hot_gcra_key_gets_leases_and_never_exceeds_its_floor_and_the_prepaid_pool() {
-    bucket_hot_and_cold(GCRA, 2, 3);
+    bucket_hot_and_cold(GCRA, "", 2, 3);
+}
+
+/// `pool_mode: carryover`: the pool keeps its whole 4 (no pre-pay), leased whole.
+#[test]
+fn a_carryover_pool_keeps_its_whole_capacity() {
+    bucket_hot_and_cold(BUCKET, "pool_mode: carryover\n", 2, 4);
 }
 
 /// The hot key is admitted its floor, then leases from home's pool, never more than floor +
 /// pool over the test; the cold key never reaches home.
-fn bucket_hot_and_cold(limits: &str, floor: usize, pool: usize) {
+fn bucket_hot_and_cold(limits: &str, extra: &str, floor: usize, pool: usize) {
     let home = Server::start(&[]);
     let region = Server::start(&[]);
     let dir = TempDir::new("region");
     // k = 10: a lease takes the whole pre-paid pool, so its units show the pool's capacity.
-    let file = region_file(&home).replace("lease_units: 3", "lease_units: 10");
+    let mut file = region_file(&home).replace("lease_units: 3", "lease_units: 10");
+    file.push_str(extra);
     dir.write("region.yaml", &file);
     let region_path = dir.0.join("region.yaml");
     let url = format!("redis://127.0.0.1:{}/", region.port);
@@ -220,8 +227,9 @@ fn bucket_hot_and_cold(limits: &str, floor: usize, pool: usize) {
         .query(&mut region.conn())
         .unwrap();
     assert_eq!(
-        units, "3",
-        "a lease of k = 3 units (the pre-paid pool holds 3)"
+        units,
+        pool.to_string(),
+        "a lease of the whole pool (k = 10): its capacity, less the pre-pay when pre-paid"
     );
     let mut admitted = floor + (0..10).filter(|_| allowed(&service, "hot")).count();
     assert!(admitted > floor, "the lease paid: {admitted}");
