@@ -267,6 +267,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    use proptest::test_runner::TestCaseError;
+
     fn regions(weights: &[u64], floor_percent: u64, drift_ppm: u64) -> Regions<'_> {
         Regions {
             weights,
@@ -369,6 +371,113 @@ mod tests {
         Some(sum <= product)
     }
 
+    /// What [`holds`] checked of a bucket split.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Checked {
+        /// The split refused.
+        Refused,
+        /// Split, every property held; the rates compared exactly (`false`: the exact
+        /// comparison's products overflow u128, the rest checked).
+        Split { rates: bool },
+    }
+
+    /// Every property of the window and bucket splits of one case: the parts never add up
+    /// to more than the whole, the floor derated, the pre-pay covering `T`.
+    fn holds(
+        capacity: u64,
+        interval_ns: u64,
+        lifetime_ns: Option<u64>,
+        r: &Regions<'_>,
+    ) -> Result<Checked, TestCaseError> {
+        let weights = r.weights;
+        if let Ok(window) = split_window(capacity, r) {
+            let all: u64 = (0..weights.len())
+                .map(|i| split_window(capacity, &Regions { own: i, ..*r }).map_or(0, |s| s.floor))
+                .sum();
+            prop_assert!(window.floor >= 1);
+            // Regions whose own floor is 0 are refused, and count 0 in the sum.
+            prop_assert!(all + window.pool <= capacity);
+        }
+        let Ok(share) = split_bucket(capacity, interval_ns, lifetime_ns, r) else {
+            return Ok(Checked::Refused);
+        };
+        let total: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+        let floors: Vec<u128> = weights
+            .iter()
+            .map(|w| r.floor_interval(interval_ns, *w, total).unwrap())
+            .collect();
+        let capacities: u64 = weights
+            .iter()
+            .map(|w| r.floor_part(capacity, *w, total))
+            .sum();
+        prop_assert!(capacities + share.pool_capacity + share.prepay <= capacity);
+        prop_assert!(share.pool_capacity >= 1 && share.floor_capacity >= 1);
+        // The floor's interval, derated, lasts at least the undrifted one × (1 + ρ).
+        prop_assert!(
+            u128::from(share.floor_interval_ns) * PPM
+                >= floors[r.own] * (PPM + u128::from(r.drift_ppm))
+        );
+        // Each floor's interval is at least the exact one: J·f·w ≥ I·100·W.
+        for (w, j) in weights.iter().zip(&floors) {
+            prop_assert!(
+                j * u128::from(r.floor_percent) * u128::from(*w)
+                    >= u128::from(interval_ns) * 100 * total
+            );
+        }
+        let fit = rates_fit(interval_ns, &floors, share.pool_interval_ns);
+        prop_assert!(
+            fit != Some(false),
+            "Σ floor rates + pool rate > the global rate"
+        );
+        // The pre-pay covers the pool's refill over T.
+        if let Some(t) = lifetime_ns {
+            prop_assert!(
+                u128::from(share.prepay) * u128::from(share.pool_interval_ns) >= u128::from(t)
+            );
+        } else {
+            prop_assert_eq!(share.prepay, 0);
+        }
+        Ok(Checked::Split {
+            rates: fit.is_some(),
+        })
+    }
+
+    /// A grid of small cases, every one checked and many of them split pre-paid with the
+    /// rates compared exactly (so the properties are not vacuous).
+    #[test]
+    fn a_grid_of_splits_holds_and_is_not_vacuous() {
+        let mut exact_prepaid = 0;
+        for weights in [&[1u64][..], &[1, 1], &[2, 1, 1], &[70, 20, 10], &[3, 7]] {
+            for own in 0..weights.len() {
+                for floor_percent in [0, 1, 33, 50, 99, 100] {
+                    for drift_ppm in [0, 1_000, 50_000] {
+                        let r = Regions {
+                            weights,
+                            own,
+                            floor_percent,
+                            drift_ppm,
+                        };
+                        for capacity in [1, 7, 100, 10_007] {
+                            for interval_ns in [1, 3, 1_000, 999_983, 100_000_000] {
+                                for intervals in [None, Some(0), Some(1), Some(3)] {
+                                    let lifetime = intervals.map(|n: u64| n * interval_ns);
+                                    let checked = holds(capacity, interval_ns, lifetime, &r)
+                                        .unwrap_or_else(|error| panic!("{error}"));
+                                    if lifetime.is_some()
+                                        && checked == (Checked::Split { rates: true })
+                                    {
+                                        exact_prepaid += 1;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(exact_prepaid > 1_000, "{exact_prepaid}");
+    }
+
     proptest! {
         #[test]
         fn the_parts_never_exceed_the_whole(
@@ -378,47 +487,28 @@ mod tests {
             drift_ppm in 0u64..100_000,
             capacity in 1u64..1_000_000,
             interval_ns in 1u64..10_000_000,
-            lifetime_ns in proptest::option::of(0u64..10_000_000_000),
+            lifetime_intervals in proptest::option::of(0u64..1_000),
         ) {
             let own = own % weights.len();
             let r = Regions { weights: &weights, own, floor_percent, drift_ppm };
-            if let Ok(window) = split_window(capacity, &r) {
-                let all: u64 = (0..weights.len())
-                    .map(|i| split_window(capacity, &Regions { own: i, ..r }).map_or(0, |s| s.floor))
-                    .sum();
-                prop_assert!(window.floor >= 1);
-                // Regions whose own floor is 0 are refused, but count 0 in the sum anyway.
-                prop_assert!(all + window.pool <= capacity);
-            }
-            if let Ok(share) = split_bucket(capacity, interval_ns, lifetime_ns, &r) {
-                let total: u128 = weights.iter().map(|w| u128::from(*w)).sum();
-                let floors: Vec<u128> = weights
-                    .iter()
-                    .map(|w| r.floor_interval(interval_ns, *w, total).unwrap())
-                    .collect();
-                let capacities: u64 = weights
-                    .iter()
-                    .map(|w| r.floor_part(capacity, *w, total))
-                    .sum();
-                prop_assert!(capacities + share.pool_capacity + share.prepay <= capacity);
-                prop_assert!(share.pool_capacity >= 1 && share.floor_capacity >= 1);
-                // The floor's interval, derated, lasts at least the undrifted one × (1 + ρ).
-                let own_floor = floors[own];
-                prop_assert!(
-                    u128::from(share.floor_interval_ns) * PPM >= own_floor * (PPM + u128::from(drift_ppm))
-                );
-                // Each floor's interval is at least the exact one: J·f·w ≥ I·100·W.
-                for (w, j) in weights.iter().zip(&floors) {
-                    prop_assert!(j * u128::from(floor_percent) * u128::from(*w) >= u128::from(interval_ns) * 100 * total);
-                }
-                if let Some(fit) = rates_fit(interval_ns, &floors, share.pool_interval_ns) {
-                    prop_assert!(fit, "Σ floor rates + pool rate > the global rate");
-                }
-                // The pre-pay covers the pool's refill over T.
-                if let Some(t) = lifetime_ns {
-                    prop_assert!(u128::from(share.prepay) * u128::from(share.pool_interval_ns) >= u128::from(t));
-                }
-            }
+            let lifetime_ns = lifetime_intervals.map(|n| n * interval_ns);
+            holds(capacity, interval_ns, lifetime_ns, &r)?;
+        }
+
+        /// Small weights and intervals: the rates' exact comparison never overflows.
+        #[test]
+        fn the_rates_never_exceed_the_global_rate(
+            weights in proptest::collection::vec(1u64..10, 1..4),
+            own in 0usize..3,
+            floor_percent in 1u64..=100,
+            drift_ppm in 0u64..100_000,
+            capacity in 1u64..10_000,
+            interval_ns in 1u64..1_000_000,
+        ) {
+            let own = own % weights.len();
+            let r = Regions { weights: &weights, own, floor_percent, drift_ppm };
+            let checked = holds(capacity, interval_ns, None, &r)?;
+            prop_assert!(checked != Checked::Split { rates: false }, "the exact comparison overflowed");
         }
 
         #[test]
