@@ -1022,6 +1022,24 @@ fn envoy_added_latency(service: &Service, requests: usize) -> Result<[(f64, f64)
 /// keeps it, from this line on, after its own.
 const KEPT_MARKER: &str = "<!-- kept by hand: make bench-service keeps what follows -->";
 
+/// Prints the report, writes it to `out` (keeping the file's hand-kept part), then stops the
+/// services and removes their configuration directory.
+fn publish<Service>(
+    report: &str,
+    out: &std::path::Path,
+    services: Vec<Service>,
+    config: &std::path::Path,
+) {
+    print!("{report}");
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    write_report(out, report);
+    eprintln!("bench-service: wrote {}", out.display());
+    drop(services);
+    let _ = std::fs::remove_dir_all(config);
+}
+
 /// Writes `report` to `out`, followed by the hand-kept part of the file already there.
 fn write_report(out: &std::path::Path, report: &str) {
     let kept = std::fs::read_to_string(out)
@@ -1325,14 +1343,7 @@ async fn bench() {
         (reference_admitted, reference_charged),
     )) = extras
     else {
-        print!("{report}");
-        if let Some(parent) = out.parent() {
-            std::fs::create_dir_all(parent).unwrap();
-        }
-        write_report(&out, &report);
-        eprintln!("bench-service: wrote {}", out.display());
-        drop(services);
-        let _ = std::fs::remove_dir_all(&config);
+        publish(&report, &out, services, &config);
         return;
     };
     match &through_envoy {
@@ -1372,12 +1383,5 @@ async fn bench() {
         CLIENTS * 10 - reference_admitted as usize
     )
     .unwrap();
-    print!("{report}");
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    write_report(&out, &report);
-    eprintln!("bench-service: wrote {}", out.display());
-    drop(services);
-    let _ = std::fs::remove_dir_all(&config);
+    publish(&report, &out, services, &config);
 }

@@ -245,6 +245,17 @@ impl Server {
             .expect("connect (RESP3)")
     }
 
+    /// A new async connection without the redis crate's own response timeout (500 ms by
+    /// default in 1.x): a regions agent's `WAIT` on a home primary may take up to its
+    /// `wait_timeout`, longer while a just-started replica is still syncing.
+    pub async fn async_conn_untimed(&self) -> redis::aio::MultiplexedConnection {
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        self.client()
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .expect("connect (async, no response timeout)")
+    }
+
     /// A client for this server.
     pub fn client(&self) -> redis::Client {
         redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).expect("client")

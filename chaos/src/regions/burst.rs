@@ -49,15 +49,6 @@ impl Burst {
     }
 }
 
-async fn connect(server: &Server) -> redis::aio::MultiplexedConnection {
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    redis::Client::open(format!("redis://127.0.0.1:{}/", server.port))
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .expect("a connection")
-}
-
 /// Runs the schedule on a home (primary and replica, for `WAIT`) and three regions;
 /// `without_prepay` plants the bug.
 pub fn run(without_prepay: bool) -> Vec<Burst> {
@@ -108,7 +99,7 @@ pub fn run(without_prepay: bool) -> Vec<Burst> {
             .collect()
     };
     let admitted: Vec<(usize, Call)> = runtime.block_on(async {
-        let mut home_con = connect(&home).await;
+        let mut home_con = home.async_conn_untimed().await;
         // The replica has synced: a WAIT answers at once (the leases count from their
         // request, so a slow first WAIT would end region 0's before the burst).
         for _ in 0..100 {
@@ -129,7 +120,7 @@ pub fn run(without_prepay: bool) -> Vec<Burst> {
         }
         let mut cons = Vec::new();
         for server in &regions_servers {
-            cons.push(connect(server).await);
+            cons.push(server.async_conn_untimed().await);
         }
         let first = regions::refresh(&mut home_con, &mut cons[0], &hot(0), &config).await;
         assert!(first.is_ok(), "region 0's lease: {first:?}");

@@ -10,18 +10,6 @@ use redis_ratelimit_testkit::server::{Server, primary_and_replica};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-/// A connection without the redis crate's own response timeout (500 ms by default in 1.x):
-/// the agent's `WAIT` on the home primary may take up to its `wait_timeout`, longer while a
-/// just-started replica is still syncing.
-async fn connect(server: &Server) -> redis::aio::MultiplexedConnection {
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    redis::Client::open(format!("redis://127.0.0.1:{}/", server.port))
-        .unwrap()
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .unwrap()
-}
-
 /// Asks for `wait_replicas` (a replica that is there answers at once; a missing one is
 /// waited for 200 ms).
 fn config(wait_replicas: u32) -> AgentConfig {
@@ -84,7 +72,10 @@ async fn regional(
 async fn the_agent_leases_partial_grants_acknowledged_by_a_replica_and_regions_spend_them() {
     let (home, _home_replica) = primary_and_replica();
     let region = Server::start(&[]);
-    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
     let limits = hot_limits();
     let config = AgentConfig {
         wait_timeout: Duration::from_secs(10),
@@ -156,7 +147,10 @@ async fn the_agent_leases_partial_grants_acknowledged_by_a_replica_and_regions_s
 async fn a_batch_no_replica_acknowledged_is_not_installed() {
     let home = Server::start(&[]);
     let region = Server::start(&[]);
-    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
     let error = regions::refresh(&mut home_con, &mut region_con, &hot_limits(), &config(1))
         .await
         .unwrap_err();
@@ -208,7 +202,10 @@ async fn a_batch_no_replica_acknowledged_is_not_installed() {
 async fn a_fixed_window_lease_ends_with_the_home_window_it_was_granted_in() {
     let home = Server::start(&[]);
     let region = Server::start(&[]);
-    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
     let limits = vec![HotLimit {
         pool_key: "pool:fw".into(),
         pool: Algorithm::fixed_window(10, Duration::from_secs(60)).unwrap(),
@@ -302,7 +299,7 @@ async fn regional_decisions_say_why(server: &Server, backend: redis_ratelimit_cl
     for _ in 0..3 {
         said.push(check_regional(&limiter).await);
     }
-    let mut region = connect(server).await;
+    let mut region = server.async_conn_untimed().await;
     let (seconds, _): (i64, i64) = redis::cmd("TIME").query_async(&mut region).await.unwrap();
     let mut install = match backend {
         redis_ratelimit_client::Backend::Functions => {
@@ -410,7 +407,10 @@ async fn load_library(con: &mut redis::aio::MultiplexedConnection) {
 async fn the_agent_speaks_the_functions_librarys_fcall_form_to_home_and_region() {
     let home = Server::start_without_module(&[]);
     let region = Server::start_without_module(&[]);
-    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
     load_library(&mut home_con).await;
     load_library(&mut region_con).await;
     let config = AgentConfig {
@@ -455,7 +455,10 @@ async fn the_agent_speaks_the_functions_librarys_fcall_form_to_home_and_region()
 async fn a_sliding_log_pools_lease_is_counted_at_home_for_w_plus_t() {
     let home = Server::start(&[]);
     let region = Server::start(&[]);
-    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
     let window = Duration::from_secs(600);
     let limits = vec![HotLimit {
         pool_key: "pool:log".into(),
@@ -492,7 +495,10 @@ async fn a_sliding_log_pools_lease_is_counted_at_home_for_w_plus_t() {
 async fn a_stalled_home_fails_the_refresh_within_the_lease_lifetime() {
     let home = Server::start(&[]);
     let region = Server::start(&[]);
-    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
     let config = AgentConfig {
         period: Duration::from_millis(200),
         margin: Duration::from_millis(100),
@@ -524,7 +530,10 @@ async fn a_stalled_home_fails_the_refresh_within_the_lease_lifetime() {
 async fn a_stalled_region_fails_the_refresh_within_the_lease_lifetime() {
     let home = Server::start(&[]);
     let region = Server::start(&[]);
-    let (mut home_con, mut region_con) = (connect(&home).await, connect(&region).await);
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
     let config = AgentConfig {
         period: Duration::from_millis(200),
         margin: Duration::from_millis(100),

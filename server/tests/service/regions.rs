@@ -37,6 +37,22 @@ fn allowed(service: &Service, key: &str) -> bool {
     answer["allowed"].as_bool().unwrap()
 }
 
+/// Waits (bounded) for the agent to install a lease for the key `hot` in `region`, and
+/// returns its units left.
+fn hot_lease_units(service: &Service, region: &Server) -> String {
+    assert!(
+        wait_until(Duration::from_secs(10), || !keys(region, "*hot*:lease")
+            .is_empty()),
+        "no lease for the hot key: {}",
+        service.log()
+    );
+    let lease_key = keys(region, "*hot*:lease").remove(0);
+    redis::cmd("GET")
+        .arg(&lease_key)
+        .query(&mut region.conn())
+        .unwrap()
+}
+
 fn keys(server: &Server, pattern: &str) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg(pattern)
@@ -103,17 +119,7 @@ fn hot_and_cold(home: Server, region: Server, functions: bool) {
         "the floor is 2 and no lease lives yet"
     );
     // The agent leases for it within a few periods: the next calls are paid by the lease.
-    assert!(
-        wait_until(Duration::from_secs(10), || !keys(&region, "*hot*:lease")
-            .is_empty()),
-        "no lease for the hot key: {}",
-        service.log()
-    );
-    let lease_key = keys(&region, "*hot*:lease").remove(0);
-    let units: String = redis::cmd("GET")
-        .arg(&lease_key)
-        .query(&mut region.conn())
-        .unwrap();
+    let units = hot_lease_units(&service, &region);
     assert_eq!(units, "3", "a lease of k = 3 units");
     let mut admitted = 2 + (0..10).filter(|_| allowed(&service, "hot")).count();
     assert!(admitted >= 5, "the lease's 3 units paid: {admitted}");
@@ -215,17 +221,7 @@ fn bucket_hot_and_cold(limits: &str, extra: &str, floor: usize, pool: usize) {
         answer["statuses"][0]["regional"], "home_unreachable",
         "{answer}"
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || !keys(&region, "*hot*:lease")
-            .is_empty()),
-        "no lease for the hot key: {}",
-        service.log()
-    );
-    let lease_key = keys(&region, "*hot*:lease").remove(0);
-    let units: String = redis::cmd("GET")
-        .arg(&lease_key)
-        .query(&mut region.conn())
-        .unwrap();
+    let units = hot_lease_units(&service, &region);
     assert_eq!(
         units,
         pool.to_string(),
