@@ -1,13 +1,14 @@
 //! The regions run's check: the merged admission log of every region held to each global
 //! limit with the chaos checker's per-algorithm bound code ([`Bound`], its span sweep and
 //! aligned windows, the server clock's margin), against what `docs/regions.md` allows in
-//! each mode; the hot region's utilization; the regional decision's p99; the agents' calls
-//! to home.
+//! each mode; the hot region's utilization, over the whole run and over the spans it could
+//! reach home ([`Reachable`]); each region's longest time without a lease and its first
+//! lease after the failover; the regional decision's p99; the agents' calls to home.
 
 use std::time::Duration;
 
 use super::limits::{GlobalLimit, Mode};
-use super::{Outcome, SPLIT};
+use super::{FaultKind, Outcome, SPLIT};
 use crate::checker::bounds::{Bound, Check, SERVER_CLOCK_MARGIN_US};
 use crate::checker::interval::{Call, Interval};
 use crate::checker::{sweep, windows};
@@ -31,6 +32,22 @@ pub struct Row {
     pub hot_floor_supply: u64,
     pub pool_supply: u64,
     pub cold_granted: u64,
+    /// The same over the spans the hot region could reach home ([`Reachable`]): its
+    /// admissions in them, its floor's supply and the pool's over their total length (pro
+    /// rata: [`GlobalLimit::supply_pro_rata`]; a refilling kind's burst counted once).
+    pub hot_reachable_admitted: u64,
+    pub hot_reachable_floor_supply: u64,
+    pub reachable_pool_supply: u64,
+}
+
+/// A floor's supply plus the hot region's weight's share of the pool's.
+fn floor_plus_share(floor_supply: u64, pool_supply: u64) -> u64 {
+    floor_supply + pool_supply * SPLIT.weights[0] / SPLIT.weight_total()
+}
+
+/// `admitted` as a percentage of `target` (for the report).
+fn percent(admitted: u64, target: u64) -> f64 {
+    100.0 * admitted as f64 / target.max(1) as f64
 }
 
 impl Row {
@@ -47,8 +64,112 @@ impl Row {
 
     /// The hot region's floor plus its weight's share of the pool.
     pub fn hot_share(&self) -> u64 {
-        self.hot_floor_supply + self.pool_supply * SPLIT.weights[0] / SPLIT.weight_total()
+        floor_plus_share(self.hot_floor_supply, self.pool_supply)
     }
+
+    /// The same over the spans it could reach home.
+    pub fn hot_reachable_share(&self) -> u64 {
+        floor_plus_share(self.hot_reachable_floor_supply, self.reachable_pool_supply)
+    }
+
+    /// A refilling kind (token bucket, GCRA), whose pool a lease replaced every `P` does not
+    /// waste (a window pool's unspent leased units lapse: `docs/regions.md`).
+    pub fn refilling(&self) -> bool {
+        matches!(self.mode, Mode::PrePaid | Mode::Carryover)
+    }
+}
+
+/// The spans a region could reach home: the run less its own cuts, the stalls, and the
+/// failover until the region's first lease installed after Sentinel named the new primary,
+/// each widened by `T` past its end (a region that reaches home again has its next lease
+/// within one `P` plus a round trip and the `WAIT`, which `a` covers).
+#[derive(Clone, Debug, Default)]
+pub struct Reachable {
+    /// The spans, `[from_us, to_us)` on the host's clock.
+    pub spans_us: Vec<(u64, u64)>,
+    /// What was left out: `[from, to)` in ms into the run, and why (merged where they
+    /// overlap).
+    pub excluded_ms: Vec<(u64, u64, String)>,
+}
+
+impl Reachable {
+    pub fn of(outcome: &Outcome, region: usize) -> Reachable {
+        let margin_us = u64::try_from(SPLIT.lifetime().as_micros()).unwrap_or(u64::MAX);
+        let (started, ended) = (outcome.started_us, outcome.ended_us);
+        let installed = &outcome.agents[region].installed_at_us;
+        let mut excluded: Vec<(u64, u64, String)> = outcome
+            .faults
+            .iter()
+            .filter_map(|fault| {
+                let (end_us, why) = match fault.kind {
+                    FaultKind::Cut(cut) if cut == region => (fault.to_us, "its cut".to_string()),
+                    FaultKind::Cut(_) => return None,
+                    FaultKind::Stall => (fault.to_us, "a stall".to_string()),
+                    FaultKind::Failover => (
+                        installed
+                            .iter()
+                            .copied()
+                            .filter(|at| *at >= fault.to_us)
+                            .min()
+                            .unwrap_or(ended),
+                        "the failover to its first lease".to_string(),
+                    ),
+                };
+                let to_us = end_us.saturating_add(margin_us).min(ended);
+                Some((fault.from_us.max(started), to_us, why))
+            })
+            .collect();
+        excluded.sort_by_key(|(from_us, _, _)| *from_us);
+        let mut merged: Vec<(u64, u64, String)> = Vec::new();
+        for (from_us, to_us, why) in excluded {
+            match merged.last_mut() {
+                Some(last) if from_us <= last.1 => {
+                    last.1 = last.1.max(to_us);
+                    last.2 = format!("{} + {why}", last.2);
+                }
+                _ => merged.push((from_us, to_us, why)),
+            }
+        }
+        let mut spans_us = Vec::new();
+        let mut from_us = started;
+        for (excluded_from, excluded_to, _) in &merged {
+            if *excluded_from > from_us {
+                spans_us.push((from_us, *excluded_from));
+            }
+            from_us = from_us.max(*excluded_to);
+        }
+        if ended > from_us {
+            spans_us.push((from_us, ended));
+        }
+        Reachable {
+            spans_us,
+            excluded_ms: merged
+                .into_iter()
+                .map(|(from_us, to_us, why)| {
+                    ((from_us - started) / 1000, (to_us - started) / 1000, why)
+                })
+                .collect(),
+        }
+    }
+
+    /// Their total length.
+    pub fn length(&self) -> Duration {
+        Duration::from_micros(self.spans_us.iter().map(|(from, to)| to - from).sum())
+    }
+
+    pub fn contains(&self, at_us: u64) -> bool {
+        self.spans_us
+            .iter()
+            .any(|(from_us, to_us)| (*from_us..*to_us).contains(&at_us))
+    }
+}
+
+/// The failover: how long Sentinel took to name the new primary, and each region's first
+/// lease installed after that (both ms from `SENTINEL FAILOVER`; `None`: none installed).
+#[derive(Clone, Debug)]
+pub struct FailoverTimes {
+    pub named_ms: u64,
+    pub first_lease_ms: Vec<Option<u64>>,
 }
 
 /// A region's decisions: the server's `RL.REGIONAL` p50 / p99 / p99.9 (µs), the client's
@@ -77,6 +198,11 @@ pub struct Report {
     /// Per region: the longest time without an installed lease during the load (ms), and
     /// when it began (ms into the run).
     pub longest_gap_ms: Vec<(u64, u64)>,
+    /// The spans the hot region could reach home.
+    pub hot_reachable: Reachable,
+    pub failover: Option<FailoverTimes>,
+    /// Home's replicas, as wired.
+    pub home: &'static str,
     pub faults: Vec<String>,
 }
 
@@ -97,9 +223,12 @@ impl Report {
     pub fn markdown(&self) -> String {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let mut text = format!(
-            "{} s of load; T = {} ms (P = {} ms, a = {} ms), f = {} %, weights {:?}; load \
-             average at the end {}\n\n",
+            "{} s of load; home {}, {} Sentinels of quorum {}; T = {} ms (P = {} ms, a = {} \
+             ms), f = {} %, weights {:?}; load average at the end {}\n\n",
             self.run.as_secs(),
+            self.home,
+            super::SENTINELS.0,
+            super::SENTINELS.1,
             SPLIT.lifetime().as_millis(),
             SPLIT.period.as_millis(),
             SPLIT.margin.as_millis(),
@@ -110,14 +239,14 @@ impl Report {
                 .collect::<Vec<_>>()
                 .join(" ")
         );
-        text.push_str("| limit | mode | global bound | admitted | over-admitted | allowed | hot region admitted | its floor + its weight's share of the pool (admitted, %) | its floor + the pool the cold regions left (admitted, %) |\n|---|---|---|---|---|---|---|---|---|\n");
+        text.push_str("| limit | mode | global bound | admitted | over-admitted | allowed | hot region admitted | its floor + its weight's share of the pool (admitted, %) | its floor + the pool the cold regions left (admitted, %) | where it could reach home: admitted, floor + share (%) |\n|---|---|---|---|---|---|---|---|---|---|\n");
         for row in &self.rows {
             let allowed = row
                 .allowed
                 .map_or("no bound claimed".to_string(), |a| a.to_string());
             let target = row.hot_target();
             text.push_str(&format!(
-                "| {} | {} | {} | {} | {}{} | {} | {} | {} ({:.0} %) | {} ({:.0} %) |\n",
+                "| {} | {} | {} | {} | {}{} | {} | {} | {} ({:.0} %) | {} ({:.0} %) | {}, {} ({:.0} %) |\n",
                 row.name,
                 row.mode.as_str(),
                 row.bound,
@@ -127,9 +256,54 @@ impl Report {
                 allowed,
                 row.hot_admitted,
                 row.hot_share(),
-                100.0 * row.hot_admitted as f64 / row.hot_share().max(1) as f64,
+                percent(row.hot_admitted, row.hot_share()),
                 target,
-                100.0 * row.hot_admitted as f64 / target.max(1) as f64
+                percent(row.hot_admitted, target),
+                row.hot_reachable_admitted,
+                row.hot_reachable_share(),
+                percent(row.hot_reachable_admitted, row.hot_reachable_share())
+            ));
+        }
+        let excluded: Vec<String> = self
+            .hot_reachable
+            .excluded_ms
+            .iter()
+            .map(|(from_ms, to_ms, why)| {
+                format!(
+                    "{:.1}–{:.1} s ({why})",
+                    *from_ms as f64 / 1000.0,
+                    *to_ms as f64 / 1000.0
+                )
+            })
+            .collect();
+        text.push_str(&format!(
+            "\nthe hot region could reach home for {:.1} of {:.1} s: left out (each to T = {} ms \
+             past its end): {}\n",
+            self.hot_reachable.length().as_secs_f64(),
+            self.run.as_secs_f64(),
+            SPLIT.lifetime().as_millis(),
+            if excluded.is_empty() {
+                "nothing".to_string()
+            } else {
+                excluded.join(", ")
+            }
+        ));
+        if let Some(failover) = &self.failover {
+            let firsts: Vec<String> = failover
+                .first_lease_ms
+                .iter()
+                .enumerate()
+                .map(|(region, at)| {
+                    at.map_or(format!("region {region} none"), |ms| {
+                        format!("region {region} {ms} ms")
+                    })
+                })
+                .collect();
+            text.push_str(&format!(
+                "failover: Sentinel named the new primary {} ms after `SENTINEL FAILOVER`; first \
+                 lease installed after it: {}\n",
+                failover.named_ms,
+                firsts.join(", ")
             ));
         }
         text.push_str("\n| region | RL.REGIONAL p50 / p99 / p99.9 (server, µs) | pipeline of 7 p99 (client, µs) | calls | errors | home calls/s (failed) | decisions |\n|---|---|---|---|---|---|---|\n");
@@ -195,11 +369,12 @@ pub fn worst(calls: &[Call], check: Check) -> Option<Interval> {
 /// Checks a run.
 pub fn check(outcome: &Outcome) -> Report {
     let run = Duration::from_micros(outcome.ended_us.saturating_sub(outcome.started_us));
+    let hot_reachable = Reachable::of(outcome, 0);
     let rows = outcome
         .limits
         .iter()
         .enumerate()
-        .map(|(index, limit)| row(outcome, index, limit, run))
+        .map(|(index, limit)| row(outcome, index, limit, run, &hot_reachable))
         .collect();
     let run_s = run.as_secs_f64().max(1e-3);
     let regional_us = outcome
@@ -269,9 +444,32 @@ pub fn check(outcome: &Outcome) -> Report {
                 .unwrap_or_default()
         })
         .collect();
+    let failover = outcome
+        .faults
+        .iter()
+        .find(|fault| fault.kind == FaultKind::Failover)
+        .map(|fault| FailoverTimes {
+            named_ms: (fault.to_us - fault.from_us) / 1000,
+            first_lease_ms: outcome
+                .agents
+                .iter()
+                .map(|agent| {
+                    agent
+                        .installed_at_us
+                        .iter()
+                        .copied()
+                        .filter(|at| *at >= fault.to_us)
+                        .min()
+                        .map(|at| (at - fault.from_us) / 1000)
+                })
+                .collect(),
+        });
     Report {
         agent_errors,
         longest_gap_ms,
+        hot_reachable,
+        failover,
+        home: outcome.home.as_str(),
         rows,
         run,
         regional_us,
@@ -285,7 +483,13 @@ pub fn check(outcome: &Outcome) -> Report {
     }
 }
 
-fn row(outcome: &Outcome, index: usize, limit: &GlobalLimit, run: Duration) -> Row {
+fn row(
+    outcome: &Outcome,
+    index: usize,
+    limit: &GlobalLimit,
+    run: Duration,
+    hot_reachable: &Reachable,
+) -> Row {
     let calls: Vec<Call> = outcome
         .admissions
         .iter()
@@ -302,10 +506,14 @@ fn row(outcome: &Outcome, index: usize, limit: &GlobalLimit, run: Duration) -> R
         .iter()
         .filter_map(|check| worst(&calls, *check))
         .max_by_key(Interval::excess);
-    let hot_admitted = outcome
+    let hot: Vec<_> = outcome
         .admissions
         .iter()
         .filter(|admission| admission.limit == index && admission.region == 0)
+        .collect();
+    let hot_reachable_admitted = hot
+        .iter()
+        .filter(|admission| hot_reachable.contains(admission.recv_us))
         .count() as u64;
     Row {
         name: limit.name,
@@ -319,7 +527,11 @@ fn row(outcome: &Outcome, index: usize, limit: &GlobalLimit, run: Duration) -> R
         over: worst.map_or(0, |interval| interval.excess()),
         worst,
         allowed: limit.allowed_excess(&SPLIT, &outcome.lease_units[index]),
-        hot_admitted,
+        hot_admitted: hot.len() as u64,
+        hot_reachable_admitted,
+        hot_reachable_floor_supply: limit
+            .supply_pro_rata(limit.floor(&SPLIT, 0), hot_reachable.length()),
+        reachable_pool_supply: limit.supply_pro_rata(limit.pool(&SPLIT), hot_reachable.length()),
         hot_floor_supply: limit.supply(limit.floor(&SPLIT, 0), run),
         pool_supply: limit.supply(limit.pool(&SPLIT), run),
         cold_granted: outcome

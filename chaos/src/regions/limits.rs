@@ -253,6 +253,21 @@ impl GlobalLimit {
         }
     }
 
+    /// What a limiter of `(quota, rate)` of this kind supplies over `length` pro rata: as
+    /// [`GlobalLimit::supply`] for a refilling kind, a window kind's quota per window
+    /// counted in fractions of a window (the spans a region could reach home are not whole
+    /// windows).
+    pub fn supply_pro_rata(&self, (quota, rate): (u64, u64), length: Duration) -> u64 {
+        let length_ms = u64::try_from(length.as_millis()).unwrap_or(u64::MAX);
+        match self.shape {
+            Shape::TokenBucket { .. } | Shape::Gcra { .. } => self.supply((quota, rate), length),
+            _ => {
+                let window_ms = u64::try_from(self.window().as_millis()).unwrap_or(1).max(1);
+                quota * length_ms / window_ms
+            }
+        }
+    }
+
     /// What a limiter of `(quota, rate)` of this kind surely admits over `run` under
     /// continuous demand: a refilling kind's burst plus its refill, a window kind's quota
     /// per whole window the run spans.

@@ -1,12 +1,13 @@
 //! One quota across regions on real processes (`make regions`, `docs/regions.md`): a home
-//! (a `redis-server` primary with the module, one replica, a Sentinel), three regional
+//! (a `redis-server` primary with the module, two replicas in a chain, three Sentinels of
+//! quorum 2: [`HomeReplicas`]), three regional
 //! `redis-server`s with the module, each region's lease agent (the client's
 //! [`regions::run`]) reaching home through a [`Proxy`] with that region's one-way latency
 //! (35, 70, 120 ms, jittered), load generators calling `RL.REGIONAL` on their own region's
 //! Redis (70/20/10 of an offered load twice the global rate), and faults while it runs:
 //! four cuts of one region from home (blackholed, then reset), two home stalls (`SIGSTOP` of
-//! the primary) and one failover through Sentinel (the agents ask Sentinel for the primary
-//! and reconnect). Every admission is logged on the host's one clock; [`check`] holds the
+//! the primary) and one failover through Sentinel (the agents ask the first Sentinel for the
+//! primary, as a client asks the first of its list that answers, and reconnect). Every admission is logged on the host's one clock; [`check`] holds the
 //! merged log to each global limit's bound.
 //!
 //! - [`limits`]: the global limits, their floors and pools, both modes;
@@ -60,6 +61,48 @@ pub enum Plant {
     AskedNotGranted,
 }
 
+/// How home's replicas are wired. The agents' `WAIT 1` makes a grant count once one
+/// replica has it; after a failover it answers only once the new primary has a replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HomeReplicas {
+    /// Primary → replica → replica (the second a replica of the first): the primary's only
+    /// replica, the one that acknowledges every `WAIT`, is the one Sentinel promotes, and it
+    /// keeps its own replica, so the new primary acknowledges at once. Chained so that
+    /// nothing acknowledges a grant the promoted replica will not have: with both replicas
+    /// on the primary, a manual failover promotes one while the demoted primary still takes
+    /// grants and the other still acknowledges them until Sentinel repoints it (up to its
+    /// 1 s `INFO` period during a failover), grants the new primary never saw.
+    Chained,
+    /// Both replicas of the primary (the case above; `REGIONS_HOME=flat`).
+    Flat,
+    /// One replica (`REGIONS_HOME=one`): after a failover nothing acknowledges until the
+    /// demoted primary has resynced as the new one's replica, which Sentinel orders only
+    /// when it next looks at it (its 10 s `INFO` period).
+    One,
+}
+
+impl HomeReplicas {
+    /// From `REGIONS_HOME` (`chained`, the default, `flat` or `one`).
+    pub fn from_env() -> HomeReplicas {
+        match std::env::var("REGIONS_HOME").as_deref() {
+            Ok("flat") => HomeReplicas::Flat,
+            Ok("one") => HomeReplicas::One,
+            _ => HomeReplicas::Chained,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HomeReplicas::Chained => "primary → replica → replica",
+            HomeReplicas::Flat => "primary → 2 replicas",
+            HomeReplicas::One => "primary → 1 replica",
+        }
+    }
+}
+
+/// Sentinels watching home, and the quorum that must agree it is down.
+pub const SENTINELS: (usize, usize) = (3, 2);
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -68,6 +111,7 @@ pub struct Options {
     pub plant: Option<Plant>,
     /// Whether to inject the faults (cuts, stalls, the failover).
     pub faults: bool,
+    pub home: HomeReplicas,
     /// Where the logs go.
     pub dir: PathBuf,
 }
@@ -83,11 +127,23 @@ pub struct Admission {
     pub leased: bool,
 }
 
+/// Which fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The region's links to home blackholed, then reset.
+    Cut(usize),
+    /// Home's primary stopped (`SIGSTOP`).
+    Stall,
+    /// `SENTINEL FAILOVER`, until Sentinel names the new primary.
+    Failover,
+}
+
 /// A fault the run injected: `[from_us, to_us]` and what.
 #[derive(Clone, Debug)]
 pub struct Fault {
     pub from_us: u64,
     pub to_us: u64,
+    pub kind: FaultKind,
     pub what: String,
 }
 
@@ -129,6 +185,7 @@ pub struct Outcome {
     pub agents: Vec<AgentStats>,
     pub loads: Vec<LoadStats>,
     pub dir: PathBuf,
+    pub home: HomeReplicas,
 }
 
 fn say(line: &str) {
@@ -188,21 +245,32 @@ pub fn run(options: &Options) -> Outcome {
         .map(|limit| lease_units(limit, &offered))
         .collect();
 
-    // Home: a primary, a replica, a Sentinel naming the primary and knowing the replica.
-    let home_primary = Server::start(&["--repl-diskless-sync-delay", "0"]);
-    let home_replica = Server::start(&["--repl-diskless-sync-delay", "0"]);
-    home_replica.replicate_from(&home_primary);
-    let home = [home_primary, home_replica];
-    let sentinel = Sentinel::start(&home[0], HOME);
+    // Home: a primary and its replicas as `options.home` wires them; the Sentinels, each
+    // naming the primary and knowing its replica (they meet each other while the load runs;
+    // the failover waits for it).
+    let replicas = if options.home == HomeReplicas::One {
+        1
+    } else {
+        2
+    };
+    let home: Vec<Server> = (0..=replicas)
+        .map(|_| Server::start(&["--repl-diskless-sync-delay", "0"]))
+        .collect();
+    for (index, node) in home.iter().enumerate().skip(1) {
+        let upstream = match options.home {
+            HomeReplicas::Chained => index - 1,
+            HomeReplicas::Flat | HomeReplicas::One => 0,
+        };
+        node.replicate_from(&home[upstream]);
+    }
+    let sentinels = Sentinel::start_group(&home[0], HOME, SENTINELS.0, SENTINELS.1);
+    let sentinel = &sentinels[0];
     let knows_replica = wait_until(Duration::from_secs(30), || {
-        let mut con = sentinel_conn(sentinel.port);
-        redis::cmd("SENTINEL")
-            .arg("REPLICAS")
-            .arg(HOME)
-            .query::<Vec<Value>>(&mut con)
-            .is_ok_and(|replicas| !replicas.is_empty())
+        sentinels
+            .iter()
+            .all(|sentinel| sentinel.replicas().is_some_and(|known| known > 0))
     });
-    assert!(knows_replica, "the Sentinel did not find home's replica");
+    assert!(knows_replica, "the Sentinels did not find home's replica");
     let regions_servers: Vec<Server> = (0..3).map(|_| Server::start(&[])).collect();
 
     // Each region's link to each home node, through a proxy with the region's latency.
@@ -297,10 +365,17 @@ pub fn run(options: &Options) -> Outcome {
     );
 
     say(&format!(
-        "home {} (replica {}), sentinel {}, regions {:?}, {} s{}",
+        "home {} ({}: {:?}), sentinels {:?}, regions {:?}, {} s{}",
         home[0].port,
-        home[1].port,
-        sentinel.port,
+        options.home.as_str(),
+        home.iter()
+            .skip(1)
+            .map(|node| node.port)
+            .collect::<Vec<_>>(),
+        sentinels
+            .iter()
+            .map(|sentinel| sentinel.port)
+            .collect::<Vec<_>>(),
         regions_servers
             .iter()
             .map(|server| server.port)
@@ -337,7 +412,7 @@ pub fn run(options: &Options) -> Outcome {
         .collect();
 
     let faults = if options.faults {
-        inject(&options.duration, started, &proxies, &home, sentinel.port)
+        inject(&options.duration, started, &proxies, &home, &sentinels)
     } else {
         Vec::new()
     };
@@ -374,6 +449,7 @@ pub fn run(options: &Options) -> Outcome {
         agents,
         loads,
         dir: options.dir.clone(),
+        home: options.home,
     };
     write_logs(&outcome);
     outcome
@@ -385,12 +461,6 @@ struct Link {
     links: Vec<(u16, SocketAddr)>,
     sentinel_port: u16,
     region_port: u16,
-}
-
-fn sentinel_conn(port: u16) -> redis::Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
-        .expect("the Sentinel")
 }
 
 async fn primary_port(sentinel: &mut redis::aio::MultiplexedConnection) -> Option<u16> {
@@ -613,9 +683,10 @@ fn inject(
     duration: &Duration,
     started: Instant,
     proxies: &[Vec<(u16, Proxy)>],
-    home: &[Server; 2],
-    sentinel_port: u16,
+    home: &[Server],
+    sentinels: &[Sentinel],
 ) -> Vec<Fault> {
+    let sentinel = &sentinels[0];
     let cut_for = (*duration / 20).max(Duration::from_millis(1500));
     let stall_for = Duration::from_secs(1);
     let plan: [(u32, &str); 7] = [
@@ -632,7 +703,7 @@ fn inject(
         let at = *duration * percent / 100;
         std::thread::sleep(at.saturating_sub(started.elapsed()));
         let from_us = now_us();
-        let described = match what.split_once(' ') {
+        let (kind, described) = match what.split_once(' ') {
             Some(("cut", region)) => {
                 let region: usize = region.parse().unwrap();
                 for (_, proxy) in &proxies[region] {
@@ -643,10 +714,13 @@ fn inject(
                     proxy.set(LinkFault::None);
                     proxy.reset_all();
                 }
-                format!("region {region} cut from home (blackholed, then reset)")
+                (
+                    FaultKind::Cut(region),
+                    format!("region {region} cut from home (blackholed, then reset)"),
+                )
             }
             _ if what == "stall" => {
-                let primary = current_primary(sentinel_port);
+                let primary = sentinel.primary_port().unwrap_or(0);
                 let node = home
                     .iter()
                     .find(|node| node.port == primary)
@@ -654,14 +728,19 @@ fn inject(
                 let paused = node.pause();
                 std::thread::sleep(stall_for);
                 drop(paused);
-                format!(
-                    "home primary {primary} stopped (SIGSTOP) for {} ms",
-                    stall_for.as_millis()
+                (
+                    FaultKind::Stall,
+                    format!(
+                        "home primary {primary} stopped (SIGSTOP) for {} ms",
+                        stall_for.as_millis()
+                    ),
                 )
             }
             _ => {
-                let before = current_primary(sentinel_port);
-                let mut con = sentinel_conn(sentinel_port);
+                let met = wait_until(Duration::from_secs(20), || Sentinel::have_met(sentinels));
+                assert!(met, "the Sentinels did not meet each other in 20 s");
+                let before = sentinel.primary_port();
+                let mut con = sentinel.conn().expect("the Sentinel");
                 let asked = wait_until(Duration::from_secs(10), || {
                     redis::cmd("SENTINEL")
                         .arg("FAILOVER")
@@ -671,12 +750,18 @@ fn inject(
                 });
                 assert!(asked, "SENTINEL FAILOVER was refused for 10 s");
                 let moved = wait_until(Duration::from_secs(20), || {
-                    current_primary(sentinel_port) != before
+                    sentinel
+                        .primary_port()
+                        .is_some_and(|now| Some(now) != before)
                 });
                 assert!(moved, "the Sentinel did not promote the replica");
-                format!(
-                    "Sentinel failover: home primary {before} → {}",
-                    current_primary(sentinel_port)
+                (
+                    FaultKind::Failover,
+                    format!(
+                        "Sentinel failover: home primary {} → {}",
+                        before.unwrap_or(0),
+                        sentinel.primary_port().unwrap_or(0)
+                    ),
                 )
             }
         };
@@ -687,23 +772,11 @@ fn inject(
         faults.push(Fault {
             from_us,
             to_us: now_us(),
+            kind,
             what: described,
         });
     }
     faults
-}
-
-fn current_primary(sentinel_port: u16) -> u16 {
-    let mut con = sentinel_conn(sentinel_port);
-    let address: Vec<String> = redis::cmd("SENTINEL")
-        .arg("get-master-addr-by-name")
-        .arg(HOME)
-        .query(&mut con)
-        .unwrap_or_default();
-    address
-        .get(1)
-        .and_then(|port| port.parse().ok())
-        .unwrap_or(0)
 }
 
 /// `admissions.log` (send_us recv_us region limit units floor|lease) and `faults.log` in the
