@@ -103,7 +103,7 @@ chaos: ## The planted-bug runs, the 60 s chaos soak, the Sentinel failover test 
 	RL_TEST_IMAGE=$$image SOAK_S=60 REGIONS_S=12 $(CARGO) test -p redis-ratelimit-chaos -- --test-threads=1
 
 # One quota across regions on real processes (chaos/tests/regions.rs, docs/regions.md): a
-# home with a replica and a Sentinel, three regions behind fault proxies of 35/70/120 ms one
+# home with two chained replicas and three Sentinels, three regions behind fault proxies of 35/70/120 ms one
 # way, the client's lease agents, 70/20/10 over-demand with four cuts, two home stalls and a
 # failover; the merged admission log checked per algorithm and mode; the planted-bug run
 # the check must fail; the burst where the pre-pay matters, as built and without it. `make chaos` (so `make test`) runs it for 12 s; REGIONS_S sets the
