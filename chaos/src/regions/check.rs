@@ -542,3 +542,84 @@ fn row(
             .sum(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::super::{AgentStats, Fault, HomeReplicas};
+    use super::*;
+
+    const S: u64 = 1_000_000;
+    const START: u64 = 100 * S;
+
+    fn fault(kind: FaultKind, from_ms: u64, to_ms: u64) -> Fault {
+        Fault {
+            from_us: START + from_ms * 1000,
+            to_us: START + to_ms * 1000,
+            kind,
+            what: String::new(),
+        }
+    }
+
+    fn outcome(faults: Vec<Fault>, installed_ms: &[u64]) -> Outcome {
+        Outcome {
+            limits: Vec::new(),
+            lease_units: Vec::new(),
+            started_us: START,
+            ended_us: START + 20 * S,
+            admissions: Vec::new(),
+            faults,
+            agents: vec![AgentStats {
+                installed_at_us: installed_ms.iter().map(|ms| START + ms * 1000).collect(),
+                ..AgentStats::default()
+            }],
+            loads: Vec::new(),
+            dir: PathBuf::new(),
+            home: HomeReplicas::Chained,
+        }
+    }
+
+    #[test]
+    fn the_reachable_spans_leave_out_its_cuts_the_stalls_and_the_failover_to_its_first_lease() {
+        // T = 900 ms past each end; another region's cut is not left out; a stall inside
+        // the cut's margin merges with it; the failover ends at the first lease after
+        // Sentinel named the primary (14 s), not at the one before (12.5 s).
+        let outcome = outcome(
+            vec![
+                fault(FaultKind::Cut(0), 2_000, 5_000),
+                fault(FaultKind::Stall, 5_500, 5_600),
+                fault(FaultKind::Cut(1), 7_000, 8_000),
+                fault(FaultKind::Stall, 9_000, 10_000),
+                fault(FaultKind::Failover, 12_000, 13_000),
+            ],
+            &[1_000, 12_500, 14_000, 15_000],
+        );
+        let reachable = Reachable::of(&outcome, 0);
+        let spans_ms: Vec<(u64, u64)> = reachable
+            .spans_us
+            .iter()
+            .map(|(from, to)| ((from - START) / 1000, (to - START) / 1000))
+            .collect();
+        assert_eq!(
+            spans_ms,
+            [
+                (0, 2_000),
+                (6_500, 9_000),
+                (10_900, 12_000),
+                (14_900, 20_000)
+            ]
+        );
+        assert_eq!(reachable.length(), Duration::from_millis(10_700));
+        assert_eq!(reachable.excluded_ms.len(), 3);
+        assert!(reachable.contains(START + 7_500 * 1000));
+        assert!(!reachable.contains(START + 14_500 * 1000));
+    }
+
+    #[test]
+    fn without_a_lease_after_the_failover_the_rest_of_the_run_is_left_out() {
+        let outcome = outcome(vec![fault(FaultKind::Failover, 12_000, 13_000)], &[1_000]);
+        let reachable = Reachable::of(&outcome, 0);
+        assert_eq!(reachable.length(), Duration::from_millis(12_000));
+    }
+}

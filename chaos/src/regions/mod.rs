@@ -7,8 +7,9 @@
 //! Redis (70/20/10 of an offered load twice the global rate), and faults while it runs:
 //! four cuts of one region from home (blackholed, then reset), two home stalls (`SIGSTOP` of
 //! the primary) and one failover through Sentinel (the agents ask the first Sentinel for the
-//! primary, as a client asks the first of its list that answers, and reconnect). Every admission is logged on the host's one clock; [`check`] holds the
-//! merged log to each global limit's bound.
+//! primary, as a client asks the first of its list that answers, and reconnect). Every
+//! admission is logged on the host's one clock; [`check`] holds the merged log to each
+//! global limit's bound.
 //!
 //! - [`limits`]: the global limits, their floors and pools, both modes;
 //! - [`check`]: the bounds over the merged log, the hot region's utilization, the regional
