@@ -74,7 +74,8 @@ pub enum HomeReplicas {
     /// grants and the other still acknowledges them until Sentinel repoints it (up to its
     /// 1 s `INFO` period during a failover), grants the new primary never saw.
     Chained,
-    /// Both replicas of the primary (the case above; `REGIONS_HOME=flat`).
+    /// Both replicas of the primary (the case above; `REGIONS_HOME=flat`): measured to
+    /// over-admit across the failover (README *Regions*).
     Flat,
     /// One replica (`REGIONS_HOME=one`): after a failover nothing acknowledges until the
     /// demoted primary has resynced as the new one's replica, which Sentinel orders only
