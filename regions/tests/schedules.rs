@@ -328,13 +328,44 @@ fn the_random_schedules_catch_the_broken_variants() {
         };
         let stamped_at_grant = random_scenario(log, Mode::Carryover, seed);
         log_over += u64::from(excess(log.bound(), &run(&stamped_at_grant).log()).units > 0);
+        // Two regions, all of the quota pooled, each leasing the whole pool of 10 slots for
+        // calls held 300 ms, both saturating: the nearer region holds the pool (each refresh
+        // renews its holders) until it is cut from home; its holders then lapse at home and
+        // the other region leases them, while the calls the cut region gave leased slots
+        // just before its lease ended, allowed to outlive it, are still in flight.
         let in_flight = GlobalLimit::InFlight {
             limit: 10,
             hold_us: 300 * 1000,
         };
         let mut overstaying = random_scenario(in_flight, Mode::PrePaid, seed);
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        overstaying.give_back = false;
+        overstaying.hot_only = false;
+        overstaying.failovers.clear();
+        overstaying.fraction = Fraction { num: 0, den: 1 };
+        overstaying.lease_units = 10;
+        let first = overstaying.regions[0].clone();
+        overstaying.regions = vec![first.clone(), first];
+        for (index, region) in overstaying.regions.iter_mut().enumerate() {
+            region.link.delay_us = if index == 0 { 5 * MS } else { 40 * MS };
+            region.link.jitter_us = 0;
+            region.link.loss_per_mille = 0;
+            region.link.partitions.clear();
+            region.demand = (0..overstaying.duration_us / (5 * MS))
+                .map(|n| (n * 5 * MS, 3))
+                .collect();
+        }
+        overstaying.margin_us = overstaying.margin_us.max(100 * MS);
+        let lease_us = overstaying.lease_us();
+        let cut_from =
+            lease_us + i64::try_from(rng.below(u64::try_from(lease_us).unwrap())).unwrap();
+        overstaying.regions[0].link.partitions = vec![(cut_from, cut_from + 2 * lease_us)];
+        let mut holding = overstaying.clone();
         overstaying.bug.calls_outlive_leases = true;
         slots_over += u64::from(run(&overstaying).excess(in_flight).units > 0);
+        assert_within_bound(&holding);
+        holding.hot_only = true;
+        assert_within_bound(&holding);
         let mut drifting = random_scenario(limit, Mode::PrePaid, seed);
         drifting.bug.ignores_drift = true;
         drift_over += u64::from(run(&drifting).excess(limit).units > 0);

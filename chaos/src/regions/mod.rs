@@ -262,6 +262,7 @@ pub fn run(options: &Options) -> Outcome {
                 pool: limit.pool_algorithm(&SPLIT),
                 lease_key: format!("{{{}}}lease", limit.name),
                 lease_units: units[region],
+                slot_holder: format!("r{region}"),
             })
             .collect();
         let links: Vec<(u16, SocketAddr)> = proxies[region]
