@@ -133,7 +133,10 @@ impl Report {
                 100.0 * row.hot_admitted as f64 / target.max(1) as f64
             ));
         }
-        text.push_str("\n| region | RL.REGIONAL p50 / p99 / p99.9 (server, µs) | pipeline of 7 p99 (client, µs) | calls | errors | home calls/s (failed) | decisions |\n|---|---|---|---|---|---|---|\n");
+        text.push_str(&format!(
+            "\n| region | RL.REGIONAL p50 / p99 / p99.9 (server, µs) | pipeline of {} p99 (client, µs) | calls | errors | home calls/s (failed) | decisions |\n|---|---|---|---|---|---|---|\n",
+            self.rows.len()
+        ));
         for (region, (decisions, (per_s, failed))) in self
             .regional_us
             .iter()
