@@ -49,6 +49,9 @@ pub struct Bug {
     pub calls_outlive_leases: bool,
     /// Regions measure durations on their clocks as if they did not drift (no derating).
     pub ignores_drift: bool,
+    /// A window pool's lease lives its whole `T`, past the end of the home window it was
+    /// granted in.
+    pub leases_outlive_windows: bool,
 }
 
 /// Everything one run depends on.
@@ -472,7 +475,11 @@ impl Run<'_> {
         };
         let home_us = T0_US + now_us;
         let lease_us = self.scenario.lease_us();
-        let lifetime_us = match self.split.window_us {
+        let window_us = self
+            .split
+            .window_us
+            .filter(|_| !self.scenario.bug.leases_outlive_windows);
+        let lifetime_us = match window_us {
             Some(window_us) => {
                 let window = i64::try_from(window_us).unwrap_or(i64::MAX);
                 lease_us.min((home_us.div_euclid(window) + 1) * window - home_us)
