@@ -581,8 +581,14 @@ impl Run<'_> {
         if let Some((previous, home_expiry_us, _)) = previous {
             let units = previous.live_units(local_us);
             let link = &self.scenario.regions[reply.region].link;
-            // Leased slots are holders at home: they lapse there with their ttl.
-            let refundable = !matches!(self.scenario.limit, GlobalLimit::InFlight { .. });
+            // Leased slots are holders at home: they lapse there with their ttl. A sliding
+            // log's refund removes its newest entries, which may be a newer lease's (units
+            // that region spent and that must count for `W`), not this lease's: its unspent
+            // units lapse too.
+            let refundable = !matches!(
+                self.scenario.limit,
+                GlobalLimit::InFlight { .. } | GlobalLimit::SlidingLog { .. }
+            );
             if self.scenario.give_back
                 && refundable
                 && units > 0

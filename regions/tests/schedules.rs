@@ -316,6 +316,20 @@ proptest! {
     }
 }
 
+/// The schedule proptest found when sliding log pools took give-backs: the refund of an ended
+/// lease removed the pool's newest entries, a newer lease's, and the units spent from that
+/// lease stopped counting before `W` had passed (1 unit over). A log pool takes none now.
+#[test]
+fn a_sliding_log_pool_takes_no_give_back() {
+    let limit = GlobalLimit::SlidingLog {
+        limit: 20,
+        window_us: 913_000,
+    };
+    let scenario = random_scenario(limit, Mode::PrePaid, 13_044_939_350_678_040_187);
+    assert!(scenario.give_back, "the schedule found had give-backs");
+    assert_within_bound(&scenario);
+}
+
 /// Every combination of small constants (R ≤ 3 regions, capacity C ≤ 6, lease size k ≤ 3,
 /// f of 0 or 1/2, both modes), each over the same family of seeded schedules.
 #[test]
