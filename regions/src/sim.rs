@@ -49,6 +49,9 @@ pub struct Bug {
     pub calls_outlive_leases: bool,
     /// Regions measure durations on their clocks as if they did not drift (no derating).
     pub ignores_drift: bool,
+    /// A window pool's lease lives its whole `T`, past the end of the home window it was
+    /// granted in.
+    pub leases_outlive_windows: bool,
 }
 
 /// Everything one run depends on.
@@ -476,7 +479,11 @@ impl Run<'_> {
         };
         let home_us = T0_US + now_us;
         let lease_us = self.scenario.lease_us();
-        let lifetime_us = match self.split.window_us {
+        let window_us = self
+            .split
+            .window_us
+            .filter(|_| !self.scenario.bug.leases_outlive_windows);
+        let lifetime_us = match window_us {
             Some(window_us) => {
                 let window = i64::try_from(window_us).unwrap_or(i64::MAX);
                 lease_us.min((home_us.div_euclid(window) + 1) * window - home_us)
@@ -577,8 +584,14 @@ impl Run<'_> {
         if let Some((previous, home_expiry_us, _)) = previous {
             let units = previous.live_units(local_us);
             let link = &self.scenario.regions[reply.region].link;
-            // Leased slots are holders at home: they lapse there with their ttl.
-            let refundable = !matches!(self.scenario.limit, GlobalLimit::InFlight { .. });
+            // Leased slots are holders at home: they lapse there with their ttl. A sliding
+            // log's refund removes its newest entries, which may be a newer lease's (units
+            // that region spent and that must count for `W`), not this lease's: its unspent
+            // units lapse too.
+            let refundable = !matches!(
+                self.scenario.limit,
+                GlobalLimit::InFlight { .. } | GlobalLimit::SlidingLog { .. }
+            );
             if self.scenario.give_back
                 && refundable
                 && units > 0
