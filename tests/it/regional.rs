@@ -465,6 +465,14 @@ fn an_aof_replays_floors_and_leases_exactly() {
         keys.push(floor_key);
         keys.push(lease_key);
     }
+    // An in-flight floor: a holder on the floor, two on the lease, one renewed.
+    let in_flight_keys = ("{ai}floor", "{ai}lease");
+    install(&mut con, in_flight_keys.1, 2, end_ms);
+    for holder in ["a", "b", "c", "b"] {
+        assert_eq!(in_flight(&mut con, in_flight_keys, "1", holder, "300000").0, 1);
+    }
+    keys.push(in_flight_keys.0.to_string());
+    keys.push(in_flight_keys.1.to_string());
     let before = snapshot(&mut con, &keys);
     std::thread::sleep(Duration::from_millis(1100));
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
