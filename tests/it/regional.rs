@@ -469,7 +469,10 @@ fn an_aof_replays_floors_and_leases_exactly() {
     let in_flight_keys = ("{ai}floor", "{ai}lease");
     install(&mut con, in_flight_keys.1, 2, end_ms);
     for holder in ["a", "b", "c", "b"] {
-        assert_eq!(in_flight(&mut con, in_flight_keys, "1", holder, "300000").0, 1);
+        assert_eq!(
+            in_flight(&mut con, in_flight_keys, "1", holder, "300000").0,
+            1
+        );
     }
     keys.push(in_flight_keys.0.to_string());
     keys.push(in_flight_keys.1.to_string());
