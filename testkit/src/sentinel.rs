@@ -39,9 +39,14 @@ impl Sentinel {
             (1..=count).contains(&quorum),
             "a quorum of {quorum} among {count} sentinels"
         );
-        (0..count)
-            .map(|_| Sentinel::start_with_quorum(primary, name, quorum))
-            .collect()
+        // All started before any is waited for: they come up side by side.
+        let group: Vec<Sentinel> = (0..count)
+            .map(|_| Sentinel::spawn(primary, name, quorum))
+            .collect();
+        for sentinel in &group {
+            sentinel.wait_names(primary);
+        }
+        group
     }
 
     /// Whether every sentinel of `group` knows all the others (`SENTINEL SENTINELS`).
@@ -53,6 +58,12 @@ impl Sentinel {
     }
 
     fn start_with_quorum(primary: &Server, name: &str, quorum: usize) -> Sentinel {
+        let sentinel = Sentinel::spawn(primary, name, quorum);
+        sentinel.wait_names(primary);
+        sentinel
+    }
+
+    fn spawn(primary: &Server, name: &str, quorum: usize) -> Sentinel {
         let dir = fresh_dir();
         let port = free_port();
         let config = dir.join("sentinel.conf");
@@ -74,21 +85,25 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .expect("start redis-server --sentinel");
-        let sentinel = Sentinel {
+        Sentinel {
             child,
-            dir: dir.clone(),
+            dir,
             port,
             name: name.to_string(),
-        };
+        }
+    }
+
+    /// Waits (at most 10 s) until it names `primary`.
+    fn wait_names(&self, primary: &Server) {
         let names_it = wait_until(Duration::from_secs(10), || {
-            sentinel.primary_port() == Some(primary.port)
+            self.primary_port() == Some(primary.port)
         });
         assert!(
             names_it,
-            "the sentinel on port {port} did not name the primary; log:\n{}",
-            sentinel.log()
+            "the sentinel on port {} did not name the primary; log:\n{}",
+            self.port,
+            self.log()
         );
-        sentinel
     }
 
     /// `redis+sentinel://127.0.0.1:PORT/NAME`.

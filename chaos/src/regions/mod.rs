@@ -272,8 +272,8 @@ pub fn run(options: &Options) -> Outcome {
         .collect();
 
     // Home: a primary and its replicas as `options.home` wires them; the Sentinels, each
-    // naming the primary and knowing its replica (they meet each other while the load runs;
-    // the failover waits for it).
+    // naming the primary (they find its replica and each other while the load runs; the
+    // failover waits for both).
     let replicas = if options.home == HomeReplicas::One {
         1
     } else {
@@ -291,12 +291,6 @@ pub fn run(options: &Options) -> Outcome {
     }
     let sentinels = Sentinel::start_group(&home[0], HOME, SENTINELS.0, SENTINELS.1);
     let sentinel = &sentinels[0];
-    let knows_replica = wait_until(Duration::from_secs(30), || {
-        sentinels
-            .iter()
-            .all(|sentinel| sentinel.replicas().is_some_and(|known| known > 0))
-    });
-    assert!(knows_replica, "the Sentinels did not find home's replica");
     let regions_servers: Vec<Server> = (0..3).map(|_| Server::start(&[])).collect();
 
     // Each region's link to each home node, through a proxy with the region's latency.
@@ -767,6 +761,12 @@ fn inject(
             _ => {
                 let met = wait_until(Duration::from_secs(20), || Sentinel::have_met(sentinels));
                 assert!(met, "the Sentinels did not meet each other in 20 s");
+                let knows_replica = wait_until(Duration::from_secs(20), || {
+                    sentinels
+                        .iter()
+                        .all(|sentinel| sentinel.replicas().is_some_and(|known| known > 0))
+                });
+                assert!(knows_replica, "the Sentinels did not find home's replica");
                 let before = sentinel.primary_port();
                 let mut con = sentinel.conn().expect("the Sentinel");
                 let asked = wait_until(Duration::from_secs(10), || {
