@@ -2,7 +2,8 @@
 //! whichever exporter it likes (Prometheus, StatsD, OpenTelemetry...).
 //!
 //! Labels are the policy name, never the rendered key: one series per tenant would be
-//! unbounded.
+//! unbounded. A limiter keeps the series it records per call as handles (`Handles`),
+//! so a check does not build, hash and look up a label set each time.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
