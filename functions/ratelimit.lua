@@ -2359,8 +2359,8 @@ end
 -- Regions: RL.REGIONAL and RL.REGIONLEASE --------------------------------------------------
 -- A region's lease is a plain string of its units left (canonical decimal digits, at most
 -- 10^15), expiring at the lease's end (PXAT): the module's exact form, so either side reads
--- the other's. A regional call decides from its floor (any limiter but an in-flight one),
--- then from the live lease, and writes exactly one of them.
+-- the other's. A regional call decides from its floor, then from the live lease, and writes
+-- exactly one of them (an in-flight call: its holder in the floor, the lease only read).
 
 local MAX_LEASE_UNITS = '1000000000000000'
 local NOT_A_LEASE = 'ERR the lease key holds a string that is not a lease (units with an expiry)'
@@ -2390,13 +2390,59 @@ end
 
 local regional_args = remembered(function(a)
   local kind = algorithm(a[1])
-  if kind == 'cc' then
-    fail('ERR an in-flight limit cannot be a regional floor (RL.REGIONAL takes TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA)')
-  end
   local q, i = with_cost_arg(kind, a, 2, 'rl.regional')
   if a[i] ~= nil then arg_error('option', 'must not follow the cost', a[i]) end
   return q
 end)
+
+-- An in-flight floor: CONCURRENCY limit holder ttl_ms, RL.ACQUIRE's arguments (not
+-- remembered whole: the holder changes call after call; its limit and ttl are, as
+-- RL.ACQUIRE's).
+local function regional_in_flight_args(a)
+  if #a ~= 4 then arity('rl.regional') end
+  local p = acquire_args({a[2], a[4]})
+  return {kind = 'cc', limit = p.limit, ttl = p.ttl, holder = holder_id(a[3]), cost = 1}
+end
+
+-- An in-flight call of a region (the module's core::regional::admit_in_flight): every holder
+-- of the region lives in the floor's key. On the floor while the other holders are fewer
+-- than its limit (a live holder renews); else on the live lease while they are fewer than
+-- the limit plus the lease's units (its slots, holders of home's pool) and the caller's
+-- expiry is no later than the lease's end; the holder is written either way, the lease only
+-- read. The reply's fields 2-5 are the floor's own call when it admitted, else the floor as
+-- it stands; field 7 the leased slots still free.
+local function regional_in_flight(floor_key, state, lease, q, now)
+  local v = cc_view(state, q, now)
+  local others = cc_count(v, v.own)
+  local expires = now.us + q.ttl
+  if v.own and v.live[v.own][1] > expires then expires = v.live[v.own][1] end
+  local live = lease ~= nil and now.us < lease.end_us
+  local why, by
+  if others < q.limit then
+    why, by = 'floor', q
+  elseif not live then
+    why = 'home_unreachable'
+  elseif others < q.limit + lease.units and expires <= lease.end_us then
+    why, by = 'lease', {kind = 'cc', limit = q.limit + lease.units, ttl = q.ttl, holder = q.holder, cost = 1}
+  else
+    why = 'lease_exhausted'
+  end
+  local d = CC.evaluate(state, {kind = 'cc', limit = q.limit, ttl = q.ttl, cost = 1}, now)
+  if by then
+    local taken, write = CC.evaluate(state, by, now)
+    if why == 'floor' then d = taken end
+    commit(floor_key, write, state, now)
+  end
+  local after = others
+  if by or v.own then after = after + 1 end
+  local free = 0
+  if live then
+    free = q.limit + lease.units - after
+    if free < 0 then free = 0 end
+    if free > lease.units then free = lease.units end
+  end
+  return {by and 1 or 0, d[2], d[3], d[4], d[5], why, free}
+end
 
 local function regional(keys, a)
   if #keys ~= 2 or #a < 3 then arity('rl.regional') end
@@ -2405,12 +2451,14 @@ local function regional(keys, a)
     fail('ERR RL.REGIONAL needs two keys: the floor\'s limiter and the lease (the same key was given twice)')
   end
   local now = now_reading()
-  local q = regional_args(a)
+  local q
+  if upper_is(a[1], 'CONCURRENCY') then q = regional_in_flight_args(a) else q = regional_args(a) end
   local kind = q.kind
   local state
   if kind == 'sl' then state = sl_open(floor_key, now, sl_read(floor_key)) else state = open(floor_key, kind, now) end
   local lease = lease_read(lease_key)
   check_kind(state, kind)
+  if kind == 'cc' then return regional_in_flight(floor_key, state, lease, q, now) end
   local _, d, write = grant(state, q, nil, now)
   local left = live_units(lease, now)
   if d[1] == 1 then

@@ -59,7 +59,7 @@ impl Limit {
         };
         if self.algorithm.is_in_flight() {
             return Err(refuse(
-                "an in-flight limit cannot be a regional floor (RL.REGIONAL takes a limit of units)",
+                "an in-flight limit cannot be a regional limit of a policy (the client library does not send RL.REGIONAL's in-flight form, CONCURRENCY limit holder ttl_ms)",
             ));
         }
         if self.max_wait.is_some() {

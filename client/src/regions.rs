@@ -9,6 +9,14 @@
 //! each lease ending `T = P + a` after the request was **sent** (read on the region's own
 //! clock before the grants exist, derated for drift), so no lease outlives `T` in home time.
 //!
+//! An in-flight pool's slots are leased as holders of the pool: `k` acquires
+//! (`RL.ACQUIRE pool_key limit <slot_holder>:<i> T_ms`, `i` in `0..k`) in the same batch, the
+//! lease's units the slots acquired. The holder ids are the region's and the slot's index, so
+//! the next refresh renews them rather than taking more; they lapse at home `T` after the
+//! last grant (no give-back). The region gives a leased slot only to a call whose holder ends
+//! by the lease's end (`RL.REGIONAL ... CONCURRENCY`), so every call on a leased slot ends
+//! while its pool holder lives.
+//!
 //! A lease replaces the previous one; the unspent units of the previous one lapse (the exact
 //! mode: give-backs cost exactness, see `docs/regions.md`). A batch whose `WAIT` did not
 //! reach its replicas is installed not at all: its grants may not survive a failover, so the
@@ -17,7 +25,9 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis_ratelimit_core::concurrency::HolderId;
 use redis_ratelimit_core::grant::Grant;
+use redis_ratelimit_core::kinds::Quota;
 use redis_ratelimit_wire::args::multi::MultiArgs;
 use redis_ratelimit_wire::args::regional::LeaseArgs;
 use redis_ratelimit_wire::encode::{self, Args, EncodeError};
@@ -41,6 +51,10 @@ pub struct HotLimit {
     pub lease_key: String,
     /// `k`: the most units one lease holds (at least the region's demand over one `T`).
     pub lease_units: u64,
+    /// The prefix of the pool holders an in-flight pool's leased slots are
+    /// (`<slot_holder>:<i>`): the region's name, unique among the regions leasing the pool
+    /// and the same at every refresh (which then renews them). Unused by other kinds.
+    pub slot_holder: String,
 }
 
 /// How the agent leases.
@@ -214,11 +228,18 @@ where
             });
         }
     };
-    let grants = limits
-        .iter()
-        .zip(&replies)
-        .map(|(limit, reply)| read_grant(limit, reply))
-        .collect::<Result<Vec<HomeGrant>, AgentError>>()?;
+    let mut rest = replies.as_slice();
+    let mut grants = Vec::with_capacity(limits.len());
+    for limit in limits {
+        let Some((own, after)) = rest.split_at_checked(commands_for(limit)) else {
+            return Err(AgentError::Reply {
+                key: limit.pool_key.clone(),
+                reply: "no reply".into(),
+            });
+        };
+        grants.push(read_grants(limit, own)?);
+        rest = after;
+    }
     let granted: Vec<u64> = grants.iter().map(|grant| grant.units).collect();
     let expires_at_ms: Vec<i64> = limits
         .iter()
@@ -226,7 +247,7 @@ where
         .map(|(limit, grant)| lease_end_ms(limit, grant, sent_at_ms, lifetime_ms, config))
         .collect();
     if config.wait_replicas > 0 {
-        let acknowledged = match replies.get(limits.len()) {
+        let acknowledged = match rest.first() {
             Some(redis::Value::Int(count)) => *count,
             _ => 0,
         };
@@ -286,6 +307,20 @@ async fn ask_home<H: ConnectionLike + Send>(
     let mut words = Args::default();
     for limit in limits {
         let pool = pool_asked(limit, config)?;
+        if let Quota::Concurrency(params) = pool.as_quota() {
+            for index in 0..commands_for(limit) {
+                let holder = slot_holder(limit, index)?;
+                let slot = Quota::Concurrency(Box::new(params.with_holder(holder)));
+                encode::acquire(limit.pool_key.as_bytes(), &slot, &mut words).map_err(|error| {
+                    AgentError::Encode {
+                        key: limit.pool_key.clone(),
+                        error,
+                    }
+                })?;
+                pipe.add_command(config.home.command(&words));
+            }
+            continue;
+        }
         let grant = MultiArgs {
             quotas: vec![pool.as_quota().clone()],
             weights: vec![1],
@@ -308,22 +343,49 @@ async fn ask_home<H: ConnectionLike + Send>(
     pipe.query_async(home).await.map_err(AgentError::Home)
 }
 
-/// The pool as the grant asks it. A sliding log pool is asked with its window lengthened by
+/// How many commands of the batch ask `limit`'s pool: `k` acquires for an in-flight pool
+/// (one per slot), one grant for any other.
+fn commands_for(limit: &HotLimit) -> usize {
+    match limit.pool.kind() {
+        Kind::Concurrency => usize::try_from(limit.lease_units.max(1)).unwrap_or(usize::MAX),
+        _ => 1,
+    }
+}
+
+/// The pool holder of leased slot `index`: `<slot_holder>:<index>`.
+fn slot_holder(limit: &HotLimit, index: usize) -> Result<HolderId, AgentError> {
+    let id = format!("{}:{index}", limit.slot_holder);
+    HolderId::new(id.as_bytes()).map_err(|_| AgentError::Pool {
+        key: limit.pool_key.clone(),
+        reason: format!("the slot holder '{id}' is not 1 to 128 bytes"),
+    })
+}
+
+/// The pool as the grant asks it. An in-flight pool is asked for holders living `T = P + a`
+/// (rounded up to whole milliseconds: in home time they outlive every lease of the batch,
+/// which ends by `grant + T`), whatever ttl it was given. A sliding log pool is asked with its window lengthened by
 /// `T = P + a`: a lease's units count at home from the grant until `grant + T + W`, as if
 /// stamped at the lease's end (`grant + T` at the latest, home time), so every unit spent
 /// from the lease is counted for a whole `W` after it was spent (`docs/regions.md`: the
 /// exact sliding log bound). Every region leasing one pool must use the same `T` (or the
 /// largest): the pool counts each grant for the window its caller asks.
 fn pool_asked(limit: &HotLimit, config: &AgentConfig) -> Result<Algorithm, AgentError> {
+    let invalid = |error: crate::algorithm::AlgorithmError| AgentError::Pool {
+        key: limit.pool_key.clone(),
+        reason: error.to_string(),
+    };
+    if limit.pool.kind() == Kind::Concurrency {
+        let lifetime = config.period.saturating_add(config.margin);
+        let whole_ms = u64::try_from(lifetime.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        return Algorithm::concurrency(limit.pool.quota(), Duration::from_millis(whole_ms))
+            .map_err(invalid);
+    }
     if limit.pool.kind() != Kind::SlidingLog || config.log_leases == LogLeases::AsGiven {
         return Ok(limit.pool.clone());
     }
     let lifetime = config.period.saturating_add(config.margin);
     let window = limit.pool.window().saturating_add(lifetime);
-    Algorithm::sliding_log(limit.pool.quota(), window).map_err(|error| AgentError::Pool {
-        key: limit.pool_key.clone(),
-        reason: error.to_string(),
-    })
+    Algorithm::sliding_log(limit.pool.quota(), window).map_err(invalid)
 }
 
 /// What home's reply to one grant says.
@@ -333,6 +395,28 @@ struct HomeGrant {
     /// `reset_after_ms` (field 4): for a fixed window, when the home window ends, rounded
     /// up.
     reset_after_ms: i64,
+}
+
+/// What home's replies to `limit`'s commands grant: an in-flight pool's slots acquired (field
+/// 1 of each `RL.ACQUIRE`, 1 or 0), or the one grant's units.
+fn read_grants(limit: &HotLimit, replies: &[redis::Value]) -> Result<HomeGrant, AgentError> {
+    if limit.pool.kind() != Kind::Concurrency {
+        return match replies {
+            [reply] => read_grant(limit, reply),
+            _ => Err(AgentError::Reply {
+                key: limit.pool_key.clone(),
+                reply: format!("{replies:?}"),
+            }),
+        };
+    }
+    let mut units = 0;
+    for reply in replies {
+        units = read_grant(limit, reply)?.units.min(1).saturating_add(units);
+    }
+    Ok(HomeGrant {
+        units,
+        reset_after_ms: 0,
+    })
 }
 
 fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, AgentError> {

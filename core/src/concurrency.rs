@@ -162,6 +162,56 @@ impl ConcurrencyParams {
     pub fn holder(&self) -> Option<&HolderId> {
         self.holder.as_ref()
     }
+
+    /// The same parameters without a holder: evaluating them reports the free slots and
+    /// writes nothing (a peek).
+    #[must_use]
+    pub fn without_holder(self) -> Self {
+        Self {
+            holder: None,
+            ..self
+        }
+    }
+
+    /// The same parameters with room for `limit` holders, whatever the server's setting: a
+    /// regional call's floor widened by its lease's slots, whose holders the floor's key
+    /// keeps (`crate::regional`). 0 is kept (a floor with no slot of its own: a region whose
+    /// share rounds to nothing, as the regions' model checker runs it; no parser gives it).
+    #[must_use]
+    pub fn with_limit(self, limit: u64) -> Self {
+        Self { limit, ..self }
+    }
+}
+
+/// What a call by `params`' holder would find at `now_us`: the live holders other than it,
+/// and the expiry it would get if admitted (`now + ttl`, or its later expiry when it is live
+/// and renews). The facts a regional in-flight call is decided on (`crate::regional`).
+pub(crate) fn call_facts(
+    state: Option<&Concurrency>,
+    params: &ConcurrencyParams,
+    now_us: i64,
+) -> CallFacts {
+    let view = View::new(state, params, now_us);
+    let renewed = view.own.and_then(|index| view.holders.expiry(index));
+    CallFacts {
+        others: view.live(view.own),
+        holds: view.own.is_some(),
+        expires_at_us: view
+            .now
+            .saturating_add(params.ttl_us)
+            .max(renewed.unwrap_or(i64::MIN)),
+    }
+}
+
+/// See [`call_facts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CallFacts {
+    /// Live holders other than the caller's.
+    pub others: u64,
+    /// Whether the caller's holder is live (the call would renew it).
+    pub holds: bool,
+    /// The caller's expiry if admitted.
+    pub expires_at_us: i64,
 }
 
 // A call takes one slot whatever its cost: the cost is only carried, so that partial grants

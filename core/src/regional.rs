@@ -7,12 +7,18 @@
 //! they are gone. Because the instant is absolute and stored with the units, a lease can
 //! never be spent after it lapses, whatever the caller does or fails to do: no agent has to
 //! be alive to take units away.
+//!
+//! An in-flight floor is decided apart ([`admit`] on a [`Quota::Concurrency`]): its leased
+//! slots are holders of home's pool, so the region keeps every call's holder in its floor's
+//! key, the leased ones included, and a lease's units are slots, read and never spent.
 
 pub mod split;
 
+use crate::concurrency::{self, ConcurrencyAlgorithm, ConcurrencyParams};
+use crate::decision::Algorithm;
 use crate::engine::{self, Refused};
 use crate::grant::{Grant, Granted};
-use crate::kinds::{Change, LimiterRef, Quota};
+use crate::kinds::{Change, Kind, LimiterRef, Quota};
 
 /// Units leased from the home pool, spendable until `expires_at_us` (exclusive) of the
 /// region's clock.
@@ -67,6 +73,9 @@ pub struct Admission {
     pub floor: Option<Granted<Change>>,
     /// The lease after the call, when the lease paid for it (to be written).
     pub lease: Option<Lease>,
+    /// The units left in the live lease after the call (0 when none lives); of an in-flight
+    /// lease, its slots still free.
+    pub lease_units: u64,
 }
 
 /// A region's floor: its own limiter's state (`None`: missing) and the quota it is checked
@@ -74,30 +83,39 @@ pub struct Admission {
 pub type Floor<'a> = (Option<LimiterRef<'a>>, &'a Quota);
 
 /// Decides a call of `cost` units at `now_us`: the floor, if the region has one (checked for
-/// `cost` units), then the lease. Nothing is written; the caller writes the floor's commit or
-/// the new lease, whichever the admission carries.
+/// `cost` units), then the lease. Nothing is written; the caller writes the floor's commit
+/// and the new lease, whichever the admission carries (a floor that did not admit carries
+/// none). An in-flight floor is decided by
+/// [`admit_in_flight`] (its call takes one slot, whatever `cost`).
 pub fn admit(
     floor: Option<Floor<'_>>,
     cost: u64,
     lease: Option<Lease>,
     now_us: i64,
 ) -> Result<Admission, Refused> {
+    if let Some((held, Quota::Concurrency(params))) = floor {
+        return admit_in_flight(held, params, lease, now_us);
+    }
+    let live_units = |lease: Option<Lease>| lease.map_or(0, |lease| lease.live_units(now_us));
     let floor = match floor {
         Some((held, quota)) => {
-            let granted = engine::acquire(held, &quota.with_cost(cost), Grant::Whole, now_us)?;
+            let mut granted = engine::acquire(held, &quota.with_cost(cost), Grant::Whole, now_us)?;
             if granted.evaluation.decision.allowed {
                 return Ok(Admission {
                     allowed: true,
                     why: Why::Floor,
                     floor: Some(granted),
                     lease: None,
+                    lease_units: live_units(lease),
                 });
             }
+            // The floor denied: it is shown, never written (a denial writes nothing).
+            granted.evaluation.commit = None;
             Some(granted)
         }
         None => None,
     };
-    let (allowed, why, lease) = match lease.filter(|lease| lease.is_live(now_us)) {
+    let (allowed, why, spent) = match lease.filter(|lease| lease.is_live(now_us)) {
         None => (false, Why::HomeUnreachable, None),
         Some(live) => match live.units.checked_sub(cost) {
             Some(left) => (
@@ -115,7 +133,94 @@ pub fn admit(
         allowed,
         why,
         floor,
-        lease,
+        lease: spent,
+        lease_units: live_units(spent.or(lease)),
+    })
+}
+
+/// Decides an in-flight call (`floor`: the region's own limit, the call's holder and ttl) at
+/// `now_us`, every holder of the region in the floor's key `held`:
+/// - on the floor while the holders other than the caller's are fewer than the floor's
+///   limit (a live holder renews: never counted twice);
+/// - else on the live lease while they are fewer than the floor's limit plus the lease's
+///   units (its slots, each a holder of home's pool living as long as the lease) and the
+///   caller's holder, renewed or new, expires no later than the lease ends (region clock):
+///   so a call on a leased slot ends while its pool holder lives;
+/// - else denied: `lease_exhausted` (a live lease without a free slot, or ending too soon),
+///   `home_unreachable` (none lives). A denied renewal leaves the holder as it was.
+///
+/// An admitted call's holder is written to the floor's key either way (the admission's
+/// floor commit; the lease is never written); its slot comes back when it is released or
+/// expires. The floor's view (what the reply's fields 2–5 show) is the floor's own call
+/// when it admitted, else the floor as it stands. Without a holder the call is a peek:
+/// nothing is written.
+pub fn admit_in_flight(
+    held: Option<LimiterRef<'_>>,
+    floor: &ConcurrencyParams,
+    lease: Option<Lease>,
+    now_us: i64,
+) -> Result<Admission, Refused> {
+    let state = match held {
+        None => None,
+        Some(LimiterRef::Concurrency(state)) => Some(state),
+        Some(other) => {
+            return Err(Refused::KindMismatch {
+                index: 0,
+                held: other.kind(),
+                wanted: Kind::Concurrency,
+            });
+        }
+    };
+    let facts = concurrency::call_facts(state, floor, now_us);
+    let live = lease.filter(|lease| lease.is_live(now_us));
+    let (why, admitted_by) = if facts.others < floor.limit() {
+        (Why::Floor, Some(*floor))
+    } else {
+        match live {
+            None => (Why::HomeUnreachable, None),
+            Some(live) => {
+                let widened = floor.limit().saturating_add(live.units);
+                if facts.others < widened && facts.expires_at_us <= live.expires_at_us {
+                    (Why::Lease, Some(floor.with_limit(widened)))
+                } else {
+                    (Why::LeaseExhausted, None)
+                }
+            }
+        }
+    };
+    let as_it_stands = || ConcurrencyAlgorithm::evaluate(state, &floor.without_holder(), now_us);
+    let evaluation = match (why, admitted_by) {
+        (Why::Floor, Some(params)) => ConcurrencyAlgorithm::evaluate(state, &params, now_us),
+        (_, Some(params)) => {
+            let taken = ConcurrencyAlgorithm::evaluate(state, &params, now_us);
+            crate::Evaluation {
+                decision: as_it_stands().decision,
+                commit: taken.commit,
+            }
+        }
+        (_, None) => as_it_stands(),
+    };
+    let allowed = admitted_by.is_some();
+    let holders_after = facts
+        .others
+        .saturating_add(u64::from(allowed || facts.holds));
+    let lease_units = live.map_or(0, |live| {
+        floor
+            .limit()
+            .saturating_add(live.units)
+            .saturating_sub(holders_after)
+            .min(live.units)
+    });
+    let erased = evaluation.map_change(|change| Change::Concurrency(change.into()));
+    Ok(Admission {
+        allowed,
+        why,
+        floor: Some(Granted {
+            units: u64::from(allowed),
+            evaluation: erased,
+        }),
+        lease: None,
+        lease_units,
     })
 }
 
@@ -213,5 +318,123 @@ mod tests {
         };
         assert_eq!(run(1, Some(lapsed), 2), [Why::Floor, Why::HomeUnreachable]);
         assert_eq!(run(1, None, 2), [Why::Floor, Why::HomeUnreachable]);
+    }
+
+    /// A region's in-flight floor of `limit` slots, holders kept in `state`.
+    struct InFlight {
+        limit: u64,
+        state: Option<Limiter>,
+    }
+
+    impl InFlight {
+        /// A call by `holder` for `ttl_ms` at `now_us` under `lease`, written as the glue
+        /// writes it: the floor's commit, whatever admitted it.
+        fn call(
+            &mut self,
+            holder: &str,
+            ttl_ms: u64,
+            lease: Option<Lease>,
+            now_us: i64,
+        ) -> (Why, u64) {
+            let params = crate::concurrency::ConcurrencyParams::new(self.limit, ttl_ms * 1000, 100)
+                .unwrap()
+                .with_holder(crate::concurrency::HolderId::new(holder.as_bytes()).unwrap());
+            let quota = Quota::Concurrency(Box::new(params));
+            let held = self.state.as_ref().map(Limiter::as_ref);
+            let admission = admit(Some((held, &quota)), 1, lease, now_us).unwrap();
+            assert!(
+                admission.lease.is_none(),
+                "an in-flight lease is never written"
+            );
+            let floor = admission.floor.unwrap();
+            assert_eq!(floor.evaluation.commit.is_some(), admission.allowed);
+            assert_eq!(floor.evaluation.decision.limit, self.limit);
+            if let Some(commit) = floor.evaluation.commit {
+                match self.state.as_mut() {
+                    Some(held) => commit.change.apply(held.as_mut()).unwrap(),
+                    None => self.state = Some(commit.change.create()),
+                }
+            }
+            (admission.why, admission.lease_units)
+        }
+
+        fn release(&mut self, holder: &str, now_us: i64) {
+            let holder = crate::concurrency::HolderId::new(holder.as_bytes()).unwrap();
+            let held = self.state.as_ref().map(Limiter::as_ref);
+            let commit = engine::release(held, &holder, now_us).unwrap().unwrap();
+            commit
+                .change
+                .apply(self.state.as_mut().unwrap().as_mut())
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn in_flight_calls_take_the_floor_then_the_leased_slots_all_in_the_floor() {
+        let mut region = InFlight {
+            limit: 1,
+            state: None,
+        };
+        let lease = Some(Lease {
+            units: 2,
+            expires_at_us: NOW_US + 10_000,
+        });
+        assert_eq!(region.call("a", 5, lease, NOW_US), (Why::Floor, 2));
+        // A renewal is never counted twice, and takes the floor it holds.
+        assert_eq!(region.call("a", 5, lease, NOW_US), (Why::Floor, 2));
+        assert_eq!(region.call("b", 5, lease, NOW_US), (Why::Lease, 1));
+        assert_eq!(region.call("c", 10, lease, NOW_US), (Why::Lease, 0));
+        assert_eq!(region.call("d", 1, lease, NOW_US), (Why::LeaseExhausted, 0));
+        // A release gives the slot back: to the next call, leased or not.
+        region.release("a", NOW_US);
+        assert_eq!(region.call("d", 1, lease, NOW_US), (Why::Lease, 0));
+    }
+
+    #[test]
+    fn a_leased_slot_goes_only_to_a_call_ending_by_the_leases_end() {
+        let mut region = InFlight {
+            limit: 1,
+            state: None,
+        };
+        let lease = Some(Lease {
+            units: 2,
+            expires_at_us: NOW_US + 10_000,
+        });
+        assert_eq!(region.call("a", 60_000, lease, NOW_US), (Why::Floor, 2));
+        assert_eq!(
+            region.call("b", 11, lease, NOW_US),
+            (Why::LeaseExhausted, 2)
+        );
+        assert_eq!(region.call("b", 10, lease, NOW_US), (Why::Lease, 1));
+        // Renewing past the lease's end is refused too: the holder keeps its old expiry.
+        assert_eq!(
+            region.call("b", 8, lease, NOW_US + 3_000),
+            (Why::LeaseExhausted, 1)
+        );
+        assert_eq!(region.call("b", 7, lease, NOW_US + 3_000), (Why::Lease, 1));
+        // Once the lease ends, only the floor decides, and says so.
+        assert_eq!(
+            region.call("c", 1, lease, NOW_US + 10_000),
+            (Why::HomeUnreachable, 0)
+        );
+        region.release("a", NOW_US + 10_000);
+        assert_eq!(region.call("c", 1, lease, NOW_US + 10_000), (Why::Floor, 0));
+    }
+
+    #[test]
+    fn an_in_flight_floor_refuses_a_key_of_another_kind() {
+        let params = crate::concurrency::ConcurrencyParams::new(1, 1000, 100).unwrap();
+        let bucket = floor(1);
+        let first = admit(Some((None, &bucket)), 1, None, NOW_US).unwrap();
+        let change = first.floor.unwrap().evaluation.commit.unwrap().change;
+        let state = change.create();
+        assert_eq!(
+            admit_in_flight(Some(state.as_ref()), &params, None, NOW_US),
+            Err(Refused::KindMismatch {
+                index: 0,
+                held: Kind::TokenBucket,
+                wanted: Kind::Concurrency
+            })
+        );
     }
 }

@@ -8,7 +8,7 @@ use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
 use redis_ratelimit_core::token_bucket::TokenBucketParams;
 use redis_ratelimit_core::window::WindowParams;
 
-use crate::check::Bound;
+use crate::check::{Bound, span_limit};
 
 /// Nanoseconds per second.
 const NS_PER_S: u128 = 1_000_000_000;
@@ -28,6 +28,9 @@ pub enum GlobalLimit {
     },
     /// `limit` units per window of `window_us`, aligned to the Unix epoch of home's clock.
     FixedWindow { limit: u64, window_us: u64 },
+    /// core's sliding window counter: `limit` units per window of `window_us` as estimated
+    /// from the previous window's count, windows aligned to the Unix epoch of home's clock.
+    SlidingWindow { limit: u64, window_us: u64 },
     /// `limit` units in any span shorter than `window_us`.
     SlidingLog { limit: u64, window_us: u64 },
     /// `limit` calls in flight at once, each holding its slot at most `hold_us`.
@@ -56,6 +59,9 @@ impl GlobalLimit {
                 per_ns: gcra_interval_ns(count, period_s),
             },
             GlobalLimit::FixedWindow { limit, window_us } => Bound::Aligned { limit, window_us },
+            GlobalLimit::SlidingWindow { limit, window_us } => {
+                Bound::Estimator { limit, window_us }
+            }
             GlobalLimit::SlidingLog { limit, window_us } => Bound::Log { limit, window_us },
             GlobalLimit::InFlight { limit, .. } => Bound::Holders { limit },
         }
@@ -204,9 +210,26 @@ pub fn split(
                 window_us: Some(window_us),
             }
         }
+        GlobalLimit::SlidingWindow { limit, window_us } => {
+            // A span of `W` home µs lasts at most `⌈W × (1 + ρ)⌉` on a region's clock, so a
+            // floor's span bound covers it with its window derated to that.
+            let local_window = derated(window_us, rho);
+            let floors = weights
+                .iter()
+                .map(|weight| estimator(share(limit, *weight), local_window))
+                .collect();
+            let floor_limit: u64 = weights.iter().map(|w| share(limit, *w)).sum();
+            // The pool is on home's clock; its leases end with the home window they were
+            // granted in, as a fixed window's do.
+            Split {
+                floors,
+                pool: estimator(limit - floor_limit, window_us),
+                prepaid_units: 0,
+                window_us: Some(window_us),
+            }
+        }
         GlobalLimit::SlidingLog { limit, window_us } => {
-            let local_window = u64::try_from((u128::from(window_us) * (PPM + rho)).div_ceil(PPM))
-                .unwrap_or(u64::MAX);
+            let local_window = derated(window_us, rho);
             let floors = weights
                 .iter()
                 .map(|weight| log(share(limit, *weight), local_window))
@@ -227,8 +250,7 @@ pub fn split(
         }
         GlobalLimit::InFlight { limit, hold_us } => {
             // A floor's holder must outlive its call on the region's clock.
-            let local_hold = u64::try_from((u128::from(hold_us) * (PPM + rho)).div_ceil(PPM))
-                .unwrap_or(u64::MAX);
+            let local_hold = derated(hold_us, rho);
             let floors = weights
                 .iter()
                 .map(|weight| slots(share(limit, *weight), local_hold))
@@ -291,6 +313,53 @@ fn fixed(limit: u64, window_us: u64) -> Option<Quota> {
                 .map(Quota::FixedWindow)
         })
         .flatten()
+}
+
+/// `duration_us` derated for a drift of `rho` ppm: `⌈duration × (1 + ρ)⌉`.
+fn derated(duration_us: u64, rho: u128) -> u64 {
+    u64::try_from((u128::from(duration_us) * (PPM + rho)).div_ceil(PPM)).unwrap_or(u64::MAX)
+}
+
+fn estimator(limit: u64, window_us: u64) -> Option<Quota> {
+    (limit > 0)
+        .then(|| {
+            WindowParams::new(limit, window_us, 1)
+                .ok()
+                .map(Quota::SlidingWindow)
+        })
+        .flatten()
+}
+
+/// The regional bound of a sliding window split over any span of `W` home µs: the sum of
+/// what each floor's and the pool's own estimator admits in one span of its window
+/// ([`span_limit`]; a span of `W` home µs is within one of a floor's derated window).
+///
+/// At most the global estimator's `span_limit(L, W)` when no window is derated (ρ = 0: the
+/// ceilings `⌈2·L_i/W⌉` add up to at least `⌈2·L/W⌉`) and whenever `2·L ≤ W` (every part
+/// then pays a ceiling of 1); otherwise possibly above it by [`regional_span_excess`].
+pub fn regional_span_limit(split: &Split) -> u64 {
+    split
+        .floors
+        .iter()
+        .chain(std::iter::once(&split.pool))
+        .flatten()
+        .map(|quota| match quota {
+            Quota::SlidingWindow(params) => span_limit(params.limit(), params.window_us()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// How far [`regional_span_limit`] exceeds the global estimator's span bound (0 unless the
+/// floors' derated windows round their ceilings below the global's: `⌈2L/W⌉ − Σ⌈2L_i/W_i⌉
+/// − ⌈2L_p/W⌉` when positive, which needs `2L > W`).
+pub fn regional_span_excess(limit: GlobalLimit, split: &Split) -> u64 {
+    match limit.bound() {
+        Bound::Estimator { limit, window_us } => {
+            regional_span_limit(split).saturating_sub(span_limit(limit, window_us))
+        }
+        _ => 0,
+    }
 }
 
 fn log(limit: u64, window_us: u64) -> Option<Quota> {

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use redis_ratelimit_core::concurrency::HolderId;
+use redis_ratelimit_core::concurrency::{ConcurrencyParams, HolderId, MAX_STORED_HOLDERS};
 use redis_ratelimit_core::engine;
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef, Quota};
@@ -49,6 +49,9 @@ pub struct Bug {
     pub calls_outlive_leases: bool,
     /// Regions measure durations on their clocks as if they did not drift (no derating).
     pub ignores_drift: bool,
+    /// A window pool's lease lives its whole `T`, past the end of the home window it was
+    /// granted in.
+    pub leases_outlive_windows: bool,
 }
 
 /// Everything one run depends on.
@@ -187,23 +190,30 @@ struct Reply {
     home_expiry_us: i64,
 }
 
-/// What an in-flight call holds until it ends.
-#[derive(Clone, Debug)]
-enum Slot {
-    /// A holder of the region's floor.
-    Floor(HolderId),
-    /// A slot of the region's lease of this number.
-    Lease(u64),
-}
-
 #[derive(Clone, Debug)]
 enum Event {
-    Demand { region: usize, cost: u64 },
-    CallEnds { region: usize, slot: Slot },
-    Tick { region: usize, n: i64 },
-    RequestAtHome { region: usize, sent_local_us: i64 },
+    Demand {
+        region: usize,
+        cost: u64,
+    },
+    /// An in-flight call ends: its holder in the region's floor key is released.
+    CallEnds {
+        region: usize,
+        holder: HolderId,
+    },
+    Tick {
+        region: usize,
+        n: i64,
+    },
+    RequestAtHome {
+        region: usize,
+        sent_local_us: i64,
+    },
     ReplyAtRegion(Reply),
-    GiveBackAtHome { units: u64, home_expiry_us: i64 },
+    GiveBackAtHome {
+        units: u64,
+        home_expiry_us: i64,
+    },
     Replicated,
     Failover,
 }
@@ -300,7 +310,7 @@ impl Run<'_> {
     fn handle(&mut self, now_us: i64, event: Event) {
         match event {
             Event::Demand { region, cost } => self.demand(now_us, region, cost),
-            Event::CallEnds { region, slot } => self.end_call(now_us, region, slot),
+            Event::CallEnds { region, holder } => self.end_call(now_us, region, holder),
             Event::Tick { region, n } => {
                 let sent_local_us = self.local_us(region, now_us);
                 let link = &self.scenario.regions[region].link;
@@ -369,8 +379,9 @@ impl Run<'_> {
         let local_us = self.local_us(region, now_us);
         let hold_us = self.hold_us(cost);
         let rho = i64::try_from(self.scenario.derated_ppm()).unwrap_or(0);
-        // An in-flight call takes one slot; it may take a leased one only if it ends (on
-        // the region's clock, derated) before the lease does.
+        // An in-flight call takes one slot, its holder in the region's floor key living its
+        // hold derated; the command (core's `admit_in_flight`) gives it a leased slot only if
+        // that holder ends before the lease does.
         let (units, local_hold) = match hold_us {
             Some(hold) => (1, (hold * (1_000_000 + rho) + 999_999) / 1_000_000),
             None => (cost, 0),
@@ -379,24 +390,35 @@ impl Run<'_> {
             let serial = self.next_serial();
             HolderId::new(format!("r{region}c{serial}").as_bytes()).expect("a short holder id")
         });
-        let floor_quota = self.split.floors[region]
-            .as_ref()
-            .map(|quota| match (quota, &holder) {
-                (Quota::Concurrency(params), Some(holder)) => {
-                    Quota::Concurrency(Box::new(params.with_holder(*holder)))
-                }
-                (quota, _) => quota.clone(),
-            });
+        // An in-flight call's floor is the command's: the region's slots (none when its
+        // share rounds to nothing), the call's holder and its derated hold as the ttl.
+        let floor_quota = match &holder {
+            Some(holder) => {
+                let limit = match &self.split.floors[region] {
+                    Some(Quota::Concurrency(params)) => params.limit(),
+                    _ => 0,
+                };
+                let ttl_us = u64::try_from(local_hold).unwrap_or(0);
+                let call = ConcurrencyParams::new(1, ttl_us, MAX_STORED_HOLDERS)
+                    .expect("a hold within the ttls accepted")
+                    .with_limit(limit)
+                    .with_holder(*holder);
+                Some(Quota::Concurrency(Box::new(call)))
+            }
+            None => self.split.floors[region].clone(),
+        };
         let state = &self.regions[region];
         let floor_held = live(&state.floor, local_us);
         let floor = floor_quota.as_ref().map(|quota| (floor_held, quota));
-        let local_hold = if self.scenario.bug.calls_outlive_leases {
-            0
-        } else {
+        // The broken variant: the lease seems to last as long as the call, so a call taking a
+        // leased slot while the lease lives may outlive it.
+        let outlived = if self.scenario.bug.calls_outlive_leases {
             local_hold
+        } else {
+            0
         };
         let lease = state.lease.map(|(lease, _, _)| Lease {
-            expires_at_us: lease.expires_at_us - local_hold,
+            expires_at_us: lease.expires_at_us + outlived,
             ..lease
         });
         let Ok(admission) = regional::admit(floor, units, lease, local_us) else {
@@ -413,23 +435,19 @@ impl Run<'_> {
             return;
         }
         let state = &mut self.regions[region];
-        let mut slot = None;
-        if admission.why == Why::Floor {
-            if let Some(commit) = admission
-                .floor
-                .and_then(|granted| granted.evaluation.commit)
-            {
-                write(&mut state.floor, local_us, commit);
-            }
-            slot = holder.map(Slot::Floor);
+        // The floor's commit, whichever admitted the call (an in-flight call's holder).
+        if let Some(commit) = admission
+            .floor
+            .and_then(|granted| granted.evaluation.commit)
+        {
+            write(&mut state.floor, local_us, commit);
         }
-        if let (Some(next), Some((held, _, serial))) = (admission.lease, state.lease.as_mut()) {
+        if let (Some(next), Some((held, _, _))) = (admission.lease, state.lease.as_mut()) {
             held.units = next.units;
-            slot = hold_us.map(|_| Slot::Lease(*serial));
         }
         let until_us = now_us + hold_us.unwrap_or(0);
-        if let Some(slot) = slot {
-            self.at(until_us, Event::CallEnds { region, slot });
+        if let Some(holder) = holder {
+            self.at(until_us, Event::CallEnds { region, holder });
         }
         self.outcome.admissions.push(Admitted {
             at_us: T0_US + now_us,
@@ -440,28 +458,17 @@ impl Run<'_> {
         });
     }
 
-    /// An in-flight call ends: its floor holder is released, or its slot goes back to its
-    /// lease if that lease is still the region's.
-    fn end_call(&mut self, now_us: i64, region: usize, slot: Slot) {
+    /// An in-flight call ends: its holder is released from the region's floor key (the
+    /// slot, floor or leased, is free again).
+    fn end_call(&mut self, now_us: i64, region: usize, holder: HolderId) {
         let local_us = self.local_us(region, now_us);
         let state = &mut self.regions[region];
-        match slot {
-            Slot::Floor(holder) => {
-                let held = live(&state.floor, local_us);
-                let Ok(commit) = engine::release(held, &holder, local_us) else {
-                    panic!("a floor holds its own algorithm");
-                };
-                if let Some(commit) = commit {
-                    write(&mut state.floor, local_us, commit);
-                }
-            }
-            Slot::Lease(serial) => {
-                if let Some((lease, _, current)) = state.lease.as_mut()
-                    && *current == serial
-                {
-                    lease.units += 1;
-                }
-            }
+        let held = live(&state.floor, local_us);
+        let Ok(commit) = engine::release(held, &holder, local_us) else {
+            panic!("a floor holds its own algorithm");
+        };
+        if let Some(commit) = commit {
+            write(&mut state.floor, local_us, commit);
         }
     }
 
@@ -472,7 +479,11 @@ impl Run<'_> {
         };
         let home_us = T0_US + now_us;
         let lease_us = self.scenario.lease_us();
-        let lifetime_us = match self.split.window_us {
+        let window_us = self
+            .split
+            .window_us
+            .filter(|_| !self.scenario.bug.leases_outlive_windows);
+        let lifetime_us = match window_us {
             Some(window_us) => {
                 let window = i64::try_from(window_us).unwrap_or(i64::MAX);
                 lease_us.min((home_us.div_euclid(window) + 1) * window - home_us)
@@ -480,23 +491,22 @@ impl Run<'_> {
             None => lease_us,
         };
         let units = match &pool {
-            // Slots are leased as holders of the pool, one acquire each, living T.
+            // Slots are leased as holders of the pool, one acquire each, living T, their ids
+            // the region's and the slot's index (the agent's): a refresh renews them.
             Quota::Concurrency(params) => {
                 let mut granted = 0;
-                while granted < self.scenario.lease_units {
-                    let serial = self.next_serial();
-                    let holder = HolderId::new(format!("lease{serial}").as_bytes())
+                for index in 0..self.scenario.lease_units {
+                    let holder = HolderId::new(format!("r{region}:{index}").as_bytes())
                         .expect("a short holder id");
                     let quota = Quota::Concurrency(Box::new(params.with_holder(holder)));
                     let held = live(&self.primary, home_us);
                     let Ok(acquired) = quota.evaluate(held, Grant::Whole, home_us) else {
                         panic!("the pool holds its own algorithm");
                     };
-                    let Some(commit) = acquired.evaluation.commit else {
-                        break;
-                    };
-                    write(&mut self.primary, home_us, commit);
-                    granted += 1;
+                    if let Some(commit) = acquired.evaluation.commit {
+                        write(&mut self.primary, home_us, commit);
+                        granted += 1;
+                    }
                 }
                 granted
             }
@@ -574,8 +584,14 @@ impl Run<'_> {
         if let Some((previous, home_expiry_us, _)) = previous {
             let units = previous.live_units(local_us);
             let link = &self.scenario.regions[reply.region].link;
-            // Leased slots are holders at home: they lapse there with their ttl.
-            let refundable = !matches!(self.scenario.limit, GlobalLimit::InFlight { .. });
+            // Leased slots are holders at home: they lapse there with their ttl. A sliding
+            // log's refund removes its newest entries, which may be a newer lease's (units
+            // that region spent and that must count for `W`), not this lease's: its unspent
+            // units lapse too.
+            let refundable = !matches!(
+                self.scenario.limit,
+                GlobalLimit::InFlight { .. } | GlobalLimit::SlidingLog { .. }
+            );
             if self.scenario.give_back
                 && refundable
                 && units > 0

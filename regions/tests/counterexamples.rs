@@ -7,11 +7,14 @@
     clippy::panic
 )]
 
+use redis_ratelimit_core::Algorithm;
 use redis_ratelimit_core::regional::Why;
-use redis_ratelimit_regions::check::excess;
+use redis_ratelimit_core::sliding_window::SlidingWindowAlgorithm;
+use redis_ratelimit_core::window::WindowParams;
+use redis_ratelimit_regions::check::{Bound, excess, span_limit};
 use redis_ratelimit_regions::limit::{Fraction, GlobalLimit, Mode};
 use redis_ratelimit_regions::net::Link;
-use redis_ratelimit_regions::sim::{Bug, Outcome, RegionSpec, Scenario, run};
+use redis_ratelimit_regions::sim::{Bug, Outcome, RegionSpec, Scenario, T0_US, run};
 
 const MS: i64 = 1000;
 
@@ -177,4 +180,98 @@ fn a_log_pool_stamped_at_the_grant_over_admits_and_one_stamped_at_the_lease_end_
         6,
         "the first lease only: {outcome:?}"
     );
+}
+
+/// Core's own sliding window counter reaches its span bound exactly, and no further: `L`
+/// units at the last µs of a window, then one-unit calls at the next window's offset `W − 2`
+/// until denied, admit `L − ⌈2L/W⌉` more, `2L − ⌈2L/W⌉` in `W` consecutive µs. Limits above
+/// `W/2` per µs make the rounding more than one unit (core's windows are at least 1 ms).
+#[test]
+fn cores_estimator_attains_its_span_bound_and_no_more() {
+    for (limit, window_us) in [
+        (6, 500_000),
+        (1, 1000),
+        (600, 1000),
+        (1000, 1000),
+        (2999, 1500),
+    ] {
+        let params = |cost| WindowParams::new(limit, window_us, cost).unwrap();
+        let window = i64::try_from(window_us).unwrap();
+        // Windows are aligned to the Unix epoch: start at one.
+        let start_us = T0_US.div_euclid(window) * window;
+        let first_us = start_us + window - 1;
+        let full = SlidingWindowAlgorithm::evaluate(None, &params(limit), first_us);
+        assert!(full.decision.allowed);
+        let mut state = full.commit.unwrap().change;
+        let second_us = start_us + 2 * window - 2;
+        let mut log = vec![(first_us, limit)];
+        for _ in 0..=limit {
+            let call = SlidingWindowAlgorithm::evaluate(Some(&state), &params(1), second_us);
+            let Some(commit) = call.commit else { break };
+            state = commit.change;
+            log.push((second_us, 1));
+        }
+        let admitted: u64 = log.iter().map(|(_, units)| units).sum();
+        assert_eq!(
+            admitted,
+            span_limit(limit, window_us),
+            "{limit} per {window_us} µs"
+        );
+        assert_eq!(admitted, 2 * limit - (2 * limit).div_ceil(window_us));
+        let bound = Bound::Estimator { limit, window_us };
+        assert_eq!(excess(bound, &log).units, 0);
+        log.push((second_us, 1));
+        assert_eq!(excess(bound, &log).units, 1, "one unit more is caught");
+    }
+}
+
+/// A sliding window of 6 per 500 ms, all of it pooled, leased 6 at a time (T = 400 ms); the
+/// region's first request is lost (a cut for 100 ms), so its first lease is granted at 310
+/// ms, 190 ms before home's window ends. Leases that outlive that window (living their whole
+/// T, to 700 ms) let the region spend those 6 units at 510 ms, in the next window, where the
+/// pool, counting them as the previous window's at the weight of its elapsed time, grants 1
+/// more at 610 ms (`⌊(6 × 500 − 6 × 390)/500⌋`) and 3 at 910 ms (`⌊(6 × 500 − 6 × 90 − 1 ×
+/// 500)/500⌋`): 10 units in one aligned window where the estimator admits 6, 4 over (the
+/// outliving lease's units plus the next window's grants, less L). Leases ending with their
+/// window (at 490 ms) leave those 6 units unspent: 0 over.
+#[test]
+fn a_sliding_window_lease_outliving_its_home_window_over_admits() {
+    let sliding = |bug: Bug| Scenario {
+        limit: GlobalLimit::SlidingWindow {
+            limit: 6,
+            window_us: 500_000,
+        },
+        duration_us: 1000 * MS,
+        bug,
+        ..bucket(
+            6,
+            Mode::PrePaid,
+            6,
+            vec![region(
+                [burst(510, 6), burst(625, 6), burst(925, 6)].concat(),
+                vec![(0, 100 * MS)],
+            )],
+        )
+    };
+    let outliving = sliding(Bug {
+        leases_outlive_windows: true,
+        ..Bug::default()
+    });
+    let (units, outcome) = over(&outliving);
+    let (limit, outliving_units, next_window_grants) = (6, 6, 1 + 3);
+    assert_eq!(
+        units,
+        outliving_units + next_window_grants - limit,
+        "{outcome:?}"
+    );
+    let found = outcome.excess(outliving.limit);
+    assert_eq!(
+        (found.from_us, found.to_us),
+        (T0_US + 500 * MS, T0_US + 1000 * MS - 1)
+    );
+
+    let (units, outcome) = over(&sliding(Bug::default()));
+    assert_eq!(units, 0, "{outcome:?}");
+    let admitted: u64 = outcome.admissions.iter().map(|a| a.units).sum();
+    assert_eq!(admitted, next_window_grants, "{outcome:?}");
 }

@@ -8,10 +8,15 @@
 )]
 
 use proptest::prelude::*;
-use redis_ratelimit_regions::check::{Bound, excess};
-use redis_ratelimit_regions::limit::{Fraction, GlobalLimit, Mode};
+use redis_ratelimit_core::Algorithm;
+use redis_ratelimit_core::sliding_window::SlidingWindowAlgorithm;
+use redis_ratelimit_core::window::WindowParams;
+use redis_ratelimit_regions::check::{Bound, excess, span_limit};
+use redis_ratelimit_regions::limit::{
+    Fraction, GlobalLimit, Mode, regional_span_excess, regional_span_limit,
+};
 use redis_ratelimit_regions::net::{Link, Rng};
-use redis_ratelimit_regions::sim::{Bug, RegionSpec, Scenario, run};
+use redis_ratelimit_regions::sim::{Bug, RegionSpec, Scenario, T0_US, run};
 
 const MS: i64 = 1000;
 
@@ -22,10 +27,15 @@ const MS: i64 = 1000;
 /// give-backs a lease's units come back, so the refill during its life is not bounded by
 /// its lifetime: `R × k × n` (n: the leases a region is granted within one `T`, `⌈T/P⌉ + 1`)
 /// less the pre-pay. Windowed algorithms: 0 (leases end with the window, or log entries
-/// count for `W + T`).
+/// count for `W + T`); a sliding window's floors and pool may together exceed the global
+/// estimator's span bound by [`regional_span_excess`] (0 unless `2L > W` and drift).
 fn stated_bound(scenario: &Scenario) -> u64 {
     let regions = u64::try_from(scenario.regions.len()).unwrap();
-    let Bound::Refill { units, per_ns, .. } = scenario.limit.bound() else {
+    let bound = scenario.limit.bound();
+    if let Bound::Estimator { .. } = bound {
+        return regional_span_excess(scenario.limit, &scenario.split());
+    }
+    let Bound::Refill { units, per_ns, .. } = bound else {
         return 0;
     };
     let prepaid = scenario.split().prepaid_units;
@@ -112,10 +122,13 @@ fn random_region(rng: &mut Rng, rho_ppm: u64, aligned: bool, duration_us: i64) -
     }
 }
 
-/// A random scenario of `limit` in `mode`, drawn from `seed` (fixed windows on clocks
-/// aligned with home's).
+/// A random scenario of `limit` in `mode`, drawn from `seed` (fixed and sliding windows on
+/// clocks aligned with home's).
 fn random_scenario(limit: GlobalLimit, mode: Mode, seed: u64) -> Scenario {
-    let aligned = matches!(limit, GlobalLimit::FixedWindow { .. });
+    let aligned = matches!(
+        limit,
+        GlobalLimit::FixedWindow { .. } | GlobalLimit::SlidingWindow { .. }
+    );
     random_scenario_on(limit, mode, seed, aligned)
 }
 
@@ -221,6 +234,71 @@ proptest! {
         prop_assert!(found.units <= floors, "{found:?} beyond the floors' {floors}: {scenario:?}");
     }
 
+    /// On clocks aligned with home's, a sliding window split admits what one estimator of
+    /// the global limit would: `L` per aligned window, `2L − ⌈2L/W⌉` in any span of `W`.
+    #[test]
+    fn sliding_windows_admit_at_most_the_estimators_bound(
+        limit in 2u64..=30, window_ms in 100u64..=1000, seed: u64,
+    ) {
+        let limit = GlobalLimit::SlidingWindow { limit, window_us: window_ms * 1000 };
+        let scenario = random_scenario(limit, Mode::PrePaid, seed);
+        prop_assert_eq!(stated_bound(&scenario), 0);
+        assert_within_bound(&scenario);
+    }
+
+    /// On drifting, offset clocks the floors' windows (derated by `1 + ρ`) are their
+    /// regions': any span of `W` home µs is held to the floors' and the pool's span bounds
+    /// summed (at most the global estimator's here, `2L ≤ W`), an aligned home window to `L`
+    /// plus the floors (a floor can fill two of its windows within one of home's).
+    #[test]
+    fn sliding_windows_on_skewed_clocks_hold_their_span_bound(
+        limit in 2u64..=30, window_ms in 100u64..=1000, seed: u64,
+    ) {
+        let global = limit;
+        let window_us = window_ms * 1000;
+        let limit = GlobalLimit::SlidingWindow { limit, window_us };
+        let scenario = random_scenario_on(limit, Mode::PrePaid, seed, false);
+        let split = scenario.split();
+        prop_assert!(regional_span_limit(&split) <= span_limit(global, window_us));
+        let floors: u64 = split.floors.iter().flatten().map(|floor| floor.advertised_quota()).sum();
+        let log = run(&scenario).log();
+        let spans = Bound::Log { limit: regional_span_limit(&split), window_us };
+        let found = excess(spans, &log);
+        prop_assert_eq!(found.units, 0, "{:?}: {:?}", found, scenario);
+        let aligned = excess(Bound::Aligned { limit: global, window_us }, &log);
+        prop_assert!(aligned.units <= floors, "{aligned:?} beyond the floors' {floors}: {scenario:?}");
+    }
+
+    /// Core's estimator alone, driven by random calls (costs up to a third of the limit,
+    /// windows of 1–4 ms so that limits above `W/2` make its rounding more than one unit):
+    /// never beyond `L` per aligned window nor `2L − ⌈2L/W⌉` in any span of `W`.
+    #[test]
+    fn cores_estimator_holds_its_own_bound(
+        limit in 1u64..=3000, window_us in 1000u64..=4000, seed: u64,
+    ) {
+        let mut rng = Rng::new(seed);
+        let window = i64::try_from(window_us).unwrap();
+        let mut at_us = T0_US;
+        let (mut state, mut log) = (None, Vec::new());
+        for _ in 0..400 {
+            // Mostly small steps, sometimes straight to a window's last µs.
+            at_us += match rng.below(4) {
+                0 => window - 1 - at_us.rem_euclid(window),
+                _ => i64::try_from(rng.below(window_us / 4)).unwrap(),
+            };
+            let cost = 1 + rng.below(limit.div_ceil(3));
+            let params = WindowParams::new(limit, window_us, cost).unwrap();
+            let call = SlidingWindowAlgorithm::evaluate(state.as_ref(), &params, at_us);
+            if let Some(commit) = call.commit {
+                state = Some(commit.change);
+                log.push((at_us, cost));
+            }
+        }
+        prop_assert!(log.len() > 1);
+        let found = excess(Bound::Estimator { limit, window_us }, &log);
+        prop_assert_eq!(found.units, 0, "{:?}", found);
+    }
+
     #[test]
     fn in_flight_limits_never_have_more_holders(
         limit in 2u64..=20, hold_ms in 10u64..=500, seed: u64,
@@ -236,6 +314,20 @@ proptest! {
         let limit = GlobalLimit::SlidingLog { limit, window_us: window_ms * 1000 };
         assert_within_bound(&random_scenario(limit, Mode::PrePaid, seed));
     }
+}
+
+/// The schedule proptest found when sliding log pools took give-backs: the refund of an ended
+/// lease removed the pool's newest entries, a newer lease's, and the units spent from that
+/// lease stopped counting before `W` had passed (1 unit over). A log pool takes none now.
+#[test]
+fn a_sliding_log_pool_takes_no_give_back() {
+    let limit = GlobalLimit::SlidingLog {
+        limit: 20,
+        window_us: 913_000,
+    };
+    let scenario = random_scenario(limit, Mode::PrePaid, 13_044_939_350_678_040_187);
+    assert!(scenario.give_back, "the schedule found had give-backs");
+    assert_within_bound(&scenario);
 }
 
 /// Every combination of small constants (R ≤ 3 regions, capacity C ≤ 6, lease size k ≤ 3,
@@ -273,14 +365,130 @@ fn small_constants_exhaustively() {
     assert_eq!(runs, 3 * 6 * 3 * 2 * 2 * 8);
 }
 
+/// Every combination of small constants for sliding windows (R ≤ 3 regions, L ≤ 6, k ≤ 3, f
+/// of 0 or 1/2, windows of 150 or 400 ms, clocks aligned or skewed), each over the same
+/// family of seeded schedules: aligned, held to the global estimator's bound; skewed, any
+/// span of `W` to the floors' and pool's span bounds summed, never above the global's.
+#[test]
+fn small_sliding_window_constants_exhaustively() {
+    let mut runs = 0;
+    for regions in 1..=3u64 {
+        for limit in 1..=6u64 {
+            for lease_units in 1..=3u64 {
+                for num in [0, 1] {
+                    for window_ms in [150, 400] {
+                        for aligned in [true, false] {
+                            for seed in 0..8u64 {
+                                let window_us = window_ms * 1000;
+                                let global = GlobalLimit::SlidingWindow { limit, window_us };
+                                let mut scenario =
+                                    random_scenario_on(global, Mode::PrePaid, seed, aligned);
+                                let mut rng = Rng::new(seed ^ 0x5eed);
+                                scenario.regions = (0..regions)
+                                    .map(|_| {
+                                        random_region(
+                                            &mut rng,
+                                            scenario.rho_ppm,
+                                            aligned,
+                                            3000 * MS,
+                                        )
+                                    })
+                                    .collect();
+                                scenario.lease_units = lease_units;
+                                scenario.fraction = Fraction { num, den: 2 };
+                                let split = scenario.split();
+                                assert!(
+                                    regional_span_limit(&split) <= span_limit(limit, window_us)
+                                );
+                                if aligned {
+                                    assert_within_bound(&scenario);
+                                } else {
+                                    let spans = Bound::Log {
+                                        limit: regional_span_limit(&split),
+                                        window_us,
+                                    };
+                                    let found = excess(spans, &run(&scenario).log());
+                                    assert_eq!(found.units, 0, "{found:?}: {scenario:?}");
+                                }
+                                runs += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(runs, 3 * 6 * 3 * 2 * 2 * 2 * 8);
+}
+
+/// The regional span bound (the floors' and the pool's own span bounds summed) never exceeds
+/// the global estimator's without drift (the ceilings `⌈2·L_i/W⌉` add up to at least
+/// `⌈2·L/W⌉`), nor with drift while `2L ≤ W`; with drift and `2L > W` the floors' derated
+/// windows can round their ceilings lower, by exactly [`regional_span_excess`].
+#[test]
+fn the_regional_span_bound_is_at_most_the_global_estimators() {
+    let mut derated_over = 0;
+    for limit in [1u64, 2, 7, 500, 999, 1000, 1001, 4000, 10_000] {
+        for window_us in [1000u64, 1001, 1999, 2000, 10_000] {
+            for weights in [vec![1], vec![1, 1], vec![3, 2, 1], vec![1, 1, 1, 1, 1]] {
+                for num in 0..=4 {
+                    for rho_ppm in [0u64, 1, 50_000] {
+                        let global = GlobalLimit::SlidingWindow { limit, window_us };
+                        let split = redis_ratelimit_regions::limit::split(
+                            global,
+                            Fraction { num, den: 4 },
+                            &weights,
+                            rho_ppm,
+                            Mode::PrePaid,
+                            0,
+                        );
+                        let regional = regional_span_limit(&split);
+                        let single = span_limit(limit, window_us);
+                        assert_eq!(
+                            regional.saturating_sub(single),
+                            regional_span_excess(global, &split)
+                        );
+                        if rho_ppm == 0 || 2 * limit <= window_us {
+                            assert!(
+                                regional <= single,
+                                "{limit}/{window_us} µs {weights:?} {num}/4 ρ {rho_ppm}: {regional} > {single}"
+                            );
+                        }
+                        derated_over += u64::from(regional > single);
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "derated floors over the global span bound in {derated_over} splits (all with 2L > W)"
+    );
+    assert!(derated_over > 0);
+    // 1001 per ms, all of it one region's floor, derated 5 %: the floor's window of 1050 µs
+    // rounds `2 × 1001 / 1050` up to 2 where the global rounds `2 × 1001 / 1000` up to 3.
+    let global = GlobalLimit::SlidingWindow {
+        limit: 1001,
+        window_us: 1000,
+    };
+    let whole = Fraction { num: 1, den: 1 };
+    let split =
+        redis_ratelimit_regions::limit::split(global, whole, &[1], 50_000, Mode::PrePaid, 0);
+    assert_eq!(
+        (regional_span_limit(&split), span_limit(1001, 1000)),
+        (2000, 1999)
+    );
+    assert_eq!(regional_span_excess(global, &split), 1);
+}
+
 /// The random schedules have teeth: the broken variants (carryover, leases outliving T, a
 /// sliding log pool counting leased entries for W rather than W + T, in-flight calls on a
-/// leased slot outliving the lease, regions not derating for their drift)
+/// leased slot outliving the lease, sliding window leases outliving their home window,
+/// regions not derating for their drift)
 /// over-admit in some of them, and the leases carry real traffic.
 #[test]
 fn the_random_schedules_catch_the_broken_variants() {
     let (mut carryover_over, mut outliving_over, mut lease_units, mut all_units) = (0, 0, 0, 0);
-    let (mut log_over, mut slots_over, mut drift_over) = (0, 0, 0);
+    let (mut log_over, mut slots_over, mut drift_over, mut windows_over) = (0, 0, 0, 0);
     let mut worst_carryover = 0;
     for seed in 0..300u64 {
         let limit = GlobalLimit::TokenBucket {
@@ -328,13 +536,51 @@ fn the_random_schedules_catch_the_broken_variants() {
         };
         let stamped_at_grant = random_scenario(log, Mode::Carryover, seed);
         log_over += u64::from(excess(log.bound(), &run(&stamped_at_grant).log()).units > 0);
+        // Two regions, all of the quota pooled, each leasing the whole pool of 10 slots for
+        // calls held 300 ms, both saturating: the nearer region holds the pool (each refresh
+        // renews its holders) until it is cut from home; its holders then lapse at home and
+        // the other region leases them, while the calls the cut region gave leased slots
+        // just before its lease ended, allowed to outlive it, are still in flight.
         let in_flight = GlobalLimit::InFlight {
             limit: 10,
             hold_us: 300 * 1000,
         };
         let mut overstaying = random_scenario(in_flight, Mode::PrePaid, seed);
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        overstaying.give_back = false;
+        overstaying.hot_only = false;
+        overstaying.failovers.clear();
+        overstaying.fraction = Fraction { num: 0, den: 1 };
+        overstaying.lease_units = 10;
+        let first = overstaying.regions[0].clone();
+        overstaying.regions = vec![first.clone(), first];
+        for (index, region) in overstaying.regions.iter_mut().enumerate() {
+            region.link.delay_us = if index == 0 { 5 * MS } else { 40 * MS };
+            region.link.jitter_us = 0;
+            region.link.loss_per_mille = 0;
+            region.link.partitions.clear();
+            region.demand = (0..overstaying.duration_us / (5 * MS))
+                .map(|n| (n * 5 * MS, 3))
+                .collect();
+        }
+        overstaying.margin_us = overstaying.margin_us.max(100 * MS);
+        let lease_us = overstaying.lease_us();
+        let cut_from =
+            lease_us + i64::try_from(rng.below(u64::try_from(lease_us).unwrap())).unwrap();
+        overstaying.regions[0].link.partitions = vec![(cut_from, cut_from + 2 * lease_us)];
+        let mut holding = overstaying.clone();
         overstaying.bug.calls_outlive_leases = true;
         slots_over += u64::from(run(&overstaying).excess(in_flight).units > 0);
+        assert_within_bound(&holding);
+        holding.hot_only = true;
+        assert_within_bound(&holding);
+        let sliding = GlobalLimit::SlidingWindow {
+            limit: 20,
+            window_us: 500 * 1000,
+        };
+        let mut outliving_windows = random_scenario(sliding, Mode::PrePaid, seed);
+        outliving_windows.bug.leases_outlive_windows = true;
+        windows_over += u64::from(run(&outliving_windows).excess(sliding).units > 0);
         let mut drifting = random_scenario(limit, Mode::PrePaid, seed);
         drifting.bug.ignores_drift = true;
         drift_over += u64::from(run(&drifting).excess(limit).units > 0);
@@ -343,7 +589,7 @@ fn the_random_schedules_catch_the_broken_variants() {
         assert_within_bound(&correct);
     }
     eprintln!(
-        "carryover over-admits in {carryover_over}/300 (worst {worst_carryover}), leases outliving T in {outliving_over}/300, sliding log pools of window W (not W + T) in {log_over}/300, in-flight calls outliving their leased slot in {slots_over}/300, regions ignoring their drift in {drift_over}/300; leased units {lease_units} of {all_units}"
+        "carryover over-admits in {carryover_over}/300 (worst {worst_carryover}), leases outliving T in {outliving_over}/300, sliding log pools of window W (not W + T) in {log_over}/300, in-flight calls outliving their leased slot in {slots_over}/300, sliding window leases outliving their home window in {windows_over}/300, regions ignoring their drift in {drift_over}/300; leased units {lease_units} of {all_units}"
     );
     assert!(
         carryover_over > 0
@@ -351,6 +597,7 @@ fn the_random_schedules_catch_the_broken_variants() {
             && log_over > 0
             && slots_over > 0
             && drift_over > 0
+            && windows_over > 0
     );
     assert!(lease_units * 4 > all_units);
 }

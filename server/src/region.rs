@@ -213,6 +213,7 @@ pub async fn run(region: Arc<RegionConfig>, region_url: String, hot: Arc<HotKeys
                 pool: demand.pool.clone(),
                 lease_key: format!("{key}{}", region.lease_suffix),
                 lease_units: region.lease_units,
+                slot_holder: region.region.clone(),
             })
             .collect();
         match regions::refresh(home_con, local_con, &limits, &config).await {

@@ -235,7 +235,8 @@ pub struct RegionalOutcome {
 /// A region's call: its floor (`floor_name`, checked against `floor`, of the floor's cost),
 /// then, if the floor denies, the lease in `lease_name`. Both keys are opened and checked
 /// before anything is decided; then exactly one of them is written: the floor's commit when
-/// the floor admitted, or the lease's units left when the lease paid.
+/// the floor admitted, or the lease's units left when the lease paid. An in-flight call's
+/// holder is the floor's commit whichever admitted it (its lease is only read).
 pub fn regional(
     call: &Call<'_>,
     event: &CStr,
@@ -255,12 +256,9 @@ pub fn regional(
         allowed: admission.allowed,
         why: admission.why,
         floor: granted.evaluation.decision,
-        lease_units: admission
-            .lease
-            .or(held)
-            .map_or(0, |lease| lease.live_units(now_us)),
+        lease_units: admission.lease_units,
     };
-    if let (Why::Floor, Some(commit)) = (admission.why, granted.evaluation.commit) {
+    if let Some(commit) = granted.evaluation.commit {
         effects::commit_one(call, event, floor_key, commit)?;
     }
     if let Some(left) = admission.lease {

@@ -96,6 +96,10 @@ struct Backends {
     clocked: ClockedServer,
     module: redis::Connection,
     library: redis::Connection,
+    /// How often the module's replies to in-flight regional calls said each why: the
+    /// traces must reach the floor, the lease and each refusal, or their agreement says
+    /// little.
+    in_flight_whys: std::collections::BTreeMap<String, u64>,
 }
 
 impl Backends {
@@ -112,6 +116,7 @@ impl Backends {
             clocked,
             module,
             library,
+            in_flight_whys: Default::default(),
         })
     }
 
@@ -137,6 +142,17 @@ impl Backends {
             };
             if module != library {
                 return Some((index, module, library));
+            }
+            let in_flight = call.command == "RL.REGIONAL"
+                && call
+                    .args
+                    .first()
+                    .is_some_and(|name| name.eq_ignore_ascii_case("CONCURRENCY"));
+            if let (true, Ok(redis::Value::Array(fields))) = (in_flight, &module.reply)
+                && let Some(redis::Value::BulkString(why)) = fields.get(5)
+            {
+                let why = String::from_utf8_lossy(why).into_owned();
+                *self.in_flight_whys.entry(why).or_default() += 1;
             }
         }
         None
@@ -252,6 +268,19 @@ fn agree_on(seeds: &[u64], name: &str, make: impl Fn(u64) -> Vec<Step>) {
             );
         }
         calls += steps.len();
+    }
+    if !backends.in_flight_whys.is_empty() {
+        println!(
+            "conformance: in-flight regional replies by why: {:?}",
+            backends.in_flight_whys
+        );
+        for why in ["floor", "lease", "lease_exhausted", "home_unreachable"] {
+            assert!(
+                backends.in_flight_whys.contains_key(why),
+                "no in-flight regional call said {why}: {:?}",
+                backends.in_flight_whys
+            );
+        }
     }
     println!(
         "conformance: {calls} {name}calls to each backend agreed (replies, PTTL, PEXPIRETIME) in {:.1} s",

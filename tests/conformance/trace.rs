@@ -358,9 +358,47 @@ fn lease_key(rng: &mut Rng) -> String {
     format!("{{t}}lease:{}", rng.below(2))
 }
 
+/// `RL.REGIONAL floor lease CONCURRENCY limit holder ttl_ms`: a region's in-flight call,
+/// mostly on one small floor whose holders outgrow it (so calls reach the lease, some with
+/// ttls past its end, and renew), now and then malformed.
+fn regional_in_flight_call(rng: &mut Rng) -> Call {
+    let floor = if rng.chance(90) {
+        format!("{{t}}floor-{CONCURRENCY}")
+    } else {
+        key(rng, CONCURRENCY)
+    };
+    let lease = if rng.chance(2) {
+        floor.clone()
+    } else {
+        lease_key(rng)
+    };
+    let mut args = vec![
+        rng.pick(&["CONCURRENCY", "concurrency"]).to_string(),
+        rng.pick(&["1", "2"]).to_string(),
+        format!("h{}", rng.below(6)),
+        rng.pick(&["50", "1000", "2500", "30000", "3600000"])
+            .to_string(),
+    ];
+    match rng.below(100) {
+        0..=2 => {
+            args.pop();
+        }
+        3..=4 => args.push("1".into()),
+        5 => args[2] = String::new(),
+        6 => args[3] = "0".into(),
+        _ => {}
+    }
+    Call {
+        command: "RL.REGIONAL",
+        function: "rl_regional",
+        keys: vec![floor, lease],
+        args,
+    }
+}
+
 /// `RL.REGIONAL floor lease ALGORITHM <parameters> [cost]`, a floor of any algorithm but
-/// in-flight limits (now and then refused: an in-flight floor, an option after the cost,
-/// the same key twice).
+/// in-flight limits (those: [`regional_in_flight_call`]; now and then refused: an in-flight
+/// floor without a holder, an option after the cost, the same key twice).
 fn regional_call(rng: &mut Rng) -> Call {
     let (family, name) = algorithm_name(rng);
     // Mostly a small floor of its own, soon spent, so that calls reach the lease; now and
@@ -441,10 +479,17 @@ fn region_lease_call(rng: &mut Rng, now_us: i64) -> Call {
 
 /// A region's random call at `now_us` (the instant it will be made at).
 pub fn random_call_at(rng: &mut Rng, now_us: i64) -> Call {
-    if rng.chance(55) {
-        regional_call(rng)
-    } else {
-        region_lease_call(rng, now_us)
+    match rng.below(100) {
+        0..=34 => regional_call(rng),
+        35..=54 => regional_in_flight_call(rng),
+        // The in-flight floor's slots back, leased or not.
+        55..=59 => single(
+            "RL.RELEASE",
+            "rl_release",
+            format!("{{t}}floor-{CONCURRENCY}"),
+            vec![format!("h{}", rng.below(6))],
+        ),
+        _ => region_lease_call(rng, now_us),
     }
 }
 

@@ -60,7 +60,8 @@ fn server_ms(con: &mut redis::Connection) -> i64 {
     seconds * 1_000 + micros / 1_000
 }
 
-/// The floors every algorithm but in-flight limits can be: 2 units, slow to come back.
+/// The floors every algorithm but in-flight limits can be (those: below): 2 units, slow to
+/// come back.
 const FLOORS: &[&[&str]] = &[
     &["TOKENBUCKET", "2", "0.001"],
     &["SLIDING", "2", "86400"],
@@ -146,6 +147,113 @@ fn the_floor_then_the_lease_then_why_not_and_replicas_hold_the_same() {
     assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
     let stats: String = redis::cmd("INFO").arg("ratelimit").query(&mut con).unwrap();
     assert!(stats.contains("ratelimit_regional_admitted:"), "{stats}");
+}
+
+/// An in-flight call: `RL.REGIONAL floor lease CONCURRENCY limit holder ttl_ms`, the reply's
+/// admitted, why and free leased slots.
+fn in_flight(
+    con: &mut redis::Connection,
+    keys: (&str, &str),
+    limit: &str,
+    holder: &str,
+    ttl_ms: &str,
+) -> (i64, String, i64) {
+    let reply = regional(con, keys.0, keys.1, &["CONCURRENCY", limit, holder, ttl_ms]);
+    (reply.fields[0], reply.why, reply.lease_units)
+}
+
+fn free_slots(con: &mut redis::Connection, floor: &str, limit: u64) -> i64 {
+    let reply: Vec<i64> = redis::cmd("RL.PEEK")
+        .arg(floor)
+        .arg("CONCURRENCY")
+        .arg(limit)
+        .query(con)
+        .unwrap();
+    reply[1]
+}
+
+#[test]
+fn in_flight_calls_take_the_floor_then_leased_slots_ending_by_the_lease() {
+    let (primary, replica) = primary_and_replica();
+    let mut con = primary.conn();
+    let keys = ("{i}floor", "{i}lease");
+    let call = |con: &mut redis::Connection, holder: &str, ttl_ms: &str| {
+        in_flight(con, keys, "1", holder, ttl_ms)
+    };
+    // No lease yet: the floor alone (a holder renews, never counted twice), then home is
+    // unreachable.
+    assert_eq!(call(&mut con, "a", "60000"), (1, "floor".into(), 0));
+    assert_eq!(call(&mut con, "a", "60000"), (1, "floor".into(), 0));
+    assert_eq!(
+        call(&mut con, "b", "1000"),
+        (0, "home_unreachable".into(), 0)
+    );
+    // A lease of 2 slots for 30 s: a call whose holder would outlive it is refused.
+    let end_ms = server_ms(&mut con) + 30_000;
+    assert_eq!(install(&mut con, keys.1, 2, end_ms), 0);
+    assert_eq!(
+        call(&mut con, "b", "60000"),
+        (0, "lease_exhausted".into(), 2)
+    );
+    assert_eq!(call(&mut con, "b", "1000"), (1, "lease".into(), 1));
+    assert_eq!(call(&mut con, "c", "1000"), (1, "lease".into(), 0));
+    assert_eq!(
+        call(&mut con, "b", "2000"),
+        (1, "lease".into(), 0),
+        "a renewal"
+    );
+    assert_eq!(
+        call(&mut con, "d", "1000"),
+        (0, "lease_exhausted".into(), 0)
+    );
+    let denied = regional(&mut con, keys.0, keys.1, &["CONCURRENCY", "1", "d", "1000"]);
+    // The floor as it stands: no slot, free again once all three holders go (the floor's
+    // own, a minute long, last), its limit.
+    assert_eq!((denied.fields[1], denied.fields[4]), (0, 1));
+    assert!(
+        denied.fields[2] > 50_000 && denied.fields[3] >= denied.fields[2],
+        "{denied:?}"
+    );
+    // Every holder lives in the floor's key; the lease is only read.
+    assert_eq!(free_slots(&mut con, keys.0, 10), 7);
+    let units: String = redis::cmd("GET").arg(keys.1).query(&mut con).unwrap();
+    assert_eq!(
+        (units.as_str(), pexpiretime(&mut con, keys.1)),
+        ("2", end_ms)
+    );
+    // A release gives the leased slot back.
+    let released: i64 = redis::cmd("RL.RELEASE")
+        .arg(keys.0)
+        .arg("c")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+    assert_eq!(call(&mut con, "d", "1000"), (1, "lease".into(), 0));
+    let keys = vec![keys.0.to_string(), keys.1.to_string()];
+    assert_eq!(wait_replicas(&mut con), 1);
+    let mut replica_con = replica.conn();
+    assert!(caught_up(&mut con, &mut replica_con));
+    assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
+}
+
+#[test]
+fn an_in_flight_lease_lapses_and_the_floor_decides_alone() {
+    let server = Server::start(&[]);
+    let mut con = server.conn();
+    let keys = ("{j}floor", "{j}lease");
+    assert_eq!(in_flight(&mut con, keys, "1", "a", "60000").1, "floor");
+    let end_ms = server_ms(&mut con) + 500;
+    install(&mut con, keys.1, 1, end_ms);
+    assert_eq!(in_flight(&mut con, keys, "1", "b", "100").1, "lease");
+    assert!(wait_until(Duration::from_secs(5), || {
+        in_flight(&mut con, keys, "1", "c", "1").1 == "home_unreachable"
+    }));
+    assert!(server_ms(&mut con) >= end_ms, "lapsed only at its end");
+    assert_eq!(
+        free_slots(&mut con, keys.0, 1),
+        0,
+        "the floor's own holder stays"
+    );
 }
 
 #[test]
@@ -264,7 +372,31 @@ fn bad_arguments_and_other_types_change_nothing() {
                 b"5",
                 b"60",
             ],
-            "ERR an in-flight limit cannot be a regional floor (RL.REGIONAL takes TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG or GCRA)",
+            "ERR wrong number of arguments for 'rl.regional' command",
+        ),
+        (
+            vec![
+                b"RL.REGIONAL",
+                b"{e}limiter",
+                b"{e}l",
+                b"CONCURRENCY",
+                b"5",
+                b"h",
+                b"60",
+            ],
+            "ERR key holds a fixed window, not an in-flight limit: use the matching command or delete the key",
+        ),
+        (
+            vec![
+                b"RL.REGIONAL",
+                b"{e}f",
+                b"{e}text",
+                b"CONCURRENCY",
+                b"5",
+                b"h",
+                b"60",
+            ],
+            not_a_lease,
         ),
         (
             vec![b"RL.REGIONAL", b"{e}f", b"{e}l", b"FIXED", b"0", b"60"],
@@ -333,6 +465,17 @@ fn an_aof_replays_floors_and_leases_exactly() {
         keys.push(floor_key);
         keys.push(lease_key);
     }
+    // An in-flight floor: a holder on the floor, two on the lease, one renewed.
+    let in_flight_keys = ("{ai}floor", "{ai}lease");
+    install(&mut con, in_flight_keys.1, 2, end_ms);
+    for holder in ["a", "b", "c", "b"] {
+        assert_eq!(
+            in_flight(&mut con, in_flight_keys, "1", holder, "300000").0,
+            1
+        );
+    }
+    keys.push(in_flight_keys.0.to_string());
+    keys.push(in_flight_keys.1.to_string());
     let before = snapshot(&mut con, &keys);
     std::thread::sleep(Duration::from_millis(1100));
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();

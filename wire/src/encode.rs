@@ -125,7 +125,7 @@ impl fmt::Display for EncodeError {
             }
             EncodeError::KeysAndLimits => "one key per limit",
             EncodeError::NotAFloor => {
-                "a regional floor is a limit of units, taken whole and unpaced (not in-flight, no MAXWAIT)"
+                "a policy's regional floor is a limit of units, taken whole and unpaced (not in-flight: RL.REGIONAL's CONCURRENCY form is not encoded here; no MAXWAIT)"
             }
         })
     }

@@ -94,6 +94,7 @@ pub fn run(without_prepay: bool) -> Vec<Burst> {
                     pool,
                     lease_key: format!("{{{}}}lease", limit.name),
                     lease_units: LEASES[region],
+                    slot_holder: format!("r{region}"),
                 }
             })
             .collect()

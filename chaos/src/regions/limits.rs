@@ -8,6 +8,9 @@ use redis_ratelimit_client::{Algorithm, Rate};
 
 use crate::catalogue::Shape;
 
+/// The word of an in-flight floor's words the load replaces with each call's holder.
+pub const HOLDER: &str = "{holder}";
+
 /// How a limit's pool is sized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -20,6 +23,9 @@ pub enum Mode {
     /// Sliding log, pool a log of window `W` stamped at the grant (leases are not stamped
     /// at their expiry yet): no bound is claimed, the figure is reported.
     LogAtGrant,
+    /// In-flight: pooled slots leased as holders of home's pool living `T`, a leased slot
+    /// given only to a call ending by the lease's end; held to 0 holders beyond `L`.
+    Holders,
     /// Sliding log, pool a log of window `W + T` stamped at the grant: every leased unit
     /// counted for at least `W` after it was spent, the model's stand-in for entries stamped
     /// at the lease's expiry; held to 0.
@@ -34,6 +40,7 @@ impl Mode {
             Mode::HomeWindow => "leases end with the home window",
             Mode::LogAtGrant => "pool window W, stamped at the grant",
             Mode::LogWidened => "pool window W + T, stamped at the grant",
+            Mode::Holders => "slots leased as pool holders living T",
         }
     }
 }
@@ -75,8 +82,10 @@ pub struct GlobalLimit {
     pub mode: Mode,
 }
 
-/// The run's limits: every algorithm of the model but in-flight limits, both modes where
-/// they differ. Quotas of 80 per 2 s (or 80 at 40/s), so that a region's floor is whole.
+/// The run's limits: every algorithm of the model, both modes where they differ. Quotas of
+/// 80 per 2 s (or 80 at 40/s), so that a region's floor is whole; an in-flight limit of 20
+/// slots, each call holding its slot 300 ms (never released: its holder expires), so the
+/// offered load keeps about 24 calls in flight, the hot region 17 beyond its floor of 7.
 pub fn limits() -> Vec<GlobalLimit> {
     let bucket = Shape::TokenBucket {
         capacity: 80,
@@ -130,6 +139,14 @@ pub fn limits() -> Vec<GlobalLimit> {
             name: "slog-widened",
             shape: log,
             mode: Mode::LogWidened,
+        },
+        GlobalLimit {
+            name: "inflight",
+            shape: Shape::Concurrency {
+                limit: 20,
+                ttl_ms: 300,
+            },
+            mode: Mode::Holders,
         },
     ]
 }
@@ -190,9 +207,14 @@ impl GlobalLimit {
             ],
             Shape::FixedWindow { .. } => vec!["FIXED".into(), quota.to_string(), window_s],
             Shape::SlidingWindow { .. } => vec!["SLIDING".into(), quota.to_string(), window_s],
-            Shape::SlidingLog { .. } | Shape::Concurrency { .. } => {
-                vec!["SLIDINGLOG".into(), quota.to_string(), window_s]
-            }
+            Shape::SlidingLog { .. } => vec!["SLIDINGLOG".into(), quota.to_string(), window_s],
+            // The holder is each call's own: the load puts it in place of `HOLDER`.
+            Shape::Concurrency { ttl_ms, .. } => vec![
+                "CONCURRENCY".into(),
+                quota.to_string(),
+                HOLDER.into(),
+                ttl_ms.to_string(),
+            ],
         }
     }
 
@@ -225,6 +247,8 @@ impl GlobalLimit {
                 .and_then(|rate| Algorithm::token_bucket_with_rate(quota, rate)),
             Shape::Gcra { .. } => Algorithm::gcra(quota - 1, rate, Duration::from_secs(1)),
             Shape::FixedWindow { .. } => Algorithm::fixed_window(quota, self.window()),
+            // The agent asks its slots for `T` whatever ttl the pool was given.
+            Shape::Concurrency { .. } => Algorithm::concurrency(quota, self.window()),
             _ => {
                 let window = if self.mode == Mode::LogWidened {
                     self.window() + split.lifetime()
@@ -241,7 +265,7 @@ impl GlobalLimit {
     /// carryover's `min(2·Σk, ⌈(1 − f)·r·T⌉)`, `None` where no bound is claimed.
     pub fn allowed_excess(&self, split: &Split, lease_units: &[u64]) -> Option<u64> {
         match self.mode {
-            Mode::PrePaid | Mode::HomeWindow | Mode::LogWidened => Some(0),
+            Mode::PrePaid | Mode::HomeWindow | Mode::LogWidened | Mode::Holders => Some(0),
             Mode::LogAtGrant => None,
             Mode::Carryover => {
                 let (_, rate) = self.quota_and_rate();

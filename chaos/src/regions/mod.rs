@@ -32,6 +32,7 @@ use redis_ratelimit_client::regions::{
 use redis_ratelimit_testkit::sentinel::Sentinel;
 use redis_ratelimit_testkit::server::{Server, info_field, wait_until};
 
+use crate::catalogue::Shape;
 use crate::proxy::{Direction, Latency, LinkFault, Proxy};
 use crate::record::now_us;
 use limits::{GlobalLimit, Split};
@@ -81,6 +82,20 @@ pub struct Admission {
     pub limit: usize,
     /// Whether the lease (not the floor) admitted it.
     pub leased: bool,
+}
+
+/// A call's holder for an in-flight floor's words: the region's and the call's number.
+fn with_holder(words: &[String], region: usize, call: u64) -> Vec<String> {
+    words
+        .iter()
+        .map(|word| {
+            if word == limits::HOLDER {
+                format!("r{region}-{call}")
+            } else {
+                word.clone()
+            }
+        })
+        .collect()
 }
 
 /// A fault the run injected: `[from_us, to_us]` and what.
@@ -152,6 +167,15 @@ pub fn lease_units(limit: &GlobalLimit, offered_per_s: &[u64; 3]) -> Vec<u64> {
     };
     (0..3)
         .map(|region| {
+            // An in-flight pool's slots are held, not spent: the hot region asks for all of
+            // them (each a holder a refresh renews), a cold one for its share.
+            if matches!(limit.shape, Shape::Concurrency { .. }) {
+                return if region == 0 {
+                    pool_quota
+                } else {
+                    per_period(region)
+                };
+            }
             if region == 0 {
                 let (_, floor_rate) = limit.floor(&SPLIT, 0);
                 let floor_rate = if floor_rate == 0 {
@@ -262,6 +286,7 @@ pub fn run(options: &Options) -> Outcome {
                 pool: limit.pool_algorithm(&SPLIT),
                 lease_key: format!("{{{}}}lease", limit.name),
                 lease_units: units[region],
+                slot_holder: format!("r{region}"),
             })
             .collect();
         let links: Vec<(u16, SocketAddr)> = proxies[region]
@@ -552,7 +577,8 @@ async fn load(
         ticks.tick().await;
         let mut pipe = redis::pipe();
         for words in &limits {
-            pipe.cmd("RL.REGIONAL").arg(words.as_slice());
+            pipe.cmd("RL.REGIONAL")
+                .arg(with_holder(words, region, stats.calls).as_slice());
         }
         let send_us = now_us();
         let started = Instant::now();

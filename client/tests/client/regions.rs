@@ -34,12 +34,14 @@ fn hot_limits() -> Vec<HotLimit> {
             pool: Algorithm::token_bucket(10, HOUR).unwrap(),
             lease_key: "{api}lease".into(),
             lease_units: 4,
+            slot_holder: "eu".into(),
         },
         HotLimit {
             pool_key: "pool:gc".into(),
             pool: Algorithm::gcra(9, 1, HOUR).unwrap(),
             lease_key: "{gc}lease".into(),
             lease_units: 4,
+            slot_holder: "eu".into(),
         },
     ]
 }
@@ -211,6 +213,7 @@ async fn a_fixed_window_lease_ends_with_the_home_window_it_was_granted_in() {
         pool: Algorithm::fixed_window(10, Duration::from_secs(60)).unwrap(),
         lease_key: "{fw}lease".into(),
         lease_units: 4,
+        slot_holder: "eu".into(),
     }];
     let (seconds, micros): (i64, i64) =
         redis::cmd("TIME").query_async(&mut home_con).await.unwrap();
@@ -465,6 +468,7 @@ async fn a_sliding_log_pools_lease_is_counted_at_home_for_w_plus_t() {
         pool: Algorithm::sliding_log(4, window).unwrap(),
         lease_key: "{log}lease".into(),
         lease_units: 3,
+        slot_holder: "eu".into(),
     }];
     let config = config(0);
     let lifetime_ms = (config.period + config.margin).as_millis() as i64;
@@ -546,4 +550,142 @@ async fn a_stalled_region_fails_the_refresh_within_the_lease_lifetime() {
     drop(stalled);
     assert!(matches!(refresh, Err(AgentError::Region(_))), "{refresh:?}");
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// An in-flight call on the region: `RL.REGIONAL floor lease CONCURRENCY 1 holder ttl_ms`
+/// (the module's, or the library's `FCALL`): (allowed, why, leased slots free).
+async fn in_flight_call(
+    region: &mut redis::aio::MultiplexedConnection,
+    form: ServerForm,
+    holder: &str,
+    ttl_ms: u64,
+) -> (i64, String, i64) {
+    let mut cmd = match form {
+        ServerForm::Module => redis::cmd("RL.REGIONAL"),
+        ServerForm::Functions => {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg("rl_regional").arg(2);
+            cmd
+        }
+    };
+    let reply: Value = cmd
+        .arg("{cc}floor")
+        .arg("{cc}lease")
+        .arg("CONCURRENCY")
+        .arg(1)
+        .arg(holder)
+        .arg(ttl_ms)
+        .query_async(region)
+        .await
+        .unwrap();
+    let Value::Array(fields) = reply else {
+        panic!("{reply:?}")
+    };
+    let (Value::Int(allowed), Value::BulkString(why), Value::Int(free)) =
+        (&fields[0], &fields[5], &fields[6])
+    else {
+        panic!("{fields:?}")
+    };
+    (*allowed, String::from_utf8(why.clone()).unwrap(), *free)
+}
+
+/// Two regions lease one in-flight pool of 3 slots, 2 at a time, each slot a pool holder
+/// `<region>:<i>` living `T`: a refresh renews a region's holders (never more of them), the
+/// other region gets what is left, and a region gives a leased slot only to a call ending by
+/// the lease's end; the module's commands and the library's `FCALL` forms alike.
+#[tokio::test]
+async fn an_in_flight_pool_is_leased_as_holders_that_each_refresh_renews() {
+    for form in [ServerForm::Module, ServerForm::Functions] {
+        let start = |args| match form {
+            ServerForm::Module => Server::start(args),
+            ServerForm::Functions => Server::start_without_module(args),
+        };
+        let (home, eu, us) = (start(&[]), start(&[]), start(&[]));
+        let mut home_con = home.async_conn_untimed().await;
+        let mut eu_con = eu.async_conn_untimed().await;
+        let mut us_con = us.async_conn_untimed().await;
+        if form == ServerForm::Functions {
+            for con in [&mut home_con, &mut eu_con, &mut us_con] {
+                load_library(con).await;
+            }
+        }
+        let config = AgentConfig {
+            home: form,
+            region: form,
+            ..config(0)
+        };
+        let pool = |slot_holder: &str| HotLimit {
+            pool_key: "pool:cc".into(),
+            pool: Algorithm::concurrency(3, Duration::from_secs(1)).unwrap(),
+            lease_key: "{cc}lease".into(),
+            lease_units: 2,
+            slot_holder: slot_holder.into(),
+        };
+        let (eu_pool, us_pool) = (vec![pool("eu")], vec![pool("us")]);
+        let first = regions::refresh(&mut home_con, &mut eu_con, &eu_pool, &config)
+            .await
+            .unwrap();
+        assert_eq!(
+            (first.granted.as_slice(), first.replaced.as_slice()),
+            (&[2][..], &[Some(0)][..])
+        );
+        let again = regions::refresh(&mut home_con, &mut eu_con, &eu_pool, &config)
+            .await
+            .unwrap();
+        assert_eq!(
+            again.granted,
+            [2],
+            "{form:?}: the same two holders, renewed"
+        );
+        let other = regions::refresh(&mut home_con, &mut us_con, &us_pool, &config)
+            .await
+            .unwrap();
+        assert_eq!(other.granted, [1], "{form:?}: what the first region left");
+        // Home holds the three, living T = P + a (65 s) from the last grant.
+        let holders: Value = match form {
+            ServerForm::Module => redis::cmd("RL.PEEK")
+                .arg("pool:cc")
+                .arg("CONCURRENCY")
+                .arg(3)
+                .query_async(&mut home_con)
+                .await
+                .unwrap(),
+            ServerForm::Functions => redis::cmd("FCALL")
+                .arg("rl_peek")
+                .arg(1)
+                .arg("pool:cc")
+                .arg("CONCURRENCY")
+                .arg(3)
+                .query_async(&mut home_con)
+                .await
+                .unwrap(),
+        };
+        let Value::Array(fields) = holders else {
+            panic!("{holders:?}")
+        };
+        let (Value::Int(free), Value::Int(reset_ms)) = (&fields[1], &fields[3]) else {
+            panic!("{fields:?}")
+        };
+        assert_eq!(*free, 0, "{form:?}: no slot left at home");
+        assert!(
+            (60_000..=65_000).contains(reset_ms),
+            "{form:?}: the last holder ends T after its grant: {reset_ms} ms"
+        );
+        // The first region: its floor's slot, then its two leased slots for calls ending
+        // by the lease's end (T derated: 64.935 s), then none.
+        let calls = [
+            ("a", 60_000, (1, "floor", 2)),
+            ("b", 70_000, (0, "lease_exhausted", 2)),
+            ("b", 60_000, (1, "lease", 1)),
+            ("c", 60_000, (1, "lease", 0)),
+            ("d", 1_000, (0, "lease_exhausted", 0)),
+        ];
+        for (holder, ttl_ms, (allowed, why, free)) in calls {
+            assert_eq!(
+                in_flight_call(&mut eu_con, form, holder, ttl_ms).await,
+                (allowed, why.to_string(), free),
+                "{form:?}: {holder} for {ttl_ms} ms"
+            );
+        }
+    }
 }

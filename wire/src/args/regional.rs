@@ -7,11 +7,12 @@
 //! such a string.
 
 use super::call::with_cost;
+use super::quota;
 use super::value::{Settings, algorithm};
 use crate::error::{ArgError, CommandError, Rule};
 use std::ffi::CStr;
 
-use redis_ratelimit_core::kinds::{Kind, Quota, or_list};
+use redis_ratelimit_core::kinds::{Kind, Quota};
 use redis_ratelimit_core::number::{NumberError, parse_positive_integer};
 use redis_ratelimit_core::regional::Why;
 use redis_ratelimit_core::time::{MAX_NOW_US, US_PER_MS};
@@ -30,28 +31,14 @@ pub const SAME_KEY: CommandError = CommandError::Message(
     "ERR RL.REGIONAL needs two keys: the floor's limiter and the lease (the same key was given twice)",
 );
 
-/// Whether a kind's quota can be leased by regions: every kind but the in-flight limit.
-fn can_be_floor(kind: Kind) -> bool {
-    kind != Kind::Concurrency
-}
-
 /// `ALGORITHM <parameters> [cost]` of `RL.REGIONAL` after its two keys: the floor's quota,
-/// of the call's cost. In-flight limits are refused: their pooled slots are leased as
-/// holders, not as units of a balance.
+/// of the call's cost; for an in-flight floor `CONCURRENCY limit holder ttl_ms`, `RL.ACQUIRE`'s
+/// arguments (a call takes one slot: no cost).
 pub fn floor(args: &[&[u8]], settings: Settings) -> Result<Quota, CommandError> {
     let (name, rest) = args.split_first().ok_or(CommandError::WrongArity)?;
     let kind = algorithm(name)?;
-    if !can_be_floor(kind) {
-        return Err(CommandError::Dynamic(format!(
-            "ERR {} cannot be a regional floor (RL.REGIONAL takes {})",
-            kind.describe(),
-            or_list(
-                Kind::ALL
-                    .iter()
-                    .filter(|k| can_be_floor(**k))
-                    .filter_map(|k| k.command_name())
-            )
-        )));
+    if kind == Kind::Concurrency {
+        return quota::acquire(rest, settings.max_holders);
     }
     match with_cost(kind, rest, settings)? {
         (quota, []) => Ok(quota),
@@ -194,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn a_floor_is_any_algorithm_but_in_flight_with_a_cost() {
+    fn a_floor_is_any_algorithm_with_a_cost_or_an_in_flight_acquire() {
         let quota = floor(&words("TOKENBUCKET 10 1 3"), SETTINGS).unwrap();
         assert_eq!((quota.kind(), quota.cost()), (Kind::TokenBucket, 3));
         let quota = floor(&words("gcra 5 10 60"), SETTINGS).unwrap();
@@ -203,27 +190,29 @@ mod tests {
             let quota = floor(&words(&format!("{kind} 10 60")), SETTINGS).unwrap();
             assert_eq!(quota.cost(), 1);
         }
+        // RL.ACQUIRE's arguments, parsed by its own parser.
+        let quota = floor(&words("concurrency 3 h1 1000"), SETTINGS).unwrap();
+        assert_eq!(
+            Ok(quota),
+            quota::acquire(&words("3 h1 1000"), SETTINGS.max_holders)
+        );
     }
 
     #[test]
     fn floor_errors_say_what_is_wrong() {
-        // The floor kinds the table lists; the released ones, in order, pinned as a prefix
-        // (a kind added later joins the list with no edit here).
-        let floors: Vec<&str> = Kind::ALL
-            .iter()
-            .filter(|kind| can_be_floor(**kind))
-            .filter_map(|kind| kind.command_name())
-            .collect();
-        assert_eq!(
-            floors[..5],
-            ["TOKENBUCKET", "SLIDING", "FIXED", "SLIDINGLOG", "GCRA"]
-        );
         assert_eq!(
             floor_error("CONCURRENCY 10 1000"),
-            format!(
-                "ERR an in-flight limit cannot be a regional floor (RL.REGIONAL takes {})",
-                or_list(floors)
-            )
+            "ERR wrong number of arguments"
+        );
+        assert_eq!(
+            floor_error("CONCURRENCY 10 h 1000 1"),
+            "ERR wrong number of arguments"
+        );
+        assert_eq!(
+            floor_error("CONCURRENCY 11 h 1000"),
+            quota::acquire(&words("11 h 1000"), SETTINGS.max_holders)
+                .unwrap_err()
+                .to_string()
         );
         // The ALGORITHM rule's text (pinned in full in `value.rs`'s tests).
         assert_eq!(

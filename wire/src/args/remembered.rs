@@ -10,7 +10,7 @@
 //! | `RL.PEEK`, `RL.REFUND` | after the key (the algorithm name included) | the settings |
 //! | `CL.THROTTLE` | after the key | none |
 //! | `RL.MULTI` | after the keys | the key count, the settings |
-//! | `RL.REGIONAL` | after the two keys | the settings |
+//! | `RL.REGIONAL` | after the two keys (an in-flight call's holder included: each holder a new parse) | the settings |
 //!
 //! `RL.ACQUIRE`, `RL.RELEASE` and `RL.REGIONLEASE` are not remembered (their holder changes with every call);
 //! the key names of `RL.MULTI` are checked outside the memo (repeats, types) and only name a
