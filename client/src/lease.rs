@@ -177,7 +177,7 @@ mod tests {
     use super::*;
 
     fn limits() -> Arc<LimitSet> {
-        Arc::new(LimitSet::new(Vec::new(), &[]))
+        Arc::new(LimitSet::new(Vec::new(), |_| 0))
     }
 
     fn expired(keys: &[String], units: u64) -> Vec<Expired> {

@@ -2,7 +2,8 @@
 //! whichever exporter it likes (Prometheus, StatsD, OpenTelemetry...).
 //!
 //! Labels are the policy name, never the rendered key: one series per tenant would be
-//! unbounded.
+//! unbounded. A limiter keeps the series it records per call as handles (`Handles`),
+//! so a check does not build, hash and look up a label set each time.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -19,8 +20,11 @@
 //! | `ratelimit_circuit_open` | gauge | none (1 while the breaker holds store calls back) |
 //! | `ratelimit_circuit_opened_total` | counter | none (times the breaker opened: a gauge scraped every 15 s misses a 0.5 s opening) |
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
+
+use metrics::{Counter, Histogram, Label};
 
 use crate::decision::Decision;
 
@@ -88,50 +92,148 @@ pub fn describe() {
     metrics::describe_counter!(CIRCUIT_OPENED, "Times the circuit breaker opened");
 }
 
-pub(crate) fn decision(decision: &Decision) {
-    metrics::counter!(
-        DECISIONS,
-        "policy" => Arc::clone(&decision.policy),
-        "outcome" => decision.outcome.as_str(),
-        "source" => decision.source.as_str(),
-        "backend" => decision.source.backend_label(),
-    )
-    .increment(1);
-    if let (true, Some(regional)) = (decision.source.is_store(), decision.regional()) {
-        metrics::counter!(
-            REGIONAL_DECISIONS,
-            "policy" => Arc::clone(&decision.policy),
-            "why" => regional.why_str(),
-        )
-        .increment(1);
+/// A series of one policy: the metric's name and its labels after `policy`, each a static
+/// (name, value) pair, unused places `("", "")`: what varies between a policy's series.
+type Series = (&'static str, [(&'static str, &'static str); 3]);
+
+/// No label in this place of a [`Series`].
+const NO_LABEL: (&str, &str) = ("", "");
+
+/// Policies whose series are kept as handles (past it, a new policy's are built from its
+/// labels at each call, as before): a job's label names its policy, and is the caller's to
+/// choose, so this is only a bound.
+const MAX_POLICIES: usize = 1_024;
+
+/// A registered series.
+#[derive(Clone)]
+enum Handle {
+    Counter(Counter),
+    Histogram(Histogram),
+}
+
+/// The series kept, and the recorder they were registered with.
+#[derive(Default)]
+struct Kept {
+    /// The address of the recorder the handles belong to (`metrics::with_recorder`'s: a
+    /// local recorder of this thread, else the global one, else the facade's no-op one).
+    recorder: usize,
+    by_policy: HashMap<Arc<str>, HashMap<Series, Handle>>,
+}
+
+/// The limiter's per-call metrics, kept as handles by policy and what varies (outcome,
+/// source, backend, op, kind...) once registered, instead of a label set built, hashed and
+/// looked up in the recorder at every call. The handles belong to the recorder in scope
+/// when they were registered; when a call finds another one in scope (a recorder installed
+/// after the first checks, or a test's local recorder), they are registered again with it,
+/// so every call is recorded where it was before. Kept per limiter, so they go with it: a
+/// recorder dropped while a limiter lives, and another made at the same address, is the
+/// one case that would not be told apart.
+#[derive(Default)]
+pub(crate) struct Handles {
+    kept: RwLock<Kept>,
+}
+
+/// The address of the recorder in scope (see [`Kept::recorder`]).
+fn recorder_address() -> usize {
+    metrics::with_recorder(|recorder| std::ptr::from_ref(recorder).cast::<()>().addr())
+}
+
+impl Handles {
+    /// Applies `record` to `policy`'s `series`: the kept handle, or one registered now (a
+    /// counter, or a histogram with `histogram`) and kept.
+    fn record(&self, policy: &Arc<str>, series: Series, histogram: bool, record: impl Fn(&Handle)) {
+        let recorder = recorder_address();
+        {
+            let kept = self.kept.read().unwrap_or_else(PoisonError::into_inner);
+            let handle = (kept.recorder == recorder)
+                .then(|| kept.by_policy.get(&**policy)?.get(&series))
+                .flatten();
+            if let Some(handle) = handle {
+                record(handle);
+                return;
+            }
+        }
+        let (name, pairs) = series;
+        let labels: Vec<Label> = std::iter::once(Label::new("policy", Arc::clone(policy)))
+            .chain(
+                pairs
+                    .into_iter()
+                    .filter(|pair| *pair != NO_LABEL)
+                    .map(|(key, value)| Label::from_static_parts(key, value)),
+            )
+            .collect();
+        let handle = if histogram {
+            Handle::Histogram(metrics::histogram!(name, labels))
+        } else {
+            Handle::Counter(metrics::counter!(name, labels))
+        };
+        record(&handle);
+        let mut kept = self.kept.write().unwrap_or_else(PoisonError::into_inner);
+        if kept.recorder != recorder {
+            kept.by_policy.clear();
+            kept.recorder = recorder;
+        }
+        if kept.by_policy.len() < MAX_POLICIES || kept.by_policy.contains_key(&**policy) {
+            kept.by_policy
+                .entry(Arc::clone(policy))
+                .or_default()
+                .insert(series, handle);
+        }
     }
-}
 
-pub(crate) fn store_latency(policy: &Arc<str>, op: &'static str, elapsed: Duration) {
-    metrics::histogram!(STORE_LATENCY, "policy" => Arc::clone(policy), "op" => op)
-        .record(elapsed.as_secs_f64());
-}
+    /// Adds `value` to a counter of `policy`.
+    fn count(&self, policy: &Arc<str>, series: Series, value: u64) {
+        self.record(policy, series, false, |handle| {
+            if let Handle::Counter(counter) = handle {
+                counter.increment(value);
+            }
+        });
+    }
 
-pub(crate) fn store_error(policy: &Arc<str>, kind: &'static str) {
-    metrics::counter!(STORE_ERRORS, "policy" => Arc::clone(policy), "kind" => kind).increment(1);
-}
+    pub(crate) fn decision(&self, decision: &Decision) {
+        let labels = [
+            ("outcome", decision.outcome.as_str()),
+            ("source", decision.source.as_str()),
+            ("backend", decision.source.backend_label()),
+        ];
+        self.count(&decision.policy, (DECISIONS, labels), 1);
+        if let (true, Some(regional)) = (decision.source.is_store(), decision.regional()) {
+            let labels = [("why", regional.why_str()), NO_LABEL, NO_LABEL];
+            self.count(&decision.policy, (REGIONAL_DECISIONS, labels), 1);
+        }
+    }
 
-pub(crate) fn lease_claimed(policy: &Arc<str>, units: u64) {
-    metrics::counter!(LEASE_CLAIMS, "policy" => Arc::clone(policy)).increment(1);
-    metrics::counter!(LEASE_UNITS_CLAIMED, "policy" => Arc::clone(policy)).increment(units);
-}
+    pub(crate) fn store_latency(&self, policy: &Arc<str>, op: &'static str, elapsed: Duration) {
+        let series = (STORE_LATENCY, [("op", op), NO_LABEL, NO_LABEL]);
+        self.record(policy, series, true, |handle| {
+            if let Handle::Histogram(histogram) = handle {
+                histogram.record(elapsed.as_secs_f64());
+            }
+        });
+    }
 
-pub(crate) fn lease_refunded(policy: &Arc<str>, units: u64) {
-    metrics::counter!(LEASE_UNITS_REFUNDED, "policy" => Arc::clone(policy)).increment(units);
-}
+    pub(crate) fn store_error(&self, policy: &Arc<str>, kind: &'static str) {
+        let series = (STORE_ERRORS, [("kind", kind), NO_LABEL, NO_LABEL]);
+        self.count(policy, series, 1);
+    }
 
-pub(crate) fn fallback_settled(policy: &Arc<str>, owed: u64, settled: u64) {
-    metrics::counter!(FALLBACK_UNITS_OWED, "policy" => Arc::clone(policy)).increment(owed);
-    metrics::counter!(FALLBACK_UNITS_SETTLED, "policy" => Arc::clone(policy)).increment(settled);
-}
+    pub(crate) fn lease_claimed(&self, policy: &Arc<str>, units: u64) {
+        self.count(policy, (LEASE_CLAIMS, [NO_LABEL; 3]), 1);
+        self.count(policy, (LEASE_UNITS_CLAIMED, [NO_LABEL; 3]), units);
+    }
 
-pub(crate) fn group_refunded(policy: &Arc<str>) {
-    metrics::counter!(GROUP_REFUNDS, "policy" => Arc::clone(policy)).increment(1);
+    pub(crate) fn lease_refunded(&self, policy: &Arc<str>, units: u64) {
+        self.count(policy, (LEASE_UNITS_REFUNDED, [NO_LABEL; 3]), units);
+    }
+
+    pub(crate) fn fallback_settled(&self, policy: &Arc<str>, owed: u64, settled: u64) {
+        self.count(policy, (FALLBACK_UNITS_OWED, [NO_LABEL; 3]), owed);
+        self.count(policy, (FALLBACK_UNITS_SETTLED, [NO_LABEL; 3]), settled);
+    }
+
+    pub(crate) fn group_refunded(&self, policy: &Arc<str>) {
+        self.count(policy, (GROUP_REFUNDS, [NO_LABEL; 3]), 1);
+    }
 }
 
 pub(crate) fn circuit(open: bool) {

@@ -86,6 +86,13 @@ pub(super) fn decided(
 /// `RL.MULTI` applies within a group ([`multi::bind`], from the core).
 /// Probes never bind (they are read, not charged).
 pub(super) fn binding_of(state: &PolicyState, views: &[(usize, View)], units: u64) -> usize {
+    // One charged limit binds (as `multi::bind` finds), without building its lists.
+    let mut charged = views.iter().filter(|(index, _)| !state.probe(*index));
+    match (charged.next(), charged.next()) {
+        (None, _) => return 0,
+        (Some((only, _)), None) => return *only,
+        _ => {}
+    }
     let charged: Vec<&(usize, View)> = views
         .iter()
         .filter(|(index, _)| !state.probe(*index))

@@ -13,7 +13,6 @@ use super::state::{Acquired, Target};
 use crate::clock::LimiterClock;
 use crate::decision::{Decision, LimitStatus, Outcome, Source};
 use crate::local::{LocalCall, LocalLimits};
-use crate::metrics;
 use crate::policy::Fallback;
 use crate::replicas::Replicas;
 use crate::store::{StoreError, View};
@@ -230,7 +229,9 @@ impl LocalFallback {
             .await
         {
             Ok(acquired) => {
-                metrics::fallback_settled(&state.name, owed, acquired.granted);
+                groups
+                    .metrics
+                    .fallback_settled(&state.name, owed, acquired.granted);
                 Ok(())
             }
             Err(error) if error.is_unavailability() => {

@@ -7,7 +7,7 @@ use super::decide::binding_of;
 use super::state::{Acquired, PolicyState, Target};
 use crate::breaker::Breaker;
 use crate::clock::LimiterClock;
-use crate::metrics;
+use crate::metrics::{self, Handles};
 use crate::store::{Acquire, GroupGrant, Refund, Store, StoreBackend, StoreError, View};
 
 /// The store and what watches it: every call a check makes goes through here, timed, and
@@ -16,6 +16,8 @@ pub(super) struct Groups {
     pub(super) store: Arc<dyn Store>,
     pub(super) breaker: Breaker,
     clock: LimiterClock,
+    /// The per-call metrics, as handles kept for this limiter.
+    pub(super) metrics: Handles,
 }
 
 impl Groups {
@@ -24,6 +26,7 @@ impl Groups {
             store,
             breaker,
             clock,
+            metrics: Handles::default(),
         }
     }
 
@@ -86,10 +89,11 @@ impl Groups {
     ) -> Result<Acquired, StoreError> {
         let state = target.state;
         let mut units = units.max(1);
-        let mut charged: Vec<(Vec<usize>, u64)> = Vec::new();
+        // The groups charged so far, for refunds (the last group is never refunded here).
+        let mut charged: Vec<(&[usize], u64)> = Vec::new();
         let mut views: Vec<(usize, View)> = Vec::new();
         let mut backend = None;
-        for group in groups {
+        for (called, group) in groups.iter().enumerate() {
             let request = Acquire {
                 limits: target.calls(group),
                 units,
@@ -131,11 +135,9 @@ impl Groups {
             }
             if granted < units {
                 // A later group granted less: give the earlier ones the difference back.
-                let excess: Vec<(Vec<usize>, u64)> = charged
+                let excess: Vec<(&[usize], u64)> = charged
                     .iter()
-                    .map(|(group, charged_units)| {
-                        (group.clone(), charged_units.saturating_sub(granted))
-                    })
+                    .map(|(group, charged_units)| (*group, charged_units.saturating_sub(granted)))
                     .collect();
                 self.refund_groups(target, &excess).await;
                 for (_, charged_units) in &mut charged {
@@ -143,7 +145,9 @@ impl Groups {
                 }
                 units = granted;
             }
-            charged.push((group.clone(), granted));
+            if called.saturating_add(1) < groups.len() {
+                charged.push((group, granted));
+            }
         }
         views.sort_by_key(|(index, _)| *index);
         let binding = binding_of(state, &views, units);
@@ -162,14 +166,14 @@ impl Groups {
     async fn refund_all(
         &self,
         target: Target<'_>,
-        charged: &[(Vec<usize>, u64)],
+        charged: &[(&[usize], u64)],
         views: &mut [(usize, View)],
     ) {
         if charged.is_empty() {
             return;
         }
         let state = target.state;
-        metrics::group_refunded(&state.name);
+        self.metrics.group_refunded(&state.name);
         if self.refund_groups(target, charged).await {
             for (group, units) in charged {
                 for (index, view) in views.iter_mut().filter(|(i, _)| group.contains(i)) {
@@ -186,14 +190,14 @@ impl Groups {
     pub(super) async fn refund_groups(
         &self,
         target: Target<'_>,
-        refunds: &[(Vec<usize>, u64)],
+        refunds: &[(impl AsRef<[usize]>, u64)],
     ) -> bool {
         let state = target.state;
         let requests: Vec<Refund<'_>> = refunds
             .iter()
             .filter(|(_, units)| *units > 0)
             .map(|(group, units)| Refund {
-                limits: target.calls(group),
+                limits: target.calls(group.as_ref()),
                 units: *units,
                 holder: target.holder,
             })
@@ -205,7 +209,7 @@ impl Groups {
             let result = tokio::time::timeout(timeout, self.store.refund(request))
                 .await
                 .unwrap_or(Err(StoreError::Timeout));
-            metrics::store_latency(
+            self.metrics.store_latency(
                 &state.name,
                 "refund",
                 self.clock.now().saturating_duration_since(started),
@@ -214,7 +218,7 @@ impl Groups {
         });
         for result in join_all(calls).await {
             if let Err(error) = result {
-                metrics::store_error(&state.name, error.kind());
+                self.metrics.store_error(&state.name, error.kind());
                 ok = false;
             }
         }
@@ -255,7 +259,8 @@ impl Groups {
         }
         let result = result.unwrap_or(Err(StoreError::Timeout));
         let now = self.clock.now();
-        metrics::store_latency(&state.name, op, now.saturating_duration_since(sent));
+        self.metrics
+            .store_latency(&state.name, op, now.saturating_duration_since(sent));
         match &result {
             Ok(_) => {
                 if breaker.success(now) {
@@ -263,7 +268,7 @@ impl Groups {
                 }
             }
             Err(error) => {
-                metrics::store_error(&state.name, error.kind());
+                self.metrics.store_error(&state.name, error.kind());
                 if error.is_unavailability() && breaker.failure(sent, now) {
                     metrics::circuit_opened();
                 }

@@ -38,6 +38,9 @@ impl RateLimiter {
     }
 }
 
+/// Room for one limit's quota in a key set's id (see [`checked`]).
+const ID_BYTES_PER_LIMIT: usize = 128;
+
 /// A job as the limiter checks it.
 struct Checked {
     limits: LimitSet,
@@ -69,35 +72,42 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
             return Err(JobError::ZeroUnits(limit.name.to_string()));
         }
     }
-    let charges: Vec<u64> = job
-        .limits
-        .iter()
-        .filter_map(|limit| match limit.charge {
+    let charges = || {
+        job.limits.iter().filter_map(|limit| match limit.charge {
             Charge::Units(units) => Some(units),
             Charge::Probe => None,
         })
-        .collect();
+    };
     // Equal charges are the cost (what leases and remembered denials compare); unequal
     // ones are weights of a cost of 1.
-    let uniform = charges
-        .first()
-        .copied()
-        .filter(|first| charges.iter().all(|units| units == first));
-    let mut id = job
+    let mut charged = charges();
+    let uniform = charged
+        .next()
+        .filter(|first| charged.all(|units| units == *first));
+    // Written once in a buffer sized for the keys and each limit's quota (its `Debug` form
+    // is some 60-100 bytes), instead of joined from lists.
+    let keys_bytes = job
         .limits
         .iter()
-        .map(|limit| limit.key.as_str())
-        .collect::<Vec<_>>()
-        .join("\u{0}");
-    if uniform.is_none() && !charges.is_empty() {
+        .map(|limit| limit.key.len().saturating_add(1))
+        .fold(0usize, usize::saturating_add);
+    let mut id = String::with_capacity(
+        keys_bytes.saturating_add(job.limits.len().saturating_mul(ID_BYTES_PER_LIMIT)),
+    );
+    for (index, limit) in job.limits.iter().enumerate() {
+        if index > 0 {
+            id.push('\u{0}');
+        }
+        id.push_str(&limit.key);
+    }
+    if uniform.is_none() && charges().next().is_some() {
         id.push('\u{1}');
-        id.push_str(
-            &charges
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-        );
+        for (index, units) in charges().enumerate() {
+            if index > 0 {
+                id.push(',');
+            }
+            let _ = write!(id, "{units}");
+        }
     }
     let mut limits = Vec::with_capacity(job.limits.len());
     for (index, limit) in job.limits.iter().enumerate() {
@@ -106,8 +116,7 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
         let _ = write!(id, "\u{3}{:?}", limit.algorithm.as_quota());
         let (weight, probe) = match (limit.charge, uniform) {
             (Charge::Probe, _) => {
-                id.push('\u{2}');
-                id.push_str(&index.to_string());
+                let _ = write!(id, "\u{2}{index}");
                 (1, true)
             }
             (Charge::Units(_), Some(_)) => (1, false),
@@ -123,16 +132,16 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
         });
     }
     // A regional limit is called last (see `LimitSet::of`).
-    let specificity: Vec<usize> = job
-        .limits
-        .iter()
-        .map(|limit| match limit.lease_suffix {
-            Some(_) => 0,
-            None => limit.specificity.saturating_add(1),
-        })
-        .collect();
+    let specificity = |index: usize| {
+        job.limits
+            .get(index)
+            .map_or(0, |limit| match limit.lease_suffix {
+                Some(_) => 0,
+                None => limit.specificity.saturating_add(1),
+            })
+    };
     Ok(Checked {
-        limits: LimitSet::new(limits, &specificity),
+        limits: LimitSet::new(limits, specificity),
         keys: job.limits.iter().map(|limit| limit.key.clone()).collect(),
         id,
         cost: uniform.unwrap_or(1),

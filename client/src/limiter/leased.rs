@@ -9,7 +9,6 @@ use super::state::{PolicyState, Target};
 use crate::breaker::Permit;
 use crate::decision::{Decision, Source};
 use crate::lease::{ClaimResult, LastClaim, LeaseSlot};
-use crate::metrics;
 use crate::policy::Lease;
 use crate::store::{StoreBackend, StoreError};
 
@@ -96,7 +95,10 @@ impl RateLimiter {
                 Source::Lease(*backend),
             )),
             ClaimResult::Failed => {
-                metrics::store_error(&state.name, "lease_wait");
+                self.inner
+                    .groups
+                    .metrics
+                    .store_error(&state.name, "lease_wait");
                 let wait = self.inner.groups.breaker.open_for();
                 let error = Some(StoreError::Timeout);
                 Some(self.inner.fallback.decide(target, cost, error, wait))
@@ -154,7 +156,10 @@ impl RateLimiter {
             });
             return store_decision(state, &acquired);
         }
-        metrics::lease_claimed(&state.name, acquired.granted);
+        self.inner
+            .groups
+            .metrics
+            .lease_claimed(&state.name, acquired.granted);
         held.units = held_units
             .saturating_add(acquired.granted)
             .saturating_sub(cost);
@@ -188,7 +193,7 @@ impl RateLimiter {
             .map(|group| (group, units))
             .collect();
         if self.inner.groups.refund_groups(target, &refunds).await {
-            metrics::lease_refunded(&state.name, units);
+            self.inner.groups.metrics.lease_refunded(&state.name, units);
         }
     }
 }

@@ -416,7 +416,7 @@ impl RateLimiter {
                 decision
             }
         };
-        metrics::decision(&decision);
+        self.inner.groups.metrics.decision(&decision);
         decision
     }
 

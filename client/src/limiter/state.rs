@@ -60,16 +60,16 @@ pub(crate) struct LimitSet {
 }
 
 impl LimitSet {
-    /// The limits in report order; `specificity[i]` orders the calls (most specific first,
+    /// The limits in report order; `specificity(i)` orders the calls (most specific first,
     /// stable among equals).
-    pub(crate) fn new(limits: Vec<CheckedLimit>, specificity: &[usize]) -> Self {
+    pub(crate) fn new(limits: Vec<CheckedLimit>, specificity: impl Fn(usize) -> usize) -> Self {
         let longest = limits
             .iter()
             .map(|limit| limit.algorithm.window())
             .max()
             .unwrap_or(Duration::ZERO);
         let mut order: Vec<usize> = (0..limits.len()).collect();
-        order.sort_by_key(|index| std::cmp::Reverse(specificity.get(*index).copied()));
+        order.sort_by_key(|index| std::cmp::Reverse(specificity(*index)));
         Self {
             limits,
             order,
@@ -100,7 +100,7 @@ impl LimitSet {
                 None => limit.key().specificity().saturating_add(1),
             })
             .collect();
-        Self::new(limits, &specificity)
+        Self::new(limits, |index| specificity.get(index).copied().unwrap_or(0))
     }
 
     pub(crate) fn get(&self, index: usize) -> Option<&CheckedLimit> {
@@ -155,7 +155,7 @@ impl PolicyState {
                 timeout: profile.timeout,
                 deny_cache: profile.deny_cache,
             },
-            limits: Arc::new(LimitSet::new(Vec::new(), &[])),
+            limits: Arc::new(LimitSet::new(Vec::new(), |_| 0)),
             memory: Arc::new(Memory::default()),
             profile: Some(Arc::clone(&profile.name)),
         }

@@ -82,10 +82,21 @@ fn function_of(command: &[u8]) -> Option<(&'static str, Option<usize>)> {
 /// backend (`sha`: the script's, for [`StoreBackend::Scripts`]). The module's, and the
 /// memory store's (which never reaches a server), are the command itself.
 pub(crate) fn command(backend: StoreBackend, sha: &str, args: &Args) -> Cmd {
-    let mut command = Cmd::new();
+    // Sized once: the words, and what a translation adds (its name, the SHA, two counts).
+    let bytes = args.iter().map(<[u8]>::len).sum::<usize>();
+    let mut command = Cmd::with_capacity(
+        args.len().saturating_add(4),
+        bytes.saturating_add(sha.len()).saturating_add(32),
+    );
+    if matches!(backend, StoreBackend::Module | StoreBackend::Memory) {
+        for word in args.iter() {
+            command.arg(word);
+        }
+        return command;
+    }
     let words: Vec<&[u8]> = args.iter().collect();
     let translated = match (backend, words.split_first()) {
-        (StoreBackend::Module | StoreBackend::Memory, _) | (_, None) => None,
+        (_, None) => None,
         (backend, Some((name, rest))) => {
             function_of(name).map(|(function, leading)| (backend, function, leading, rest))
         }

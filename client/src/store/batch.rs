@@ -201,15 +201,19 @@ impl Batcher {
     fn send(self: &Arc<Self>, connection: Connection, jobs: Vec<Job>) {
         let guard = InFlight(Arc::clone(self), connection.clone());
         spawn(async move {
-            let mut pipeline = redis::pipe();
-            for job in &jobs {
-                pipeline.add_command(job.command.clone());
-            }
+            // The commands move into the pipeline (no copy of each); the replies' senders
+            // stay, in the same order.
             let count = jobs.len();
+            let mut pipeline = redis::Pipeline::with_capacity(count);
+            let mut replies = Vec::with_capacity(count);
+            for job in jobs {
+                pipeline.add_command(job.command);
+                replies.push(job.reply);
+            }
             match connection.pipeline(&pipeline, count).await {
                 Ok(values) if values.len() == count => {
-                    for (job, value) in jobs.into_iter().zip(values) {
-                        let _ = job.reply.send(Ok(value));
+                    for (reply, value) in replies.into_iter().zip(values) {
+                        let _ = reply.send(Ok(value));
                     }
                 }
                 Ok(values) => {
@@ -217,14 +221,14 @@ impl Batcher {
                         "unexpected reply: {} replies to a batch of {count}",
                         values.len()
                     ));
-                    for job in jobs {
-                        let _ = job.reply.send(Err(error.clone()));
+                    for reply in replies {
+                        let _ = reply.send(Err(error.clone()));
                     }
                 }
                 Err(error) => {
                     let error = store_error(&error);
-                    for job in jobs {
-                        let _ = job.reply.send(Err(error.clone()));
+                    for reply in replies {
+                        let _ = reply.send(Err(error.clone()));
                     }
                 }
             }

@@ -370,29 +370,26 @@ impl RedisStore {
             .filter(|backend| backend::lost(*backend, code, detail))
     }
 
-    /// Runs an acquire's `args` (on a key of `slot`) on the backend, through the batcher:
-    /// sent at once when nothing is in flight, else in one write with the acquires waiting
-    /// with it. A script or library the server no longer has (`NOSCRIPT` after a restart or
-    /// `SCRIPT FLUSH`; `Function not found` after `FUNCTION FLUSH`) is loaded again and the
-    /// call retried once.
+    /// Runs an acquire's `command` (on a key of `slot`) on the backend, through the
+    /// batcher: sent at once when nothing is in flight, else in one write with the acquires
+    /// waiting with it. A script or library the server no longer has (`NOSCRIPT` after a
+    /// restart or `SCRIPT FLUSH`; `Function not found` after `FUNCTION FLUSH`) is loaded
+    /// again and the call retried once, as `again` writes it.
     async fn run_batched(
         &self,
         connection: &Connection,
         slot: Option<u16>,
-        args: &Args,
+        command: Cmd,
+        again: impl FnOnce() -> Result<Cmd, StoreError>,
     ) -> Result<Value, StoreError> {
-        let reply = self
-            .inner
-            .batcher
-            .run(connection, slot, self.command(args))
-            .await?;
+        let reply = self.inner.batcher.run(connection, slot, command).await?;
         match reply.extract_error() {
             Ok(value) => Ok(value),
             Err(error) => match self.lost(error.code(), error.detail()) {
                 Some(backend) => {
                     let _ = backend::reload(connection, backend).await;
                     connection
-                        .query(&self.command(args))
+                        .query(&again()?)
                         .await
                         .map_err(|error| store_error(&error))
                 }
@@ -521,13 +518,19 @@ impl Store for RedisStore {
             let backend = self.backend().ok_or_else(|| {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
-            let command = reply::acquire_command(request, self.multi())?;
+            let multi = self.multi();
+            let (command, shape) = reply::with_acquire(request, multi, |args| self.command(args))?;
             let slot = request
                 .limits
                 .first()
                 .and_then(|limit| self.slot(limit.key));
-            let value = self.run_batched(connection, slot, command.args()).await?;
-            reply::parse_acquire(&command, request, &value, backend).map_err(StoreError::from)
+            let again = || {
+                reply::acquire_command(request, multi)
+                    .map(|command| self.command(command.args()))
+                    .map_err(StoreError::from)
+            };
+            let value = self.run_batched(connection, slot, command, again).await?;
+            reply::parse_acquire(shape, request, &value, backend).map_err(StoreError::from)
         })
     }
 

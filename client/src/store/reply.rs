@@ -2,6 +2,7 @@
 //! language (`redis_ratelimit_wire::encode`), and its replies as [`GroupGrant`]s. Pure, so the
 //! wire protocol is tested without a server.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use redis::Value;
@@ -97,7 +98,7 @@ pub(crate) struct Command {
 
 /// How a reply reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reply {
+pub(crate) enum Reply {
     /// One limit's 5-integer reply (`RL.<ALGORITHM>`, `RL.ACQUIRE`).
     Single,
     /// `CL.THROTTLE`'s reply: one GCRA limit without `RL.MULTI`.
@@ -111,6 +112,12 @@ enum Reply {
 impl Command {
     pub(crate) fn args(&self) -> &Args {
         &self.args
+    }
+
+    /// How its reply reads.
+    #[cfg(test)]
+    pub(crate) fn reply(&self) -> Reply {
+        self.reply
     }
 }
 
@@ -137,9 +144,64 @@ fn holder_id(holder: &str) -> Result<HolderId, RequestError> {
     Ok(args::quota::holder(holder.as_bytes())?)
 }
 
-/// The command for an acquire. `multi` says whether the server has `RL.MULTI`; `Err` when
-/// the request needs a command the server lacks.
+/// The command for an acquire, in buffers of its own (for tests, and the rare resend after
+/// the server lost its script): [`with_acquire`] is the call path's.
 pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Command, RequestError> {
+    let mut scratch = Scratch::default();
+    let reply = write_acquire(request, multi, &mut scratch)?;
+    Ok(Command {
+        args: scratch.args,
+        reply,
+    })
+}
+
+/// Buffers a command is written in, kept per thread and reused by the next command: a store
+/// call then writes its words and its limits' list without allocating (the words are
+/// copied into the `redis` crate's command, which is sent).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    args: Args,
+    quotas: Vec<Quota>,
+    weights: Vec<u64>,
+}
+
+thread_local! {
+    static SCRATCH: Cell<Scratch> = Cell::new(Scratch::default());
+}
+
+/// Runs `write` with this thread's [`Scratch`], taken out while it runs (so a call within
+/// `write`, or a thread being torn down, gets fresh buffers instead), then put back.
+fn with_scratch<T>(write: impl FnOnce(&mut Scratch) -> T) -> T {
+    let mut scratch = SCRATCH.try_with(Cell::take).unwrap_or_default();
+    let value = write(&mut scratch);
+    let _ = SCRATCH.try_with(|cell| cell.set(scratch));
+    value
+}
+
+/// Writes the command for an acquire in this thread's reused buffers and gives its words to
+/// `make` (which builds what is sent); returns what `make` made and how the reply reads.
+/// `multi` says whether the server has `RL.MULTI`; `Err` when the request needs a command
+/// the server lacks.
+pub(crate) fn with_acquire<T>(
+    request: &Acquire<'_>,
+    multi: bool,
+    make: impl FnOnce(&Args) -> T,
+) -> Result<(T, Reply), RequestError> {
+    with_scratch(|scratch| {
+        let reply = write_acquire(request, multi, scratch)?;
+        Ok((make(&scratch.args), reply))
+    })
+}
+
+/// Writes the command for an acquire into `scratch.args` (see [`with_acquire`]).
+fn write_acquire(
+    request: &Acquire<'_>,
+    multi: bool,
+    scratch: &mut Scratch,
+) -> Result<Reply, RequestError> {
+    // Each encoder starts its command afresh; cleared here too, so no path can send words
+    // of the command before.
+    scratch.args.clear();
     let partial = request.partial_min.is_some();
     // A partial grant of a regional limit is the fallback's settlement: what the local
     // fallback admitted is charged to the floor alone (the lease is the home's units).
@@ -149,7 +211,7 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
             .iter()
             .any(|call| call.lease_suffix.is_some())
     {
-        return regional_command(request);
+        return regional_command(request, &mut scratch.args);
     }
     if let [call] = request.limits.as_slice() {
         if call.algorithm.is_in_flight() {
@@ -174,51 +236,64 @@ pub(crate) fn acquire_command(request: &Acquire<'_>, multi: bool) -> Result<Comm
         }
         _ => None,
     };
+    // The reused lists, as the encoder takes them (given back below, whatever it says).
+    scratch
+        .quotas
+        .extend(request.limits.iter().map(|call| quota(call, holder)));
+    scratch
+        .weights
+        .extend(request.limits.iter().map(|call| call.weight.max(1)));
     let limits = MultiArgs {
-        quotas: request
-            .limits
-            .iter()
-            .map(|call| quota(call, holder))
-            .collect(),
-        weights: request
-            .limits
-            .iter()
-            .map(|call| call.weight.max(1))
-            .collect(),
+        quotas: std::mem::take(&mut scratch.quotas),
+        weights: std::mem::take(&mut scratch.weights),
         cost: request.units,
         grant: request
             .partial_min
             .map_or(Grant::Whole, |min| Grant::Partial { min }),
     };
-    let keys: Vec<&[u8]> = request
-        .limits
-        .iter()
-        .map(|call| call.key.as_bytes())
-        .collect();
-    let mut args = Args::default();
-    let command = encode::group(&keys, &limits, multi, &mut args)?;
-    let reply = match command.syntax() {
+    // The keys borrow the request, so they cannot be kept: a group of one (the most common)
+    // needs no list.
+    let one;
+    let several: Vec<&[u8]>;
+    let keys: &[&[u8]] = match request.limits.as_slice() {
+        [call] => {
+            one = [call.key.as_bytes()];
+            &one
+        }
+        calls => {
+            several = calls.iter().map(|call| call.key.as_bytes()).collect();
+            &several
+        }
+    };
+    let command = encode::group(keys, &limits, multi, &mut scratch.args);
+    // Back for the next command, emptied (no holder id kept).
+    let MultiArgs {
+        mut quotas,
+        mut weights,
+        ..
+    } = limits;
+    quotas.clear();
+    weights.clear();
+    scratch.quotas = quotas;
+    scratch.weights = weights;
+    let reply = match command?.syntax() {
         Syntax::Multi => Reply::Multi,
         Syntax::Throttle => Reply::Throttle,
         _ => Reply::Single,
     };
-    Ok(Command { args, reply })
+    Ok(reply)
 }
 
 /// `RL.REGIONAL key lease_key ...` for a group of one regional limit, taken whole.
-fn regional_command(request: &Acquire<'_>) -> Result<Command, RequestError> {
+fn regional_command(request: &Acquire<'_>, args: &mut Args) -> Result<Reply, RequestError> {
     let [call] = request.limits.as_slice() else {
         return Err(RequestError::RegionalGroup);
     };
     let lease_key = call.lease_key().unwrap_or_default();
     let units = request.units.saturating_mul(call.weight.max(1));
     let floor = call.algorithm.as_quota().with_cost(units);
-    let mut args = Args::default();
-    encode::regional(call.key.as_bytes(), lease_key.as_bytes(), &floor, &mut args)?;
-    Ok(Command {
-        args,
-        reply: Reply::Regional,
-    })
+    encode::regional(call.key.as_bytes(), lease_key.as_bytes(), &floor, args)?;
+    Ok(Reply::Regional)
 }
 
 /// The commands that give units back to each limit of a group (one per limit).
@@ -317,15 +392,16 @@ fn five(value: &Value) -> Result<[i64; 5], ReplyError> {
     }
 }
 
-/// Reads the reply of an acquire sent as `command` to `backend`.
+/// Reads the reply of an acquire sent to `backend` as a command whose replies read as
+/// `shape`.
 pub(crate) fn parse_acquire(
-    command: &Command,
+    shape: Reply,
     request: &Acquire<'_>,
     reply: &Value,
     backend: StoreBackend,
 ) -> Result<GroupGrant, ReplyError> {
     let partial = request.partial_min.is_some();
-    match command.reply {
+    match shape {
         Reply::Single => {
             let fields = five(reply)?;
             let [first, ..] = fields;
@@ -486,8 +562,13 @@ mod tests {
             items.push(Value::Int(3));
             Value::Array(items)
         };
-        let grant =
-            parse_acquire(&command, &request, &reply("lease"), StoreBackend::Module).unwrap();
+        let grant = parse_acquire(
+            command.reply(),
+            &request,
+            &reply("lease"),
+            StoreBackend::Module,
+        )
+        .unwrap();
         let view = grant.views[0];
         assert_eq!(grant.granted, 1);
         assert_eq!(view.retry_after, Some(Duration::ZERO), "no pacing wait");
@@ -498,7 +579,12 @@ mod tests {
                 lease_units: 3
             })
         );
-        let refused = parse_acquire(&command, &request, &reply("later"), StoreBackend::Module);
+        let refused = parse_acquire(
+            command.reply(),
+            &request,
+            &reply("later"),
+            StoreBackend::Module,
+        );
         assert!(refused.is_err());
         // The fallback's settlement charges the floor alone.
         let settle = Acquire {
@@ -529,7 +615,7 @@ mod tests {
             ["RL.TOKENBUCKET", "k", "10", "2", "6", "PARTIAL", "MIN", "1"]
         );
         let grant = parse_acquire(
-            &command,
+            command.reply(),
             &request,
             &ints(&[4, 0, 0, 1500, 10]),
             StoreBackend::Module,
@@ -586,12 +672,18 @@ mod tests {
                 ints(&[0, 1, 400, 60_000, 100]),
             ]),
         ]);
-        let grant = parse_acquire(&command, &request, &reply, StoreBackend::Module).unwrap();
+        let grant = parse_acquire(command.reply(), &request, &reply, StoreBackend::Module).unwrap();
         assert_eq!(grant.granted, 0);
         assert_eq!(grant.binding, 1);
         assert_eq!(grant.views[1].retry_after, Some(Duration::from_millis(400)));
         assert!(
-            parse_acquire(&command, &request, &ints(&[1, 2, 3]), StoreBackend::Module).is_err()
+            parse_acquire(
+                command.reply(),
+                &request,
+                &ints(&[1, 2, 3]),
+                StoreBackend::Module
+            )
+            .is_err()
         );
     }
 
@@ -610,7 +702,7 @@ mod tests {
             ["CL.THROTTLE", "g", "4", "10", "60", "1"]
         );
         let denied = parse_acquire(
-            &command,
+            command.reply(),
             &request,
             &ints(&[1, 5, 0, 6, 30]),
             StoreBackend::Module,
@@ -670,7 +762,7 @@ mod tests {
             ["RL.TOKENBUCKET", "q", "1", "1", "1", "MAXWAIT", "1500"]
         );
         let grant = parse_acquire(
-            &command,
+            command.reply(),
             &request,
             &ints(&[1, 0, 700, 1700, 1]),
             StoreBackend::Module,

@@ -625,6 +625,66 @@ fn metrics_count_decisions_by_outcome_source_and_backend() {
     );
 }
 
+/// `ratelimit_decisions_total{policy=api,...}` counted in a recorder, by its labels.
+fn decisions_in(snapshot: metrics_util::debugging::Snapshot) -> Vec<(String, u64)> {
+    let mut counted: Vec<(String, u64)> = snapshot
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == "ratelimit_decisions_total")
+        .filter_map(|(key, _, _, value)| {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|label| format!("{}={}", label.key(), label.value()))
+                .collect();
+            match value {
+                DebugValue::Counter(count) => Some((labels.join(","), count)),
+                _ => None,
+            }
+        })
+        .collect();
+    counted.sort();
+    counted
+}
+
+/// The limiter keeps its metrics as handles; a check under another recorder than the one
+/// they were registered with (a recorder installed after the first checks, another test's
+/// local one) is counted in the recorder in scope, as when each call built its labels.
+#[test]
+fn metrics_follow_the_recorder_in_scope() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let limiter = runtime.block_on(async {
+        let limiter = limiter_on(
+            &store,
+            Policy::builder("api")
+                .limit(limit("per-user", 100, "rl:{user}"))
+                .build()
+                .unwrap(),
+        );
+        // No recorder yet: counted nowhere (the facade's no-op recorder).
+        limiter.check("api", &user("ann")).await.unwrap();
+        limiter
+    });
+    let (first, second) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+    let (first_seen, second_seen) = (first.snapshotter(), second.snapshotter());
+    for (recorder, checks) in [(&first, 2), (&second, 3), (&first, 1)] {
+        metrics::with_local_recorder(recorder, || {
+            runtime.block_on(async {
+                for _ in 0..checks {
+                    limiter.check("api", &user("ann")).await.unwrap();
+                }
+            });
+        });
+    }
+    let allowed = "policy=api,outcome=allowed,source=store,backend=memory".to_string();
+    assert_eq!(decisions_in(first_seen.snapshot()), [(allowed.clone(), 3)]);
+    assert_eq!(decisions_in(second_seen.snapshot()), [(allowed, 3)]);
+}
+
 #[tokio::test]
 async fn a_paced_limit_admits_on_a_schedule() {
     let store = Arc::new(MemoryStore::new());
