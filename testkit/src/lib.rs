@@ -3,8 +3,8 @@
 //!
 //! - [`server`]: one `redis-server` with the module, on a free loopback port, in its own
 //!   temporary directory, stopped and removed on drop (even when a test panics);
-//! - [`cluster`]: a loopback Redis Cluster of such servers; [`sentinel`]: a Redis Sentinel
-//!   monitoring one;
+//! - [`cluster`]: a loopback Redis Cluster of such servers; [`sentinel`]: Redis Sentinels
+//!   monitoring one (a single one, or a group with a quorum);
 //! - [`docker`]: containers of the module's image on private networks (the container tests),
 //!   and [`docker_cluster`]: a Redis Cluster of them;
 //! - [`helpers`]: small wrappers over the module's commands and server introspection;
