@@ -8,6 +8,9 @@
 //! failover loses none), and installs what was granted with `RL.REGIONLEASE` in the region,
 //! each lease ending `T = P + a` after the request was **sent** (read on the region's own
 //! clock before the grants exist, derated for drift), so no lease outlives `T` in home time.
+//! A window pool's lease (fixed or sliding window) also ends no later than the home window
+//! it was granted in: the batch opens with home's `TIME`, and the lease lives at most what
+//! was left of that window then, counted from the sending (see [`lease_end_ms`]).
 //!
 //! An in-flight pool's slots are leased as holders of the pool: `k` acquires
 //! (`RL.ACQUIRE pool_key limit <slot_holder>:<i> T_ms`, `i` in `0..k`) in the same batch, the
@@ -28,6 +31,7 @@ use redis::aio::ConnectionLike;
 use redis_ratelimit_core::concurrency::HolderId;
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::Quota;
+use redis_ratelimit_core::time::window_start_us;
 use redis_ratelimit_wire::args::multi::MultiArgs;
 use redis_ratelimit_wire::args::regional::LeaseArgs;
 use redis_ratelimit_wire::encode::{self, Args, EncodeError};
@@ -228,7 +232,13 @@ where
             });
         }
     };
-    let mut rest = replies.as_slice();
+    let Some((home_time, mut rest)) = replies.split_first() else {
+        return Err(AgentError::Reply {
+            key: "TIME".into(),
+            reply: "no reply".into(),
+        });
+    };
+    let home_before_us = read_time(home_time)?;
     let mut grants = Vec::with_capacity(limits.len());
     for limit in limits {
         let Some((own, after)) = rest.split_at_checked(commands_for(limit)) else {
@@ -243,8 +253,7 @@ where
     let granted: Vec<u64> = grants.iter().map(|grant| grant.units).collect();
     let expires_at_ms: Vec<i64> = limits
         .iter()
-        .zip(&grants)
-        .map(|(limit, grant)| lease_end_ms(limit, grant, sent_at_ms, lifetime_ms, config))
+        .map(|limit| lease_end_ms(limit, sent_at_ms, home_before_us, lifetime_ms, config))
         .collect();
     if config.wait_replicas > 0 {
         let acknowledged = match rest.first() {
@@ -297,13 +306,15 @@ fn region_stalled() -> AgentError {
     AgentError::Region(redis::RedisError::from(stalled))
 }
 
-/// Sends every grant of the batch, then `WAIT`, in one pipeline.
+/// Sends home's `TIME`, every grant of the batch, then `WAIT`, in one pipeline (`TIME`
+/// first: see [`lease_end_ms`] for why before the grants).
 async fn ask_home<H: ConnectionLike + Send>(
     home: &mut H,
     limits: &[HotLimit],
     config: &AgentConfig,
 ) -> Result<Vec<redis::Value>, AgentError> {
     let mut pipe = redis::pipe();
+    pipe.cmd("TIME");
     let mut words = Args::default();
     for limit in limits {
         let pool = pool_asked(limit, config)?;
@@ -392,9 +403,30 @@ fn pool_asked(limit: &HotLimit, config: &AgentConfig) -> Result<Algorithm, Agent
 struct HomeGrant {
     /// The units granted: field 1 of a partial grant's reply.
     units: u64,
-    /// `reset_after_ms` (field 4): for a fixed window, when the home window ends, rounded
-    /// up.
-    reset_after_ms: i64,
+}
+
+/// Home's `TIME` reply (`[seconds, microseconds]`) as Unix microseconds.
+fn read_time(reply: &redis::Value) -> Result<i64, AgentError> {
+    let number = |field: Option<&redis::Value>| match field {
+        Some(redis::Value::BulkString(digits)) => std::str::from_utf8(digits)
+            .ok()
+            .and_then(|digits| digits.parse::<i64>().ok()),
+        Some(redis::Value::Int(value)) => Some(*value),
+        _ => None,
+    };
+    let fields = match reply {
+        redis::Value::Array(fields) => fields.as_slice(),
+        _ => &[],
+    };
+    match (number(fields.first()), number(fields.get(1))) {
+        (Some(seconds), Some(micros)) if seconds >= 0 && (0..1_000_000).contains(&micros) => {
+            Ok(seconds.saturating_mul(1_000_000).saturating_add(micros))
+        }
+        _ => Err(AgentError::Reply {
+            key: "TIME".into(),
+            reply: format!("{reply:?}"),
+        }),
+    }
 }
 
 /// What home's replies to `limit`'s commands grant: an in-flight pool's slots acquired (field
@@ -413,10 +445,7 @@ fn read_grants(limit: &HotLimit, replies: &[redis::Value]) -> Result<HomeGrant, 
     for reply in replies {
         units = read_grant(limit, reply)?.units.min(1).saturating_add(units);
     }
-    Ok(HomeGrant {
-        units,
-        reset_after_ms: 0,
-    })
+    Ok(HomeGrant { units })
 }
 
 fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, AgentError> {
@@ -424,15 +453,10 @@ fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, Agent
         redis::Value::Array(fields) => fields.as_slice(),
         _ => &[],
     };
-    match (fields.first(), fields.get(3)) {
-        (Some(redis::Value::Int(units)), Some(redis::Value::Int(reset_after_ms)))
-            if *units >= 0 =>
-        {
-            Ok(HomeGrant {
-                units: u64::try_from(*units).unwrap_or(0),
-                reset_after_ms: *reset_after_ms,
-            })
-        }
+    match fields.first() {
+        Some(redis::Value::Int(units)) if *units >= 0 => Ok(HomeGrant {
+            units: u64::try_from(*units).unwrap_or(0),
+        }),
         _ => Err(AgentError::Reply {
             key: limit.pool_key.clone(),
             reply: format!("{reply:?}"),
@@ -441,19 +465,35 @@ fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, Agent
 }
 
 /// A lease's end on the region's clock: `T` (derated) after the request was sent; for a
-/// fixed window pool, no later than the home window the units were granted in. That window
-/// ended `reset_after_ms` (rounded up, so less 1 ms) after the grant, which came after the
-/// request was sent: the same span from the sending, derated, ends before it.
+/// window pool (fixed or sliding window), no later than the end of the home window the
+/// units were granted in.
+///
+/// Both kinds align windows to Unix multiples of `W` (`redis_ratelimit_core::time::
+/// window_start_us`, in the module and the Functions library alike), and count a grant in
+/// the window holding home's clock at the grant (or a later one: a sliding window whose
+/// stored start is ahead of the clock counts in the stored window). `home_before_us` is
+/// home's `TIME`, sent in the same pipeline **before** the grants, so on home's clock it is
+/// at or before every grant: the window holding it is the grants' window or an earlier one,
+/// and its end is no later than theirs. (An instant after the grants would not do: it may
+/// lie in the next window, whose end is `W` too late.) The span from `home_before_us` to
+/// that end, in home time, is counted from the sending on the region's clock, which came
+/// before `TIME` was read, and derated for drift: the lease ends before the window does.
+/// A batch straddling a window's end then ends its leases early, at the earlier window's
+/// end (units lost, never spent in a window they were not counted in). A sliding window's
+/// `reset_after_ms` is when its estimate reaches 0, not the window's end, so it is not used.
 fn lease_end_ms(
     limit: &HotLimit,
-    grant: &HomeGrant,
     sent_at_ms: i64,
+    home_before_us: i64,
     lifetime_ms: i64,
     config: &AgentConfig,
 ) -> i64 {
     let mut lives_ms = lifetime_ms;
-    if limit.pool.kind() == Kind::FixedWindow {
-        let window_left_ms = grant.reset_after_ms.saturating_sub(1).max(0);
+    if matches!(limit.pool.kind(), Kind::FixedWindow | Kind::SlidingWindow) {
+        let window_us = u64::try_from(limit.pool.window().as_micros()).unwrap_or(u64::MAX);
+        let window_end_us = window_start_us(home_before_us, window_us)
+            .saturating_add(i64::try_from(window_us).unwrap_or(i64::MAX));
+        let window_left_ms = window_end_us.saturating_sub(home_before_us).max(0) / 1_000;
         let kept_ppm = 1_000_000i64.saturating_sub(i64::from(config.drift_ppm));
         let derated_ms = window_left_ms.saturating_mul(kept_ppm) / 1_000_000;
         lives_ms = lives_ms.min(derated_ms);

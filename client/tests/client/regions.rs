@@ -243,6 +243,92 @@ async fn a_fixed_window_lease_ends_with_the_home_window_it_was_granted_in() {
     }
 }
 
+/// Home's `TIME` in Unix milliseconds.
+async fn home_time_ms(home: &mut redis::aio::MultiplexedConnection) -> i64 {
+    let (seconds, micros): (i64, i64) = redis::cmd("TIME").query_async(home).await.unwrap();
+    seconds * 1_000 + micros / 1_000
+}
+
+/// A sliding window pool's lease (`W` = 60 s, shorter than `T` = 65 s) ends by the end of
+/// the home window it was granted in, in `form` on both sides: the old agent, ending it `T`
+/// after the sending, would end it up to 65 s later, past that window's end.
+async fn a_sliding_window_lease_ends_with_the_home_window(
+    home: &Server,
+    region: &Server,
+    form: ServerForm,
+) {
+    let (mut home_con, mut region_con) = (
+        home.async_conn_untimed().await,
+        region.async_conn_untimed().await,
+    );
+    if form == ServerForm::Functions {
+        load_library(&mut home_con).await;
+        load_library(&mut region_con).await;
+    }
+    let config = AgentConfig {
+        home: form,
+        region: form,
+        ..config(0)
+    };
+    let limits = vec![HotLimit {
+        pool_key: "pool:sw".into(),
+        pool: Algorithm::sliding_window(10, Duration::from_secs(60)).unwrap(),
+        lease_key: "{sw}lease".into(),
+        lease_units: 4,
+        slot_holder: "eu".into(),
+    }];
+    // Bounded: a refresh straddling a window's end is retried (at most once in practice).
+    for _ in 0..3 {
+        let before_ms = home_time_ms(&mut home_con).await;
+        let refresh = regions::refresh(&mut home_con, &mut region_con, &limits, &config)
+            .await
+            .unwrap();
+        let after_ms = home_time_ms(&mut home_con).await;
+        let window_end_ms = (before_ms / 60_000 + 1) * 60_000;
+        if after_ms >= window_end_ms {
+            continue;
+        }
+        // The grant lies between `before` and `after`, both in one window: its window.
+        let end_ms = refresh.expires_at_ms[0];
+        assert!(
+            end_ms <= window_end_ms,
+            "the lease ({end_ms}) ends by the home window's end ({window_end_ms}), not T after"
+        );
+        if window_end_ms - before_ms <= 1_000 {
+            return;
+        }
+        assert!(
+            end_ms > window_end_ms - 1_000,
+            "{end_ms} vs {window_end_ms}"
+        );
+        assert_eq!(refresh.granted, [4]);
+        assert_eq!(refresh.replaced, [Some(0)]);
+        let installed: i64 = redis::cmd("PEXPIRETIME")
+            .arg("{sw}lease")
+            .query_async(&mut region_con)
+            .await
+            .unwrap();
+        assert_eq!(installed, end_ms, "the region key ends with the lease");
+        return;
+    }
+    panic!("every refresh straddled a window's end");
+}
+
+#[tokio::test]
+async fn a_sliding_window_lease_ends_with_the_home_window_on_the_module() {
+    let (home, region) = (Server::start(&[]), Server::start(&[]));
+    a_sliding_window_lease_ends_with_the_home_window(&home, &region, ServerForm::Module).await;
+}
+
+#[tokio::test]
+async fn a_sliding_window_lease_ends_with_the_home_window_through_fcall() {
+    let (home, region) = (
+        Server::start_without_module(&[]),
+        Server::start_without_module(&[]),
+    );
+    a_sliding_window_lease_ends_with_the_home_window(&home, &region, ServerForm::Functions).await;
+}
+
 /// A policy of one regional limit: a fixed window floor of 2 a day, its lease in
 /// `{api}floor:lease`.
 fn regional_policy() -> redis_ratelimit_client::Policy {
