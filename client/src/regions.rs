@@ -468,8 +468,8 @@ fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, Agent
 /// window pool (fixed or sliding window), no later than the end of the home window the
 /// units were granted in.
 ///
-/// Both kinds align windows to Unix multiples of `W` (`redis_ratelimit_core::time::
-/// window_start_us`, in the module and the Functions library alike), and count a grant in
+/// Both kinds align windows to Unix multiples of `W` ([`window_start_us`], in the module
+/// and the Functions library's `window_start` alike), and count a grant in
 /// the window holding home's clock at the grant (or a later one: a sliding window whose
 /// stored start is ahead of the clock counts in the stored window). `home_before_us` is
 /// home's `TIME`, sent in the same pipeline **before** the grants, so on home's clock it is
