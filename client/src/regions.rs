@@ -4,8 +4,10 @@
 //! floor first, then the leased balance. The agent keeps those balances topped up from the
 //! home region's pool: every period `P` it asks home, in **one pipelined call**, for a
 //! `PARTIAL` grant of up to `k` units of each hot limit's pool key, ends the batch with
-//! `WAIT n` on the home primary (a grant counts only once a replica has it, so a home
-//! failover loses none), and installs what was granted with `RL.REGIONLEASE` in the region,
+//! `WAIT n` on the home primary (a grant counts only once a replica has it, so a failover
+//! to a replica that acknowledged loses none: with more than one replica, chain them, or a
+//! promotion of the one that did not acknowledge loses grants; see `docs/regions.md`), and
+//! installs what was granted with `RL.REGIONLEASE` in the region,
 //! each lease ending `T = P + a` after the request was **sent** (read on the region's own
 //! clock before the grants exist, derated for drift), so no lease outlives `T` in home time.
 //! A window pool's lease (fixed or sliding window) also ends no later than the home window
