@@ -475,7 +475,8 @@ fn read_grant(limit: &HotLimit, reply: &redis::Value) -> Result<HomeGrant, Agent
 /// the window holding home's clock at the grant (or a later one: a sliding window whose
 /// stored start is ahead of the clock counts in the stored window). `home_before_us` is
 /// home's `TIME`, sent in the same pipeline **before** the grants, so on home's clock it is
-/// at or before every grant: the window holding it is the grants' window or an earlier one,
+/// at or before every grant (one connection's commands run in order; only home's clock
+/// stepping back in the µs between them would break this): the window holding it is the grants' window or an earlier one,
 /// and its end is no later than theirs. (An instant after the grants would not do: it may
 /// lie in the next window, whose end is `W` too late.) The span from `home_before_us` to
 /// that end, in home time, is counted from the sending on the region's clock, which came
