@@ -25,9 +25,11 @@
 //! (key `pool_prefix` + the limit's key) `L − Σ floors`; a token bucket or GCRA is a floor
 //! of capacity `⌊C·f·w/W⌋` refilling at most `f·r·w/W` (its interval rounded up, derated
 //! for drift) and a pool of what the floors leave, less `⌈r_p·T⌉` when pre-paid (0
-//! over-admission; carryover keeps the capacity, within `min(R·2k, ⌈(1 − f)·r·T⌉)`). A
-//! sliding window, an in-flight limit, a plan's limit, or a split that rounds to 0 is
-//! refused, naming the field.
+//! over-admission; carryover keeps the capacity, within `min(R·2k, ⌈(1 − f)·r·T⌉)`); a
+//! sliding window splits as a fixed window (its pool's leases end with the home window, so
+//! the regions admit no more than one sliding window's own bound, clocks aligned). An
+//! in-flight limit, a plan's limit, or a split that rounds to 0 is refused, naming the
+//! field.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -140,7 +142,7 @@ impl std::fmt::Display for Refusal {
         match self {
             Self::Kind(kind) => write!(
                 f,
-                "a region's limits are fixed_window, token_bucket or gcra, not {}",
+                "a region's limits are fixed_window, sliding_window, token_bucket or gcra, not {}",
                 kind.config_name()
             ),
             Self::Split(error) => write!(f, "{error}"),
@@ -181,12 +183,19 @@ impl RegionConfig {
             algorithm.map_err(|error| Refusal::Part(part, error.to_string()))
         };
         match global.as_quota() {
-            Quota::FixedWindow(_) => {
+            // A sliding window is split as a fixed window: the same window, the floors by
+            // weight and the pool what they leave (the regions model's split, clocks aligned);
+            // the agent ends its pool's leases with the home window they were granted in.
+            Quota::FixedWindow(_) | Quota::SlidingWindow(_) => {
                 let window = global.window();
+                let part = |limit: u64| match global.as_quota() {
+                    Quota::SlidingWindow(_) => Algorithm::sliding_window(limit, window),
+                    _ => Algorithm::fixed_window(limit, window),
+                };
                 let share = split_window(global.quota(), &regions).map_err(Refusal::Split)?;
-                let floor = built("floor", Algorithm::fixed_window(share.floor, window))?;
+                let floor = built("floor", part(share.floor))?;
                 let pool = (share.pool > 0)
-                    .then(|| built("pool", Algorithm::fixed_window(share.pool, window)))
+                    .then(|| built("pool", part(share.pool)))
                     .transpose()?;
                 Ok(Parts { floor, pool })
             }
@@ -301,13 +310,10 @@ impl RegionConfig {
             None => format!("'requests_per_unit' {per}"),
         };
         Some(match refusal {
-            Refusal::Kind(Kind::SlidingWindow) => "'algorithm' is sliding_window: its leases \
-                would be plain T-long grants, which no bound of docs/regions.md covers (use \
-                fixed_window, token_bucket or gcra)"
-                .into(),
             Refusal::Kind(kind) => format!(
-                "'algorithm' is {}: a region's limits are fixed_window, token_bucket or gcra \
-                 (in-flight pools leased as holders are not built)",
+                "'algorithm' is {}: a region's limits are fixed_window, sliding_window, \
+                 token_bucket or gcra (an in-flight call of the service is released by a \
+                 separate request, which no leased slot's end can bound)",
                 kind.config_name()
             ),
             Refusal::Split(SplitError::FloorCapacityZero) => format!(
@@ -561,6 +567,15 @@ mod tests {
             region.split(&Algorithm::fixed_window(1, hour).unwrap()),
             Err(Refusal::Split(SplitError::FloorCapacityZero))
         );
+        // A sliding window splits alike, its parts sliding windows.
+        let sliding = region
+            .split(&Algorithm::sliding_window(100, hour).unwrap())
+            .unwrap();
+        assert_eq!(sliding.floor, Algorithm::sliding_window(25, hour).unwrap());
+        assert_eq!(
+            sliding.pool,
+            Some(Algorithm::sliding_window(51, hour).unwrap())
+        );
         // A bucket of 100 at 10/s: the floor 25 at 2.5/s; the pool 51 at 5/s less the
         // pre-pay ⌈5 × 1.25⌉ = 7 (T = 1250 ms).
         let bucket = Algorithm::token_bucket_with_rate(100, Rate::per_second("10").unwrap());
@@ -632,10 +647,6 @@ mod tests {
             (
                 "{unit: second, requests_per_unit: 8, algorithm: token_bucket}",
                 "the pre-pay of 5 units",
-            ),
-            (
-                "{unit: second, requests_per_unit: 8, algorithm: sliding_window}",
-                "'algorithm' is sliding_window",
             ),
             (
                 "{unit: second, requests_per_unit: 8, algorithm: concurrency}",
