@@ -12,7 +12,7 @@
 //! clock before the grants exist, derated for drift), so no lease outlives `T` in home time.
 //! A window pool's lease (fixed or sliding window) also ends no later than the home window
 //! it was granted in: the batch opens with home's `TIME`, and the lease lives at most what
-//! was left of that window then, counted from the sending (see [`lease_end_ms`]).
+//! was left of that window then, counted from the sending (see `lease_end_ms`).
 //!
 //! An in-flight pool's slots are leased as holders of the pool: `k` acquires
 //! (`RL.ACQUIRE pool_key limit <slot_holder>:<i> T_ms`, `i` in `0..k`) in the same batch, the
