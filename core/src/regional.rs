@@ -369,16 +369,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn in_flight_calls_take_the_floor_then_the_leased_slots_all_in_the_floor() {
-        let mut region = InFlight {
+    /// A region with an in-flight floor of 1 and a lease of 2 slots ending 10 ms after now.
+    fn floor_of_one_and_a_lease_of_two() -> (InFlight, Option<Lease>) {
+        let region = InFlight {
             limit: 1,
             state: None,
         };
-        let lease = Some(Lease {
+        let lease = Lease {
             units: 2,
             expires_at_us: NOW_US + 10_000,
-        });
+        };
+        (region, Some(lease))
+    }
+
+    #[test]
+    fn in_flight_calls_take_the_floor_then_the_leased_slots_all_in_the_floor() {
+        let (mut region, lease) = floor_of_one_and_a_lease_of_two();
         assert_eq!(region.call("a", 5, lease, NOW_US), (Why::Floor, 2));
         // A renewal is never counted twice, and takes the floor it holds.
         assert_eq!(region.call("a", 5, lease, NOW_US), (Why::Floor, 2));
@@ -392,14 +398,7 @@ mod tests {
 
     #[test]
     fn a_leased_slot_goes_only_to_a_call_ending_by_the_leases_end() {
-        let mut region = InFlight {
-            limit: 1,
-            state: None,
-        };
-        let lease = Some(Lease {
-            units: 2,
-            expires_at_us: NOW_US + 10_000,
-        });
+        let (mut region, lease) = floor_of_one_and_a_lease_of_two();
         assert_eq!(region.call("a", 60_000, lease, NOW_US), (Why::Floor, 2));
         assert_eq!(
             region.call("b", 11, lease, NOW_US),

@@ -59,15 +59,21 @@ async fn regional(
         .query_async(region)
         .await
         .unwrap();
+    regional_fields(&reply)
+}
+
+/// A regional reply's admitted field, its why and its seventh field (the lease's units left,
+/// or the leased slots free).
+fn regional_fields(reply: &Value) -> (i64, String, i64) {
     let Value::Array(fields) = reply else {
         panic!("{reply:?}")
     };
-    let (Value::Int(allowed), Value::BulkString(why), Value::Int(left)) =
+    let (Value::Int(allowed), Value::BulkString(why), Value::Int(seventh)) =
         (&fields[0], &fields[5], &fields[6])
     else {
         panic!("{fields:?}")
     };
-    (*allowed, String::from_utf8(why.clone()).unwrap(), *left)
+    (*allowed, String::from_utf8(why.clone()).unwrap(), *seventh)
 }
 
 #[tokio::test]
@@ -664,15 +670,7 @@ async fn in_flight_call(
         .query_async(region)
         .await
         .unwrap();
-    let Value::Array(fields) = reply else {
-        panic!("{reply:?}")
-    };
-    let (Value::Int(allowed), Value::BulkString(why), Value::Int(free)) =
-        (&fields[0], &fields[5], &fields[6])
-    else {
-        panic!("{fields:?}")
-    };
-    (*allowed, String::from_utf8(why.clone()).unwrap(), *free)
+    regional_fields(&reply)
 }
 
 /// Two regions lease one in-flight pool of 3 slots, 2 at a time, each slot a pool holder
