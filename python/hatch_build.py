@@ -17,7 +17,7 @@ class CopyLibrary(BuildHookInterface):  # type: ignore[misc]
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         root = Path(self.root)
         source = root.parent / "functions" / "ratelimit.lua"
-        target = root / "src" / "redis_ratelimit" / "ratelimit.lua"
+        target = root / "src" / "redis_ratelimit_client" / "ratelimit.lua"
         if source.is_file():
             shutil.copyfile(source, target)
         elif not target.is_file():

@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import servers  # noqa: E402
 from test_outage import test_sigstop_under_load_stays_within_the_bound  # noqa: E402
 
-from redis_ratelimit import Lease, Limit, Policy, RateLimiter, SyncRateLimiter  # noqa: E402
+from redis_ratelimit_client import Lease, Limit, Policy, RateLimiter, SyncRateLimiter  # noqa: E402
 
 KEYS = 1000
 PLAIN = Policy("bench", [Limit.token_bucket("per-key", 10**9, 10**6, key="b:{key}")], timeout=1)

@@ -10,7 +10,7 @@ import time
 
 import redis
 
-from redis_ratelimit import Limit, Policy, SyncRateLimiter
+from redis_ratelimit_client import Limit, Policy, SyncRateLimiter
 
 
 def main() -> None:

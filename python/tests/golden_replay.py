@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from redis_ratelimit.core import (
+from redis_ratelimit_client.core import (
     ConcurrencyParams,
     Decimal,
     FixedWindowParams,
@@ -23,15 +23,15 @@ from redis_ratelimit.core import (
     cell_reply,
     emission_interval_ns,
 )
-from redis_ratelimit.core.concurrency import Concurrency
-from redis_ratelimit.core.decision import Decision
-from redis_ratelimit.core.engine import KindMismatch
-from redis_ratelimit.core.gcra import Gcra, GcraParamError
-from redis_ratelimit.core.numbers import I64_MAX
-from redis_ratelimit.core.sliding_log import SlidingLog
-from redis_ratelimit.core.token_bucket import TokenBucket
-from redis_ratelimit.core.windows import FixedWindow, SlidingWindow
-from redis_ratelimit.local import LocalLimits
+from redis_ratelimit_client.core.concurrency import Concurrency
+from redis_ratelimit_client.core.decision import Decision
+from redis_ratelimit_client.core.engine import KindMismatch
+from redis_ratelimit_client.core.gcra import Gcra, GcraParamError
+from redis_ratelimit_client.core.numbers import I64_MAX
+from redis_ratelimit_client.core.sliding_log import SlidingLog
+from redis_ratelimit_client.core.token_bucket import TokenBucket
+from redis_ratelimit_client.core.windows import FixedWindow, SlidingWindow
+from redis_ratelimit_client.local import LocalLimits
 
 
 def quota(spec: list[Any]) -> Quota:

@@ -14,7 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from redis_ratelimit import Limit, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from servers import Server, start
 
 # A 0.5 s timeout: this shared machine runs at a load of 5-10, and these tests are about the
@@ -52,8 +52,8 @@ def test_starlette_middleware_and_fastapi_dependency(server: Server) -> None:
     from fastapi import Depends, FastAPI
     from fastapi.testclient import TestClient
 
-    from redis_ratelimit.contrib.asgi import RateLimitMiddleware, header
-    from redis_ratelimit.contrib.fastapi import install, limit
+    from redis_ratelimit_client.contrib.asgi import RateLimitMiddleware, header
+    from redis_ratelimit_client.contrib.fastapi import install, limit
 
     app = FastAPI()
     limiter = RateLimiter(aredis.Redis(port=server.port), POLICIES)
@@ -127,7 +127,7 @@ def test_starlette_middleware_and_fastapi_dependency(server: Server) -> None:
 def test_flask_extension_and_decorator(server: Server) -> None:
     import flask
 
-    from redis_ratelimit.contrib.flask import RateLimit
+    from redis_ratelimit_client.contrib.flask import RateLimit
 
     app = flask.Flask(__name__)
     ratelimit = RateLimit(
@@ -179,7 +179,7 @@ def test_django_middleware_and_decorator_on_sync_and_async_views(server: Server)
             SECRET_KEY="test",
             ALLOWED_HOSTS=["*"],
             ROOT_URLCONF=__name__,
-            MIDDLEWARE=["redis_ratelimit.contrib.django.RateLimitMiddleware"],
+            MIDDLEWARE=["redis_ratelimit_client.contrib.django.RateLimitMiddleware"],
             REDIS_RATELIMIT={
                 "LIMITER": lambda: SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
                 "ASYNC_LIMITER": lambda: RateLimiter(aredis.Redis(port=server.port), POLICIES),
@@ -192,7 +192,7 @@ def test_django_middleware_and_decorator_on_sync_and_async_views(server: Server)
         django.setup()
     from django.test import AsyncClient, Client
 
-    from redis_ratelimit.contrib import django as adapter
+    from redis_ratelimit_client.contrib import django as adapter
 
     adapter.reset()
     c = Client()
@@ -225,7 +225,7 @@ def _urls() -> list[Any]:
         from django.urls import path
     except ImportError:  # pragma: no cover
         return []
-    from redis_ratelimit.contrib.django import ratelimit
+    from redis_ratelimit_client.contrib.django import ratelimit
 
     def sync_view(request: Any) -> Any:
         return HttpResponse("sync")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aredis
 
-from redis_ratelimit import Lease, Limit, MemoryStore, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client import Lease, Limit, MemoryStore, Policy, RateLimiter, SyncRateLimiter
 from servers import start
 
 T0_US = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z

@@ -11,8 +11,8 @@ import pytest
 import redis.cluster
 from redis.asyncio.cluster import RedisCluster
 
-from redis_ratelimit import Lease, Limit, Policy, RateLimiter, SyncRateLimiter
-from redis_ratelimit.store import key_slot
+from redis_ratelimit_client import Lease, Limit, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client.store import key_slot
 from servers import Cluster
 
 POLICY = Policy(
@@ -79,7 +79,7 @@ def test_limits_in_two_slots_stay_all_or_nothing(module: bool) -> None:
 
 def test_plans_on_a_cluster() -> None:
     """The policy store in its ``{rl-policy}`` slot of a Cluster, read and followed."""
-    from redis_ratelimit.plans import PlanSource
+    from redis_ratelimit_client.plans import PlanSource
 
     cluster = Cluster(3, module=True)
 

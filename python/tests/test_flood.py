@@ -13,7 +13,7 @@ import concurrent.futures
 import redis
 import redis.asyncio as aredis
 
-from redis_ratelimit import Limit, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from servers import Server
 
 POLICY = Policy("flood", [Limit.token_bucket("per-key", 5, refill=3600, key="flood:{key}")], timeout=2)

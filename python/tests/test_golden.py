@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import redis_ratelimit.core.numbers as numbers
-import redis_ratelimit.core.windows as windows
+import redis_ratelimit_client.core.numbers as numbers
+import redis_ratelimit_client.core.windows as windows
 from golden_replay import replay
 from servers import REPOSITORY
 
@@ -44,7 +44,7 @@ def test_a_planted_rounding_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_a_planted_saturation_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    import redis_ratelimit.core.token_bucket as token_bucket
+    import redis_ratelimit_client.core.token_bucket as token_bucket
 
     monkeypatch.setattr(token_bucket, "sat_i64", lambda value: value)
     monkeypatch.setattr(numbers, "sat_i64", lambda value: value)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from redis_ratelimit import CheckError, Lease, Limit, MemoryStore, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client import CheckError, Lease, Limit, MemoryStore, Policy, RateLimiter, SyncRateLimiter
 
 BUCKET = [Limit.token_bucket("per-key", 3, refill=60, key="k:{key}")]
 

@@ -16,7 +16,7 @@ from slowapi import Limiter, _rate_limit_exceeded_handler
 from slowapi.errors import RateLimitExceeded
 from slowapi.util import get_remote_address
 
-import redis_ratelimit.contrib.limits_storage  # noqa: F401  (registers the scheme)
+import redis_ratelimit_client.contrib.limits_storage  # noqa: F401  (registers the scheme)
 from servers import Server
 
 

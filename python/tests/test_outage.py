@@ -14,7 +14,7 @@ from typing import Any
 
 import redis.asyncio as aredis
 
-from redis_ratelimit import Limit, Policy, RateLimiter
+from redis_ratelimit_client import Limit, Policy, RateLimiter
 from servers import start
 
 CAPACITY, REFILL_S = 30, 60.0

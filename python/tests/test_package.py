@@ -9,8 +9,8 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from redis_ratelimit import Lease, Limit, MemoryStore, Policy, PrometheusMetrics, RateLimiter
-from redis_ratelimit.protocol import library_source, script_source
+from redis_ratelimit_client import Lease, Limit, MemoryStore, Policy, PrometheusMetrics, RateLimiter
+from redis_ratelimit_client.protocol import library_source, script_source
 from servers import REPOSITORY
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aredis
 
-from redis_ratelimit import Limit, Policy, RateLimiter
-from redis_ratelimit.plans import PlanSource
+from redis_ratelimit_client import Limit, Policy, RateLimiter
+from redis_ratelimit_client.plans import PlanSource
 from servers import REPOSITORY, Server
 
 RLCTL = Path(os.environ.get("RL_RLCTL", REPOSITORY / "target" / "debug" / "rlctl"))

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from redis_ratelimit import ConfigError, Fallback, Lease, Limit, Policy, PolicyError, from_toml
-from redis_ratelimit.protocol import Acquire, Call, Refund, acquire_command, refund_commands
+from redis_ratelimit_client import ConfigError, Fallback, Lease, Limit, Policy, PolicyError, from_toml
+from redis_ratelimit_client.protocol import Acquire, Call, Refund, acquire_command, refund_commands
 from servers import REPOSITORY
 
 CONFIG_RS = (REPOSITORY / "client" / "src" / "config.rs").read_text()

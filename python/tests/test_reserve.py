@@ -10,7 +10,7 @@ import asyncio
 import pytest
 import redis.asyncio as aredis
 
-from redis_ratelimit import Limit, Policy, RateLimiter
+from redis_ratelimit_client import Limit, Policy, RateLimiter
 from servers import Server
 
 TOKENS = Policy("llm", [Limit.token_bucket("tokens", 100, refill=3600, key="llm:{key}")], timeout=1)

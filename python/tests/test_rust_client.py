@@ -15,8 +15,8 @@ import httpx
 import pytest
 import redis.asyncio as aredis
 
-from redis_ratelimit import Lease, Limit, Policy, RateLimiter
-from redis_ratelimit.contrib.asgi import RateLimitMiddleware, header
+from redis_ratelimit_client import Lease, Limit, Policy, RateLimiter
+from redis_ratelimit_client.contrib.asgi import RateLimitMiddleware, header
 from servers import REPOSITORY, start
 
 T0_US = 1_767_225_600_000_000

@@ -14,7 +14,7 @@ import redis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
 
-from redis_ratelimit import Limit, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from servers import SERVER, Server, free_port
 
 POLICY = Policy("api", [Limit.token_bucket("per-key", 3, refill=60, key="s:{key}")], timeout=1)

@@ -67,7 +67,7 @@ class RateLimit:
             self.limiter = limiter
         if self.limiter is None:
             raise RuntimeError("RateLimit needs a SyncRateLimiter: RateLimit(app, limiter) or init_app(app, limiter)")
-        app.extensions["redis_ratelimit"] = self
+        app.extensions["redis_ratelimit_client"] = self
         app.before_request(self._before)
         app.after_request(self._after)
         app.teardown_request(self._teardown)

@@ -24,7 +24,7 @@ LIBRARY_NAME = "ratelimit"
 def library_source() -> str:
     """The Functions library shipped in the package (copied from ``functions/ratelimit.lua``
     when the package is built)."""
-    return resources.files("redis_ratelimit").joinpath("ratelimit.lua").read_text(encoding="utf-8")
+    return resources.files("redis_ratelimit_client").joinpath("ratelimit.lua").read_text(encoding="utf-8")
 
 
 def script_source() -> str:

@@ -4,7 +4,7 @@ fallback, a circuit breaker, the IETF ``RateLimit`` header fields and metrics.
 
 ```python
 from redis.asyncio import Redis
-from redis_ratelimit import Limit, Policy, RateLimiter
+from redis_ratelimit_client import Limit, Policy, RateLimiter
 
 limiter = RateLimiter(Redis(), [Policy("api", [Limit.token_bucket("per-key", 100, refill=60, key="rl:{{{key}}}")])])
 decision = await limiter.check("api", key="alice")

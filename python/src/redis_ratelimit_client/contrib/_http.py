@@ -11,7 +11,7 @@ from typing import Any
 
 from ..decision import INTERNAL_ERROR_BODY, Decision
 
-log = logging.getLogger("redis_ratelimit")
+log = logging.getLogger("redis_ratelimit_client")
 
 PROBLEM_JSON = "application/problem+json"
 

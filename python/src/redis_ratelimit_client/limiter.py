@@ -1,6 +1,6 @@
 """The limiters: :class:`RateLimiter` (asyncio, on ``redis.asyncio``) and its sync twin
 :class:`SyncRateLimiter` (on ``redis.Redis``), both also on a Cluster client or a Sentinel
-primary. Both run the same flows (:mod:`redis_ratelimit.flows`); each drives the store calls
+primary. Both run the same flows (:mod:`redis_ratelimit_client.flows`); each drives the store calls
 with its own I/O, bounded by the policy's timeout (50 ms by default)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .store import MemoryStore, RedisStore, SyncRedisStore
 if TYPE_CHECKING:
     from .plans import PlanSource, SyncPlanSource
 
-log = logging.getLogger("redis_ratelimit")
+log = logging.getLogger("redis_ratelimit_client")
 
 
 class CheckError(ValueError):

@@ -226,8 +226,8 @@ def _give_back(view: View, units: int) -> View:
 
 
 class Engine:
-    """The limiter's logic, shared by :class:`~redis_ratelimit.RateLimiter` and
-    :class:`~redis_ratelimit.SyncRateLimiter`."""
+    """The limiter's logic, shared by :class:`~redis_ratelimit_client.RateLimiter` and
+    :class:`~redis_ratelimit_client.SyncRateLimiter`."""
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ for ``redis-ratelimit://host:port/db`` (``redis-ratelimits://`` for TLS): change
 commands or the Functions library (``?backend=functions`` forces one).
 
 ```python
-import redis_ratelimit.contrib.limits_storage  # registers the scheme
+import redis_ratelimit_client.contrib.limits_storage  # registers the scheme
 limiter = Limiter(key_func=get_remote_address, storage_uri="redis-ratelimit://127.0.0.1:6379")
 ```
 

@@ -10,7 +10,7 @@ REDIS_RATELIMIT = {
     "ROUTES": {"/search/": "search"},     # path prefix -> policy
     "EXEMPT": ["/healthz"],
 }
-MIDDLEWARE = [..., "redis_ratelimit.contrib.django.RateLimitMiddleware"]
+MIDDLEWARE = [..., "redis_ratelimit_client.contrib.django.RateLimitMiddleware"]
 
 # views.py
 @ratelimit("search", key=lambda request: request.user.username)

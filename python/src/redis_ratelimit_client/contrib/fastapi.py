@@ -1,6 +1,6 @@
 """FastAPI: a dependency, ``Depends(limit("api", key=lambda request: ...))``, and
 :func:`install`, which puts the limiter on ``app.state`` and renders refusals as
-problem+json (the ASGI middleware, :mod:`redis_ratelimit.contrib.asgi`, limits whole apps).
+problem+json (the ASGI middleware, :mod:`redis_ratelimit_client.contrib.asgi`, limits whole apps).
 
 ```python
 limiter = RateLimiter(Redis(), [Policy("api", [Limit.token_bucket("per-key", 100, refill=60, key="rl:{{{key}}}")])])

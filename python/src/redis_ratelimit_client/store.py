@@ -38,7 +38,7 @@ from .protocol import (
 )
 from .state import now_us
 
-log = logging.getLogger("redis_ratelimit")
+log = logging.getLogger("redis_ratelimit_client")
 
 _HASH_SLOTS = 16384
 

@@ -24,7 +24,7 @@ from .algorithms import Algorithm, AlgorithmError
 from .metrics import Metrics, default_metrics
 from .policy import Limit, Policy
 
-log = logging.getLogger("redis_ratelimit")
+log = logging.getLogger("redis_ratelimit_client")
 
 VERSION_KEY = "{rl-policy}:version"
 PLANS_KEY = "{rl-policy}:plans"
