@@ -14,6 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
+from django_setup import django_settings
 from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from servers import Server, start
 
@@ -170,52 +171,45 @@ def test_flask_extension_and_decorator(server: Server) -> None:
 
 
 def test_django_middleware_and_decorator_on_sync_and_async_views(server: Server) -> None:
-    import django
-    from django.conf import settings
-
-    if not settings.configured:
-        settings.configure(
-            DEBUG=False,
-            SECRET_KEY="test",
-            ALLOWED_HOSTS=["*"],
-            ROOT_URLCONF=__name__,
-            MIDDLEWARE=["redis_ratelimit_client.contrib.django.RateLimitMiddleware"],
-            REDIS_RATELIMIT={
-                "LIMITER": lambda: SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
-                "ASYNC_LIMITER": lambda: RateLimiter(aredis.Redis(port=server.port), POLICIES),
-                "POLICY": "api",
-                "KEY": lambda request: request.headers.get("x-api-key", "anonymous"),
-                "ROUTES": {"/search": "search"},
-                "EXEMPT": ["/healthz", "/async-only", "/sync-only"],
-            },
-        )
-        django.setup()
+    overrides = django_settings(
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=["redis_ratelimit_client.contrib.django.RateLimitMiddleware"],
+        REDIS_RATELIMIT={
+            "LIMITER": lambda: SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
+            "ASYNC_LIMITER": lambda: RateLimiter(aredis.Redis(port=server.port), POLICIES),
+            "POLICY": "api",
+            "KEY": lambda request: request.headers.get("x-api-key", "anonymous"),
+            "ROUTES": {"/search": "search"},
+            "EXEMPT": ["/healthz", "/async-only", "/sync-only"],
+        },
+    )
     from django.test import AsyncClient, Client
 
     from redis_ratelimit_client.contrib import django as adapter
 
-    adapter.reset()
-    c = Client()
-    answers = [c.get("/sync", headers={"x-api-key": "dj"}) for _ in range(4)]
-    assert [a.status_code for a in answers] == [200, 200, 200, 429]
-    assert answers[0]["ratelimit"] == '"per-key";r=2;t=20'
-    assert_refusal(answers[3].status_code, answers[3], answers[3].content, "per-key")
-    assert [c.get("/healthz").status_code for _ in range(5)] == [200] * 5
-    assert [c.get("/search/x", headers={"x-api-key": "t"}).status_code for _ in range(3)] == [200, 200, 429]
-    only = [c.get("/sync-only") for _ in range(3)]
-    assert [o.status_code for o in only] == [200, 200, 429], (only[0].content, dict(only[0].items()))
+    with overrides:
+        adapter.reset()
+        c = Client()
+        answers = [c.get("/sync", headers={"x-api-key": "dj"}) for _ in range(4)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 429]
+        assert answers[0]["ratelimit"] == '"per-key";r=2;t=20'
+        assert_refusal(answers[3].status_code, answers[3], answers[3].content, "per-key")
+        assert [c.get("/healthz").status_code for _ in range(5)] == [200] * 5
+        assert [c.get("/search/x", headers={"x-api-key": "t"}).status_code for _ in range(3)] == [200, 200, 429]
+        only = [c.get("/sync-only") for _ in range(3)]
+        assert [o.status_code for o in only] == [200, 200, 429], (only[0].content, dict(only[0].items()))
 
-    async def asynchronous() -> list[Any]:
-        client = AsyncClient()
-        out = [await client.get("/async-only") for _ in range(3)]
-        out += [await client.get("/async", headers={"x-api-key": "dja"}) for _ in range(4)]
-        return out
+        async def asynchronous() -> list[Any]:
+            client = AsyncClient()
+            out = [await client.get("/async-only") for _ in range(3)]
+            out += [await client.get("/async", headers={"x-api-key": "dja"}) for _ in range(4)]
+            return out
 
-    results = asyncio.run(asynchronous())
-    assert [r.status_code for r in results[:3]] == [200, 200, 429], "the decorator, async"
-    assert [r.status_code for r in results[3:]] == [200, 200, 200, 429], "the middleware, async"
-    assert_refusal(results[6].status_code, results[6], results[6].content, "per-key")
-    adapter.reset()
+        results = asyncio.run(asynchronous())
+        assert [r.status_code for r in results[:3]] == [200, 200, 429], "the decorator, async"
+        assert [r.status_code for r in results[3:]] == [200, 200, 200, 429], "the middleware, async"
+        assert_refusal(results[6].status_code, results[6], results[6].content, "per-key")
+        adapter.reset()
 
 
 # Django's URLs for the test above.

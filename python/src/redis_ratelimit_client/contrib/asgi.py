@@ -9,7 +9,11 @@ app.add_middleware(RateLimitMiddleware, limiter=limiter, policy="api",
 A refused request is answered ``429`` (``503`` when the store is out of reach and the policy
 fails closed) with ``Retry-After``, ``RateLimit-Policy``, ``RateLimit`` and a problem+json
 body; admitted responses carry the fields too; in-flight slots are released when the
-response has been sent; a paced request waits its turn first.
+response has been sent; a paced request waits its turn first. With a FastAPI dependency's
+policy (or a second middleware) on the same request, a request is admitted only if every
+policy admits it: one refused later gets back what this one charged it (see
+:mod:`redis_ratelimit_client.contrib._ledger`), and its refusal carries the refusing policy's
+fields alone.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from ..decision import Decision
 from ..limiter import CheckError, RateLimiter
 from ._http import Check, exempted, inputs_of, internal_error, refusal, route_policy
+from ._ledger import Spent, give_back_all_async, scope_ledger
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -111,22 +116,29 @@ class RateLimitMiddleware:
         if check is None:
             await self.app(scope, receive, send)
             return
+        ledger = scope_ledger(scope)
         try:
             decision = await self.limiter.check(check.policy, check.cost, inputs=check.inputs)
         except CheckError as error:
+            await give_back_all_async(ledger)
             status, headers, body = internal_error(check.policy, error)
             await send({"type": "http.response.start", "status": status, "headers": _encode(headers)})
             await send({"type": "http.response.body", "body": body})
             return
         if not decision.allowed:
+            await give_back_all_async(ledger)
+            ledger.refused = decision
             await send_refusal(send, decision, legacy=self.legacy)
             return
+        ledger.admitted(Spent(self.limiter, check.policy, dict(check.inputs), check.cost, decision))
         if decision.wait_ms:
             await asyncio.sleep(decision.wait_ms / 1000)
         fields = _encode(decision.headers(legacy=self.legacy)) if self.on_admitted else []
 
         async def send_with_fields(message: Message) -> None:
-            if message["type"] == "http.response.start" and fields:
+            # A policy checked later (a FastAPI dependency) that refused the request gave
+            # back this one's charge: the refusal carries its own fields alone.
+            if message["type"] == "http.response.start" and fields and ledger.refused is None:
                 message = dict(message)
                 message["headers"] = [*message.get("headers", []), *fields]
             await send(message)

@@ -19,6 +19,11 @@ async def search(request): ...
 
 ``LIMITER`` and ``ASYNC_LIMITER`` are limiters or callables making one (an async limiter is
 made once per event loop: a ``redis.asyncio`` client belongs to the loop it connected on).
+
+A request is admitted only if the middleware's policy and every decorator's admit it: one a
+view's policy refuses gets back what the middleware's policy charged it (see
+:mod:`redis_ratelimit_client.contrib._ledger`), and its 429 carries the refusing policy's
+fields alone; an admitted response carries every policy's.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
@@ -39,8 +44,12 @@ from django.utils.module_loading import import_string
 from ..decision import Decision
 from ..limiter import CheckError, RateLimiter, SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
+from ._ledger import LIST_FIELDS, Ledger, Spent, give_back_async, give_back_sync
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The request attribute holding the checks it passed (:class:`~._ledger.Ledger`).
+_LEDGER = "redis_ratelimit_ledger"
 
 _lock = threading.Lock()
 _sync: dict[str, SyncRateLimiter] = {}
@@ -117,33 +126,83 @@ def _input_name(limiter: RateLimiter | SyncRateLimiter, policy: str) -> str:
     return definition.tenant_input if definition and definition.tenant_input else "key"
 
 
-def _decorated(response: HttpResponse, decision: Decision) -> HttpResponse:
+def _ledger(request: HttpRequest) -> Ledger:
+    """The checks this request passed (the middleware's and the decorators')."""
+    ledger: Ledger | None = getattr(request, _LEDGER, None)
+    if ledger is None:
+        ledger = Ledger()
+        setattr(request, _LEDGER, ledger)
+    return ledger
+
+
+def _decorated(response: HttpResponse, request: HttpRequest, decision: Decision) -> HttpResponse:
+    """Adds an admitted check's fields (to the list fields' items already there); a request
+    a policy refused carries the refusing decision's fields alone."""
+    if _ledger(request).refused is not None:
+        return response
     for name, value in decision.headers().items():
-        response[name] = value
+        existing = response.get(name)
+        response[name] = f"{existing}, {value}" if existing and name in LIST_FIELDS else value
     return response
 
 
-def _checked_sync(policy: str, value: Any, cost: int) -> tuple[Decision | None, HttpResponse | None]:
+def _give_back_sync(ledger: Ledger) -> None:
+    for spent in ledger.take():
+        if isinstance(spent.limiter, SyncRateLimiter):
+            give_back_sync(spent)
+        else:
+            async_to_sync(give_back_async)(spent)
+
+
+async def _give_back_async(ledger: Ledger) -> None:
+    for spent in ledger.take():
+        if isinstance(spent.limiter, RateLimiter):
+            await give_back_async(spent)
+        else:
+            await sync_to_async(give_back_sync)(spent)
+
+
+def _checked_sync(
+    request: HttpRequest, policy: str, value: Any, cost: int
+) -> tuple[Decision | None, HttpResponse | None]:
+    """The check's decision, or the response refusing the request (after giving back what
+    the policies checked before it charged)."""
     limiter = sync_limiter()
+    ledger = _ledger(request)
+    inputs: dict[str, str] = {}
     try:
-        decision = limiter.check(policy, cost, inputs=inputs_of(value, _input_name(limiter, policy)))
+        inputs = inputs_of(value, _input_name(limiter, policy))
+        decision = limiter.check(policy, cost, inputs=inputs)
     except CheckError as error:
+        _give_back_sync(ledger)
         return None, _response(*internal_error(policy, error))
     if not decision.allowed:
+        _give_back_sync(ledger)
+        ledger.refused = decision
         return decision, _response(*refusal(decision))
+    ledger.admitted(Spent(limiter, policy, inputs, cost, decision))
     if decision.wait_ms:
         time.sleep(decision.wait_ms / 1000)
     return decision, None
 
 
-async def _checked_async(policy: str, value: Any, cost: int) -> tuple[Decision | None, HttpResponse | None]:
+async def _checked_async(
+    request: HttpRequest, policy: str, value: Any, cost: int
+) -> tuple[Decision | None, HttpResponse | None]:
     limiter = async_limiter()
+    ledger = _ledger(request)
+    inputs: dict[str, str] = {}
     try:
-        decision = await limiter.check(policy, cost, inputs=inputs_of(value, _input_name(limiter, policy)))
+        inputs = inputs_of(value, _input_name(limiter, policy))
+        decision = await limiter.check(policy, cost, inputs=inputs)
     except CheckError as error:
+        await _give_back_async(ledger)
         return None, _response(*internal_error(policy, error))
     if not decision.allowed:
+        await _give_back_async(ledger)
+        ledger.refused = decision
         return decision, _response(*refusal(decision))
+    ledger.admitted(Spent(limiter, policy, inputs, cost, decision))
     if decision.wait_ms:
         await asyncio.sleep(decision.wait_ms / 1000)
     return decision, None
@@ -182,11 +241,11 @@ class RateLimitMiddleware:
         plan = self._plan(request)
         if plan is None:
             return self.get_response(request)
-        decision, refused = _checked_sync(plan[0], plan[1], 1)
+        decision, refused = _checked_sync(request, plan[0], plan[1], 1)
         if refused is not None or decision is None:
             return refused
         try:
-            return _decorated(self.get_response(request), decision)
+            return _decorated(self.get_response(request), request, decision)
         finally:
             if decision.in_flight is not None:
                 sync_limiter().release(decision)
@@ -195,11 +254,11 @@ class RateLimitMiddleware:
         plan = self._plan(request)
         if plan is None:
             return await self.get_response(request)
-        decision, refused = await _checked_async(plan[0], plan[1], 1)
+        decision, refused = await _checked_async(request, plan[0], plan[1], 1)
         if refused is not None or decision is None:
             return refused
         try:
-            return _decorated(await self.get_response(request), decision)
+            return _decorated(await self.get_response(request), request, decision)
         finally:
             if decision.in_flight is not None:
                 await async_limiter().release(decision)
@@ -220,11 +279,11 @@ def ratelimit(
             async def asynchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 value = (key or _key_function(_config().get("KEY")))(request)
                 units = cost(request) if callable(cost) else cost
-                decision, refused = await _checked_async(policy, value, units)
+                decision, refused = await _checked_async(request, policy, value, units)
                 if refused is not None or decision is None:
                     return refused
                 try:
-                    return _decorated(await view(request, *args, **kwargs), decision)
+                    return _decorated(await view(request, *args, **kwargs), request, decision)
                 finally:
                     if decision.in_flight is not None:
                         await async_limiter().release(decision)
@@ -235,11 +294,11 @@ def ratelimit(
         def synchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             value = (key or _key_function(_config().get("KEY")))(request)
             units = cost(request) if callable(cost) else cost
-            decision, refused = _checked_sync(policy, value, units)
+            decision, refused = _checked_sync(request, policy, value, units)
             if refused is not None or decision is None:
                 return refused
             try:
-                return _decorated(view(request, *args, **kwargs), decision)
+                return _decorated(view(request, *args, **kwargs), request, decision)
             finally:
                 if decision.in_flight is not None:
                     sync_limiter().release(decision)

@@ -24,8 +24,9 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response as StarletteResponse
 
 from ..decision import Decision
-from ..limiter import RateLimiter
+from ..limiter import CheckError, RateLimiter
 from ._http import inputs_of, refusal
+from ._ledger import LIST_FIELDS, Spent, give_back_all_async, scope_ledger
 
 
 def limit(
@@ -42,7 +43,9 @@ def limit(
     raises :class:`RateLimitExceeded` (``install(app, limiter)`` renders it as problem+json;
     without it FastAPI still answers 429 with the fields); an admitted response gets the
     fields. The limiter is ``limiter`` or the one :func:`install` put on ``app.state``.
-    In-flight slots are released when the request is done.
+    In-flight slots are released when the request is done. Behind the ASGI middleware (or
+    beside other ``limit`` dependencies), a request is admitted only if every policy admits
+    it: a refusal gives back what the policies checked before it charged.
     """
 
     async def dependency(request: Request, response: Response) -> Any:
@@ -53,13 +56,23 @@ def limit(
         definition = active.policy(policy)
         name = input_name or (definition.tenant_input if definition and definition.tenant_input else "key")
         units = cost(request) if callable(cost) else cost
-        decision = await active.check(policy, units, inputs=inputs_of(value, name))
+        inputs = inputs_of(value, name)
+        ledger = scope_ledger(request.scope)
+        try:
+            decision = await active.check(policy, units, inputs=inputs)
+        except CheckError:
+            await give_back_all_async(ledger)
+            raise
         if not decision.allowed:
+            await give_back_all_async(ledger)
+            ledger.refused = decision
             raise RateLimitExceeded(decision)
+        ledger.admitted(Spent(active, policy, inputs, units, decision))
         if decision.wait_ms:
             await asyncio.sleep(decision.wait_ms / 1000)
         for field, text in decision.headers().items():
-            response.headers[field] = text
+            existing = response.headers.get(field)
+            response.headers[field] = f"{existing}, {text}" if existing and field in LIST_FIELDS else text
         try:
             yield decision
         finally:

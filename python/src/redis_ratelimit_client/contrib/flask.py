@@ -14,9 +14,11 @@ def healthz(): ...
 ```
 
 ``default`` limits every request (``routes``: path prefix -> policy, ``exempt``: prefixes);
-``limit`` adds a view's own policy. Refusals are 429 (503 when failing closed) with
-``Retry-After``, the IETF fields and problem+json; admitted responses get the fields;
-in-flight slots are released when the request ends.
+``limit`` adds a view's own policy. A request is admitted only if every policy admits it: one
+refused by the view's policy gets back what the default policy charged it (see
+:mod:`redis_ratelimit_client.contrib._ledger`). Refusals are 429 (503 when failing closed)
+with ``Retry-After``, the refusing policy's IETF fields and problem+json; admitted responses
+get every policy's fields; in-flight slots are released when the request ends.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from typing import Any, TypeVar
 
 import flask
 
-from ..decision import Decision
 from ..limiter import CheckError, SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
+from ._ledger import Ledger, Spent, admitted_fields, give_back_all_sync
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,17 +79,28 @@ class RateLimit:
         definition = self.limiter.policy(policy)
         return definition.tenant_input if definition and definition.tenant_input else "key"
 
+    @staticmethod
+    def _ledger() -> Ledger:
+        ledger: Ledger = flask.g.setdefault("ratelimit_ledger", Ledger())
+        return ledger
+
     def _check(self, policy: str, value: str | Mapping[str, str], cost: int) -> flask.Response | None:
-        """Checks the request; a refusal (or a misconfiguration) as the response to send."""
+        """Checks the request; a refusal (or a misconfiguration) as the response to send,
+        after giving back what the policies checked before it charged."""
         assert self.limiter is not None
+        ledger = self._ledger()
+        inputs: dict[str, str] = {}
         try:
-            decision = self.limiter.check(policy, cost, inputs=inputs_of(value, self._input_name(policy)))
+            inputs = inputs_of(value, self._input_name(policy))
+            decision = self.limiter.check(policy, cost, inputs=inputs)
         except CheckError as error:
+            give_back_all_sync(ledger)
             return self._response(*internal_error(policy, error))
-        decisions: list[Decision] = flask.g.setdefault("ratelimit_decisions", [])
-        decisions.append(decision)
         if not decision.allowed:
+            give_back_all_sync(ledger)
+            ledger.refused = decision
             return self._response(*refusal(decision, legacy=self.legacy))
+        ledger.admitted(Spent(self.limiter, policy, inputs, cost, decision))
         if decision.wait_ms:
             time.sleep(decision.wait_ms / 1000)
         return None
@@ -112,17 +125,19 @@ class RateLimit:
         return self._check(policy, value, 1)
 
     def _after(self, response: flask.Response) -> flask.Response:
-        for decision in flask.g.get("ratelimit_decisions", []):
-            if decision.allowed:
-                for name, value in decision.headers(legacy=self.legacy).items():
-                    response.headers[name] = value
+        ledger: Ledger | None = flask.g.get("ratelimit_ledger")
+        if ledger is None or ledger.refused is not None:
+            return response
+        for name, value in admitted_fields(ledger.decisions(), legacy=self.legacy).items():
+            response.headers[name] = value
         return response
 
     def _teardown(self, error: BaseException | None) -> None:
         assert self.limiter is not None
-        for decision in flask.g.pop("ratelimit_decisions", []):
-            if decision.in_flight is not None:
-                self.limiter.release(decision)
+        ledger: Ledger | None = flask.g.pop("ratelimit_ledger", None)
+        for spent in [] if ledger is None else ledger.take():
+            if spent.decision.in_flight is not None:
+                self.limiter.release(spent.decision)
 
     def limit(
         self,
