@@ -19,10 +19,10 @@ from django_setup import django_settings
 from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from servers import Server, start
 
-DEFAULT_QUOTA, SEARCH_QUOTA, HOUR_S = 6, 3, 3600
+DEFAULT_QUOTA, SEARCH_QUOTA, WINDOW_S = 6, 3, 86_400  # a day: no window ends during a test (but at midnight UTC)
 POLICIES = [
-    Policy("api", [Limit.fixed_window("per-key", DEFAULT_QUOTA, HOUR_S, key="api:{key}")], timeout=0.5),
-    Policy("search", [Limit.fixed_window("searches", SEARCH_QUOTA, HOUR_S, key="search:{key}")], timeout=0.5),
+    Policy("api", [Limit.fixed_window("per-key", DEFAULT_QUOTA, WINDOW_S, key="api:{key}")], timeout=0.5),
+    Policy("search", [Limit.fixed_window("searches", SEARCH_QUOTA, WINDOW_S, key="search:{key}")], timeout=0.5),
     Policy("uploads", [Limit.concurrency("in-flight", 1, 30, key="uploads:{key}")], timeout=0.5),
 ]
 SEARCHES = 10
@@ -40,7 +40,7 @@ def server() -> Iterator[Server]:
 def assert_refused_by_searches(status: int, headers: Any) -> None:
     """A 429 of the search policy: every field about that limit alone, and they agree."""
     assert status == 429
-    assert headers["ratelimit-policy"] == f'"searches";q={SEARCH_QUOTA};w={HOUR_S}'
+    assert headers["ratelimit-policy"] == f'"searches";q={SEARCH_QUOTA};w={WINDOW_S}'
     service = re.fullmatch(r'"searches";r=0;t=(\d+)', headers["ratelimit"])
     assert service is not None, f"RateLimit names another limit than the refusing one: {headers['ratelimit']}"
     assert int(service[1]) == int(headers["retry-after"]), "RateLimit's t and Retry-After disagree"
