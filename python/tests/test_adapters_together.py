@@ -174,8 +174,10 @@ def test_django_middleware_and_decorator_all_or_nothing(server: Server) -> None:
             assert_scenario(*sync_run({"x-user": "sync"}, "/search"))
             assert_scenario(*asyncio.run(async_run({"x-user": "async"}, "/async-search")))
             # An async middleware before a sync view: the view's refusal gives back, from
-            # the view's thread, what the middleware's async limiter charged.
+            # the view's thread, what the middleware's async limiter charged; and a sync
+            # middleware before an async view, what the sync limiter charged.
             assert_scenario(*asyncio.run(async_run({"x-user": "mixed"}, "/search")))
+            assert_scenario(*sync_run({"x-user": "mixed-too"}, "/async-search"))
         finally:
             adapter.reset()
 
