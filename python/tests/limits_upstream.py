@@ -33,14 +33,14 @@ SUITE_FILES = ("test_storage.py", "test_strategy.py", "aio/test_storage.py", "ai
 
 #: Tests of theirs that fail on our storages by design, and why (python/README.md, "limits").
 EXPECTED_FAILURES = {
-    r"(aio/)?test_strategy\.py::TestAsync?SlidingWindow::.*": (
+    r"(aio/)?test_strategy\.py::Test(Async)?SlidingWindow::.*": (
         "the sliding window counter strategy is not offered (RL.SLIDING through the client is)"
     ),
-    r"(aio/)?test_strategy\.py::TestAsync?FixedWindow::test_fixed_window\[.*": (
+    r"(aio/)?test_strategy\.py::Test(Async)?FixedWindow::test_fixed_window\[.*": (
         "windows are aligned to the epoch, not started by the first hit (fails when a 2 s boundary"
         " falls inside the test's first second)"
     ),
-    r"(aio/)?test_strategy\.py::TestAsync?MovingWindow::test_moving_window_huge_cost\[.*": (
+    r"(aio/)?test_strategy\.py::Test(Async)?MovingWindow::test_moving_window_huge_cost\[.*": (
         "a moving window holds at most ratelimit.max-log-entries (10,000) entries; theirs is 1,000,000"
     ),
 }

@@ -24,10 +24,12 @@ DEFAULT_KEY_PREFIX = "LIMITS"
 FAILURE_MODES = ("error", "open", "closed")
 #: The default ``timeout_ms``. Longer than the client's 50 ms: it is redis-py's socket timeout,
 #: with no second look and no fallback decision behind it (under ``failure=error`` a timeout
-#: is an error answer), so it must exceed a healthy store's worst latency on a loaded machine:
+#: is an error answer), so it must exceed a healthy store's worst stall on a loaded machine:
 #: a hit's latency through the storage, 16 threads or 400 async hits at a time, at a load of
-#: 9-11 on 2 cores, was p99 51-111 ms and at most 236 ms (bench/limits_storage_latency.py).
-DEFAULT_TIMEOUT_MS = 500
+#: 9-11 on 2 cores, was p99 51-111 ms and at most 236 ms (bench/limits_storage_latency.py),
+#: but in 1 of 4 runs of limits' suite at a load of 14 one call of a healthy server outlasted
+#: 500 ms: a second, twice that.
+DEFAULT_TIMEOUT_MS = 1000
 #: Longest ``timeout_ms``: a minute.
 MAX_TIMEOUT_MS = 60_000
 #: A count no limit reaches: what a refused call on a key with no known limit answers.

@@ -21,13 +21,14 @@ limiter = Limiter(key_func=get_remote_address, storage_uri="redis-ratelimit://12
 - **Keys**: every key is written under ``key_prefix`` (``LIMITS:`` by default, as ``limits``'
   Redis storage), and ``reset()`` deletes exactly the keys under it (every namespace of
   ``limits``, nothing else).
-- **When the store does not answer**: every call waits at most ``timeout_ms`` (500 by
+- **When the store does not answer**: every call waits at most ``timeout_ms`` (1,000 by
   default: redis-py's socket timeout on reads and connects, above a healthy store's worst
   latency on a loaded machine, see ``_limits_common.DEFAULT_TIMEOUT_MS``), is never resent (a
-  hit sent twice would count twice), and three calls in a row that the store did not answer open a circuit for 0.5 s in
-  which calls do not wait at all. ``failure=error`` (the default, ``limits``' contract) raises
-  the store's error (``limits.errors.StorageError`` with ``wrap_exceptions=True``), so
-  Flask-Limiter's and slowapi's ``swallow_errors`` and in-memory fallback decide;
+  hit sent twice would count twice), and three calls in a row that the store did not answer
+  (calls in flight together count as one) open a circuit for 0.5 s in which calls do not
+  wait. ``failure=error`` (the default, ``limits``' contract) raises the store's error
+  (``limits.errors.StorageError`` with ``wrap_exceptions=True``), so Flask-Limiter's and
+  slowapi's ``swallow_errors`` and in-memory fallback decide;
   ``failure=open`` admits (``hit``/``test`` true, ``get`` 0); ``failure=closed`` refuses
   (``hit``/``test`` false, ``get`` the limit). ``reset()`` and ``clear()`` always raise.
   A call the store did not answer may still have been counted (an unknown outcome).
@@ -140,9 +141,10 @@ class RedisRateLimitStorage(Storage, MovingWindowSupport):
         return self._guarded(call, end, end)
 
     def check(self) -> bool:
+        """Whether the store answers a ``PING`` (at once ``False`` while the circuit is open)."""
         try:
-            return bool(self.client.ping())
-        except (redis.RedisError, OSError):
+            return bool(self._guarded(self.client.ping, False, False))
+        except (redis.RedisError, StoreError, OSError):
             return False
 
     def reset(self) -> int | None:

@@ -117,9 +117,10 @@ class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
         return await self._guarded(call, end, end)
 
     async def check(self) -> bool:
+        """Whether the store answers a ``PING`` (at once ``False`` while the circuit is open)."""
         try:
-            return bool(await self.client.ping())
-        except (redis.RedisError, OSError):
+            return bool(await self._guarded(self.client.ping, False, False))
+        except (redis.RedisError, StoreError, OSError):
             return False
 
     async def reset(self) -> int | None:
