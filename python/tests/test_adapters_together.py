@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import redis
 import redis.asyncio as aredis
@@ -108,15 +109,16 @@ def test_flask_refusal_releases_the_defaults_in_flight_slot(server: Server) -> N
     assert codes == [200] * SEARCH_QUOTA + [429, 429], "the default's one slot is free again after each"
 
 
-def test_asgi_middleware_and_fastapi_dependency_all_or_nothing(server: Server) -> None:
+def _fastapi_app(port: int) -> Any:
+    """The scenario's FastAPI app: the ASGI middleware's default policy, a dependency's search
+    policy. Made on the event loop that serves it (a ``redis.asyncio`` client is bound to it)."""
     from fastapi import Depends, FastAPI
-    from fastapi.testclient import TestClient
 
     from redis_ratelimit_client.contrib.asgi import RateLimitMiddleware, header
     from redis_ratelimit_client.contrib.fastapi import install, limit
 
     app = FastAPI()
-    limiter = RateLimiter(aredis.Redis(port=server.port), POLICIES)
+    limiter = RateLimiter(aredis.Redis(port=port), POLICIES)
     install(app, limiter)
     app.add_middleware(
         RateLimitMiddleware, limiter=limiter, policy="api", key=lambda scope: header(scope, "x-user") or "-"
@@ -130,13 +132,37 @@ def test_asgi_middleware_and_fastapi_dependency_all_or_nothing(server: Server) -
     async def search() -> str:
         return "results"
 
+    return app
+
+
+def test_asgi_middleware_and_fastapi_dependency_all_or_nothing(server: Server) -> None:
+    from fastapi.testclient import TestClient
+
     user = {"x-user": "ada"}
-    with TestClient(app) as client:
+    with TestClient(_fastapi_app(server.port)) as client:
         searches = [client.get("/search", headers=user) for _ in range(SEARCHES)]
         items = [client.get("/items", headers=user).status_code for _ in range(DEFAULT_QUOTA - SEARCH_QUOTA + 1)]
     for answer in searches:
         assert len(answer.headers.get_list("retry-after")) <= 1
     assert_scenario([(answer.status_code, answer.headers) for answer in searches], items)
+
+
+def test_a_burst_of_refused_searches_gives_the_default_back_exactly_once(server: Server) -> None:
+    crowd, burst = {"x-user": "crowd"}, 40
+
+    async def run() -> tuple[list[int], list[int]]:
+        transport = httpx.ASGITransport(app=_fastapi_app(server.port))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            searched = await asyncio.gather(*(client.get("/search", headers=crowd) for _ in range(burst)))
+            listed = [(await client.get("/items", headers=crowd)).status_code for _ in range(DEFAULT_QUOTA)]
+        return [answer.status_code for answer in searched], listed
+
+    searched, listed = asyncio.run(run())
+    # The search limit serves 3 of the 40; every refusal gives the default back exactly once
+    # (a refund sent twice would leave /items more than 6 - 3, one lost fewer), and no
+    # denial remembered while the burst held the default keeps /items refused.
+    assert sorted(searched) == [200] * SEARCH_QUOTA + [429] * (burst - SEARCH_QUOTA)
+    assert listed == [200] * (DEFAULT_QUOTA - SEARCH_QUOTA) + [429] * SEARCH_QUOTA
 
 
 def test_django_middleware_and_decorator_all_or_nothing(server: Server) -> None:

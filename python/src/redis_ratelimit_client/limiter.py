@@ -186,6 +186,9 @@ class _Limiter:
             for group in self._engine.plan(target.state, target.keys)
         ]
         yield from self._engine.refund_groups(target, [r for r in refunds if r[0]])
+        # A denial remembered while these units were spent is stale now (it could keep the
+        # key set refused until the window ends).
+        target.state.deny.forget(target.key_set)
 
     def _reserve_debit(self, target: Target, units: int) -> Generator[Any, Any, int]:
         """Takes ``units`` more (as much as the limits hold); the rest is owed, charged

@@ -142,6 +142,12 @@ class DenyCache:
         with self._lock:
             self._entries = {k: d for k, d in self._entries.items() if d.until > now}
 
+    def forget(self, key_set: str) -> None:
+        """Drops the key set's denial: units were given back to it (a refund), so the store
+        may admit before the remembered ``retry_after``."""
+        with self._lock:
+            self._entries.pop(key_set, None)
+
 
 @dataclass(slots=True)
 class _Answer:
