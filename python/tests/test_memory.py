@@ -66,6 +66,16 @@ def test_the_eviction_order_is_expired_first_then_answered_longest_ago() -> None
     assert table.get("a") == "a again" and table.get("b") is None
 
 
+def test_a_table_expiring_in_write_order_drops_its_oldest_first() -> None:
+    table: KeyTable[str] = KeyTable(3, expiry_in_write_order=True)
+    for key, expires in (("a", 10), ("b", 20), ("c", 30)):
+        table.put(key, key, expires, 0)
+    assert table.expire(20) == 2 and list(table.keys()) == ["c"]
+    table.put("x", "x", 5, 20)
+    assert table.expires("x") == 30, "never before an entry written earlier"
+    assert table.expire(29) == 0 and table.expire(30) == 2 and len(table) == 0
+
+
 def test_an_evicted_key_set_falls_back_from_a_fresh_share() -> None:
     store = MemoryStore()
     limiter = SyncRateLimiter(store, [Policy("api", DAILY, timeout=TIMEOUT_S)], max_keys=CAP)

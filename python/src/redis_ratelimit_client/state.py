@@ -162,7 +162,8 @@ class Answers:
     forgotten (as a replica that restarts forgets it)."""
 
     def __init__(self, keep_us: int, max_keys: int = DEFAULT_MAX_KEYS) -> None:
-        self._entries: KeyTable[_Answer] = KeyTable(max_keys)
+        # A fixed lifetime on a clock that never goes back: entries expire in write order.
+        self._entries: KeyTable[_Answer] = KeyTable(max_keys, expiry_in_write_order=True)
         self._keep_us = max(keep_us, 1_000_000)
         self._lock = threading.Lock()
 
