@@ -25,9 +25,8 @@ import redis.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from servers import Server  # noqa: E402
-
-from redis_ratelimit_client import Limit, Policy, RateLimiter  # noqa: E402
+from redis_ratelimit_client import Limit, Policy, RateLimiter
+from servers import Server
 
 
 def rss_mib() -> float:
