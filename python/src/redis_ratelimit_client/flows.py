@@ -34,6 +34,7 @@ from .metrics import Metrics
 from .policy import Fallback, Policy
 from .protocol import Acquire, Call, Grant, Refund, StoreError
 from .state import Answers, Breaker, DenyCache, LastClaim, Leases, LeaseSlot, now_us
+from .tables import DEFAULT_MAX_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +70,16 @@ Flow = Generator[Any, Any, Any]
 class PolicyState:
     """A policy with what the limiter keeps for it."""
 
-    def __init__(self, policy: Policy, lock_factory: Callable[[], Any]) -> None:
+    def __init__(self, policy: Policy, lock_factory: Callable[[], Any], max_keys: int = DEFAULT_MAX_KEYS) -> None:
         self.policy = policy
         self.name = policy.name
         self.shapes: list[Shape] = [limit.algorithm.shape() for limit in policy.limits]
         longest_ns = max((shape.window_ns() for shape in self.shapes), default=0)
         # Most specific key first (stable: declaration order among equals).
         self.order = sorted(range(len(policy.limits)), key=lambda index: -policy.limits[index].key.specificity())
-        self.deny = DenyCache()
-        self.leases = Leases(lock_factory)
-        self.answers = Answers(longest_ns // 1000)
+        self.deny = DenyCache(max_keys)
+        self.leases = Leases(lock_factory, max_keys)
+        self.answers = Answers(longest_ns // 1000, max_keys)
         self.holds_slots = policy.holds_slots
 
     def in_flight(self, index: int) -> bool:
@@ -235,12 +236,13 @@ class Engine:
         replicas: Callable[[], int],
         breaker: Breaker,
         metrics: Metrics,
+        max_keys: int = DEFAULT_MAX_KEYS,
     ) -> None:
         self.store = store
         self.replicas = replicas
         self.breaker = breaker
         self.metrics = metrics
-        self.local = LocalLimits()
+        self.local = LocalLimits(max_keys=max_keys)
         self.local_lock = threading.Lock()
 
     # Planning.

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from .policy import Policy
 from .protocol import Grant, StoreError, classify
 from .state import Breaker
 from .store import MemoryStore, RedisStore, SyncRedisStore
+from .tables import DEFAULT_MAX_KEYS
 
 if TYPE_CHECKING:
     from .plans import PlanSource, SyncPlanSource
@@ -36,6 +38,10 @@ class CheckError(ValueError):
 
 
 Replicas = int | Callable[[], int]
+
+#: Most limit sets of store-backed policies whose states are kept (about as many as plans
+#: and overrides; the Rust client's MAX_STATES).
+_MAX_RESOLVED = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +64,17 @@ class _Limiter:
         metrics: Metrics | None,
         plans: Any,
         lock_factory: Callable[[], Any],
+        max_keys: int,
     ) -> None:
+        if not isinstance(max_keys, int) or isinstance(max_keys, bool) or max_keys < 1:
+            raise ValueError(f"max_keys: the most key sets a table remembers, a whole number from 1 (got {max_keys!r})")
+        self._max_keys = max_keys
         self._lock_factory = lock_factory
         self._states: dict[str, PolicyState] = {}
         for policy in policies:
             if policy.name in self._states:
                 raise ValueError(f"two policies are named '{policy.name}'")
-            self._states[policy.name] = PolicyState(policy, lock_factory)
+            self._states[policy.name] = PolicyState(policy, lock_factory, max_keys)
         stores_backed = [p.name for p in (s.policy for s in self._states.values()) if p.tenant_input]
         if stores_backed and plans is None:
             raise ValueError(
@@ -76,9 +86,11 @@ class _Limiter:
         if hasattr(store, "metrics") and isinstance(store.metrics, Metrics) and metrics is not None:
             store.metrics = self.metrics
         count = replicas if callable(replicas) else (lambda: replicas)
-        self._engine = Engine(store, lambda: max(int(count()), 1), Breaker(*breaker), self.metrics)
+        self._engine = Engine(store, lambda: max(int(count()), 1), Breaker(*breaker), self.metrics, max_keys)
         self.plans = plans
-        self._resolved: dict[tuple[str, tuple[str, ...]], PolicyState] = {}
+        # The states of store-backed policies, by limit set: the least recently used goes past
+        # _MAX_RESOLVED (an outstanding lease of a forgotten state expires in the store).
+        self._resolved: OrderedDict[tuple[str, tuple[str, ...]], PolicyState] = OrderedDict()
         self.metrics.circuit(False)
 
     @property
@@ -108,9 +120,11 @@ class _Limiter:
         signature = (policy.name, tuple(f"{limit.name}:{limit.key.text}:{limit.algorithm}" for limit in policy.limits))
         state = self._resolved.get(signature)
         if state is None:
-            if len(self._resolved) >= 1024:
-                self._resolved.clear()
-            state = self._resolved[signature] = PolicyState(policy, self._lock_factory)
+            if len(self._resolved) >= _MAX_RESOLVED:
+                self._resolved.popitem(last=False)
+            state = self._resolved[signature] = PolicyState(policy, self._lock_factory, self._max_keys)
+        else:
+            self._resolved.move_to_end(signature)
         return state
 
     def _prepare(self, policy: str, cost: int, inputs: Mapping[str, str]) -> _Prepared:
@@ -129,7 +143,12 @@ class _Limiter:
         now = time.monotonic()
         cached = state.deny.get(key_set, cost, now) if state.policy.deny_cache else None
         lease = state.policy.lease
-        leasable = lease is not None and cost <= lease.units and self.store.capabilities()[1]
+        leasable = (
+            lease is not None
+            and cost <= lease.units
+            and self.store.capabilities()[1]
+            and state.leases.has_room(key_set)
+        )
         return _Prepared(target, cached, leasable, now)
 
     def _finish(self, prepared: _Prepared, cost: int, decision: Decision) -> Decision:
@@ -227,6 +246,9 @@ class RateLimiter(_Limiter):
 
     ``replicas`` (a number, or a function read at each fallback decision) divides quotas in
     the local fallback; ``breaker`` is ``(failures, open_for_seconds)``, default ``(3, 0.5)``.
+    ``max_keys`` bounds each table of per-key-set state (each policy's last store answers,
+    remembered denials and leases; the fallback's local states): past it, expired entries
+    go first, then the one answered longest ago (see the README's "Memory").
     """
 
     def __init__(
@@ -239,12 +261,13 @@ class RateLimiter(_Limiter):
         metrics: Metrics | None = None,
         plans: PlanSource | None = None,
         backend: str = "auto",
+        max_keys: int = DEFAULT_MAX_KEYS,
     ) -> None:
         if isinstance(redis, (RedisStore, MemoryStore)):
             store: Any = redis
         else:
             store = RedisStore(redis, backend=backend, metrics=metrics or default_metrics())
-        super().__init__(store, policies, replicas, breaker, metrics, plans, asyncio.Lock)
+        super().__init__(store, policies, replicas, breaker, metrics, plans, asyncio.Lock, max_keys)
         self._tasks: set[asyncio.Future[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -443,12 +466,13 @@ class SyncRateLimiter(_Limiter):
         plans: SyncPlanSource | None = None,
         backend: str = "auto",
         threads: int = 16,
+        max_keys: int = DEFAULT_MAX_KEYS,
     ) -> None:
         if isinstance(redis, (SyncRedisStore, MemoryStore)):
             store: Any = redis
         else:
             store = SyncRedisStore(redis, backend=backend, metrics=metrics or default_metrics())
-        super().__init__(store, policies, replicas, breaker, metrics, plans, threading.Lock)
+        super().__init__(store, policies, replicas, breaker, metrics, plans, threading.Lock, max_keys)
         self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="redis-ratelimit")
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None

@@ -10,8 +10,9 @@ from typing import Any
 from .core import KINDS, MISSING, Held, Quota, Verdict, acquire_many
 from .core import refund as core_refund
 from .core.decision import Commit, Evaluation
+from .tables import KeyTable
 
-#: Operations between two passes that drop expired states.
+#: Operations between two passes that drop expired states (each pass O(log n) a state due).
 _PRUNE_EVERY = 1024
 
 
@@ -24,10 +25,15 @@ class _Stored:
 
 class LocalLimits:
     """Limiter states by key. ``strict`` refuses a key holding another kind (as the server
-    does); otherwise such a state counts as missing and is replaced (the fallback's rule)."""
+    does); otherwise such a state counts as missing and is replaced (the fallback's rule).
 
-    def __init__(self, *, strict: bool = False) -> None:
-        self._states: dict[str, _Stored] = {}
+    Expired states are dropped every 1,024 operations. ``max_keys`` bounds the keys held (the
+    fallback's; ``None`` for the in-memory store, which is a store, not a cache): past it,
+    expired states go first, then the one written longest ago (that key starts over from a
+    fresh share)."""
+
+    def __init__(self, *, strict: bool = False, max_keys: int | None = None) -> None:
+        self._states: KeyTable[_Stored] = KeyTable(max_keys)
         self._strict = strict
         self._operations = 0
 
@@ -57,7 +63,9 @@ class LocalLimits:
         now_us: int,
     ) -> Verdict:
         """``RL.MULTI`` in process: ``quotas`` each for one unit, ``units × weight`` each."""
-        self._maybe_prune(now_us)
+        self._operations += 1
+        if self._operations % _PRUNE_EVERY == 0:
+            self._states.expire(now_us // 1000)
         held = self.held(keys, quotas, now_us)
         weights = [max(weight, 1) for weight in weights]
         verdict = acquire_many(held, quotas, weights, max(units, 1), partial_min, now_us)
@@ -77,7 +85,7 @@ class LocalLimits:
 
     def seed(self, key: str, unit: Quota, quota_units: int, remaining: int, at_us: int) -> None:
         """Starts ``key`` over as a fresh limiter charged all but ``remaining`` at ``at_us``."""
-        self._states.pop(key, None)
+        self._states.pop(key)
         used = max(quota_units - remaining, 0)
         if used:
             self.acquire([key], [unit], [1], used, 1, at_us)
@@ -86,18 +94,17 @@ class LocalLimits:
         stored = self._live(key, now_us)
         algorithm = KINDS[kind]
         if stored is None or stored.kind != kind:
-            self._states[key] = _Stored(kind, algorithm.create(commit.change), commit.expires_at_ms)
-            return
-        stored.state = algorithm.apply(stored.state, commit.change)
-        stored.expires_at_ms = commit.expires_at_ms
-        if algorithm.is_vacant(stored.state):
-            del self._states[key]
+            stored = _Stored(kind, algorithm.create(commit.change), commit.expires_at_ms)
+        else:
+            stored.state = algorithm.apply(stored.state, commit.change)
+            stored.expires_at_ms = commit.expires_at_ms
+            if algorithm.is_vacant(stored.state):
+                self._states.pop(key)
+                return
+        self._states.put(key, stored, stored.expires_at_ms, now_us // 1000)
 
-    def _maybe_prune(self, now_us: int) -> None:
-        self._operations += 1
-        if self._operations % _PRUNE_EVERY == 0:
-            now_ms = now_us // 1000
-            self._states = {key: stored for key, stored in self._states.items() if stored.expires_at_ms > now_ms}
+    def __len__(self) -> int:
+        return len(self._states)
 
     def state(self, key: str) -> tuple[str, Any, int] | None:
         """The stored (kind, state, expiry) of ``key``, expired or not (for tests)."""

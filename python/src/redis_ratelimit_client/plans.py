@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ OVERRIDES_KEY = "{rl-policy}:overrides"
 CHANNEL = "{rl-policy}:changes"
 _KINDS = ("token", "sliding", "fixed", "log", "gcra")
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+#: Most built policies kept (about as many as plans and overrides).
+_MAX_POLICIES = 1024
 
 
 class SpecError(ValueError):
@@ -125,6 +129,12 @@ class Override:
         return self.expires_at_ms is None or self.expires_at_ms > now_ms
 
 
+def is_tenant(value: str) -> bool:
+    """Whether the store would take ``value`` as a tenant id: 1 to 256 printable ASCII
+    characters other than space, ``*``, ``{`` and ``}`` (the Rust ``check_tenant``)."""
+    return 0 < len(value) <= 256 and all("!" <= c <= "~" and c not in "*{}" for c in value)
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The policy store at one version."""
@@ -133,6 +143,27 @@ class Snapshot:
     plans: Mapping[str, tuple[LimitSpec, ...]] = None  # type: ignore[assignment]
     tenants: Mapping[str, str] = None  # type: ignore[assignment]
     overrides: Mapping[str, Override] = None  # type: ignore[assignment]
+    #: The overrides by pattern (``acme``, ``acme-*``), the whole-set one first, then by
+    #: limit name; and the longest wildcard's prefix length (no longer prefix can match).
+    _by_pattern: Mapping[str, tuple[Override, ...]] = dataclasses.field(
+        default=None,  # type: ignore[arg-type]
+        init=False,
+        repr=False,
+        compare=False,
+    )
+    _longest_prefix: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        grouped: dict[str, list[Override]] = {}
+        for entry in (self.overrides or {}).values():
+            grouped.setdefault(entry.pattern, []).append(entry)
+        by_pattern = {
+            pattern: tuple(sorted(entries, key=lambda e: (e.limit is not None, e.limit or "")))
+            for pattern, entries in grouped.items()
+        }
+        wildcards = [len(pattern) - 1 for pattern in by_pattern if pattern.endswith("*")]
+        object.__setattr__(self, "_by_pattern", by_pattern)
+        object.__setattr__(self, "_longest_prefix", max(wildcards, default=0))
 
     @staticmethod
     def decode(
@@ -157,24 +188,29 @@ class Snapshot:
             decoded[field] = Override(pattern, limit or None, tuple(specs_list), expires)
         return Snapshot(version, decoded_plans, dict(tenants), decoded)
 
-    def _entries(self, text: str, now_ms: int) -> list[Override]:
-        found = []
-        for field, entry in (self.overrides or {}).items():
-            if (field == text or field.startswith(text + " ")) and entry.live(now_ms):
-                found.append(entry)
-        return sorted(found, key=lambda e: (e.limit is not None, e.limit or ""))
+    def _entries(self, pattern: str, now_ms: int) -> list[Override]:
+        """The live overrides of ``pattern``, found by key (never by a scan of them all)."""
+        return [entry for entry in self._by_pattern.get(pattern, ()) if entry.live(now_ms)]
 
     def resolve(self, tenant: str, defaults: tuple[LimitSpec, ...], now_ms: int) -> tuple[LimitSpec, ...]:
-        """The limits for ``tenant``: exact override > longest wildcard > plan > defaults."""
-        plan = (self.tenants or {}).get(tenant)
+        """The limits for ``tenant``: exact override > longest wildcard > plan > defaults.
+
+        A value the store would refuse as a tenant id (a space, ``*``, ``{``, ``}``, a
+        control character, over 256 characters) is no tenant: no plan and no exact override
+        name it (else ``acme per-minute`` would find the field of acme's one-limit
+        override); wildcard overrides apply to it by prefix, as to any value. Only prefixes
+        up to the longest wildcard's are tried: a long value costs no more than a short one.
+        """
+        exact = tenant if is_tenant(tenant) else None
+        plan = None if exact is None else (self.tenants or {}).get(exact)
         specs = list((self.plans or {}).get(plan, defaults) if plan is not None else defaults)
         wildcard = None
-        for length in range(len(tenant), -1, -1):
+        for length in range(min(len(tenant), self._longest_prefix), -1, -1):
             text = tenant[:length] + "*"
             if self._entries(text, now_ms):
                 wildcard = text
                 break
-        for pattern in (wildcard, tenant):
+        for pattern in (wildcard, exact):
             if pattern is None:
                 continue
             for entry in self._entries(pattern, now_ms):
@@ -219,7 +255,8 @@ class _PlanSourceBase:
         self.loaded = False
         self.error = "not read yet"
         self._offset_ms = 0
-        self._policies: dict[tuple[str, tuple[LimitSpec, ...]], Policy] = {}
+        # Built policies by limit set, the least recently used forgotten past _MAX_POLICIES.
+        self._policies: OrderedDict[tuple[str, tuple[LimitSpec, ...]], Policy] = OrderedDict()
         self._defaults: dict[str, tuple[LimitSpec, ...]] = {}
 
     @property
@@ -284,9 +321,11 @@ class _PlanSourceBase:
                 policy = self._build(base, specs)
             except (ValueError, AlgorithmError):
                 policy = self._build(base, defaults)
-            if len(self._policies) >= 1024:
-                self._policies.clear()
+            if len(self._policies) >= _MAX_POLICIES:
+                self._policies.popitem(last=False)
             self._policies[cache_key] = policy
+        else:
+            self._policies.move_to_end(cache_key)
         return policy
 
     @staticmethod

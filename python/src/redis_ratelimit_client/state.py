@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .decision import CACHE, Decision, View
+from .tables import DEFAULT_MAX_KEYS, KeyTable
 
 # Monotonic clock anchored to the wall clock once, in Unix µs (the local fallback's clock:
 # a wall-clock step does not refill local limits early or freeze them).
@@ -89,13 +90,8 @@ class Breaker:
             return self._state != "closed"
 
 
-#: Most keys remembered per policy by the deny cache.
-DENY_CAPACITY = 100_000
-
-
 @dataclass(slots=True)
 class _Denial:
-    until: float
     at: float
     cost: int
     decision: Decision
@@ -103,22 +99,28 @@ class _Denial:
 
 class DenyCache:
     """Store denials remembered until their ``retry_after`` (waits are rounded up, so a
-    remembered denial never denies what the store would admit)."""
+    remembered denial never denies what the store would admit). At most ``max_keys`` key
+    sets: past it, expired denials go first, then the one remembered longest ago (only a
+    saving is lost: the store decides that key set again). O(log n) a denial."""
 
-    def __init__(self) -> None:
-        self._entries: dict[str, _Denial] = {}
+    def __init__(self, max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        self._entries: KeyTable[_Denial] = KeyTable(max_keys)
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, key_set: str, cost: int, now: float) -> Decision | None:
         with self._lock:
             denial = self._entries.get(key_set)
-        if denial is None or denial.until <= now or cost < denial.cost:
+            until = self._entries.expires(key_set)
+        if denial is None or until is None or until <= now or cost < denial.cost:
             return None
         elapsed_ms = int((now - denial.at) * 1000)
         decision = copy.copy(denial.decision)
         decision.source = CACHE
         decision.outcome = "denied"
-        decision.retry_after_ms = max(math.ceil((denial.until - now) * 1000), 0)
+        decision.retry_after_ms = max(math.ceil((until - now) * 1000), 0)
         decision.limits = [copy.copy(limit) for limit in denial.decision.limits]
         for limit in decision.limits:
             if limit.retry_after_ms is not None:
@@ -132,15 +134,12 @@ class DenyCache:
         if wait is None or wait <= 0 or decision.backend is None:
             return
         with self._lock:
-            if len(self._entries) >= DENY_CAPACITY and key_set not in self._entries:
-                self._entries = {k: d for k, d in self._entries.items() if d.until > now}
-                if len(self._entries) >= DENY_CAPACITY:
-                    return
-            self._entries[key_set] = _Denial(now + wait / 1000, now, cost, decision)
+            self._entries.expire(now)
+            self._entries.put(key_set, _Denial(now, cost, decision), now + wait / 1000, now)
 
     def purge(self, now: float) -> None:
         with self._lock:
-            self._entries = {k: d for k, d in self._entries.items() if d.until > now}
+            self._entries.expire(now)
 
     def forget(self, key_set: str) -> None:
         """Drops the key set's denial: units were given back to it (a refund), so the store
@@ -156,36 +155,38 @@ class _Answer:
     denied: tuple[int, int] | None
     seeded: bool
     owed: int
-    expires_at_us: int
-
-
-_PRUNE_FROM = 1024
 
 
 class Answers:
     """The store's last answer per key set (what the fallback continues from) and the units
-    the fallback admitted since (owed to the store, charged when it answers again)."""
+    the fallback admitted since (owed to the store, charged when it answers again).
 
-    def __init__(self, keep_us: int) -> None:
-        self._entries: dict[str, _Answer] = {}
-        self._prune_at = _PRUNE_FROM
+    Each is kept for the policy's longest window (at least a second), and at most
+    ``max_keys`` key sets: past it, expired entries go first, then the one answered longest
+    ago (units owed count as an answer: a debt is the key set's latest news). An evicted key
+    set has no last answer, so its fallback starts from a fresh share, and what it owed is
+    forgotten (as a replica that restarts forgets it)."""
+
+    def __init__(self, keep_us: int, max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        # A fixed lifetime on a clock that never goes back: entries expire in write order.
+        self._entries: KeyTable[_Answer] = KeyTable(max_keys, expiry_in_write_order=True)
         self._keep_us = max(keep_us, 1_000_000)
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def record(self, key_set: str, views: list[tuple[int, View]], denied: tuple[int, int] | None, now: int) -> None:
         """``denied``: the answer's wait (ms) and the cost it was for."""
-        expires = now + self._keep_us
         until = None if denied is None else (now + denied[0] * 1000, denied[1])
         with self._lock:
-            if len(self._entries) >= self._prune_at:
-                self._entries = {k: e for k, e in self._entries.items() if e.expires_at_us > now}
-                self._prune_at = max(len(self._entries) * 2, _PRUNE_FROM)
+            self._entries.expire(now)
             entry = self._entries.get(key_set)
             if entry is None:
-                self._entries[key_set] = _Answer(list(views), now, until, False, 0, expires)
+                entry = _Answer(list(views), now, until, False, 0)
             else:
-                entry.views, entry.answered_at_us, entry.denied = list(views), now, until
-                entry.seeded, entry.expires_at_us = False, expires
+                entry.views, entry.answered_at_us, entry.denied, entry.seeded = list(views), now, until, False
+            self._entries.put(key_set, entry, now + self._keep_us, now)
 
     def denied_for(self, key_set: str, cost: int, now: int) -> int | None:
         """How much longer (ms) the store's last denial holds for a call of ``cost``."""
@@ -201,7 +202,8 @@ class Answers:
         """The answer to seed the local states from, once per answer."""
         with self._lock:
             entry = self._entries.get(key_set)
-            if entry is None or entry.seeded or entry.expires_at_us <= now:
+            expires = self._entries.expires(key_set)
+            if entry is None or expires is None or entry.seeded or expires <= now:
                 return None
             entry.seeded = True
             return list(entry.views), entry.answered_at_us
@@ -211,16 +213,19 @@ class Answers:
         with self._lock:
             entry = self._entries.get(key_set)
             if entry is None:
-                entry = self._entries[key_set] = _Answer([], now, None, True, 0, expires)
+                entry = _Answer([], now, None, True, 0)
+            else:
+                expires = max(expires, int(self._entries.expires(key_set) or 0))
             entry.owed += units
-            entry.expires_at_us = max(entry.expires_at_us, expires)
+            self._entries.put(key_set, entry, expires, now)
 
     def take_owed(self, key_set: str, now: int) -> int | None:
         with self._lock:
             entry = self._entries.get(key_set)
-            if entry is None:
+            expires = self._entries.expires(key_set)
+            if entry is None or expires is None:
                 return None
-            if entry.expires_at_us <= now:
+            if expires <= now:
                 entry.owed = 0
                 return None
             owed, entry.owed = entry.owed, 0
@@ -261,12 +266,23 @@ class LeaseSlot:
 
 class Leases:
     """A policy's leases by key set; each behind its own lock (asyncio or threading), so
-    concurrent requests for one key wait for a single claim."""
+    concurrent requests for one key wait for a single claim. At most ``max_keys`` key sets
+    (a lease holds units claimed from the store, so none is evicted): past it a new key set
+    is checked without a lease until the sweeper has given back expired ones."""
 
-    def __init__(self, lock_factory: Any) -> None:
+    def __init__(self, lock_factory: Any, max_keys: int = DEFAULT_MAX_KEYS) -> None:
         self._slots: dict[str, LeaseSlot] = {}
         self._lock_factory = lock_factory
         self._lock = threading.Lock()
+        self._max_keys = max_keys
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def has_room(self, key_set: str) -> bool:
+        """Whether ``key_set`` has a lease or may get one."""
+        with self._lock:
+            return len(self._slots) < self._max_keys or key_set in self._slots
 
     def slot(self, key_set: str, keys: tuple[str, ...]) -> LeaseSlot:
         with self._lock:
