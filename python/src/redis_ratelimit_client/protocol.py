@@ -145,6 +145,17 @@ class Command:
     everywhere: bool = False
     #: No key: on a cluster, any node answers.
     anywhere: bool = False
+    #: The key a module command is about: set, the command is sent exactly once (never
+    #: retried by the client library, see :mod:`redis_ratelimit_client.once`).
+    key: str | None = None
+
+
+def keyed(backend: str, sha: str, args: Sequence[str]) -> Command:
+    """The module command ``args`` on ``backend``, to be sent exactly once: its first key is
+    ``RL.MULTI``'s third argument, every other command's second."""
+    index = 2 if args and args[0].upper() == "RL.MULTI" else 1
+    key = args[index] if len(args) > index else None
+    return Command(tuple(translate(backend, sha, args)), key=key)
 
 
 def has_command(name: str) -> Generator[Command, Reply, bool]:
@@ -418,7 +429,7 @@ def acquire_flow(request: Acquire, backend: str, sha: str, multi: bool) -> Gener
     server lost. Raises ``StoreError``."""
     shape, args = acquire_command(request, multi)
     for attempt in range(2):
-        reply = yield Command(tuple(translate(backend, sha, args)))
+        reply = yield keyed(backend, sha, args)
         if isinstance(reply, BaseException):
             if attempt == 0 and lost(backend, reply):
                 sha = (yield from reload(backend)) or sha
