@@ -81,15 +81,26 @@ async def send_batch_async(client: Any, batch: Sequence[Sequence[str]]) -> list[
     pool = client.connection_pool
     connection = await pool.get_connection(*_pool_arguments(pool))
     try:
-        await connection.send_packed_command(connection.pack_commands(batch))
-        replies: list[Any] = []
-        for args in batch:
+        # Packed one by one: a command that cannot be encoded fails alone, not the batch.
+        replies: list[Any] = [None] * len(batch)
+        packed: list[bytes] = []
+        sent: list[int] = []
+        for index, args in enumerate(batch):
             try:
-                replies.append(await client.parse_response(connection, args[0]))
+                packed.extend(connection.pack_command(*args))
+            except Exception as error:  # an argument that is not text (DataError, UnicodeEncodeError)
+                replies[index] = error
+                continue
+            sent.append(index)
+        if sent:
+            await connection.send_packed_command(packed)
+        for index in sent:
+            try:
+                replies[index] = await client.parse_response(connection, batch[index][0])
             except Exception as error:
                 if not _is_error_reply(error):
                     raise
-                replies.append(error)
+                replies[index] = error
         return replies
     except BaseException:
         # Cut, or cancelled by the check's timeout: a reply may still arrive on this socket.

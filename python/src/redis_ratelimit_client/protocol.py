@@ -10,6 +10,7 @@ package, loaded with ``FUNCTION LOAD REPLACE`` if absent), else the same file as
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -39,9 +40,22 @@ class Backend(str, enum.Enum):
     SCRIPTS = "scripts"
 
 
+#: The most units (cost x weight) a call can take: the module's (an unsigned 64-bit
+#: integer, ``wire/src/args``), and the Functions library's (Lua numbers are exact to 2^53).
+MODULE_MAX_UNITS = 2**64 - 1
+LIBRARY_MAX_UNITS = 2**53
+
+
+def max_units(backend: str | None) -> int:
+    """The most units a call can take on ``backend`` (``None``: not resolved yet)."""
+    return LIBRARY_MAX_UNITS if backend in ("functions", "scripts") else MODULE_MAX_UNITS
+
+
 class StoreError(Exception):
     """A store call that failed: ``kind`` is ``timeout`` or ``unavailable`` (the store is out
-    of reach: fall back, count for the breaker) or ``server`` / ``config`` (it refused)."""
+    of reach: fall back, count for the breaker), ``invalid`` (the store refused the request's
+    arguments, or they cannot be sent: the caller's error, raised as ``CheckError``) or
+    ``server`` / ``config`` (it refused)."""
 
     def __init__(self, kind: str, detail: str = "") -> None:
         # A refused command's text can quote its arguments (a whole script): keep the start.
@@ -59,6 +73,7 @@ class StoreError(Exception):
             "timeout": "the store did not answer in time",
             "unavailable": f"the store is unavailable: {self.detail}",
             "server": f"the store refused the request: {self.detail}",
+            "invalid": f"the store refused the request as invalid: {self.detail}",
             "config": f"bad store configuration: {self.detail}",
         }.get(self.kind, self.detail)
 
@@ -80,14 +95,26 @@ _UNAVAILABLE = {
 _UNAVAILABLE_CODES = ("LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN")
 
 
+#: An argument error of the module or the library: ``ERR cost must be greater than 0 (got
+#: '0')``, ``ERR cost * weight is too large``, ``ERR limit 2: limit must be at most 10000 (the
+#: ratelimit.max-log-entries setting)`` (``wire/src/error.rs``, the library's ``arg_error``;
+#: redis-py drops the ``ERR``).
+_ARGUMENT_ERROR = re.compile(r"(?:ERR )?[^\n]*? (?:must|is too large)\b")
+
+
 def classify(error: BaseException) -> StoreError:
-    """Sorts a client error into out of reach (fall back) and refused (report it)."""
+    """Sorts a client error into out of reach (fall back), invalid (the caller's error) and
+    refused (report it)."""
     if isinstance(error, StoreError):
         return error
     names = {cls.__name__ for cls in type(error).__mro__}
     text = str(error)
+    if isinstance(error, UnicodeError) or "DataError" in names:
+        return StoreError("invalid", f"cannot be sent: {text or type(error).__name__}")
     if names & _UNAVAILABLE or isinstance(error, OSError) or text.startswith(_UNAVAILABLE_CODES):
         return StoreError("unavailable", text or type(error).__name__)
+    if _ARGUMENT_ERROR.match(text):
+        return StoreError("invalid", text)
     return StoreError("server", text or type(error).__name__)
 
 

@@ -37,7 +37,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
 from ..decision import Decision
-from ..limiter import CheckError, RateLimiter, SyncRateLimiter
+from ..errors import CheckError
+from ..limiter import RateLimiter, SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
 
 F = TypeVar("F", bound=Callable[..., Any])

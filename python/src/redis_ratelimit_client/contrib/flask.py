@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 import flask
 
 from ..decision import Decision
-from ..limiter import CheckError, SyncRateLimiter
+from ..errors import CheckError
+from ..limiter import SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
 
 F = TypeVar("F", bound=Callable[..., Any])
