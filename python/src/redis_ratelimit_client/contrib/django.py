@@ -212,7 +212,8 @@ def ratelimit(
     key: Callable[[HttpRequest], Any] | None = None,
     cost: int | Callable[[HttpRequest], int] = 1,
 ) -> Callable[[F], F]:
-    """Limits one view, ``def`` or ``async def``, by ``policy`` for ``key(request)``."""
+    """Limits one view, ``def`` or ``async def``, by ``policy`` for ``key(request)``
+    (``None``: the request goes through unchecked)."""
 
     def decorate(view: F) -> F:
         if iscoroutinefunction(view):
@@ -220,6 +221,8 @@ def ratelimit(
             @functools.wraps(view)
             async def asynchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 value = (key or _key_function(_config().get("KEY")))(request)
+                if value is None:  # let through unchecked, as the middleware does
+                    return await view(request, *args, **kwargs)
                 units = cost(request) if callable(cost) else cost
                 decision, refused = await _checked_async(policy, value, units)
                 if refused is not None or decision is None:
@@ -235,6 +238,8 @@ def ratelimit(
         @functools.wraps(view)
         def synchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             value = (key or _key_function(_config().get("KEY")))(request)
+            if value is None:  # let through unchecked, as the middleware does
+                return view(request, *args, **kwargs)
             units = cost(request) if callable(cost) else cost
             decision, refused = _checked_sync(policy, value, units)
             if refused is not None or decision is None:

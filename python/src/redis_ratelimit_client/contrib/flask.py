@@ -129,7 +129,7 @@ class RateLimit:
         self,
         policy: str,
         *,
-        key: Callable[[flask.Request], str | Mapping[str, str]] | None = None,
+        key: Callable[[flask.Request], str | Mapping[str, str] | None] | None = None,
         cost: int | Callable[[flask.Request], int] = 1,
     ) -> Callable[[F], F]:
         """Decorates a view with its own policy (checked after the default one)."""
