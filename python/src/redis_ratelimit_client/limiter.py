@@ -159,7 +159,7 @@ class _Limiter:
         self.metrics.store_latency(op.policy, op.op, now - sent)
         if isinstance(result, StoreError):
             self.metrics.store_error(op.policy, result.kind)
-            if result.kind == "server":
+            if result.kind in ("server", "config"):
                 log.warning("redis-ratelimit: policy '%s': %s", op.policy, result)
             if result.unavailable and breaker.failure(sent, now):
                 self.metrics.circuit_opened()
@@ -211,6 +211,14 @@ class _Limiter:
 
             target.state.answers.owe(target.key_set, owed, now_us())
         return owed
+
+
+def retrieved(task: asyncio.Future[Any]) -> None:
+    """A task's done callback marking its exception read: a store call the caller stopped
+    waiting for (its own deadline, a client gone away) still fails in the background, and
+    asyncio would log "Task exception was never retrieved" for it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _check_text(what: str, text: str) -> None:
@@ -372,6 +380,7 @@ class RateLimiter(_Limiter):
                 task = asyncio.ensure_future(self._drive(op.flow))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(retrieved)
                 reply = None
             else:
                 raise TypeError(f"unknown operation {op!r}")
@@ -380,6 +389,7 @@ class RateLimiter(_Limiter):
         breaker, timeout = self._engine.breaker, op.timeout
         sent = time.monotonic()
         task = asyncio.ensure_future(self.store.acquire(op.request))
+        task.add_done_callback(retrieved)
         done, _ = await asyncio.wait({task}, timeout=timeout)
         if not done:
             await asyncio.sleep(0)

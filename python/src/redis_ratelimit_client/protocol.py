@@ -10,6 +10,7 @@ package, loaded with ``FUNCTION LOAD REPLACE`` if absent), else the same file as
 from __future__ import annotations
 
 import enum
+import logging
 import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from .algorithms import Algorithm
 from .decision import View
 
 LIBRARY_NAME = "ratelimit"
+
+log = logging.getLogger("redis_ratelimit_client")
 
 
 def library_source() -> str:
@@ -213,6 +216,7 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
     """Picks and prepares the backend ``wanted`` stands for: ``(backend, sha)``. Raises a
     ``StoreError`` saying why when none can work on this server."""
     if wanted == Backend.MODULE:
+        yield from check_acl()
         return "module", ""
     if wanted == Backend.FUNCTIONS:
         yield from _load_library()
@@ -221,6 +225,7 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
         sha = yield from _load_script()
         return "scripts", sha
     if (yield from has_command("RL.TOKENBUCKET")):
+        yield from check_acl()
         return "module", ""
     try:
         yield from _load_library()
@@ -239,6 +244,55 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
                 f"{functions.detail}; scripts: {scripts.detail}",
             ) from None
         return "scripts", sha
+
+
+#: A call of each module command the limiter sends, with as many arguments as it takes and
+#: values it refuses (nothing is written): Redis checks a call's argument count before its
+#: ACL, so only such a call answers ``NOPERM`` when an ACL refuses the command.
+_PROBE_KEY = "rl-acl-probe:{0}"
+_ACL_PROBES: tuple[tuple[str, ...], ...] = (
+    ("RL.TOKENBUCKET", _PROBE_KEY, "x", "x"),
+    ("RL.SLIDING", _PROBE_KEY, "x", "x"),
+    ("RL.FIXED", _PROBE_KEY, "x", "x"),
+    ("RL.SLIDINGLOG", _PROBE_KEY, "x", "x"),
+    ("CL.THROTTLE", _PROBE_KEY, "x", "x", "x"),
+    ("RL.MULTI", "1", _PROBE_KEY, "x", "x", "x"),
+    ("RL.ACQUIRE", _PROBE_KEY, "x", "x", "x"),
+    ("RL.PEEK", _PROBE_KEY, "x", "x"),
+    ("RL.REFUND", _PROBE_KEY, "x", "x", "x"),
+)
+
+
+def _refused_by_acl(reply: BaseException) -> bool:
+    """``NOPERM ... no permissions to run the 'rl.fixed' command`` (not a key's refusal:
+    the probe's key is not the user's)."""
+    text = str(reply)
+    names = {cls.__name__ for cls in type(reply).__mro__}
+    return ("NoPermissionError" in names or text.startswith("NOPERM")) and "to run" in text
+
+
+def check_acl() -> Generator[Command, Reply, None]:
+    """Raises ``StoreError("config")`` naming them when the server's ACL refuses this user
+    every module command; logs the ones it refuses when only some are."""
+    refused = []
+    for probe in _ACL_PROBES:
+        reply = yield Command(probe, anywhere=True)
+        if isinstance(reply, BaseException):
+            if _refused_by_acl(reply):
+                refused.append(probe[0])
+            elif classify(reply).unavailable:
+                raise classify(reply)
+    if len(refused) == len(_ACL_PROBES):
+        raise StoreError(
+            "config",
+            "the server has the redis-ratelimit module, but its ACL refuses this user every one of its "
+            f"commands ({', '.join(refused)}): grant them by name (ACL SETUSER <user> +rl.tokenbucket ...)",
+        )
+    if refused:
+        log.warning(
+            "redis-ratelimit: the server's ACL refuses this user %s: checks needing them get the fallback",
+            ", ".join(refused),
+        )
 
 
 def _load_library() -> Generator[Command, Reply, None]:
