@@ -167,9 +167,11 @@ def test_a_lost_reply_on_a_cluster_is_charged_and_refunded_once() -> None:
 
 
 def calls_of(server: Server, command: str) -> int:
+    """The calls of ``command`` the server ran without an error reply (not the backend's
+    probes at connect)."""
     stats = server.client().info("commandstats")
     entry = stats.get(f"cmdstat_{command}")
-    return int(entry["calls"]) if entry else 0
+    return int(entry["calls"]) - int(entry.get("failed_calls", 0)) if entry else 0
 
 
 def wait_for(condition: Any, what: str, within_s: float = 10.0) -> None:
