@@ -26,7 +26,7 @@ COMMANDS = [
     "rl.peek",
     "rl.refund",
 ]
-POLICIES = [Policy("api", [Limit.fixed_window("per-key", 10, 60, key="acl:{key}")])]
+POLICIES = [Policy("api", [Limit.fixed_window("per-key", 10, 60, key="acl:{key}")], timeout=5)]
 
 
 def test_an_acl_refusing_every_command_is_named(module_server: Server) -> None:

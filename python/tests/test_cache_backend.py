@@ -13,13 +13,15 @@ from prometheus_client import CollectorRegistry
 from redis_ratelimit_client import Lease, Limit, Policy, PrometheusMetrics, RateLimiter, SyncRateLimiter
 from servers import Server
 
+# A long timeout: these tests are about who decides, not latency, on a loaded machine.
 POLICIES = [
-    Policy("one", [Limit.token_bucket("per-key", 2, refill=60, key="one:{key}")]),
+    Policy("one", [Limit.token_bucket("per-key", 2, refill=60, key="one:{key}")], timeout=5),
     Policy(
         "two",
         [Limit.fixed_window("per-key", 2, 60, key="two:{key}"), Limit.sliding_log("g", 50, 60, key="g:{key}")],
+        timeout=5,
     ),
-    Policy("leased", [Limit.gcra("per-key", 2, 2, 60, key="gl:{key}")], lease=Lease(1)),
+    Policy("leased", [Limit.gcra("per-key", 2, 2, 60, key="gl:{key}")], lease=Lease(1), timeout=5),
 ]
 
 

@@ -194,11 +194,16 @@ def test_a_server_stopped_past_the_socket_timeout_is_charged_once(backend_server
         assert remaining(server.client(), backend, key) == CAPACITY - 20, "the check of 10 was charged twice"
 
     with CuttingProxy(server.port) as proxy:
-        policy = Policy("api", [LIMIT], fallback="closed", deny_cache=False)
-        limiter = SyncRateLimiter(redis.Redis(port=proxy.port, socket_timeout=0.3), [policy])
+        # The check during the stop has the default timeout (50 ms), so that it returns while
+        # the store call's thread goes on (and, before the fix, retried); the first one waits.
+        policies = [
+            Policy("api", [LIMIT], fallback="closed", deny_cache=False),
+            Policy("first", [LIMIT], fallback="closed", deny_cache=False, timeout=5),
+        ]
+        limiter = SyncRateLimiter(redis.Redis(port=proxy.port, socket_timeout=0.3), policies)
         try:
             assert limiter.connect() == backend
-            assert limiter.check("api", 10, key="stop").source == "store"
+            assert limiter.check("first", 10, key="stop").source == "store"
             before = calls_of(server, command)
             server.pause()
             try:
