@@ -14,7 +14,8 @@ decision = await limiter.check("api", key="alice")
 from .algorithms import Algorithm, AlgorithmError, Rate
 from .config import ConfigError, from_file, from_toml
 from .decision import Decision, InFlight, LimitStatus, View
-from .limiter import CheckError, RateLimiter, Reservation, SyncRateLimiter, SyncReservation
+from .errors import CheckError
+from .limiter import RateLimiter, Reservation, SyncRateLimiter, SyncReservation
 from .metrics import Metrics, PrometheusMetrics
 from .policy import DEFAULT_TIMEOUT, Fallback, Lease, Limit, Policy, PolicyError
 from .protocol import Backend, StoreError

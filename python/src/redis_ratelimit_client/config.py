@@ -39,12 +39,21 @@ _ALL_PARAMETERS = {name for names in _PARAMETERS.values() for name in names}
 
 
 def from_file(path: str | Path) -> list[Policy]:
-    """Reads policies from a TOML file."""
+    """Reads policies from a TOML file; every error is a ``ConfigError`` naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as error:
         raise ConfigError(f"cannot read the configuration file {path}: {error}") from None
-    return from_toml(text)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"the configuration file {path} is not UTF-8 text: byte 0x{data[error.start]:02x} at offset {error.start}"
+        ) from None
+    try:
+        return from_toml(text)
+    except ConfigError as error:
+        raise ConfigError(f"the configuration file {path}: {error}") from None
 
 
 def from_toml(text: str) -> list[Policy]:
@@ -53,6 +62,9 @@ def from_toml(text: str) -> list[Policy]:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"bad configuration: {error}") from None
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively.
+        raise ConfigError("bad configuration: arrays or inline tables nested too deeply") from None
     unknown = set(document) - {"policy"}
     if unknown:
         raise ConfigError(f"bad configuration: unknown field '{sorted(unknown)[0]}', expected 'policy'")

@@ -29,6 +29,7 @@ from .core import Decision as CoreDecision
 from .core import bind as core_bind
 from .core.engine import KindMismatch
 from .decision import FALLBACK, LEASE, STORE, Decision, InFlight, LimitStatus, View
+from .errors import CheckError
 from .local import LocalLimits
 from .metrics import Metrics
 from .policy import Fallback, Policy
@@ -432,7 +433,10 @@ class Engine:
     # Fallback.
 
     def fallback(self, target: Target, cost: int, error: StoreError | None, wait_s: float) -> Decision:
-        """The decision when the store cannot decide (``error`` ``None``: the breaker is open)."""
+        """The decision when the store cannot decide (``error`` ``None``: the breaker is open).
+        A request the store refused as invalid is the caller's error: raised, never decided."""
+        if error is not None and error.kind == "invalid":
+            raise CheckError(f"policy '{target.state.name}': {error}")
         refused = error is not None and not error.unavailable
         mode = target.state.policy.fallback
         if mode == Fallback.OPEN:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .decision import Decision
+from .errors import CheckError
 from .flows import AcquireOp, Engine, PolicyState, RefundOp, SpawnOp, Target, new_holder
 from .keys import MissingInput
 from .metrics import Metrics, default_metrics
 from .policy import Policy
-from .protocol import Grant, StoreError, classify
+from .protocol import Grant, StoreError, classify, max_units
 from .state import Breaker
 from .store import MemoryStore, RedisStore, SyncRedisStore
 from .tables import DEFAULT_MAX_KEYS
@@ -30,11 +31,6 @@ if TYPE_CHECKING:
     from .plans import PlanSource, SyncPlanSource
 
 log = logging.getLogger("redis_ratelimit_client")
-
-
-class CheckError(ValueError):
-    """A check that cannot be made: a mistake of the caller (unknown policy, a missing input,
-    a cost of 0), never of the store."""
 
 
 Replicas = int | Callable[[], int]
@@ -116,6 +112,7 @@ class _Limiter:
         tenant = inputs.get(registered.policy.tenant_input)
         if tenant is None:
             raise CheckError(str(MissingInput(registered.policy.tenant_input)))
+        _check_text(f"the input '{registered.policy.tenant_input}'", str(tenant))
         policy = self.plans.policy_for(registered.policy, str(tenant))
         signature = (policy.name, tuple(f"{limit.name}:{limit.key.text}:{limit.algorithm}" for limit in policy.limits))
         state = self._resolved.get(signature)
@@ -134,10 +131,19 @@ class _Limiter:
         if registered is None:
             raise CheckError(f"no policy is named '{policy}'")
         state = self._state_for(registered, inputs)
+        heaviest = max(limit.weight for limit in state.policy.limits)
+        most = max_units(self.store.backend)
+        if cost * heaviest > most:
+            raise CheckError(
+                f"policy '{policy}': a cost of {cost} (x weight {heaviest}) is more than the store takes "
+                f"({most} units{' on the ' + self.store.backend if self.store.backend else ''})"
+            )
         try:
             keys = tuple(limit.key.render(inputs) for limit in state.policy.limits)
         except MissingInput as missing:
             raise CheckError(str(missing)) from None
+        for limit, key in zip(state.policy.limits, keys, strict=True):
+            _check_text(f"policy '{policy}': limit '{limit.name}': the key", key)
         key_set = "\0".join(keys)
         target = Target(state, keys, key_set, new_holder() if state.holds_slots else None)
         now = time.monotonic()
@@ -172,7 +178,7 @@ class _Limiter:
         self.metrics.store_latency(op.policy, op.op, now - sent)
         if isinstance(result, StoreError):
             self.metrics.store_error(op.policy, result.kind)
-            if result.kind == "server":
+            if result.kind in ("server", "config"):
                 log.warning("redis-ratelimit: policy '%s': %s", op.policy, result)
             if result.unavailable and breaker.failure(sent, now):
                 self.metrics.circuit_opened()
@@ -227,6 +233,29 @@ class _Limiter:
 
             target.state.answers.owe(target.key_set, owed, now_us())
         return owed
+
+
+def retrieved(task: asyncio.Future[Any]) -> None:
+    """A task's done callback marking its exception read: a store call the caller stopped
+    waiting for (its own deadline, a client gone away) still fails in the background, and
+    asyncio would log "Task exception was never retrieved" for it."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _check_text(what: str, text: str) -> None:
+    """Raises ``CheckError`` for text Redis cannot be sent (UTF-8): a lone surrogate, which
+    ``json.loads('"\\udcff"')`` and ``os.fsdecode`` make. Checked per call, so a bad key fails
+    its own check only, never the pipeline it would have joined."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise CheckError(
+            f"{what} {text[:64]!r} is not valid text: a lone surrogate at position {error.start} "
+            "(keys are sent as UTF-8)"
+        ) from None
 
 
 def _inputs(inputs: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, str]:
@@ -377,6 +406,7 @@ class RateLimiter(_Limiter):
                 task = asyncio.ensure_future(self._drive(op.flow))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(retrieved)
                 reply = None
             else:
                 raise TypeError(f"unknown operation {op!r}")
@@ -385,6 +415,7 @@ class RateLimiter(_Limiter):
         breaker, timeout = self._engine.breaker, op.timeout
         sent = time.monotonic()
         task = asyncio.ensure_future(self.store.acquire(op.request))
+        task.add_done_callback(retrieved)
         done, _ = await asyncio.wait({task}, timeout=timeout)
         if not done:
             await asyncio.sleep(0)
@@ -678,8 +709,10 @@ class _ReservationBase:
         return self.decision.allowed
 
     def _begin(self, actual: int) -> bool:
-        if not isinstance(actual, int) or actual < 0:
-            raise CheckError(f"a reservation settles with a whole number of units at least 0 (got {actual!r})")
+        if not isinstance(actual, int) or isinstance(actual, bool) or not 0 <= actual <= max_units(None):
+            raise CheckError(
+                f"a reservation settles with a whole number of units from 0 to {max_units(None)} (got {actual!r})"
+            )
         if self.settled:
             raise CheckError("this reservation was already settled or released")
         self.settled = True

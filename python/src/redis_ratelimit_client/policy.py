@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .algorithms import Algorithm, AlgorithmError, RateValue, Seconds, seconds_to_us
+from .core.numbers import U64_MAX
 from .keys import KeyTemplate, TemplateError
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -91,8 +92,8 @@ class Limit:
             template = KeyTemplate(key)
         except TemplateError as error:
             raise PolicyError(f"limit '{name}': {error}") from None
-        if not isinstance(weight, int) or weight < 1:
-            raise PolicyError(f"limit '{name}': the weight is a whole number of at least 1 (got {weight!r})")
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= U64_MAX:
+            raise PolicyError(f"limit '{name}': the weight is a whole number from 1 to {U64_MAX} (got {weight!r})")
         wait_ms = None
         if max_wait is not None:
             if algorithm.kind != "tb":

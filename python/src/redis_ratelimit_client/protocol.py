@@ -10,6 +10,8 @@ package, loaded with ``FUNCTION LOAD REPLACE`` if absent), else the same file as
 from __future__ import annotations
 
 import enum
+import logging
+import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -19,6 +21,8 @@ from .algorithms import Algorithm
 from .decision import View
 
 LIBRARY_NAME = "ratelimit"
+
+log = logging.getLogger("redis_ratelimit_client")
 
 
 def library_source() -> str:
@@ -39,9 +43,22 @@ class Backend(str, enum.Enum):
     SCRIPTS = "scripts"
 
 
+#: The most units (cost x weight) a call can take: the module's (an unsigned 64-bit
+#: integer, ``wire/src/args``), and the Functions library's (Lua numbers are exact to 2^53).
+MODULE_MAX_UNITS = 2**64 - 1
+LIBRARY_MAX_UNITS = 2**53
+
+
+def max_units(backend: str | None) -> int:
+    """The most units a call can take on ``backend`` (``None``: not resolved yet)."""
+    return LIBRARY_MAX_UNITS if backend in ("functions", "scripts") else MODULE_MAX_UNITS
+
+
 class StoreError(Exception):
     """A store call that failed: ``kind`` is ``timeout`` or ``unavailable`` (the store is out
-    of reach: fall back, count for the breaker) or ``server`` / ``config`` (it refused)."""
+    of reach: fall back, count for the breaker), ``invalid`` (the store refused the request's
+    arguments, or they cannot be sent: the caller's error, raised as ``CheckError``) or
+    ``server`` / ``config`` (it refused)."""
 
     def __init__(self, kind: str, detail: str = "") -> None:
         # A refused command's text can quote its arguments (a whole script): keep the start.
@@ -59,6 +76,7 @@ class StoreError(Exception):
             "timeout": "the store did not answer in time",
             "unavailable": f"the store is unavailable: {self.detail}",
             "server": f"the store refused the request: {self.detail}",
+            "invalid": f"the store refused the request as invalid: {self.detail}",
             "config": f"bad store configuration: {self.detail}",
         }.get(self.kind, self.detail)
 
@@ -80,14 +98,26 @@ _UNAVAILABLE = {
 _UNAVAILABLE_CODES = ("LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN")
 
 
+#: An argument error of the module or the library: ``ERR cost must be greater than 0 (got
+#: '0')``, ``ERR cost * weight is too large``, ``ERR limit 2: limit must be at most 10000 (the
+#: ratelimit.max-log-entries setting)`` (``wire/src/error.rs``, the library's ``arg_error``;
+#: redis-py drops the ``ERR``).
+_ARGUMENT_ERROR = re.compile(r"(?:ERR )?[^\n]*? (?:must|is too large)\b")
+
+
 def classify(error: BaseException) -> StoreError:
-    """Sorts a client error into out of reach (fall back) and refused (report it)."""
+    """Sorts a client error into out of reach (fall back), invalid (the caller's error) and
+    refused (report it)."""
     if isinstance(error, StoreError):
         return error
     names = {cls.__name__ for cls in type(error).__mro__}
     text = str(error)
+    if isinstance(error, UnicodeError) or "DataError" in names:
+        return StoreError("invalid", f"cannot be sent: {text or type(error).__name__}")
     if names & _UNAVAILABLE or isinstance(error, OSError) or text.startswith(_UNAVAILABLE_CODES):
         return StoreError("unavailable", text or type(error).__name__)
+    if _ARGUMENT_ERROR.match(text):
+        return StoreError("invalid", text)
     return StoreError("server", text or type(error).__name__)
 
 
@@ -145,6 +175,17 @@ class Command:
     everywhere: bool = False
     #: No key: on a cluster, any node answers.
     anywhere: bool = False
+    #: The key a module command is about: set, the command is sent exactly once (never
+    #: retried by the client library, see :mod:`redis_ratelimit_client.once`).
+    key: str | None = None
+
+
+def keyed(backend: str, sha: str, args: Sequence[str]) -> Command:
+    """The module command ``args`` on ``backend``, to be sent exactly once: its first key is
+    ``RL.MULTI``'s third argument, every other command's second."""
+    index = 2 if args and args[0].upper() == "RL.MULTI" else 1
+    key = args[index] if len(args) > index else None
+    return Command(tuple(translate(backend, sha, args)), key=key)
 
 
 def has_command(name: str) -> Generator[Command, Reply, bool]:
@@ -175,6 +216,7 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
     """Picks and prepares the backend ``wanted`` stands for: ``(backend, sha)``. Raises a
     ``StoreError`` saying why when none can work on this server."""
     if wanted == Backend.MODULE:
+        yield from check_acl()
         return "module", ""
     if wanted == Backend.FUNCTIONS:
         yield from _load_library()
@@ -183,6 +225,7 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
         sha = yield from _load_script()
         return "scripts", sha
     if (yield from has_command("RL.TOKENBUCKET")):
+        yield from check_acl()
         return "module", ""
     try:
         yield from _load_library()
@@ -201,6 +244,55 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
                 f"{functions.detail}; scripts: {scripts.detail}",
             ) from None
         return "scripts", sha
+
+
+#: A call of each module command the limiter sends, with as many arguments as it takes and
+#: values it refuses (nothing is written): Redis checks a call's argument count before its
+#: ACL, so only such a call answers ``NOPERM`` when an ACL refuses the command.
+_PROBE_KEY = "rl-acl-probe:{0}"
+_ACL_PROBES: tuple[tuple[str, ...], ...] = (
+    ("RL.TOKENBUCKET", _PROBE_KEY, "x", "x"),
+    ("RL.SLIDING", _PROBE_KEY, "x", "x"),
+    ("RL.FIXED", _PROBE_KEY, "x", "x"),
+    ("RL.SLIDINGLOG", _PROBE_KEY, "x", "x"),
+    ("CL.THROTTLE", _PROBE_KEY, "x", "x", "x"),
+    ("RL.MULTI", "1", _PROBE_KEY, "x", "x", "x"),
+    ("RL.ACQUIRE", _PROBE_KEY, "x", "x", "x"),
+    ("RL.PEEK", _PROBE_KEY, "x", "x"),
+    ("RL.REFUND", _PROBE_KEY, "x", "x", "x"),
+)
+
+
+def _refused_by_acl(reply: BaseException) -> bool:
+    """``NOPERM ... no permissions to run the 'rl.fixed' command`` (not a key's refusal:
+    the probe's key is not the user's)."""
+    text = str(reply)
+    names = {cls.__name__ for cls in type(reply).__mro__}
+    return ("NoPermissionError" in names or text.startswith("NOPERM")) and "to run" in text
+
+
+def check_acl() -> Generator[Command, Reply, None]:
+    """Raises ``StoreError("config")`` naming them when the server's ACL refuses this user
+    every module command; logs the ones it refuses when only some are."""
+    refused = []
+    for probe in _ACL_PROBES:
+        reply = yield Command(probe, anywhere=True)
+        if isinstance(reply, BaseException):
+            if _refused_by_acl(reply):
+                refused.append(probe[0])
+            elif classify(reply).unavailable:
+                raise classify(reply)
+    if len(refused) == len(_ACL_PROBES):
+        raise StoreError(
+            "config",
+            "the server has the redis-ratelimit module, but its ACL refuses this user every one of its "
+            f"commands ({', '.join(refused)}): grant them by name (ACL SETUSER <user> +rl.tokenbucket ...)",
+        )
+    if refused:
+        log.warning(
+            "redis-ratelimit: the server's ACL refuses this user %s: checks needing them get the fallback",
+            ", ".join(refused),
+        )
 
 
 def _load_library() -> Generator[Command, Reply, None]:
@@ -418,7 +510,7 @@ def acquire_flow(request: Acquire, backend: str, sha: str, multi: bool) -> Gener
     server lost. Raises ``StoreError``."""
     shape, args = acquire_command(request, multi)
     for attempt in range(2):
-        reply = yield Command(tuple(translate(backend, sha, args)))
+        reply = yield keyed(backend, sha, args)
         if isinstance(reply, BaseException):
             if attempt == 0 and lost(backend, reply):
                 sha = (yield from reload(backend)) or sha

@@ -145,7 +145,7 @@ class DenyCache:
         """Drops the key set's denial: units were given back to it (a refund), so the store
         may admit before the remembered ``retry_after``."""
         with self._lock:
-            self._entries.pop(key_set, None)
+            self._entries.pop(key_set)
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ group of limits sharing a slot (all or nothing, or a partial grant) and *refunds
 The async store pipelines: the commands of checks made in the same turn of the event loop go
 to Redis as one pipeline on one connection (the Rust client multiplexes one connection the
 same way), so a thousand concurrent checks are a few round trips, not a thousand connections.
+Keyed commands are sent exactly once, without the client's retry (:mod:`.once`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .core.engine import KindMismatch
 from .decision import View
 from .local import LocalLimits
 from .metrics import Metrics
+from .once import is_cluster, send, send_async, send_batch_async
 from .protocol import (
     Acquire,
     Backend,
@@ -30,11 +32,11 @@ from .protocol import (
     acquire_flow,
     classify,
     has_command,
+    keyed,
     lost,
     refund_commands,
     reload,
     resolve,
-    translate,
 )
 from .state import now_us
 
@@ -56,10 +58,6 @@ def key_slot(key: str) -> int:
     return crc_hqx(data, 0) % _HASH_SLOTS
 
 
-def _is_cluster(client: Any) -> bool:
-    return type(client).__name__ == "RedisCluster"
-
-
 class _Resolved:
     __slots__ = ("backend", "multi", "sha")
 
@@ -79,7 +77,7 @@ def _resolution(wanted: Backend, multi: bool | None) -> Generator[Command, Any, 
 def _refund_flow(request: Refund, resolved: _Resolved) -> Generator[list[Command], list[Any], None]:
     commands = refund_commands(request)
     for attempt in range(2):
-        replies = yield [Command(tuple(translate(resolved.backend, resolved.sha, args))) for args in commands]
+        replies = yield [keyed(resolved.backend, resolved.sha, args) for args in commands]
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         if not errors:
             return
@@ -105,7 +103,7 @@ def _as_batches(flow: Generator[Command, Any, Any]) -> Generator[list[Command], 
 def _call_flow(args: list[str], resolved: _Resolved) -> Generator[Command, Any, Any]:
     """Any module command on the backend in use, once more after reloading lost code."""
     for attempt in range(2):
-        reply = yield Command(tuple(translate(resolved.backend, resolved.sha, args)))
+        reply = yield keyed(resolved.backend, resolved.sha, args)
         if isinstance(reply, BaseException):
             if attempt == 0 and lost(resolved.backend, reply):
                 resolved.sha = (yield from reload(resolved.backend)) or resolved.sha
@@ -119,7 +117,7 @@ class _BaseRedisStore:
     def __init__(self, client: Any, backend: Backend | str, multi: bool | None, metrics: Metrics | None) -> None:
         self.client = client
         self.wanted = Backend(backend)
-        self.cluster = _is_cluster(client)
+        self.cluster = is_cluster(client)
         self._multi_hint = multi
         self._resolved: _Resolved | None = None
         self.metrics = metrics or Metrics()
@@ -144,11 +142,12 @@ class _BaseRedisStore:
 
 
 class _Pipeliner:
-    """Sends the commands submitted in one turn of the event loop as one pipeline."""
+    """Sends the keyed commands submitted in one turn of the event loop as one pipeline,
+    exactly once (:mod:`redis_ratelimit_client.once`)."""
 
     def __init__(self, client: Any, max_batch: int = 512, max_batches: int = 4) -> None:
         self._client = client
-        self._pending: list[tuple[tuple[str, ...], asyncio.Future[Any]]] = []
+        self._pending: list[tuple[Command, asyncio.Future[Any]]] = []
         self._running = 0
         self._scheduled = False
         self._max_batch = max_batch
@@ -156,10 +155,10 @@ class _Pipeliner:
         #: The batches in flight (a task without a reference can be collected mid-flight).
         self._sending: set[asyncio.Future[None]] = set()
 
-    def submit(self, args: tuple[str, ...]) -> asyncio.Future[Any]:
+    def submit(self, command: Command) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((args, future))
+        self._pending.append((command, future))
         if not self._scheduled and self._running < self._max_batches:
             self._scheduled = True
             loop.call_soon(self._flush)
@@ -170,28 +169,16 @@ class _Pipeliner:
         while self._pending and self._running < self._max_batches:
             taken = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
-            batch = [(args, future) for args, future in taken if not future.done()]
+            batch = [(command, future) for command, future in taken if not future.done()]
             if batch:
                 self._running += 1
                 task = asyncio.ensure_future(self._send(batch))
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
 
-    async def _send(self, batch: list[tuple[tuple[str, ...], asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
         try:
-            if len(batch) == 1:
-                args, future = batch[0]
-                try:
-                    reply: Any = await self._client.execute_command(*args)
-                except Exception as error:  # an error reply or the connection's: the flow sorts it
-                    reply = error
-                if not future.done():
-                    future.set_result(reply)
-                return
-            pipe = self._client.pipeline(transaction=False)
-            for args, _ in batch:
-                pipe.execute_command(*args)
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await send_batch_async(self._client, [command.args for command, _ in batch])
             for (_, future), reply in zip(batch, replies, strict=True):
                 if not future.done():
                     future.set_result(reply)
@@ -228,9 +215,11 @@ class RedisStore(_BaseRedisStore):
             if self.cluster and (command.everywhere or command.anywhere):
                 nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
                 return await self.client.execute_command(*command.args, target_nodes=nodes)
-            if self._pipeliner is not None and not (command.everywhere or command.anywhere):
-                return await self._pipeliner.submit(command.args)
-            return await self.client.execute_command(*command.args)
+            if command.key is None:
+                return await self.client.execute_command(*command.args)
+            if self._pipeliner is not None:
+                return await self._pipeliner.submit(command)
+            return await send_async(self.client, command.args, command.key)
         except Exception as error:  # sorted by the flow: an error reply, or out of reach
             return error
 
@@ -304,7 +293,9 @@ class SyncRedisStore(_BaseRedisStore):
             if self.cluster and (command.everywhere or command.anywhere):
                 nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
                 return self.client.execute_command(*command.args, target_nodes=nodes)
-            return self.client.execute_command(*command.args)
+            if command.key is None:
+                return self.client.execute_command(*command.args)
+            return send(self.client, command.args, command.key)
         except Exception as error:  # sorted by the flow: an error reply, or out of reach
             return error
 

@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import Any
 
 from ..decision import Decision
-from ..limiter import CheckError, RateLimiter
+from ..errors import CheckError
+from ..limiter import RateLimiter
 from ._http import Check, exempted, inputs_of, internal_error, refusal, route_policy
 from ._ledger import Spent, give_back_all_async, scope_ledger
 

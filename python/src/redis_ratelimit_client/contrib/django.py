@@ -42,7 +42,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
 from ..decision import Decision
-from ..limiter import CheckError, RateLimiter, SyncRateLimiter
+from ..errors import CheckError
+from ..limiter import RateLimiter, SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
 from ._ledger import LIST_FIELDS, Ledger, Spent, give_back_async, give_back_sync
 
@@ -270,7 +271,8 @@ def ratelimit(
     key: Callable[[HttpRequest], Any] | None = None,
     cost: int | Callable[[HttpRequest], int] = 1,
 ) -> Callable[[F], F]:
-    """Limits one view, ``def`` or ``async def``, by ``policy`` for ``key(request)``."""
+    """Limits one view, ``def`` or ``async def``, by ``policy`` for ``key(request)``
+    (``None``: the request goes through unchecked)."""
 
     def decorate(view: F) -> F:
         if iscoroutinefunction(view):
@@ -278,6 +280,8 @@ def ratelimit(
             @functools.wraps(view)
             async def asynchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 value = (key or _key_function(_config().get("KEY")))(request)
+                if value is None:  # let through unchecked, as the middleware does
+                    return await view(request, *args, **kwargs)
                 units = cost(request) if callable(cost) else cost
                 decision, refused = await _checked_async(request, policy, value, units)
                 if refused is not None or decision is None:
@@ -293,6 +297,8 @@ def ratelimit(
         @functools.wraps(view)
         def synchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             value = (key or _key_function(_config().get("KEY")))(request)
+            if value is None:  # let through unchecked, as the middleware does
+                return view(request, *args, **kwargs)
             units = cost(request) if callable(cost) else cost
             decision, refused = _checked_sync(request, policy, value, units)
             if refused is not None or decision is None:

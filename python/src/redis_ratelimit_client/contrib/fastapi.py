@@ -24,7 +24,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response as StarletteResponse
 
 from ..decision import Decision
-from ..limiter import CheckError, RateLimiter
+from ..errors import CheckError
+from ..limiter import RateLimiter
 from ._http import inputs_of, refusal
 from ._ledger import LIST_FIELDS, Spent, give_back_all_async, scope_ledger
 
@@ -32,14 +33,15 @@ from ._ledger import LIST_FIELDS, Spent, give_back_all_async, scope_ledger
 def limit(
     policy: str,
     *,
-    key: Callable[[Any], str | Mapping[str, str]] | None = None,
+    key: Callable[[Any], str | Mapping[str, str] | None] | None = None,
     cost: int | Callable[[Any], int] = 1,
     limiter: RateLimiter | None = None,
     input_name: str | None = None,
 ) -> Callable[..., Any]:
     """A FastAPI dependency: ``Depends(limit("api", key=lambda request: ...))``.
 
-    ``key(request)`` gives the policy's input (default: the client address). A refusal
+    ``key(request)`` gives the policy's input (default: the client address), or ``None`` to
+    let the request through unchecked (the dependency then gives ``None``). A refusal
     raises :class:`RateLimitExceeded` (``install(app, limiter)`` renders it as problem+json;
     without it FastAPI still answers 429 with the fields); an admitted response gets the
     fields. The limiter is ``limiter`` or the one :func:`install` put on ``app.state``.
@@ -53,6 +55,9 @@ def limit(
         if active is None:
             raise RuntimeError("no rate limiter: pass limit(..., limiter=...) or call install(app, limiter)")
         value = key(request) if key is not None else (request.client.host if request.client else "anonymous")
+        if value is None:  # the key function lets the request through unchecked, as in every adapter
+            yield None
+            return
         definition = active.policy(policy)
         name = input_name or (definition.tenant_input if definition and definition.tenant_input else "key")
         units = cost(request) if callable(cost) else cost

@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 
 import flask
 
-from ..limiter import CheckError, SyncRateLimiter
+from ..errors import CheckError
+from ..limiter import SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
 from ._ledger import Ledger, Spent, admitted_fields, give_back_all_sync
 
@@ -143,7 +144,7 @@ class RateLimit:
         self,
         policy: str,
         *,
-        key: Callable[[flask.Request], str | Mapping[str, str]] | None = None,
+        key: Callable[[flask.Request], str | Mapping[str, str] | None] | None = None,
         cost: int | Callable[[flask.Request], int] = 1,
     ) -> Callable[[F], F]:
         """Decorates a view with its own policy (checked after the default one)."""
