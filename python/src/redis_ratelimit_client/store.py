@@ -248,19 +248,24 @@ class _Multiplexer:
     async def _open(self) -> bool:
         """Opens the connection; on failure every pending command gets the error.
 
-        Nothing can be read before it is open, so it has its own bound: a timeout, once more
-        each time the timer ran late by half a timeout or more (this process was busy, as
-        in a burst that finds no connection), up to the hard bound."""
+        Nothing can be read before it is open, and a burst that finds no connection keeps
+        this process busy while the connection's handshake waits its turns, so opening is
+        bounded by a timeout of this process's idle time: it looks every tenth of a timeout,
+        and a look that runs on time (within half its interval) counts; one that runs late
+        (this process was busy) does not. At most the hard bound in all."""
         timeout = min(command.timeout for command in self._pending)
         opening = asyncio.ensure_future(_take_connection(self._pool))
-        started = due = time.monotonic()
+        hard = time.monotonic() + HARD_BOUND_TIMEOUTS * timeout
+        interval, idle = timeout / 10, 0.0
         while not opening.done():
-            due = min(due + timeout, started + HARD_BOUND_TIMEOUTS * timeout)
-            await asyncio.wait({opening}, timeout=max(due - time.monotonic(), 0.0))
+            due = time.monotonic() + interval
+            await asyncio.wait({opening}, timeout=interval)
             now = time.monotonic()
-            if not opening.done() and (now - due < timeout / 2 or now >= started + HARD_BOUND_TIMEOUTS * timeout):
+            if now - due <= interval / 2:
+                idle += interval
+            if not opening.done() and (idle >= timeout or now >= hard):
                 opening.cancel()
-                break
+                await asyncio.wait({opening})
         try:
             connection = opening.result()
         except (Exception, asyncio.CancelledError) as error:
@@ -459,9 +464,13 @@ class SyncRedisStore(_BaseRedisStore):
     """The store on a sync client: ``redis.Redis`` (also a Sentinel ``master_for``) or
     ``redis.cluster.RedisCluster``. Calls run on the calling thread: a command on a
     connection of the client's pool, whose reply must start arriving within the timeout
-    (the socket is polled for it: a thread that runs late still finds a reply that came in
-    time). A reply that starts but stops half way, the connect, and every call on a Cluster
-    are bounded by the client's own ``socket_timeout`` and ``socket_connect_timeout``."""
+    after it was sent (the socket is polled for it: a thread that runs late still finds a
+    reply that came in time). At most ``connections`` calls at once (at most the pool's
+    size): more threads wait for one to end, up to the hard bound
+    (:mod:`redis_ratelimit_client.timing`), so a crowd of threads neither exhausts the pool
+    nor reaches the fallback. A reply that starts but stops half way, the connect, and every
+    call on a Cluster are bounded by the client's own ``socket_timeout`` and
+    ``socket_connect_timeout``."""
 
     def __init__(
         self,
@@ -470,13 +479,24 @@ class SyncRedisStore(_BaseRedisStore):
         backend: Backend | str = Backend.AUTO,
         multi: bool | None = None,
         metrics: Metrics | None = None,
+        connections: int = 32,
     ) -> None:
         super().__init__(client, backend, multi, metrics)
         self._lock = threading.Lock()
+        pool_size = getattr(getattr(client, "connection_pool", None), "max_connections", connections)
+        self._calls = threading.BoundedSemaphore(max(min(connections, pool_size), 1))
 
     def _command(self, command: Command, timeout: float | None) -> Any:
         if self.cluster:
             return self._cluster_command(command)
+        if not self._calls.acquire(timeout=None if timeout is None else HARD_BOUND_TIMEOUTS * timeout):
+            return StoreError("timeout")
+        try:
+            return self._pooled_command(command, timeout)
+        finally:
+            self._calls.release()
+
+    def _pooled_command(self, command: Command, timeout: float | None) -> Any:
         pool = self.client.connection_pool
         try:
             connection = _take_connection(pool)
