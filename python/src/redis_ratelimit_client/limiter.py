@@ -507,9 +507,12 @@ class SyncRateLimiter(_Limiter):
         self._sweep(everything=True)
 
     def close(self) -> None:
-        """Stops the sweeper and gives unspent leases back."""
+        """Stops the sweeper, gives unspent leases back and the store's connections to the
+        client's pool."""
         self._stop.set()
         self.release_leases()
+        if isinstance(self.store, SyncRedisStore):
+            self.store.close()
 
     def _drive(self, flow: Generator[Any, Any, Any]) -> Any:
         reply: Any = None

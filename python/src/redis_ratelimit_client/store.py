@@ -43,6 +43,7 @@ from .protocol import (
     translate,
 )
 from .state import now_us
+from .sync_connections import SyncConnections
 from .timing import HARD_BOUND_TIMEOUTS, next_look, timed_out
 
 log = logging.getLogger("redis_ratelimit_client")
@@ -151,7 +152,7 @@ class _BaseRedisStore:
 
 
 def _take_connection(pool: Any) -> Any:
-    """A connection from a redis-py pool (sync or async: the awaitable, then), on redis-py 5.0
+    """A connection from a redis-py async pool (the awaitable), on redis-py 5.0
     (which wants a command name) and later (which warns about one)."""
     try:
         return pool.get_connection()
@@ -462,15 +463,13 @@ class RedisStore(_BaseRedisStore):
 
 class SyncRedisStore(_BaseRedisStore):
     """The store on a sync client: ``redis.Redis`` (also a Sentinel ``master_for``) or
-    ``redis.cluster.RedisCluster``. Calls run on the calling thread: a command on a
-    connection of the client's pool, whose reply must start arriving within the timeout
-    after it was sent (the socket is polled for it: a thread that runs late still finds a
-    reply that came in time). At most ``connections`` calls at once (at most the pool's
-    size): more threads wait for one to end, up to the hard bound
-    (:mod:`redis_ratelimit_client.timing`), so a crowd of threads neither exhausts the pool
-    nor reaches the fallback. A reply that starts but stops half way, the connect, and every
-    call on a Cluster are bounded by the client's own ``socket_timeout`` and
-    ``socket_connect_timeout``."""
+    ``redis.cluster.RedisCluster``. Calls run on the calling thread, at most ``connections``
+    at once on connections of its own made like the client's (more threads wait their turn,
+    up to the hard bound), each timed by the rule of
+    :mod:`redis_ratelimit_client.timing` (see
+    :class:`~redis_ratelimit_client.sync_connections.SyncConnections`). A reply that starts but
+    stops half way, and every call on a Cluster, are bounded by the client's own
+    ``socket_timeout``."""
 
     def __init__(
         self,
@@ -483,42 +482,17 @@ class SyncRedisStore(_BaseRedisStore):
     ) -> None:
         super().__init__(client, backend, multi, metrics)
         self._lock = threading.Lock()
-        pool_size = getattr(getattr(client, "connection_pool", None), "max_connections", connections)
-        self._calls = threading.BoundedSemaphore(max(min(connections, pool_size), 1))
+        self._connections = None if self.cluster else SyncConnections(client.connection_pool, connections)
 
     def _command(self, command: Command, timeout: float | None) -> Any:
-        if self.cluster:
+        if self._connections is None:
             return self._cluster_command(command)
-        if not self._calls.acquire(timeout=None if timeout is None else HARD_BOUND_TIMEOUTS * timeout):
-            return StoreError("timeout")
-        try:
-            return self._pooled_command(command, timeout)
-        finally:
-            self._calls.release()
+        return self._connections.call(command.args, timeout)
 
-    def _pooled_command(self, command: Command, timeout: float | None) -> Any:
-        pool = self.client.connection_pool
-        try:
-            connection = _take_connection(pool)
-        except Exception as error:  # out of reach: the flow sorts it
-            return error
-        finished = False
-        try:
-            connection.send_command(*command.args)
-            if timeout is not None and not connection.can_read(timeout):
-                return StoreError("timeout")
-            try:
-                reply = connection.read_response()
-            except ResponseError as error:  # an error reply: the flow sorts it
-                reply = error
-            finished = True
-            return reply
-        except Exception as error:  # out of reach: the flow sorts it
-            return error
-        finally:
-            if not finished:  # a reply may still come: not reusable
-                connection.disconnect()
-            pool.release(connection)
+    def close(self) -> None:
+        """Closes its connections."""
+        if self._connections is not None:
+            self._connections.close()
 
     def _cluster_command(self, command: Command) -> Any:
         try:
