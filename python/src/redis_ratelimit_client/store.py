@@ -178,6 +178,23 @@ class _Queued:
         return timed_out(now, self.sent_at, self.written_at, read_at, self.timeout)
 
 
+def _packed(connection: Any, batch: list[_Queued]) -> tuple[list[bytes], list[_Queued]]:
+    """The batch's bytes, and the commands in them: one that cannot be encoded (a key with a
+    lone surrogate) gets its error, and the others go without it."""
+    try:
+        return connection.pack_commands([command.args for command in batch]), batch
+    except Exception:  # find the ones at fault
+        kept = []
+        for command in batch:
+            try:
+                connection.pack_command(*command.args)
+            except Exception as error:  # the caller's input: the flow sorts it
+                command.future.set_result(error)
+            else:
+                kept.append(command)
+        return (connection.pack_commands([command.args for command in kept]) if kept else []), kept
+
+
 class _Multiplexer:
     """Every command of the async store on one connection, as the Rust client multiplexes
     one: the commands submitted in a turn of the event loop are written together (at most
@@ -225,7 +242,9 @@ class _Multiplexer:
                     batch.append(command)
             if not batch:
                 continue
-            packed = connection.pack_commands([command.args for command in batch])
+            packed, batch = _packed(connection, batch)
+            if not batch:
+                continue
             sent = time.monotonic()
             for command in batch:
                 command.sent_at = sent

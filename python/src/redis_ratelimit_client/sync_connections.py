@@ -56,8 +56,13 @@ class SyncConnections:
         held: _Held | None = taken
         connection = taken.connection
         try:
+            packed = connection.pack_command(*args)
+        except Exception as error:  # the caller's input (a key that cannot be encoded)
+            self._give_back(taken, timeout)
+            return error
+        try:
             # No health check: its PING's reply would come after the replies owed.
-            connection.send_packed_command(connection.pack_command(*args), check_health=False)
+            connection.send_packed_command(packed, check_health=False)
             sent = time.monotonic()
             while taken.owed:  # replies to calls that gave up on this connection: dropped
                 if not self._replied(connection, sent, timeout):
