@@ -3,6 +3,8 @@
 - checks/s of one process (the async limiter, 200 checks in flight over 1,000 keys, pipelined;
   the sync limiter, 32 threads), on a server with the module and one with the Functions
   library, against a plain ``INCR`` through the same redis-py pipeline for scale;
+- the client's CPU per check (this process's CPU time over sequential sync checks, one
+  thread), side by side with ``limits``' own Redis storage (a fixed-window hit) on the same server;
 - Redis commands per check (``INFO commandstats``) with and without leases of 10 on hot keys;
 - the local fallback's over-admission against its stated bound while Redis is SIGSTOPped
   under load (3 replicas), over ``ROUNDS`` runs.
@@ -74,7 +76,7 @@ async def incr_rate(port: int, seconds: float, concurrency: int = 200) -> float:
 
 
 def sync_rate(port: int, seconds: float, threads: int = 32) -> float:
-    limiter = SyncRateLimiter(redis.Redis(port=port, max_connections=threads * 2), [PLAIN], threads=threads)
+    limiter = SyncRateLimiter(redis.Redis(port=port, max_connections=threads * 2), [PLAIN])
     limiter.connect()
     stop = time.perf_counter() + seconds
 
@@ -92,6 +94,36 @@ def sync_rate(port: int, seconds: float, threads: int = 32) -> float:
     rate = total / (time.perf_counter() - started)
     limiter.close()
     return rate
+
+
+def cpu_per_check_us(port: int, checks: int) -> float:
+    """This process's CPU time per sequential sync check (µs)."""
+    limiter = SyncRateLimiter(redis.Redis(port=port), [PLAIN])
+    limiter.connect()
+    for index in range(200):  # warm: connections, code paths
+        limiter.check("bench", key=str(index % KEYS))
+    started = time.process_time()
+    for index in range(checks):
+        limiter.check("bench", key=str(index % KEYS))
+    spent = time.process_time() - started
+    limiter.close()
+    return spent / checks * 1e6
+
+
+def limits_cpu_per_hit_us(port: int, checks: int) -> float:
+    """The same for ``limits``' own Redis storage: a fixed-window hit."""
+    from limits import RateLimitItemPerMinute
+    from limits.storage import RedisStorage
+    from limits.strategies import FixedWindowRateLimiter
+
+    limiter = FixedWindowRateLimiter(RedisStorage(f"redis://127.0.0.1:{port}"))
+    item = RateLimitItemPerMinute(10**9)
+    for index in range(200):
+        limiter.hit(item, str(index % KEYS))
+    started = time.process_time()
+    for index in range(checks):
+        limiter.hit(item, str(index % KEYS))
+    return (time.process_time() - started) / checks * 1e6
 
 
 def calls_per_check(server: servers.Server, policy: Policy, checks: int, keys: int) -> float:
@@ -118,6 +150,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--cpu-only", action="store_true", help="only the client CPU per check")
     args = parser.parse_args()
     load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
     lines = [
@@ -131,6 +164,20 @@ def main() -> None:
     ]
     module, library = servers.start("module"), servers.start("functions")
     try:
+        cpu: dict[str, dict[str, list[float]]] = {"client": {}, "limits": {}}
+        for _ in range(args.rounds):
+            for name, server in (("module", module), ("functions", library)):
+                cpu["client"].setdefault(name, []).append(cpu_per_check_us(server.port, 5_000))
+                cpu["limits"].setdefault(name, []).append(limits_cpu_per_hit_us(server.port, 5_000))
+        cpu_lines = [
+            "| client CPU per sequential sync check, µs (`SyncRateLimiter`, one thread) | "
+            f"{spread(cpu['client']['module'])} | {spread(cpu['client']['functions'])} |",
+            "| the same, `limits`' Redis storage (fixed-window hit, same server) | "
+            f"{spread(cpu['limits']['module'])} | {spread(cpu['limits']['functions'])} |",
+        ]
+        if args.cpu_only:
+            print("\n".join(lines + cpu_lines))
+            return
         rates: dict[str, dict[str, list[float]]] = {"async": {}, "sync": {}, "incr": {}}
         for _ in range(args.rounds):
             for name, server in (("module", module), ("functions", library)):
@@ -151,6 +198,7 @@ def main() -> None:
             f"| plain `INCR`/s, same redis-py pipelines (for scale) | {spread(rates['incr']['module'])} | "
             f"{spread(rates['incr']['functions'])} |"
         )
+        lines += cpu_lines
         for label, policy, keys in (("no lease", PLAIN, KEYS), ("leases of 10, 10 hot keys", LEASED, 10)):
             per = [calls_per_check(server, policy, 20_000, keys) for server in (module, library)]
             lines.append(f"| Redis commands per check, {label} | {per[0]:.3f} | {per[1]:.3f} |")

@@ -1,11 +1,14 @@
 """The limiter's own rules on the in-process store (no server needed to see them): the
 fallback modes, the breaker (outages in a row open it, one probe every period, a stall is not
-an outage), the deny cache, leases cutting store calls, misuse refused with its reason."""
+an outage), the deny cache, leases cutting store calls, misuse refused with its reason, sync
+checks on the calling thread."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -99,3 +102,38 @@ def test_misuse_is_refused_with_the_reason() -> None:
     started = time.monotonic()
     limiter.validate("api", key="x")
     assert time.monotonic() - started < 0.1
+
+
+class _ThreadRecordingStore(MemoryStore):
+    """Records the threads its sync calls run on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def acquire_blocking(self, request: Any, *timeout: float | None) -> Any:
+        self.threads.add(threading.get_ident())
+        return super().acquire_blocking(request, *timeout)
+
+
+def test_a_sync_check_runs_on_the_calling_thread() -> None:
+    """No hand-off to worker threads (their queue was a crowd's timeout, and about half the
+    client's CPU per check): the store call is made by the caller."""
+    store = _ThreadRecordingStore()
+    limiter = SyncRateLimiter(store, [Policy("api", BUCKET)])
+    try:
+        callers = set()
+
+        def check() -> None:
+            callers.add(threading.get_ident())
+            assert limiter.check("api", key="t").source == "store"
+
+        threads = [threading.Thread(target=check) for _ in range(3)]
+        check()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert store.threads == callers
+    finally:
+        limiter.close()

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
 import redis.asyncio as aredis
 
-from redis_ratelimit_client import Limit, Policy, RateLimiter
+from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from servers import start
 
 CAPACITY, REFILL_S = 30, 60.0
@@ -128,3 +129,35 @@ def test_a_stopped_redis_leaves_each_replica_its_share() -> None:
     record("stopped", figures)
     assert figures["admitted_per_replica"] == [CAPACITY // REPLICAS] * REPLICAS, figures
     assert figures["max_ms"] < 500, figures
+
+
+def test_the_sync_limiter_detects_a_paused_and_a_stopped_redis_within_the_timeout() -> None:
+    """The sync limiter's checks run on the caller's thread: with Redis SIGSTOPped each is
+    still answered within the timeout's bound (the fallback decides), the store decides again
+    once it resumes, and a stopped Redis is refused at once."""
+    server = start("module")
+    limiter = SyncRateLimiter(redis.Redis(port=server.port), [POLICY], replicas=REPLICAS)
+    try:
+        assert limiter.check("api", key="sync").source == "store"
+        server.pause()
+        latencies, sources = [], set()
+        paused_until = time.monotonic() + 1.0
+        while time.monotonic() < paused_until:
+            sent = time.monotonic()
+            sources.add(limiter.check("api", key="sync").source)
+            latencies.append(time.monotonic() - sent)
+        server.resume()
+        resumed = time.monotonic()
+        while limiter.check("api", key="sync").source != "store":
+            assert time.monotonic() - resumed < 1.5, "the store never decided again"
+            time.sleep(0.01)
+        assert sources == {"fallback"}, sources
+        assert max(latencies) < 2 * 0.05 + 0.4, f"a check waited too long: {max(latencies):.3f} s"
+        server.stop()
+        started = time.monotonic()
+        for _ in range(10):
+            assert limiter.check("api", key="sync").source == "fallback"
+        assert time.monotonic() - started < 0.5
+    finally:
+        limiter.close()
+        server.stop()

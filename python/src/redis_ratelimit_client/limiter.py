@@ -1,12 +1,13 @@
 """The limiters: :class:`RateLimiter` (asyncio, on ``redis.asyncio``) and its sync twin
 :class:`SyncRateLimiter` (on ``redis.Redis``), both also on a Cluster client or a Sentinel
 primary. Both run the same flows (:mod:`redis_ratelimit_client.flows`); each drives the store calls
-with its own I/O, bounded by the policy's timeout (50 ms by default)."""
+with its own I/O, and the store bounds each by the policy's timeout (50 ms by default) by the
+rule of :mod:`redis_ratelimit_client.timing`: a call times out when the store is silent, never
+because this process is late."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -412,36 +413,20 @@ class RateLimiter(_Limiter):
                 raise TypeError(f"unknown operation {op!r}")
 
     async def _timed_acquire(self, op: AcquireOp) -> Grant | StoreError:
-        breaker, timeout = self._engine.breaker, op.timeout
         sent = time.monotonic()
-        task = asyncio.ensure_future(self.store.acquire(op.request))
-        task.add_done_callback(retrieved)
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-        if not done:
-            await asyncio.sleep(0)
-            # A stall, not an outage: the timer fired late, or the store answered since.
-            if time.monotonic() - sent > timeout * 1.5 or breaker.answered_since(sent):
-                done, _ = await asyncio.wait({task}, timeout=timeout)
         result: Grant | StoreError
-        if not done:
-            task.cancel()
-            result = StoreError("timeout")
-        else:
-            try:
-                result = task.result()
-            except Exception as error:
-                result = classify(error)
+        try:
+            result = await self.store.acquire(op.request, op.timeout)
+        except Exception as error:
+            result = classify(error)
         return self._answered(op, sent, result)
 
     async def _refunds(self, op: RefundOp) -> bool:
         async def one(request: Any) -> bool:
             started = time.monotonic()
             try:
-                await asyncio.wait_for(self.store.refund(request), op.timeout)
+                await self.store.refund(request, op.timeout)
                 ok = True
-            except asyncio.TimeoutError:
-                self.metrics.store_error(op.policy, "timeout")
-                ok = False
             except Exception as error:
                 self.metrics.store_error(op.policy, classify(error).kind)
                 ok = False
@@ -482,9 +467,9 @@ class RateLimiter(_Limiter):
 
 class SyncRateLimiter(_Limiter):
     """The sync twin of :class:`RateLimiter`, on ``redis.Redis`` (or a store): the same
-    policies, flows and guarantees. Store calls run on a small thread pool so the policy's
-    timeout bounds them whatever the client's socket timeout (give the client a
-    ``socket_timeout`` of a second or so, so a thread stuck on a stopped server is freed)."""
+    policies, flows and guarantees. A check runs on the calling thread; its store calls are
+    bounded as :class:`~redis_ratelimit_client.store.SyncRedisStore` says (give the client a
+    ``socket_connect_timeout``, and on a Cluster a ``socket_timeout``, of a second or so)."""
 
     def __init__(
         self,
@@ -496,7 +481,6 @@ class SyncRateLimiter(_Limiter):
         metrics: Metrics | None = None,
         plans: SyncPlanSource | None = None,
         backend: str = "auto",
-        threads: int = 16,
         max_keys: int = DEFAULT_MAX_KEYS,
     ) -> None:
         if isinstance(redis, (SyncRedisStore, MemoryStore)):
@@ -504,7 +488,6 @@ class SyncRateLimiter(_Limiter):
         else:
             store = SyncRedisStore(redis, backend=backend, metrics=metrics or default_metrics())
         super().__init__(store, policies, replicas, breaker, metrics, plans, threading.Lock, max_keys)
-        self._executor = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="redis-ratelimit")
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self._sweeper_lock = threading.Lock()
@@ -581,10 +564,12 @@ class SyncRateLimiter(_Limiter):
         self._sweep(everything=True)
 
     def close(self) -> None:
-        """Stops the sweeper, gives unspent leases back, and stops the threads."""
+        """Stops the sweeper, gives unspent leases back and the store's connections to the
+        client's pool."""
         self._stop.set()
         self.release_leases()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if isinstance(self.store, SyncRedisStore):
+            self.store.close()
 
     def _drive(self, flow: Generator[Any, Any, Any]) -> Any:
         reply: Any = None
@@ -598,54 +583,30 @@ class SyncRateLimiter(_Limiter):
             elif isinstance(op, RefundOp):
                 reply = self._refunds(op)
             elif isinstance(op, SpawnOp):
-                # Shut down: the lease is left to expire.
-                with contextlib.suppress(RuntimeError):
-                    self._executor.submit(self._drive, op.flow)
+                self._drive(op.flow)  # an expired lease's refund: one store call, here
                 reply = None
             else:
                 raise TypeError(f"unknown operation {op!r}")
 
-    def _submit(self, function: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any] | None:
-        try:
-            return self._executor.submit(function, *args)
-        except RuntimeError:
-            return None
-
     def _timed_acquire(self, op: AcquireOp) -> Grant | StoreError:
-        breaker, timeout = self._engine.breaker, op.timeout
         sent = time.monotonic()
-        future = self._submit(self.store.acquire_blocking, op.request)
         result: Grant | StoreError
-        if future is None:
-            return StoreError("unavailable", "the limiter is closed")
-        done, _ = concurrent.futures.wait([future], timeout=timeout)
-        if not done and (time.monotonic() - sent > timeout * 1.5 or breaker.answered_since(sent)):
-            done, _ = concurrent.futures.wait([future], timeout=timeout)
-        if not done:
-            future.cancel()
-            result = StoreError("timeout")
-        else:
-            try:
-                result = future.result()
-            except Exception as error:
-                result = classify(error)
+        try:
+            result = self.store.acquire_blocking(op.request, op.timeout)
+        except Exception as error:
+            result = classify(error)
         return self._answered(op, sent, result)
 
     def _refunds(self, op: RefundOp) -> bool:
-        futures = [self._submit(self.store.refund_blocking, request) for request in op.requests]
         ok = True
-        for future in futures:
-            if future is None:
-                ok = False
-                continue
+        for request in op.requests:
+            started = time.monotonic()
             try:
-                future.result(timeout=op.timeout)
-            except concurrent.futures.TimeoutError:
-                self.metrics.store_error(op.policy, "timeout")
-                ok = False
+                self.store.refund_blocking(request, op.timeout)
             except Exception as error:
                 self.metrics.store_error(op.policy, classify(error).kind)
                 ok = False
+            self.metrics.store_latency(op.policy, "refund", time.monotonic() - started)
         return ok
 
     def _start_sweeper(self, state: PolicyState) -> None:

@@ -2,26 +2,33 @@
 Sentinel primary) or an in-process memory store for tests. A store *acquires* units from a
 group of limits sharing a slot (all or nothing, or a partial grant) and *refunds* them.
 
-The async store pipelines: the commands of checks made in the same turn of the event loop go
-to Redis as one pipeline on one connection (the Rust client multiplexes one connection the
-same way), so a thousand concurrent checks are a few round trips, not a thousand connections.
-Keyed commands are sent exactly once, without the client's retry (:mod:`.once`).
+The async store multiplexes one connection: the commands of checks made in the same turn of
+the event loop go to Redis in one write, without waiting for earlier replies (as the Rust
+client does), so a thousand concurrent checks are a few round trips, not a thousand
+connections.
+Keyed commands are never sent twice: the multiplexer's own connection never resends, and the
+cluster path sends each to its key's node without the client's retry (:mod:`.once`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from .core.engine import KindMismatch
 from .decision import View
 from .local import LocalLimits
 from .metrics import Metrics
-from .once import is_cluster, send, send_async, send_batch_async
+from .once import is_cluster, send_cluster, send_cluster_async
 from .protocol import (
     Acquire,
     Backend,
@@ -39,6 +46,8 @@ from .protocol import (
     resolve,
 )
 from .state import now_us
+from .sync_connections import SyncConnections
+from .timing import HARD_BOUND_TIMEOUTS, next_look, timed_out
 
 log = logging.getLogger("redis_ratelimit_client")
 
@@ -141,61 +150,236 @@ class _BaseRedisStore:
         log.info("redis-ratelimit: store backend %s (RL.MULTI: %s)", resolved.backend, resolved.multi)
 
 
-class _Pipeliner:
-    """Sends the keyed commands submitted in one turn of the event loop as one pipeline,
-    exactly once (:mod:`redis_ratelimit_client.once`)."""
+def _take_connection(pool: Any) -> Any:
+    """A connection from a redis-py async pool (the awaitable), on redis-py 5.0
+    (which wants a command name) and later (which warns about one)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("_")
 
-    def __init__(self, client: Any, max_batch: int = 512, max_batches: int = 4) -> None:
-        self._client = client
-        self._pending: list[tuple[Command, asyncio.Future[Any]]] = []
-        self._running = 0
-        self._scheduled = False
+
+class _Queued:
+    """A command, its reply to come, its timeout; when it was handed to the connection and
+    when its bytes had all left this process (monotonic seconds; ``None``: not yet)."""
+
+    __slots__ = ("args", "future", "sent_at", "timeout", "written_at")
+
+    def __init__(self, args: tuple[str, ...], future: asyncio.Future[Any], timeout: float) -> None:
+        self.args, self.future, self.timeout = args, future, timeout
+        self.sent_at = 0.0
+        self.written_at: float | None = None
+
+    def next_look(self, read_at: float) -> float:
+        return next_look(self.sent_at, self.written_at, read_at, self.timeout)
+
+    def timed_out(self, now: float, read_at: float) -> bool:
+        return timed_out(now, self.sent_at, self.written_at, read_at, self.timeout)
+
+
+def _packed(connection: Any, batch: list[_Queued]) -> tuple[list[bytes], list[_Queued]]:
+    """The batch's bytes, and the commands in them: one that cannot be encoded (a key with a
+    lone surrogate) gets its error, and the others go without it."""
+    try:
+        return connection.pack_commands([command.args for command in batch]), batch
+    except Exception:  # find the ones at fault
+        kept = []
+        for command in batch:
+            try:
+                connection.pack_command(*command.args)
+            except Exception as error:  # the caller's input: the flow sorts it
+                command.future.set_result(error)
+            else:
+                kept.append(command)
+        return (connection.pack_commands([command.args for command in kept]) if kept else []), kept
+
+
+class _Multiplexer:
+    """Every command of the async store on one connection, as the Rust client multiplexes
+    one: the commands submitted in a turn of the event loop are written together (at most
+    ``max_batch`` per write) without waiting for earlier replies, and one reader takes the
+    replies in order.
+
+    Timing (:mod:`redis_ratelimit_client.timing`): a command times out when the connection
+    read nothing for a whole timeout since the command's bytes had all left (the transport
+    holds none of them: a burst this process is slow to write is not the store's silence) or
+    since the last reply, looked at after the reader had its turn at what the socket holds;
+    the connection is dropped (and opened again for later commands) when its oldest
+    unanswered command reaches the hard bound. Opening a connection: see :meth:`_open`."""
+
+    def __init__(self, client: Any, max_batch: int = 512) -> None:
+        self._pool = client.connection_pool
         self._max_batch = max_batch
-        self._max_batches = max_batches
-        #: The batches in flight (a task without a reference can be collected mid-flight).
-        self._sending: set[asyncio.Future[None]] = set()
+        self._connection: Any = None
+        self._pending: collections.deque[_Queued] = collections.deque()
+        self._in_flight: collections.deque[_Queued] = collections.deque()
+        self._writer: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._watch: asyncio.Handle | None = None
+        self._watch_at = math.inf
+        #: When the connection last read a reply (monotonic seconds).
+        self.read_at = 0.0
 
-    def submit(self, command: Command) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((command, future))
-        if not self._scheduled and self._running < self._max_batches:
-            self._scheduled = True
-            loop.call_soon(self._flush)
+    def submit(self, args: tuple[str, ...], timeout: float) -> asyncio.Future[Any]:
+        """The command's reply, or the exception it raised (an error reply, the connection's,
+        or ``StoreError("timeout")``)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Queued(args, future, timeout))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write())
         return future
 
-    def _flush(self) -> None:
-        self._scheduled = False
-        while self._pending and self._running < self._max_batches:
-            taken = self._pending[: self._max_batch]
-            del self._pending[: self._max_batch]
-            batch = [(command, future) for command, future in taken if not future.done()]
-            if batch:
-                self._running += 1
-                task = asyncio.ensure_future(self._send(batch))
-                self._sending.add(task)
-                task.add_done_callback(self._sending.discard)
+    async def _write(self) -> None:
+        while self._pending:
+            if self._connection is None and not await self._open():
+                return
+            connection = self._connection
+            batch: list[_Queued] = []
+            while self._pending and len(batch) < self._max_batch:
+                command = self._pending.popleft()
+                if not command.future.done():
+                    batch.append(command)
+            if not batch:
+                continue
+            packed, batch = _packed(connection, batch)
+            if not batch:
+                continue
+            sent = time.monotonic()
+            for command in batch:
+                command.sent_at = sent
+            # In flight before the bytes leave: the reader may take their replies at once.
+            self._in_flight.extend(batch)
+            if self._reader is None or self._reader.done():
+                self._reader = asyncio.ensure_future(self._read(connection))
+            self._arm(min(command.next_look(self.read_at) for command in batch))
+            try:
+                # Returns once the transport holds none of the bytes (see _open).
+                await connection.send_packed_command(packed, check_health=False)
+            except Exception as error:  # the connection broke: what it carried has an unknown outcome
+                if connection is self._connection:
+                    self._drop(error)
+                continue
+            written = time.monotonic()
+            for command in batch:
+                command.written_at = written
+            self._arm(min(command.next_look(self.read_at) for command in batch))
 
-    async def _send(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
+    async def _open(self) -> bool:
+        """Opens the connection; on failure every pending command gets the error.
+
+        Nothing can be read before it is open, and a burst that finds no connection keeps
+        this process busy while the connection's handshake waits its turns, so opening is
+        bounded by a timeout of this process's idle time: it looks every tenth of a timeout,
+        and a look that runs on time (within half its interval) counts; one that runs late
+        (this process was busy) does not. At most the hard bound in all."""
+        timeout = min(command.timeout for command in self._pending)
+        opening = asyncio.ensure_future(_take_connection(self._pool))
+        hard = time.monotonic() + HARD_BOUND_TIMEOUTS * timeout
+        interval, idle = timeout / 10, 0.0
+        while not opening.done():
+            due = time.monotonic() + interval
+            await asyncio.wait({opening}, timeout=interval)
+            now = time.monotonic()
+            if now - due <= interval / 2:
+                idle += interval
+            if not opening.done() and (idle >= timeout or now >= hard):
+                opening.cancel()
+                await asyncio.wait({opening})
         try:
-            replies = await send_batch_async(self._client, [command.args for command, _ in batch])
-            for (_, future), reply in zip(batch, replies, strict=True):
-                if not future.done():
-                    future.set_result(reply)
-        except Exception as error:
-            for _, future in batch:
-                if not future.done():
-                    future.set_result(error)
-        finally:
-            self._running -= 1
-            if self._pending and not self._scheduled:
-                self._scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush)
+            connection = opening.result()
+        except (Exception, asyncio.CancelledError) as error:
+            failure = StoreError("timeout") if isinstance(error, asyncio.CancelledError) else error
+            while self._pending:
+                command = self._pending.popleft()
+                if not command.future.done():
+                    command.future.set_result(failure)
+            return False
+        # A write waits until the transport holds none of its bytes (redis-py's connection
+        # keeps its stream writer as _writer): until then the command is not yet sent.
+        writer = getattr(connection, "_writer", None)
+        if writer is not None:
+            writer.transport.set_write_buffer_limits(high=0)
+        self._connection = connection
+        self.read_at = time.monotonic()
+        return True
+
+    async def _read(self, connection: Any) -> None:
+        while self._in_flight and connection is self._connection:
+            try:
+                reply: Any = await connection.read_response()
+            except ResponseError as error:  # an error reply: the flow sorts it
+                reply = error
+            except asyncio.CancelledError:  # dropped: _drop answered the commands
+                raise
+            except Exception as error:  # the connection broke
+                if connection is self._connection:
+                    self._drop(error)
+                return
+            self.read_at = time.monotonic()
+            command = self._in_flight.popleft()
+            if not command.future.done():
+                command.future.set_result(reply)
+
+    def _drop(self, error: BaseException) -> None:
+        """Gives up the connection: the commands it carries get ``error`` (their outcome is
+        unknown, and they are never sent again); later ones go on a new connection."""
+        connection, self._connection = self._connection, None
+        while self._in_flight:
+            command = self._in_flight.popleft()
+            if not command.future.done():
+                command.future.set_result(error)
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+        if connection is not None:
+            task = asyncio.ensure_future(self._discard(connection))
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)
+
+    async def _discard(self, connection: Any) -> None:
+        with contextlib.suppress(Exception):
+            await connection.disconnect()
+        with contextlib.suppress(Exception):
+            await self._pool.release(connection)
+
+    def _arm(self, at: float) -> None:
+        """Looks at the commands in flight at ``at`` (monotonic), or sooner if armed sooner."""
+        if self._watch is not None and self._watch_at <= at:
+            return
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch_at = at
+        self._watch = asyncio.get_running_loop().call_later(max(at - time.monotonic(), 0.0), self._look)
+
+    def _look(self) -> None:
+        # A timer runs after the I/O callbacks of its turn of the loop, and the reader they
+        # woke runs before a callback scheduled now: judge once it read what had arrived.
+        self._watch = asyncio.get_running_loop().call_soon(self._judge)
+
+    def _judge(self) -> None:
+        self._watch, self._watch_at = None, math.inf
+        now = time.monotonic()
+        waiting = [command for command in self._in_flight if not command.future.done()]
+        for command in waiting:
+            if command.timed_out(now, self.read_at):
+                command.future.set_result(StoreError("timeout"))
+        if self._in_flight:
+            oldest = self._in_flight[0]
+            hard = oldest.sent_at + HARD_BOUND_TIMEOUTS * oldest.timeout
+            if now >= hard:  # stuck: later commands go on a new connection
+                self._drop(StoreError("timeout"))
+                return
+            looks = [command.next_look(self.read_at) for command in waiting if not command.future.done()]
+            self._arm(min([hard, *looks]))
+
+
+#: Tasks run in the background (a task without a reference can be collected mid-flight).
+_BACKGROUND: set[asyncio.Task[Any]] = set()
 
 
 class RedisStore(_BaseRedisStore):
     """The store on a ``redis.asyncio`` client: ``Redis`` (also a Sentinel ``master_for``)
-    or ``RedisCluster``."""
+    or ``RedisCluster``. Every call is bounded by the timeout it is given, by the rule of
+    :mod:`redis_ratelimit_client.timing`."""
 
     def __init__(
         self,
@@ -204,26 +388,50 @@ class RedisStore(_BaseRedisStore):
         backend: Backend | str = Backend.AUTO,
         multi: bool | None = None,
         metrics: Metrics | None = None,
-        pipeline: bool = True,
     ) -> None:
         super().__init__(client, backend, multi, metrics)
-        self._pipeliner = _Pipeliner(client) if pipeline and not self.cluster else None
+        self._multiplexer = None if self.cluster else _Multiplexer(client)
         self._resolving: asyncio.Task[_Resolved] | None = None
+        #: When a cluster call last read a reply (monotonic seconds).
+        self._read_at = 0.0
 
-    async def _command(self, command: Command) -> Any:
+    async def _command(self, command: Command, timeout: float) -> Any:
+        if self._multiplexer is not None:
+            return await self._multiplexer.submit(command.args, timeout)
+        return await self._cluster_command(command, timeout)
+
+    async def _cluster_command(self, command: Command, timeout: float) -> Any:
+        """A command through the cluster client (which picks the node): timed out when no
+        cluster call read a reply for a whole timeout since it was sent (or the hard bound)."""
+        sent = time.monotonic()
+        call = asyncio.ensure_future(self._execute(command))
+        while True:
+            delay = next_look(sent, sent, self._read_at, timeout) - time.monotonic()
+            done, _ = await asyncio.wait({call}, timeout=max(delay, 0.0))
+            # The wait's timer ran after its turn's I/O callbacks; the reader they woke ran first.
+            if done:
+                return call.result()
+            if timed_out(time.monotonic(), sent, sent, self._read_at, timeout):
+                call.cancel()
+                return StoreError("timeout")
+
+    async def _execute(self, command: Command) -> Any:
         try:
-            if self.cluster and (command.everywhere or command.anywhere):
+            if command.everywhere or command.anywhere:
                 nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
-                return await self.client.execute_command(*command.args, target_nodes=nodes)
-            if command.key is None:
-                return await self.client.execute_command(*command.args)
-            if self._pipeliner is not None:
-                return await self._pipeliner.submit(command)
-            return await send_async(self.client, command.args, command.key)
-        except Exception as error:  # sorted by the flow: an error reply, or out of reach
+                reply = await self.client.execute_command(*command.args, target_nodes=nodes)
+            elif command.key is None:
+                reply = await self.client.execute_command(*command.args)
+            else:  # a keyed command: to its key's node, never resent (.once)
+                reply = await send_cluster_async(self.client, command.args, command.key)
+        except ResponseError as error:  # an error reply: the flow sorts it
+            reply = error
+        except Exception as error:  # out of reach: the flow sorts it
             return error
+        self._read_at = time.monotonic()
+        return reply
 
-    async def _run(self, flow: Generator[Any, Any, Any]) -> Any:
+    async def _run(self, flow: Generator[Any, Any, Any], timeout: float) -> Any:
         reply: Any = None
         while True:
             try:
@@ -231,51 +439,57 @@ class RedisStore(_BaseRedisStore):
             except StopIteration as stop:
                 return stop.value
             if isinstance(step, list):
-                reply = list(await asyncio.gather(*(self._command(command) for command in step)))
+                reply = list(await asyncio.gather(*(self._command(command, timeout) for command in step)))
             else:
-                reply = await self._command(step)
+                reply = await self._command(step, timeout)
 
-    async def connect(self) -> str:
+    async def connect(self, timeout: float = 1.0) -> str:
         """Resolves the backend now (else on the first check); returns its name."""
-        return (await self._ready()).backend
+        return (await self._ready(timeout)).backend
 
-    async def _ready(self) -> _Resolved:
+    async def _ready(self, timeout: float) -> _Resolved:
         if self._resolved is not None:
             return self._resolved
         if self._resolving is None or self._resolving.done():
-            self._resolving = asyncio.ensure_future(self._resolve())
+            self._resolving = asyncio.ensure_future(self._resolve(timeout))
         # Shielded: a check that gives up waiting must not cancel a resolution that takes longer.
         return await asyncio.shield(self._resolving)
 
-    async def _resolve(self) -> _Resolved:
+    async def _resolve(self, timeout: float) -> _Resolved:
         if self.cluster:
             try:
                 await self.client.initialize()
             except Exception as error:  # out of reach: the check falls back, the next resolves
                 raise classify(error) from error
-        resolved: _Resolved = await self._run(_resolution(self.wanted, self._multi_hint))
+        resolved: _Resolved = await self._run(_resolution(self.wanted, self._multi_hint), timeout)
         self._published(resolved)
         return resolved
 
-    async def acquire(self, request: Acquire) -> Grant:
-        resolved = await self._ready()
-        grant: Grant = await self._run(acquire_flow(request, resolved.backend, resolved.sha, resolved.multi))
+    async def acquire(self, request: Acquire, timeout: float) -> Grant:
+        resolved = await self._ready(timeout)
+        flow = acquire_flow(request, resolved.backend, resolved.sha, resolved.multi)
+        grant: Grant = await self._run(flow, timeout)
         return grant
 
-    async def refund(self, request: Refund) -> None:
-        resolved = await self._ready()
-        await self._run(_refund_flow(request, resolved))
+    async def refund(self, request: Refund, timeout: float) -> None:
+        resolved = await self._ready(timeout)
+        await self._run(_refund_flow(request, resolved), timeout)
 
-    async def call(self, *args: object) -> Any:
+    async def call(self, *args: object, timeout: float = 1.0) -> Any:
         """Runs a module command (``RL.PEEK key ...``) on the backend in use."""
-        resolved = await self._ready()
-        return await self._run(_call_flow([str(arg) for arg in args], resolved))
+        resolved = await self._ready(timeout)
+        return await self._run(_call_flow([str(arg) for arg in args], resolved), timeout)
 
 
 class SyncRedisStore(_BaseRedisStore):
     """The store on a sync client: ``redis.Redis`` (also a Sentinel ``master_for``) or
-    ``redis.cluster.RedisCluster``. Calls block the calling thread (the sync limiter runs
-    them on its own threads, bounded by the policy's timeout)."""
+    ``redis.cluster.RedisCluster``. Calls run on the calling thread, at most ``connections``
+    at once on connections of its own made like the client's (more threads wait their turn,
+    up to the hard bound), each timed by the rule of
+    :mod:`redis_ratelimit_client.timing` (see
+    :class:`~redis_ratelimit_client.sync_connections.SyncConnections`). A reply that starts but
+    stops half way, and every call on a Cluster, are bounded by the client's own
+    ``socket_timeout``."""
 
     def __init__(
         self,
@@ -284,22 +498,34 @@ class SyncRedisStore(_BaseRedisStore):
         backend: Backend | str = Backend.AUTO,
         multi: bool | None = None,
         metrics: Metrics | None = None,
+        connections: int = 32,
     ) -> None:
         super().__init__(client, backend, multi, metrics)
         self._lock = threading.Lock()
+        self._connections = None if self.cluster else SyncConnections(client.connection_pool, connections)
 
-    def _command(self, command: Command) -> Any:
+    def _command(self, command: Command, timeout: float | None) -> Any:
+        if self._connections is None:
+            return self._cluster_command(command)
+        return self._connections.call(command.args, timeout)
+
+    def close(self) -> None:
+        """Closes its connections."""
+        if self._connections is not None:
+            self._connections.close()
+
+    def _cluster_command(self, command: Command) -> Any:
         try:
-            if self.cluster and (command.everywhere or command.anywhere):
+            if command.everywhere or command.anywhere:
                 nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
                 return self.client.execute_command(*command.args, target_nodes=nodes)
             if command.key is None:
                 return self.client.execute_command(*command.args)
-            return send(self.client, command.args, command.key)
+            return send_cluster(self.client, command.args, command.key)
         except Exception as error:  # sorted by the flow: an error reply, or out of reach
             return error
 
-    def _run(self, flow: Generator[Any, Any, Any]) -> Any:
+    def _run(self, flow: Generator[Any, Any, Any], timeout: float | None) -> Any:
         reply: Any = None
         while True:
             try:
@@ -307,33 +533,35 @@ class SyncRedisStore(_BaseRedisStore):
             except StopIteration as stop:
                 return stop.value
             if isinstance(step, list):
-                reply = [self._command(command) for command in step]
+                reply = [self._command(command, timeout) for command in step]
             else:
-                reply = self._command(step)
+                reply = self._command(step, timeout)
 
-    def connect(self) -> str:
-        return self._ready().backend
+    def connect(self, timeout: float = 1.0) -> str:
+        return self._ready(timeout).backend
 
-    def _ready(self) -> _Resolved:
+    def _ready(self, timeout: float | None) -> _Resolved:
         if self._resolved is not None:
             return self._resolved
         with self._lock:
             if self._resolved is None:
-                self._published(self._run(_resolution(self.wanted, self._multi_hint)))
+                self._published(self._run(_resolution(self.wanted, self._multi_hint), timeout))
             assert self._resolved is not None
             return self._resolved
 
-    def acquire_blocking(self, request: Acquire) -> Grant:
-        resolved = self._ready()
-        grant: Grant = self._run(acquire_flow(request, resolved.backend, resolved.sha, resolved.multi))
+    def acquire_blocking(self, request: Acquire, timeout: float) -> Grant:
+        resolved = self._ready(timeout)
+        flow = acquire_flow(request, resolved.backend, resolved.sha, resolved.multi)
+        grant: Grant = self._run(flow, timeout)
         return grant
 
-    def refund_blocking(self, request: Refund) -> None:
-        self._run(_refund_flow(request, self._ready()))
+    def refund_blocking(self, request: Refund, timeout: float) -> None:
+        self._run(_refund_flow(request, self._ready(timeout)), timeout)
 
-    def call(self, *args: object) -> Any:
-        """Runs a module command (``RL.PEEK key ...``) on the backend in use."""
-        return self._run(_call_flow([str(arg) for arg in args], self._ready()))
+    def call(self, *args: object, timeout: float | None = None) -> Any:
+        """Runs a module command (``RL.PEEK key ...``) on the backend in use (``timeout``:
+        ``None`` waits as long as the client's socket timeout)."""
+        return self._run(_call_flow([str(arg) for arg in args], self._ready(timeout)), timeout)
 
 
 class MemoryStore:
@@ -410,25 +638,27 @@ class MemoryStore:
         with self._lock:
             self.limits.refund(keys, quotas, self.clock() + self.offset_us)
 
-    async def acquire(self, request: Acquire) -> Grant:
+    async def acquire(self, request: Acquire, timeout: float | None = None) -> Grant:
+        """``timeout`` is not used: nothing here can fall silent (``delay`` is a slow store
+        that answers, ``down`` one out of reach)."""
         if self.delay:
             await asyncio.sleep(self.delay)
         return self._acquire(request)
 
-    async def refund(self, request: Refund) -> None:
+    async def refund(self, request: Refund, timeout: float | None = None) -> None:
         if self.delay:
             await asyncio.sleep(self.delay)
         self._refund(request)
 
-    async def connect(self) -> str:
+    async def connect(self, timeout: float = 1.0) -> str:
         return "memory"
 
-    def acquire_blocking(self, request: Acquire) -> Grant:
+    def acquire_blocking(self, request: Acquire, timeout: float | None = None) -> Grant:
         if self.delay:
             time.sleep(self.delay)
         return self._acquire(request)
 
-    def refund_blocking(self, request: Refund) -> None:
+    def refund_blocking(self, request: Refund, timeout: float | None = None) -> None:
         if self.delay:
             time.sleep(self.delay)
         self._refund(request)
