@@ -1571,10 +1571,11 @@ local function tb_fast(key, value, q, min, now, write)
     -- and '-' (q.tail). Plain finds and subs: a pattern match costs several times more.
     local b1, b2, b3 = byte(value, 1, 3)
     if b1 ~= 116 or b2 ~= 98 or b3 ~= 32 then return nil end
-    -- The first byte that is not a digit: the space before this very rate (any other, or a
-    -- negative instant, goes to the general path, which checks every field).
-    local p = find(value, '%D', 4)
-    if not p or p < 14 or sub(value, p) ~= q.tail then return nil end
+    -- Field a's digits (an anchored match, the cheapest form), then this very rate: any
+    -- other byte, or a negative instant, goes to the general path, which checks every field.
+    local _, p = find(value, '^%d+', 4)
+    if not p or p < 13 or sub(value, p + 1) ~= q.tail then return nil end
+    p = p + 1
     -- `relative`, its strings coerced by arithmetic (one conversion, no call).
     local ds = sub(value, 4, p - 10) - now.s
     if ds > 4503599 or ds < -4503599 then return nil end
@@ -1748,8 +1749,9 @@ local function gc_fast(key, value, q, now)
     if value.err then return nil end
     local b1, b2, b3, b4, b5 = byte(value, 1, 5)
     if b1 ~= 103 or b2 ~= 99 or b3 ~= 114 or b4 ~= 97 or b5 ~= 32 then return nil end -- 'gcra '
-    local p = find(value, '%D', 6)
-    if not p or p < 16 or sub(value, p) ~= ' - - -' then return nil end
+    local _, p = find(value, '^%d+', 6)
+    if not p or p < 15 or sub(value, p + 1) ~= ' - - -' then return nil end
+    p = p + 1
     local ds = sub(value, 6, p - 10) - now.s
     if ds > 4503599 or ds < -4503599 then return nil end
     local rel = ds * NS_PER_S + (sub(value, p - 9, p - 1) - now.n)
