@@ -25,8 +25,9 @@
 -- a few bytes at a time: see "Sliding log" below; a log of the library's first version,
 -- "sl <as_of> <t:n,...> - <x>", is read and rewritten in this form); and a sorted set (score
 -- = expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
--- that is not a limiter, or one of the module's keys, is refused with WRONGTYPE and left
--- alone.
+-- that is not a limiter (any the library could not have written: a negative or non-numeric
+-- count, a field too long to be exact, a log whose counts do not add up), or one of the
+-- module's keys, is refused with WRONGTYPE and left alone.
 --
 -- Cost. In this interpreter a Lua call, a table, a new string or a number formatted costs
 -- hundreds to thousands of instructions, so each command's common case has a fast path
@@ -1789,8 +1790,10 @@ end
 -- reply is one table, refilled by each call (Redis reads it before the next call).
 local SL_REPLY = {0, 0, 0, 0, 0}
 local function sl_fast(key, r, q, min, now, write)
-  -- 130: RECORD + SL_TRAILER (an error reply, a table, has length 0); field x is 16 digits
-  -- or NO_X, told apart by its first byte.
+  -- 130: RECORD + SL_TRAILER (an error reply, a table, has length 0); every field digits
+  -- and field x NO_X, as the library writes them (one anchored match: about 3 us, the price
+  -- of never reading a log written by hand; anything else goes to the general path, which
+  -- refuses what the library could not have written).
   if #r ~= 130 or byte(r, 33) ~= 124 or byte(r, 114) ~= 32 or byte(r, 115) ~= 45
       or not find(r, '^%d+|%d+ %-+$') then
     return nil
