@@ -524,6 +524,28 @@ mod tests {
     }
 
     #[test]
+    fn replace_and_add_are_flags_of_their_commands_only() {
+        let args = parse_words(&["plan", "set", "p", "--limit", "a=fixed:1/1s", "--replace"]);
+        assert!(matches!(
+            args.unwrap().command,
+            Command::PlanSet { replace: true, .. }
+        ));
+        let args = parse_words(&["override", "set", "acme", "x=fixed:1/1s", "--add"]);
+        assert!(matches!(
+            args.unwrap().command,
+            Command::OverrideSet { add: true, .. }
+        ));
+        assert_eq!(
+            refused(&["tenant", "set", "a", "--plan", "p", "--replace"]),
+            "--replace does not apply to 'tenant set'"
+        );
+        assert_eq!(
+            refused(&["plan", "set", "p", "--limit", "a=fixed:1/1s", "--add"]),
+            "--add does not apply to 'plan set'"
+        );
+    }
+
+    #[test]
     fn refusals_say_what_is_wrong() {
         assert_eq!(refused(&["frobnicate"]), "unknown command 'frobnicate'");
         assert_eq!(refused(&["plan", "frob"]), "unknown command 'plan frob'");
