@@ -268,7 +268,7 @@ fn a_value_the_library_never_writes_is_refused_as_the_module_refuses_it() {
         format!("sw {window_start} {huge} 0 -"),
         // Token bucket: `tb <empty instant ns> <interval ns> - <x>`.
         format!("tb {instant_ns} 0 - -"),
-        format!("tb 1800000000x00250000 100000000 - -"),
+        "tb 1800000000x00250000 100000000 - -".to_string(),
         format!("tb {instant_ns} 100000000 7 -"),
         format!("tb {instant_ns} 100000000 - 5x"),
         // GCRA: `gcra <tat ns> - - <x>`.
