@@ -1,7 +1,7 @@
 # redis-ratelimit: Redis with the rate-limit module loaded through a config file.
 #
 #   make docker                          # builds the module, then this image (see README)
-#   docker run -p 6379:6379 redis-ratelimit
+#   docker run -p 127.0.0.1:6379:6379 redis-ratelimit   # loopback only: no password (README)
 #
 # BASE_IMAGE is the Redis image the module is added to: by default the official one. It must
 # be Debian-based (glibc) like the machine that built the module; `make docker` checks that,

@@ -14,8 +14,8 @@ help: ## List the targets
 prereqs: ## Check (and on Debian as root, install) redis-server, libclang, rustfmt, clippy
 	@scripts/prereqs.sh
 
-build: prereqs ## Build the release module (target/release/libredis_ratelimit.so)
-	$(CARGO) build --release
+build: prereqs ## Build the release module, rlctl and the service (target/release/: libredis_ratelimit.so, rlctl, redis-ratelimit-server)
+	$(CARGO) build --release -p redis-ratelimit -p redis-ratelimit-plans -p redis-ratelimit-server
 
 run: build ## Build, then run redis-server with the module on 127.0.0.1:6379 (PORT=n to change)
 	@if redis-cli -p $(PORT) ping >/dev/null 2>&1; then \
@@ -37,7 +37,6 @@ SERVER_BINARY := $(or $(CARGO_TARGET_DIR),target)/release/redis-ratelimit-server
 
 docker: build ## Build the images redis-ratelimit (Redis + module) and redis-ratelimit-server (the service), :latest and :VERSION
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
-	$(CARGO) build --release -p redis-ratelimit-server
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
 test: prereqs lint unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
@@ -55,8 +54,9 @@ unit: ## Unit and property tests of the pure crates (core, wire), the module and
 regions-model: ## The model checker of one quota across regions (docs/regions.md): every bound, and the predicted counterexamples
 	$(CARGO) test -p redis-ratelimit-regions
 
-test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
+test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed), and what the quick start builds and publishes
 	tests/prereqs/run.sh
+	tests/prereqs/quick-start.sh
 
 integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
 	$(CARGO) build --features $(TEST_FEATURES)

@@ -25,8 +25,9 @@
 -- a few bytes at a time: see "Sliding log" below; a log of the library's first version,
 -- "sl <as_of> <t:n,...> - <x>", is read and rewritten in this form); and a sorted set (score
 -- = expiry in µs, member = holder) for an in-flight limit. A key of another type, a string
--- that is not a limiter, or one of the module's keys, is refused with WRONGTYPE and left
--- alone.
+-- that is not a limiter (any the library could not have written: a negative or non-numeric
+-- count, a field too long to be exact, a log whose counts do not add up), or one of the
+-- module's keys, is refused with WRONGTYPE and left alone.
 --
 -- Cost. In this interpreter a Lua call, a table, a new string or a number formatted costs
 -- hundreds to thousands of instructions, so each command's common case has a fast path
@@ -718,16 +719,24 @@ end
 -- (`full`) or its last record and trailer (read with GETRANGE from `key`). False when the
 -- trailer is not one, nil when field x says the log is gone.
 local function sl_state(s, p, full, key, now)
-  if byte(s, p) ~= 124 then return false end
+  -- What the library writes: '|', five fields of 16 digits, a space, field x (16 digits or
+  -- NO_X), after a last record of 32 digits when there are records; the records' counts
+  -- reach at least the count before the first live one. Anything else is not a log.
+  if byte(s, p) ~= 124 or find(s, '%D', p + 1) ~= p + 81 or byte(s, p + 81) ~= 32 then return false end
   local count = sub(s, p + 17, p + 32) + 0
   local x = sub(s, p + 82, p + 97)
-  if x == NO_X then x = 0 else x = x + 0 end
+  if x == NO_X then x = 0
+  elseif #x == 16 and not find(x, '%D') then x = x + 0
+  else return false end
   if x > 0 and x * 1000 < now.us - now.us % 1000 then return nil end
   local st = {kind = 'sl', as_of = sub(s, p + 1, p + 16) + 0, count = count,
               dead = sub(s, p + 33, p + 48) + 0, base = sub(s, p + 49, p + 64) + 0,
               oldest = sub(s, p + 65, p + 80) + 0, full = full, key = key, t_last = 0, cum_last = 0}
+  if st.dead > count then return false end
   if count > 0 then
+    if p <= 32 or find(s, '%D', p - 32) ~= p then return false end
     st.t_last, st.cum_last = sub(s, p - 32, p - 17) + 0, sub(s, p - 16, p - 1) + 0
+    if st.base > st.cum_last then return false end
   end
   return st
 end
@@ -742,7 +751,7 @@ local function sl_value_state(value, now)
     return st
   end
   local as_of, runs, x = match(value, '^sl (%d+) (%S+) %- (%S+)$')
-  if not as_of then fail(WRONG_TYPE) end
+  if not as_of or (x ~= '-' and find(x, '%D')) then fail(WRONG_TYPE) end
   if x ~= '-' and x * 1000 < now.us - now.us % 1000 then return nil end
   local records, cum, oldest = {}, 0, 0
   for t, units in string.gmatch(runs, '(%d+):(%d+)') do
@@ -756,15 +765,34 @@ local function sl_value_state(value, now)
   return st
 end
 
+-- Whether `text` is 1 to `most` digits.
+local function digits(text, most) return #text <= most and not find(text, '%D') and text ~= '' end
+
+-- Whether fields a, b, c are what the library writes for `kind`: instants in ns (whole
+-- seconds, possibly negative, then 9 digits), window starts in µs, counts (at most a
+-- window's largest limit, 4294967295: 10 digits), a refill interval of at least 1 ns, '-'
+-- for a field the kind does not use. A value the library did not write (a negative count,
+-- a field that is not a number, one too long to be exact) is none of its limiters.
+local function string_fields(kind, a, b, c)
+  if kind == 'fw' then return digits(a, 16) and digits(b, 10) and c == '-' end
+  if kind == 'sw' then return digits(a, 16) and digits(b, 10) and digits(c, 10) end
+  local instant = #a <= 21 and find(a, '^%-?%d+$') ~= nil
+  if kind == 'tb' then return instant and digits(b, 16) and find(b, '[1-9]') ~= nil and c == '-' end
+  if kind == 'gcra' then return instant and b == '-' and c == '-' end
+  return false
+end
+
 -- A limiter in a string: "<kind> <a> <b> <c> <x>", '-' for a field it does not use. Field
 -- x is set only on a limiter back to unused at the very millisecond of its write (see
--- `commit`): it is gone once that millisecond has passed. A string that does not parse is
--- not a limiter.
+-- `commit`): it is gone once that millisecond has passed. A string that does not parse as
+-- one the library writes is not a limiter (WRONGTYPE, as the module answers for any string).
 local function string_state(value, now)
   local b1, b2, b3 = byte(value, 1, 3)
   if b1 == 115 and b2 == 108 and b3 == 32 then return sl_value_state(value, now) end
   local kind, a, b, c, x = string.match(value, '^(%l+) (%S+) (%S+) (%S+) (%S+)$')
-  if not kind or not NAMES[kind] then fail(WRONG_TYPE) end
+  if not kind or not string_fields(kind, a, b, c) or (x ~= '-' and not digits(x, 16)) then
+    fail(WRONG_TYPE)
+  end
   if x ~= '-' then
     x = tonumber(x)
     if x * 1000 < now.us - fmod(now.us, 1000) then return nil end
@@ -1111,6 +1139,7 @@ local function sl_record(v, i)
   local o = 3 + (i - 1) * RECORD
   local r
   if v.full then r = sub(v.full, o + 1, o + RECORD) else r = redis.call('GETRANGE', v.key, int(o), int(o + RECORD - 1)) end
+  if #r ~= RECORD or find(r, '%D') then fail(WRONG_TYPE) end
   return sub(r, 1, 16) + 0, sub(r, 17, 32) + 0
 end
 
@@ -1149,6 +1178,8 @@ local function sl_view(state, q, now)
     v.first = first
   end
   v.in_window = v.total - v.base
+  -- Counts that do not add up (records written by hand): not a log the library wrote.
+  if v.in_window < 0 then fail(WRONG_TYPE) end
   return v
 end
 
@@ -1541,8 +1572,11 @@ local function tb_fast(key, value, q, min, now, write)
     -- and '-' (q.tail). Plain finds and subs: a pattern match costs several times more.
     local b1, b2, b3 = byte(value, 1, 3)
     if b1 ~= 116 or b2 ~= 98 or b3 ~= 32 then return nil end
-    local p = find(value, ' ', 4, true)
-    if not p or p < 14 or sub(value, p) ~= q.tail then return nil end
+    -- Field a's digits (an anchored match, the cheapest form), then this very rate: any
+    -- other byte, or a negative instant, goes to the general path, which checks every field.
+    local _, p = find(value, '^%d+', 4)
+    if not p or p < 13 or sub(value, p + 1) ~= q.tail then return nil end
+    p = p + 1
     -- `relative`, its strings coerced by arithmetic (one conversion, no call).
     local ds = sub(value, 4, p - 10) - now.s
     if ds > 4503599 or ds < -4503599 then return nil end
@@ -1639,7 +1673,8 @@ local function fw_fast(key, value, q, min, now, write)
   if value then
     if value.err then return nil end
     local a, b = match(value, '^fw (%d+) (%d+) %- %-$')
-    if not a then return nil end
+    -- Longer fields than the library writes: the general path refuses them.
+    if not a or #a > 16 or #b > 10 then return nil end
     local stored_start = aligned(a + 0, w)
     if stored_start >= start then start, count = stored_start, b + 0 end
   end
@@ -1675,7 +1710,7 @@ local function sw_fast(key, value, q, min, now, write)
   if value then
     if value.err then return nil end
     local a, b, c = match(value, '^sw (%d+) (%d+) (%d+) %-$')
-    if not a then return nil end
+    if not a or #a > 16 or #b > 10 or #c > 10 then return nil end
     local stored_start = aligned(a + 0, w)
     if stored_start >= start then start, previous, current = stored_start, b + 0, c + 0
     elseif stored_start + w == start then previous = c + 0 end
@@ -1715,8 +1750,9 @@ local function gc_fast(key, value, q, now)
     if value.err then return nil end
     local b1, b2, b3, b4, b5 = byte(value, 1, 5)
     if b1 ~= 103 or b2 ~= 99 or b3 ~= 114 or b4 ~= 97 or b5 ~= 32 then return nil end -- 'gcra '
-    local p = find(value, ' ', 6, true)
-    if not p or p < 16 or sub(value, p) ~= ' - - -' then return nil end
+    local _, p = find(value, '^%d+', 6)
+    if not p or p < 15 or sub(value, p + 1) ~= ' - - -' then return nil end
+    p = p + 1
     local ds = sub(value, 6, p - 10) - now.s
     if ds > 4503599 or ds < -4503599 then return nil end
     local rel = ds * NS_PER_S + (sub(value, p - 9, p - 1) - now.n)
@@ -1754,9 +1790,12 @@ end
 -- reply is one table, refilled by each call (Redis reads it before the next call).
 local SL_REPLY = {0, 0, 0, 0, 0}
 local function sl_fast(key, r, q, min, now, write)
-  -- 130: RECORD + SL_TRAILER (an error reply, a table, has length 0); field x is 16 digits
-  -- or NO_X, told apart by its first byte.
-  if #r ~= 130 or byte(r, 33) ~= 124 or byte(r, 115) ~= 45 then
+  -- 130: RECORD + SL_TRAILER (an error reply, a table, has length 0); every field digits
+  -- and field x NO_X, as the library writes them (one anchored match: about 3 us, the price
+  -- of never reading a log written by hand; anything else goes to the general path, which
+  -- refuses what the library could not have written).
+  if #r ~= 130 or byte(r, 33) ~= 124 or byte(r, 114) ~= 32 or byte(r, 115) ~= 45
+      or not find(r, '^%d+|%d+ %-+$') then
     return nil
   end
   local count, oldest = sub(r, 50, 65) + 0, sub(r, 98, 113) + 0
@@ -1769,6 +1808,7 @@ local function sl_fast(key, r, q, min, now, write)
   if count < 1 or oldest <= at - w then return nil end
   local total = sub(r, 17, 32) + 0
   local in_window = total - sub(r, 82, 97)
+  if in_window < 0 then return nil end
   local units = q.cost
   if min ~= nil then
     local left = limit - in_window

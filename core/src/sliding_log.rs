@@ -102,6 +102,10 @@ use super::window::WindowParams;
 /// Most entries a log ever stores, and the largest value `ratelimit.max-log-entries` may take.
 pub const MAX_STORED_ENTRIES: u64 = 10_000_000;
 
+/// The default of `ratelimit.max-log-entries` (the module's setting; the Functions library's
+/// fixed bound): the largest sliding log limit a server accepts unless configured otherwise.
+pub const DEFAULT_MAX_LOG_ENTRIES: u64 = 10_000;
+
 /// [`MAX_STORED_ENTRIES`] as a length.
 const MAX_LEN: usize = 10_000_000;
 

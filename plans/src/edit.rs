@@ -90,6 +90,120 @@ pub fn plan_set(
     ))
 }
 
+/// The limits of plan `name` that setting it to `limits` drops (none for a new plan):
+/// `rlctl plan set` refuses to drop them without `--replace`.
+pub fn plan_dropped(snapshot: &Snapshot, name: &str, limits: &[LimitSpec]) -> Vec<LimitSpec> {
+    snapshot
+        .plans
+        .get(name)
+        .into_iter()
+        .flatten()
+        .filter(|old| !limits.iter().any(|new| new.name() == old.name()))
+        .cloned()
+        .collect()
+}
+
+/// Refuses one-limit overrides of `pattern` that name a limit it does not have (a misspelt
+/// name would add a limit rather than change one): for a tenant on a plan, the limits it
+/// has now (its plan's, and those overrides give it); for a wildcard or a tenant on no plan,
+/// any limit a plan or an override of the store names (the policy's own defaults are in the
+/// services' configuration, which the store does not see). `rlctl override set --add` skips
+/// this check.
+pub fn check_override_names(
+    snapshot: &Snapshot,
+    pattern: &Pattern,
+    limits: &[LimitSpec],
+    now_ms: u64,
+) -> Result<(), SpecError> {
+    let on_plan = match pattern {
+        Pattern::Exact(tenant) => snapshot
+            .tenants
+            .get(tenant)
+            .filter(|plan| snapshot.plans.contains_key(*plan))
+            .map(|plan| (tenant, plan)),
+        Pattern::Prefix(_) => None,
+    };
+    let known: BTreeSet<String> = match on_plan {
+        Some((tenant, _)) => snapshot
+            .resolve(tenant, &[], now_ms)
+            .into_iter()
+            .map(|effective| effective.spec.name().to_string())
+            .collect(),
+        None => snapshot
+            .plans
+            .values()
+            .flatten()
+            .chain(snapshot.overrides.values().flat_map(|entry| &entry.limits))
+            .map(|spec| spec.name().to_string())
+            .collect(),
+    };
+    let Some(unknown) = limits.iter().find(|spec| !known.contains(spec.name())) else {
+        return Ok(());
+    };
+    let name = unknown.name();
+    let whose = match (on_plan, pattern) {
+        (Some((tenant, plan)), _) => format!("tenant '{tenant}' (plan '{plan}') has no limit"),
+        (None, Pattern::Exact(tenant)) => format!(
+            "tenant '{tenant}' is on no plan, and no plan or override of the store has a limit"
+        ),
+        (None, Pattern::Prefix(_)) => "no plan or override of the store has a limit".into(),
+    };
+    let listed = if known.is_empty() {
+        "none".to_string()
+    } else {
+        known
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let listed = match on_plan {
+        Some(_) => format!("its limits: {listed}"),
+        None => format!("the limits the store names: {listed}"),
+    };
+    let hint =
+        closest(name, &known).map_or(String::new(), |near| format!(" (did you mean '{near}'?)"));
+    refuse(format!(
+        "override '{pattern}': {whose} named '{name}'{hint}; {listed}. An \
+         override of a limit it does not have adds one: add --add if that is meant (a limit \
+         of the policy's own defaults, say)"
+    ))
+}
+
+/// The known name nearest to `name` within 2 edits (a typo), if any.
+fn closest<'a>(name: &str, known: &'a BTreeSet<String>) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|candidate| (edit_distance(name, candidate), candidate.as_str()))
+        .filter(|(distance, _)| *distance <= 2)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance over bytes (names are ASCII, at most 64 bytes).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = i;
+        let mut left = i.saturating_add(1);
+        let mut next = Vec::with_capacity(row.len());
+        next.push(left);
+        for (j, cb) in b.iter().enumerate() {
+            let up = row.get(j.saturating_add(1)).copied().unwrap_or(usize::MAX);
+            let substitution = diagonal.saturating_add(usize::from(ca != *cb));
+            let cost = substitution
+                .min(up.saturating_add(1))
+                .min(left.saturating_add(1));
+            diagonal = up;
+            left = cost;
+            next.push(cost);
+        }
+        row = next;
+    }
+    row.last().copied().unwrap_or(0)
+}
+
 /// Deletes plan `name`, which no tenant may be on.
 pub fn plan_delete(snapshot: &Snapshot, name: &str) -> Result<Vec<Edit>, SpecError> {
     let unreadable = snapshot.unreadable_field(Table::Plans, name).is_some();
@@ -393,6 +507,17 @@ mod tests {
         );
         let pattern = Pattern::parse("acme").unwrap();
         assert!(override_delete(&snapshot, &pattern, None).is_err());
+    }
+
+    #[test]
+    fn a_typo_is_told_its_nearest_name() {
+        assert_eq!(edit_distance("per-mnute", "per-minute"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("per-dya", "per-day"), 2);
+        let known: BTreeSet<String> = ["per-day", "per-minute"].map(String::from).into();
+        assert_eq!(closest("per-dya", &known), Some("per-day"));
+        assert_eq!(closest("burst", &known), None);
     }
 
     #[test]

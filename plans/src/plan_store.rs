@@ -19,7 +19,7 @@ use redis::{RedisError, Value};
 
 use super::edit::{Edit, Table};
 use super::snapshot::Snapshot;
-use super::spec::SpecError;
+use super::spec::{ServerLimits, SpecError};
 
 /// The version counter.
 pub const VERSION_KEY: &str = "{rl-policy}:version";
@@ -225,6 +225,71 @@ pub async fn write(
         });
     }
     Ok(version)
+}
+
+/// The setting that bounds a sliding log's limit.
+const MAX_LOG_ENTRIES: &str = "ratelimit.max-log-entries";
+
+/// The server's settings that bound a limit (`CONFIG GET ratelimit.max-log-entries`), or the
+/// module's defaults, saying why, when they cannot be read: the Functions library has no
+/// such setting, an ACL may refuse `CONFIG`. Through a cluster connection every node that
+/// answers counts, the smallest value wins.
+pub async fn server_limits(con: &mut (impl ConnectionLike + Send)) -> ServerLimits {
+    let reply: Result<Value, RedisError> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(MAX_LOG_ENTRIES)
+        .query_async(con)
+        .await;
+    match reply {
+        Ok(value) => match setting_values(&value, MAX_LOG_ENTRIES).into_iter().min() {
+            Some(max_log_entries) => ServerLimits {
+                max_log_entries,
+                assumed: None,
+            },
+            None => ServerLimits::defaults(format!(
+                "the server has no {MAX_LOG_ENTRIES} (the Functions library, or no module loaded)"
+            )),
+        },
+        Err(error) => ServerLimits::defaults(format!("CONFIG GET {MAX_LOG_ENTRIES}: {error}")),
+    }
+}
+
+/// Every value of setting `name` in a `CONFIG GET` reply: a flat name/value array (RESP2), a
+/// map (RESP3), or those nested under each node of a cluster.
+fn setting_values(value: &Value, name: &str) -> Vec<u64> {
+    let is_name =
+        |value: &Value| matches!(value, Value::BulkString(bytes) if bytes == name.as_bytes());
+    let number = |value: &Value| match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse::<u64>().ok(),
+        _ => None,
+    };
+    match value {
+        Value::Array(items) => {
+            let pairs = items
+                .chunks(2)
+                .filter_map(|pair| match pair {
+                    [key, value] if is_name(key) => number(value),
+                    _ => None,
+                })
+                .collect::<Vec<_>>();
+            if pairs.is_empty() {
+                items
+                    .iter()
+                    .flat_map(|item| setting_values(item, name))
+                    .collect()
+            } else {
+                pairs
+            }
+        }
+        Value::Map(entries) => entries
+            .iter()
+            .flat_map(|(key, value)| match number(value) {
+                Some(n) if is_name(key) => vec![n],
+                _ => setting_values(value, name),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// One audit entry.

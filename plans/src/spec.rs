@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use redis_ratelimit_core::kinds::{Kind, Quota, or_list};
+use redis_ratelimit_core::sliding_log::DEFAULT_MAX_LOG_ENTRIES;
 
 use redis_ratelimit_client::Algorithm;
 
@@ -154,6 +155,51 @@ impl LimitSpec {
             // Never parsed into a plan's limit (plan_kind): the algorithm it would be.
             Kind::Concurrency => Algorithm::concurrency(self.amount, self.period),
         }
+    }
+}
+
+/// The server settings that bound a limit beyond its own rules: a limit above them is
+/// refused by the server on every check, so each would be decided by the client's
+/// fallback. Read from the server when a limit is written
+/// ([`plan_store::server_limits`](crate::plan_store::server_limits)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// `ratelimit.max-log-entries`: the largest sliding log limit.
+    pub max_log_entries: u64,
+    /// `None` when read from the server; else why its defaults are assumed (the setting
+    /// could not be read: the Functions library has none, an ACL may refuse `CONFIG`).
+    pub assumed: Option<String>,
+}
+
+impl ServerLimits {
+    /// The module's defaults (also the Functions library's fixed bounds), assumed because
+    /// of `why`.
+    pub fn defaults(why: impl Into<String>) -> ServerLimits {
+        ServerLimits {
+            max_log_entries: DEFAULT_MAX_LOG_ENTRIES,
+            assumed: Some(why.into()),
+        }
+    }
+
+    /// Refuses a limit the server would refuse on every check.
+    pub fn check(&self, spec: &LimitSpec) -> Result<(), SpecError> {
+        if spec.kind != Kind::SlidingLog || spec.amount <= self.max_log_entries {
+            return Ok(());
+        }
+        let source = match &self.assumed {
+            None => "this server's ratelimit.max-log-entries".to_string(),
+            Some(why) => format!(
+                "the default of ratelimit.max-log-entries, assumed because the server's setting \
+                 could not be read: {why}"
+            ),
+        };
+        refuse(format!(
+            "limit '{spec}': a sliding log holds at most {} entries ({source}), so the server \
+             would refuse every check of it and the client's fallback would decide each one; \
+             lower the amount, use sliding (constant memory), or raise \
+             ratelimit.max-log-entries on every server first",
+            self.max_log_entries
+        ))
     }
 }
 

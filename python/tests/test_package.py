@@ -6,6 +6,7 @@ names and labels."""
 from __future__ import annotations
 
 import asyncio
+from importlib.metadata import distribution
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -56,3 +57,12 @@ def test_metrics_have_the_rust_clients_names_and_labels() -> None:
         assert line in text, f"missing {line}:\n{text}"
     assert 'ratelimit_store_latency_seconds_bucket{le="0.05",op="acquire",policy="plain"}' in text
     assert "# TYPE ratelimit_circuit_opened_total counter" in text
+
+
+def test_the_installed_distribution_carries_the_mit_license() -> None:
+    files = distribution("redis-ratelimit-client").files or []
+    licenses = [file for file in files if file.name == "LICENSE"]
+    assert licenses, "the installed distribution has no LICENSE (pyproject license-files)"
+    repository = (REPOSITORY / "LICENSE").read_text(encoding="utf-8")
+    assert licenses[0].read_text(encoding="utf-8") == repository
+    assert repository.startswith("MIT License\n")

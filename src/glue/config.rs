@@ -5,6 +5,7 @@ use std::ffi::{CStr, c_char, c_int, c_longlong, c_void};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_module::raw;
+use redis_ratelimit_core::sliding_log::{DEFAULT_MAX_LOG_ENTRIES, MAX_STORED_ENTRIES};
 
 use super::api::api;
 
@@ -36,8 +37,12 @@ impl NumericConfig {
 
 /// Largest `limit` `RL.SLIDINGLOG` accepts, so that no call can make a log grow without
 /// bound (each admitted unit in the window costs 8 bytes).
-pub static MAX_LOG_ENTRIES: NumericConfig =
-    NumericConfig::new(c"max-log-entries", 10_000, 1, 10_000_000);
+pub static MAX_LOG_ENTRIES: NumericConfig = NumericConfig::new(
+    c"max-log-entries",
+    DEFAULT_MAX_LOG_ENTRIES as i64,
+    1,
+    MAX_STORED_ENTRIES as i64,
+);
 
 /// Largest `limit` of an in-flight limit (`RL.ACQUIRE`, `CONCURRENCY`): each call walks the
 /// holders, so the bound keeps a call's work and a key's memory small (1,000 holders with

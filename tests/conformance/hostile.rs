@@ -222,3 +222,118 @@ fn a_sorted_set_of_the_users_is_refused_with_wrongtype_and_left_alone() {
         assert_eq!(m, l, "{call}");
     }
 }
+
+/// A value at a key that the library never writes (a negative count, a field that is not a
+/// number, a count too long to be exact, a log whose counts do not add up), in each of its
+/// string layouts, is refused by every function with `WRONGTYPE`, word for word as the
+/// module refuses the same string, and left alone: never read as a limiter (a hand-written
+/// `fw <start> -5 - -` admitted 10 of 10 calls on a limit of 5).
+#[test]
+fn a_value_the_library_never_writes_is_refused_as_the_module_refuses_it() {
+    let Some((mut clocked, mut module, mut library)) = backends() else {
+        return;
+    };
+    let window_start = crate::clock::BASE_US - crate::clock::BASE_US % 60_000_000;
+    let instant_ns = format!("{}000", crate::clock::BASE_US);
+    // A log the library wrote (3 records), to tamper with.
+    for (step, units) in [1, 2, 1].into_iter().enumerate() {
+        clocked.set(crate::clock::BASE_US + 1_000 * step as i64);
+        let _: redis::Value = redis::cmd("FCALL")
+            .arg("rl_slidinglog")
+            .arg(1)
+            .arg("log")
+            .arg(&[10, 60, units])
+            .query(&mut library)
+            .unwrap();
+    }
+    let log: String = redis::cmd("GET").arg("log").query(&mut library).unwrap();
+    assert!(log.starts_with("sl "), "{log}");
+    let trailer = log.len() - 98;
+    let tampered = |at: usize, with: &str| {
+        let mut value = log.clone();
+        value.replace_range(at..at + with.len(), with);
+        value
+    };
+    let huge = format!("1{}", "0".repeat(400));
+    let values = [
+        // Fixed window: `fw <start µs> <count> - <x>`.
+        format!("fw {window_start} -5 - -"),
+        format!("fw {window_start} 2x - -"),
+        format!("fw {window_start} 2 2 -"),
+        format!("fw {window_start} 12345678901234567890 - -"),
+        format!("fw {window_start} 2 - 1.5"),
+        // Sliding window: `sw <start µs> <previous> <current> <x>`.
+        format!("sw {window_start} 0 -5 -"),
+        format!("sw {window_start} -3 0 -"),
+        format!("sw {window_start} {huge} 0 -"),
+        // Token bucket: `tb <empty instant ns> <interval ns> - <x>`.
+        format!("tb {instant_ns} 0 - -"),
+        "tb 1800000000x00250000 100000000 - -".to_string(),
+        format!("tb {instant_ns} 100000000 7 -"),
+        format!("tb {instant_ns} 100000000 - 5x"),
+        // GCRA: `gcra <tat ns> - - <x>`.
+        "gcra 1800000000x00250000 - - -".to_string(),
+        format!("gcra {instant_ns} 5 - -"),
+        // No limiter is a string of this kind.
+        "cc 1 2 3 -".to_string(),
+        // Sliding log: the last record's count negative, the trailer's base above the
+        // total (a negative count in the window), its record count not a number.
+        tampered(trailer - 16, "-000000000000005"),
+        tampered(trailer + 49, "0000000000000099"),
+        tampered(trailer + 17, "00000000000000x3"),
+    ];
+    let calls = |key: &'static str| {
+        vec![
+            call("RL.TOKENBUCKET", "rl_tokenbucket", &[key], &["10", "10"]),
+            call("RL.SLIDING", "rl_sliding", &[key], &["5", "60"]),
+            call("RL.FIXED", "rl_fixed", &[key], &["5", "60"]),
+            call("RL.SLIDINGLOG", "rl_slidinglog", &[key], &["5", "60"]),
+            call("CL.THROTTLE", "cl_throttle", &[key], &["4", "10", "1"]),
+            call("RL.PEEK", "rl_peek", &[key], &["FIXED", "5", "60"]),
+            call("RL.PEEK", "rl_peek", &[key], &["SLIDING", "5", "60"]),
+            call("RL.PEEK", "rl_peek", &[key], &["SLIDINGLOG", "5", "60"]),
+            call("RL.PEEK", "rl_peek", &[key], &["TOKENBUCKET", "10", "10"]),
+            call("RL.REFUND", "rl_refund", &[key], &["FIXED", "5", "60", "1"]),
+            call(
+                "RL.REFUND",
+                "rl_refund",
+                &[key],
+                &["SLIDING", "5", "60", "1"],
+            ),
+            call(
+                "RL.REFUND",
+                "rl_refund",
+                &[key],
+                &["SLIDINGLOG", "5", "60", "1"],
+            ),
+            call(
+                "RL.MULTI",
+                "rl_multi",
+                &["other", key],
+                &["FIXED", "5", "60", "SLIDING", "5", "60"],
+            ),
+            call("RL.MULTI", "rl_multi", &[key], &["SLIDINGLOG", "5", "60"]),
+        ]
+    };
+    for value in &values {
+        for con in [&mut module, &mut library] {
+            let _: () = redis::cmd("SET").arg("hand").arg(value).query(con).unwrap();
+        }
+        let before = (dump(&mut module, "hand"), dump(&mut library, "hand"));
+        // Twice each: the repeated calls of the review's reproduction.
+        for call in calls("hand").iter().chain(&calls("hand")) {
+            let (m, l) = both(&mut module, &mut library, call);
+            assert!(
+                matches!(&m, Err(error) if error.starts_with("WRONGTYPE")),
+                "the module: {call} on {value:?}: {m:?}"
+            );
+            assert_eq!(m, l, "{call} on {value:?}");
+        }
+        let after = (dump(&mut module, "hand"), dump(&mut library, "hand"));
+        assert_eq!(before, after, "a refused call changed {value:?}");
+        for con in [&mut module, &mut library] {
+            let other: Option<String> = redis::cmd("GET").arg("other").query(con).unwrap();
+            assert_eq!(other, None, "RL.MULTI wrote beside {value:?}");
+        }
+    }
+}

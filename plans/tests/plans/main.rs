@@ -3,7 +3,9 @@
 //! - `plans`: `rlctl` and the store on a real server, store-backed policies through the
 //!   limiter;
 //! - `plans_cluster`: `rlctl` and a source through any node of a cluster;
-//! - `hostile`: hostile and careless input against the store, its replicas and `rlctl`.
+//! - `hostile`: hostile and careless input against the store, its replicas and `rlctl`;
+//! - `typos`: careless writes `rlctl` refuses (a misspelt limit name, a limit the server
+//!   refuses, a plan set that would drop limits).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -16,3 +18,4 @@
 mod hostile;
 mod plans;
 mod plans_cluster;
+mod typos;

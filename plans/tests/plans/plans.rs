@@ -226,6 +226,7 @@ async fn every_change_is_audited_and_published() {
             "pro",
             "--limit",
             "per-minute=sliding:2000/60s",
+            "--replace",
         ],
         &["tenant", "delete", "acme"],
     ];

@@ -11,14 +11,17 @@ use redis_ratelimit_plans::spec::{LIMIT_SYNTAX, SpecError, parse_duration, plan_
 /// The help's closing text; `{kinds}` is the kinds a plan's limit can be, from core's table.
 const AFTER_HELP: &str = "\
 Commands in full:
-  plan set PLAN --limit LIMIT [--limit LIMIT ...]   create or replace a plan
+  plan set PLAN --limit LIMIT [--limit LIMIT ...] [--replace]
+                                                    create a plan, or change its limits
+                                                    (--replace: drop the limits not given)
   plan delete PLAN                                  delete a plan no tenant is on
   tenant set TENANT --plan PLAN                     put a tenant on a plan
   tenant delete TENANT                              take a tenant off its plan (defaults apply)
-  override set PATTERN LIMIT... [--all] [--ttl DURATION]
+  override set PATTERN LIMIT... [--all] [--add] [--ttl DURATION]
                                                     override limits of a tenant or of every
                                                     tenant matching PREFIX* (--all: replace
-                                                    the whole set; --ttl: temporary)
+                                                    the whole set; --add: a limit it does
+                                                    not have yet; --ttl: temporary)
   override delete PATTERN [LIMIT_NAME]              delete an override (all of PATTERN's)
   override prune                                    delete the overrides that have expired
   get TENANT                                        effective limits and the rule of each
@@ -32,6 +35,8 @@ A name that starts with '-' goes after '--': rlctl tenant set --plan free -- -x.
 LIMIT is NAME=KIND:AMOUNT/PERIOD, KIND {kinds}, PERIOD a whole
 number of ms, s, m, h or d: per-minute=sliding:1000/60s, per-day=fixed:100000/1d.
 Precedence: exact override > longest matching wildcard > the tenant's plan > the policy's default.
+Limits are checked against the server's settings (CONFIG GET ratelimit.max-log-entries; the
+module's default, 10000, when it cannot be read, which rlctl says).
 
 Exit status: 0 done, 1 Redis failed, 2 bad input (nothing written), 3 stale (someone else
 changed the store first; nothing written).";
@@ -112,13 +117,16 @@ enum Top {
 
 #[derive(Subcommand)]
 enum PlanCommand {
-    /// Create or replace a plan
+    /// Create a plan, or change its limits (dropping one it has needs --replace)
     Set {
         /// The plan's name
         plan: String,
         /// A limit of the plan (at least one)
         #[arg(long = "limit", value_name = "LIMIT")]
         limits: Vec<String>,
+        /// Drop the plan's limits that are not given (else their drop is refused)
+        #[arg(long)]
+        replace: bool,
     },
     /// Delete a plan no tenant is on
     Delete {
@@ -158,6 +166,9 @@ enum OverrideCommand {
         /// Replace the whole set of limits, not each limit named
         #[arg(long)]
         all: bool,
+        /// Allow a limit the tenant does not have (else refused: a misspelt name would add one)
+        #[arg(long)]
+        add: bool,
         /// Temporary: gone after this long (90s, 7d)
         #[arg(long, value_name = "DURATION", value_parser = duration)]
         ttl: Option<Duration>,
@@ -208,6 +219,7 @@ pub enum Command {
     PlanSet {
         name: String,
         limits: Vec<String>,
+        replace: bool,
     },
     PlanDelete {
         name: String,
@@ -223,6 +235,7 @@ pub enum Command {
         pattern: String,
         limits: Vec<String>,
         all: bool,
+        add: bool,
         ttl: Option<Duration>,
     },
     OverridePrune,
@@ -282,13 +295,21 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Args, Stop> {
             _ => Stop::Refused(refusal(&error, &raw)),
         })?;
     let command = match cli.command {
-        Top::Plan(PlanCommand::Set { plan, limits }) => {
+        Top::Plan(PlanCommand::Set {
+            plan,
+            limits,
+            replace,
+        }) => {
             if limits.is_empty() {
                 return Err(Stop::Refused(format!(
                     "plan set needs at least one --limit {LIMIT_SYNTAX}"
                 )));
             }
-            Command::PlanSet { name: plan, limits }
+            Command::PlanSet {
+                name: plan,
+                limits,
+                replace,
+            }
         }
         Top::Plan(PlanCommand::Delete { plan }) => Command::PlanDelete { name: plan },
         Top::Tenant(TenantCommand::Set { tenant, plan }) => Command::TenantSet {
@@ -301,6 +322,7 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Args, Stop> {
             mut limits,
             more,
             all,
+            add,
             ttl,
         }) => {
             limits.extend(more);
@@ -313,6 +335,7 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Args, Stop> {
                 pattern,
                 limits,
                 all,
+                add,
                 ttl,
             }
         }
@@ -498,6 +521,28 @@ mod tests {
         }
         let args = parse_words(&["tenant", "set", "--plan", "free", "--", "-h"]).unwrap();
         assert!(matches!(args.command, Command::TenantSet { tenant, .. } if tenant == "-h"));
+    }
+
+    #[test]
+    fn replace_and_add_are_flags_of_their_commands_only() {
+        let args = parse_words(&["plan", "set", "p", "--limit", "a=fixed:1/1s", "--replace"]);
+        assert!(matches!(
+            args.unwrap().command,
+            Command::PlanSet { replace: true, .. }
+        ));
+        let args = parse_words(&["override", "set", "acme", "x=fixed:1/1s", "--add"]);
+        assert!(matches!(
+            args.unwrap().command,
+            Command::OverrideSet { add: true, .. }
+        ));
+        assert_eq!(
+            refused(&["tenant", "set", "a", "--plan", "p", "--replace"]),
+            "--replace does not apply to 'tenant set'"
+        );
+        assert_eq!(
+            refused(&["plan", "set", "p", "--limit", "a=fixed:1/1s", "--add"]),
+            "--add does not apply to 'plan set'"
+        );
     }
 
     #[test]

@@ -40,7 +40,7 @@ use redis_ratelimit_plans::edit::{self, Edit, Table};
 use redis_ratelimit_plans::file;
 use redis_ratelimit_plans::plan_store::{self, PlanStoreError};
 use redis_ratelimit_plans::snapshot::Snapshot;
-use redis_ratelimit_plans::spec::{LimitSpec, Pattern, SpecError, check_tenant};
+use redis_ratelimit_plans::spec::{LimitSpec, Pattern, ServerLimits, SpecError, check_tenant};
 
 use self::args::{Args, Command, Stop};
 
@@ -134,7 +134,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
     for bad in &snapshot.unreadable {
         errln!("rlctl: warning: {}", show::unreadable(bad));
     }
-    let (op, edits) = match &args.command {
+    let (op, edits, note) = match &args.command {
         Command::Get { tenant } => {
             check_tenant(tenant)?;
             out!("{}", show::effective(&snapshot, tenant, now_ms));
@@ -157,7 +157,24 @@ async fn run(args: &Args) -> Result<(), Failure> {
             out!("{}", file::export(&snapshot)?);
             return Ok(());
         }
-        command => changes(&snapshot, command, now_ms)?,
+        command => {
+            let server = match command {
+                // A limit the server would refuse on every check is refused here.
+                Command::PlanSet { .. } | Command::OverrideSet { .. } | Command::Import { .. } => {
+                    let server = plan_store::server_limits(&mut con).await;
+                    if let Some(why) = &server.assumed {
+                        errln!(
+                            "rlctl: warning: limits checked against the module's default \
+                             ratelimit.max-log-entries ({}): {why}",
+                            server.max_log_entries
+                        );
+                    }
+                    server
+                }
+                _ => ServerLimits::defaults("no limit is written"),
+            };
+            changes(&snapshot, command, now_ms, &server)?
+        }
     };
     if let Some(wanted) = args.if_version.filter(|wanted| *wanted != snapshot.version) {
         return Err(Failure::Store(PlanStoreError::Stale {
@@ -178,56 +195,98 @@ async fn run(args: &Args) -> Result<(), Failure> {
             snapshot.version
         );
         out!("{}", show::edits(&snapshot, &edits));
+        if let Some(note) = &note {
+            outln!("{note}");
+        }
         return Ok(());
     }
     let version = plan_store::write(&mut con, snapshot.version, &args.who, &op, &edits).await?;
     outln!("{op}: version {} -> {version}", snapshot.version);
     out!("{}", show::edits(&snapshot, &edits));
+    if let Some(note) = &note {
+        outln!("{note}");
+    }
     Ok(())
 }
 
-/// The edits a write command makes, and its description for the audit stream.
+/// The edits a write command makes, its description for the audit stream, and a note to
+/// print with them (the limits a `plan set --replace` drops). Every limit written is checked
+/// against `server`.
 fn changes(
     snapshot: &Snapshot,
     command: &Command,
     now_ms: u64,
-) -> Result<(String, Vec<Edit>), Failure> {
+    server: &ServerLimits,
+) -> Result<(String, Vec<Edit>, Option<String>), Failure> {
     let parse = |texts: &[String]| {
-        texts
+        let limits = texts
             .iter()
             .map(|text| LimitSpec::parse(text))
-            .collect::<Result<Vec<_>, _>>()
+            .collect::<Result<Vec<_>, _>>()?;
+        for limit in &limits {
+            server.check(limit)?;
+        }
+        Ok::<_, SpecError>(limits)
     };
     Ok(match command {
-        Command::PlanSet { name, limits } => (
-            format!("plan set {name}"),
-            edit::plan_set(snapshot, name, &parse(limits)?)?,
-        ),
+        Command::PlanSet {
+            name,
+            limits,
+            replace,
+        } => {
+            let limits = parse(limits)?;
+            let edits = edit::plan_set(snapshot, name, &limits)?;
+            let dropped = edit::plan_dropped(snapshot, name, &limits);
+            let listed = dropped
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !dropped.is_empty() && !replace {
+                let it = if dropped.len() == 1 { "it" } else { "them" };
+                return Err(Failure::Input(format!(
+                    "plan '{name}' also has {listed}, which this would drop: give {it} again \
+                     (--limit) to keep {it}, or add --replace to drop {it}"
+                )));
+            }
+            let note =
+                (!dropped.is_empty()).then(|| format!("dropped from plan '{name}': {listed}"));
+            (format!("plan set {name}"), edits, note)
+        }
         Command::PlanDelete { name } => (
             format!("plan delete {name}"),
             edit::plan_delete(snapshot, name)?,
+            None,
         ),
         Command::TenantSet { tenant, plan } => (
             format!("tenant set {tenant} --plan {plan}"),
             edit::tenant_set(snapshot, tenant, plan)?,
+            None,
         ),
         Command::TenantDelete { tenant } => (
             format!("tenant delete {tenant}"),
             edit::tenant_delete(snapshot, tenant)?,
+            None,
         ),
         Command::OverrideSet {
             pattern,
             limits,
             all,
+            add,
             ttl,
         } => {
             let expires_at_ms = ttl.map(|ttl| {
                 now_ms.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
             });
             let pattern = Pattern::parse(pattern)?;
+            let limits = parse(limits)?;
+            if !all && !add {
+                edit::check_override_names(snapshot, &pattern, &limits, now_ms)?;
+            }
             (
                 format!("override set {pattern}"),
-                edit::override_set(snapshot, &pattern, &parse(limits)?, *all, expires_at_ms)?,
+                edit::override_set(snapshot, &pattern, &limits, *all, expires_at_ms)?,
+                None,
             )
         }
         Command::OverrideDelete { pattern, limit } => {
@@ -237,29 +296,40 @@ fn changes(
             };
             // A field no pattern parses to (written by hand) is deleted by its name.
             if let Some(edits) = edit::unreadable_delete(snapshot, Table::Overrides, &raw) {
-                return Ok((format!("override delete {raw}"), edits));
+                return Ok((format!("override delete {raw}"), edits, None));
             }
             let pattern = Pattern::parse(pattern)?;
             (
                 format!("override delete {pattern}"),
                 edit::override_delete(snapshot, &pattern, limit.as_deref())?,
+                None,
             )
         }
         Command::OverridePrune => (
             "override prune".to_string(),
             edit::override_prune(snapshot, now_ms),
+            None,
         ),
         Command::Import { path } => {
             let text = std::fs::read_to_string(path)
                 .map_err(|error| Failure::Input(format!("cannot read {path}: {error}")))?;
             let wanted = file::import(&text)?;
+            for limit in wanted
+                .plans
+                .values()
+                .flatten()
+                .chain(wanted.overrides.values().flat_map(|entry| &entry.limits))
+            {
+                server.check(limit)?;
+            }
             (
                 format!("import {}", plan_store::printable(path, 256)),
                 edit::replace_all(snapshot, &wanted)?,
+                None,
             )
         }
         Command::Get { .. } | Command::List | Command::History { .. } | Command::Export => {
-            (String::new(), Vec::new())
+            (String::new(), Vec::new(), None)
         }
     })
 }
