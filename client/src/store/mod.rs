@@ -8,6 +8,7 @@
 
 pub(crate) mod backend;
 mod batch;
+mod liveness;
 mod memory;
 mod redis;
 mod reply;
@@ -183,4 +184,14 @@ pub trait Store: Send + Sync + 'static {
     /// The hash slot a key lives in when the store is a Redis Cluster (keys in different
     /// slots cannot share one atomic call), `None` when every key can.
     fn slot(&self, key: &str) -> Option<u16>;
+
+    /// How long the calls waiting on `slot` (as [`slot`](Store::slot) gives it) have heard
+    /// no reply from the store: zero while it answers or nothing waits. The limiter gives a
+    /// call up only when this reaches its timeout, so a burst waiting behind replies that
+    /// keep coming, or a caller whose own runtime ran late, is not taken for an outage.
+    /// `None` (the default): this store does not track its replies, and each call gets its
+    /// timeout (one more when the store answered another call since it was sent).
+    fn silent_for(&self, _slot: Option<u16>) -> Option<Duration> {
+        None
+    }
 }
