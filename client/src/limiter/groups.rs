@@ -287,6 +287,7 @@ impl Groups {
         tokio::pin!(call);
         let started = std::time::Instant::now();
         let most = timeout.saturating_mul(MOST_TIMEOUTS);
+        let half = timeout.checked_div(2).unwrap_or_default();
         let mut wait = timeout;
         let mut excused = false;
         loop {
@@ -299,12 +300,12 @@ impl Groups {
             if let Some(result) = (&mut call).now_or_never() {
                 return result;
             }
-            let late = armed.elapsed() > wait.saturating_add(timeout / 2);
+            let late = armed.elapsed() > wait.saturating_add(half);
             let Some(silent) = self.store.silent_for(slot) else {
                 // No tracking: one more timeout after a stall of this process, or when the
                 // store answered another call since this one was sent.
                 let waited = self.clock.now().saturating_duration_since(sent);
-                let stalled = waited > timeout.saturating_add(timeout / 2);
+                let stalled = waited > timeout.saturating_add(half);
                 if excused || !(stalled || self.breaker.answered_since(sent)) {
                     return Err(StoreError::Timeout);
                 }
@@ -316,7 +317,7 @@ impl Groups {
             }
             if late && !excused {
                 excused = true;
-                wait = timeout / 2;
+                wait = half;
             } else if silent >= timeout {
                 return Err(StoreError::Timeout);
             } else {
