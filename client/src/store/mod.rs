@@ -103,9 +103,12 @@ pub enum StoreError {
     /// The store is unreachable or unavailable (connection refused or dropped, cluster down,
     /// loading, failing over): worth falling back and retrying later.
     Unavailable(String),
-    /// The store answered with an error that retrying will not fix (bad arguments, a key
-    /// holding another type, an unknown command, a reply of an unexpected shape).
+    /// The store answered with an error that retrying will not fix (a key holding another
+    /// type, an unknown command, a reply of an unexpected shape).
     Server(String),
+    /// The store refused the request's arguments (a cost or weight out of its range, a
+    /// limit above a server setting): the caller's error, never an outage or a fallback.
+    Invalid(String),
     /// The store cannot be set up as given (an unparsable URL, a cluster without nodes).
     Config(String),
 }
@@ -123,6 +126,7 @@ impl StoreError {
             Self::Timeout => "timeout",
             Self::Unavailable(_) => "unavailable",
             Self::Server(_) => "server",
+            Self::Invalid(_) => "invalid",
             Self::Config(_) => "config",
         }
     }
@@ -133,7 +137,9 @@ impl fmt::Display for StoreError {
         match self {
             Self::Timeout => write!(f, "the store did not answer in time"),
             Self::Unavailable(detail) => write!(f, "the store is unavailable: {detail}"),
-            Self::Server(detail) => write!(f, "the store refused the request: {detail}"),
+            Self::Server(detail) | Self::Invalid(detail) => {
+                write!(f, "the store refused the request: {detail}")
+            }
             Self::Config(detail) => write!(f, "bad store configuration: {detail}"),
         }
     }

@@ -454,6 +454,7 @@ impl RedisStore {
             StoreError::Timeout => StoreError::Unavailable(named("timed out".into())),
             StoreError::Unavailable(detail) => StoreError::Unavailable(named(detail)),
             StoreError::Server(detail) => StoreError::Server(named(detail)),
+            StoreError::Invalid(detail) => StoreError::Invalid(named(detail)),
             StoreError::Config(detail) => StoreError::Config(named(detail)),
         }
     }
@@ -628,9 +629,46 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
     };
     if unavailable {
         StoreError::Unavailable(text)
+    } else if refuses_an_argument(error.code(), error.detail()) {
+        StoreError::Invalid(text)
     } else {
         StoreError::Server(text)
     }
+}
+
+/// The largest charge the Functions library takes (Lua numbers are exact to 2^53; the
+/// module takes any 64-bit one).
+const LIBRARY_MOST_UNITS: u64 = 1 << 53;
+
+/// Refuses, before sending it, a call the Functions library would refuse: a charge (units ×
+/// weight) above 2^53, in the library's own words.
+fn beyond_the_library(request: &Acquire<'_>) -> Result<(), StoreError> {
+    match request
+        .limits
+        .iter()
+        .find(|limit| request.units.saturating_mul(limit.weight.max(1)) > LIBRARY_MOST_UNITS)
+    {
+        Some(limit) => Err(StoreError::Invalid(format!(
+            "ERR cost must be at most {LIBRARY_MOST_UNITS} in the ratelimit library (Lua \
+             numbers are exact only to 2^53); the module accepts more (got {} x weight {} \
+             on key '{}')",
+            request.units,
+            limit.weight.max(1),
+            limit.key
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Whether an error reply refuses an argument of the request. The module and the library
+/// word every such refusal alike (the conformance suite holds them to it): `ERR cost must
+/// be ...`, `ERR limit must be at most 10000 (the ratelimit.max-log-entries setting)`,
+/// `ERR cost is too large`, inside `RL.MULTI` after `limit of key 'k': `. A key holding
+/// another algorithm (`ERR key holds ...`) or type (`WRONGTYPE`) is not one.
+fn refuses_an_argument(code: Option<&str>, detail: Option<&str>) -> bool {
+    code == Some("ERR")
+        && detail
+            .is_some_and(|detail| detail.contains(" must ") || detail.contains(" is too large"))
 }
 
 impl Store for RedisStore {
@@ -648,6 +686,9 @@ impl Store for RedisStore {
             let backend = self.backend().ok_or_else(|| {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
+            if backend != StoreBackend::Module {
+                beyond_the_library(request)?;
+            }
             let multi = self.multi();
             let (command, shape) = reply::with_acquire(request, multi, |args| self.command(args))?;
             let again = || {
