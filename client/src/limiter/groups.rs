@@ -270,10 +270,11 @@ impl Groups {
 impl Groups {
     /// Waits for a store call's reply, and gives up (a [`StoreError::Timeout`]) only when
     /// the store is not answering: its calls on the call's slot have heard no reply for a
-    /// whole `timeout` ([`Store::silent_for`]). A burst waiting behind replies that keep
-    /// coming waits for its own; a timer that fired late (this process was not running)
-    /// first gives the connection half a timeout more to read what arrived meanwhile. A
-    /// call waits at most [`MOST_TIMEOUTS`] timeouts in all, however the store answers.
+    /// whole `timeout` ([`Store::silent_for`]), judged while this runtime has nothing else
+    /// to run ([`runtime_idle`]). A burst waiting behind replies that keep coming waits for
+    /// its own; a timer that fired late (this process was not running) first gives the
+    /// connection half a timeout more to read what arrived meanwhile. A call waits at most
+    /// [`MOST_TIMEOUTS`] timeouts in all, however the store answers.
     ///
     /// A store that does not track its replies gives each call its timeout, and one more
     /// if its timer fired late or the store answered another call since it was sent.
@@ -318,13 +319,34 @@ impl Groups {
             if late && !excused {
                 excused = true;
                 wait = half;
-            } else if silent >= timeout {
+            } else if silent >= timeout && runtime_idle() {
                 return Err(StoreError::Timeout);
+            } else if silent >= timeout {
+                // Replies may be waiting in this runtime's own queues: judge once it is
+                // idle (every reply it read handed on), not before.
+                wait = Duration::from_millis(1);
             } else {
                 wait = timeout.saturating_sub(silent).max(Duration::from_millis(1));
             }
         }
     }
+}
+
+/// Whether this process's runtime has nothing to run but the caller (no task queued, every
+/// other worker parked): only then is a silence the store's. While tasks wait to run, the
+/// replies they would hand on may already be here (1,000 concurrent checks on a loaded
+/// machine kept a multi-thread runtime's reply readers queued for over 50 ms).
+fn runtime_idle() -> bool {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return true;
+    };
+    let metrics = runtime.metrics();
+    let workers = metrics.num_workers();
+    // An odd count of parks and unparks: that worker is parked now.
+    let parked = (0..workers)
+        .filter(|worker| metrics.worker_park_unpark_count(*worker) % 2 == 1)
+        .count();
+    metrics.global_queue_depth() == 0 && parked.saturating_add(1) >= workers
 }
 
 /// The most timeouts a store call waits for its reply while the store answers other calls
