@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_ratelimit_client::expiring::Expiring;
-use redis_ratelimit_client::{Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter};
+use redis_ratelimit_client::{
+    CheckError, Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter,
+};
 use serde_json::{Map, Value};
 
 use crate::config::{Config, Parts, RegionConfig};
@@ -195,7 +197,15 @@ impl Engine {
                 self.limiter
                     .check_job(&job)
                     .await
-                    .map_err(|error| CheckFailure::Internal(error.to_string()))?,
+                    .map_err(|error| match error {
+                        // The store refused the request's arguments (a hits_addend beyond what
+                        // the Functions library counts, a limit above a server setting): the
+                        // caller is told what, and no fallback decides.
+                        CheckError::Refused(_) => CheckFailure::BadRequest(BadRequest(format!(
+                            "{error}; nothing was charged"
+                        ))),
+                        other => CheckFailure::Internal(other.to_string()),
+                    })?,
             ),
         };
         if let (Some((_, hot)), Some(decision)) = (&self.region, &decision) {

@@ -7,6 +7,7 @@
 //!   monitoring one (a single one, or a group with a quorum);
 //! - [`docker`]: containers of the module's image on private networks (the container tests),
 //!   and [`docker_cluster`]: a Redis Cluster of them;
+//! - [`proxy`]: a loopback TCP proxy that drops a reply after the server ran its command;
 //! - [`helpers`]: small wrappers over the module's commands and server introspection;
 //! - [`binaries`]: which programs run: `$REDIS_SERVER` (default: `redis-server` on `PATH`),
 //!   and `redis-cli` / `redis-check-rdb` beside it, so the whole suite runs against another
@@ -25,5 +26,6 @@ pub mod cluster;
 pub mod docker;
 pub mod docker_cluster;
 pub mod helpers;
+pub mod proxy;
 pub mod sentinel;
 pub mod server;

@@ -18,6 +18,10 @@ pub enum CheckError {
     ZeroCost,
     /// A [`Job`](crate::job::Job) that cannot be checked as given.
     Job(JobError),
+    /// The store refused the request as invalid, in its own words (a cost or weight out of
+    /// its range, a limit above a server setting): nothing was charged, and no fallback
+    /// decided, since retrying or another replica would be refused alike.
+    Refused(String),
 }
 
 impl fmt::Display for CheckError {
@@ -27,6 +31,7 @@ impl fmt::Display for CheckError {
             Self::MissingInput(missing) => missing.fmt(f),
             Self::ZeroCost => write!(f, "a check costs at least 1 unit (got 0)"),
             Self::Job(error) => error.fmt(f),
+            Self::Refused(why) => write!(f, "the store refused the request: {why}"),
         }
     }
 }

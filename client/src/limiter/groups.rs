@@ -2,6 +2,9 @@
 //! whole check all-or-nothing across groups.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
 
 use super::decide::binding_of;
 use super::state::{Acquired, PolicyState, Target};
@@ -206,9 +209,10 @@ impl Groups {
         let timeout = state.settings.timeout;
         let calls = requests.iter().map(|request| async move {
             let started = self.clock.now();
-            let result = tokio::time::timeout(timeout, self.store.refund(request))
-                .await
-                .unwrap_or(Err(StoreError::Timeout));
+            let slot = slot_of(self.store.as_ref(), &request.limits);
+            let result = self
+                .reply_within(self.store.refund(request), slot, timeout, started)
+                .await;
             self.metrics.store_latency(
                 &state.name,
                 "refund",
@@ -225,13 +229,8 @@ impl Groups {
         ok
     }
 
-    /// One store call, bounded by the policy's timeout, recorded in metrics and the
-    /// breaker.
-    ///
-    /// A call that timed out while the store answered other calls since it was sent, or
-    /// whose timer fired late (this process was not running), was caught in a stall, not in
-    /// an outage: it gets one more timeout before it counts as a failure. Before deciding
-    /// that, the connection gets a turn to read replies that arrived during the stall.
+    /// One store call, bounded by the policy's timeout (see [`Groups::reply_within`]),
+    /// recorded in metrics and the breaker.
     async fn timed_call(
         &self,
         state: &PolicyState,
@@ -246,18 +245,8 @@ impl Groups {
         } else {
             self.store.acquire(request)
         };
-        tokio::pin!(call);
-        let mut result = tokio::time::timeout(timeout, &mut call).await;
-        if result.is_err() {
-            tokio::task::yield_now().await;
-            // The timer fired late: this process was not running (a stall of its own).
-            let waited = self.clock.now().saturating_duration_since(sent);
-            let late = waited > timeout.saturating_add(timeout.checked_div(2).unwrap_or_default());
-            if late || breaker.answered_since(sent) {
-                result = tokio::time::timeout(timeout, &mut call).await;
-            }
-        }
-        let result = result.unwrap_or(Err(StoreError::Timeout));
+        let slot = slot_of(self.store.as_ref(), &request.limits);
+        let result = self.reply_within(call, slot, timeout, sent).await;
         let now = self.clock.now();
         self.metrics
             .store_latency(&state.name, op, now.saturating_duration_since(sent));
@@ -276,6 +265,97 @@ impl Groups {
         }
         result
     }
+}
+
+impl Groups {
+    /// Waits for a store call's reply, and gives up (a [`StoreError::Timeout`]) only when
+    /// the store is not answering: its calls on the call's slot have heard no reply for a
+    /// whole `timeout` ([`Store::silent_for`]), judged while this runtime has nothing else
+    /// to run ([`runtime_idle`]). A burst waiting behind replies that keep coming waits for
+    /// its own; a timer that fired late (this process was not running) first gives the
+    /// connection half a timeout more to read what arrived meanwhile. A call waits at most
+    /// [`MOST_TIMEOUTS`] timeouts in all, however the store answers.
+    ///
+    /// A store that does not track its replies gives each call its timeout, and one more
+    /// if its timer fired late or the store answered another call since it was sent.
+    async fn reply_within<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+        slot: Option<u16>,
+        timeout: Duration,
+        sent: Instant,
+    ) -> Result<T, StoreError> {
+        tokio::pin!(call);
+        let started = std::time::Instant::now();
+        let most = timeout.saturating_mul(MOST_TIMEOUTS);
+        let half = timeout.checked_div(2).unwrap_or_default();
+        let mut wait = timeout;
+        let mut excused = false;
+        loop {
+            let armed = std::time::Instant::now();
+            if let Ok(result) = tokio::time::timeout(wait, &mut call).await {
+                return result;
+            }
+            // Before judging, the tasks that read replies get a turn: ours may be among them.
+            tokio::task::yield_now().await;
+            if let Some(result) = (&mut call).now_or_never() {
+                return result;
+            }
+            let late = armed.elapsed() > wait.saturating_add(half);
+            let Some(silent) = self.store.silent_for(slot) else {
+                // No tracking: one more timeout after a stall of this process, or when the
+                // store answered another call since this one was sent.
+                let waited = self.clock.now().saturating_duration_since(sent);
+                let stalled = waited > timeout.saturating_add(half);
+                if excused || !(stalled || self.breaker.answered_since(sent)) {
+                    return Err(StoreError::Timeout);
+                }
+                excused = true;
+                continue;
+            };
+            if started.elapsed() >= most {
+                return Err(StoreError::Timeout);
+            }
+            if late && !excused {
+                excused = true;
+                wait = half;
+            } else if silent >= timeout && runtime_idle() {
+                return Err(StoreError::Timeout);
+            } else if silent >= timeout {
+                // Replies may be waiting in this runtime's own queues: judge once it is
+                // idle (every reply it read handed on), not before.
+                wait = Duration::from_millis(1);
+            } else {
+                wait = timeout.saturating_sub(silent).max(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Whether this process's runtime has nothing to run but the caller (no task queued, every
+/// other worker parked): only then is a silence the store's. While tasks wait to run, the
+/// replies they would hand on may already be here (1,000 concurrent checks on a loaded
+/// machine kept a multi-thread runtime's reply readers queued for over 50 ms).
+fn runtime_idle() -> bool {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return true;
+    };
+    let metrics = runtime.metrics();
+    let workers = metrics.num_workers();
+    // An odd count of parks and unparks: that worker is parked now.
+    let parked = (0..workers)
+        .filter(|worker| metrics.worker_park_unpark_count(*worker) % 2 == 1)
+        .count();
+    metrics.global_queue_depth() == 0 && parked.saturating_add(1) >= workers
+}
+
+/// The most timeouts a store call waits for its reply while the store answers other calls
+/// (a burst queued behind them): 100, 5 s at the default 50 ms.
+pub(super) const MOST_TIMEOUTS: u32 = 100;
+
+/// The slot a group's call goes to (its first key's; a group shares one).
+fn slot_of(store: &dyn Store, limits: &[crate::store::LimitCall<'_>]) -> Option<u16> {
+    limits.first().and_then(|limit| store.slot(limit.key))
 }
 
 /// The operation label of a probe's read (a [`Store::peek`](crate::store::Store::peek)).

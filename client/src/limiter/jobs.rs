@@ -32,9 +32,8 @@ impl RateLimiter {
             limits: Arc::new(checked.limits),
             ..profile.clone()
         };
-        Ok(self
-            .decide(&state, &checked.keys, &checked.id, checked.cost)
-            .await)
+        self.decide(&state, &checked.keys, &checked.id, checked.cost)
+            .await
     }
 }
 

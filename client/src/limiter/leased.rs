@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::RateLimiter;
 use super::decide::{binding_of, store_decision, views_decision};
 use super::state::{PolicyState, Target};
+use super::{CheckError, RateLimiter};
 use crate::breaker::Permit;
 use crate::decision::{Decision, Source};
 use crate::lease::{ClaimResult, LastClaim, LeaseSlot};
@@ -20,7 +20,11 @@ impl RateLimiter {
     /// bounded by the store timeout) and takes its result: it spends the units claimed, is
     /// denied by the claim's denial, or goes to the fallback at once if the claim found the
     /// store out of reach. It never falls back because it waited.
-    pub(super) async fn check_leased(&self, target: Target<'_>, cost: u64) -> Decision {
+    pub(super) async fn check_leased(
+        &self,
+        target: Target<'_>,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
         let state = target.state;
         let Some(lease) = state.settings.lease else {
             return self.check_store(target, cost).await;
@@ -36,21 +40,20 @@ impl RateLimiter {
         // Units are there only after a claim, which set the backend.
         if let Some(backend) = held.backend.filter(|_| held.units >= cost) {
             held.units = held.units.saturating_sub(cost);
-            return lease_decision(state, &held, backend);
+            return Ok(lease_decision(state, &held, backend));
         }
         if let Some(decision) = self.claimed_meanwhile(target, cost, &held, started) {
-            return decision;
+            return Ok(decision);
         }
         if let Permit::Skip(open_for) = self.inner.groups.breaker.permit(now) {
-            return self.inner.fallback.decide(target, cost, None, open_for);
+            return Ok(self.inner.fallback.decide(target, cost, None, open_for));
         }
         if let Err(error) = self.inner.fallback.settle(&self.inner.groups, target).await {
             held.last_claim = Some(LastClaim {
                 at: self.inner.clock.now(),
                 result: ClaimResult::Failed,
             });
-            let wait = self.inner.groups.breaker.open_for();
-            return self.inner.fallback.decide(target, cost, Some(error), wait);
+            return self.after_error(target, cost, error);
         }
         let size = claim_size(&lease, &held, cost, slot.waiting(), now);
         self.claim(target, cost, &lease, size, &mut held, now).await
@@ -119,7 +122,7 @@ impl RateLimiter {
         size: u64,
         held: &mut LeaseSlot,
         now: Instant,
-    ) -> Decision {
+    ) -> Result<Decision, CheckError> {
         let state = target.state;
         held.claim_units = size;
         let held_units = held.units;
@@ -139,8 +142,7 @@ impl RateLimiter {
                     at,
                     result: ClaimResult::Failed,
                 });
-                let wait = self.inner.groups.breaker.open_for();
-                return self.inner.fallback.decide(target, cost, Some(error), wait);
+                return self.after_error(target, cost, error);
             }
         };
         self.inner.fallback.remember(target, &acquired, min);
@@ -154,7 +156,7 @@ impl RateLimiter {
                     backend: acquired.backend,
                 },
             });
-            return store_decision(state, &acquired);
+            return Ok(store_decision(state, &acquired));
         }
         self.inner
             .groups
@@ -173,7 +175,7 @@ impl RateLimiter {
         });
         let mut decision = store_decision(state, &acquired);
         add_leased(&mut decision, state, held.units);
-        decision
+        Ok(decision)
     }
 
     /// Gives a lease's unspent units back to every limit.

@@ -34,7 +34,7 @@ use crate::metrics;
 use crate::policy::Policy;
 use crate::policy_source::PolicySource;
 use crate::replicas::Replicas;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// What a limiter is made of: the policies and profiles with their memory, the store calls
 /// (and the breaker watching them), the local fallback, the store-backed policies' source,
@@ -347,14 +347,21 @@ impl RateLimiter {
         }
         let rendered = self.render(policy, inputs)?;
         let id = rendered.keys.join("\u{0}");
-        Ok(self
-            .decide(rendered.state(), &rendered.keys, &id, cost)
-            .await)
+        self.decide(rendered.state(), &rendered.keys, &id, cost)
+            .await
     }
 
     /// A check of `cost` against `state`'s limits on `keys` (their joined form `id`): the
     /// deny cache, the lease, the store, the fallback; the in-flight slots it takes.
-    async fn decide(&self, state: &PolicyState, keys: &[String], id: &str, cost: u64) -> Decision {
+    /// A request the store refuses as invalid (an argument out of its range) is the
+    /// caller's error, never a fallback decision.
+    async fn decide(
+        &self,
+        state: &PolicyState,
+        keys: &[String],
+        id: &str,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
         let holder = state.holds_slots().then(InFlight::new_holder);
         let target = Target {
             state,
@@ -383,8 +390,8 @@ impl RateLimiter {
                         && self.inner.groups.store.capabilities().partial
                 });
                 let mut decision = match leasable {
-                    Some(_) => self.check_leased(target, cost).await,
-                    None => self.check_store(target, cost).await,
+                    Some(_) => self.check_leased(target, cost).await?,
+                    None => self.check_store(target, cost).await?,
                 };
                 // An in-flight limit's wait is only an upper bound (a release may come any
                 // time), so its denials are not remembered.
@@ -417,7 +424,26 @@ impl RateLimiter {
             }
         };
         self.inner.groups.metrics.decision(&decision);
-        decision
+        Ok(decision)
+    }
+
+    /// The fallback's decision after a store call failed with `error`; the caller's error
+    /// when the store refused the request as invalid.
+    fn after_error(
+        &self,
+        target: Target<'_>,
+        cost: u64,
+        error: StoreError,
+    ) -> Result<Decision, CheckError> {
+        if let StoreError::Invalid(why) = error {
+            self.inner
+                .groups
+                .metrics
+                .store_error(&target.state.name, "invalid");
+            return Err(CheckError::Refused(why));
+        }
+        let wait = self.inner.groups.breaker.open_for();
+        Ok(self.inner.fallback.decide(target, cost, Some(error), wait))
     }
 
     /// Gives back the in-flight slots an admitted request held, when it ends. (A slot not
@@ -469,22 +495,18 @@ impl RateLimiter {
 
     /// A check without leases: every group in turn, refunding earlier groups if a later one
     /// denies or fails.
-    async fn check_store(&self, target: Target<'_>, cost: u64) -> Decision {
+    async fn check_store(&self, target: Target<'_>, cost: u64) -> Result<Decision, CheckError> {
         if let Permit::Skip(open_for) = self.inner.groups.breaker.permit(self.inner.clock.now()) {
-            return self.inner.fallback.decide(target, cost, None, open_for);
+            return Ok(self.inner.fallback.decide(target, cost, None, open_for));
         }
         if let Err(error) = self.inner.fallback.settle(&self.inner.groups, target).await {
-            let wait = self.inner.groups.breaker.open_for();
-            return self.inner.fallback.decide(target, cost, Some(error), wait);
+            return self.after_error(target, cost, error);
         }
         // Probes are read first: if the store is out of reach, nothing has been taken
         // when the fallback decides.
         let (probes, probed_on) = match self.inner.groups.read_probes(target).await {
             Ok(read) => read,
-            Err(error) => {
-                let wait = self.inner.groups.breaker.open_for();
-                return self.inner.fallback.decide(target, cost, Some(error), wait);
-            }
+            Err(error) => return self.after_error(target, cost, error),
         };
         let groups = self.inner.groups.plan(target.state, target.keys);
         let acquired = match (groups.is_empty(), probed_on) {
@@ -507,12 +529,9 @@ impl RateLimiter {
                 acquired.views.extend(probes);
                 acquired.views.sort_by_key(|(index, _)| *index);
                 self.inner.fallback.remember(target, &acquired, cost);
-                store_decision(target.state, &acquired)
+                Ok(store_decision(target.state, &acquired))
             }
-            Err(error) => {
-                let wait = self.inner.groups.breaker.open_for();
-                self.inner.fallback.decide(target, cost, Some(error), wait)
-            }
+            Err(error) => self.after_error(target, cost, error),
         }
     }
 

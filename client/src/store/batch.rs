@@ -19,6 +19,7 @@ use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
 use super::StoreError;
+use super::liveness::Liveness;
 use super::redis::{Connection, store_error};
 
 /// How long concurrent checks may wait to share one write.
@@ -86,6 +87,8 @@ struct State {
 pub(crate) struct Batcher {
     options: BatchOptions,
     state: Mutex<State>,
+    /// Told of a batch's reply as soon as it comes, before its callers' tasks run.
+    liveness: Arc<Liveness>,
 }
 
 /// What a submitted check does next.
@@ -97,7 +100,7 @@ enum Next {
 }
 
 impl Batcher {
-    pub(crate) fn new(options: BatchOptions) -> Arc<Self> {
+    pub(crate) fn new(options: BatchOptions, liveness: Arc<Liveness>) -> Arc<Self> {
         let options = BatchOptions {
             window: options.window,
             max: options.max.clamp(1, BatchOptions::LIMIT_MAX),
@@ -105,6 +108,7 @@ impl Batcher {
         Arc::new(Self {
             options,
             state: Mutex::new(State::default()),
+            liveness,
         })
     }
 
@@ -164,7 +168,7 @@ impl Batcher {
             queue.taken = queue.taken.wrapping_add(1);
             state.in_flight = state.in_flight.saturating_add(1);
             drop(state);
-            self.send(connection.clone(), jobs);
+            self.send(connection.clone(), slot, jobs);
         } else if queue.jobs.len() == 1 {
             let taken = queue.taken;
             drop(state);
@@ -192,13 +196,13 @@ impl Batcher {
                 state.in_flight = state.in_flight.saturating_add(1);
                 jobs
             };
-            batcher.send(connection, jobs);
+            batcher.send(connection, slot, jobs);
         });
     }
 
     /// Sends `jobs` as one pipeline, from a task of its own (so that no caller giving up
     /// cancels the others' replies), and hands each its reply.
-    fn send(self: &Arc<Self>, connection: Connection, jobs: Vec<Job>) {
+    fn send(self: &Arc<Self>, connection: Connection, slot: Option<u16>, jobs: Vec<Job>) {
         let guard = InFlight(Arc::clone(self), connection.clone());
         spawn(async move {
             // The commands move into the pipeline (no copy of each); the replies' senders
@@ -210,7 +214,11 @@ impl Batcher {
                 pipeline.add_command(job.command);
                 replies.push(job.reply);
             }
-            match connection.pipeline(&pipeline, count).await {
+            let replies_or_error = connection.pipeline(&pipeline, count, true).await;
+            if replies_or_error.is_ok() {
+                guard.0.liveness.heard(slot);
+            }
+            match replies_or_error {
                 Ok(values) if values.len() == count => {
                     for (reply, value) in replies.into_iter().zip(values) {
                         let _ = reply.send(Ok(value));
@@ -239,24 +247,24 @@ impl Batcher {
     /// A call was answered: when nothing else is in flight, the checks waiting meanwhile
     /// go now, one batch per slot.
     fn answered(self: &Arc<Self>, connection: &Connection) {
-        let batches: Vec<Vec<Job>> = {
+        let batches: Vec<(Option<u16>, Vec<Job>)> = {
             let mut state = self.lock();
             state.in_flight = state.in_flight.saturating_sub(1);
             if state.in_flight > 0 {
                 return;
             }
             let mut batches = Vec::new();
-            for queue in state.queues.values_mut() {
+            for (slot, queue) in state.queues.iter_mut() {
                 if !queue.jobs.is_empty() {
                     queue.taken = queue.taken.wrapping_add(1);
-                    batches.push(std::mem::take(&mut queue.jobs));
+                    batches.push((*slot, std::mem::take(&mut queue.jobs)));
                 }
             }
             state.in_flight = batches.len();
             batches
         };
-        for jobs in batches {
-            self.send(connection.clone(), jobs);
+        for (slot, jobs) in batches {
+            self.send(connection.clone(), slot, jobs);
         }
     }
 }
@@ -285,17 +293,23 @@ mod tests {
 
     #[test]
     fn options_are_bounded() {
-        let batcher = Batcher::new(BatchOptions {
-            window: Duration::from_micros(100),
-            max: 1_000_000,
-        });
+        let batcher = Batcher::new(
+            BatchOptions {
+                window: Duration::from_micros(100),
+                max: 1_000_000,
+            },
+            Arc::default(),
+        );
         assert_eq!(batcher.options.max, BatchOptions::LIMIT_MAX);
         assert!(!BatchOptions::OFF.enabled());
         assert!(BatchOptions::default().enabled());
-        let zero = Batcher::new(BatchOptions {
-            window: Duration::from_micros(100),
-            max: 0,
-        });
+        let zero = Batcher::new(
+            BatchOptions {
+                window: Duration::from_micros(100),
+                max: 0,
+            },
+            Arc::default(),
+        );
         assert!(!zero.options.enabled());
     }
 }

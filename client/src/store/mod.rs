@@ -8,6 +8,7 @@
 
 pub(crate) mod backend;
 mod batch;
+mod liveness;
 mod memory;
 mod redis;
 mod reply;
@@ -102,9 +103,12 @@ pub enum StoreError {
     /// The store is unreachable or unavailable (connection refused or dropped, cluster down,
     /// loading, failing over): worth falling back and retrying later.
     Unavailable(String),
-    /// The store answered with an error that retrying will not fix (bad arguments, a key
-    /// holding another type, an unknown command, a reply of an unexpected shape).
+    /// The store answered with an error that retrying will not fix (a key holding another
+    /// type, an unknown command, a reply of an unexpected shape).
     Server(String),
+    /// The store refused the request's arguments (a cost or weight out of its range, a
+    /// limit above a server setting): the caller's error, never an outage or a fallback.
+    Invalid(String),
     /// The store cannot be set up as given (an unparsable URL, a cluster without nodes).
     Config(String),
 }
@@ -122,6 +126,7 @@ impl StoreError {
             Self::Timeout => "timeout",
             Self::Unavailable(_) => "unavailable",
             Self::Server(_) => "server",
+            Self::Invalid(_) => "invalid",
             Self::Config(_) => "config",
         }
     }
@@ -132,7 +137,9 @@ impl fmt::Display for StoreError {
         match self {
             Self::Timeout => write!(f, "the store did not answer in time"),
             Self::Unavailable(detail) => write!(f, "the store is unavailable: {detail}"),
-            Self::Server(detail) => write!(f, "the store refused the request: {detail}"),
+            Self::Server(detail) | Self::Invalid(detail) => {
+                write!(f, "the store refused the request: {detail}")
+            }
             Self::Config(detail) => write!(f, "bad store configuration: {detail}"),
         }
     }
@@ -183,4 +190,14 @@ pub trait Store: Send + Sync + 'static {
     /// The hash slot a key lives in when the store is a Redis Cluster (keys in different
     /// slots cannot share one atomic call), `None` when every key can.
     fn slot(&self, key: &str) -> Option<u16>;
+
+    /// How long the calls waiting on `slot` (as [`slot`](Store::slot) gives it) have heard
+    /// no reply from the store: zero while it answers or nothing waits. The limiter gives a
+    /// call up only when this reaches its timeout, so a burst waiting behind replies that
+    /// keep coming, or a caller whose own runtime ran late, is not taken for an outage.
+    /// `None` (the default): this store does not track its replies, and each call gets its
+    /// timeout (one more when the store answered another call since it was sent).
+    fn silent_for(&self, _slot: Option<u16>) -> Option<Duration> {
+        None
+    }
 }

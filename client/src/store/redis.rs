@@ -12,12 +12,14 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
 use super::backend::{self, Backend, BackendError, Probe, Resolved};
 use super::batch::{BatchOptions, Batcher};
+use super::liveness::Liveness;
 use super::reply;
 use super::{
     Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
@@ -85,7 +87,9 @@ impl Connection {
                     .query_async(&mut ConnectionManager::clone(manager))
                     .await
             }
-            Self::Cluster(cluster) => command.query_async(&mut cluster.clone()).await,
+            Self::Cluster(cluster) => cluster_command(cluster, command)
+                .await
+                .and_then(Value::extract_error),
         }
     }
 
@@ -98,15 +102,20 @@ impl Connection {
                     .req_packed_command(command)
                     .await
             }
-            Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
+            Self::Cluster(cluster) => cluster_command(cluster, command).await,
         }
     }
 
-    /// Runs `count` commands in one pipeline; error replies are values.
+    /// Runs `count` commands in one pipeline; error replies are values. On a Redis
+    /// Cluster, a pipeline that changes nothing (`writes` false) follows a redirect whole;
+    /// one that writes is sent command by command, each following its own redirect (a
+    /// pipeline's error does not say which of its commands ran: during a slot's migration
+    /// some may have, and the rest be asked elsewhere).
     pub(super) async fn pipeline(
         &self,
         pipeline: &redis::Pipeline,
         count: usize,
+        writes: bool,
     ) -> Result<Vec<Value>, RedisError> {
         match self {
             Self::Single(manager) => {
@@ -114,14 +123,105 @@ impl Connection {
                     .req_packed_commands(pipeline, 0, count)
                     .await
             }
+            Self::Cluster(cluster) if writes => {
+                let mut replies = Vec::with_capacity(count);
+                for command in pipeline.cmd_iter() {
+                    replies.push(match cluster_command(cluster, command).await {
+                        Err(error) if error.kind() == ErrorKind::Io => return Err(error),
+                        Err(error) if error.is_connection_dropped() => return Err(error),
+                        Err(error) => match error.into_server_errors() {
+                            Some(errors) => errors
+                                .first()
+                                .map_or(Value::Nil, |(_, error)| Value::ServerError(error.clone())),
+                            None => {
+                                return Err(RedisError::from((
+                                    ErrorKind::Client,
+                                    "a command of the pipeline failed",
+                                )));
+                            }
+                        },
+                        Ok(value) => value,
+                    });
+                }
+                Ok(replies)
+            }
             Self::Cluster(cluster) => {
-                cluster
+                let mut result = cluster
                     .clone()
                     .req_packed_commands(pipeline, 0, count)
-                    .await
+                    .await;
+                for _ in 0..MOST_REDIRECTS {
+                    let Some(route) = result.as_ref().err().and_then(redirected_to) else {
+                        break;
+                    };
+                    result = cluster
+                        .clone()
+                        .route_pipeline(pipeline.clone(), 0, count, route.node)
+                        .await;
+                }
+                result
             }
         }
     }
+}
+
+/// The most redirects (`MOVED`, `ASK`) a cluster command follows: a node that answers one
+/// did not run the command, so sending it on is safe.
+const MOST_REDIRECTS: usize = 3;
+
+/// Where a cluster's redirect sends a command, and whether it needs `ASKING` first.
+struct Redirect {
+    node: SingleNodeRoutingInfo,
+    ask: bool,
+}
+
+/// The node a `MOVED` or `ASK` error names.
+fn redirected_to(error: &RedisError) -> Option<Redirect> {
+    let (address, _slot) = error.redirect_node()?;
+    let (host, port) = address.rsplit_once(':')?;
+    Some(Redirect {
+        node: SingleNodeRoutingInfo::ByAddress {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            port: port.parse().ok()?,
+        },
+        ask: error.kind() == ErrorKind::Server(ServerErrorKind::Ask),
+    })
+}
+
+/// One command on a Redis Cluster, sent exactly once to each node it reaches: the cluster
+/// client is built without retries (it would send a command again after a connection cut
+/// after the node ran it), so the redirects a node answers instead of running the command
+/// are followed here. A lost reply (a dropped connection, a timeout) is the caller's
+/// unknown outcome.
+async fn cluster_command(cluster: &ClusterConnection, command: &Cmd) -> Result<Value, RedisError> {
+    let mut result = cluster.clone().req_packed_command(command).await;
+    for _ in 0..MOST_REDIRECTS {
+        let Some(redirect) = result.as_ref().err().and_then(redirected_to) else {
+            break;
+        };
+        result = if redirect.ask {
+            let mut asking = redis::pipe();
+            asking.cmd("ASKING").add_command(command.clone());
+            cluster
+                .clone()
+                .route_pipeline(asking, 0, 2, redirect.node)
+                .await
+                .and_then(|mut replies| {
+                    replies.pop().ok_or_else(|| {
+                        RedisError::from((ErrorKind::Client, "no reply after ASKING"))
+                    })
+                })
+        } else {
+            cluster
+                .clone()
+                .route_command(command.clone(), RoutingInfo::SingleNode(redirect.node))
+                .await
+        };
+    }
+    result
 }
 
 const UNKNOWN: u8 = 0;
@@ -148,6 +248,8 @@ struct Inner {
     backend: OnceLock<Resolved>,
     /// Holds concurrent acquires for a shared write.
     batcher: Arc<Batcher>,
+    /// The calls waiting for a reply and when one was last heard, per slot.
+    liveness: Arc<Liveness>,
 }
 
 /// The latest connection attempt.
@@ -184,8 +286,12 @@ impl RedisStore {
 
     /// A store on a Redis Cluster, given some of its nodes.
     pub fn cluster(nodes: &[&str], options: RedisStoreOptions) -> Result<Self, StoreError> {
+        // No retries: the cluster client would send a command again through a new
+        // connection after a cut one (16 times by default), charging twice when the node ran
+        // it before the cut. Redirects are followed by `cluster_command` instead.
         let client = ClusterClient::builder(nodes.to_vec())
             .connection_timeout(options.connect_timeout)
+            .retries(0)
             .build()
             .map_err(|error| {
                 StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
@@ -203,7 +309,8 @@ impl RedisStore {
             MultiSupport::Yes => PRESENT,
             MultiSupport::No => ABSENT,
         };
-        let batcher = Batcher::new(options.batch);
+        let liveness = Arc::new(Liveness::default());
+        let batcher = Batcher::new(options.batch, Arc::clone(&liveness));
         Self {
             inner: Arc::new(Inner {
                 target,
@@ -213,6 +320,7 @@ impl RedisStore {
                 multi: AtomicU8::new(multi),
                 backend: OnceLock::new(),
                 batcher,
+                liveness,
             }),
         }
     }
@@ -346,6 +454,7 @@ impl RedisStore {
             StoreError::Timeout => StoreError::Unavailable(named("timed out".into())),
             StoreError::Unavailable(detail) => StoreError::Unavailable(named(detail)),
             StoreError::Server(detail) => StoreError::Server(named(detail)),
+            StoreError::Invalid(detail) => StoreError::Invalid(named(detail)),
             StoreError::Config(detail) => StoreError::Config(named(detail)),
         }
     }
@@ -401,12 +510,14 @@ impl RedisStore {
 
 impl RedisStore {
     /// Runs commands of one group in one pipeline (the limits of a group share a slot, so
-    /// one pipeline reaches them all); a script or library the server lost is loaded again
-    /// and the pipeline sent once more. The first error reply is the error.
+    /// one pipeline reaches them all; `writes`: they change the store). Commands the server
+    /// could not run because it lost the backend's script or library are sent again once
+    /// it is loaded, and only those (the others ran). The first error reply is the error.
     async fn pipelined(
         &self,
         connection: &Connection,
         commands: &[Args],
+        writes: bool,
     ) -> Result<Vec<Value>, StoreError> {
         if commands.is_empty() {
             // Nothing to send (the `redis` crate refuses an empty pipeline).
@@ -417,19 +528,35 @@ impl RedisStore {
             pipeline.add_command(self.command(args));
         }
         let mut replies = connection
-            .pipeline(&pipeline, commands.len())
+            .pipeline(&pipeline, commands.len(), writes)
             .await
             .map_err(|error| store_error(&error))?;
-        let lost = replies.iter().find_map(|reply| match reply {
+        let lost_at = |reply: &Value| match reply {
             Value::ServerError(error) => self.lost(Some(error.code()), error.details()),
             _ => None,
-        });
-        if let Some(backend) = lost {
+        };
+        let lost: Vec<usize> = (0..replies.len())
+            .filter(|index| replies.get(*index).and_then(lost_at).is_some())
+            .collect();
+        if let Some(backend) = lost
+            .first()
+            .and_then(|index| replies.get(*index))
+            .and_then(lost_at)
+        {
             let _ = backend::reload(connection, backend).await;
-            replies = connection
-                .pipeline(&pipeline, commands.len())
+            let mut again = redis::pipe();
+            for args in lost.iter().filter_map(|index| commands.get(*index)) {
+                again.add_command(self.command(args));
+            }
+            let answers = connection
+                .pipeline(&again, lost.len(), writes)
                 .await
                 .map_err(|error| store_error(&error))?;
+            for (index, answer) in lost.iter().zip(answers) {
+                if let Some(reply) = replies.get_mut(*index) {
+                    *reply = answer;
+                }
+            }
         }
         // A pipeline answers each command on its own: an error reply is a value.
         match replies.iter().find_map(|reply| match reply {
@@ -502,9 +629,46 @@ pub(crate) fn store_error(error: &RedisError) -> StoreError {
     };
     if unavailable {
         StoreError::Unavailable(text)
+    } else if refuses_an_argument(error.code(), error.detail()) {
+        StoreError::Invalid(text)
     } else {
         StoreError::Server(text)
     }
+}
+
+/// The largest charge the Functions library takes (Lua numbers are exact to 2^53; the
+/// module takes any 64-bit one).
+const LIBRARY_MOST_UNITS: u64 = 1 << 53;
+
+/// Refuses, before sending it, a call the Functions library would refuse: a charge (units ×
+/// weight) above 2^53, in the library's own words.
+fn beyond_the_library(request: &Acquire<'_>) -> Result<(), StoreError> {
+    match request
+        .limits
+        .iter()
+        .find(|limit| request.units.saturating_mul(limit.weight.max(1)) > LIBRARY_MOST_UNITS)
+    {
+        Some(limit) => Err(StoreError::Invalid(format!(
+            "ERR cost must be at most {LIBRARY_MOST_UNITS} in the ratelimit library (Lua \
+             numbers are exact only to 2^53); the module accepts more (got {} x weight {} \
+             on key '{}')",
+            request.units,
+            limit.weight.max(1),
+            limit.key
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Whether an error reply refuses an argument of the request. The module and the library
+/// word every such refusal alike (the conformance suite holds them to it): `ERR cost must
+/// be ...`, `ERR limit must be at most 10000 (the ratelimit.max-log-entries setting)`,
+/// `ERR cost is too large`, inside `RL.MULTI` after `limit of key 'k': `. A key holding
+/// another algorithm (`ERR key holds ...`) or type (`WRONGTYPE`) is not one.
+fn refuses_an_argument(code: Option<&str>, detail: Option<&str>) -> bool {
+    code == Some("ERR")
+        && detail
+            .is_some_and(|detail| detail.contains(" must ") || detail.contains(" is too large"))
 }
 
 impl Store for RedisStore {
@@ -512,18 +676,21 @@ impl Store for RedisStore {
         &'a self,
         request: &'a Acquire<'a>,
     ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
-        Box::pin(async move {
+        let slot = request
+            .limits
+            .first()
+            .and_then(|limit| self.slot(limit.key));
+        Box::pin(self.inner.liveness.track(slot, async move {
             let connection = self.connection().await?;
             // Resolved before the connection is published, so always there by now.
             let backend = self.backend().ok_or_else(|| {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
+            if backend != StoreBackend::Module {
+                beyond_the_library(request)?;
+            }
             let multi = self.multi();
             let (command, shape) = reply::with_acquire(request, multi, |args| self.command(args))?;
-            let slot = request
-                .limits
-                .first()
-                .and_then(|limit| self.slot(limit.key));
             let again = || {
                 reply::acquire_command(request, multi)
                     .map(|command| self.command(command.args()))
@@ -531,30 +698,40 @@ impl Store for RedisStore {
             };
             let value = self.run_batched(connection, slot, command, again).await?;
             reply::parse_acquire(shape, request, &value, backend).map_err(StoreError::from)
-        })
+        }))
     }
 
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
+        let slot = request
+            .limits
+            .first()
+            .and_then(|limit| self.slot(limit.key));
+        Box::pin(self.inner.liveness.track(slot, async move {
             let connection = self.connection().await?;
             let commands = reply::refund_commands(request)?;
-            self.pipelined(connection, &commands).await.map(|_| ())
-        })
+            self.pipelined(connection, &commands, true)
+                .await
+                .map(|_| ())
+        }))
     }
 
     fn peek<'a>(
         &'a self,
         request: &'a Acquire<'a>,
     ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
-        Box::pin(async move {
+        let slot = request
+            .limits
+            .first()
+            .and_then(|limit| self.slot(limit.key));
+        Box::pin(self.inner.liveness.track(slot, async move {
             let connection = self.connection().await?;
             let backend = self.backend().ok_or_else(|| {
                 StoreError::Unavailable("connected, but no backend resolved yet".into())
             })?;
             let commands = reply::peek_commands(request);
-            let replies = self.pipelined(connection, &commands).await?;
+            let replies = self.pipelined(connection, &commands, false).await?;
             reply::parse_peeks(&replies, backend, request.units).map_err(StoreError::from)
-        })
+        }))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -570,5 +747,9 @@ impl Store for RedisStore {
             Target::Single(_) => None,
             Target::Cluster(..) => Some(redis_ratelimit_wire::slot::key_slot(key.as_bytes())),
         }
+    }
+
+    fn silent_for(&self, slot: Option<u16>) -> Option<Duration> {
+        Some(self.inner.liveness.silent_for(slot))
     }
 }

@@ -17,6 +17,7 @@ use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{ConnectionAddr, RedisConnectionInfo};
 use tokio::sync::watch;
 
+use super::liveness::Liveness;
 use super::redis::RedisStore;
 use super::{
     Acquire, BoxFuture, Capabilities, GroupGrant, RedisStoreOptions, Refund, Store, StoreError,
@@ -44,6 +45,9 @@ struct Inner {
     resolved: watch::Sender<u64>,
     resolving: AtomicBool,
     last_resolve: Mutex<Option<Instant>>,
+    /// The calls waiting for a reply and when one was last heard, whichever primary they
+    /// went to (a call stuck on a stopped primary is not excused by a new one's answers).
+    liveness: Arc<Liveness>,
 }
 
 impl SentinelStore {
@@ -79,6 +83,7 @@ impl SentinelStore {
                 resolved: watch::Sender::new(0),
                 resolving: AtomicBool::new(false),
                 last_resolve: Mutex::new(None),
+                liveness: Arc::default(),
             }),
         })
     }
@@ -269,39 +274,39 @@ impl Store for SentinelStore {
         &'a self,
         request: &'a Acquire<'a>,
     ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.inner.liveness.track(None, async move {
             let watch = self.watch();
             let store = self.primary().await;
             watch.settle(match store {
                 Ok(store) => store.acquire(request).await,
                 Err(error) => Err(error),
             })
-        })
+        }))
     }
 
     fn refund<'a>(&'a self, request: &'a Refund<'a>) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.inner.liveness.track(None, async move {
             let watch = self.watch();
             let store = self.primary().await;
             watch.settle(match store {
                 Ok(store) => store.refund(request).await,
                 Err(error) => Err(error),
             })
-        })
+        }))
     }
 
     fn peek<'a>(
         &'a self,
         request: &'a Acquire<'a>,
     ) -> BoxFuture<'a, Result<GroupGrant, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.inner.liveness.track(None, async move {
             let watch = self.watch();
             let store = self.primary().await;
             watch.settle(match store {
                 Ok(store) => store.peek(request).await,
                 Err(error) => Err(error),
             })
-        })
+        }))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -316,6 +321,10 @@ impl Store for SentinelStore {
 
     fn slot(&self, _key: &str) -> Option<u16> {
         None
+    }
+
+    fn silent_for(&self, slot: Option<u16>) -> Option<Duration> {
+        Some(self.inner.liveness.silent_for(slot))
     }
 }
 

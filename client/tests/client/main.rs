@@ -7,7 +7,9 @@
 //! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
 //! - `plans_fleet`: demo-service replicas following the policy store (the
 //!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`);
-//! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards.
+//! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards;
+//! - `burst`: 1,000 concurrent checks on a loaded machine, decided by the store;
+//! - `replay`: a reply lost after the server ran the command is never sent again.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -18,6 +20,7 @@
 )]
 
 mod batching;
+mod burst;
 mod cluster_stall;
 mod continuity;
 mod fleet;
@@ -27,6 +30,7 @@ mod limiter;
 mod plans_fleet;
 mod redis_store;
 mod regions;
+mod replay;
 mod stress;
 
 /// Held by the tests that load the machine (fleets of processes, load generators): run one

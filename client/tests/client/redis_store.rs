@@ -5,11 +5,11 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_client::Algorithm;
 use redis_ratelimit_client::store::{
     Acquire, Capabilities, LimitCall, MemoryStore, MultiSupport, RedisStore, RedisStoreOptions,
     Refund, Store, StoreBackend, StoreError,
 };
+use redis_ratelimit_client::{Algorithm, Policy};
 use redis_ratelimit_testkit::server::Server;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -670,4 +670,54 @@ async fn peeks_read_the_module_and_change_nothing() {
 async fn peeks_read_the_functions_library_and_change_nothing() {
     let server = Server::start_without_module(&["--enable-module-command", "no"]);
     peeks_on(&server).await;
+}
+
+/// Issue 36, item 5: a request the store refuses as invalid is the caller's error (a typed
+/// error naming what is wrong), never an outage and never a fallback decision, even under
+/// `Fallback::Open`; nothing is charged and the store keeps deciding.
+async fn refused_as_invalid_on(server: &Server, policy: Policy, cost: u64, named: &str) {
+    use redis_ratelimit_client::{CheckError, Inputs, RateLimiter};
+
+    let store = RedisStore::new(&url(server)).unwrap();
+    let limiter = RateLimiter::builder(store).policy(policy).build().unwrap();
+    let inputs = Inputs::new().with("key", "k");
+    for _ in 0..5 {
+        match limiter.check_cost("api", &inputs, cost).await {
+            Err(CheckError::Refused(why)) => assert!(why.contains(named), "{why}"),
+            other => panic!("a refused argument decided as {other:?}"),
+        }
+    }
+    assert!(!limiter.store_unreachable(), "a refusal is not an outage");
+    if cost > 1 {
+        let decision = limiter.check("api", &inputs).await.unwrap();
+        assert!(decision.source.is_store(), "{:?}", decision.source);
+        assert_eq!(
+            decision.limits[0].remaining, 4,
+            "nothing was charged by the refused checks"
+        );
+    }
+}
+
+fn open_policy(algorithm: Algorithm) -> Policy {
+    use redis_ratelimit_client::{Fallback, Limit};
+    Policy::builder("api")
+        .limit(Limit::new("limit", algorithm, "invalid:{key}").unwrap())
+        .fallback(Fallback::Open)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_argument_the_module_refuses_is_the_callers_error_not_a_fallback() {
+    let server = Server::start(&[]);
+    // The module's ratelimit.max-log-entries is 10,000 by default.
+    let log = Algorithm::sliding_log(20_000, HOUR).unwrap();
+    refused_as_invalid_on(&server, open_policy(log), 1, "max-log-entries").await;
+}
+
+#[tokio::test]
+async fn a_cost_the_library_refuses_is_the_callers_error_not_a_fallback() {
+    let server = Server::start_without_module(&[]);
+    let bucket = Algorithm::token_bucket(5, HOUR).unwrap();
+    refused_as_invalid_on(&server, open_policy(bucket), 1 << 60, "2^53").await;
 }

@@ -7,6 +7,8 @@
 //! - `operations`: Redis down under each failure mode, a reload under load, a bad config,
 //!   a graceful stop giving leases back;
 //! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics;
+//! - `lost_and_refused`: a check whose reply is lost charged once (a cutting proxy), a
+//!   hits_addend the store refuses answered 400 / `INVALID_ARGUMENT`;
 //! - `plans`: limits with `tenant_key` from the policy store, a plan change and an override
 //!   within a second, the YAML default without a store, bad config refused;
 //! - `hostile`: hostile and careless input (config bombs, half-written configs, slowloris,
@@ -35,6 +37,7 @@ mod harness;
 mod hostile;
 mod hostile_plans;
 mod http_api;
+mod lost_and_refused;
 mod operations;
 mod plans;
 mod python;
