@@ -141,13 +141,13 @@ soak-check: ## Check a kept soak run again: make soak-check DIR=target/soak-runs
 	@test -n "$(DIR)" || { echo "usage: make soak-check DIR=<a kept run's directory>"; exit 2; }
 	$(CARGO) run -q -p redis-ratelimit-chaos --bin chaos-check -- $(DIR)
 
-client-test: ## The client library and the policy store (plans, rlctl): tests on real servers, demo-service fleets and a cluster; their docs
+client-test: valkey-server ## The client library and the policy store (plans, rlctl): tests on real servers, demo-service fleets and a cluster; their docs
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "client tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
-	$(CARGO) test -p redis-ratelimit-client
-	$(CARGO) test -p redis-ratelimit-plans
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-client
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-plans
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client -p redis-ratelimit-plans --no-deps
 
 # The service's tests install their pinned Python packages (server/tests/python/requirements.txt,

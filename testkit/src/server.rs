@@ -369,6 +369,23 @@ fn signal(pid: u32, signal: &str) {
     );
 }
 
+/// A Valkey 9.1 without its Lua engine and without the module: the pinned
+/// [`crate::binaries::valkey_server`], its built-in `lua` module unloaded (`MODULE UNLOAD
+/// lua`, which 9.1 allows), so `FUNCTION LOAD`, `SCRIPT LOAD` and `EVAL` find no engine.
+pub fn valkey_without_lua() -> Server {
+    let server = Server::start_program(
+        &crate::binaries::valkey_server(),
+        &["--enable-module-command", "yes"],
+        false,
+    );
+    let () = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("lua")
+        .query(&mut server.conn())
+        .expect("MODULE UNLOAD lua");
+    server
+}
+
 /// A primary and a replica of it, linked. The replica runs with
 /// `propagation-error-behavior panic`, so any replicated command it refuses kills it
 /// loudly; the primary sends no periodic pings (its replication offset only moves when

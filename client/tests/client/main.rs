@@ -7,7 +7,8 @@
 //! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
 //! - `plans_fleet`: demo-service replicas following the policy store (the
 //!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`);
-//! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards.
+//! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards;
+//! - `without_lua`: a Valkey 9.1 without its Lua engine or the module (the backend probe).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -28,6 +29,7 @@ mod plans_fleet;
 mod redis_store;
 mod regions;
 mod stress;
+mod without_lua;
 
 /// Held by the tests that load the machine (fleets of processes, load generators): run one
 /// at a time, so a test with a short timeout is not starved by another's load on a 2-core
