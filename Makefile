@@ -173,7 +173,7 @@ PYTHON_TARGET := $(or $(CARGO_TARGET_DIR),target)
 PYTHON_VENV := $(PYTHON_TARGET)/python-venv
 PYTHON_REQUIREMENTS := python/requirements-test.txt python/requirements-dev.txt
 
-python-test: prereqs ## The Python client: lint, types, golden vectors from the Rust core, tests on real servers and frameworks
+python-test: prereqs valkey-server ## The Python client: lint, types, golden vectors from the Rust core, tests on real servers and frameworks
 	$(CARGO) build --release
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
@@ -189,6 +189,7 @@ python-test: prereqs ## The Python client: lint, types, golden vectors from the 
 	  RL_MODULE_PATH=$(abspath $(PYTHON_TARGET))/release/libredis_ratelimit.so \
 	  RL_DEMO_SERVICE=$(abspath $(PYTHON_TARGET))/debug/examples/demo-service \
 	  RL_RLCTL=$(abspath $(PYTHON_TARGET))/debug/rlctl \
+	  RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) \
 	  $(abspath $(PYTHON_VENV))/bin/python -m pytest -q $(PYTEST_ARGS)
 
 bench-python: ## The Python client: checks/s (module, library), Redis calls per check with leases, fallback over-admission (python/bench/results.md)
