@@ -8,12 +8,13 @@ use redis_module::raw;
 
 use super::api::{self, api, log};
 
-/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (`valkeymodule.h`, Valkey
-/// 9.0, valkey-io/valkey PR #2593). Valkey refuses `CLUSTER MIGRATESLOTS` while any loaded
-/// module has not set it. The same bit is not defined by Redis (its options stop at
-/// `ALLOW_NESTED_KEYSPACE_NOTIFICATIONS`, 1 << 3, as `redismodule.h` lists them up to
-/// Redis 8; Valkey's 1 << 4 is `SKIP_COMMAND_VALIDATION`), and a later Redis may give it
-/// another meaning, so it is set only where the server says it is Valkey.
+/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (`valkeymodule.h` of Valkey
+/// 9.0 on, valkey-io/valkey PR #2593; 9.1.2's header: bits 0..5, `1 << 4` being
+/// `SKIP_COMMAND_VALIDATION`). Valkey refuses `CLUSTER MIGRATESLOTS` while any loaded module
+/// has not set it. Redis does not define the bit: Redis 8.6.3's `redismodule.h` (Debian's
+/// `redis` 5:8.6.3-1 source) stops at `ALLOW_NESTED_KEYSPACE_NOTIFICATIONS`, `1 << 3`
+/// (`_REDISMODULE_OPTIONS_FLAGS_NEXT` is `1 << 4`), and a later Redis may give it another
+/// meaning, so it is set only where the server says it is Valkey.
 pub const VALKEY_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 
 /// The options every supported server understands.
