@@ -4,8 +4,9 @@
 //!
 //! - a slot holding limiters of every kind, and 10,000 more, moved by Valkey's atomic slot
 //!   migration (`CLUSTER MIGRATESLOTS`) while a client keeps checking some of them: the move
-//!   succeeds, every limiter arrives byte-identical (on the target and its replica), no check
-//!   admits above its limit, and the client sees no error but the ones it follows.
+//!   succeeds, every limiter arrives byte-identical (on the target and its replica), the
+//!   limiters the client creates meanwhile arrive too, no check admits above its limit, and
+//!   the client sees no error but the ones it follows.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -117,6 +118,9 @@ struct Load {
     answered: u64,
     answered_during_move: u64,
     admitted: Vec<u64>,
+    /// Keys the client created while it ran (one every 20 rounds, before, during and after
+    /// the move): each must end on the target and its replica.
+    arrived: Vec<String>,
     errors: Vec<String>,
 }
 
@@ -130,10 +134,12 @@ fn followed_by_clients(error: &redis::RedisError) -> bool {
     )
 }
 
-/// Keeps calling every limiter of `checks` in turn through a cluster client until `stop`;
-/// counts the calls answered while `moving` holds.
+/// Keeps calling every limiter of `checks` in turn through a cluster client until `stop`,
+/// and every 20 rounds creates a new limiter in `tag`'s slot; counts the calls answered
+/// while `moving` holds.
 fn check_until_stopped(
     cluster: &Cluster,
+    tag: String,
     checks: Vec<Check>,
     stop: Arc<AtomicBool>,
     moving: Arc<AtomicBool>,
@@ -146,7 +152,21 @@ fn check_until_stopped(
             admitted: vec![0; checks.len()],
             ..Load::default()
         };
+        let mut round = 0u64;
         while !stop.load(Ordering::Relaxed) {
+            round += 1;
+            if round % 20 == 0 {
+                let key = format!("{tag}arrived:{round}");
+                match redis::cmd("RL.FIXED")
+                    .arg(&key)
+                    .arg(&["10", "86400"])
+                    .query::<Vec<i64>>(&mut con)
+                {
+                    Ok(_) => load.arrived.push(key),
+                    Err(error) if followed_by_clients(&error) => {}
+                    Err(error) => load.errors.push(format!("{key}: {error}")),
+                }
+            }
             for (index, check) in checks.iter().enumerate() {
                 match check.command.query::<Vec<i64>>(&mut con) {
                     Ok(reply) => {
@@ -243,7 +263,7 @@ fn atomic_slot_migration_moves_every_limiter_intact_under_load() {
     }
     let () = fillers.query(&mut con).expect("the fillers");
     let checks = checked(&tag);
-    let total_keys = resting.len() + FILLERS + checks.len();
+    let moved_keys = resting.len() + FILLERS + checks.len();
     let resting_keys: Vec<String> = resting.into_iter().map(|(key, _)| key).collect();
     let sample: Vec<String> = (0..FILLERS)
         .step_by(997)
@@ -263,6 +283,7 @@ fn atomic_slot_migration_moves_every_limiter_intact_under_load() {
     let checked_keys: Vec<String> = checks.iter().map(|check| check.key.clone()).collect();
     let load = check_until_stopped(
         &cluster,
+        tag.clone(),
         checks,
         Arc::clone(&stop),
         Arc::clone(&moving),
@@ -313,11 +334,13 @@ fn atomic_slot_migration_moves_every_limiter_intact_under_load() {
     let load = load.join().expect("the checking client");
 
     eprintln!(
-        "Valkey 9.1.2 atomic slot migration: slot {slot} with {total_keys} limiters moved in \
-         {} ms; {} checks answered during the move, {} in all, errors: {:?}",
+        "Valkey 9.1.2 atomic slot migration: slot {slot} with {moved_keys} limiters moved in \
+         {} ms; {} checks answered during the move, {} in all, {} limiters created by the \
+         client on the way, errors: {:?}",
         elapsed.as_millis(),
         load.answered_during_move,
         load.answered,
+        load.arrived.len(),
         load.errors
     );
     assert!(
@@ -334,6 +357,11 @@ fn atomic_slot_migration_moves_every_limiter_intact_under_load() {
 
     // Every limiter is on the target, none left on the source, the sampled ones unchanged.
     let mut on_target = target.conn();
+    let total_keys = moved_keys + load.arrived.len();
+    assert!(
+        !load.arrived.is_empty(),
+        "the client created limiters while it ran"
+    );
     assert!(
         wait_until(Duration::from_secs(10), || {
             keys_in_slot(&mut on_target, slot) == total_keys as i64
@@ -361,7 +389,12 @@ fn atomic_slot_migration_moves_every_limiter_intact_under_load() {
         caught_up(&mut on_target, &mut on_replica),
         "the target's replica did not catch up"
     );
-    let everything: Vec<String> = sample.iter().chain(&checked_keys).cloned().collect();
+    let everything: Vec<String> = sample
+        .iter()
+        .chain(&checked_keys)
+        .chain(&load.arrived)
+        .cloned()
+        .collect();
     assert_eq!(
         snapshot(&mut on_target, &everything),
         snapshot(&mut on_replica, &everything),
