@@ -8,6 +8,7 @@
 //! - `plans_fleet`: demo-service replicas following the policy store (the
 //!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`);
 //! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards;
+//! - `valkey_migration`: the cluster store through Valkey 9.1's atomic slot migration;
 //! - `without_lua`: a Valkey 9.1 without its Lua engine or the module (the backend probe).
 #![allow(
     clippy::unwrap_used,
@@ -29,6 +30,7 @@ mod plans_fleet;
 mod redis_store;
 mod regions;
 mod stress;
+mod valkey_migration;
 mod without_lua;
 
 /// Held by the tests that load the machine (fleets of processes, load generators): run one
