@@ -204,9 +204,10 @@ def start(backend: str, *, clock_us: int | None = None, args: tuple[str, ...] = 
 
 
 class Cluster:
-    """A loopback Redis Cluster of ``primaries`` primaries, no replicas."""
+    """A loopback Redis Cluster of ``primaries`` primaries, no replicas (of ``program``, default
+    the server every test runs)."""
 
-    def __init__(self, primaries: int = 3, *, module: bool = True) -> None:
+    def __init__(self, primaries: int = 3, *, module: bool = True, program: str | None = None) -> None:
         node_args = (
             "--cluster-enabled",
             "yes",
@@ -218,7 +219,7 @@ class Cluster:
         self.nodes: list[Server] = []
         try:
             for _ in range(primaries):
-                self.nodes.append(Server(module=module, args=node_args))
+                self.nodes.append(Server(module=module, args=node_args, program=program))
             command = [
                 CLI,
                 "--cluster",
