@@ -40,7 +40,10 @@ fn common_options() -> c_int {
 /// snapshot carries each key through the type's AOF rewrite (`RL.FX key <state>`), and the
 /// calls that continue on the source during the move reach the target (and its replicas)
 /// as the same `RL.FX` effects the replication stream carries; `RL.FX` accepts both because
-/// Valkey runs them as the primary link (`REPLICATED`). Keys the target loads before it owns
+/// Valkey 9.1 flags the slot import client's commands `REPLICATED`, as the primary link's
+/// (`isReplicatedClient` in `VM_GetContextFlags`). The import client's replies are off, so
+/// a refusal there would lose the limiter silently: `tests/it/valkey.rs` counts every key on
+/// the target and its replica. Keys the target loads before it owns
 /// the slot are not served until then, and nothing in the module indexes keys elsewhere
 /// (no aux data, no per-node key lists), so there is nothing else to keep in step.
 ///
