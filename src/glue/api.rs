@@ -637,3 +637,45 @@ pub fn log(level: &CStr, message: &str) {
         )
     };
 }
+
+/// One field of one `INFO` section as text (`None` when the server lacks the API, the
+/// section or the field). Used during `OnLoad`, to learn which server this is.
+pub fn server_info_field(
+    ctx: *mut raw::RedisModuleCtx,
+    section: &CStr,
+    field: &CStr,
+) -> Option<String> {
+    let (Some(get_info), Some(get_field), Some(free_info)) = (
+        api!(RedisModule_GetServerInfo),
+        api!(RedisModule_ServerInfoGetFieldC),
+        api!(RedisModule_FreeServerInfo),
+    ) else {
+        return None;
+    };
+    // SAFETY: a live context (OnLoad's); the section name is NUL-terminated.
+    let info = unsafe { get_info(ctx, section.as_ptr()) };
+    if info.is_null() {
+        return None;
+    }
+    // SAFETY: `info` was just returned by GetServerInfo and is freed only below; the field
+    // name is NUL-terminated.
+    let value = unsafe { get_field(info, field.as_ptr()) };
+    let text = (!value.is_null()).then(|| {
+        // SAFETY: a non-NULL field value is a NUL-terminated string owned by `info`, which
+        // is still alive; it is copied before `info` is freed.
+        unsafe { CStr::from_ptr(value) }
+            .to_string_lossy()
+            .into_owned()
+    });
+    // SAFETY: `info` came from GetServerInfo with the same context and is freed once.
+    unsafe { free_info(ctx, info) };
+    text
+}
+
+/// Every module option flag this server knows (`RedisModule_GetModuleOptionsAll`, Redis 7.2
+/// and Valkey), or `None` on an older server.
+pub fn module_options_all() -> Option<c_int> {
+    let options_all = api!(RedisModule_GetModuleOptionsAll)?;
+    // SAFETY: takes no arguments and only reads a server constant.
+    Some(unsafe { options_all() })
+}

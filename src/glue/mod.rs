@@ -8,8 +8,9 @@
 //!   apply on replicas and at AOF load, AOF rewrite;
 //! - [`store`]: limiters in keys, and writes applied to several keys all or nothing;
 //! - [`scratch`]: working memory multi-key commands reuse between calls;
-//! - [`datatype`]: the `ratelimit` type's callbacks; [`reply`], [`stats`], [`clock`],
-//!   [`config`], and [`api`], the safe wrappers over every FFI call.
+//! - [`datatype`]: the `ratelimit` type's callbacks; [`options`]: the module options (and
+//!   Valkey's atomic slot migration opt-in); [`reply`], [`stats`], [`clock`], [`config`],
+//!   and [`api`], the safe wrappers over every FFI call.
 //!
 //! All `unsafe` FFI is confined to this module and [`crate::value`].
 
@@ -21,13 +22,12 @@ pub mod datatype;
 pub mod driver;
 pub mod effects;
 pub mod lease;
+pub mod options;
 pub mod registry;
 pub mod reply;
 pub mod scratch;
 pub mod stats;
 pub mod store;
-
-use std::ffi::c_int;
 
 use redis_module::raw;
 
@@ -45,18 +45,7 @@ pub fn on_load(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         ));
     }
     install_panic_hook();
-    if let Some(set_options) = api!(RedisModule_SetModuleOptions) {
-        // HANDLE_IO_ERRORS: a short read while loading fails the load instead of aborting the
-        // server (and allows diskless loading). HANDLE_REPL_ASYNC_LOAD: the module keeps no
-        // state outside keys, so loading into a temporary database is safe.
-        // NO_IMPLICIT_SIGNAL_MODIFIED: keys are signalled only when really written, so a denied
-        // call does not invalidate WATCH or client-side caches.
-        let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-            | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
-            | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
-        // SAFETY: called during OnLoad with the module's context; the flags are constants.
-        unsafe { set_options(ctx, c_int::try_from(options).unwrap_or(0)) };
-    }
+    options::declare(ctx);
     config::register(ctx)?;
     datatype::register(ctx)?;
     registry::register(ctx)?;

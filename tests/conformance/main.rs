@@ -4,7 +4,9 @@
 //! database 0 and the library's, with the same names, in database 1. Every call of a random
 //! trace goes to both at the same server instant; their replies (errors included, word for
 //! word) and every touched key's `PTTL` and `PEXPIRETIME` must be equal. A failing trace is
-//! shrunk to a short reproduction and printed with its instants. `RL_CONFORMANCE_SEED=<n>`
+//! shrunk to a short reproduction and printed with its instants; a difference that does not
+//! recur when replayed (seen once on Redis 8.6.3, issue 35) is printed whole, with its seed
+//! and both replies as first seen. `RL_CONFORMANCE_SEED=<n>`
 //! replays one trace; `RL_TEST_LONG=1` runs ten times as many.
 #![allow(
     clippy::unwrap_used,
@@ -196,6 +198,51 @@ fn shrink(backends: &mut Backends, steps: &[Step]) -> Vec<Step> {
     failing
 }
 
+/// A difference as first seen: the trace's seed, its calls up to the one that differed,
+/// and what each backend answered to that call.
+struct Difference<'a> {
+    seed: u64,
+    steps: &'a [Step],
+    module: Observed,
+    library: Observed,
+}
+
+/// The report of a difference: shrunk to a short reproduction when the shrunk trace still
+/// differs; otherwise (a difference that did not recur when replayed: it depended on
+/// timing the replay did not reproduce) the original trace, its seed and both replies as
+/// first seen, and whether replaying the whole trace differed again.
+fn describe(backends: &mut Backends, difference: Difference<'_>) -> String {
+    let Difference {
+        seed,
+        steps,
+        module,
+        library,
+    } = difference;
+    let shrunk = shrink(backends, steps);
+    if let Some((_, module, library)) = backends.first_difference(&shrunk) {
+        return format!(
+            "seed {seed}: the library differs from the module at call {} of the trace; \
+             shrunk to {} calls (RL_CONFORMANCE_SEED={seed} replays it):\n{}",
+            steps.len(),
+            shrunk.len(),
+            report(&shrunk, &module, &library)
+        );
+    }
+    let replayed = match backends.first_difference(steps) {
+        Some((index, _, _)) => format!("differed again, at call {}", index + 1),
+        None => "agreed".to_string(),
+    };
+    format!(
+        "seed {seed}: the library differed from the module at call {} of the trace, and the \
+         difference did not recur when replayed: the shrunk trace ({} calls) agreed, and the \
+         trace replayed whole {replayed} (RL_CONFORMANCE_SEED={seed} replays it). The trace \
+         and both replies as first seen:\n{}",
+        steps.len(),
+        shrunk.len(),
+        report(steps, &module, &library)
+    )
+}
+
 fn report(steps: &[Step], module: &Observed, library: &Observed) -> String {
     let mut text = String::new();
     let mut now_us = BASE_US;
@@ -254,18 +301,14 @@ fn agree_on(seeds: &[u64], name: &str, make: impl Fn(u64) -> Vec<Step>) {
     let mut calls = 0;
     for &seed in seeds {
         let steps = make(seed);
-        if let Some((index, _, _)) = backends.first_difference(&steps) {
-            let shrunk = shrink(&mut backends, &steps[..=index]);
-            let (_, module, library) = backends
-                .first_difference(&shrunk)
-                .expect("the shrunk trace still fails");
-            panic!(
-                "seed {seed}: the library differs from the module at call {} of the trace; \
-                 shrunk to {} calls (RL_CONFORMANCE_SEED={seed} replays it):\n{}",
-                index + 1,
-                shrunk.len(),
-                report(&shrunk, &module, &library)
-            );
+        if let Some((index, module, library)) = backends.first_difference(&steps) {
+            let difference = Difference {
+                seed,
+                steps: &steps[..=index],
+                module,
+                library,
+            };
+            panic!("{}", describe(&mut backends, difference));
         }
         calls += steps.len();
     }
@@ -285,5 +328,52 @@ fn agree_on(seeds: &[u64], name: &str, make: impl Fn(u64) -> Vec<Step>) {
     println!(
         "conformance: {calls} {name}calls to each backend agreed (replies, PTTL, PEXPIRETIME) in {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// A difference that does not recur on replay (one the module and the library agree on when
+/// replayed, reported as if it had differed once) is reported with its seed, its trace and
+/// both replies as first seen, not lost in a panic of the shrinker.
+#[test]
+fn a_difference_that_vanishes_on_replay_is_reported_whole() {
+    let Some(mut backends) = Backends::start() else {
+        return;
+    };
+    let seed = 42;
+    let steps: Vec<Step> = trace(seed, TRACE_LEN, BASE_US)
+        .into_iter()
+        .take(6)
+        .collect();
+    assert!(
+        backends.first_difference(&steps).is_none(),
+        "the first calls of trace {seed} agree"
+    );
+    let seen = |reply: &str| Observed {
+        reply: Ok(redis::Value::SimpleString(reply.to_string())),
+        expiries: vec![(1_000, 2_000)],
+    };
+    let difference = Difference {
+        seed,
+        steps: &steps,
+        module: seen("as-the-module-answered"),
+        library: seen("as-the-library-answered"),
+    };
+    let text = describe(&mut backends, difference);
+    for wanted in [
+        "seed 42:",
+        "did not recur when replayed",
+        "the trace replayed whole agreed",
+        "RL_CONFORMANCE_SEED=42",
+        "as-the-module-answered",
+        "as-the-library-answered",
+    ] {
+        assert!(text.contains(wanted), "{wanted:?} missing from:\n{text}");
+    }
+    assert_eq!(
+        text.lines()
+            .filter(|line| line.starts_with("  at "))
+            .count(),
+        steps.len(),
+        "every call of the trace is listed:\n{text}"
     );
 }

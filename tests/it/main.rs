@@ -34,3 +34,4 @@ mod regional;
 mod replication;
 mod throttle;
 mod token_bucket;
+mod valkey;

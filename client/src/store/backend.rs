@@ -148,6 +148,22 @@ pub(crate) enum BackendError {
         /// Why the script did not load.
         scripts: Box<BackendError>,
     },
+    /// With [`Backend::Auto`]: no module, and no Lua engine to run the library or the
+    /// script (Valkey 9.1 runs Lua as a module an operator may leave out or unload).
+    #[error(
+        "no rate-limit backend on this server: the ratelimit module is not loaded and the \
+         server has no Lua engine (a Valkey without its lua module), so neither the Functions \
+         library nor the script can run; load the module (loadmodule \
+         /path/to/libredis_ratelimit.so) or give the server its Lua engine"
+    )]
+    NoModuleNoLua,
+    /// The library or the script was asked for, and the server has no Lua engine.
+    #[error(
+        "the {0} backend runs Lua and this server has no Lua engine (a Valkey without its lua \
+         module): load the ratelimit module and use the module backend, or give the server \
+         its Lua engine"
+    )]
+    NoLua(&'static str),
     /// `SCRIPT LOAD` answered something else than a SHA.
     #[error("SCRIPT LOAD answered {0}")]
     ScriptLoad(String),
@@ -186,9 +202,11 @@ pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resol
         Backend::Module => resolved(StoreBackend::Module, String::new()),
         Backend::Functions => load_library(probe)
             .await
+            .map_err(|error| lua_named(error, "functions"))
             .and_then(|()| resolved(StoreBackend::Functions, String::new())),
         Backend::Scripts => load_script(probe)
             .await
+            .map_err(|error| lua_named(error, "scripts"))
             .and_then(|sha| resolved(StoreBackend::Scripts, sha)),
         Backend::Auto => {
             if probe.has_command("rl.tokenbucket").await? {
@@ -198,6 +216,9 @@ pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resol
                 Ok(()) => resolved(StoreBackend::Functions, String::new()),
                 Err(functions) => match load_script(probe).await {
                     Ok(sha) => resolved(StoreBackend::Scripts, sha),
+                    Err(scripts) if no_lua_engine(&functions) && no_lua_engine(&scripts) => {
+                        Err(BackendError::NoModuleNoLua)
+                    }
                     Err(scripts) => Err(BackendError::NoBackend {
                         functions: Box::new(functions),
                         scripts: Box::new(scripts),
@@ -205,6 +226,26 @@ pub(crate) async fn resolve(probe: &impl Probe, wanted: Backend) -> Result<Resol
                 },
             }
         }
+    }
+}
+
+/// Whether the server refused the library or the script for want of a Lua engine: Valkey
+/// 9.1 answers `FUNCTION LOAD` with `ERR Engine 'lua' not found` and `SCRIPT LOAD` or
+/// `EVAL` with `ERR Could not find scripting engine 'lua'` when its lua module is not loaded.
+fn no_lua_engine(error: &BackendError) -> bool {
+    let BackendError::Server(text) = error else {
+        return false;
+    };
+    let text = text.to_ascii_lowercase();
+    text.contains("engine 'lua' not found") || text.contains("could not find scripting engine")
+}
+
+/// The backend `name`'s error, said plainly when the server has no Lua engine.
+fn lua_named(error: BackendError, name: &'static str) -> BackendError {
+    if no_lua_engine(&error) {
+        BackendError::NoLua(name)
+    } else {
+        error
     }
 }
 

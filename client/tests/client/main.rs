@@ -9,7 +9,9 @@
 //!   `redis-ratelimit-plans` crate, whose own tests are in `plans/tests/plans/`);
 //! - `cluster_stall`: one stopped primary of a cluster and the limiters on the other shards;
 //! - `burst`: 1,000 concurrent checks on a loaded machine, decided by the store;
-//! - `replay`: a reply lost after the server ran the command is never sent again.
+//! - `replay`: a reply lost after the server ran the command is never sent again;
+//! - `valkey_migration`: the cluster store through Valkey 9.1's atomic slot migration;
+//! - `without_lua`: a Valkey 9.1 without its Lua engine or the module (the backend probe).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -32,6 +34,8 @@ mod redis_store;
 mod regions;
 mod replay;
 mod stress;
+mod valkey_migration;
+mod without_lua;
 
 /// Held by the tests that load the machine (fleets of processes, load generators): run one
 /// at a time, so a test with a short timeout is not starved by another's load on a 2-core

@@ -824,3 +824,25 @@ async fn leases_of_a_store_backed_policy_are_spent_and_refunded_across_a_change(
     // 4 spent in all: 200 - 4 = 196 left before a call, 195 after the peeked one.
     assert_eq!(peek(&mut server.conn())[1], 195);
 }
+
+/// On a Valkey 9.1 without its Lua engine (its `lua` module unloaded), a write through
+/// `rlctl` fails with one line naming what is missing and what to do, and writes nothing
+/// (was: `Redis: Could not find scripting engine 'lua'`).
+#[test]
+fn rlctl_on_a_valkey_without_lua_says_what_is_missing() {
+    let server = redis_ratelimit_testkit::server::valkey_without_lua();
+    let output = rlctl(&server, &["plan", "set", "free", "--limit", "a=fixed:1/1d"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("this server has no Lua engine")
+            && stderr.contains("give the server its Lua engine"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
+}

@@ -219,10 +219,16 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
         yield from check_acl()
         return "module", ""
     if wanted == Backend.FUNCTIONS:
-        yield from _load_library()
+        try:
+            yield from _load_library()
+        except StoreError as error:
+            raise _lua_named(error, "functions") from None
         return "functions", ""
     if wanted == Backend.SCRIPTS:
-        sha = yield from _load_script()
+        try:
+            sha = yield from _load_script()
+        except StoreError as error:
+            raise _lua_named(error, "scripts") from None
         return "scripts", sha
     if (yield from has_command("RL.TOKENBUCKET")):
         yield from check_acl()
@@ -238,6 +244,8 @@ def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
         except StoreError as scripts:
             if scripts.unavailable:
                 raise
+            if _no_lua_engine(functions) and _no_lua_engine(scripts):
+                raise StoreError("server", NO_MODULE_NO_LUA) from None
             raise StoreError(
                 "server",
                 "no rate-limit backend on this server: no module commands; the Functions library: "
@@ -293,6 +301,35 @@ def check_acl() -> Generator[Command, Reply, None]:
             "redis-ratelimit: the server's ACL refuses this user %s: checks needing them get the fallback",
             ", ".join(refused),
         )
+
+
+#: With the automatic choice: no module, and no Lua engine to run the library or the script
+#: (Valkey 9.1 runs Lua as a module an operator may leave out or unload). One line, as the
+#: Rust client says it.
+NO_MODULE_NO_LUA = (
+    "no rate-limit backend on this server: the ratelimit module is not loaded and the server has no "
+    "Lua engine (a Valkey without its lua module), so neither the Functions library nor the script "
+    "can run; load the module (loadmodule /path/to/libredis_ratelimit.so) or give the server its Lua engine"
+)
+
+
+def _no_lua_engine(error: StoreError) -> bool:
+    """Whether the server refused the library or the script for want of a Lua engine: Valkey 9.1
+    answers ``FUNCTION LOAD`` with ``Engine 'lua' not found`` and ``SCRIPT LOAD`` with ``Could not
+    find scripting engine 'lua'`` when its lua module is not loaded."""
+    text = error.detail.lower()
+    return "engine 'lua' not found" in text or "could not find scripting engine" in text
+
+
+def _lua_named(error: StoreError, name: str) -> StoreError:
+    """The backend ``name``'s error, said plainly when the server has no Lua engine."""
+    if not _no_lua_engine(error):
+        return error
+    return StoreError(
+        "server",
+        f"the {name} backend runs Lua and this server has no Lua engine (a Valkey without its lua "
+        "module): load the ratelimit module and use the module backend, or give the server its Lua engine",
+    )
 
 
 def _load_library() -> Generator[Command, Reply, None]:

@@ -304,3 +304,28 @@ async fn a_graceful_stop_gives_leases_back() {
     assert!(leased.log().contains("giving leases back"));
     assert_eq!(left(&plain), 97, "the unspent units came back");
 }
+
+/// On a Valkey 9.1 without the module or its Lua engine (its `lua` module unloaded), the
+/// service says at start, in one line, what is missing and what to do (the client's backend
+/// probe), instead of counting every check as an `error` decision with nothing logged.
+#[test]
+fn a_valkey_without_the_module_or_lua_is_named_in_the_log_at_start() {
+    let server = redis_ratelimit_testkit::server::valkey_without_lua();
+    let url = format!("redis://127.0.0.1:{}/", server.port);
+    let service = Service::start(&url, &[("ops.yaml", &versioned("v0"))], &[]);
+    let wanted = "the ratelimit module is not loaded and the server has no Lua engine";
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            service.log().contains(wanted)
+        }),
+        "log:\n{}",
+        service.log()
+    );
+    let line = service
+        .log()
+        .lines()
+        .find(|line| line.contains(wanted))
+        .map(str::to_string)
+        .unwrap();
+    assert!(line.contains("load the module"), "{line}");
+}
