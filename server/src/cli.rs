@@ -77,6 +77,9 @@ pub struct Options {
     pub http_allowed_origins: Vec<String>,
     /// Distinct `rule` label values per domain in the descriptor metrics.
     pub max_metric_rules: usize,
+    /// The most key sets each per-key table of the limiter keeps (and requests holding
+    /// in-flight slots).
+    pub max_tracked_keys: usize,
     /// The global shadow mode: every denial reported, none enforced.
     pub shadow_mode: bool,
     /// The reference's dynamic metadata in answers (`RESPONSE_DYNAMIC_METADATA`).
@@ -392,6 +395,18 @@ struct Args {
         value_parser = at_least_one
     )]
     max_metric_rules: usize,
+
+    /// The most distinct key sets each of the limiter's per-key tables keeps (the store's
+    /// last answers the failure mode continues from, denials remembered, leases, the local
+    /// failure mode's states; and admitted requests holding in-flight slots): past it, the
+    /// expired entries go, or else the one answered longest ago
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = redis_ratelimit_client::expiring::DEFAULT_MAX_KEYS,
+        value_parser = at_least_one
+    )]
+    max_tracked_keys: usize,
 
     /// A descriptor's 'limit' override (the caller's own limit, as in the reference):
     /// honoured, or refused as a bad request
@@ -822,6 +837,7 @@ where
         metrics_need_token: args.metrics_need_token,
         http_allowed_origins: args.http_allow_origin,
         max_metric_rules: args.max_metric_rules,
+        max_tracked_keys: args.max_tracked_keys,
         shadow_mode: args.shadow_mode,
         response_dynamic_metadata: reference.response_dynamic_metadata,
         healthy_with_config: reference.healthy_with_at_least_one_config,

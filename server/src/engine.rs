@@ -52,6 +52,10 @@ pub struct EngineSettings {
     pub shadow_mode: bool,
     /// Answers carry the reference's dynamic metadata (`RESPONSE_DYNAMIC_METADATA`).
     pub reference_metadata: bool,
+    /// The most admitted requests whose in-flight slots are held for release at once
+    /// (`--max-tracked-keys`): past it, the one held longest ago is forgotten (its slots
+    /// free themselves in Redis after their ttl).
+    pub max_held: usize,
 }
 
 /// The service's decisions.
@@ -77,8 +81,8 @@ impl Engine {
         Self {
             config: RwLock::new(Arc::new(config)),
             limiter,
+            held: Mutex::new(Expiring::bounded(settings.max_held)),
             settings,
-            held: Mutex::new(Expiring::new()),
             plans,
             region: None,
         }
@@ -223,10 +227,11 @@ impl Engine {
         let now = Instant::now();
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         // Slots never released (a gRPC caller cannot) free themselves in Redis after the
-        // limit's unit; their entries are dropped here as they expire, oldest first.
+        // limit's unit; their entries are dropped here as they expire, oldest first (and
+        // past the bound, the one held longest ago: under-admission until its ttl).
         held.expire(now);
         let expires = now.checked_add(ttl).unwrap_or(now);
-        held.insert(&id, Held { in_flight }, expires);
+        held.insert(&id, Held { in_flight }, expires, now);
         id
     }
 

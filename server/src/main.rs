@@ -116,6 +116,7 @@ fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
     RateLimiter::builder_shared(store(options)?)
         .profile(profile)
         .replicas(Replicas::fixed(options.replicas.max(1)))
+        .max_tracked_keys(options.max_tracked_keys)
         .build()
         .map_err(StartError::Limiter)
 }
@@ -213,6 +214,7 @@ async fn engine(
             key_prefix: options.key_prefix.clone(),
             shadow_mode: options.shadow_mode,
             reference_metadata: options.response_dynamic_metadata,
+            max_held: options.max_tracked_keys,
         },
     );
     let mut agent = None;

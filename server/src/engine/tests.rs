@@ -74,6 +74,7 @@ fn engine_failing(
             key_prefix: "rls:".into(),
             shadow_mode,
             reference_metadata: true,
+            max_held: redis_ratelimit_client::expiring::DEFAULT_MAX_KEYS,
         },
     );
     (engine, store)
