@@ -5,6 +5,7 @@
 
 mod answer;
 mod auth;
+mod certificate;
 mod cli;
 mod config;
 mod engine;
@@ -279,7 +280,7 @@ async fn start_grpc(
     let tls = options
         .grpc_tls
         .as_ref()
-        .map(|files| tls::acceptor(files, &[b"h2"]))
+        .map(|files| tls::acceptor(files, "grpc", &[b"h2"]))
         .transpose()
         .map_err(|source| StartError::Tls {
             listener: "gRPC",
@@ -333,7 +334,7 @@ async fn start_http(
     let tls = options
         .http_tls
         .as_ref()
-        .map(|files| tls::acceptor(files, &[b"http/1.1"]))
+        .map(|files| tls::acceptor(files, "http", &[b"http/1.1"]))
         .transpose()
         .map_err(|source| StartError::Tls {
             listener: "HTTP",
