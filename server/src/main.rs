@@ -125,6 +125,7 @@ fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
 /// Starts the service and serves until SIGINT or SIGTERM, then drains it.
 async fn run(options: Options) -> Result<(), StartError> {
     let prometheus = metrics::install(options.max_metric_rules)?;
+    metrics::spawn_upkeep(&prometheus);
     let http_token = read_token("--http-token-file", options.http_token_file.as_deref())?;
     let grpc_token = read_token("--grpc-token-file", options.grpc_token_file.as_deref())?;
     let (engine, seen, agent) = engine(&options).await?;
