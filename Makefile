@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -277,6 +277,11 @@ fuzz: ## Fuzz the argument parsers and the state decoder, FUZZ_SECONDS (default 
 
 bench-memory: build ## Memory per limiter (100k limiters, short keys) and per holder: docs/bench-memory.md
 	set -o pipefail; python3 bench/memory.py $(RELEASE_MODULE) | tee docs/bench-memory.md
+
+bench-memory-keys: build ## Memory per distinct key of the client library and the service, 1,000,000 keys (client/README.md, README.md)
+	$(CARGO) run --release -p redis-ratelimit-client --example memory-keys -- --keys 1000000
+	$(CARGO) build --release -p redis-ratelimit-server
+	python3 bench/service_memory.py target/release/redis-ratelimit-server $(RELEASE_MODULE) 1000000
 
 bench-instructions: build ## Instructions per call under callgrind (deterministic; needs valgrind)
 	bench/instructions.sh $(RELEASE_MODULE)

@@ -12,11 +12,6 @@ use crate::decision::{Decision, Outcome, Source};
 use crate::expiring::Expiring;
 use crate::store::StoreBackend;
 
-/// Most keys remembered per policy; beyond it, new denials are not cached (the store still
-/// decides them, so only the saving is lost). Expired denials are dropped oldest first as
-/// new ones come, in O(log n) each, never by walking the live ones.
-const CAPACITY: usize = 100_000;
-
 #[derive(Debug)]
 struct Denial {
     at: Instant,
@@ -26,13 +21,23 @@ struct Denial {
     backend: StoreBackend,
 }
 
-/// A policy's remembered denials, by key set, each expiring when its wait is over.
-#[derive(Debug, Default)]
+/// A policy's remembered denials, by key set, each expiring when its wait is over: at most
+/// the limiter's `max_keys` of them. A new denial at the bound drops the expired ones (oldest
+/// first, in O(log n) each, never by walking the live ones), or else the denial remembered
+/// longest ago (the store decides that key set again: only the saving is lost).
+#[derive(Debug)]
 pub(crate) struct DenyCache {
     entries: Mutex<Expiring<Denial>>,
 }
 
 impl DenyCache {
+    /// An empty cache of at most `max_keys` denials.
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            entries: Mutex::new(Expiring::bounded(max_keys)),
+        }
+    }
+
     /// The cached denial of `id` if a request of `cost` is still sure to be denied: the
     /// denial has not expired and was for a cost no larger.
     pub(crate) fn get(&self, id: &str, cost: u64, now: Instant) -> Option<Decision> {
@@ -67,16 +72,13 @@ impl DenyCache {
         };
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.expire(now);
-        if entries.len() >= CAPACITY && !entries.contains_key(id) {
-            return;
-        }
         let denial = Denial {
             at: now,
             cost,
             decision: decision.clone(),
             backend,
         };
-        entries.insert(id, denial, until);
+        entries.insert(id, denial, until, now);
     }
 
     /// Forgets expired denials.
@@ -115,7 +117,7 @@ mod tests {
 
     #[test]
     fn answers_until_the_wait_is_over() {
-        let cache = DenyCache::default();
+        let cache = DenyCache::new(crate::expiring::DEFAULT_MAX_KEYS);
         let now = Instant::now();
         cache.insert("k", 1, &denial(Some(Duration::from_millis(800))), now);
         let later = now + Duration::from_millis(300);
@@ -132,7 +134,7 @@ mod tests {
 
     #[test]
     fn a_denial_says_nothing_about_cheaper_requests() {
-        let cache = DenyCache::default();
+        let cache = DenyCache::new(crate::expiring::DEFAULT_MAX_KEYS);
         let now = Instant::now();
         cache.insert("k", 5, &denial(Some(Duration::from_secs(1))), now);
         assert!(cache.get("k", 4, now).is_none());
@@ -142,7 +144,7 @@ mod tests {
 
     #[test]
     fn never_and_zero_waits_are_not_cached() {
-        let cache = DenyCache::default();
+        let cache = DenyCache::new(crate::expiring::DEFAULT_MAX_KEYS);
         let now = Instant::now();
         cache.insert("never", 1, &denial(None), now);
         cache.insert("zero", 1, &denial(Some(Duration::ZERO)), now);
@@ -151,7 +153,7 @@ mod tests {
 
     #[test]
     fn purge_drops_expired_denials() {
-        let cache = DenyCache::default();
+        let cache = DenyCache::new(crate::expiring::DEFAULT_MAX_KEYS);
         let now = Instant::now();
         cache.insert("a", 1, &denial(Some(Duration::from_millis(10))), now);
         cache.insert("b", 1, &denial(Some(Duration::from_secs(10))), now);

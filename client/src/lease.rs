@@ -7,11 +7,11 @@
 //! spends from the units claimed, or is denied by the claim's denial; the claim is sized for
 //! the requests waiting on it (within the policy's cap), so one store call serves them all.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use crate::expiring::Expiring;
 use crate::limiter::LimitSet;
 use crate::store::{StoreBackend, View};
 
@@ -101,13 +101,25 @@ pub(crate) struct Expired {
     pub(crate) units: u64,
 }
 
-/// A policy's leases.
-#[derive(Debug, Default)]
+/// A lease's place in the table never expires by itself (the sweeper takes expired leases).
+const UNTIL_SWEPT: u64 = u64::MAX;
+
+/// A policy's leases, at most `max_keys` key sets: a new key set at the bound forgets the
+/// lease used longest ago (its unspent units are never refunded: under-admission, never
+/// over; a request still spending from it finishes on it).
+#[derive(Debug)]
 pub(crate) struct Leases {
-    slots: Mutex<HashMap<String, SharedSlot>>,
+    slots: Mutex<Expiring<SharedSlot, u64>>,
 }
 
 impl Leases {
+    /// An empty table of at most `max_keys` leases.
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            slots: Mutex::new(Expiring::bounded(max_keys)),
+        }
+    }
+
     /// The lease of key set `id` (created empty on first use) of `limits`.
     pub(crate) fn slot(
         &self,
@@ -117,21 +129,26 @@ impl Leases {
         now: Instant,
     ) -> SharedSlot {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        Arc::clone(slots.entry(id.to_string()).or_insert_with(|| {
-            Arc::new(Slot {
-                waiting: AtomicU64::new(0),
-                lease: tokio::sync::Mutex::new(LeaseSlot {
-                    keys: keys.to_vec(),
-                    limits: Arc::clone(limits),
-                    units: 0,
-                    expires: now,
-                    views: Vec::new(),
-                    backend: None,
-                    last_claim: None,
-                    claim_units: 0,
-                }),
-            })
-        }))
+        if let Some((slot, _)) = slots.get(id) {
+            let slot = Arc::clone(slot);
+            slots.renew(id, UNTIL_SWEPT);
+            return slot;
+        }
+        let slot = Arc::new(Slot {
+            waiting: AtomicU64::new(0),
+            lease: tokio::sync::Mutex::new(LeaseSlot {
+                keys: keys.to_vec(),
+                limits: Arc::clone(limits),
+                units: 0,
+                expires: now,
+                views: Vec::new(),
+                backend: None,
+                last_claim: None,
+                claim_units: 0,
+            }),
+        });
+        slots.insert(id, Arc::clone(&slot), UNTIL_SWEPT, 0);
+        slot
     }
 
     /// Takes the unspent units out of every lease that has expired by `now` (or of every
@@ -190,7 +207,7 @@ mod tests {
 
     #[tokio::test]
     async fn expired_units_are_taken_once_and_empty_slots_forgotten() {
-        let leases = Leases::default();
+        let leases = Leases::new(crate::expiring::DEFAULT_MAX_KEYS);
         let now = Instant::now();
         let keys = vec!["a".to_string()];
         {
@@ -211,7 +228,7 @@ mod tests {
 
     #[tokio::test]
     async fn all_takes_live_leases_too() {
-        let leases = Leases::default();
+        let leases = Leases::new(crate::expiring::DEFAULT_MAX_KEYS);
         let now = Instant::now();
         let keys = vec!["a".to_string()];
         {
@@ -223,9 +240,27 @@ mod tests {
         assert_eq!(leases.take_expired(now, true), expired(&keys, 3));
     }
 
+    #[test]
+    fn past_the_bound_the_lease_used_longest_ago_is_forgotten() {
+        let leases = Leases::new(2);
+        let now = Instant::now();
+        let keys = vec!["k".to_string()];
+        let a = leases.slot("a", &keys, &limits(), now);
+        leases.slot("b", &keys, &limits(), now);
+        assert!(Arc::ptr_eq(&a, &leases.slot("a", &keys, &limits(), now)));
+        leases.slot("c", &keys, &limits(), now);
+        assert_eq!(leases.len(), 2);
+        assert!(
+            Arc::ptr_eq(&a, &leases.slot("a", &keys, &limits(), now)),
+            "a was used after b: b went"
+        );
+        let slots = leases.slots.lock().unwrap();
+        assert!(slots.contains_key("c") && !slots.contains_key("b"));
+    }
+
     #[tokio::test]
     async fn a_lease_in_use_is_left_alone() {
-        let leases = Leases::default();
+        let leases = Leases::new(crate::expiring::DEFAULT_MAX_KEYS);
         let now = Instant::now();
         let keys = vec!["a".to_string()];
         let slot = leases.slot("a", &keys, &limits(), now);

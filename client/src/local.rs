@@ -7,7 +7,6 @@
 //! passes this process's.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use redis_ratelimit_core::Commit;
 use redis_ratelimit_core::concurrency::HolderId;
@@ -16,6 +15,7 @@ use redis_ratelimit_core::engine::{self, Limits, Refused};
 use redis_ratelimit_core::grant::Grant;
 use redis_ratelimit_core::kinds::{Change, Limiter, LimiterRef, Quota};
 
+use crate::expiring::Expiring;
 use crate::outcome::{GroupGrant, StoreBackend, View};
 
 /// One limit of a local group.
@@ -40,20 +40,15 @@ pub(crate) enum LocalError {
     Params(String),
 }
 
-/// A key's limiter and its expiry (Unix ms), as Redis would hold them.
-#[derive(Clone, Debug)]
-struct Stored {
-    limiter: Limiter,
-    expires_at_ms: i64,
-}
-
-/// Limiter states by key, with Redis's expiry semantics (an expired state is a missing key).
+/// Limiter states by key, each with its expiry (Unix ms), with Redis's expiry semantics (an
+/// expired state is a missing key, and is dropped, oldest first, at the next call). A bound
+/// (the fallback's) drops, for a new key at the bound, the expired states, or else the state
+/// used longest ago: that key starts over from a fresh share.
 #[derive(Debug, Default)]
 pub(crate) struct LocalLimits {
-    states: HashMap<String, Stored>,
+    states: Expiring<Limiter, i64>,
     /// Refuse a key holding another algorithm (as the server does) instead of replacing it.
     strict: bool,
-    operations: u32,
     /// The engine's working memory, reused from call to call.
     buffers: engine::Buffers,
 }
@@ -68,9 +63,12 @@ impl LocalLimits {
     }
 
     /// Limits that silently replace a state of another kind (the fallback: it has no one to
-    /// report to, and its states are only approximations anyway).
-    pub(crate) fn lenient() -> Self {
-        Self::default()
+    /// report to, and its states are only approximations anyway), at most `max_keys` of them.
+    pub(crate) fn lenient(max_keys: usize) -> Self {
+        Self {
+            states: Expiring::bounded(max_keys),
+            ..Self::default()
+        }
     }
 
     /// Starts `call.key` over from what the store last said: `remaining` units of the
@@ -128,7 +126,7 @@ impl LocalLimits {
         now_us: i64,
         commit: bool,
     ) -> Result<GroupGrant, LocalError> {
-        self.maybe_prune(now_us);
+        self.states.expire(now_us.div_euclid(1_000));
         let quotas = calls
             .iter()
             .map(|call| quota(call, !commit))
@@ -198,38 +196,23 @@ impl LocalLimits {
             change,
             expires_at_ms,
         } = commit;
+        let now_ms = now_us.div_euclid(1_000);
         let live = live(&self.states, key, now_us)
-            .is_some_and(|stored| stored.limiter.as_ref().kind() == change.kind());
+            .is_some_and(|limiter| limiter.as_ref().kind() == change.kind());
         let stored = match self.states.get_mut(key) {
             Some(stored) if live => stored,
             _ => {
-                let limiter = change.create();
-                self.states.insert(
-                    key.to_string(),
-                    Stored {
-                        limiter,
-                        expires_at_ms,
-                    },
-                );
+                self.states
+                    .insert(key, change.create(), expires_at_ms, now_ms);
                 return;
             }
         };
         // The kinds match (checked above), so the change applies.
-        let _ = change.apply(stored.limiter.as_mut());
-        stored.expires_at_ms = expires_at_ms;
-        if stored.limiter.as_ref().is_vacant() {
+        let _ = change.apply(stored.as_mut());
+        if stored.as_ref().is_vacant() {
             self.states.remove(key);
-        }
-    }
-
-    /// Drops expired states now and then, so a local map of many keys does not grow without
-    /// bound.
-    fn maybe_prune(&mut self, now_us: i64) {
-        self.operations = self.operations.wrapping_add(1);
-        if self.operations.is_multiple_of(1024) {
-            let now_ms = now_us.div_euclid(1_000);
-            self.states
-                .retain(|_, stored| stored.expires_at_ms > now_ms);
+        } else {
+            self.states.renew(key, expires_at_ms);
         }
     }
 }
@@ -237,7 +220,7 @@ impl LocalLimits {
 /// Each call's live limiter in `states`; unless `strict`, a limiter of another kind than the
 /// call's counts as missing (its commit replaces it).
 fn held<'s>(
-    states: &'s HashMap<String, Stored>,
+    states: &'s Expiring<Limiter, i64>,
     strict: bool,
     calls: &[LocalCall<'_>],
     quotas: &[Quota],
@@ -248,18 +231,19 @@ fn held<'s>(
         .zip(quotas)
         .map(|(call, quota)| {
             live(states, call.key, now_us)
-                .map(|stored| stored.limiter.as_ref())
+                .map(Limiter::as_ref)
                 .filter(|held| strict || held.kind() == quota.kind())
         })
         .collect()
 }
 
 /// The state under `key`, unless it has expired (then the key is missing).
-fn live<'s>(states: &'s HashMap<String, Stored>, key: &str, now_us: i64) -> Option<&'s Stored> {
+fn live<'s>(states: &'s Expiring<Limiter, i64>, key: &str, now_us: i64) -> Option<&'s Limiter> {
     let now_ms = now_us.div_euclid(1_000);
     states
         .get(key)
-        .filter(|stored| stored.expires_at_ms > now_ms)
+        .filter(|(_, expires_at_ms)| *expires_at_ms > now_ms)
+        .map(|(limiter, _)| limiter)
 }
 
 /// The quota of one call, for one unit: its own, paced or holding the caller's slot. An
@@ -430,7 +414,10 @@ mod tests {
         let window = quota(Algorithm::fixed_window(5, Duration::from_secs(60)).unwrap());
         for (mut limits, refuses) in [
             (LocalLimits::strict(), true),
-            (LocalLimits::lenient(), false),
+            (
+                LocalLimits::lenient(crate::expiring::DEFAULT_MAX_KEYS),
+                false,
+            ),
         ] {
             let first = [LocalCall {
                 key: "k",
@@ -452,8 +439,30 @@ mod tests {
     }
 
     #[test]
+    fn a_bounded_map_forgets_the_state_used_longest_ago() {
+        let mut limits = LocalLimits::lenient(2);
+        let call = |key| LocalCall {
+            key,
+            quota: bucket(3),
+            weight: 1,
+            max_wait_ns: None,
+            holder: None,
+        };
+        for key in ["a", "b", "a", "c"] {
+            limits.acquire(&[call(key)], 1, None, T0).unwrap();
+        }
+        let left = |limits: &mut LocalLimits, key| {
+            limits.peek(&[call(key)], 1, T0).unwrap().views[0].remaining
+        };
+        // "b" was used longest ago: forgotten, it starts over as a key never used.
+        assert_eq!(limits.states.len(), 2);
+        assert_eq!(left(&mut limits, "b"), left(&mut limits, "never"));
+        assert_eq!(left(&mut limits, "a") + 2, left(&mut limits, "never"));
+    }
+
+    #[test]
     fn a_seeded_state_continues_from_the_answer() {
-        let mut limits = LocalLimits::lenient();
+        let mut limits = LocalLimits::lenient(crate::expiring::DEFAULT_MAX_KEYS);
         // 10 tokens refilled over an hour: one every 6 minutes.
         let calls = [LocalCall {
             key: "a",

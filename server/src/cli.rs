@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::error::ErrorKind;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::store::BatchOptions;
 use redis_ratelimit_plans::PlanOptions;
@@ -77,6 +77,9 @@ pub struct Options {
     pub http_allowed_origins: Vec<String>,
     /// Distinct `rule` label values per domain in the descriptor metrics.
     pub max_metric_rules: usize,
+    /// The most key sets each per-key table of the limiter keeps (and requests holding
+    /// in-flight slots).
+    pub max_tracked_keys: usize,
     /// The global shadow mode: every denial reported, none enforced.
     pub shadow_mode: bool,
     /// The reference's dynamic metadata in answers (`RESPONSE_DYNAMIC_METADATA`).
@@ -393,6 +396,18 @@ struct Args {
     )]
     max_metric_rules: usize,
 
+    /// The most distinct key sets each of the limiter's per-key tables keeps (the store's
+    /// last answers the failure mode continues from, denials remembered, leases, the local
+    /// failure mode's states; and admitted requests holding in-flight slots): past it, the
+    /// expired entries go, or else the one answered longest ago
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = redis_ratelimit_client::expiring::DEFAULT_MAX_KEYS,
+        value_parser = at_least_one
+    )]
+    max_tracked_keys: usize,
+
     /// A descriptor's 'limit' override (the caller's own limit, as in the reference):
     /// honoured, or refused as a bad request
     #[arg(long, value_name = "POLICY", value_enum, default_value = "allow")]
@@ -579,13 +594,36 @@ const FROM_ENVIRONMENT: &[(&str, &str)] = &[
     ),
 ];
 
-/// The variables `matches` read a value from.
-fn from_environment(matches: &ArgMatches) -> Vec<&'static str> {
-    FROM_ENVIRONMENT
-        .iter()
-        .filter(|(id, _)| matches.value_source(id) == Some(ValueSource::EnvVariable))
-        .map(|(_, variable)| *variable)
-        .collect()
+/// A refusal of a value read from a variable (`read`: each flag given one, the variable, its
+/// value), said of the variable, not of the flag it stands in for.
+fn named_by_variable(
+    error: clap::Error,
+    read: &[(String, &'static str, std::ffi::OsString)],
+) -> clap::Error {
+    let Some(ContextValue::String(invalid)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let flag = invalid.split(' ').next().unwrap_or_default();
+    let Some((_, variable, value)) = read.iter().find(|(long, ..)| long == flag) else {
+        return error;
+    };
+    let reason = match (
+        std::error::Error::source(&error),
+        error.get(ContextKind::ValidValue),
+    ) {
+        (Some(source), _) => source.to_string(),
+        (None, Some(ContextValue::Strings(valid))) => {
+            format!("the possible values are {}", valid.join(", "))
+        }
+        (None, _) => error.kind().to_string(),
+    };
+    usage_error(
+        error.kind(),
+        format!(
+            "invalid value {:?} in the environment variable {variable}: {reason}",
+            value.to_string_lossy()
+        ),
+    )
 }
 
 fn listen(text: &str) -> Result<Listen, String> {
@@ -664,8 +702,75 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let matches = Args::command().try_get_matches_from(args)?;
-    let from_environment = from_environment(&matches);
+    parse_with_env(args, |variable| std::env::var_os(variable))
+}
+
+/// The command without its environment variables: [`parse_with_env`] reads them itself.
+fn without_env() -> clap::Command {
+    FROM_ENVIRONMENT
+        .iter()
+        .fold(Args::command(), |command, (id, _)| {
+            command.mut_arg(*id, |arg| arg.env(None))
+        })
+}
+
+/// [`parse`], the environment read through `lookup`. A variable of the reference's is read
+/// as the reference reads it (`envconfig`): a boolean in any form Go's `strconv.ParseBool`
+/// takes, any other value as its flag's (an empty one is unset); a value refused is named
+/// by its variable.
+pub fn parse_with_env<I, T>(
+    args: I,
+    lookup: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Options, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let given = match without_env().try_get_matches_from(&args) {
+        Ok(given) => given,
+        // The help as clap writes it, with each flag's variable.
+        Err(error) if error.exit_code() == 0 => {
+            return Err(Args::command()
+                .try_get_matches_from(&args)
+                .err()
+                .unwrap_or(error));
+        }
+        Err(error) => return Err(error),
+    };
+    let command = without_env();
+    let mut from_environment = Vec::new();
+    let mut read: Vec<(String, &'static str, std::ffi::OsString)> = Vec::new();
+    let mut extra: Vec<std::ffi::OsString> = Vec::new();
+    for (id, variable) in FROM_ENVIRONMENT {
+        if given.value_source(id) == Some(ValueSource::CommandLine) {
+            continue;
+        }
+        let Some(value) = lookup(variable) else {
+            continue;
+        };
+        let Some(arg) = command.get_arguments().find(|arg| arg.get_id() == id) else {
+            continue;
+        };
+        let long = format!("--{}", arg.get_long().unwrap_or(id));
+        if arg.get_action().takes_values() {
+            if value.is_empty() {
+                continue;
+            }
+            let mut flag = std::ffi::OsString::from(format!("{long}="));
+            flag.push(&value);
+            extra.push(flag);
+        } else if reference_env::parse_bool(variable, &value)
+            .map_err(|error| usage_error(ErrorKind::InvalidValue, error))?
+        {
+            extra.push(long.clone().into());
+        }
+        from_environment.push(*variable);
+        read.push((long, variable, value));
+    }
+    let matches = without_env()
+        .try_get_matches_from(args.iter().cloned().chain(extra))
+        .map_err(|error| named_by_variable(error, &read))?;
     let args = Args::from_arg_matches(&matches)?;
     let reference = &args.reference;
     let tls = |cert: Option<PathBuf>,
@@ -698,7 +803,13 @@ where
         tls: reference.redis_tls,
         skip_verify: reference.redis_tls_skip_hostname_verification,
     })
-    .map_err(|error| usage_error(ErrorKind::InvalidValue, format!("--redis: {error}")))?;
+    .map_err(|error| {
+        let named = match from_environment.contains(&"REDIS_URL") {
+            true => "REDIS_URL",
+            false => "--redis",
+        };
+        usage_error(ErrorKind::InvalidValue, format!("{named}: {error}"))
+    })?;
     let runtime = [
         &reference.runtime_root,
         &reference.runtime_subdirectory,
@@ -717,7 +828,7 @@ where
                     host: &Option<String>,
                     port: Option<u16>,
                     default: SocketAddr,
-                    flag: &str| {
+                    (flag, variable): (&str, &str)| {
         match (given, host, port) {
             (Some(given), ..) => Ok(given.0),
             (None, None, None) => Ok(Some(default)),
@@ -725,7 +836,12 @@ where
                 reference_env::listen_address(host.as_deref(), port, default.port())
                     .map(Some)
                     .map_err(|error| {
-                        usage_error(ErrorKind::InvalidValue, format!("{flag}: {error}"))
+                        // The host is what fails: named as it was given.
+                        let named = match from_environment.contains(&variable) {
+                            true => variable,
+                            false => flag,
+                        };
+                        usage_error(ErrorKind::InvalidValue, format!("{named}: {error}"))
                     })
             }
         }
@@ -748,14 +864,14 @@ where
             &reference.grpc_host,
             reference.grpc_port,
             SocketAddr::from(([127, 0, 0, 1], 8081)),
-            "--grpc-host/--grpc-port",
+            ("--grpc-host", "GRPC_HOST"),
         )?,
         http_listen: listener(
             args.http_listen,
             &reference.http_host,
             reference.http_port,
             SocketAddr::from(([127, 0, 0, 1], 8080)),
-            "--http-host/--http-port",
+            ("--http-host", "HOST"),
         )?,
         lease: args.lease.filter(|units| *units > 0),
         timeout: args.timeout_ms,
@@ -822,6 +938,7 @@ where
         metrics_need_token: args.metrics_need_token,
         http_allowed_origins: args.http_allow_origin,
         max_metric_rules: args.max_metric_rules,
+        max_tracked_keys: args.max_tracked_keys,
         shadow_mode: args.shadow_mode,
         response_dynamic_metadata: reference.response_dynamic_metadata,
         healthy_with_config: reference.healthy_with_at_least_one_config,
@@ -1054,6 +1171,184 @@ mod tests {
                 "a usage error: {line}"
             );
         }
+    }
+
+    /// Parses `line` with `env` as the whole environment.
+    fn parse_env(line: &str, env: &[(&str, &str)]) -> Result<Options, clap::Error> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        parse_with_env(
+            std::iter::once("redis-ratelimit-server").chain(line.split_whitespace()),
+            move |variable| {
+                env.iter()
+                    .find(|(name, _)| name == variable)
+                    .map(|(_, value)| value.into())
+            },
+        )
+    }
+
+    #[test]
+    fn booleans_in_every_spelling_the_reference_takes() {
+        let base = "--redis 127.0.0.1:6379 --config /c";
+        type Reader = fn(&Options) -> bool;
+        let read: &[(&str, Reader)] = &[
+            ("SHADOW_MODE", |options| options.shadow_mode),
+            ("REDIS_TLS", |options| {
+                options.redis[0].starts_with("rediss://")
+            }),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", |options| {
+                options.headers.legacy.is_some()
+            }),
+            ("RESPONSE_DYNAMIC_METADATA", |options| {
+                options.response_dynamic_metadata
+            }),
+            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", |options| {
+                options.healthy_with_config
+            }),
+        ];
+        for (variable, value_of) in read {
+            for (spelling, expected) in [
+                ("1", true),
+                ("t", true),
+                ("T", true),
+                ("TRUE", true),
+                ("true", true),
+                ("True", true),
+                ("0", false),
+                ("f", false),
+                ("F", false),
+                ("FALSE", false),
+                ("false", false),
+                ("False", false),
+            ] {
+                let options = parse_env(base, &[(variable, spelling)])
+                    .unwrap_or_else(|error| panic!("{variable}={spelling}: {error}"));
+                assert_eq!(value_of(&options), expected, "{variable}={spelling}");
+                assert_eq!(options.from_environment, vec![*variable]);
+            }
+            for refused in ["yes", "on", "2", "", " true", "tRUE"] {
+                let error = parse_env(base, &[(variable, refused)]).unwrap_err();
+                let text = error.to_string();
+                assert!(
+                    text.contains(&format!(
+                        "in the environment variable {variable}: a boolean"
+                    )) && !text.lines().next().unwrap_or_default().contains("--"),
+                    "{variable}={refused:?}: {text}"
+                );
+                assert_eq!(error.exit_code(), 2);
+            }
+        }
+        let options = parse_env(
+            base,
+            &[
+                ("REDIS_TLS", "1"),
+                ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "T"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(options.redis, vec!["rediss://127.0.0.1:6379/#insecure"]);
+        // The command line wins, and a variable it stands for is not read at all.
+        let options =
+            parse_env(&format!("{base} --shadow-mode"), &[("SHADOW_MODE", "bad")]).unwrap();
+        assert!(options.shadow_mode && options.from_environment.is_empty());
+    }
+
+    #[test]
+    fn the_runtime_directory_is_joined_as_the_reference_joins_it() {
+        let config = |env: &[(&str, &str)]| parse_env("--redis r:1", env).unwrap().config;
+        for (env, expected) in [
+            (
+                &[("RUNTIME_ROOT", "/srv/r"), ("RUNTIME_SUBDIRECTORY", "/x")][..],
+                "/srv/r/x/config",
+            ),
+            (
+                &[("RUNTIME_SUBDIRECTORY", "/x")][..],
+                "/srv/runtime_data/current/x/config",
+            ),
+            (
+                &[
+                    ("RUNTIME_ROOT", "/srv/r/"),
+                    ("RUNTIME_APPDIRECTORY", "/rules/"),
+                ][..],
+                "/srv/r/rules",
+            ),
+            (
+                &[
+                    ("RUNTIME_ROOT", "a//b/./"),
+                    ("RUNTIME_SUBDIRECTORY", "../c"),
+                ][..],
+                "a/c/config",
+            ),
+            (
+                &[("RUNTIME_ROOT", "/"), ("RUNTIME_SUBDIRECTORY", "../../x")][..],
+                "/x/config",
+            ),
+            (
+                &[("RUNTIME_ROOT", ".."), ("RUNTIME_SUBDIRECTORY", "..")][..],
+                "../../config",
+            ),
+            (
+                &[("RUNTIME_ROOT", "/r"), ("RUNTIME_SUBDIRECTORY", "")][..],
+                "/r/config",
+            ),
+        ] {
+            assert_eq!(config(env), PathBuf::from(expected), "{env:?}");
+        }
+    }
+
+    #[test]
+    fn a_value_from_the_environment_is_named_by_its_variable() {
+        let base = "--redis r:1 --config /c";
+        for (variable, value, expected) in [
+            (
+                "GRPC_PORT",
+                "eighty",
+                "invalid value \"eighty\" in the environment variable GRPC_PORT: invalid digit",
+            ),
+            (
+                "LOG_LEVEL",
+                "loud",
+                "invalid value \"loud\" in the environment variable LOG_LEVEL: the possible values are",
+            ),
+            (
+                "REDIS_TYPE",
+                "ring",
+                "in the environment variable REDIS_TYPE: the possible values are single, sentinel, cluster",
+            ),
+            (
+                "GRPC_HOST",
+                "no such host.invalid",
+                "GRPC_HOST: cannot resolve",
+            ),
+        ] {
+            let error = parse_env(base, &[(variable, value)]).unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(expected), "{variable}={value}: {text}");
+            assert!(
+                !text.lines().next().unwrap_or_default().contains("--"),
+                "{variable}={value} names no flag: {text}"
+            );
+            assert_eq!(error.exit_code(), 2);
+        }
+        let text = parse_env("--config /c", &[("REDIS_URL", "a:1,b:2")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("REDIS_URL: one server is one address"),
+            "{text}"
+        );
+        let text = error("--config /c --redis a:1,b:2");
+        assert!(
+            text.contains("--redis: one server is one address"),
+            "{text}"
+        );
+        let text = error("--config /c --redis r:1 --grpc-port eighty");
+        assert!(
+            text.contains("'--grpc-port <PORT>'"),
+            "a flag is named as a flag: {text}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_ratelimit_client::expiring::Expiring;
+use redis_ratelimit_client::job::Charge;
 use redis_ratelimit_client::{
     CheckError, Decision, InFlight, Job, JobLimit, LimitStatus, RateLimiter,
 };
@@ -54,6 +55,10 @@ pub struct EngineSettings {
     pub shadow_mode: bool,
     /// Answers carry the reference's dynamic metadata (`RESPONSE_DYNAMIC_METADATA`).
     pub reference_metadata: bool,
+    /// The most admitted requests whose in-flight slots are held for release at once
+    /// (`--max-tracked-keys`): past it, the one held longest ago is forgotten (its slots
+    /// free themselves in Redis after their ttl).
+    pub max_held: usize,
 }
 
 /// The service's decisions.
@@ -79,8 +84,8 @@ impl Engine {
         Self {
             config: RwLock::new(Arc::new(config)),
             limiter,
+            held: Mutex::new(Expiring::bounded(settings.max_held)),
             settings,
-            held: Mutex::new(Expiring::new()),
             plans,
             region: None,
         }
@@ -184,9 +189,11 @@ impl Engine {
             Some(region) => split(region, items)?,
             None => Vec::new(),
         };
-        let (job, asked) = job(
+        let asked = same_keys(items)?;
+        let job = job(
             domain,
             items,
+            &asked,
             blocked || ask == Ask::ShadowRead,
             ask != Ask::Enforce,
             region.map(|region| (region, parts.as_slice())),
@@ -211,7 +218,7 @@ impl Engine {
         if let (Some((_, hot)), Some(decision)) = (&self.region, &decision) {
             note_hot(hot, items, &parts, &asked, decision);
         }
-        record(items, &asked, decision.as_ref(), verdict);
+        record(items, &asked, &job, decision.as_ref(), verdict);
         match ask {
             Ask::Enforce => {
                 let in_flight = enforce(blocked, decision, verdict);
@@ -233,10 +240,11 @@ impl Engine {
         let now = Instant::now();
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         // Slots never released (a gRPC caller cannot) free themselves in Redis after the
-        // limit's unit; their entries are dropped here as they expire, oldest first.
+        // limit's unit; their entries are dropped here as they expire, oldest first (and
+        // past the bound, the one held longest ago: under-admission until its ttl).
         held.expire(now);
         let expires = now.checked_add(ttl).unwrap_or(now);
-        held.insert(&id, Held { in_flight }, expires);
+        held.insert(&id, Held { in_flight }, expires, now);
         id
     }
 
@@ -257,26 +265,80 @@ impl Engine {
     }
 }
 
-/// The job asking `items`' limits (those with an algorithm: a limit of 0 is decided without
-/// the store), each charged its hits, or read (hits 0, or `read_only`; a shadow in-flight
-/// limit, which would hold a slot nobody releases); and those items, in the job's order.
-fn job<'a>(
+/// One limit of a job: the items asking it, in request order (more than one when a request
+/// gives a descriptor twice: one key, charged their hits together, as the reference counts
+/// each in turn), and their hits in all.
+struct Asked<'a> {
+    items: Vec<&'a Item>,
+    hits: u64,
+}
+
+impl Asked<'_> {
+    /// The first item asking it (its limit, key and label are every one's).
+    fn first(&self) -> Option<&Item> {
+        self.items.first().copied()
+    }
+}
+
+/// `items`' limits asked of the store (those with an algorithm: a limit of 0 is decided
+/// without it), one per key in order of first appearance. The same key twice (a descriptor
+/// given twice, as Envoy sends when two actions produce it) is one limit charged both hits;
+/// the same key under two different limits is refused (a key holds one limiter).
+fn same_keys(items: &[Item]) -> Result<Vec<Asked<'_>>, CheckFailure> {
+    let mut asked: Vec<Asked<'_>> = Vec::with_capacity(items.len());
+    for item in items.iter().filter(|item| item.algorithm.is_some()) {
+        match asked
+            .iter_mut()
+            .find(|known| known.first().is_some_and(|first| first.key == item.key))
+        {
+            Some(known) => {
+                if let Some(first) = known
+                    .first()
+                    .filter(|first| first.algorithm != item.algorithm)
+                {
+                    return Err(CheckFailure::BadRequest(BadRequest(format!(
+                        "descriptors {} and {} count on one key under different limits ('{}' \
+                         and '{}'): give one limit to a descriptor asked twice",
+                        first.index, item.index, first.reported.label, item.reported.label
+                    ))));
+                }
+                known.hits = known.hits.saturating_add(item.hits);
+                known.items.push(item);
+            }
+            None => asked.push(Asked {
+                items: vec![item],
+                hits: item.hits,
+            }),
+        }
+    }
+    Ok(asked)
+}
+
+/// The job asking `asked`, each charged its hits, or read (hits 0, or `read_only`; a shadow
+/// in-flight limit, which would hold a slot nobody releases).
+fn job(
     domain: &str,
-    items: &'a [Item],
+    items: &[Item],
+    asked: &[Asked<'_>],
     read_only: bool,
     shadow: bool,
     region: Option<(&RegionConfig, &[Option<Parts>])>,
-) -> (Job, Vec<&'a Item>) {
+) -> Job {
     let mut job = Job::new(PROFILE).label(domain);
-    let mut asked = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
+    for one in asked {
+        let Some(item) = one.first() else {
+            continue;
+        };
         let Some(algorithm) = item.algorithm.clone() else {
             continue;
         };
         let slots = algorithm.is_in_flight();
         // Every limit is regional in a region (`split` refused the request otherwise).
         let floor = region.and_then(|(region, parts)| {
-            let parts = parts.get(index)?.as_ref()?;
+            let position = items
+                .iter()
+                .position(|candidate| std::ptr::eq(candidate, item))?;
+            let parts = parts.get(position)?.as_ref()?;
             Some((parts.floor.clone(), region.lease_suffix.as_str()))
         });
         let limit = match floor {
@@ -286,14 +348,13 @@ fn job<'a>(
             None => JobLimit::new(&item.reported.label, item.key.as_str(), algorithm),
         }
         .specificity(item.depth);
-        job = job.limit(if read_only || item.hits == 0 || (shadow && slots) {
+        job = job.limit(if read_only || one.hits == 0 || (shadow && slots) {
             limit.probe()
         } else {
-            limit.units(item.hits)
+            limit.units(one.hits)
         });
-        asked.push(item);
     }
-    (job, asked)
+    job
 }
 
 /// Each item's split in this region (`None`: a limit of 0, decided without a store). A limit
@@ -321,19 +382,22 @@ fn note_hot(
     hot: &HotKeys,
     items: &[Item],
     parts: &[Option<Parts>],
-    asked: &[&Item],
+    asked: &[Asked<'_>],
     decision: &Decision,
 ) {
-    for (item, status) in asked.iter().zip(&decision.limits) {
+    for (one, status) in asked.iter().zip(&decision.limits) {
+        let Some(item) = one.first() else {
+            continue;
+        };
         if status.regional.is_none() {
             continue;
         }
         let pool = items
             .iter()
-            .position(|candidate| std::ptr::eq(candidate, *item))
+            .position(|candidate| std::ptr::eq(candidate, item))
             .and_then(|index| parts.get(index)?.as_ref()?.pool.as_ref());
         if let Some(pool) = pool {
-            hot.note(&item.key, pool, item.hits, status);
+            hot.note(&item.key, pool, one.hits, status);
         }
     }
 }
@@ -384,8 +448,14 @@ fn shadow(items: &[Item], decision: Option<&Decision>, verdict: &mut Verdict) {
 }
 
 /// Writes the statuses of `items`: the limits of 0, and the job's (in the job's order,
-/// `asked`).
-fn record(items: &[Item], asked: &[&Item], decision: Option<&Decision>, verdict: &mut Verdict) {
+/// `asked`; a key asked by several descriptors is reported to each in request order).
+fn record(
+    items: &[Item],
+    asked: &[Asked<'_>],
+    job: &Job,
+    decision: Option<&Decision>,
+    verdict: &mut Verdict,
+) {
     let now = SystemTime::now();
     for item in items.iter().filter(|item| item.algorithm.is_none()) {
         if let Some(status) = verdict.statuses.get_mut(item.index) {
@@ -395,32 +465,71 @@ fn record(items: &[Item], asked: &[&Item], decision: Option<&Decision>, verdict:
     let Some(decision) = decision else {
         return;
     };
-    for (position, item) in asked.iter().enumerate() {
-        let Some(status) = verdict.statuses.get_mut(item.index) else {
-            continue;
-        };
-        match decision.limits.get(position) {
-            Some(limit) => record_limit(status, item, limit, decision.allowed, now),
-            // The failure mode decided for every limit.
-            None => {
-                status.ok = decision.allowed;
-                status.over = !decision.allowed;
+    for (position, one) in asked.iter().enumerate() {
+        let limit = decision.limits.get(position);
+        let charged = decision.allowed
+            && job
+                .limits()
+                .get(position)
+                .is_some_and(|limit| matches!(limit.charge(), Charge::Units(_)));
+        let mut before = 0u64;
+        for (turn, item) in one.items.iter().enumerate() {
+            let Some(status) = verdict.statuses.get_mut(item.index) else {
+                continue;
+            };
+            let hits_so_far = before.saturating_add(item.hits);
+            let last = turn.saturating_add(1) == one.items.len();
+            match limit {
+                Some(limit) => {
+                    let seen = in_turn(limit, charged, one.hits, hits_so_far, last);
+                    record_limit(status, item, limit, seen, decision.allowed, now);
+                }
+                // The failure mode decided for every limit.
+                None => {
+                    status.ok = decision.allowed;
+                    status.over = !decision.allowed;
+                }
             }
+            before = hits_so_far;
         }
     }
+}
+
+/// What one of the descriptors asking a limit sees of it, in request order: its units left
+/// and whether it is over. `charged` (the request admitted, the limit charged), each is told
+/// what was left after its own hits and those before it, as the reference counts them; not
+/// charged, each is told what the limit has, and is over when its hits and those before it
+/// do not fit (the last is over whenever the limit denied).
+fn in_turn(
+    limit: &LimitStatus,
+    charged: bool,
+    hits_in_all: u64,
+    hits_so_far: u64,
+    last: bool,
+) -> (u64, bool) {
+    if charged {
+        let after_all = limit.remaining;
+        return (
+            after_all.saturating_add(hits_in_all.saturating_sub(hits_so_far)),
+            false,
+        );
+    }
+    let over = !limit.allowed && (hits_in_all == 0 || last || hits_so_far > limit.remaining);
+    (limit.remaining, over)
 }
 
 fn record_limit(
     status: &mut Status,
     item: &Item,
     limit: &LimitStatus,
+    (remaining, over): (u64, bool),
     allowed: bool,
     now: SystemTime,
 ) {
     status.consulted = true;
-    status.over = !limit.allowed;
-    status.ok = allowed || limit.allowed;
-    status.remaining = limit.remaining;
+    status.over = over;
+    status.ok = allowed || !over;
+    status.remaining = remaining;
     status.quota = limit.quota;
     status.regional = limit.regional.map(|regional| regional.why_str());
     status.window = limit.window;

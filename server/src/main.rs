@@ -5,6 +5,7 @@
 
 mod answer;
 mod auth;
+mod certificate;
 mod cli;
 mod config;
 mod engine;
@@ -132,6 +133,7 @@ fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
     RateLimiter::builder_shared(store(options)?)
         .profile(profile)
         .replicas(Replicas::fixed(options.replicas.max(1)))
+        .max_tracked_keys(options.max_tracked_keys)
         .build()
         .map_err(StartError::Limiter)
 }
@@ -139,6 +141,7 @@ fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
 /// Starts the service and serves until SIGINT or SIGTERM, then drains it.
 async fn run(options: Options) -> Result<(), StartError> {
     let prometheus = metrics::install(options.max_metric_rules)?;
+    metrics::spawn_upkeep(&prometheus);
     let http_token = read_token("--http-token-file", options.http_token_file.as_deref())?;
     let grpc_token = read_token("--grpc-token-file", options.grpc_token_file.as_deref())?;
     let (engine, seen, agent) = engine(&options).await?;
@@ -229,6 +232,7 @@ async fn engine(
             key_prefix: options.key_prefix.clone(),
             shadow_mode: options.shadow_mode,
             reference_metadata: options.response_dynamic_metadata,
+            max_held: options.max_tracked_keys,
         },
     );
     let mut agent = None;
@@ -293,7 +297,7 @@ async fn start_grpc(
     let tls = options
         .grpc_tls
         .as_ref()
-        .map(|files| tls::acceptor(files, &[b"h2"]))
+        .map(|files| tls::acceptor(files, "grpc", &[b"h2"]))
         .transpose()
         .map_err(|source| StartError::Tls {
             listener: "gRPC",
@@ -347,7 +351,7 @@ async fn start_http(
     let tls = options
         .http_tls
         .as_ref()
-        .map(|files| tls::acceptor(files, &[b"http/1.1"]))
+        .map(|files| tls::acceptor(files, "http", &[b"http/1.1"]))
         .transpose()
         .map_err(|source| StartError::Tls {
             listener: "HTTP",

@@ -74,11 +74,11 @@ pub fn redis_urls(spec: &RedisSpec<'_>) -> Result<(Vec<String>, bool), String> {
         RedisType::Cluster => Ok((parts.into_iter().map(tcp).collect(), true)),
         RedisType::Sentinel => {
             let [name, sentinels @ ..] = parts.as_slice() else {
-                return Err("REDIS_URL: a Sentinel store is 'primary-name,host:port,...'".into());
+                return Err("a Sentinel store is 'primary-name,host:port,...'".into());
             };
             if sentinels.is_empty() {
                 return Err(format!(
-                    "REDIS_URL: '{name}' names a primary but no sentinel (name,host:port,...)"
+                    "'{name}' names a primary but no sentinel (name,host:port,...)"
                 ));
             }
             if spec.auth.is_some() || spec.tls {
@@ -96,7 +96,7 @@ pub fn redis_urls(spec: &RedisSpec<'_>) -> Result<(Vec<String>, bool), String> {
         RedisType::Single => {
             let [address] = parts.as_slice() else {
                 return Err(format!(
-                    "REDIS_URL: one server is one address, not '{}' (REDIS_TYPE=cluster for several)",
+                    "one server is one address, not '{}' (REDIS_TYPE=cluster for several)",
                     spec.url
                 ));
             };
@@ -184,22 +184,81 @@ pub enum AddressError {
     NoAddress(String),
 }
 
-/// The reference's config directory: `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`
-/// (its defaults `/srv/runtime_data/current`, none, `config`).
+/// The reference's config directory: `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY` and
+/// `RUNTIME_APPDIRECTORY` (its defaults `/srv/runtime_data/current`, none, `config`) joined as
+/// Go's `filepath.Join` joins them: the empty parts skipped, the rest joined by `/` and
+/// cleaned (a part starting with `/` does not start over, `.` and `..` are resolved).
 pub fn runtime_dir(
     root: Option<&Path>,
     subdirectory: Option<&Path>,
     app: Option<&Path>,
 ) -> PathBuf {
-    let mut dir = root.map_or_else(
-        || PathBuf::from("/srv/runtime_data/current"),
-        Path::to_path_buf,
-    );
-    if let Some(subdirectory) = subdirectory {
-        dir.push(subdirectory);
+    let root = root.unwrap_or(Path::new("/srv/runtime_data/current"));
+    let app = app.unwrap_or(Path::new("config"));
+    go_join(&[root, subdirectory.unwrap_or(Path::new("")), app])
+}
+
+/// Go's `filepath.Join` on Unix: the non-empty parts joined by `/`, then `filepath.Clean`
+/// (runs of `/` made one, `.` dropped, `..` removing the name before it, or dropped at the
+/// root; no trailing `/`; `.` for nothing).
+fn go_join(parts: &[&Path]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let joined: Vec<&[u8]> = parts
+        .iter()
+        .map(|part| part.as_os_str().as_bytes())
+        .filter(|part| !part.is_empty())
+        .collect();
+    let Some(first) = joined.first() else {
+        return PathBuf::new();
+    };
+    let rooted = first.starts_with(b"/");
+    let mut names: Vec<&[u8]> = Vec::new();
+    for name in joined
+        .iter()
+        .flat_map(|part| part.split(|byte| *byte == b'/'))
+    {
+        match name {
+            b"" | b"." => {}
+            b".." => match names.last() {
+                Some(last) if *last != b".." => {
+                    names.pop();
+                }
+                _ if rooted => {}
+                _ => names.push(name),
+            },
+            name => names.push(name),
+        }
     }
-    dir.push(app.unwrap_or(Path::new("config")));
-    dir
+    let mut cleaned: Vec<u8> = Vec::new();
+    if rooted {
+        cleaned.push(b'/');
+    }
+    for (index, name) in names.iter().enumerate() {
+        if index > 0 {
+            cleaned.push(b'/');
+        }
+        cleaned.extend_from_slice(name);
+    }
+    if cleaned.is_empty() {
+        cleaned.push(b'.');
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(&cleaned))
+}
+
+/// A boolean variable as the reference reads it (Go's `strconv.ParseBool`, through
+/// `envconfig`): `1`, `t`, `T`, `TRUE`, `true`, `True`, or `0`, `f`, `F`, `FALSE`, `false`,
+/// `False`; anything else (an empty value too) is refused, naming the variable.
+pub fn parse_bool(variable: &str, value: &std::ffi::OsStr) -> Result<bool, String> {
+    match value.to_str() {
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
+        _ => Err(format!(
+            "invalid value {:?} in the environment variable {variable}: a boolean is one of 1, \
+             t, T, TRUE, true, True, 0, f, F, FALSE, false, False (as envoyproxy/ratelimit reads \
+             it)",
+            value.to_string_lossy()
+        )),
+    }
 }
 
 /// Every variable of the reference's settings that this service does not read, with what

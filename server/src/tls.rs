@@ -1,6 +1,7 @@
 //! TLS for both listeners (rustls with ring, TLS 1.2 and 1.3): a certificate chain and key,
 //! and optionally a client CA, which makes the listener require a client certificate it
-//! signed (mutual TLS). Every file is read at start and a bad one named.
+//! signed (mutual TLS). Every file is read at start and a bad one named; a certificate
+//! expired or not yet valid is warned about ([`certificate`](crate::certificate)).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,9 +65,16 @@ fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>,
     Ok(certs)
 }
 
-/// The acceptor of a listener, offering `alpn` (the protocols it speaks, by preference).
-pub fn acceptor(files: &TlsFiles, alpn: &[&[u8]]) -> Result<TlsAcceptor, TlsError> {
+/// The acceptor of `listener`, offering `alpn` (the protocols it speaks, by preference).
+pub fn acceptor(
+    files: &TlsFiles,
+    listener: &'static str,
+    alpn: &[&[u8]],
+) -> Result<TlsAcceptor, TlsError> {
     let certs = certificates(&files.cert, "the server's certificate chain")?;
+    if let Some(leaf) = certs.first() {
+        crate::certificate::check_served(listener, &files.cert, leaf);
+    }
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|error| {
         file_error(
             &files.key,
@@ -121,7 +129,7 @@ mod tests {
             key: garbage.clone(),
             client_ca: None,
         };
-        let error = acceptor(&files, &[]).err().unwrap().to_string();
+        let error = acceptor(&files, "test", &[]).err().unwrap().to_string();
         assert!(error.starts_with(&garbage.display().to_string()), "{error}");
         assert!(error.contains("no PEM certificate"), "{error}");
         let missing = dir.join("missing.pem");
@@ -129,7 +137,7 @@ mod tests {
             cert: missing.clone(),
             ..files
         };
-        let error = acceptor(&files, &[]).err().unwrap().to_string();
+        let error = acceptor(&files, "test", &[]).err().unwrap().to_string();
         assert!(error.starts_with(&missing.display().to_string()), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
     }

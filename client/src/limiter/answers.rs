@@ -10,10 +10,10 @@
 //! refill the store saw during an outage pays for what the fallback admitted, and a flapping
 //! store never grants a share twice.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::expiring::Expiring;
 use crate::store::View;
 
 /// One key set's last answer from the store.
@@ -29,8 +29,6 @@ struct Entry {
     seeded: bool,
     /// Units the fallback admitted since, not yet charged to the store.
     owed: u64,
-    /// The entry is forgotten after this (Unix µs).
-    expires_at_us: i64,
 }
 
 /// A seed for the local states: the store's views and when they were true.
@@ -39,44 +37,14 @@ pub(super) struct Seed {
     pub(super) answered_at_us: i64,
 }
 
-/// Entries by key set id, and the size at which expired ones are next dropped.
-#[derive(Debug)]
-struct Table {
-    entries: HashMap<String, Entry>,
-    prune_at: usize,
-}
-
-impl std::ops::Deref for Table {
-    type Target = HashMap<String, Entry>;
-    fn deref(&self) -> &Self::Target {
-        &self.entries
-    }
-}
-
-impl std::ops::DerefMut for Table {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.entries
-    }
-}
-
-/// Fewest entries before expired ones are dropped.
-const PRUNE_FROM: usize = 1024;
-
-/// The store's last answers for one policy's (or job profile's) key sets.
+/// The store's last answers for one policy's (or job profile's) key sets, each forgotten
+/// once its window is over (Unix µs), at most `max_keys` of them: a new key set at the bound
+/// drops the expired answers, or else the one answered (or owed) longest ago. A key set
+/// forgotten so has no last answer: its fallback starts from a fresh share, and what it owed
+/// the store is forgotten with it.
 #[derive(Debug)]
 pub(crate) struct Answers {
-    entries: Mutex<Table>,
-}
-
-impl Default for Answers {
-    fn default() -> Self {
-        Self {
-            entries: Mutex::new(Table {
-                entries: HashMap::new(),
-                prune_at: PRUNE_FROM,
-            }),
-        }
-    }
+    entries: Mutex<Expiring<Entry, i64>>,
 }
 
 /// How long an answer (or a debt) is kept: the check's longest window or refill period
@@ -89,7 +57,14 @@ fn keep_us(keep: Duration) -> i64 {
 }
 
 impl Answers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+    /// An empty table of at most `max_keys` key sets.
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            entries: Mutex::new(Expiring::bounded(max_keys)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Expiring<Entry, i64>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -109,41 +84,30 @@ impl Answers {
             (now_us.saturating_add(wait_us), cost)
         });
         let mut entries = self.lock();
-        if entries.len() >= entries.prune_at {
-            // Amortised: after a pass, the next waits until the live entries have doubled.
-            entries.retain(|_, entry| entry.expires_at_us > now_us);
-            entries.prune_at = entries.len().saturating_mul(2).max(PRUNE_FROM);
+        if let Some(entry) = entries.get_mut(id) {
+            entry.views.clear();
+            entry.views.extend_from_slice(views);
+            entry.answered_at_us = now_us;
+            entry.denied = denied;
+            entry.seeded = false;
+            entries.renew(id, expires_at_us);
+            return;
         }
-        match entries.get_mut(id) {
-            Some(entry) => {
-                entry.views.clear();
-                entry.views.extend_from_slice(views);
-                entry.answered_at_us = now_us;
-                entry.denied = denied;
-                entry.seeded = false;
-                entry.expires_at_us = expires_at_us;
-            }
-            None => {
-                entries.insert(
-                    id.to_string(),
-                    Entry {
-                        views: views.to_vec(),
-                        answered_at_us: now_us,
-                        denied,
-                        seeded: false,
-                        owed: 0,
-                        expires_at_us,
-                    },
-                );
-            }
-        }
+        let entry = Entry {
+            views: views.to_vec(),
+            answered_at_us: now_us,
+            denied,
+            seeded: false,
+            owed: 0,
+        };
+        entries.insert(id, entry, expires_at_us, now_us);
     }
 
     /// How much longer the store's last denial of key set `id` holds for a call of `cost`
     /// (a denial the store made stays a denial in the fallback).
     pub(super) fn denied_for(&self, id: &str, cost: u64, now_us: i64) -> Option<Duration> {
         let entries = self.lock();
-        let (until_us, denied_cost) = entries.get(id)?.denied?;
+        let (until_us, denied_cost) = entries.get(id)?.0.denied?;
         let left_us = until_us.saturating_sub(now_us);
         (cost >= denied_cost && left_us > 0)
             .then(|| Duration::from_micros(u64::try_from(left_us).unwrap_or(0)))
@@ -153,9 +117,10 @@ impl Answers {
     /// they were seeded from the latest answer already (they continue), or there is none.
     pub(super) fn seed(&self, id: &str, now_us: i64) -> Option<Seed> {
         let mut entries = self.lock();
-        let entry = entries
-            .get_mut(id)
-            .filter(|entry| !entry.seeded && entry.expires_at_us > now_us)?;
+        entries
+            .get(id)
+            .filter(|(entry, expires_at_us)| !entry.seeded && *expires_at_us > now_us)?;
+        let entry = entries.get_mut(id)?;
         entry.seeded = true;
         Some(Seed {
             views: entry.views.clone(),
@@ -168,16 +133,22 @@ impl Answers {
     pub(super) fn owe(&self, id: &str, units: u64, now_us: i64, keep: Duration) {
         let expires_at_us = now_us.saturating_add(keep_us(keep));
         let mut entries = self.lock();
-        let entry = entries.entry(id.to_string()).or_insert_with(|| Entry {
-            views: Vec::new(),
-            answered_at_us: now_us,
-            denied: None,
-            // No answer to seed from: the local states start from a fresh share.
-            seeded: true,
-            owed: 0,
-            expires_at_us,
-        });
-        if entry.expires_at_us <= now_us {
+        let Some((_, old_expires_at_us)) = entries.get(id) else {
+            let entry = Entry {
+                views: Vec::new(),
+                answered_at_us: now_us,
+                denied: None,
+                // No answer to seed from: the local states start from a fresh share.
+                seeded: true,
+                owed: units,
+            };
+            entries.insert(id, entry, expires_at_us, now_us);
+            return;
+        };
+        let Some(entry) = entries.get_mut(id) else {
+            return;
+        };
+        if old_expires_at_us <= now_us {
             // Its answer is older than a window: the local states began from a fresh share,
             // and must not start over from that answer later in this outage (which would
             // grant the share twice); its debt is forgotten, as `take_owed` would.
@@ -187,14 +158,15 @@ impl Answers {
             entry.owed = 0;
         }
         entry.owed = entry.owed.saturating_add(units);
-        entry.expires_at_us = entry.expires_at_us.max(expires_at_us);
+        entries.renew(id, expires_at_us.max(old_expires_at_us));
     }
 
     /// Takes what key set `id` owes the store (to charge it now).
     pub(super) fn take_owed(&self, id: &str, now_us: i64) -> Option<u64> {
         let mut entries = self.lock();
+        let (_, expires_at_us) = entries.get(id)?;
         let entry = entries.get_mut(id)?;
-        if entry.expires_at_us <= now_us {
+        if expires_at_us <= now_us {
             // A window has passed: the store has refilled what the fallback took.
             entry.owed = 0;
             return None;
@@ -205,7 +177,7 @@ impl Answers {
     /// What key set `id` owes the store.
     #[cfg(test)]
     pub(super) fn owed(&self, id: &str) -> u64 {
-        self.lock().get(id).map_or(0, |entry| entry.owed)
+        self.lock().get(id).map_or(0, |(entry, _)| entry.owed)
     }
 }
 
@@ -228,7 +200,7 @@ mod tests {
 
     #[test]
     fn an_answer_seeds_once_then_the_local_states_continue() {
-        let answers = Answers::default();
+        let answers = Answers::new(crate::expiring::DEFAULT_MAX_KEYS);
         let keep = Duration::from_secs(60);
         answers.record("k", &[(0, view(30, None))], None, T0, keep);
         let seed = answers.seed("k", T0 + 5).unwrap();
@@ -248,7 +220,7 @@ mod tests {
         // The answer is a second old when the store first fails: the local states start from
         // a fresh share and owe the store; the debt must not revive the old answer, which
         // would start them over and grant the share again within one outage.
-        let answers = Answers::default();
+        let answers = Answers::new(crate::expiring::DEFAULT_MAX_KEYS);
         let keep = Duration::from_secs(1);
         answers.record("k", &[(0, view(0, None))], None, T0, keep);
         let late = T0 + 1_200_000;
@@ -260,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_denial_holds_for_its_wait_and_cost() {
-        let answers = Answers::default();
+        let answers = Answers::new(crate::expiring::DEFAULT_MAX_KEYS);
         let keep = Duration::from_secs(60);
         let wait = Duration::from_millis(500);
         answers.record("k", &[(0, view(0, Some(500)))], Some((wait, 2)), T0, keep);
@@ -277,20 +249,49 @@ mod tests {
     }
 
     #[test]
-    fn expired_answers_are_dropped_as_the_table_grows() {
-        let answers = Answers::default();
-        let keep = Duration::from_secs(1);
-        for index in 0..PRUNE_FROM {
-            answers.record(&index.to_string(), &[(0, view(1, None))], None, T0, keep);
-        }
-        let later = T0 + 2_000_000;
-        answers.record("new", &[(0, view(1, None))], None, later, keep);
-        assert_eq!(answers.lock().len(), 1, "the expired answers went");
+    fn past_the_bound_expired_answers_go_first_then_the_one_answered_longest_ago() {
+        let answers = Answers::new(3);
+        let minute = Duration::from_secs(60);
+        answers.record("a", &[(0, view(1, None))], None, T0, minute);
+        answers.record(
+            "b",
+            &[(0, view(2, None))],
+            None,
+            T0 + 1,
+            Duration::from_secs(1),
+        );
+        answers.record("c", &[(0, view(3, None))], None, T0 + 2, minute);
+        // Answered again: "a" is now the latest, "b" the oldest.
+        answers.record("a", &[(0, view(4, None))], None, T0 + 3, minute);
+        answers.record("d", &[(0, view(5, None))], None, T0 + 4, minute);
+        assert!(
+            !answers.lock().contains_key("b"),
+            "b was answered longest ago"
+        );
+        assert_eq!(answers.seed("a", T0 + 5).unwrap().views[0].1.remaining, 4);
+        // A debt is a use too ("c" is now the latest); seeding is not ("a" stays oldest).
+        answers.owe("c", 1, T0 + 6, minute);
+        answers.record("e", &[(0, view(6, None))], None, T0 + 7, minute);
+        assert_eq!(answers.owed("c"), 1);
+        assert!(
+            !answers.lock().contains_key("a"),
+            "a was answered longest ago"
+        );
+        assert_eq!(answers.seed("d", T0 + 8).unwrap().views[0].1.remaining, 5);
+        assert_eq!(answers.lock().len(), 3);
+        // An evicted key set has no last answer: its fallback starts from a fresh share.
+        let late = T0 + 61_000_000;
+        answers.record("f", &[(0, view(7, None))], None, late, minute);
+        assert_eq!(
+            answers.lock().len(),
+            1,
+            "the expired answers went, none evicted"
+        );
     }
 
     #[test]
     fn debts_accumulate_until_taken_and_expire_with_the_window() {
-        let answers = Answers::default();
+        let answers = Answers::new(crate::expiring::DEFAULT_MAX_KEYS);
         let keep = Duration::from_secs(2);
         answers.owe("k", 2, T0, keep);
         answers.owe("k", 3, T0, keep);

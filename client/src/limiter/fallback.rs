@@ -27,10 +27,11 @@ pub(super) struct LocalFallback {
 }
 
 impl LocalFallback {
-    pub(super) fn new(replicas: Replicas, clock: LimiterClock) -> Self {
+    /// At most `max_keys` local states (past it, a key set's share starts afresh).
+    pub(super) fn new(replicas: Replicas, clock: LimiterClock, max_keys: usize) -> Self {
         Self {
             // Lenient: the fallback has no one to report a kind mismatch to.
-            states: Mutex::new(LocalLimits::lenient()),
+            states: Mutex::new(LocalLimits::lenient(max_keys)),
             replicas,
             clock,
         }

@@ -109,9 +109,24 @@ pub struct RateLimiterBuilder {
     breaker: BreakerConfig,
     policy_source: Option<store_policies::Pending>,
     clock: Arc<dyn Clock>,
+    max_tracked_keys: usize,
 }
 
 impl RateLimiterBuilder {
+    /// The most key sets each of the limiter's per-key tables keeps (default
+    /// [`DEFAULT_MAX_KEYS`](crate::expiring::DEFAULT_MAX_KEYS), 100,000; at least 1): per
+    /// policy or job profile, the store's last answers (what the fallback continues from),
+    /// the deny cache and the leases; and the local fallback's states. A new key set at the
+    /// bound drops the table's expired entries, or else the one answered longest ago. A key
+    /// set forgotten so has no last answer: its fallback starts from a fresh share (and what
+    /// it owed the store from an earlier fallback is forgotten); a forgotten lease's unspent
+    /// units are never refunded (under-admission).
+    #[must_use]
+    pub fn max_tracked_keys(mut self, max_keys: usize) -> Self {
+        self.max_tracked_keys = max_keys.max(1);
+        self
+    }
+
     /// Adds a policy.
     #[must_use]
     pub fn policy(mut self, policy: Policy) -> Self {
@@ -171,11 +186,11 @@ impl RateLimiterBuilder {
             if policies.contains_key(&name) {
                 return Err(BuildError::DuplicatePolicy(name.to_string()));
             }
-            policies.insert(name, Registered::new(policy));
+            policies.insert(name, Registered::new(policy, self.max_tracked_keys));
         }
         let mut profiles = HashMap::new();
         for profile in self.profiles {
-            let state = PolicyState::of_profile(&profile);
+            let state = PolicyState::of_profile(&profile, self.max_tracked_keys);
             if profiles.insert(Arc::clone(&profile.name), state).is_some() {
                 return Err(BuildError::DuplicatePolicy(profile.name.to_string()));
             }
@@ -187,7 +202,8 @@ impl RateLimiterBuilder {
             .filter_map(|state| state.settings.lease)
             .map(|lease| lease.lifetime.checked_div(2).unwrap_or(lease.lifetime))
             .min();
-        let store_backed = store_policies::attach(self.policy_source, &policies)?;
+        let store_backed =
+            store_policies::attach(self.policy_source, &policies, self.max_tracked_keys)?;
         metrics::describe();
         metrics::circuit(false);
         let clock = LimiterClock::new(self.clock);
@@ -196,7 +212,7 @@ impl RateLimiterBuilder {
                 policies,
                 profiles,
                 groups: Groups::new(self.store, Breaker::new(self.breaker), clock.clone()),
-                fallback: LocalFallback::new(self.replicas, clock.clone()),
+                fallback: LocalFallback::new(self.replicas, clock.clone(), self.max_tracked_keys),
                 sweeper: Mutex::new(None),
                 clock,
                 store_backed,
@@ -259,6 +275,7 @@ impl RateLimiter {
             breaker: BreakerConfig::default(),
             policy_source: None,
             clock: Arc::new(MonotonicClock),
+            max_tracked_keys: crate::expiring::DEFAULT_MAX_KEYS,
         }
     }
 

@@ -112,13 +112,25 @@ impl LimitSet {
     }
 }
 
-/// What the limiter remembers between checks, per policy or job profile, by key set.
-#[derive(Debug, Default)]
+/// What the limiter remembers between checks, per policy or job profile, by key set: each
+/// table at most the limiter's `max_tracked_keys` key sets.
+#[derive(Debug)]
 pub(crate) struct Memory {
     pub(crate) deny: DenyCache,
     pub(crate) leases: Leases,
     /// The store's last answer per key set, what the fallback continues from.
     pub(crate) answers: Answers,
+}
+
+impl Memory {
+    /// Empty tables of at most `max_keys` key sets each.
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Self {
+            deny: DenyCache::new(max_keys),
+            leases: Leases::new(max_keys),
+            answers: Answers::new(max_keys),
+        }
+    }
 }
 
 /// A check's settings, limits and memory: a policy's (its limits fixed), or a job's (its
@@ -135,18 +147,20 @@ pub(crate) struct PolicyState {
 }
 
 impl PolicyState {
-    pub(super) fn new(policy: &Policy) -> Self {
+    /// A policy's state, remembering at most `max_keys` key sets in each table.
+    pub(super) fn new(policy: &Policy, max_keys: usize) -> Self {
         Self {
             name: policy.shared_name(),
             settings: Settings::of(policy),
             limits: Arc::new(LimitSet::of(policy)),
-            memory: Arc::new(Memory::default()),
+            memory: Arc::new(Memory::new(max_keys)),
             profile: None,
         }
     }
 
-    /// A job profile's state: its settings and memory (each job brings its limits).
-    pub(super) fn of_profile(profile: &Profile) -> Self {
+    /// A job profile's state: its settings and memory (each job brings its limits), at most
+    /// `max_keys` key sets in each table.
+    pub(super) fn of_profile(profile: &Profile, max_keys: usize) -> Self {
         Self {
             name: Arc::clone(&profile.name),
             settings: Settings {
@@ -156,7 +170,7 @@ impl PolicyState {
                 deny_cache: profile.deny_cache,
             },
             limits: Arc::new(LimitSet::new(Vec::new(), |_| 0)),
-            memory: Arc::new(Memory::default()),
+            memory: Arc::new(Memory::new(max_keys)),
             profile: Some(Arc::clone(&profile.name)),
         }
     }
@@ -233,9 +247,9 @@ pub(super) struct Registered {
 }
 
 impl Registered {
-    pub(super) fn new(policy: Policy) -> Self {
+    pub(super) fn new(policy: Policy, max_keys: usize) -> Self {
         Self {
-            state: PolicyState::new(&policy),
+            state: PolicyState::new(&policy, max_keys),
             policy,
         }
     }

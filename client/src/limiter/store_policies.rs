@@ -36,24 +36,27 @@ pub(super) trait StoreBacked: Send + Sync {
     fn source(&self) -> &dyn Any;
 }
 
-/// A source given to the builder, attached to the policies when the limiter is built.
+/// A source given to the builder, attached to the policies when the limiter is built (with
+/// the limiter's bound on each state's per-key tables).
 pub(super) type Pending =
-    Box<dyn FnOnce(&Policies) -> Result<Box<dyn StoreBacked>, BuildError> + Send>;
+    Box<dyn FnOnce(&Policies, usize) -> Result<Box<dyn StoreBacked>, BuildError> + Send>;
 
 /// `source`, to attach when the policies are known.
 pub(super) fn pending<S: PolicySource>(source: S) -> Pending {
-    Box::new(move |policies| {
-        StorePolicies::new(source, policies).map(|attached| Box::new(attached) as _)
+    Box::new(move |policies, max_keys| {
+        StorePolicies::new(source, policies, max_keys).map(|attached| Box::new(attached) as _)
     })
 }
 
 /// The store-backed policies of `policies`, through `source`; refused if one has no source.
+/// Each resolved state remembers at most `max_keys` key sets in each table.
 pub(super) fn attach(
     source: Option<Pending>,
     policies: &Policies,
+    max_keys: usize,
 ) -> Result<Option<Box<dyn StoreBacked>>, BuildError> {
     if let Some(source) = source {
-        return source(policies).map(Some);
+        return source(policies, max_keys).map(Some);
     }
     match policies
         .iter()
@@ -80,10 +83,12 @@ struct StorePolicies<S: PolicySource> {
     source: S,
     policies: HashMap<Arc<str>, StorePolicy<S::Limit>>,
     states: RwLock<HashMap<StateId<S::Limit>, Arc<Registered>>>,
+    /// Each state's bound on its per-key tables.
+    max_keys: usize,
 }
 
 impl<S: PolicySource> StorePolicies<S> {
-    fn new(source: S, policies: &Policies) -> Result<Self, BuildError> {
+    fn new(source: S, policies: &Policies, max_keys: usize) -> Result<Self, BuildError> {
         let mut store_policies = HashMap::new();
         for (name, registered) in policies {
             let Some(tenant_input) = registered.policy.store_tenant() else {
@@ -107,6 +112,7 @@ impl<S: PolicySource> StorePolicies<S> {
             source,
             policies: store_policies,
             states: RwLock::new(HashMap::new()),
+            max_keys,
         })
     }
 
@@ -164,7 +170,7 @@ impl<S: PolicySource> StoreBacked for StorePolicies<S> {
         if states.len() >= MAX_STATES {
             states.retain(|_, kept| Arc::strong_count(kept) > 1);
         }
-        let resolved = Arc::new(Registered::new(policy));
+        let resolved = Arc::new(Registered::new(policy, self.max_keys));
         states.insert(id, Arc::clone(&resolved));
         Ok(Some(resolved))
     }

@@ -240,3 +240,43 @@ async fn requests_waiting_for_a_claim_take_its_result() {
         exhausted.calls() - before
     );
 }
+
+#[tokio::test]
+async fn past_max_tracked_keys_the_key_set_answered_longest_ago_starts_from_a_fresh_share() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = FakeClock::new();
+    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+        .policy(policy(30, None))
+        .breaker(BreakerConfig {
+            failures: 1,
+            open_for: OPEN_FOR,
+        })
+        .clock(clock.clone())
+        .max_tracked_keys(2)
+        .build()
+        .unwrap();
+    let user = |name: &str| Inputs::new().with("user", name);
+    // 24 of 30 spent by each; "ann" answered first, so longest ago once "cy" comes.
+    for name in ["ann", "bob", "cy"] {
+        for _ in 0..24 {
+            assert!(limiter.check("api", &user(name)).await.unwrap().allowed);
+        }
+    }
+    store.set_down(true);
+    let mut admitted = std::collections::BTreeMap::new();
+    for name in ["ann", "cy"] {
+        for _ in 0..10 {
+            let decision = limiter.check("api", &user(name)).await.unwrap();
+            assert_eq!(decision.source, Source::Fallback);
+            *admitted.entry(name).or_insert(0) += u64::from(decision.allowed);
+        }
+    }
+    assert_eq!(
+        admitted["cy"], 6,
+        "cy's last answer is kept: its fallback continues from the 6 left"
+    );
+    assert_eq!(
+        admitted["ann"], 10,
+        "ann's was forgotten (the bound is 2): a fresh share of 30"
+    );
+}

@@ -74,6 +74,7 @@ fn engine_failing(
             key_prefix: "rls:".into(),
             shadow_mode,
             reference_metadata: true,
+            max_held: redis_ratelimit_client::expiring::DEFAULT_MAX_KEYS,
         },
     );
     (engine, store)
@@ -799,4 +800,54 @@ async fn a_limit_of_0_is_a_denial_not_an_outage() {
     .await;
     assert!(!verdict.allowed);
     assert!(!verdict.unavailable, "429, not 503");
+}
+
+#[tokio::test]
+async fn the_same_descriptor_twice_is_charged_twice_and_answered_in_turn() {
+    // Envoy sends one descriptor twice when two actions produce it; the reference counts
+    // each in turn (one INCRBY each, in order). This was a 500: "two limits of the job use
+    // the key ...".
+    let (engine, _) = engine(&[("d.yaml", PER_MINUTE)]);
+    let twice = || {
+        let mut repeated = descriptor(&[("foo", "a")]);
+        repeated.hits_addend = Some(2);
+        request("d", vec![descriptor(&[("foo", "a")]), repeated])
+    };
+    let minute = Some((10, Unit::Minute));
+    // 1 then 2 hits of 10: 9 left after the first, 7 after the second.
+    let verdict = check(&engine, &twice()).await;
+    assert!(verdict.allowed);
+    assert_eq!(codes(&verdict), [(true, minute, 9), (true, minute, 7)]);
+    let verdict = check(&engine, &twice()).await;
+    assert_eq!(codes(&verdict), [(true, minute, 6), (true, minute, 4)]);
+    // 2 left: the first fits, the second does not; nothing is charged.
+    check(&engine, &one("d", &[("foo", "a")])).await;
+    check(&engine, &one("d", &[("foo", "a")])).await;
+    let verdict = check(&engine, &twice()).await;
+    assert!(!verdict.allowed);
+    assert_eq!(codes(&verdict), [(true, minute, 2), (false, minute, 2)]);
+    assert_eq!(verdict.denied_by(), ["foo"]);
+    let verdict = check(&engine, &one("d", &[("foo", "a")])).await;
+    assert_eq!(
+        codes(&verdict),
+        [(true, minute, 1)],
+        "the denial charged nothing"
+    );
+}
+
+#[tokio::test]
+async fn one_key_under_two_limits_in_a_request_is_a_bad_request() {
+    let (engine, _) = engine(&[("d.yaml", PER_MINUTE)]);
+    let mut overridden = descriptor(&[("foo", "a")]);
+    overridden.limit = Some((5, Unit::Minute));
+    let mut other = descriptor(&[("foo", "a")]);
+    other.limit = Some((7, Unit::Minute));
+    let failure = engine
+        .check(&request("d", vec![overridden, other]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&failure, CheckFailure::BadRequest(bad) if bad.0.contains("descriptors 0 and 1 count on one key under different limits")),
+        "{failure:?}"
+    );
 }

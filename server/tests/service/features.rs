@@ -410,3 +410,66 @@ async fn draft_12_and_legacy_headers() {
     assert_eq!(header(&response, "x-ratelimit-limit"), Some("10"));
     assert_eq!(header(&response, "x-ratelimit-remaining"), Some("8"));
 }
+
+/// Envoy sends one descriptor twice when two actions produce it: the reference counts each
+/// in turn; this was a 500 (INTERNAL: "two limits of the job use the key ...").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_descriptor_twice_is_charged_twice_in_turn_over_grpc_and_http() {
+    let redis = Server::start(&[]);
+    let service = Service::start(
+        &crate::harness::redis_url(&redis),
+        &[("f.yaml", FEATURES)],
+        &[],
+    );
+    let mut client = service.grpc().await;
+    let twice = |key: &str| {
+        request(
+            "features",
+            vec![
+                descriptor(&[("api_key", key)]),
+                descriptor(&[("api_key", key)]),
+            ],
+        )
+    };
+    let remaining = |response: &RateLimitResponse| -> Vec<(i32, u32)> {
+        response
+            .statuses
+            .iter()
+            .map(|status| (status.code, status.limit_remaining))
+            .collect()
+    };
+    let (passed, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    // per-key is 3 a minute: 2 left after the first, 1 after the second.
+    let first = ask(&mut client, twice("grpc")).await;
+    assert!(ok(&first));
+    assert_eq!(remaining(&first), [(passed, 2), (passed, 1)]);
+    // 1 left: the first fits, the second does not, and nothing is charged.
+    let second = ask(&mut client, twice("grpc")).await;
+    assert!(!ok(&second));
+    assert_eq!(remaining(&second), [(passed, 1), (over, 1)]);
+    assert!(ok(&one(&mut client, &[("api_key", "grpc")]).await));
+
+    let body = r#"{"domain":"features","descriptors":[{"entries":[{"key":"api_key","value":"http"}]},{"entries":[{"key":"api_key","value":"http"}]}]}"#;
+    let (status, answer) = service.check_json(body);
+    assert_eq!(status, 200, "{answer}");
+    let left: Vec<&serde_json::Value> = answer["statuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|status| &status["limitRemaining"])
+        .collect();
+    assert_eq!(left, [2, 1], "{answer}");
+    let (status, answer) = service.check_json(body);
+    assert_eq!(
+        (status, &answer["status"]),
+        (200, &serde_json::json!(429)),
+        "{answer}"
+    );
+    assert_eq!(answer["statuses"][0]["code"], "OK", "{answer}");
+    assert_eq!(answer["statuses"][1]["code"], "OVER_LIMIT", "{answer}");
+    assert_eq!(
+        answer["deniedBy"],
+        serde_json::json!(["per-key"]),
+        "{answer}"
+    );
+}

@@ -203,3 +203,153 @@ fn a_bearer_token_guards_the_api() {
         "probes need no token"
     );
 }
+
+#[test]
+fn a_rotated_token_file_is_read_again_and_a_bad_one_keeps_the_old() {
+    let redis = Server::start(&[]);
+    let url = format!("redis://127.0.0.1:{}/", redis.port);
+    let secrets = TempDir::new("rotated-token");
+    secrets.write("token", "first\n");
+    let token_file = secrets.0.join("token");
+    let service = Service::start(
+        &url,
+        &[("api.yaml", API)],
+        &["--http-token-file", token_file.to_str().unwrap()],
+    );
+    let status = |token: &str| {
+        let bearer = format!("Bearer {token}");
+        service
+            .http(
+                "POST",
+                "/v1/check",
+                &body("r"),
+                &[("Authorization", &bearer)],
+            )
+            .status
+    };
+    assert_eq!(status("first"), 200);
+    // Rotated as a secret volume does (a new file swapped in): in force within seconds,
+    // without a restart; the old token refused from then on.
+    let rotate = |text: &str| {
+        secrets.write("token.next", text);
+        std::fs::rename(secrets.0.join("token.next"), &token_file).unwrap();
+    };
+    rotate("second\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while status("second") != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new token was never read"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(status("first"), 401);
+    // An empty file is no token: logged, and the token in force stays.
+    rotate("");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !service
+        .log()
+        .contains("the token read before stays in force")
+    {
+        assert_eq!(status("second"), 200, "the token in force stays");
+        assert!(std::time::Instant::now() < deadline, "{}", service.log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(status("second"), 200);
+    assert!(
+        service.log().contains("its new token is in force"),
+        "{}",
+        service.log()
+    );
+}
+
+/// A self-signed certificate valid only in January 2020 (`openssl ca`, which can date one).
+fn expired_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    std::fs::write(dir.join("index.txt"), "").unwrap();
+    std::fs::write(dir.join("serial"), "01\n").unwrap();
+    std::fs::write(
+        dir.join("ca.cnf"),
+        "[ca]\ndefault_ca = ca\n[ca]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\n\
+         default_md = sha256\npolicy = any\nunique_subject = no\n[any]\ncommonName = supplied\n\
+         [ext]\nsubjectAltName = IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    let openssl = |args: &[&str]| {
+        let made = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|error| panic!("openssl is needed for this test: {error}"));
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "req.csr",
+    ]);
+    openssl(&[
+        "ca",
+        "-batch",
+        "-config",
+        "ca.cnf",
+        "-selfsign",
+        "-keyfile",
+        "key.pem",
+        "-in",
+        "req.csr",
+        "-out",
+        "cert.pem",
+        "-startdate",
+        "20200101000000Z",
+        "-enddate",
+        "20200201000000Z",
+        "-extensions",
+        "ext",
+        "-notext",
+    ]);
+    (dir.join("cert.pem"), dir.join("key.pem"))
+}
+
+#[test]
+fn an_expired_certificate_is_warned_about_and_exported() {
+    let redis = Server::start(&[]);
+    let url = format!("redis://127.0.0.1:{}/", redis.port);
+    let dir = TempDir::new("expired-cert");
+    let (cert, key) = expired_certificate(&dir.0);
+    let service = Service::start(
+        &url,
+        &[("api.yaml", API)],
+        &[
+            "--grpc-tls-cert",
+            cert.to_str().unwrap(),
+            "--grpc-tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let log = service.log();
+    assert!(
+        log.contains("the grpc listener's certificate is expired") && log.contains("WARN"),
+        "{log}"
+    );
+    let metrics = service.http("GET", "/metrics", "", &[]).body;
+    assert!(
+        metrics.contains(
+            "ratelimit_service_tls_certificate_not_after_seconds{listener=\"grpc\"} 1580515200"
+        ),
+        "2020-02-01: {metrics}"
+    );
+}
