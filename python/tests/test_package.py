@@ -6,7 +6,10 @@ names and labels."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from importlib.metadata import distribution
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -66,3 +69,40 @@ def test_the_installed_distribution_carries_the_mit_license() -> None:
     repository = (REPOSITORY / "LICENSE").read_text(encoding="utf-8")
     assert licenses[0].read_text(encoding="utf-8") == repository
     assert repository.startswith("MIT License\n")
+
+
+def test_the_package_installs_under_its_own_name_in_a_fresh_venv(tmp_path: Path) -> None:
+    """``redis-ratelimit`` on PyPI is an unrelated project (import ``redis_ratelimit``): this
+    one's wheel is ``redis-ratelimit-client`` and installs ``redis_ratelimit_client`` alone."""
+    built = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(built), "."],
+        cwd=REPOSITORY / "python",
+        check=True,
+        timeout=120,
+    )
+    (wheel,) = built.glob("*.whl")
+    assert wheel.name.startswith("redis_ratelimit_client-"), wheel.name
+    fresh = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True, timeout=120)
+    site = subprocess.run(
+        [str(fresh / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", site, str(wheel)],
+        check=True,
+        timeout=120,
+    )
+    probe = (
+        "import importlib.metadata as m, importlib.util as u; "
+        "print(m.version('redis-ratelimit-client'), "
+        "u.find_spec('redis_ratelimit_client') is not None, u.find_spec('redis_ratelimit') is None)"
+    )
+    answer = subprocess.run(
+        [str(fresh / "bin" / "python"), "-c", probe], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert answer.stdout.split() == [distribution("redis-ratelimit-client").version, "True", "True"], answer
