@@ -81,6 +81,13 @@ impl DenyCache {
         entries.insert(id, denial, until, now);
     }
 
+    /// Forgets the denial of `id`: units were given back to its limits, so the store may
+    /// admit before the wait is over what it denied.
+    pub(crate) fn forget(&self, id: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.remove(id);
+    }
+
     /// Forgets expired denials.
     pub(crate) fn purge(&self, now: Instant) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);

@@ -166,29 +166,51 @@ pub fn insert_retry_after(headers: &mut HeaderMap, decision: &Decision) {
 }
 
 /// Adds a decision's header fields to `headers`.
+///
+/// Fields already there are another policy's, checked after this one (a rate-limit layer
+/// inside this one admitted the request too): `RateLimit-Policy` and `RateLimit` are lists,
+/// so this decision's items go first and theirs stay after; the legacy triple is the one
+/// with fewer units remaining.
 pub fn insert(
     headers: &mut HeaderMap,
     decision: &Decision,
     policy: Option<&Policy>,
     options: HeaderOptions,
 ) {
+    let joined = |headers: &HeaderMap, name: &HeaderName, value: String| match headers
+        .get(name)
+        .and_then(|present| present.to_str().ok())
+    {
+        Some(present) if !present.is_empty() => format!("{value}, {present}"),
+        _ => value,
+    };
+    let policy_value =
+        policy_field(decision, policy).map(|v| joined(headers, &RATELIMIT_POLICY, v));
+    let service_value = service_field(decision).map(|v| joined(headers, &RATELIMIT, v));
+    let fewer_remaining_present = |limit: &crate::decision::LimitStatus| {
+        headers
+            .get(X_RATELIMIT_REMAINING)
+            .and_then(|present| present.to_str().ok()?.parse::<u64>().ok())
+            .is_some_and(|present| present <= limit.remaining)
+    };
+    let legacy = decision
+        .binding_limit()
+        .filter(|limit| options.legacy && !fewer_remaining_present(limit));
     let mut set = |name: HeaderName, value: String| {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
     };
-    if let Some(value) = policy_field(decision, policy) {
+    if let Some(value) = policy_value {
         set(RATELIMIT_POLICY, value);
     }
-    if let Some(value) = service_field(decision) {
+    if let Some(value) = service_value {
         set(RATELIMIT, value);
     }
     if let Some(seconds) = retry_after_seconds(decision) {
         set(http::header::RETRY_AFTER, seconds.to_string());
     }
-    if options.legacy
-        && let Some(limit) = decision.binding_limit()
-    {
+    if let Some(limit) = legacy {
         set(X_RATELIMIT_LIMIT, limit.quota.to_string());
         set(X_RATELIMIT_REMAINING, limit.remaining.to_string());
         set(
@@ -346,6 +368,37 @@ mod tests {
         assert_eq!(headers[X_RATELIMIT_REMAINING], "0");
         assert_eq!(headers[X_RATELIMIT_RESET], "31");
         assert_eq!(headers[http::header::RETRY_AFTER], "3");
+    }
+
+    #[test]
+    fn a_second_decision_joins_the_lists_and_keeps_the_tighter_legacy_triple() {
+        let options = HeaderOptions {
+            legacy: true,
+            ..HeaderOptions::default()
+        };
+        let mut inner = decision(true);
+        inner.limits.truncate(1);
+        inner.limits[0].name = Arc::from("searches");
+        inner.limits[0].remaining = 2;
+        let mut outer = decision(true);
+        outer.limits.truncate(1);
+        outer.limits[0].remaining = 5;
+        let mut headers = HeaderMap::new();
+        insert(&mut headers, &inner, None, options);
+        insert(&mut headers, &outer, None, options);
+        assert_eq!(
+            headers[RATELIMIT_POLICY],
+            r#""per-key";q=100;w=60, "searches";q=100;w=60"#
+        );
+        assert_eq!(
+            headers[RATELIMIT],
+            r#""per-key";r=5;t=3, "searches";r=2;t=3"#
+        );
+        assert_eq!(
+            headers[X_RATELIMIT_REMAINING], "2",
+            "the tighter of the two"
+        );
+        assert!(!headers.contains_key(http::header::RETRY_AFTER));
     }
 
     #[test]

@@ -67,6 +67,14 @@ impl Check {
 /// is not waited for). A check that cannot be made (an unknown
 /// policy, an input `classify` forgot) is a bug in the service: it is answered `500`.
 ///
+/// Layers stack: a default policy on every route (`Router::layer`) and a route's own inside
+/// it (`route_layer`) decide a request all or nothing. A request the inner layer refuses
+/// spends nothing of the outer policy: the outer layer sees the [`Refused`] mark on the
+/// answer and gives back, once, what it charged (its refund and its in-flight slots, see
+/// [`RateLimiter::give_back`]), and leaves the refusal's fields alone, so `RateLimit`,
+/// `RateLimit-Policy` and `Retry-After` all describe the policy that refused. An admitted
+/// response lists every layer's items, the outer's first (both fields are lists).
+///
 /// The response body type only needs `From<String>` (axum's `Body`, `Full<Bytes>`...).
 #[derive(Clone)]
 pub struct RateLimitLayer<F> {
@@ -74,6 +82,16 @@ pub struct RateLimitLayer<F> {
     classify: Arc<F>,
     options: HeaderOptions,
     on_error: OnError,
+}
+
+/// The response extension marking an answer a [`RateLimitLayer`] gave itself, without
+/// calling the service: a refusal (`429`, or `503` when the store is out of reach and the
+/// policy fails closed) or the `500` of a check that could not be made. A rate-limit layer
+/// around it gives back what it charged the request and adds no fields of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The policy of the layer that answered.
+    pub policy: String,
 }
 
 /// What the layer does with a check that could not be made (the detail of a `500`).
@@ -197,7 +215,9 @@ where
                     // operator's log, not for the client.
                     (on_error)(&check, &error);
                     let body = "{\"title\":\"Internal Server Error\",\"status\":500,\"detail\":\"The request could not be checked against its rate limit.\"}";
-                    return Ok(problem(StatusCode::INTERNAL_SERVER_ERROR, body.to_string()));
+                    let mut response = problem(StatusCode::INTERNAL_SERVER_ERROR, body.to_string());
+                    mark_refused(&mut response, check.policy);
+                    return Ok(response);
                 }
             };
             let policy = limiter.policy(&decision.policy);
@@ -210,6 +230,7 @@ where
                 } else {
                     headers::insert(response.headers_mut(), &decision, policy, options);
                 }
+                mark_refused(&mut response, check.policy);
                 return Ok(response);
             }
             // Slots in in-flight limits are held until the service has answered.
@@ -222,9 +243,19 @@ where
                 tokio::time::sleep(decision.wait).await;
             }
             let answered = inner.call(request).await;
+            let refused_inside = answered
+                .as_ref()
+                .is_ok_and(|response| response.extensions().get::<Refused>().is_some());
+            if refused_inside {
+                // A policy inside refused the request: it spends nothing of this one. (The
+                // check was made with these very arguments, so they render again.)
+                let _ = limiter
+                    .refund_spent(&check.policy, &check.inputs, check.cost, &decision)
+                    .await;
+            }
             slots.release().await;
             let mut response = answered?;
-            if options.on_admitted {
+            if options.on_admitted && !refused_inside {
                 headers::insert(response.headers_mut(), &decision, policy, options);
             }
             Ok(response)
@@ -270,6 +301,11 @@ fn refusal_status(decision: &Decision, fallback: Option<Fallback>) -> StatusCode
     } else {
         StatusCode::TOO_MANY_REQUESTS
     }
+}
+
+/// Marks a response the layer answered itself, for the rate-limit layers around it.
+fn mark_refused<B>(response: &mut Response<B>, policy: String) {
+    response.extensions_mut().insert(Refused { policy });
 }
 
 fn problem<B: From<String>>(status: StatusCode, body: String) -> Response<B> {

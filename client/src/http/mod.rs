@@ -5,4 +5,4 @@ pub mod headers;
 mod layer;
 
 pub use headers::HeaderOptions;
-pub use layer::{Check, RateLimitLayer, RateLimitService};
+pub use layer::{Check, RateLimitLayer, RateLimitService, Refused};

@@ -6,6 +6,7 @@ mod answers;
 mod decide;
 mod error;
 mod fallback;
+mod give_back;
 mod groups;
 mod jobs;
 mod leased;
@@ -14,6 +15,7 @@ mod store_policies;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -52,6 +54,9 @@ struct Inner {
     clock: LimiterClock,
     /// The store-backed policies, their source and resolved states.
     store_backed: Option<Box<dyn StoreBacked>>,
+    /// Give-backs completed so far ([`RateLimiter::give_back`]): a store denial answered
+    /// while one ran may predate its refund, so it is not remembered.
+    given_back: AtomicU64,
 }
 
 impl Drop for Inner {
@@ -216,6 +221,7 @@ impl RateLimiterBuilder {
                 sweeper: Mutex::new(None),
                 clock,
                 store_backed,
+                given_back: AtomicU64::new(0),
             }),
         };
         if let (Some(every), Ok(runtime)) = (sweep_every, tokio::runtime::Handle::try_current()) {
@@ -387,6 +393,7 @@ impl RateLimiter {
             holder: holder.as_deref(),
         };
         let now = self.inner.clock.now();
+        let given_back = self.inner.given_back.load(Ordering::SeqCst);
         // Probes are read from the store at every check: nothing to remember or lease.
         // A regional limit's lease may arrive at any moment: its denials are not remembered.
         let remembers = state.settings.deny_cache && !state.has_probes() && !state.has_regional();
@@ -417,6 +424,11 @@ impl RateLimiter {
                     .is_some_and(|limit| limit.in_flight);
                 if remembers && !decision.allowed && decision.source.is_store() && !bound_by_slots {
                     state.memory.deny.insert(id, cost, &decision, now);
+                    // A give-back that ran meanwhile may have found nothing to forget yet:
+                    // this denial may be older than its refund.
+                    if self.inner.given_back.load(Ordering::SeqCst) != given_back {
+                        state.memory.deny.forget(id);
+                    }
                 }
                 if let Some(holder) = holder.filter(|_| decision.allowed) {
                     // Slots are held only where limits were consulted (not by a blanket

@@ -2,6 +2,7 @@
 //! concern:
 //!
 //! - `limiter`, `http`: the limiter and the tower layer on the in-memory store;
+//! - `layers`: two stacked tower layers (a default policy and a route's) on a real server;
 //! - `redis_store`: the Redis store against a real server with the module;
 //! - `regions`: the regional lease agent against a home and a region;
 //! - `fleet`: demo-service processes behind a round-robin load generator, and a cluster;
@@ -28,6 +29,7 @@ mod continuity;
 mod fleet;
 mod http;
 mod jobs;
+mod layers;
 mod limiter;
 mod plans_fleet;
 mod redis_store;
