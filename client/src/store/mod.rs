@@ -8,6 +8,7 @@
 
 pub(crate) mod backend;
 mod batch;
+mod cluster;
 mod memory;
 mod redis;
 mod reply;

@@ -1,6 +1,7 @@
 //! The Redis store: `RL.*` commands over the `redis` crate's multiplexed connections, on a
 //! single server (through its connection manager, which reconnects by itself) or a Redis
-//! Cluster (its async cluster client, which follows `MOVED`/`ASK`).
+//! Cluster (keyed calls routed by slot over one connection per node, `cluster.rs`; the
+//! others through the crate's async cluster client).
 //!
 //! The connection is made on first use, not at construction: a service must start, and
 //! fall back, while Redis is down.
@@ -11,13 +12,13 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
 use super::backend::{self, Backend, BackendError, Probe, Resolved};
 use super::batch::{BatchOptions, Batcher};
+use super::cluster::{ClusterConnection, Nodes};
 use super::reply;
 use super::{
     Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
@@ -64,8 +65,8 @@ impl Default for RedisStoreOptions {
 /// server larger), and the target is read only when connecting.
 enum Target {
     Single(Box<redis::Client>),
-    /// The client, and the nodes it was given (for error messages).
-    Cluster(Box<ClusterClient>, String),
+    /// The client, the nodes it was given (for error messages), and the nodes by slot.
+    Cluster(Box<ClusterClient>, String, Arc<Nodes>),
 }
 
 #[derive(Clone)]
@@ -190,9 +191,19 @@ impl RedisStore {
             .map_err(|error| {
                 StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
             })?;
+        let infos = nodes
+            .iter()
+            .map(|node| node.into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| {
+                StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
+            })?;
+        let by_slot = Nodes::new(&infos, options.connect_timeout).ok_or_else(|| {
+            StoreError::Config("a cluster store needs at least one node".to_string())
+        })?;
         let named = format!("the cluster at {}", nodes.join(", "));
         Ok(Self::from_target(
-            Target::Cluster(Box::new(client), named),
+            Target::Cluster(Box::new(client), named, Arc::new(by_slot)),
             options,
         ))
     }
@@ -322,11 +333,15 @@ impl RedisStore {
                     .map(|manager| Connection::Single(Box::new(manager)))
                     .map_err(|error| store_error(&error))
             }
-            Target::Cluster(client, _) => client
-                .get_async_connection()
-                .await
-                .map(Connection::Cluster)
-                .map_err(|error| store_error(&error)),
+            Target::Cluster(client, _, nodes) => {
+                let all = client
+                    .get_async_connection()
+                    .await
+                    .map_err(|error| store_error(&error))?;
+                Ok(Connection::Cluster(
+                    ClusterConnection::new(all, Arc::clone(nodes)).await,
+                ))
+            }
         }
     }
 
@@ -339,7 +354,7 @@ impl RedisStore {
     fn naming_the_address(&self, error: StoreError) -> StoreError {
         let address = match &self.inner.target {
             Target::Single(client) => client.get_connection_info().addr().to_string(),
-            Target::Cluster(_, nodes) => nodes.clone(),
+            Target::Cluster(_, nodes, _) => nodes.clone(),
         };
         let named = |detail: String| format!("cannot connect to {address}: {detail}");
         match error {
