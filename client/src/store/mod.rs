@@ -8,6 +8,7 @@
 
 pub(crate) mod backend;
 mod batch;
+mod cluster;
 mod liveness;
 mod memory;
 mod redis;

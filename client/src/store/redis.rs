@@ -1,6 +1,7 @@
 //! The Redis store: `RL.*` commands over the `redis` crate's multiplexed connections, on a
 //! single server (through its connection manager, which reconnects by itself) or a Redis
-//! Cluster (its async cluster client, which follows `MOVED`/`ASK`).
+//! Cluster (keyed calls routed by slot over one connection per node, `cluster.rs`; the
+//! others through the crate's async cluster client).
 //!
 //! The connection is made on first use, not at construction: a service must start, and
 //! fall back, while Redis is down.
@@ -11,14 +12,13 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind, Value};
 use redis_ratelimit_wire::encode::Args;
 use tokio::sync::watch;
 
 use super::backend::{self, Backend, BackendError, Probe, Resolved};
 use super::batch::{BatchOptions, Batcher};
+use super::cluster::{ClusterConnection, Nodes};
 use super::liveness::Liveness;
 use super::reply;
 use super::{
@@ -66,8 +66,8 @@ impl Default for RedisStoreOptions {
 /// server larger), and the target is read only when connecting.
 enum Target {
     Single(Box<redis::Client>),
-    /// The client, and the nodes it was given (for error messages).
-    Cluster(Box<ClusterClient>, String),
+    /// The client, the nodes it was given (for error messages), and the nodes by slot.
+    Cluster(Box<ClusterClient>, String, Arc<Nodes>),
 }
 
 #[derive(Clone)]
@@ -87,7 +87,9 @@ impl Connection {
                     .query_async(&mut ConnectionManager::clone(manager))
                     .await
             }
-            Self::Cluster(cluster) => cluster_command(cluster, command)
+            Self::Cluster(cluster) => cluster
+                .clone()
+                .req_packed_command(command)
                 .await
                 .and_then(Value::extract_error),
         }
@@ -102,7 +104,7 @@ impl Connection {
                     .req_packed_command(command)
                     .await
             }
-            Self::Cluster(cluster) => cluster_command(cluster, command).await,
+            Self::Cluster(cluster) => cluster.clone().req_packed_command(command).await,
         }
     }
 
@@ -126,7 +128,7 @@ impl Connection {
             Self::Cluster(cluster) if writes => {
                 let mut replies = Vec::with_capacity(count);
                 for command in pipeline.cmd_iter() {
-                    replies.push(match cluster_command(cluster, command).await {
+                    replies.push(match cluster.clone().req_packed_command(command).await {
                         Err(error) if error.kind() == ErrorKind::Io => return Err(error),
                         Err(error) if error.is_connection_dropped() => return Err(error),
                         Err(error) => match error.into_server_errors() {
@@ -146,82 +148,13 @@ impl Connection {
                 Ok(replies)
             }
             Self::Cluster(cluster) => {
-                let mut result = cluster
+                cluster
                     .clone()
                     .req_packed_commands(pipeline, 0, count)
-                    .await;
-                for _ in 0..MOST_REDIRECTS {
-                    let Some(route) = result.as_ref().err().and_then(redirected_to) else {
-                        break;
-                    };
-                    result = cluster
-                        .clone()
-                        .route_pipeline(pipeline.clone(), 0, count, route.node)
-                        .await;
-                }
-                result
+                    .await
             }
         }
     }
-}
-
-/// The most redirects (`MOVED`, `ASK`) a cluster command follows: a node that answers one
-/// did not run the command, so sending it on is safe.
-const MOST_REDIRECTS: usize = 3;
-
-/// Where a cluster's redirect sends a command, and whether it needs `ASKING` first.
-struct Redirect {
-    node: SingleNodeRoutingInfo,
-    ask: bool,
-}
-
-/// The node a `MOVED` or `ASK` error names.
-fn redirected_to(error: &RedisError) -> Option<Redirect> {
-    let (address, _slot) = error.redirect_node()?;
-    let (host, port) = address.rsplit_once(':')?;
-    Some(Redirect {
-        node: SingleNodeRoutingInfo::ByAddress {
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string(),
-            port: port.parse().ok()?,
-        },
-        ask: error.kind() == ErrorKind::Server(ServerErrorKind::Ask),
-    })
-}
-
-/// One command on a Redis Cluster, sent exactly once to each node it reaches: the cluster
-/// client is built without retries (it would send a command again after a connection cut
-/// after the node ran it), so the redirects a node answers instead of running the command
-/// are followed here. A lost reply (a dropped connection, a timeout) is the caller's
-/// unknown outcome.
-async fn cluster_command(cluster: &ClusterConnection, command: &Cmd) -> Result<Value, RedisError> {
-    let mut result = cluster.clone().req_packed_command(command).await;
-    for _ in 0..MOST_REDIRECTS {
-        let Some(redirect) = result.as_ref().err().and_then(redirected_to) else {
-            break;
-        };
-        result = if redirect.ask {
-            let mut asking = redis::pipe();
-            asking.cmd("ASKING").add_command(command.clone());
-            cluster
-                .clone()
-                .route_pipeline(asking, 0, 2, redirect.node)
-                .await
-                .and_then(|mut replies| {
-                    replies.pop().ok_or_else(|| {
-                        RedisError::from((ErrorKind::Client, "no reply after ASKING"))
-                    })
-                })
-        } else {
-            cluster
-                .clone()
-                .route_command(command.clone(), RoutingInfo::SingleNode(redirect.node))
-                .await
-        };
-    }
-    result
 }
 
 const UNKNOWN: u8 = 0;
@@ -288,7 +221,7 @@ impl RedisStore {
     pub fn cluster(nodes: &[&str], options: RedisStoreOptions) -> Result<Self, StoreError> {
         // No retries: the cluster client would send a command again through a new
         // connection after a cut one (16 times by default), charging twice when the node ran
-        // it before the cut. Redirects are followed by `cluster_command` instead.
+        // it before the cut. Redirects are followed by `cluster.rs` instead.
         let client = ClusterClient::builder(nodes.to_vec())
             .connection_timeout(options.connect_timeout)
             .retries(0)
@@ -296,9 +229,19 @@ impl RedisStore {
             .map_err(|error| {
                 StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
             })?;
+        let infos = nodes
+            .iter()
+            .map(|node| node.into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| {
+                StoreError::Config(format!("cannot use the cluster nodes {nodes:?}: {error}"))
+            })?;
+        let by_slot = Nodes::new(&infos, options.connect_timeout).ok_or_else(|| {
+            StoreError::Config("a cluster store needs at least one node".to_string())
+        })?;
         let named = format!("the cluster at {}", nodes.join(", "));
         Ok(Self::from_target(
-            Target::Cluster(Box::new(client), named),
+            Target::Cluster(Box::new(client), named, Arc::new(by_slot)),
             options,
         ))
     }
@@ -430,11 +373,15 @@ impl RedisStore {
                     .map(|manager| Connection::Single(Box::new(manager)))
                     .map_err(|error| store_error(&error))
             }
-            Target::Cluster(client, _) => client
-                .get_async_connection()
-                .await
-                .map(Connection::Cluster)
-                .map_err(|error| store_error(&error)),
+            Target::Cluster(client, _, nodes) => {
+                let all = client
+                    .get_async_connection()
+                    .await
+                    .map_err(|error| store_error(&error))?;
+                Ok(Connection::Cluster(
+                    ClusterConnection::new(all, Arc::clone(nodes)).await,
+                ))
+            }
         }
     }
 
@@ -447,7 +394,7 @@ impl RedisStore {
     fn naming_the_address(&self, error: StoreError) -> StoreError {
         let address = match &self.inner.target {
             Target::Single(client) => client.get_connection_info().addr().to_string(),
-            Target::Cluster(_, nodes) => nodes.clone(),
+            Target::Cluster(_, nodes, _) => nodes.clone(),
         };
         let named = |detail: String| format!("cannot connect to {address}: {detail}");
         match error {

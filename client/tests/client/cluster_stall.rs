@@ -3,8 +3,10 @@
 //! the limiters on the *other* shards the store still decides, before and after the cluster
 //! client has to refresh its slot map (a slot moved between the two healthy primaries, so a
 //! call gets `MOVED`). The `redis` crate's cluster client refreshes under a lock every request
-//! waits for, and asks the nodes (the stopped one included) with no bound of its own unless
-//! the client was given a response timeout: what this measures is printed, and stated in
+//! waits for, and asks the nodes (the stopped one included): through it, 0.0-0.6 % of the
+//! other shards' checks were decided by the store after the move. The store routes keyed
+//! calls by its own slot map over one connection per node (`store/cluster.rs`), so at least
+//! 90 % must be, before and after the move; what this measures is printed, and stated in
 //! `README.md` (*Chaos soak*).
 
 use std::time::{Duration, Instant};
@@ -164,6 +166,13 @@ async fn measure() {
          {} of {} checks decided by the store",
         before.0,
         before.1
+    );
+    assert!(
+        share(after) >= 90.0,
+        "one stopped primary stalled the other shards' limiters once the slot map changed: \
+         {} of {} checks decided by the store",
+        after.0,
+        after.1
     );
 
     // Resumed: every limiter is decided by the store again.
