@@ -185,7 +185,9 @@ struct Args {
     #[arg(long, value_name = "N", value_parser = count)]
     lease: Option<u64>,
 
-    /// Longest wait for one store call
+    /// How long Redis may stay silent while store calls wait for it before they are decided
+    /// by the fallback (a call is given up when its server, or its slot on a Cluster, had
+    /// calls waiting and sent no reply for this long, not when the call's own timer fires)
     #[arg(long, value_name = "MS", default_value = "20", value_parser = positive_ms)]
     timeout_ms: Duration,
 
