@@ -134,6 +134,8 @@ async fn run(args: &Args) -> Result<(), Failure> {
     for bad in &snapshot.unreadable {
         errln!("rlctl: warning: {}", show::unreadable(bad));
     }
+    // How the limits written were checked, when the server's setting could not be read.
+    let mut assumed: Option<String> = None;
     let (op, edits, note) = match &args.command {
         Command::Get { tenant } => {
             check_tenant(tenant)?;
@@ -162,18 +164,25 @@ async fn run(args: &Args) -> Result<(), Failure> {
                 // A limit the server would refuse on every check is refused here.
                 Command::PlanSet { .. } | Command::OverrideSet { .. } | Command::Import { .. } => {
                     let server = plan_store::server_limits(&mut con).await;
-                    if let Some(why) = &server.assumed {
-                        errln!(
+                    // Said once the change is accepted: a refusal says it itself, and a
+                    // write the server refuses (no Lua engine) was not checked for nothing.
+                    assumed = server.assumed.as_ref().map(|why| {
+                        format!(
                             "rlctl: warning: limits checked against the module's default \
                              ratelimit.max-log-entries ({}): {why}",
                             server.max_log_entries
-                        );
-                    }
+                        )
+                    });
                     server
                 }
                 _ => ServerLimits::defaults("no limit is written"),
             };
             changes(&snapshot, command, now_ms, &server)?
+        }
+    };
+    let warn_assumed = || {
+        if let Some(warning) = &assumed {
+            errln!("{warning}");
         }
     };
     if let Some(wanted) = args.if_version.filter(|wanted| *wanted != snapshot.version) {
@@ -183,6 +192,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         }));
     }
     if edits.is_empty() {
+        warn_assumed();
         outln!(
             "nothing to change (the store is at version {})",
             snapshot.version
@@ -190,6 +200,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         return Ok(());
     }
     if args.dry_run {
+        warn_assumed();
         outln!(
             "dry run, nothing written: {op} would change, at version {}:",
             snapshot.version
@@ -201,6 +212,7 @@ async fn run(args: &Args) -> Result<(), Failure> {
         return Ok(());
     }
     let version = plan_store::write(&mut con, snapshot.version, &args.who, &op, &edits).await?;
+    warn_assumed();
     outln!("{op}: version {} -> {version}", snapshot.version);
     out!("{}", show::edits(&snapshot, &edits));
     if let Some(note) = &note {
