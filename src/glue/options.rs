@@ -1,6 +1,44 @@
 //! The module options declared at load (`RedisModule_SetModuleOptions`): the ones every
 //! supported server understands, and Valkey's atomic slot migration opt-in where the server
 //! is Valkey and knows that option.
+//!
+//! # Redis 8.4+ atomic slot migration needs nothing from the module
+//!
+//! Redis's own atomic slot migration (`CLUSTER MIGRATION IMPORT`, Redis 8.4 on) has no
+//! opt-in: read in Redis 8.6.3's source (Debian's `redis` 5:8.6.3-1), `redismodule.h`
+//! defines no option for it (the options stop at `1 << 3`, `_REDISMODULE_OPTIONS_FLAGS_NEXT`
+//! being `1 << 4`), and `cluster_asm.c` refuses a task only while a module holds
+//! `RedisModule_ClusterDisableTrim`, which this module never calls. So nothing is declared
+//! on Redis, and the limiters move as follows (`tests/it/slot_migration.rs` checks each
+//! step on Redis 8.6.3 under load):
+//!
+//! - the slot's snapshot: `slotSnapshotSaveKeyValuePair` writes every module-type key as
+//!   `RESTORE key <ttl> <DUMP payload> ABSTTL` (`o->type == OBJ_MODULE`), so a limiter
+//!   travels through the type's RDB save and load, as `DUMP`/`RESTORE` and `MIGRATE` do;
+//! - the calls made on the source during the move: `asmFeedMigrationClient` sends the
+//!   target the replication stream's commands whose keys are in the slot, found by their
+//!   key specs (`getSlotFromCommand`; a keyless command is skipped, a cross-slot one cancels
+//!   the task). Those are this module's `RL.FX key effect ...`, which declares its keys
+//!   and only ever carries the keys of one call, in one slot as a cluster requires;
+//! - the target applies both with clients flagged `CLIENT_MASTER | CLIENT_INTERNAL |
+//!   CLIENT_ASM_IMPORTING` (`cluster_asm.c`, the RDB channel's and the buffered stream's),
+//!   and `RM_GetContextFlags` sets `REDISMODULE_CTX_FLAGS_REPLICATED` for any
+//!   `CLIENT_MASTER` client (`module.c`: "Module command received from MASTER, is
+//!   replicated"), so `RL.FX` accepts them as it accepts the primary link. Were it refused,
+//!   the error would go to the source unread (Redis logs it as `== CRITICAL ==` and counts
+//!   `unexpected_error_replies`) and the limiter would stay behind: the test fails on
+//!   that count, and on a limiter admitting above its limit (both seen with `RL.FX`
+//!   refusing primaries' import clients on purpose).
+//!
+//! The server events Redis 8.4 adds (`REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION`, 18: import
+//! and migrate started, failed, completed, and `MIGRATE_MODULE_PROPAGATE` to send commands
+//! ahead of the snapshot; `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION_TRIM`, 19; the
+//! `REDISMODULE_NOTIFY_KEY_TRIMMED` keyspace event) are for modules that keep state outside
+//! their keys. This one keeps none (no aux data, no index of keys, no per-slot counters), so
+//! it subscribes to none and sends nothing ahead. Not subscribing to `KEY_TRIMMED` also
+//! lets Redis trim the moved slot from the source in the background (an active, per-key
+//! trim is chosen only for such subscribers or client tracking): the values are then freed
+//! on a BIO thread, as `FLUSHALL ASYNC` frees them, which the type's `free` allows.
 
 use std::ffi::c_int;
 
@@ -42,8 +80,8 @@ fn common_options() -> c_int {
 /// as the same `RL.FX` effects the replication stream carries; `RL.FX` accepts both because
 /// Valkey 9.1 flags the slot import client's commands `REPLICATED`, as the primary link's
 /// (`isReplicatedClient` in `VM_GetContextFlags`). The import client's replies are off, so
-/// a refusal there would lose the limiter silently: `tests/it/valkey.rs` counts every key on
-/// the target and its replica. Keys the target loads before it owns
+/// a refusal there would lose the limiter silently: `tests/it/slot_migration.rs` counts every
+/// key on the target and its replica. Keys the target loads before it owns
 /// the slot are not served until then, and nothing in the module indexes keys elsewhere
 /// (no aux data, no per-node key lists), so there is nothing else to keep in step.
 ///

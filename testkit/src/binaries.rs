@@ -11,7 +11,7 @@
 //!   `$REDIS_SERVER` is.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The server binary: `$REDIS_SERVER`, or `redis-server` on `PATH`.
 pub fn server_binary() -> PathBuf {
@@ -67,4 +67,73 @@ pub fn valkey_server() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Which server a program is, and its version, as its `--version` line says (`Redis server
+/// v=8.6.3 sha=...`, `Valkey server v=9.1.2 ...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerVersion {
+    /// `Redis` or `Valkey` (the line's first word).
+    pub name: String,
+    /// (major, minor, patch).
+    pub version: (u32, u32, u32),
+}
+
+impl ServerVersion {
+    /// Runs `program --version` and parses its line; fails the test if it cannot.
+    pub fn of(program: &Path) -> ServerVersion {
+        let output = std::process::Command::new(program)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|error| panic!("{} --version: {error}", program.display()));
+        let line = String::from_utf8_lossy(&output.stdout).into_owned();
+        ServerVersion::parse(&line).unwrap_or_else(|| {
+            panic!(
+                "{} --version said {line:?}: no `<name> server v=<x.y.z>`",
+                program.display()
+            )
+        })
+    }
+
+    /// Parses a `--version` line.
+    pub fn parse(line: &str) -> Option<ServerVersion> {
+        let mut words = line.split_whitespace();
+        let name = words.next()?.to_string();
+        let number = words.find_map(|word| word.strip_prefix("v="))?;
+        let mut parts = number.split('.').map(|part| part.parse::<u32>().ok());
+        let version = (parts.next()??, parts.next()??, parts.next()??);
+        Some(ServerVersion { name, version })
+    }
+
+    /// Whether this is Valkey.
+    pub fn is_valkey(&self) -> bool {
+        self.name.eq_ignore_ascii_case("valkey")
+    }
+
+    /// `Redis 8.6.3`.
+    pub fn label(&self) -> String {
+        let (major, minor, patch) = self.version;
+        format!("{} {major}.{minor}.{patch}", self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerVersion;
+
+    #[test]
+    fn version_lines_parse() {
+        let redis = ServerVersion::parse(
+            "Redis server v=8.6.3 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1",
+        )
+        .unwrap();
+        assert_eq!(redis.version, (8, 6, 3));
+        assert!(!redis.is_valkey());
+        assert_eq!(redis.label(), "Redis 8.6.3");
+        let valkey =
+            ServerVersion::parse("Valkey server v=9.1.2 sha=0 malloc=libc bits=64").unwrap();
+        assert!(valkey.is_valkey());
+        assert_eq!(valkey.version, (9, 1, 2));
+        assert_eq!(ServerVersion::parse("redis-server: not found"), None);
+    }
 }

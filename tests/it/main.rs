@@ -32,6 +32,6 @@ mod persistence;
 mod protocol;
 mod regional;
 mod replication;
+mod slot_migration;
 mod throttle;
 mod token_bucket;
-mod valkey;
