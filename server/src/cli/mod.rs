@@ -34,7 +34,7 @@ pub use self::store::Store;
 pub use self::tls::Tls;
 use self::values::usage_error;
 use crate::headers::{HeaderSettings, TripleNames};
-use crate::reference_env::{self, RedisSpec, RedisType};
+use crate::reference_env;
 
 /// Everything the command line says.
 #[derive(Clone, Debug, Parser)]
@@ -107,15 +107,8 @@ where
     let (store, reference) = (&mut options.store, &options.reference);
     let redis = store.redis.as_deref();
     let redis = redis.ok_or_else(|| required("--redis is required (or REDIS_URL)"))?;
-    let (urls, cluster) = reference_env::redis_urls(&RedisSpec {
-        url: redis,
-        socket: reference.redis_socket_type,
-        kind: (reference.redis_type).or(store.cluster.then_some(RedisType::Cluster)),
-        auth: reference.redis_auth.as_deref(),
-        tls: reference.redis_tls,
-        skip_verify: reference.redis_tls_skip_hostname_verification,
-    })
-    .map_err(|error| invalid(environment.name("--redis", "REDIS_URL"), error))?;
+    let (urls, cluster) = reference_env::redis_urls(&reference.redis(redis, store.cluster))
+        .map_err(|error| invalid(environment.name("--redis", "REDIS_URL"), error))?;
     (store.urls, store.cluster) = (urls, store.cluster || cluster);
     options.config.dir = match (&options.config.config, reference.runtime_dir()) {
         (Some(config), _) => config.clone(),

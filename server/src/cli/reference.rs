@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::headers::TripleNames;
-use crate::reference_env::{self, RedisType, SocketType};
+use crate::reference_env::{self, RedisSpec, RedisType, SocketType};
 
 /// Where the reference's settings are shown in `--help`.
 const REFERENCE: &str = "envoyproxy/ratelimit's settings (the flags win over the variables)";
@@ -120,6 +120,19 @@ pub struct Reference {
 }
 
 impl Reference {
+    /// The store `url` (`--redis`) names, as these settings say it is reached (a Cluster
+    /// with `cluster`, `--cluster`, when `--redis-type` does not say).
+    pub fn redis<'a>(&'a self, url: &'a str, cluster: bool) -> RedisSpec<'a> {
+        RedisSpec {
+            url,
+            socket: self.redis_socket_type,
+            kind: self.redis_type.or(cluster.then_some(RedisType::Cluster)),
+            auth: self.redis_auth.as_deref(),
+            tls: self.redis_tls,
+            skip_verify: self.redis_tls_skip_hostname_verification,
+        }
+    }
+
     /// The config directory the runtime settings name, when any is given.
     pub fn runtime_dir(&self) -> Option<PathBuf> {
         let parts = [
