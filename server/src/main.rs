@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_target(false)
         .with_writer(std::io::stderr)
-        .with_max_level(options.log_level)
+        .with_max_level(tracing::Level::from(options.runtime.log_level))
         .init();
     if !options.from_environment.is_empty() {
         tracing::info!(
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
     }
     reference_env::log_unread();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = options.worker_threads {
+    if let Some(threads) = options.runtime.worker_threads {
         builder.worker_threads(threads);
     }
     let runtime = match builder.enable_all().build() {
@@ -83,15 +83,18 @@ fn main() -> ExitCode {
 
 fn store(options: &Options) -> Result<Arc<dyn Store>, StartError> {
     let store_options = RedisStoreOptions {
-        connect_timeout: options.timeout.max(std::time::Duration::from_millis(500)),
-        batch: options.batch,
+        connect_timeout: options
+            .store
+            .timeout
+            .max(std::time::Duration::from_millis(500)),
+        batch: options.store.batch(),
         ..RedisStoreOptions::default()
     };
-    let store: Result<Arc<dyn Store>, _> = if options.cluster {
-        let nodes: Vec<&str> = options.redis.iter().map(String::as_str).collect();
+    let store: Result<Arc<dyn Store>, _> = if options.store.cluster {
+        let nodes: Vec<&str> = options.store.urls.iter().map(String::as_str).collect();
         RedisStore::cluster(&nodes, store_options).map(report_refusal)
     } else {
-        let url = options.redis.first().ok_or(StartError::NoRedisUrl)?;
+        let url = options.store.urls.first().ok_or(StartError::NoRedisUrl)?;
         if url.starts_with("redis+sentinel://") {
             // The primary a set of sentinels names, followed through failovers.
             SentinelStore::from_url(url, store_options)
@@ -124,58 +127,68 @@ fn report_refusal(store: RedisStore) -> Arc<dyn Store> {
 /// failure mode, the store timeout and the lease of the command line.
 fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
     let mut profile = Profile::builder(engine::PROFILE)
-        .fallback(options.failure)
-        .timeout(options.timeout);
-    if let Some(units) = options.lease {
+        .fallback(options.limiter.failure())
+        .timeout(options.store.timeout);
+    if let Some(units) = options.limiter.lease {
         profile = profile.lease(Lease::new(units));
     }
     let profile = profile.build().map_err(StartError::Profile)?;
     RateLimiter::builder_shared(store(options)?)
         .profile(profile)
-        .replicas(Replicas::fixed(options.replicas.max(1)))
-        .max_tracked_keys(options.max_tracked_keys)
+        .replicas(Replicas::fixed(options.limiter.replicas.max(1)))
+        .max_tracked_keys(options.limiter.max_tracked_keys)
         .build()
         .map_err(StartError::Limiter)
 }
 
 /// Starts the service and serves until SIGINT or SIGTERM, then drains it.
 async fn run(options: Options) -> Result<(), StartError> {
-    let prometheus = metrics::install(options.max_metric_rules)?;
+    let prometheus = metrics::install(options.runtime.max_metric_rules)?;
     metrics::spawn_upkeep(&prometheus);
-    let http_token = read_token("--http-token-file", options.http_token_file.as_deref())?;
-    let grpc_token = read_token("--grpc-token-file", options.grpc_token_file.as_deref())?;
+    let http_token = read_token(
+        "--http-token-file",
+        options.access.http_token_file.as_deref(),
+    )?;
+    let grpc_token = read_token(
+        "--grpc-token-file",
+        options.access.grpc_token_file.as_deref(),
+    )?;
     let (engine, seen, agent) = engine(&options).await?;
     let reachable = Arc::new(AtomicBool::new(false));
     let probe = tokio::spawn(health::probe(
-        options.redis.clone(),
-        options.cluster,
-        options.timeout,
+        options.store.urls.clone(),
+        options.store.cluster,
+        options.store.timeout,
         Arc::clone(&reachable),
     ));
-    let watcher = options.watch.map(|every| {
+    let watcher = options.config.watch.map(|every| {
         tokio::spawn(watch::watch(
             Arc::clone(&engine),
-            options.config.clone(),
+            options.config.dir.clone(),
             every,
-            options.config_bounds,
+            options.config.bounds,
             seen,
         ))
     });
 
     let stop = serve::Stop::default();
     let mut servers = Vec::new();
-    if let Some(address) = options.grpc_listen {
-        let service = grpc::service(Arc::clone(&engine), options.headers.clone(), grpc_token);
+    if let Some(address) = options.listen.grpc {
+        let service = grpc::service(
+            Arc::clone(&engine),
+            options.answers.fields.clone(),
+            grpc_token,
+        );
         servers.push(start_grpc(&options, address, service, &stop).await?);
     }
-    if let Some(address) = options.http_listen {
+    if let Some(address) = options.listen.http {
         let api = http_api(&options, &engine, prometheus, &reachable, http_token);
         servers.push(start_http(&options, address, api, &stop).await?);
     }
 
     wait_for_signal().await;
     tracing::info!("stopping: finishing requests in flight, giving leases back");
-    let result = serve::drain(servers, options.shutdown_timeout, &stop).await;
+    let result = serve::drain(servers, options.runtime.shutdown_timeout, &stop).await;
     engine.limiter().release_leases().await;
     probe.abort();
     if let Some(agent) = agent {
@@ -196,29 +209,28 @@ async fn run(options: Options) -> Result<(), StartError> {
 async fn engine(
     options: &Options,
 ) -> Result<(Arc<Engine>, u64, Option<tokio::task::JoinHandle<()>>), StartError> {
-    let (config, seen) =
-        watch::load_at_start(&options.config, &options.config_bounds).ok_or_else(|| {
-            StartError::ConfigRefused {
-                dir: options.config.clone(),
-            }
+    let (config, seen) = watch::load_at_start(&options.config.dir, &options.config.bounds)
+        .ok_or_else(|| StartError::ConfigRefused {
+            dir: options.config.dir.clone(),
         })?;
     tracing::info!(
         domains = config.domains.len(),
         files = config.files.len(),
         "config loaded from {}",
-        options.config.display()
+        options.config.dir.display()
     );
     let limiter = limiter(options)?;
     let uses_plans = config.uses_plans();
     let plans = plans::Plans::new(
-        options.redis.clone(),
-        options.cluster,
+        options.store.urls.clone(),
+        options.store.cluster,
         redis_ratelimit_plans::PlanOptions {
-            check_every: options.plans_check,
+            check_every: options.config.plans_check(),
             ..redis_ratelimit_plans::PlanOptions::default()
         },
     );
     let region = options
+        .config
         .region_config
         .as_deref()
         .map(|file| region(options, file, &config));
@@ -229,17 +241,17 @@ async fn engine(
         plans,
         EngineSettings {
             bounds: options.bounds,
-            key_prefix: options.key_prefix.clone(),
-            shadow_mode: options.shadow_mode,
-            reference_metadata: options.response_dynamic_metadata,
-            max_held: options.max_tracked_keys,
+            key_prefix: options.store.key_prefix.clone(),
+            shadow_mode: options.answers.shadow_mode,
+            reference_metadata: options.reference.response_dynamic_metadata,
+            max_held: options.limiter.max_tracked_keys,
         },
     );
     let mut agent = None;
     if let Some(region) = region {
         let hot = Arc::new(region::HotKeys::default());
         engine = engine.with_region(Arc::clone(&region), Arc::clone(&hot));
-        let region_url = options.redis.first().cloned().unwrap_or_default();
+        let region_url = options.store.urls.first().cloned().unwrap_or_default();
         tracing::info!(
             region = region.region,
             home = region.home_url,
@@ -264,10 +276,10 @@ fn region(
     let refused = || StartError::RegionRefused {
         file: file.to_path_buf(),
     };
-    if options.cluster {
+    if options.store.cluster {
         return Err(StartError::RegionOnCluster);
     }
-    let region = config::load_region(file, &options.config_bounds).map_err(|error| {
+    let region = config::load_region(file, &options.config.bounds).map_err(|error| {
         tracing::error!("{error}");
         refused()
     })?;
@@ -295,7 +307,8 @@ async fn start_grpc(
     stop: &serve::Stop,
 ) -> Result<Listener, StartError> {
     let tls = options
-        .grpc_tls
+        .tls
+        .grpc()
         .as_ref()
         .map(|files| tls::acceptor(files, "grpc", &[b"h2"]))
         .transpose()
@@ -329,14 +342,14 @@ fn http_api(
 ) -> Arc<http::Api> {
     Arc::new(http::Api {
         engine: Arc::clone(engine),
-        headers: options.headers.clone(),
+        headers: options.answers.fields.clone(),
         metrics,
         store_reachable: Arc::clone(reachable),
-        fails_closed: options.failure == Fallback::Closed,
-        healthy_with_config: options.healthy_with_config,
+        fails_closed: options.limiter.failure() == Fallback::Closed,
+        healthy_with_config: options.reference.healthy_with_at_least_one_config,
         token,
-        metrics_need_token: options.metrics_need_token,
-        allowed_origins: options.http_allowed_origins.clone(),
+        metrics_need_token: options.access.metrics_need_token,
+        allowed_origins: options.access.http_allowed_origins.clone(),
         request_timeout: options.limits.request_timeout,
     })
 }
@@ -349,7 +362,8 @@ async fn start_http(
     stop: &serve::Stop,
 ) -> Result<Listener, StartError> {
     let tls = options
-        .http_tls
+        .tls
+        .http()
         .as_ref()
         .map(|files| tls::acceptor(files, "http", &[b"http/1.1"]))
         .transpose()

@@ -1,5 +1,5 @@
 //! envoyproxy/ratelimit's deployment surface: its environment variables. Those with a
-//! counterpart here are the fallbacks of flags (`cli.rs`), and this module turns the
+//! counterpart here are the fallbacks of flags (`cli/`), and this module turns the
 //! reference's forms into this service's (its `REDIS_URL` with `REDIS_SOCKET_TYPE`,
 //! `REDIS_TYPE`, `REDIS_AUTH` and `REDIS_TLS`; its host and port pairs; its runtime
 //! directory layout). The others are logged once each, by name, at start: a deployment

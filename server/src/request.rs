@@ -48,30 +48,10 @@ impl Descriptor {
     }
 }
 
-/// The most a request may carry. Hits are not bounded: a charge above a limit is a denial
-/// that can never pass, not bad input (a limit counted in bytes meets large ones).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bounds {
-    /// Descriptors per request (at most 16: one `RL.MULTI` takes 16 keys).
-    pub max_descriptors: usize,
-    /// Entries per descriptor.
-    pub max_entries: usize,
-    /// Bytes of one key or value, and of the domain.
-    pub max_value_bytes: usize,
-    /// Whether a descriptor may carry its own `limit` (the reference's override).
-    pub limit_overrides: bool,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Self {
-            max_descriptors: 16,
-            max_entries: 8,
-            max_value_bytes: 256,
-            limit_overrides: true,
-        }
-    }
-}
+/// The most a request may carry (the command line's). Hits are not bounded: a charge above
+/// a limit is a denial that can never pass, not bad input (a limit counted in bytes meets
+/// large ones).
+pub use crate::cli::Bounds;
 
 /// Why a request is refused before anything is charged.
 #[derive(Clone, Debug, PartialEq, Eq)]

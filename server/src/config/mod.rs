@@ -36,8 +36,10 @@
 
 #[cfg(test)]
 mod cases;
+mod descriptors;
 mod load;
 mod pattern;
+mod reader;
 mod region;
 mod yaml;
 

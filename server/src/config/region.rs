@@ -38,7 +38,8 @@ use std::time::Duration;
 
 use saphyr::YamlData;
 
-use super::load::{ConfigError, Reader, line};
+use super::load::ConfigError;
+use super::reader::{Reader, line};
 use super::yaml::{self, FileBounds};
 use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_client::{Algorithm, Rate};

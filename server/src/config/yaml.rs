@@ -21,26 +21,8 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Most config files one directory may hold.
 pub const DEFAULT_MAX_FILES: usize = 100;
 
-/// What a config directory may hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileBounds {
-    /// Deepest nesting of YAML collections in one file.
-    pub max_depth: usize,
-    /// Largest file, in bytes.
-    pub max_file_bytes: u64,
-    /// Most files in the directory.
-    pub max_files: usize,
-}
-
-impl Default for FileBounds {
-    fn default() -> Self {
-        Self {
-            max_depth: DEFAULT_MAX_DEPTH,
-            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
-            max_files: DEFAULT_MAX_FILES,
-        }
-    }
-}
+/// What a config directory may hold (the command line's).
+pub use crate::cli::FileBounds;
 
 /// Why a file's text is refused: the line (0: the whole file) and the reason.
 #[derive(Clone, Debug, PartialEq, Eq)]

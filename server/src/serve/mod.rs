@@ -46,35 +46,8 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stop waits for connections to finish before closing them.
 pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 
-/// A listener's bounds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Connections open at once.
-    pub max_connections: usize,
-    /// TLS handshake and first bytes; each HTTP/1.1 request head, and idle time between.
-    pub header_timeout: Duration,
-    /// One request, body included.
-    pub request_timeout: Duration,
-    /// HTTP/2 streams open at once per connection.
-    pub max_streams: u32,
-    /// gRPC requests handled at once per connection (past it, RESOURCE_EXHAUSTED).
-    pub grpc_concurrency: usize,
-    /// HTTP/2 ping interval (`None`: no pings).
-    pub keepalive: Option<Duration>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            header_timeout: Duration::from_millis(DEFAULT_HEADER_TIMEOUT_MS),
-            request_timeout: Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS),
-            max_streams: DEFAULT_MAX_STREAMS,
-            grpc_concurrency: DEFAULT_GRPC_CONCURRENCY,
-            keepalive: Some(Duration::from_millis(DEFAULT_KEEPALIVE_MS)),
-        }
-    }
-}
+/// A listener's bounds (the command line's).
+pub use crate::cli::Limits;
 
 /// The two signals of a stop: `finish` asks connections to finish their requests and
 /// close; `close` ends them where they stand (the deadline passed).

@@ -1,0 +1,146 @@
+//! The command line (clap, derived): [`Options`] is made of the groups of flags the service
+//! reads (each in its own file), the checks that involve several flags in [`parse_with_env`].
+
+mod access;
+mod answers;
+mod config;
+mod connections;
+mod environment;
+mod limiter;
+mod listen;
+mod reference;
+mod requests;
+mod runtime;
+mod store;
+mod tls;
+mod values;
+
+use std::ffi::OsString;
+
+use clap::error::ErrorKind;
+use clap::{FromArgMatches, Parser};
+
+pub use self::access::Access;
+pub use self::answers::Answers;
+pub use self::config::{ConfigSource, FileBounds};
+pub use self::connections::Limits;
+use self::environment::Environment;
+pub use self::limiter::Limiter;
+pub use self::listen::Listen;
+pub use self::reference::Reference;
+pub use self::requests::Bounds;
+pub use self::runtime::Runtime;
+pub use self::store::Store;
+pub use self::tls::Tls;
+use self::values::usage_error;
+use crate::headers::{HeaderSettings, TripleNames};
+use crate::reference_env;
+
+/// Everything the command line says.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "redis-ratelimit-server",
+    version,
+    about = "A rate-limit service on the redis-ratelimit module: Envoy's RLS v3 over gRPC and an \
+             HTTP JSON API, configured by envoyproxy/ratelimit YAML files",
+    override_usage = "redis-ratelimit-server --redis URL --config DIR [options]",
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
+pub struct Options {
+    #[command(flatten)]
+    pub store: Store,
+    #[command(flatten)]
+    pub config: ConfigSource,
+    #[command(flatten)]
+    pub listen: Listen,
+    #[command(flatten)]
+    pub limiter: Limiter,
+    #[command(flatten)]
+    pub answers: Answers,
+    #[command(flatten)]
+    pub bounds: Bounds,
+    #[command(flatten)]
+    pub access: Access,
+    #[command(flatten)]
+    pub tls: Tls,
+    #[command(flatten)]
+    pub limits: Limits,
+    #[command(flatten)]
+    pub runtime: Runtime,
+    #[command(flatten)]
+    pub reference: Reference,
+    /// The environment variables a setting was read from (their names).
+    #[arg(skip)]
+    pub from_environment: Vec<&'static str>,
+}
+
+/// Parses the command line (the program name first), the reference's environment
+/// variables standing in for absent flags. `--help` and `--version` are errors of their own
+/// kind, printed to stdout with exit code 0 by [`clap::Error::exit`].
+pub fn parse<I, T>(args: I) -> Result<Options, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    parse_with_env(args, |variable| std::env::var_os(variable))
+}
+
+/// [`parse`], the environment read through `lookup` (see [`environment`]); then the checks
+/// and readings that involve several flags: the store, the config directory and the
+/// listeners from the reference's settings, TLS files in pairs, the header fields.
+pub fn parse_with_env<I, T>(
+    args: I,
+    lookup: impl Fn(&str) -> Option<OsString>,
+) -> Result<Options, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let environment = Environment::read(&args, lookup)?;
+    let mut options = Options::from_arg_matches(&environment.matches(&args)?)?;
+    let required = |text: &str| usage_error(ErrorKind::MissingRequiredArgument, text);
+    let invalid = |named: &str, error: String| {
+        usage_error(ErrorKind::InvalidValue, format!("{named}: {error}"))
+    };
+    let (store, reference) = (&mut options.store, &options.reference);
+    let redis = store.redis.as_deref();
+    let redis = redis.ok_or_else(|| required("--redis is required (or REDIS_URL)"))?;
+    let (urls, cluster) = reference_env::redis_urls(&reference.redis(redis, store.cluster))
+        .map_err(|error| invalid(environment.name("--redis", "REDIS_URL"), error))?;
+    (store.urls, store.cluster) = (urls, store.cluster || cluster);
+    options.config.dir = match (&options.config.config, reference.runtime_dir()) {
+        (Some(config), _) => config.clone(),
+        (None, Some(runtime)) => runtime,
+        (None, None) => return Err(required("--config is required (or RUNTIME_ROOT)")),
+    };
+    let listen = &mut options.listen;
+    listen.grpc = listen::address(listen.grpc_listen, reference.grpc(), Listen::GRPC)
+        .map_err(|error| invalid(environment.name("--grpc-host", "GRPC_HOST"), error))?;
+    listen.http = listen::address(listen.http_listen, reference.http(), Listen::HTTP)
+        .map_err(|error| invalid(environment.name("--http-host", "HOST"), error))?;
+    if let Some(which) = options.tls.unpaired() {
+        let text = format!("--{which}-tls-cert and --{which}-tls-key go together");
+        return Err(usage_error(ErrorKind::MissingRequiredArgument, text));
+    }
+    let answers = &mut options.answers;
+    answers.fields = HeaderSettings {
+        draft: answers.headers.into(),
+        on_admitted: !answers.headers_on_denied_only,
+        legacy: match (reference.limit_headers, answers.legacy_headers) {
+            (true, _) => Some(reference.triple_names()),
+            (false, true) => Some(TripleNames::legacy()),
+            (false, false) => None,
+        },
+    };
+    if listen.grpc.is_none() && listen.http.is_none() {
+        let text = "both listeners are off: nothing to serve";
+        return Err(usage_error(ErrorKind::ArgumentConflict, text));
+    }
+    options.from_environment = environment.variables;
+    Ok(options)
+}
+
+#[cfg(test)]
+mod tests;
