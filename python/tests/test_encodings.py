@@ -60,7 +60,7 @@ def replay() -> tuple[Counter[str], list[str]]:
         counts[op] += 1
         for limit in case["limits"]:
             counts[f"{op}:{limit['kind']}"] += 1
-        want = case["command"] if "command" in case else REFUSED
+        want = case.get("command", REFUSED)
         got = _encode(case)
         if got != want:
             differences.append(f"{json.dumps(case)}\n  python: {got}")
