@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint generate unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -41,12 +41,22 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 
 test: prereqs lint unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
 
-lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
+lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
+	$(CARGO) run -q -p redis-ratelimit-wire --example generate -- --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-core -p redis-ratelimit-wire --no-deps
 	@! grep -rn 'redis_module\|redis-module' core/ wire/ src/value.rs --include='*.rs' --include='Cargo.toml' \
 	  || { echo "the pure layers must not use redis_module"; exit 1; }
+
+# The Lua and Python tables of kinds and commands (functions/ratelimit.lua's block between
+# "-- BEGIN GENERATED: kinds" and "-- END GENERATED: kinds",
+# python/src/redis_ratelimit_client/_kinds.py) and the golden command encodings
+# (python/tests/vectors/encodings.json), from core's kinds! and wire's commands! and
+# wire::encode. `make lint` runs the generator with --check: it writes nothing and fails
+# naming each generated file that differs from what it would write.
+generate: ## Write the Lua and Python tables of kinds and commands and the golden command encodings from the Rust registries
+	$(CARGO) run -q -p redis-ratelimit-wire --example generate
 
 unit: ## Unit and property tests of the pure crates (core, wire), the module and the client
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)

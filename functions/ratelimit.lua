@@ -69,14 +69,29 @@ local I64_MIN_DIGITS = '9223372036854775808'
 
 local MS_CLOCK = redis.REDIS_VERSION_NUM < 0x070200
 
+-- BEGIN GENERATED: kinds (written by make generate (cargo run -p redis-ratelimit-wire --example generate), from core/src/kinds.rs (kinds!) and wire/src/commands.rs (commands!); do not edit)
+-- How errors name each kind, by the tag its keys are stored under.
 local NAMES = {
-  tb = 'a token bucket', sw = 'a sliding window', fw = 'a fixed window',
-  sl = 'a sliding log', gcra = 'a CL.THROTTLE (GCRA)', cc = 'an in-flight limit',
+  tb = 'a token bucket',
+  sw = 'a sliding window',
+  fw = 'a fixed window',
+  sl = 'a sliding log',
+  gcra = 'a CL.THROTTLE (GCRA)',
+  cc = 'an in-flight limit',
 }
+-- The ALGORITHM words of RL.MULTI, RL.PEEK, RL.REFUND, RL.REGIONAL: their kinds' tags.
 local ALGORITHMS = {
-  TOKENBUCKET = 'tb', SLIDING = 'sw', FIXED = 'fw', SLIDINGLOG = 'sl', GCRA = 'gcra',
+  TOKENBUCKET = 'tb',
+  SLIDING = 'sw',
+  FIXED = 'fw',
+  SLIDINGLOG = 'sl',
+  GCRA = 'gcra',
   CONCURRENCY = 'cc',
 }
+local ALGORITHM_NAMES = 'TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY'
+-- How many parameter arguments each kind takes, in its command and in RL.MULTI.
+local PARAM_COUNT = {tb = 2, sw = 2, fw = 2, sl = 2, gcra = 3, cc = 2}
+-- END GENERATED: kinds
 local WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 
 -- Errors -----------------------------------------------------------------------------
@@ -522,8 +537,6 @@ local function holder_id(id)
   return id
 end
 
-local PARAM_COUNT = {tb = 2, sw = 2, fw = 2, sl = 2, gcra = 3, cc = 2}
-
 local function quota(kind, a, i)
   if kind == 'tb' then return token_bucket_params(a[i], a[i + 1])
   elseif kind == 'gcra' then return gcra_params(a[i], a[i + 1], a[i + 2])
@@ -535,7 +548,7 @@ end
 local function algorithm(name)
   local kind = ALGORITHMS[string.upper(name)]
   if not kind then
-    arg_error('algorithm', 'must be TOKENBUCKET, SLIDING, FIXED, SLIDINGLOG, GCRA or CONCURRENCY', name)
+    arg_error('algorithm', 'must be ' .. ALGORITHM_NAMES, name)
   end
   return kind
 end

@@ -117,10 +117,11 @@ pub trait StateVisitor {
 /// state type and how the type-erased [`Quota`] and [`Change`] hold its parameters and
 /// change (the algorithm's own types, or boxed when they are large), how errors name it, the
 /// ALGORITHM name `RL.PEEK` / `RL.REFUND` / `RL.MULTI` accept (none for kinds with a command
-/// of their own syntax), the name configuration files give it, and its short name (the
-/// policy store's limit texts and keys, and an alias of the configuration name).
+/// of their own syntax), the name configuration files give it, its short name (the
+/// policy store's limit texts and keys, and an alias of the configuration name), and the tag
+/// the Functions library (`functions/ratelimit.lua`) stores and names it by.
 macro_rules! kinds {
-    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty, $params:ty, $change:ty], $description:literal, $name:expr, $config_name:literal, $short_name:literal;)*) => {
+    ($($variant:ident = $byte:literal: $algorithm:ty [$state:ty, $params:ty, $change:ty], $description:literal, $name:expr, $config_name:literal, $short_name:literal, $library_tag:literal;)*) => {
         /// The algorithm a key holds. The discriminant is the kind byte of the encoding (and
         /// the order kinds sort in).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -160,6 +161,13 @@ macro_rules! kinds {
             /// write it, and an alias of [`config_name`](Self::config_name).
             pub fn short_name(self) -> &'static str {
                 match self { $(Kind::$variant => $short_name,)* }
+            }
+
+            /// The tag the Functions library (`functions/ratelimit.lua`) gives this kind: the
+            /// first word of the string a key of it holds there (`tb`), a persisted format;
+            /// its tables of kinds are generated from this one (`make generate`).
+            pub fn library_tag(self) -> &'static str {
+                match self { $(Kind::$variant => $library_tag,)* }
             }
 
             /// Calls `visitor` with this kind's state type.
@@ -444,22 +452,22 @@ macro_rules! kinds {
 
 kinds! {
     TokenBucket = 0: TokenBucketAlgorithm [TokenBucket, TokenBucketParams, TokenBucket],
-        "a token bucket", Some("TOKENBUCKET"), "token_bucket", "token";
+        "a token bucket", Some("TOKENBUCKET"), "token_bucket", "token", "tb";
     SlidingWindow = 1: SlidingWindowAlgorithm [SlidingWindow, WindowParams, SlidingWindow],
-        "a sliding window", Some("SLIDING"), "sliding_window", "sliding";
+        "a sliding window", Some("SLIDING"), "sliding_window", "sliding", "sw";
     FixedWindow = 2: FixedWindowAlgorithm [FixedWindow, WindowParams, FixedWindow],
-        "a fixed window", Some("FIXED"), "fixed_window", "fixed";
+        "a fixed window", Some("FIXED"), "fixed_window", "fixed", "fw";
     SlidingLog = 3: SlidingLogAlgorithm [SlidingLog, SlidingLogParams, SlidingLogChange],
-        "a sliding log", Some("SLIDINGLOG"), "sliding_log", "log";
+        "a sliding log", Some("SLIDINGLOG"), "sliding_log", "log", "sl";
     // Boxed in the type-erased quota: its five fields would make every kind's quota 48 bytes
     // to move around rather than 40 (an admitted RL.MULTI paid 30 instructions more).
     Gcra = 4: GcraAlgorithm [Gcra, Box<GcraParams>, Gcra],
-        "a CL.THROTTLE (GCRA)", Some("GCRA"), "gcra", "gcra";
+        "a CL.THROTTLE (GCRA)", Some("GCRA"), "gcra", "gcra", "gcra";
     // Boxed in the type-erased enums: a holder id is 128 bytes inline, which would make every
     // quota and change of every kind that big to move around.
     Concurrency = 5: ConcurrencyAlgorithm
         [Concurrency, Box<ConcurrencyParams>, Box<ConcurrencyChange>],
-        "an in-flight limit", Some("CONCURRENCY"), "concurrency", "concurrency";
+        "an in-flight limit", Some("CONCURRENCY"), "concurrency", "concurrency", "cc";
 }
 
 impl Quota {

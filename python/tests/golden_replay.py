@@ -143,9 +143,9 @@ def _throttle(limits: LocalLimits, case: dict[str, Any]) -> dict[str, Any]:
     params = quota(case["q"][0])
     assert isinstance(params, GcraParams)
     held = limits.held(case["keys"], [params], case["now"])[0]
-    evaluation, cell = params.throttle(held.state if held.kind == "gc" else None, case["now"])
+    evaluation, cell = params.throttle(held.state if held.kind == params.kind else None, case["now"])
     if evaluation.commit is not None:
-        limits._commit("k", "gc", evaluation.commit, case["now"])
+        limits._commit("k", params.kind, evaluation.commit, case["now"])
     return {
         "cell": cell_reply(cell),
         "d": decision(evaluation.decision),

@@ -37,7 +37,7 @@ def test_the_rust_clients_toml_reads_unchanged() -> None:
     assert api.limits[1].weight == 2 and api.limits[1].key.text == "rl:{{{api_key}}}:day"
     assert partner.fallback == Fallback.LOCAL
     assert partner.limits[0].max_wait_ms == 1000
-    assert partner.limits[1].algorithm.kind == "cc" and partner.limits[1].algorithm.ttl_ms == 30000
+    assert partner.limits[1].algorithm.kind == "concurrency" and partner.limits[1].algorithm.ttl_ms == 30000
     assert partner.limits[2].algorithm.quota == 10
 
 

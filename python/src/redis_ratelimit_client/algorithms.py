@@ -10,9 +10,11 @@ server would refuse it, not on the first request.
 from __future__ import annotations
 
 import decimal
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ._kinds import BY_NAME, CONCURRENCY, FIXED_WINDOW, GCRA, KINDS, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET
 from .core import (
     ConcurrencyParams,
     Decimal,
@@ -53,6 +55,12 @@ _RULES = {
 def _quote(text: str) -> str:
     shown = "".join(c if " " <= c <= "~" else "?" for c in text[:32])
     return shown + ("..." if len(text) > 32 else "")
+
+
+def or_list(names: Iterable[str]) -> str:
+    """``a, b or c`` (the Rust ``kinds::or_list``)."""
+    items = list(names)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 def _refuse(name: str, rule: str, got: str | None = None) -> AlgorithmError:
@@ -112,10 +120,25 @@ def _decimal_text(digits: int, decimals: int) -> str:
     return f"{whole}.{fraction}" if fraction else whole
 
 
+def _shortest_rate(interval_ns: int) -> str:
+    """The shortest decimal rate whose interval, ``ceil(1e9 / rate)``, is exactly
+    ``interval_ns`` (``wire::encode``'s ``push_rate``: what the Rust client sends)."""
+    wanted = max(interval_ns, 1)
+    digits, decimals = 1_000_000_000, 0
+    for decimals in range(30):
+        scaled = 10**decimals * 1_000_000_000
+        digits = -(-scaled // wanted)
+        if -(-scaled // digits) == wanted:
+            break
+    return _decimal_text(digits, decimals)
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
-    """A refill rate in tokens per second: the decimal text sent to the server, and the
-    interval of one token the server derives from it, ``ceil(1e9 / rate)`` ns."""
+    """A refill rate in tokens per second: the decimal text sent to the server (the shortest
+    that gives the same interval, as the Rust client writes it: ``16.6666667`` for
+    ``16.666666667``), and the interval of one token the server derives from it,
+    ``ceil(1e9 / rate)`` ns."""
 
     text: str
     interval_ns: int
@@ -131,7 +154,8 @@ class Rate:
         interval = rate.ceil_reciprocal(1_000_000_000)
         if interval is None:
             raise AlgorithmError("capacity / rate must be at most 100 years (the time an empty bucket takes to refill)")
-        return Rate(text, max(interval, 1))
+        interval = max(interval, 1)
+        return Rate(_shortest_rate(interval), interval)
 
     @staticmethod
     def every(interval_ns: int) -> Rate:
@@ -168,9 +192,9 @@ class Shape:
         part = self.quota // replicas
         if part == 0:
             return None
-        if self.kind in ("tb", "gc"):
+        if self.kind in (TOKEN_BUCKET, GCRA):
             interval = self.interval_ns * replicas
-            if interval > (U64_MAX if self.kind == "tb" else I64_MAX):
+            if interval > (U64_MAX if self.kind == TOKEN_BUCKET else I64_MAX):
                 return None
             return Shape(self.kind, part, interval_ns=interval)
         return Shape(self.kind, part, window_us=self.window_us, ttl_us=self.ttl_us)
@@ -178,15 +202,15 @@ class Shape:
     def unit_quota(self) -> Quota:
         """The core's quota for a call of one unit."""
         try:
-            if self.kind == "tb":
+            if self.kind == TOKEN_BUCKET:
                 return TokenBucketParams.from_interval(self.quota, self.interval_ns)
-            if self.kind == "fw":
+            if self.kind == FIXED_WINDOW:
                 return FixedWindowParams.new(self.quota, self.window_us)
-            if self.kind == "sw":
+            if self.kind == SLIDING_WINDOW:
                 return SlidingWindowParams.new(self.quota, self.window_us)
-            if self.kind == "sl":
+            if self.kind == SLIDING_LOG:
                 return SlidingLogParams.new(self.quota, self.window_us)
-            if self.kind == "gc":
+            if self.kind == GCRA:
                 return GcraParams.from_interval(self.quota - 1, self.interval_ns)
             return ConcurrencyParams.new(self.quota, self.ttl_us)
         except ValueError as error:
@@ -195,9 +219,9 @@ class Shape:
     def window_ns(self) -> int:
         """The window the quota applies to: a window's length, the time an empty bucket (or
         GCRA) takes to refill; 0 for an in-flight limit."""
-        if self.kind in ("tb", "gc"):
+        if self.kind in (TOKEN_BUCKET, GCRA):
             return min(self.quota * self.interval_ns, U64_MAX)
-        if self.kind == "cc":
+        if self.kind == CONCURRENCY:
             return 0
         return self.window_us * 1_000
 
@@ -205,10 +229,10 @@ class Shape:
         """When at least one unit more than ``remaining`` is available (the ``t`` of
         ``RateLimit``), in ns: exact for buckets and fixed windows, ``reset_after`` for the
         sliding algorithms (an upper bound), 0 for an in-flight limit."""
-        if remaining >= self.quota or self.kind == "cc":
+        if remaining >= self.quota or self.kind == CONCURRENCY:
             return 0
         reset_ns = reset_after_ms * 1_000_000
-        if self.kind not in ("tb", "gc"):
+        if self.kind not in (TOKEN_BUCKET, GCRA):
             return reset_ns
         # The missing units come back one interval apart, the last one at reset_after.
         return max(reset_ns - (self.quota - remaining - 1) * self.interval_ns, 0)
@@ -221,8 +245,8 @@ class Algorithm:
     Build it with the class methods; the fields are the module's arguments.
     """
 
-    #: ``tb`` token bucket, ``sw`` sliding window, ``fw`` fixed window, ``sl`` sliding log,
-    #: ``gc`` GCRA, ``cc`` in-flight.
+    #: The kind's short name (``_kinds.py``, from the Rust ``kinds!`` table): ``token``,
+    #: ``sliding``, ``fixed``, ``log``, ``gcra``, ``concurrency`` (in-flight).
     kind: str
     #: The most units it can admit at once: capacity, limit, or GCRA's ``max_burst + 1``.
     quota: int
@@ -246,13 +270,13 @@ class Algorithm:
             built = Rate.per(capacity, seconds_to_us("refill", refill) * 1_000)
         if capacity * built.interval_ns > MAX_REFILL_NS:
             raise AlgorithmError("capacity / rate must be at most 100 years (the time an empty bucket takes to refill)")
-        return Algorithm("tb", capacity, rate=built)
+        return Algorithm(TOKEN_BUCKET, capacity, rate=built)
 
     @staticmethod
     def _windowed(kind: str, limit: int, window: Seconds) -> Algorithm:
         limit = positive_integer("limit", limit)
         window_us = _window_us("window", window)
-        if kind == "sl":
+        if kind == SLIDING_LOG:
             if limit > MAX_STORED_ENTRIES:
                 raise _refuse(
                     "limit", f"must be at most {MAX_STORED_ENTRIES} (the ratelimit.max-log-entries setting)", str(limit)
@@ -264,17 +288,17 @@ class Algorithm:
     @staticmethod
     def fixed_window(limit: int, window: Seconds) -> Algorithm:
         """At most ``limit`` units per window aligned to the Unix epoch."""
-        return Algorithm._windowed("fw", limit, window)
+        return Algorithm._windowed(FIXED_WINDOW, limit, window)
 
     @staticmethod
     def sliding_window(limit: int, window: Seconds) -> Algorithm:
         """The sliding-window counter: ``limit`` per window, approximate (see the README)."""
-        return Algorithm._windowed("sw", limit, window)
+        return Algorithm._windowed(SLIDING_WINDOW, limit, window)
 
     @staticmethod
     def sliding_log(limit: int, window: Seconds) -> Algorithm:
         """The exact sliding window (one entry per admitted unit)."""
-        return Algorithm._windowed("sl", limit, window)
+        return Algorithm._windowed(SLIDING_LOG, limit, window)
 
     @staticmethod
     def gcra(max_burst: int, count: int, period: Seconds) -> Algorithm:
@@ -288,7 +312,7 @@ class Algorithm:
             GcraParams.new(max_burst, count, period_us // 1_000_000)
         except GcraParamError as error:
             raise AlgorithmError(f"GCRA parameters refused: {error}") from None
-        return Algorithm("gc", max_burst + 1, max_burst=max_burst, count=count, period_s=period_us // 1_000_000)
+        return Algorithm(GCRA, max_burst + 1, max_burst=max_burst, count=count, period_s=period_us // 1_000_000)
 
     @staticmethod
     def concurrency(limit: int, ttl: Seconds) -> Algorithm:
@@ -303,39 +327,60 @@ class Algorithm:
             raise _refuse(
                 "limit", f"must be at most {MAX_STORED_HOLDERS} (the ratelimit.max-holders setting)", str(limit)
             )
-        return Algorithm("cc", limit, ttl_ms=ttl_us // 1_000)
+        return Algorithm(CONCURRENCY, limit, ttl_ms=ttl_us // 1_000)
+
+    @staticmethod
+    def from_params(kind: str, params: Sequence[str]) -> Algorithm:
+        """The algorithm of ``kind`` (its short name) with the parameters its command takes
+        (``("10", "2")`` for a token bucket of 10 refilled at 2 per second)."""
+        info = BY_NAME.get(kind)
+        if info is None:
+            raise AlgorithmError(f"algorithm is {or_list(k.name for k in KINDS)} (got '{kind}')")
+        if len(params) != len(info.params):
+            raise AlgorithmError(
+                f"{kind} takes {len(info.params)} parameters ({', '.join(p.name for p in info.params)})"
+            )
+        if kind == TOKEN_BUCKET:
+            return Algorithm.token_bucket(positive_integer("capacity", params[0]), params[1])
+        if kind == GCRA:
+            max_burst, count, period = (int(value) for value in params)
+            return Algorithm.gcra(max_burst, count, period)
+        if kind == CONCURRENCY:
+            ttl_ms = int(params[1])
+            return Algorithm.concurrency(positive_integer("limit", params[0]), f"{ttl_ms // 1000}.{ttl_ms % 1000:03d}")
+        return Algorithm._windowed(kind, positive_integer("limit", params[0]), params[1])
 
     @property
     def wire_name(self) -> str:
-        """The module's name for it (``RL.<name>``, ``RL.MULTI``'s limit names)."""
-        return {
-            "tb": "TOKENBUCKET",
-            "sw": "SLIDING",
-            "fw": "FIXED",
-            "sl": "SLIDINGLOG",
-            "gc": "GCRA",
-            "cc": "CONCURRENCY",
-        }[self.kind]
+        """The module's ALGORITHM word for it (``RL.MULTI``'s, ``RL.REFUND``'s limit names)."""
+        name = BY_NAME[self.kind].algorithm
+        assert name is not None, f"{self.kind} has no ALGORITHM word"
+        return name
+
+    @property
+    def command(self) -> str | None:
+        """Its kind's own command (``RL.TOKENBUCKET``); ``None``: called through ``RL.MULTI``."""
+        return BY_NAME[self.kind].command
 
     def wire_args(self) -> list[str]:
         """The parameters after the key, as the module's commands take them."""
-        if self.kind == "tb":
+        if self.kind == TOKEN_BUCKET:
             assert self.rate is not None
             return [str(self.quota), self.rate.text]
-        if self.kind in ("sw", "fw", "sl"):
+        if self.kind in (SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG):
             return [str(self.quota), f"{self.window_us // 1_000_000}.{self.window_us % 1_000_000:06d}"]
-        if self.kind == "cc":
+        if self.kind == CONCURRENCY:
             return [str(self.quota), str(self.ttl_ms)]
         return [str(self.max_burst), str(self.count), str(self.period_s)]
 
     def shape(self) -> Shape:
-        if self.kind == "tb":
+        if self.kind == TOKEN_BUCKET:
             assert self.rate is not None
-            return Shape("tb", self.quota, interval_ns=self.rate.interval_ns)
-        if self.kind == "gc":
-            return Shape("gc", self.quota, interval_ns=emission_interval_ns(self.count, self.period_s))
-        if self.kind == "cc":
-            return Shape("cc", self.quota, ttl_us=self.ttl_ms * 1_000)
+            return Shape(TOKEN_BUCKET, self.quota, interval_ns=self.rate.interval_ns)
+        if self.kind == GCRA:
+            return Shape(GCRA, self.quota, interval_ns=emission_interval_ns(self.count, self.period_s))
+        if self.kind == CONCURRENCY:
+            return Shape(CONCURRENCY, self.quota, ttl_us=self.ttl_ms * 1_000)
         return Shape(self.kind, self.quota, window_us=self.window_us)
 
     def window_ns(self) -> int:
@@ -343,4 +388,4 @@ class Algorithm:
 
     @property
     def in_flight(self) -> bool:
-        return self.kind == "cc"
+        return self.kind == CONCURRENCY

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .algorithms import Algorithm, AlgorithmError
+from ._kinds import BY_CONFIG_NAME, GCRA, KINDS, TOKEN_BUCKET, Param
+from .algorithms import Algorithm, AlgorithmError, or_list
 from .policy import Lease, Limit, Policy, PolicyError
 
 if sys.version_info >= (3, 11):
@@ -27,13 +28,26 @@ class ConfigError(ValueError):
 _POLICY_FIELDS = {"name", "fallback", "timeout_ms", "deny_cache", "lease", "from_store", "limit"}
 _LEASE_FIELDS = {"units", "max_units", "lifetime_ms"}
 _LIMIT_FIELDS = {"name", "key", "algorithm", "weight"}
+
+
+def _fields(param: Param) -> tuple[str, ...]:
+    """The fields a parameter may be given as (``client/src/config.rs``'s ``fields``): its
+    name, or for a duration its name in seconds or in milliseconds, and a rate as the time
+    its tokens take to refill instead."""
+    if param.cls == "rate":
+        return (param.name, "refill_s", "refill_ms")
+    if param.cls == "seconds":
+        return (f"{param.name}_s", f"{param.name}_ms")
+    if param.cls == "whole_seconds":
+        return (f"{param.name}_s",)
+    return (param.name,)
+
+
+#: Each kind's fields, by short name (from the generated table, ``_kinds.py``).
 _PARAMETERS = {
-    "token_bucket": ("capacity", "rate", "refill_s", "refill_ms", "max_wait_ms"),
-    "sliding_window": ("limit", "window_s", "window_ms"),
-    "fixed_window": ("limit", "window_s", "window_ms"),
-    "sliding_log": ("limit", "window_s", "window_ms"),
-    "gcra": ("max_burst", "count", "period_s"),
-    "concurrency": ("limit", "ttl_ms"),
+    kind.name: tuple(field for param in kind.params for field in _fields(param))
+    + (("max_wait_ms",) if kind.paced else ())
+    for kind in KINDS
 }
 _ALL_PARAMETERS = {name for names in _PARAMETERS.values() for name in names}
 
@@ -150,12 +164,12 @@ def _limit(policy: str, table: Any) -> Limit:
         if not isinstance(table.get(field), str):
             raise ConfigError(f"bad configuration: {where}: missing field '{field}'")
     algorithm_name = table["algorithm"]
-    allowed = _PARAMETERS.get(algorithm_name)
-    if allowed is None:
+    kind = BY_CONFIG_NAME.get(algorithm_name)
+    if kind is None:
         raise ConfigError(
-            f"bad configuration: {where}: algorithm is token_bucket, sliding_window, fixed_window, "
-            f"sliding_log, gcra or concurrency (got '{algorithm_name}')"
+            f"bad configuration: {where}: algorithm is {or_list(k.config_name for k in KINDS)} (got '{algorithm_name}')"
         )
+    allowed = _PARAMETERS[kind.name]
     for parameter in sorted(set(table) & _ALL_PARAMETERS, key=list(_ALL_PARAMETERS).index):
         if parameter not in allowed:
             raise ConfigError(f"bad configuration: {where}: '{parameter}' is not a parameter of {algorithm_name}")
@@ -168,7 +182,7 @@ def _limit(policy: str, table: Any) -> Limit:
         return value
 
     try:
-        if algorithm_name == "token_bucket":
+        if kind.name == TOKEN_BUCKET:
             capacity = need("capacity")
             rate = numbers.get("rate")
             if rate is not None and (numbers.get("refill_s") is not None or numbers.get("refill_ms") is not None):
@@ -181,23 +195,22 @@ def _limit(policy: str, table: Any) -> Limit:
                     raise ConfigError(f"bad configuration: {where}: give exactly one of 'refill_s' and 'refill_ms'")
                 refill = seconds if seconds is not None else _ms_text(millis)
                 algorithm = Algorithm.token_bucket(capacity, refill=refill)
-        elif algorithm_name in ("sliding_window", "fixed_window", "sliding_log"):
-            limit = need("limit")
-            seconds, millis = numbers.get("window_s"), numbers.get("window_ms")
-            if (seconds is None) == (millis is None):
-                raise ConfigError(f"bad configuration: {where}: give exactly one of 'window_s' and 'window_ms'")
-            window = seconds if seconds is not None else _ms_text(millis)
-            build = {
-                "sliding_window": Algorithm.sliding_window,
-                "fixed_window": Algorithm.fixed_window,
-                "sliding_log": Algorithm.sliding_log,
-            }[algorithm_name]
-            algorithm = build(limit, window)
-        elif algorithm_name == "concurrency":
-            ttl_ms = need("ttl_ms")
-            algorithm = Algorithm.concurrency(need("limit"), _ms_text(ttl_ms))
-        else:
+        elif kind.name == GCRA:
             algorithm = Algorithm.gcra(need("max_burst"), need("count"), need("period_s"))
+        else:
+            # A count, then a duration (in seconds or milliseconds), or whole milliseconds.
+            words = []
+            for param in kind.params:
+                if param.cls == "seconds":
+                    seconds, millis = numbers.get(f"{param.name}_s"), numbers.get(f"{param.name}_ms")
+                    if (seconds is None) == (millis is None):
+                        raise ConfigError(
+                            f"bad configuration: {where}: give exactly one of '{param.name}_s' and '{param.name}_ms'"
+                        )
+                    words.append(str(seconds) if seconds is not None else _ms_text(millis))
+                else:
+                    words.append(str(need(param.name)))
+            algorithm = Algorithm.from_params(kind.name, words)
     except AlgorithmError as error:
         raise ConfigError(f"bad configuration: {where}: {error}") from None
     weight = _typed(table, "weight", int, where)

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._kinds import CONCURRENCY, SLIDING_LOG, SLIDING_WINDOW
 from .algorithms import Shape
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class LimitStatus:
 
     @staticmethod
     def from_view(name: str, shape: Shape, view: View) -> LimitStatus:
-        if not view.allowed and shape.kind in ("sw", "sl"):
+        if not view.allowed and shape.kind in (SLIDING_WINDOW, SLIDING_LOG):
             # A denied sliding window's wait is exact, its reset only an upper bound.
             more_ms = view.reset_after_ms if view.retry_after_ms is None else view.retry_after_ms
             more_in = more_ms * 1_000_000
@@ -68,7 +69,7 @@ class LimitStatus:
             quota=view.limit,
             configured_quota=view.limit,
             window_ns=shape.window_ns(),
-            in_flight=shape.kind == "cc",
+            in_flight=shape.kind == CONCURRENCY,
             allowed=view.allowed,
             remaining=view.remaining,
             retry_after_ms=view.retry_after_ms,

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._kinds import GCRA, KINDS, TOKEN_BUCKET
 from .algorithms import Algorithm, AlgorithmError
 from .metrics import Metrics, default_metrics
 from .policy import Limit, Policy
@@ -33,7 +34,8 @@ PLANS_KEY = "{rl-policy}:plans"
 TENANTS_KEY = "{rl-policy}:tenants"
 OVERRIDES_KEY = "{rl-policy}:overrides"
 CHANNEL = "{rl-policy}:changes"
-_KINDS = ("token", "sliding", "fixed", "log", "gcra")
+#: The kinds a plan's limit can be, by short name (the generated table, ``_kinds.py``).
+_KINDS = tuple(kind.name for kind in KINDS if kind.in_plans)
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: Most built policies kept (about as many as plans and overrides).
 _MAX_POLICIES = 1024
@@ -83,26 +85,22 @@ class LimitSpec:
 
     def algorithm(self) -> Algorithm:
         seconds = f"{self.period_ms // 1000}.{self.period_ms % 1000:03d}"
-        if self.kind == "token":
+        if self.kind == TOKEN_BUCKET:
             return Algorithm.token_bucket(self.amount, refill=seconds)
-        if self.kind == "sliding":
-            return Algorithm.sliding_window(self.amount, seconds)
-        if self.kind == "fixed":
-            return Algorithm.fixed_window(self.amount, seconds)
-        if self.kind == "log":
-            return Algorithm.sliding_log(self.amount, seconds)
-        return Algorithm.gcra(max(self.amount - 1, 0), self.amount, seconds)
+        if self.kind == GCRA:
+            return Algorithm.gcra(max(self.amount - 1, 0), self.amount, seconds)
+        return Algorithm.from_params(self.kind, [str(self.amount), seconds])
 
     @staticmethod
     def from_limit(limit: Limit) -> LimitSpec | None:
         """The plan limit a policy's default stands for (``None`` if it is not one)."""
         algorithm = limit.algorithm
-        if limit.weight != 1 or limit.max_wait_ms is not None or algorithm.kind == "cc":
+        if limit.weight != 1 or limit.max_wait_ms is not None or algorithm.kind not in _KINDS:
             return None
-        kind = {"tb": "token", "sw": "sliding", "fw": "fixed", "sl": "log", "gc": "gcra"}[algorithm.kind]
-        if algorithm.kind == "gc":
+        kind = algorithm.kind
+        if kind == GCRA:
             amount, period_ns = algorithm.count, algorithm.period_s * 1_000_000_000
-        elif algorithm.kind == "tb":
+        elif kind == TOKEN_BUCKET:
             amount, period_ns = algorithm.quota, algorithm.window_ns()
         else:
             amount, period_ns = algorithm.quota, algorithm.window_us * 1_000

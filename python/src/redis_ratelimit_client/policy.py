@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ._kinds import BY_NAME
 from .algorithms import Algorithm, AlgorithmError, RateValue, Seconds, seconds_to_us
 from .core.numbers import U64_MAX
 from .keys import KeyTemplate, TemplateError
@@ -96,7 +97,7 @@ class Limit:
             raise PolicyError(f"limit '{name}': the weight is a whole number from 1 to {U64_MAX} (got {weight!r})")
         wait_ms = None
         if max_wait is not None:
-            if algorithm.kind != "tb":
+            if not BY_NAME[algorithm.kind].paced:
                 raise PolicyError(f"limit '{name}': only token buckets can be paced")
             wait_us = seconds_to_us("max_wait", max_wait)
             if wait_us % 1_000 or wait_us < 0 or wait_us > MAX_WAIT_MS * 1_000:

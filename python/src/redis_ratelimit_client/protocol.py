@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ._kinds import COMMANDS, CONCURRENCY, GCRA
 from .algorithms import Algorithm
 from .decision import View
 
@@ -121,17 +122,12 @@ def classify(error: BaseException) -> StoreError:
     return StoreError("server", text or type(error).__name__)
 
 
+#: Each command's Functions library function and whether its keys come counted (``numkeys
+#: key ...``), from the generated table of commands (``_kinds.py``).
 _FUNCTIONS = {
-    "RL.TOKENBUCKET": ("rl_tokenbucket", False),
-    "RL.SLIDING": ("rl_sliding", False),
-    "RL.FIXED": ("rl_fixed", False),
-    "RL.SLIDINGLOG": ("rl_slidinglog", False),
-    "CL.THROTTLE": ("cl_throttle", False),
-    "RL.MULTI": ("rl_multi", True),
-    "RL.ACQUIRE": ("rl_acquire", False),
-    "RL.RELEASE": ("rl_release", False),
-    "RL.PEEK": ("rl_peek", False),
-    "RL.REFUND": ("rl_refund", False),
+    command.name: (command.function, command.counts_keys, command.leading_keys)
+    for command in COMMANDS
+    if command.function is not None
 }
 
 
@@ -144,13 +140,13 @@ def translate(backend: str, sha: str, args: Sequence[str]) -> list[str]:
     found = _FUNCTIONS.get(args[0].upper())
     if found is None:
         return list(args)
-    function, counted = found
+    function, counted, leading = found
     rest = list(args[1:])
     if counted:
         count = int(rest[0])
         keys, after = rest[1 : count + 1], rest[count + 1 :]
     else:
-        keys, after = rest[:1], rest[1:]
+        keys, after = rest[:leading], rest[leading:]
     if backend == "scripts":
         return ["EVALSHA", sha, str(len(keys)), *keys, function, *after]
     return ["FCALL", function, str(len(keys)), *keys, *after]
@@ -416,8 +412,12 @@ class Grant:
 
 def acquire_command(request: Acquire, multi: bool) -> tuple[str, list[str]]:
     """``(shape, args)``: ``single`` (five integers), ``throttle`` (redis-cell's reply) or
-    ``multi`` (``RL.MULTI``'s seven fields). Raises ``StoreError("config")`` when the request
-    needs a command the server lacks."""
+    ``multi`` (``RL.MULTI``'s seven fields), routed as the Rust client's ``wire::encode::group``
+    routes a call (the golden encodings, ``tests/vectors/encodings.json``, check it): one limit
+    of a kind with a command of its own goes as that command; one in-flight limit taken whole
+    as ``RL.ACQUIRE``; one GCRA limit taken whole on a server without ``RL.MULTI`` as
+    ``CL.THROTTLE``; anything else as ``RL.MULTI``. Raises ``StoreError("config")`` when the
+    request needs a command the server lacks."""
     calls = request.calls
     if not calls:
         raise StoreError("config", "a group has at least one limit")
@@ -426,62 +426,65 @@ def acquire_command(request: Acquire, multi: bool) -> tuple[str, list[str]]:
         if request.partial_min is not None:
             args += ["PARTIAL", "MIN", str(max(request.partial_min, 1))]
 
-    if len(calls) == 1 and calls[0].algorithm.kind == "cc":
+    if len(calls) == 1:
         call = calls[0]
-        if request.holder is None:
-            raise StoreError("config", "an in-flight limit needs a holder id")
-        if request.partial_min is not None:
-            raise StoreError("config", "an in-flight limit takes no partial grant")
-        return "single", [
-            "RL.ACQUIRE",
-            call.key,
-            str(call.algorithm.quota),
-            request.holder,
-            str(call.algorithm.ttl_ms),
-        ]
-    if len(calls) == 1 and calls[0].algorithm.kind != "gc":
-        call = calls[0]
-        args = [f"RL.{call.algorithm.wire_name}", call.key, *call.algorithm.wire_args()]
-        args.append(str(request.units * max(call.weight, 1)))
-        partial(args)
-        if call.max_wait_ms is not None:
-            if request.partial_min is not None:
-                raise StoreError("config", "pacing (MAXWAIT) cannot be combined with a partial grant")
-            args += ["MAXWAIT", str(call.max_wait_ms)]
-        return "single", args
-    if len(calls) == 1 and not multi:
-        call = calls[0]
-        if request.partial_min is not None:
-            raise StoreError("config", "partial grants on a GCRA limit need RL.MULTI")
-        args = ["CL.THROTTLE", call.key, *call.algorithm.wire_args()]
-        args.append(str(request.units * max(call.weight, 1)))
-        return "throttle", args
+        units = str(request.units * max(call.weight, 1))
+        whole = request.partial_min is None
+        command = call.algorithm.command
+        if command is not None:
+            args = [command, call.key, *call.algorithm.wire_args(), units]
+            partial(args)
+            if call.max_wait_ms is not None:
+                if not whole:
+                    raise StoreError("config", "pacing (MAXWAIT) cannot be combined with a partial grant")
+                args += ["MAXWAIT", str(call.max_wait_ms)]
+            return "single", args
+        if call.algorithm.kind == CONCURRENCY and whole:
+            if request.holder is None:
+                raise StoreError("config", "an in-flight limit needs a holder id")
+            return "single", [
+                "RL.ACQUIRE",
+                call.key,
+                str(call.algorithm.quota),
+                request.holder,
+                str(call.algorithm.ttl_ms),
+            ]
+        if call.algorithm.kind == GCRA and whole and not multi:
+            return "throttle", ["CL.THROTTLE", call.key, *call.algorithm.wire_args(), units]
+        if not multi:
+            raise StoreError("config", "this algorithm has no command of its own: it needs RL.MULTI")
     if not multi:
         raise StoreError("config", "several limits in one call need RL.MULTI")
     if any(call.max_wait_ms is not None for call in calls):
         raise StoreError("config", "a paced limit (MAXWAIT) needs a call of its own")
+    holder = None
+    if any(call.algorithm.kind == CONCURRENCY for call in calls):
+        if request.holder is None:
+            raise StoreError("config", "an in-flight limit needs a holder id")
+        holder = request.holder
     args = ["RL.MULTI", str(len(calls)), *(call.key for call in calls)]
     for call in calls:
         args += [call.algorithm.wire_name, *call.algorithm.wire_args()]
     args += ["COST", str(request.units)]
     if any(call.weight != 1 for call in calls):
         args += ["WEIGHTS", *(str(max(call.weight, 1)) for call in calls)]
-    if any(call.algorithm.kind == "cc" for call in calls):
-        if request.holder is None:
-            raise StoreError("config", "an in-flight limit needs a holder id")
-        args += ["HOLDER", request.holder]
+    if holder is not None:
+        args += ["HOLDER", holder]
     partial(args)
     return "multi", args
 
 
 def refund_commands(request: Refund) -> list[list[str]]:
-    """One command per limit giving its units back."""
+    """One command per limit giving its units back (as ``wire::encode::refund`` writes it).
+    Raises ``StoreError("config")`` for an in-flight limit without its holder id."""
     commands = []
     for call in request.calls:
         units = request.units * max(call.weight, 1)
-        if call.algorithm.kind == "cc":
-            commands.append(["RL.RELEASE", call.key, request.holder or ""])
-        elif call.algorithm.kind == "gc":
+        if call.algorithm.kind == CONCURRENCY:
+            if request.holder is None:
+                raise StoreError("config", "an in-flight limit needs a holder id")
+            commands.append(["RL.RELEASE", call.key, request.holder])
+        elif call.algorithm.kind == GCRA:
             commands.append(["CL.THROTTLE", call.key, *call.algorithm.wire_args(), f"-{units}"])
         else:
             commands.append(["RL.REFUND", call.key, call.algorithm.wire_name, *call.algorithm.wire_args(), str(units)])

@@ -15,14 +15,18 @@ from .sliding_log import SlidingLog, SlidingLogChange, SlidingLogParams
 from .token_bucket import TokenBucket, TokenBucketParams
 from .windows import FixedWindow, FixedWindowParams, SlidingWindow, SlidingWindowParams
 
-#: Each kind's quota class, by the kind's short name.
+#: Each kind's quota class, by the kind's short name (its ``kind``, the generated table's
+#: name: ``_kinds.py``); the tests check that every kind of the table has one.
 KINDS: dict[str, type[Quota]] = {
-    "tb": TokenBucketParams,
-    "fw": FixedWindowParams,
-    "sw": SlidingWindowParams,
-    "sl": SlidingLogParams,
-    "gc": GcraParams,
-    "cc": ConcurrencyParams,
+    quota.kind: quota
+    for quota in (
+        TokenBucketParams,
+        FixedWindowParams,
+        SlidingWindowParams,
+        SlidingLogParams,
+        GcraParams,
+        ConcurrencyParams,
+    )
 }
 
 __all__ = [

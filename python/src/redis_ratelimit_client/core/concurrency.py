@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from .._kinds import CONCURRENCY
 from .decision import NEVER, NOW, Commit, Decision, Evaluation
 from .numbers import (
     MAX_NOW_US,
@@ -72,7 +73,7 @@ class ConcurrencyParams(Quota):
     ttl_us: int
     holder: bytes | None = None
     cost_units: int = 1
-    kind = "cc"
+    kind = CONCURRENCY
 
     @staticmethod
     def new(limit: int, ttl_us: int, max_holders: int = MAX_STORED_HOLDERS) -> ConcurrencyParams:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .._kinds import GCRA
 from .decision import NEVER, NOW, Commit, Decision, Evaluation
 from .numbers import (
     I64_MAX,
@@ -107,7 +108,7 @@ class GcraParams(Quota):
     max_burst: int
     interval_ns: int
     quantity: int = 1
-    kind = "gc"
+    kind = GCRA
 
     @staticmethod
     def new(max_burst: int, count: int, period: int, quantity: int = 1) -> GcraParams:

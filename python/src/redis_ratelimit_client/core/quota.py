@@ -12,8 +12,8 @@ from .decision import Evaluation
 class Quota(ABC):
     """Validated parameters of one call of one algorithm.
 
-    ``kind`` names the algorithm (``tb``, ``fw``, ``sw``, ``sl``, ``gc``, ``cc``, as the
-    golden vectors do); a key holding another kind's state is not this quota's.
+    ``kind`` names the algorithm by its short name (``token``, ``sliding``..., the generated
+    ``_kinds.py``'s); a key holding another kind's state is not this quota's.
     """
 
     __slots__ = ()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from .._kinds import SLIDING_LOG
 from .decision import NEVER, NOW, Commit, Decision, Evaluation
 from .numbers import MAX_NOW_US, ceil_ms_from_us, clamp, expiry_ms_from_us, sat_u64
 from .quota import Quota
@@ -38,7 +39,7 @@ class SlidingLogParams(Quota):
     limit: int
     window_us: int
     cost_units: int = 1
-    kind = "sl"
+    kind = SLIDING_LOG
 
     @staticmethod
     def new(limit: int, window_us: int, cost: int = 1, max_entries: int = MAX_STORED_ENTRIES) -> SlidingLogParams:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._kinds import TOKEN_BUCKET
 from .decision import NEVER, NOW, Commit, Decision, Evaluation
 from .numbers import (
     I64_MAX,
@@ -47,7 +48,7 @@ class TokenBucketParams(Quota):
     interval_ns: int
     cost_units: int = 1
     max_wait_ns: int = 0
-    kind = "tb"
+    kind = TOKEN_BUCKET
 
     @staticmethod
     def new(capacity: int, rate: Decimal, cost: int = 1) -> TokenBucketParams:

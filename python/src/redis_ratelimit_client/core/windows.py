@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._kinds import FIXED_WINDOW, SLIDING_WINDOW
 from .decision import NEVER, NOW, Commit, Decision, Evaluation
 from .numbers import (
     I64_MAX,
@@ -73,7 +74,7 @@ class _WindowParams(Quota):
 
 class FixedWindowParams(_WindowParams):
     __slots__ = ()
-    kind = "fw"
+    kind = FIXED_WINDOW
 
     def _view(self, state: FixedWindow | None, now_us: int) -> _FixedView:
         return _FixedView(state, self, now_us)
@@ -150,7 +151,7 @@ def _earliest_elapsed(weight: int, room: int, window: int) -> int:
 
 class SlidingWindowParams(_WindowParams):
     __slots__ = ()
-    kind = "sw"
+    kind = SLIDING_WINDOW
 
     def evaluate(self, state: SlidingWindow | None, now_us: int) -> Evaluation[SlidingWindow]:
         view = _SlidingView(state, self, now_us)
