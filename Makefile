@@ -41,8 +41,9 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 
 test: prereqs lint unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
 
-lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, and the pure-layer check
+lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, and no import cycles
 	$(CARGO) fmt --all -- --check
+	python3 scripts/import_cycles.py --quiet
 	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-core -p redis-ratelimit-wire --no-deps
 	@! grep -rn 'redis_module\|redis-module' core/ wire/ src/value.rs --include='*.rs' --include='Cargo.toml' \
