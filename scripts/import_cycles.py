@@ -60,7 +60,11 @@ def strip_rust(text: str) -> str:
                     j += 1
             out.append(re.sub(r"[^\n]", " ", text[i:j]))
             i = j
-        elif c == "r" and re.match(r'r#*"', text[i:]) and not re.match(r"[A-Za-z0-9_]", text[i - 1 : i] or " "):
+        elif (
+            c == "r"
+            and re.match(r'r#*"', text[i:])
+            and not re.match(r"[A-Za-z0-9_]", text[i - 1 : i] or " ")
+        ):
             m = re.match(r'r(#*)"', text[i:])
             assert m
             end = '"' + m.group(1)
@@ -118,7 +122,11 @@ def drop_test_items(text: str) -> str:
             end = matching_brace(text, brace) + 1
         else:
             end = (semi if semi >= 0 else len(text) - 1) + 1
-        text = text[: m.start()] + re.sub(r"[^\n]", " ", text[m.start() : end]) + text[end:]
+        text = (
+            text[: m.start()]
+            + re.sub(r"[^\n]", " ", text[m.start() : end])
+            + text[end:]
+        )
 
 
 def expand_use_tree(tree: str) -> list[list[str]]:
@@ -164,7 +172,9 @@ class Module:
         self.text = ""
 
 
-MOD_DECL = re.compile(r"((?:#\s*\[[^\]]*\]\s*)*)(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;")
+MOD_DECL = re.compile(
+    r"((?:#\s*\[[^\]]*\]\s*)*)(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;"
+)
 
 
 def load_tree(root_file: Path) -> list[Module]:
@@ -197,7 +207,9 @@ def load_tree(root_file: Path) -> list[Module]:
 
 
 USE_STMT = re.compile(r"\buse\s+([^;]*);")
-CODE_PATH = re.compile(r"(?<![A-Za-z0-9_:$])(" + IDENT + r"(?:\s*::\s*" + IDENT + r")+)")
+CODE_PATH = re.compile(
+    r"(?<![A-Za-z0-9_:$])(" + IDENT + r"(?:\s*::\s*" + IDENT + r")+)"
+)
 
 
 def rust_edges(modules: list[Module], strict: bool) -> dict[Path, set[Path]]:
@@ -211,9 +223,7 @@ def rust_edges(modules: list[Module], strict: bool) -> dict[Path, set[Path]]:
         first = segs[0]
         if first == "crate":
             cur, rest = root, segs[1:]
-        elif first in ("super", "self"):
-            cur, rest = m, segs
-        elif first in m.children:
+        elif first in ("super", "self") or first in m.children:
             cur, rest = m, segs
         else:
             return None
@@ -260,14 +270,20 @@ def python_edges(pkg_dir: Path) -> dict[Path, set[Path]]:
         by_name[".".join(parts)] = f
     edges: dict[Path, set[Path]] = {f: set() for f in files}
 
-    def module_level(body: list[ast.stmt]) -> list[ast.stmt]:
-        out: list[ast.stmt] = []
+    def module_level(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
+        out: list[ast.Import | ast.ImportFrom] = []
         for s in body:
             if isinstance(s, (ast.Import, ast.ImportFrom)):
                 out.append(s)
             elif isinstance(s, ast.If):
                 t = s.test
-                name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+                name = (
+                    t.id
+                    if isinstance(t, ast.Name)
+                    else t.attr
+                    if isinstance(t, ast.Attribute)
+                    else ""
+                )
                 if name != "TYPE_CHECKING":
                     out.extend(module_level(s.body))
                 out.extend(module_level(s.orelse))
@@ -279,7 +295,7 @@ def python_edges(pkg_dir: Path) -> dict[Path, set[Path]]:
         return out
 
     for f in files:
-        me = [k for k, v in by_name.items() if v == f][0]
+        me = next(k for k, v in by_name.items() if v == f)
         package = me if f.name == "__init__.py" else me.rpartition(".")[0]
         tree = ast.parse(f.read_text(), str(f))
         for s in module_level(tree.body):
@@ -381,12 +397,16 @@ def main() -> int:
         found = cycles(edges)
         total += len(found)
         n_edges = sum(len(v) for v in edges.values())
-        report.append(f"{name}: {len(edges)} files, {n_edges} imports, {len(found)} cycle(s)")
+        report.append(
+            f"{name}: {len(edges)} files, {n_edges} imports, {len(found)} cycle(s)"
+        )
         for comp in found:
             comp_set = set(comp)
             report.append(f"  cycle of {len(comp)} files:")
             for f in comp:
-                into = sorted(os.path.relpath(t, base) for t in edges[f] if t in comp_set)
+                into = sorted(
+                    os.path.relpath(t, base) for t in edges[f] if t in comp_set
+                )
                 report.append(f"    {os.path.relpath(f, base)} -> {', '.join(into)}")
 
     for crate in workspace_members(root):
