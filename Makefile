@@ -41,8 +41,9 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 
 test: prereqs lint unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
 
-lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, and that no generated file is stale
+lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, no import cycles, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
+	python3 scripts/import_cycles.py --quiet
 	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 	$(CARGO) run -q -p redis-ratelimit-wire --example generate -- --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-core -p redis-ratelimit-wire --no-deps

@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use redis_ratelimit_client::{Algorithm, Fallback, Lease, Limit, Policy, Rate};
 
-use crate::plant::Plant;
-
 /// One algorithm with its parameters, in units per second and milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -239,10 +237,10 @@ impl SoakLimiter {
 
     /// Its policy: one limit on [`key`](Self::key), its fallback, a `timeout` per store
     /// call, no deny cache (every check reaches the store: more traffic under the faults).
-    /// With `plant`, the parameters that bug plants instead of the true ones (the checker
-    /// still holds it to the true ones).
-    pub fn policy(&self, timeout: Duration, plant: Option<Plant>) -> Result<Policy, String> {
-        let shape = plant.map_or(self.shape, |plant| plant.shape(self));
+    /// Its limit has `shape`: its own, or the parameters a planted bug puts instead
+    /// ([`Plant::shape`](crate::plant::Plant::shape); the checker still holds it to the true
+    /// ones).
+    pub fn policy(&self, timeout: Duration, shape: Shape) -> Result<Policy, String> {
         let algorithm = algorithm_of(shape).map_err(|error| format!("{}: {error}", self.name))?;
         // The template escapes braces: the key is `soak:{<name>}`.
         let template = format!("soak:{{{{{}}}}}", self.name);

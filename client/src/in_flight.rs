@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::limiter::LimitSet;
+use crate::limit_set::LimitSet;
 
 /// The in-flight slots an admitted request holds, to give back with
 /// [`RateLimiter::release`](crate::RateLimiter::release) when it ends (the HTTP layer does it after the response).

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::expiring::Expiring;
-use crate::limiter::LimitSet;
+use crate::limit_set::LimitSet;
 use crate::store::{StoreBackend, View};
 
 /// One key set's lease.

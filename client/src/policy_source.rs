@@ -11,7 +11,7 @@
 
 use std::hash::Hash;
 
-use crate::limiter::BuildError;
+use crate::error::BuildError;
 use crate::policy::Limit;
 #[cfg(doc)]
 use crate::policy::Policy;

@@ -7,29 +7,8 @@ use std::collections::BTreeSet;
 
 use super::snapshot::{Override, Snapshot, encode_limits, field};
 use super::spec::{LimitSpec, Pattern, SpecError, check_limit_name, check_tenant};
+pub use super::table::Table;
 use redis_ratelimit_client::policy::MAX_LIMITS;
-
-/// One of the store's hashes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Table {
-    /// Plan name -> limits.
-    Plans,
-    /// Tenant -> plan.
-    Tenants,
-    /// Override field -> override.
-    Overrides,
-}
-
-impl Table {
-    /// The name of what it holds, as the audit stream writes it.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Table::Plans => "plan",
-            Table::Tenants => "tenant",
-            Table::Overrides => "override",
-        }
-    }
-}
 
 /// Sets (`Some`) or deletes (`None`) one field of one hash.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -28,6 +28,7 @@ pub mod plan_store;
 pub mod snapshot;
 mod source;
 pub mod spec;
+mod table;
 
 pub use connection::{PlanConnection, PlanServer};
 pub use source::{PlanOptions, PlanSource, PlanStatus};

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
 
-use super::edit::Table;
 use super::spec::{LimitSpec, Pattern, SpecError, check_tenant};
+use super::table::Table;
 
 /// An override entry: for one pattern, either one named limit or all of them.
 #[derive(Clone, Debug, PartialEq, Eq)]

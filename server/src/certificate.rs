@@ -177,7 +177,7 @@ pub fn check_served(listener: &'static str, file: &std::path::Path, der: &[u8]) 
         );
         return;
     };
-    crate::metrics::certificate(listener, validity);
+    crate::metrics::certificate(listener, validity.not_before_s, validity.not_after_s);
     if let Some(problem) = validity.problem(now_s()) {
         tracing::warn!(
             "{}: the {listener} listener's certificate is {problem}: clients that check it will refuse every connection",

@@ -4,15 +4,18 @@
 //! descriptors decided all or nothing.
 
 mod answer;
+mod api;
 mod auth;
 mod certificate;
 mod cli;
 mod config;
 mod engine;
 mod grpc;
+mod header_settings;
 mod headers;
 mod health;
 mod http;
+mod json_request;
 mod metrics;
 mod plans;
 mod reference_env;

@@ -111,10 +111,11 @@ pub fn spawn_upkeep(handle: &PrometheusHandle) {
     });
 }
 
-/// The validity of the certificate `listener` serves.
-pub fn certificate(listener: &'static str, validity: crate::certificate::Validity) {
+/// The validity of the certificate `listener` serves: `notBefore` and `notAfter`, in
+/// seconds since the epoch.
+pub fn certificate(listener: &'static str, not_before_s: i64, not_after_s: i64) {
     #[allow(clippy::cast_precision_loss)]
-    let (not_before, not_after) = (validity.not_before_s as f64, validity.not_after_s as f64);
+    let (not_before, not_after) = (not_before_s as f64, not_after_s as f64);
     gauge!("ratelimit_service_tls_certificate_not_before_seconds", "listener" => listener)
         .set(not_before);
     gauge!("ratelimit_service_tls_certificate_not_after_seconds", "listener" => listener)

@@ -17,8 +17,9 @@ use envoy_types::pb::google::protobuf::{Struct, Value as ProtoValue, value::Kind
 use serde_json::{Map, Value, json};
 
 use crate::answer::{self, Answer};
+use crate::api::Api;
 use crate::grpc;
-use crate::http::{Api, from_json};
+use crate::json_request::from_json;
 
 /// `POST /json`.
 pub async fn check(State(api): State<Arc<Api>>, body: Bytes) -> Response {

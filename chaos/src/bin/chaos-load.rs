@@ -212,7 +212,10 @@ async fn run(args: Args) -> Result<usize, String> {
         .map_or(args.clients, |plant| plant.replicas(args.clients));
     let mut builder = RateLimiter::builder_shared(store).replicas(Replicas::fixed(replicas));
     for limiter in &limiters {
-        builder = builder.policy(limiter.policy(args.timeout, args.plant)?);
+        let shape = args
+            .plant
+            .map_or(limiter.shape, |plant| plant.shape(limiter));
+        builder = builder.policy(limiter.policy(args.timeout, shape)?);
     }
     let limiter = builder.build().map_err(|error| error.to_string())?;
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<String>();

@@ -4,7 +4,6 @@
 
 mod answers;
 mod decide;
-mod error;
 mod fallback;
 mod give_back;
 mod groups;
@@ -20,15 +19,14 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use self::decide::store_decision;
-pub use self::error::{BuildError, CheckError};
 use self::fallback::LocalFallback;
 use self::groups::Groups;
-pub(crate) use self::state::LimitSet;
 use self::state::{Acquired, PolicyState, Registered, Target};
 use self::store_policies::StoreBacked;
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::clock::{Clock, LimiterClock, MonotonicClock};
 use crate::decision::{Decision, Source};
+pub use crate::error::{BuildError, CheckError};
 use crate::in_flight::InFlight;
 use crate::job::Profile;
 use crate::key::{Inputs, MissingInput};

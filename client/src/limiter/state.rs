@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::answers::Answers;
-use crate::algorithm::Algorithm;
 use crate::decision::LimitStatus;
 use crate::deny_cache::DenyCache;
 use crate::job::Profile;
 use crate::lease::Leases;
+pub(crate) use crate::limit_set::{CheckedLimit, LimitSet};
 use crate::policy::{Fallback, Lease, Policy};
 use crate::store::{LimitCall, StoreBackend, View};
 
@@ -29,86 +29,6 @@ impl Settings {
             timeout: policy.timeout(),
             deny_cache: policy.deny_cache(),
         }
-    }
-}
-
-/// One limit as the limiter calls it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct CheckedLimit {
-    pub(crate) name: Arc<str>,
-    pub(crate) algorithm: Algorithm,
-    /// Units charged per unit of cost.
-    pub(crate) weight: u64,
-    /// Pacing (token buckets): the longest wait a request may be given.
-    pub(crate) paced: Option<Duration>,
-    /// Read, never charged, never denying (a job's probe).
-    pub(crate) probe: bool,
-    /// A regional limit's lease key suffix (decided by `RL.REGIONAL`, alone in its group).
-    pub(crate) lease_suffix: Option<Arc<str>>,
-}
-
-/// The limits of a check, in the order statuses are reported (a policy's declaration order,
-/// or a job's), and the order the store is called in (most specific key first).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct LimitSet {
-    pub(crate) limits: Vec<CheckedLimit>,
-    /// Limit indices, most specific key first (the order groups are called in).
-    pub(crate) order: Vec<usize>,
-    /// The longest window or refill period: how long the store's last answer is worth
-    /// continuing from in a fallback.
-    pub(crate) longest: Duration,
-}
-
-impl LimitSet {
-    /// The limits in report order; `specificity(i)` orders the calls (most specific first,
-    /// stable among equals).
-    pub(crate) fn new(limits: Vec<CheckedLimit>, specificity: impl Fn(usize) -> usize) -> Self {
-        let longest = limits
-            .iter()
-            .map(|limit| limit.algorithm.window())
-            .max()
-            .unwrap_or(Duration::ZERO);
-        let mut order: Vec<usize> = (0..limits.len()).collect();
-        order.sort_by_key(|index| std::cmp::Reverse(specificity(*index)));
-        Self {
-            limits,
-            order,
-            longest,
-        }
-    }
-
-    fn of(policy: &Policy) -> Self {
-        let limits = policy
-            .limits()
-            .iter()
-            .map(|limit| CheckedLimit {
-                name: limit.shared_name(),
-                algorithm: limit.algorithm().clone(),
-                weight: limit.weight_units(),
-                paced: limit.paced(),
-                probe: false,
-                lease_suffix: limit.lease_suffix().map(Arc::from),
-            })
-            .collect();
-        // A regional limit is called last (least specific), so it is never refunded
-        // because a later group denied: what its lease paid cannot go back to the floor.
-        let specificity: Vec<usize> = policy
-            .limits()
-            .iter()
-            .map(|limit| match limit.lease_suffix() {
-                Some(_) => 0,
-                None => limit.key().specificity().saturating_add(1),
-            })
-            .collect();
-        Self::new(limits, |index| specificity.get(index).copied().unwrap_or(0))
-    }
-
-    pub(crate) fn get(&self, index: usize) -> Option<&CheckedLimit> {
-        self.limits.get(index)
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.limits.len()
     }
 }
 

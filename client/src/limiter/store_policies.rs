@@ -8,8 +8,8 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::error::{BuildError, CheckError};
 use super::state::Registered;
+use crate::error::{BuildError, CheckError};
 use crate::key::{Inputs, MissingInput};
 use crate::policy::Policy;
 use crate::policy_source::PolicySource;

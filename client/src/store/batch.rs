@@ -19,8 +19,8 @@ use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
 use super::StoreError;
+use super::connection::{Connection, store_error};
 use super::liveness::Liveness;
-use super::redis::{Connection, store_error};
 
 /// How long concurrent checks may wait to share one write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,6 +9,8 @@
 pub(crate) mod backend;
 mod batch;
 mod cluster;
+mod command;
+mod connection;
 mod liveness;
 mod memory;
 mod redis;

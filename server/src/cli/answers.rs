@@ -1,7 +1,7 @@
 //! How answers are made: the RateLimit header fields and the global shadow mode.
 
 use super::values::HeaderForm;
-use crate::headers::HeaderSettings;
+use crate::header_settings::HeaderSettings;
 
 /// The flags of the answers.
 #[derive(Clone, Debug, clap::Args)]

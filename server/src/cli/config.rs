@@ -7,7 +7,17 @@ use std::time::Duration;
 use redis_ratelimit_plans::PlanOptions;
 
 use super::values::{at_least_one, count, ms_or_never, positive_ms};
-use crate::config::{DEFAULT_MAX_DEPTH, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES};
+
+/// Deepest nesting of YAML collections a config file may have. A descriptor level takes
+/// two (its list and its mapping), so 64 allows some 30 levels of nested descriptors,
+/// far more than any request's entries can reach.
+pub const DEFAULT_MAX_DEPTH: usize = 64;
+
+/// Largest config file read, in bytes (a Kubernetes ConfigMap holds at most 1 MiB).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Most config files one directory may hold.
+pub const DEFAULT_MAX_FILES: usize = 100;
 
 /// The flags of the config.
 #[derive(Clone, Debug, clap::Args)]

@@ -5,10 +5,27 @@
 use std::time::Duration;
 
 use super::values::{at_least_one, ms_or_never, positive_ms, shown, streams};
-use crate::serve::{
-    DEFAULT_GRPC_CONCURRENCY, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_KEEPALIVE_MS,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_STREAMS, DEFAULT_REQUEST_TIMEOUT_MS,
-};
+/// Connections open at once on one listener: with `DEFAULT_MAX_STREAMS` each, whose
+/// streams cost some 9 KiB while their message is awaited, about 0.6 GiB at the most.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The time a connection has for its TLS handshake and first bytes, and an HTTP/1.1
+/// connection for each request head (between requests: how long it may sit idle).
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+
+/// The longest one request may take, its body included.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// HTTP/2 streams open at once on one connection (Envoy opens another connection past it).
+pub const DEFAULT_MAX_STREAMS: u32 = 128;
+
+/// gRPC requests one connection has handled at once (past it, RESOURCE_EXHAUSTED at once):
+/// as many as its streams, so a client that keeps to the streams it is told it may open
+/// (Envoy opens another connection then) is never refused; lower it to shed load sooner.
+pub const DEFAULT_GRPC_CONCURRENCY: usize = 128;
+
+/// How often an HTTP/2 connection is pinged.
+pub const DEFAULT_KEEPALIVE_MS: u64 = 30_000;
 
 /// A listener's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Args)]

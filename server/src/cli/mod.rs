@@ -22,6 +22,8 @@ use clap::{FromArgMatches, Parser};
 
 pub use self::access::Access;
 pub use self::answers::Answers;
+#[cfg(test)]
+pub use self::config::DEFAULT_MAX_DEPTH;
 pub use self::config::{ConfigSource, FileBounds};
 pub use self::connections::Limits;
 use self::environment::Environment;
@@ -33,7 +35,7 @@ pub use self::runtime::Runtime;
 pub use self::store::Store;
 pub use self::tls::Tls;
 use self::values::usage_error;
-use crate::headers::{HeaderSettings, TripleNames};
+use crate::header_settings::{HeaderSettings, TripleNames};
 use crate::reference_env;
 
 /// Everything the command line says.

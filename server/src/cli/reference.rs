@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::headers::TripleNames;
+use crate::header_settings::TripleNames;
 use crate::reference_env::{self, RedisSpec, RedisType, SocketType};
 
 /// Where the reference's settings are shown in `--help`.

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use super::values::{LogLevel, at_least_one, ms, shown, worker_threads};
 use crate::metrics::DEFAULT_MAX_RULE_LABELS;
-use crate::serve::DEFAULT_SHUTDOWN_TIMEOUT_MS;
+
+/// How long a stop waits for connections to finish before closing them.
+pub const DEFAULT_SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 
 /// The flags of the process.
 #[derive(Clone, Debug, clap::Args)]

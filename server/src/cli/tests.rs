@@ -12,9 +12,9 @@ use redis_ratelimit_client::store::BatchOptions;
 use redis_ratelimit_plans::PlanOptions;
 
 use super::*;
-use crate::headers::FieldsDraft;
+use crate::header_settings::FieldsDraft;
+use crate::metrics;
 use crate::tls::TlsFiles;
-use crate::{metrics, serve};
 
 fn parse_line(line: &str) -> Result<Options, clap::Error> {
     parse(std::iter::once("redis-ratelimit-server").chain(line.split_whitespace()))
@@ -61,7 +61,7 @@ fn the_defaults() {
     assert_eq!(options.limits, Limits::default());
     assert_eq!(
         options.runtime.shutdown_timeout,
-        Duration::from_millis(serve::DEFAULT_SHUTDOWN_TIMEOUT_MS)
+        Duration::from_millis(super::runtime::DEFAULT_SHUTDOWN_TIMEOUT_MS)
     );
     assert!(options.access.grpc_token_file.is_none() && !options.access.metrics_need_token);
     assert!(options.access.http_allowed_origins.is_empty());

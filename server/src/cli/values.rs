@@ -9,7 +9,7 @@ use clap::error::ErrorKind;
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::store::BatchOptions;
 
-use crate::headers::FieldsDraft;
+use crate::header_settings::FieldsDraft;
 
 /// A default shown in `--help` as a number's text, made once (clap takes `&'static str`).
 macro_rules! shown {

@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use super::load::parse_file;
-use super::{Config, DEFAULT_MAX_DEPTH, Domain, Found, Unit, assemble};
+use super::{Config, Domain, Found, Unit, assemble};
+use crate::cli::DEFAULT_MAX_DEPTH;
 
 macro_rules! reference {
     ($path:literal) => {

@@ -402,12 +402,12 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use std::path::Path;
 
+    use super::super::Config;
     use super::super::load::parse_file;
-    use super::super::{Config, yaml};
     use super::*;
 
     fn parse(text: &str) -> Result<Domain, ConfigError> {
-        parse_file(Path::new("test.yaml"), text, yaml::DEFAULT_MAX_DEPTH)
+        parse_file(Path::new("test.yaml"), text, crate::cli::DEFAULT_MAX_DEPTH)
     }
 
     #[test]

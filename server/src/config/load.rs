@@ -3,36 +3,13 @@
 //! file's errors kept so that one reload reports everything wrong.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use super::error::ConfigError;
 use super::reader::{Reader, line};
 use super::yaml::{self, FileBounds};
 use super::{Config, Domain};
-
-/// Why a config file is refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The file.
-    pub file: PathBuf,
-    /// The line (0 when the whole file or directory is concerned).
-    pub line: usize,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            write!(f, "{}: {}", self.file.display(), self.reason)
-        } else {
-            write!(f, "{}:{}: {}", self.file.display(), self.line, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// The config files of a directory, sorted.
 /// More than `max_files` of them is an error, told without holding them all.

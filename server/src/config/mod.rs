@@ -37,6 +37,7 @@
 #[cfg(test)]
 mod cases;
 mod descriptors;
+mod error;
 mod load;
 mod pattern;
 mod reader;
@@ -58,9 +59,7 @@ pub use self::load::assemble;
 pub use self::load::{ConfigError, config_files, load};
 pub use self::pattern::ValuePattern;
 pub use self::region::{HomeBackend, Parts, RegionConfig, load_region};
-pub use self::yaml::{
-    DEFAULT_MAX_DEPTH, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES, FileBounds, read_head,
-};
+pub use self::yaml::{FileBounds, read_head};
 
 /// The time unit of a `rate_limit`, as in the reference's `rls_conf.proto`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

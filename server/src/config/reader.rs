@@ -8,7 +8,7 @@ use saphyr::{MarkedYaml, YamlData};
 use saphyr_parser::ScalarStyle;
 
 use super::Location;
-use super::load::ConfigError;
+use super::error::ConfigError;
 
 pub(super) struct Reader<'a> {
     pub(super) file: &'a Arc<PathBuf>,

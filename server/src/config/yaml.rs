@@ -10,17 +10,6 @@ use std::path::Path;
 use saphyr::{MarkedYaml, YamlLoader};
 use saphyr_parser::{Event, Parser, SpannedEventReceiver};
 
-/// Deepest nesting of YAML collections a config file may have. A descriptor level takes
-/// two (its list and its mapping), so 64 allows some 30 levels of nested descriptors,
-/// far more than any request's entries can reach.
-pub const DEFAULT_MAX_DEPTH: usize = 64;
-
-/// Largest config file read, in bytes (a Kubernetes ConfigMap holds at most 1 MiB).
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 1024 * 1024;
-
-/// Most config files one directory may hold.
-pub const DEFAULT_MAX_FILES: usize = 100;
-
 /// What a config directory may hold (the command line's).
 pub use crate::cli::FileBounds;
 
@@ -163,6 +152,7 @@ pub fn documents(text: &str, max_depth: usize) -> Result<Vec<MarkedYaml<'_>>, Re
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
+    use crate::cli::DEFAULT_MAX_DEPTH;
 
     fn depth_error(text: &str, max: usize) -> Refused {
         documents(text, max).unwrap_err()

@@ -19,7 +19,8 @@ use redis_ratelimit_client::{Fallback, Profile, RateLimiter};
 use redis_ratelimit_plans::PlanOptions;
 
 use super::{Engine, EngineSettings, PROFILE};
-use crate::config::{DEFAULT_MAX_DEPTH, Unit, assemble};
+use crate::cli::DEFAULT_MAX_DEPTH;
+use crate::config::{Unit, assemble};
 use crate::headers::{self, FieldsDraft, HeaderSettings};
 use crate::plans::Plans;
 use crate::request::{Bounds, CheckRequest, Descriptor};
