@@ -574,8 +574,11 @@ async fn a_sliding_log_pools_lease_is_counted_at_home_for_w_plus_t() {
         .await
         .unwrap();
     let window_ms = window.as_millis() as i64;
+    // The entries' expiry is rounded up to the next millisecond from the server's clock in
+    // microseconds, and PTTL counts from the current millisecond truncated: up to 1 ms more
+    // (seen on Redis 8.6.3: 665,001 ms for W + T = 665,000).
     assert!(
-        pttl > window_ms + lifetime_ms - 5_000 && pttl <= window_ms + lifetime_ms,
+        pttl > window_ms + lifetime_ms - 5_000 && pttl <= window_ms + lifetime_ms + 1,
         "the grant's entries live W + T at home: {pttl} ms"
     );
     // The pool of 4 has 1 left for the next lease.
