@@ -291,18 +291,31 @@ impl Groups {
         let half = timeout.checked_div(2).unwrap_or_default();
         let mut wait = timeout;
         let mut excused = false;
+        // When this runtime was last seen with tasks queued ahead of this call.
+        let mut busy_until: Option<Instant> = None;
         loop {
             let armed = std::time::Instant::now();
             if let Ok(result) = tokio::time::timeout(wait, &mut call).await {
                 return result;
             }
             // Before judging, the tasks that read replies get a turn: ours may be among them.
+            let yielded = Instant::now();
             tokio::task::yield_now().await;
             if let Some(result) = (&mut call).now_or_never() {
                 return result;
             }
+            if yielded.elapsed() >= QUEUED_AFTER {
+                // Tasks were queued ahead of this one (the runtime's metrics cannot say so
+                // on a current-thread runtime): until they ran, the calls' bytes may not
+                // have left, so the store's silence counts from now on.
+                busy_until = Some(Instant::now());
+            }
             let late = armed.elapsed() > wait.saturating_add(half);
-            let Some(silent) = self.store.silent_for(slot) else {
+            let silent = self
+                .store
+                .silent_for(slot)
+                .map(|silent| busy_until.map_or(silent, |since| silent.min(since.elapsed())));
+            let Some(silent) = silent else {
                 // No tracking: one more timeout after a stall of this process, or when the
                 // store answered another call since this one was sent.
                 let waited = self.clock.now().saturating_duration_since(sent);
@@ -348,6 +361,10 @@ fn runtime_idle() -> bool {
         .count();
     metrics.global_queue_depth() == 0 && parked.saturating_add(1) >= workers
 }
+
+/// How long a yield to the runtime takes, at least, when tasks were queued ahead of the
+/// yielding one (an idle runtime hands the turn back in microseconds).
+const QUEUED_AFTER: Duration = Duration::from_millis(1);
 
 /// The most timeouts a store call waits for its reply while the store answers other calls
 /// (a burst queued behind them): 100, 5 s at the default 50 ms.
