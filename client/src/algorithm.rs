@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use redis_ratelimit_core::concurrency::MAX_STORED_HOLDERS;
 use redis_ratelimit_core::kinds::{Kind, Quota};
-use redis_ratelimit_core::sliding_log::MAX_STORED_ENTRIES;
+use redis_ratelimit_core::sliding_log::{MAX_STORED_ENTRIES, SlidingLogParams};
+use redis_ratelimit_core::window::WindowParams;
 use redis_ratelimit_wire::args::{self, Settings};
 use redis_ratelimit_wire::encode::{self, Args};
 use redis_ratelimit_wire::error::CommandError;
@@ -192,8 +193,13 @@ impl Algorithm {
         Ok(Self { quota })
     }
 
-    /// A windowed algorithm of `limit` units per `window`.
+    /// A windowed algorithm of `limit` units per `window`: built from the numbers by the
+    /// core's own checks (those the server's parser ends in), and only when they refuse it,
+    /// written as the command's arguments for the parser's words.
     fn windowed(kind: Kind, limit: u64, window: Duration) -> Result<Self, AlgorithmError> {
+        if let Some(quota) = windowed_quota(kind, limit, window) {
+            return Ok(Self { quota });
+        }
         let algorithm = Self::from_arguments(kind, &[&limit.to_string(), &seconds(window)])?;
         if window.subsec_nanos().checked_rem(1_000) != Some(0) {
             return refuse(format!("a window is whole microseconds (got {window:?})"));
@@ -256,6 +262,30 @@ impl Algorithm {
     }
 }
 
+/// The quota of a windowed `kind` (`limit` units per `window`) when the server's parser
+/// would take it: `limit` at least 1, `window` whole microseconds, then the core's bounds
+/// (the parser's duration bounds are the core's); `None` for any other.
+fn windowed_quota(kind: Kind, limit: u64, window: Duration) -> Option<Quota> {
+    if limit == 0 || window.subsec_nanos().checked_rem(1_000) != Some(0) {
+        return None;
+    }
+    let window_us = u64::try_from(window.as_micros()).ok()?;
+    match kind {
+        Kind::SlidingWindow => WindowParams::new(limit, window_us, 1)
+            .ok()
+            .map(Quota::SlidingWindow),
+        Kind::FixedWindow => WindowParams::new(limit, window_us, 1)
+            .ok()
+            .map(Quota::FixedWindow),
+        Kind::SlidingLog => {
+            SlidingLogParams::new(limit, window_us, 1, SERVER_LIMITS.max_log_entries)
+                .ok()
+                .map(Quota::SlidingLog)
+        }
+        _ => None,
+    }
+}
+
 /// Seconds as the decimal the module parses, exact to the microsecond: `60.000000`.
 fn seconds(window: Duration) -> String {
     format!("{}.{:06}", window.as_secs(), window.subsec_micros())
@@ -264,6 +294,50 @@ fn seconds(window: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_from_numbers_are_the_parsers_windows() {
+        let limits = [
+            0,
+            1,
+            2,
+            1_000,
+            100_000,
+            100_001,
+            4_294_967_295,
+            4_294_967_296,
+            u64::MAX,
+        ];
+        let windows = [
+            Duration::ZERO,
+            Duration::from_nanos(999_999),
+            Duration::from_micros(999),
+            Duration::from_millis(1),
+            Duration::from_nanos(1_000_500),
+            Duration::from_micros(1_234_567),
+            Duration::from_secs(60),
+            Duration::from_secs(3_155_760_000),
+            Duration::from_secs(3_155_760_000) + Duration::from_micros(1),
+            Duration::MAX,
+        ];
+        let kinds = [Kind::SlidingWindow, Kind::FixedWindow, Kind::SlidingLog];
+        let mut built = 0;
+        for kind in kinds {
+            for limit in limits {
+                for window in windows {
+                    let parsed =
+                        Algorithm::from_arguments(kind, &[&limit.to_string(), &seconds(window)])
+                            .ok()
+                            .filter(|_| window.subsec_nanos() % 1_000 == 0)
+                            .map(|algorithm| algorithm.quota);
+                    let fast = windowed_quota(kind, limit, window);
+                    assert_eq!(fast, parsed, "{kind:?} {limit} per {window:?}");
+                    built += usize::from(fast.is_some());
+                }
+            }
+        }
+        assert!(built > 20, "{built}");
+    }
 
     #[test]
     fn rates_from_quotas_give_the_exact_interval() {

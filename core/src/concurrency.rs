@@ -98,7 +98,7 @@ pub enum ConcurrencyParamError {
 
 /// Validated parameters of one concurrency call: the limit, and for an acquire the holder and
 /// its ttl.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ConcurrencyParams {
     limit: u64,
     ttl_us: i64,

@@ -139,7 +139,7 @@ pub enum GcraParamError {
 }
 
 /// Validated parameters of one `CL.THROTTLE` call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GcraParams {
     max_burst: i64,
     /// The rate as given: `count` units per `period` seconds (what the wire carries).

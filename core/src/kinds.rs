@@ -203,8 +203,9 @@ macro_rules! kinds {
             )*
         }
 
-        /// The algorithm and validated parameters one call checks a key against.
-        #[derive(Clone, Debug, PartialEq, Eq)]
+        /// The algorithm and validated parameters one call checks a key against (hashed
+        /// field by field: a stable value to tell two limits on the same keys apart).
+        #[derive(Clone, Debug, PartialEq, Eq, Hash)]
         pub enum Quota {
             $(
                 #[doc = concat!("Checked against ", $description, ".")]

@@ -132,7 +132,7 @@ pub enum SlidingLogParamError {
 /// [`cost`](WindowParams::cost)), whose limit is bounded by the server's
 /// `ratelimit.max-log-entries` rather than by
 /// [`MAX_WINDOW_LIMIT`](super::window::MAX_WINDOW_LIMIT).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SlidingLogParams(WindowParams);
 
 impl SlidingLogParams {

@@ -100,7 +100,7 @@ pub enum TokenBucketParamError {
 pub struct MaxWaitTooLong;
 
 /// Validated parameters of one token bucket call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TokenBucketParams {
     capacity: u64,
     interval_ns: u64,

@@ -25,7 +25,7 @@ pub enum WindowParamError {
 }
 
 /// Validated parameters of one windowed call (`RL.FIXED` and `RL.SLIDING` share them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WindowParams {
     limit: u64,
     window_us: u64,

@@ -235,7 +235,7 @@ impl PolicySource for PlanSource {
     }
 
     fn to_limit(&self, tenant_input: &str, policy: &str, limit: &LimitSpec) -> Option<Limit> {
-        let algorithm = limit.algorithm().ok()?;
+        let algorithm = limit.algorithm().clone();
         let key = crate::key_template(tenant_input, policy, limit.name(), limit.kind());
         Limit::new(limit.name(), algorithm, &key).ok()
     }

@@ -41,13 +41,44 @@ fn refuse<T>(message: impl Into<String>) -> Result<T, SpecError> {
     Err(SpecError(message.into()))
 }
 
-/// One named limit: `NAME=KIND:AMOUNT/PERIOD`, for example `per-day=fixed:100000/1d`.
+/// One named limit: `NAME=KIND:AMOUNT/PERIOD`, for example `per-day=fixed:100000/1d`,
+/// with its algorithm built when the limit was read.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LimitSpec {
     name: String,
     kind: Kind,
     amount: u64,
     period: Duration,
+    algorithm: Built,
+}
+
+/// A limit's algorithm, built once from its kind, amount and period: those fields decide
+/// it, so it takes no part in comparing, ordering or hashing limits (every two are equal).
+#[derive(Clone, Debug)]
+struct Built(Algorithm);
+
+impl PartialEq for Built {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Built {}
+
+impl PartialOrd for Built {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Built {
+    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
+impl std::hash::Hash for Built {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 /// The short names of the kinds a plan's limit can be, in the table's order:
@@ -101,16 +132,15 @@ impl LimitSpec {
             return bad(&format!("'{amount}' is not a whole number"));
         };
         let period = parse_duration(period).map_err(|error| SpecError(message(&error.0)))?;
-        let spec = LimitSpec {
+        let algorithm = build(kind, amount, period)
+            .map_err(|error| SpecError(format!("bad limit '{text}': {error}")))?;
+        Ok(LimitSpec {
             name: name.to_string(),
             kind,
             amount,
             period,
-        };
-        if let Err(error) = spec.algorithm() {
-            return refuse(format!("bad limit '{text}': {error}"));
-        }
-        Ok(spec)
+            algorithm: Built(algorithm),
+        })
     }
 
     /// The limit a policy's default algorithm stands for (`None` for an in-flight limit, or
@@ -123,13 +153,15 @@ impl LimitSpec {
             ),
             _ => (algorithm.quota(), algorithm.window()),
         };
-        let spec = LimitSpec {
+        let kind = Some(algorithm.kind()).filter(|kind| is_plan_kind(*kind))?;
+        let built = build(kind, amount, period).ok()?;
+        (built == *algorithm).then(|| LimitSpec {
             name: name.to_string(),
-            kind: Some(algorithm.kind()).filter(|kind| is_plan_kind(*kind))?,
+            kind,
             amount,
             period,
-        };
-        (spec.algorithm().ok().as_ref() == Some(algorithm)).then_some(spec)
+            algorithm: Built(built),
+        })
     }
 
     /// The limit's name.
@@ -142,19 +174,27 @@ impl LimitSpec {
         self.kind
     }
 
-    /// The algorithm with its parameters, by the server's rules.
-    pub fn algorithm(
-        &self,
-    ) -> Result<Algorithm, redis_ratelimit_client::algorithm::AlgorithmError> {
-        match self.kind {
-            Kind::TokenBucket => Algorithm::token_bucket(self.amount, self.period),
-            Kind::SlidingWindow => Algorithm::sliding_window(self.amount, self.period),
-            Kind::FixedWindow => Algorithm::fixed_window(self.amount, self.period),
-            Kind::SlidingLog => Algorithm::sliding_log(self.amount, self.period),
-            Kind::Gcra => Algorithm::gcra(self.amount.saturating_sub(1), self.amount, self.period),
-            // Never parsed into a plan's limit (plan_kind): the algorithm it would be.
-            Kind::Concurrency => Algorithm::concurrency(self.amount, self.period),
-        }
+    /// The algorithm with its parameters, by the server's rules (built when the limit was
+    /// read).
+    pub fn algorithm(&self) -> &Algorithm {
+        &self.algorithm.0
+    }
+}
+
+/// The algorithm of `amount` per `period` of `kind`, by the server's rules.
+fn build(
+    kind: Kind,
+    amount: u64,
+    period: Duration,
+) -> Result<Algorithm, redis_ratelimit_client::algorithm::AlgorithmError> {
+    match kind {
+        Kind::TokenBucket => Algorithm::token_bucket(amount, period),
+        Kind::SlidingWindow => Algorithm::sliding_window(amount, period),
+        Kind::FixedWindow => Algorithm::fixed_window(amount, period),
+        Kind::SlidingLog => Algorithm::sliding_log(amount, period),
+        Kind::Gcra => Algorithm::gcra(amount.saturating_sub(1), amount, period),
+        // Never parsed into a plan's limit (plan_kind): the algorithm it would be.
+        Kind::Concurrency => Algorithm::concurrency(amount, period),
     }
 }
 
@@ -372,15 +412,12 @@ mod tests {
         let bucket = LimitSpec::parse("burst=token:10/1500ms").unwrap();
         assert_eq!(bucket.to_string(), "burst=token:10/1500ms");
         assert_eq!(
-            bucket.algorithm().unwrap(),
+            *bucket.algorithm(),
             Algorithm::token_bucket(10, Duration::from_millis(1500)).unwrap()
         );
         let gcra = LimitSpec::parse("g=gcra:10/1s").unwrap();
-        assert_eq!(gcra.algorithm().unwrap().quota(), 10);
-        assert_eq!(
-            LimitSpec::from_algorithm("g", &gcra.algorithm().unwrap()),
-            Some(gcra)
-        );
+        assert_eq!(gcra.algorithm().quota(), 10);
+        assert_eq!(LimitSpec::from_algorithm("g", gcra.algorithm()), Some(gcra));
         let window = Algorithm::sliding_window(1000, Duration::from_secs(60)).unwrap();
         assert_eq!(
             LimitSpec::from_algorithm("m", &window).unwrap().to_string(),

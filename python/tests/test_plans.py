@@ -65,6 +65,9 @@ def test_plans_and_overrides_apply_to_the_existing_state(module_server: Server) 
         assert more == [True] * 3 + [False] * 2, "a raised limit gives the difference, not a fresh quota"
         keys = sorted(key.decode() for key in await client.keys("rl:plan:*"))
         assert "rl:plan:{acme}:api:per-minute:sliding" in keys
+        # One state per limit set (the defaults, the plan's, the override's), whichever tenant
+        # resolved it first: the set is told by its limits' values, not by who asked.
+        assert len(limiter._resolved) == 3, list(limiter._resolved)
         await plans.aclose()
         return {"plan_move_s": moved, "override_s": raised}
 

@@ -265,18 +265,27 @@ impl Engine {
     }
 }
 
-/// One limit of a job: the items asking it, in request order (more than one when a request
-/// gives a descriptor twice: one key, charged their hits together, as the reference counts
-/// each in turn), and their hits in all.
-struct Asked<'a> {
-    items: Vec<&'a Item>,
+/// One limit of a job: the items asking it, by their positions in the items decided, in
+/// request order (more than one when a request gives a descriptor twice: one key, charged
+/// their hits together, as the reference counts each in turn), and their hits in all.
+struct Asked {
+    items: Vec<usize>,
     hits: u64,
 }
 
-impl Asked<'_> {
-    /// The first item asking it (its limit, key and label are every one's).
-    fn first(&self) -> Option<&Item> {
-        self.items.first().copied()
+impl Asked {
+    /// The first item asking it (its limit, key and label are every one's), and its
+    /// position.
+    fn first<'a>(&self, items: &'a [Item]) -> Option<(usize, &'a Item)> {
+        let position = *self.items.first()?;
+        Some((position, items.get(position)?))
+    }
+
+    /// The items asking it, in request order.
+    fn each<'a>(&self, items: &'a [Item]) -> impl Iterator<Item = &'a Item> {
+        self.items
+            .iter()
+            .filter_map(|position| items.get(*position))
     }
 }
 
@@ -284,17 +293,20 @@ impl Asked<'_> {
 /// without it), one per key in order of first appearance. The same key twice (a descriptor
 /// given twice, as Envoy sends when two actions produce it) is one limit charged both hits;
 /// the same key under two different limits is refused (a key holds one limiter).
-fn same_keys(items: &[Item]) -> Result<Vec<Asked<'_>>, CheckFailure> {
-    let mut asked: Vec<Asked<'_>> = Vec::with_capacity(items.len());
-    for item in items.iter().filter(|item| item.algorithm.is_some()) {
+fn same_keys(items: &[Item]) -> Result<Vec<Asked>, CheckFailure> {
+    let mut asked: Vec<Asked> = Vec::with_capacity(items.len());
+    for (position, item) in items.iter().enumerate() {
+        if item.algorithm.is_none() {
+            continue;
+        }
+        let first_of = |known: &Asked| known.first(items).map(|(_, first)| first);
         match asked
             .iter_mut()
-            .find(|known| known.first().is_some_and(|first| first.key == item.key))
+            .find(|known| first_of(known).is_some_and(|first| first.key == item.key))
         {
             Some(known) => {
-                if let Some(first) = known
-                    .first()
-                    .filter(|first| first.algorithm != item.algorithm)
+                if let Some(first) =
+                    first_of(known).filter(|first| first.algorithm != item.algorithm)
                 {
                     return Err(CheckFailure::BadRequest(BadRequest(format!(
                         "descriptors {} and {} count on one key under different limits ('{}' \
@@ -303,10 +315,10 @@ fn same_keys(items: &[Item]) -> Result<Vec<Asked<'_>>, CheckFailure> {
                     ))));
                 }
                 known.hits = known.hits.saturating_add(item.hits);
-                known.items.push(item);
+                known.items.push(position);
             }
             None => asked.push(Asked {
-                items: vec![item],
+                items: vec![position],
                 hits: item.hits,
             }),
         }
@@ -319,14 +331,14 @@ fn same_keys(items: &[Item]) -> Result<Vec<Asked<'_>>, CheckFailure> {
 fn job(
     domain: &str,
     items: &[Item],
-    asked: &[Asked<'_>],
+    asked: &[Asked],
     read_only: bool,
     shadow: bool,
     region: Option<(&RegionConfig, &[Option<Parts>])>,
 ) -> Job {
     let mut job = Job::new(PROFILE).label(domain);
     for one in asked {
-        let Some(item) = one.first() else {
+        let Some((position, item)) = one.first(items) else {
             continue;
         };
         let Some(algorithm) = item.algorithm.clone() else {
@@ -335,9 +347,6 @@ fn job(
         let slots = algorithm.is_in_flight();
         // Every limit is regional in a region (`split` refused the request otherwise).
         let floor = region.and_then(|(region, parts)| {
-            let position = items
-                .iter()
-                .position(|candidate| std::ptr::eq(candidate, item))?;
             let parts = parts.get(position)?.as_ref()?;
             Some((parts.floor.clone(), region.lease_suffix.as_str()))
         });
@@ -382,20 +391,19 @@ fn note_hot(
     hot: &HotKeys,
     items: &[Item],
     parts: &[Option<Parts>],
-    asked: &[Asked<'_>],
+    asked: &[Asked],
     decision: &Decision,
 ) {
     for (one, status) in asked.iter().zip(&decision.limits) {
-        let Some(item) = one.first() else {
+        let Some((position, item)) = one.first(items) else {
             continue;
         };
         if status.regional.is_none() {
             continue;
         }
-        let pool = items
-            .iter()
-            .position(|candidate| std::ptr::eq(candidate, item))
-            .and_then(|index| parts.get(index)?.as_ref()?.pool.as_ref());
+        let pool = parts
+            .get(position)
+            .and_then(|parts| parts.as_ref()?.pool.as_ref());
         if let Some(pool) = pool {
             hot.note(&item.key, pool, one.hits, status);
         }
@@ -451,7 +459,7 @@ fn shadow(items: &[Item], decision: Option<&Decision>, verdict: &mut Verdict) {
 /// `asked`; a key asked by several descriptors is reported to each in request order).
 fn record(
     items: &[Item],
-    asked: &[Asked<'_>],
+    asked: &[Asked],
     job: &Job,
     decision: Option<&Decision>,
     verdict: &mut Verdict,
@@ -473,7 +481,7 @@ fn record(
                 .get(position)
                 .is_some_and(|limit| matches!(limit.charge(), Charge::Units(_)));
         let mut before = 0u64;
-        for (turn, item) in one.items.iter().enumerate() {
+        for (turn, item) in one.each(items).enumerate() {
             let Some(status) = verdict.statuses.get_mut(item.index) else {
                 continue;
             };

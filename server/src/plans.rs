@@ -7,12 +7,11 @@ use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use redis_ratelimit_client::Algorithm;
-use redis_ratelimit_client::algorithm::AlgorithmError;
 use redis_ratelimit_core::kinds::Kind;
 use redis_ratelimit_plans::snapshot::Rule as PlanRule;
 use redis_ratelimit_plans::{PlanOptions, PlanSource};
 
-use crate::config::{LimitSpec, Unit};
+use crate::config::{BuiltLimit, Unit};
 
 /// The policy store could not be read at start.
 #[derive(Debug, thiserror::Error)]
@@ -85,13 +84,9 @@ impl Plans {
             .clone()
     }
 
-    /// The limit `name` of `tenant`: the store's, or `default` (the rule's YAML limit).
-    pub fn limit(
-        &self,
-        tenant: &str,
-        name: &str,
-        default: &LimitSpec,
-    ) -> Result<PlanLimit, AlgorithmError> {
+    /// The limit `name` of `tenant`: the store's, or `default` (the rule's YAML limit). Both
+    /// were built when read (the store's snapshot, the config).
+    pub fn limit(&self, tenant: &str, name: &str, default: &BuiltLimit) -> PlanLimit {
         let effective = self.source().and_then(|source| {
             source.resolve(tenant, &[]).into_iter().find(|effective| {
                 effective.spec.name() == name && effective.rule != PlanRule::Default
@@ -99,28 +94,28 @@ impl Plans {
         });
         match effective {
             Some(effective) => {
-                let algorithm = effective.spec.algorithm()?;
+                let algorithm = effective.spec.algorithm();
                 let (requests_per_unit, unit) = reported(algorithm.quota(), algorithm.window());
-                Ok(PlanLimit {
+                PlanLimit {
                     key_suffix: suffix(name, effective.spec.kind()),
-                    algorithm: Some(algorithm),
+                    algorithm: Some(algorithm.clone()),
                     requests_per_unit,
                     unit,
-                })
+                }
             }
             None => {
-                let algorithm = default.algorithm()?;
-                let kind = algorithm
+                let kind = default
+                    .algorithm
                     .as_ref()
                     .map(Algorithm::kind)
                     .filter(|kind| *kind != Kind::Concurrency);
-                Ok(PlanLimit {
+                PlanLimit {
                     key_suffix: kind
                         .map_or_else(|| format!("plan:{name}:blocked"), |kind| suffix(name, kind)),
-                    algorithm,
-                    requests_per_unit: default.requests_per_unit,
-                    unit: default.unit,
-                })
+                    algorithm: default.algorithm.clone(),
+                    requests_per_unit: default.spec.requests_per_unit,
+                    unit: default.spec.unit,
+                }
             }
         }
     }
@@ -190,15 +185,19 @@ mod tests {
             false,
             PlanOptions::default(),
         );
-        let default = LimitSpec {
+        let default = BuiltLimit::build(crate::config::LimitSpec {
             requests_per_unit: 3,
             unit: Unit::Minute,
             algorithm: crate::config::AlgorithmKind::SlidingWindow,
             burst: None,
-        };
-        let limit = plans.limit("acme", "per-minute", &default).unwrap();
+        })
+        .unwrap();
+        let limit = plans.limit("acme", "per-minute", &default);
         assert_eq!(limit.key_suffix, "plan:per-minute:sliding");
         assert_eq!((limit.requests_per_unit, limit.unit), (3, Unit::Minute));
-        assert_eq!(limit.algorithm, default.algorithm().unwrap());
+        assert_eq!(
+            limit.algorithm,
+            Some(Algorithm::sliding_window(3, Duration::from_secs(60)).unwrap())
+        );
     }
 }

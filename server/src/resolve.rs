@@ -3,12 +3,13 @@
 //! key it counts on, its algorithm and the hits it is charged (0: read, not charged).
 //! Pure: no store, no clock.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::time::Duration;
 
 use redis_ratelimit_client::Algorithm;
 
-use crate::config::{AlgorithmKind, Domain, Found, LimitSpec, Unit};
+use crate::config::{AlgorithmKind, BuiltLimit, Domain, Found, Unit};
 use crate::plans::Plans;
 use crate::request::{CheckRequest, Descriptor};
 use crate::verdict::{CheckFailure, ReportedLimit, Status};
@@ -114,11 +115,18 @@ fn item(
     plans: &Plans,
     key_prefix: &str,
 ) -> Result<Option<Item>, CheckFailure> {
-    let (spec, name, rule, shadow) = match (descriptor.override_spec(), found) {
-        (Some(spec), _) => (spec, None, "limit_override".to_string(), false),
+    // A caller's own limit is built here (from its numbers, no text); the config's were
+    // built when it was read.
+    let own;
+    let (built, name, rule, shadow) = match (descriptor.override_spec(), found) {
+        (Some(spec), _) => {
+            own = BuiltLimit::build(spec)
+                .map_err(|error| CheckFailure::Internal(error.to_string()))?;
+            (&own, None, "limit_override".to_string(), false)
+        }
         (None, Some(found)) => match &found.limit.spec {
-            Some(spec) => (
-                spec.clone(),
+            Some(built) => (
+                built,
                 found.limit.name.clone(),
                 found.metric_name(&descriptor.entries),
                 found.rule.shadow_mode,
@@ -128,7 +136,7 @@ fn item(
         (None, None) => return Ok(None),
     };
     let (algorithm, requests_per_unit, unit, suffix) =
-        limit_of(&spec, name.as_deref(), found, descriptor, plans)?;
+        limit_of(built, name.as_deref(), found, descriptor, plans)?;
     let label = name.clone().unwrap_or_else(|| match found {
         Some(found) => found.rule.path.clone(),
         None => rule.clone(),
@@ -141,7 +149,7 @@ fn item(
             requests_per_unit,
             unit,
         },
-        aligned: spec.algorithm == AlgorithmKind::FixedWindow || algorithm.is_none(),
+        aligned: built.spec.algorithm == AlgorithmKind::FixedWindow || algorithm.is_none(),
         algorithm,
         key: key(key_prefix, &request.domain, descriptor, found, &suffix),
         hits: request.hits(descriptor),
@@ -154,13 +162,13 @@ fn item(
 
 /// The algorithm, the limit reported (requests per unit, unit) and the key's suffix: the
 /// rule's, or for a limit naming a `tenant_key` the tenant's plan's.
-fn limit_of(
-    spec: &LimitSpec,
+fn limit_of<'a>(
+    built: &'a BuiltLimit,
     name: Option<&str>,
     found: Option<&Found<'_>>,
     descriptor: &Descriptor,
     plans: &Plans,
-) -> Result<(Option<Algorithm>, u64, Unit, String), CheckFailure> {
+) -> Result<(Option<Algorithm>, u64, Unit, Cow<'a, str>), CheckFailure> {
     let tenant_key = found.and_then(|found| found.limit.tenant_key.as_deref());
     let tenant = tenant_key.and_then(|tenant_key| {
         descriptor
@@ -171,22 +179,19 @@ fn limit_of(
     });
     match (tenant, name) {
         (Some(tenant), Some(limit_name)) => {
-            let limit = plans
-                .limit(tenant, limit_name, spec)
-                .map_err(|error| CheckFailure::Internal(error.to_string()))?;
+            let limit = plans.limit(tenant, limit_name, built);
             Ok((
                 limit.algorithm,
                 limit.requests_per_unit,
                 limit.unit,
-                limit.key_suffix,
+                Cow::Owned(limit.key_suffix),
             ))
         }
         _ => Ok((
-            spec.algorithm()
-                .map_err(|error| CheckFailure::Internal(error.to_string()))?,
-            spec.requests_per_unit,
-            spec.unit,
-            spec.key_suffix(),
+            built.algorithm.clone(),
+            built.spec.requests_per_unit,
+            built.spec.unit,
+            Cow::Borrowed(built.key_suffix.as_str()),
         )),
     }
 }

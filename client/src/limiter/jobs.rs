@@ -2,7 +2,7 @@
 //! on the path every check takes (deny cache, lease, store, fallback), under a profile's
 //! settings and memory.
 
-use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use super::state::{CheckedLimit, LimitSet, PolicyState};
@@ -37,8 +37,25 @@ impl RateLimiter {
     }
 }
 
-/// Room for one limit's quota in a key set's id (see [`checked`]).
+/// Room for one limit's quota in a key set's id (see [`checked`]): its fields' bytes, each
+/// one char of at most 2 bytes.
 const ID_BYTES_PER_LIMIT: usize = 128;
+
+/// Writes the bytes a value's `Hash` gives a hasher into a key set's id, one char per byte
+/// (U+0000 to U+00FF): an exact, fixed-width encoding of a quota's fields (every field of
+/// its kind, in order, after its kind's tag), with no text of its numbers. It keeps no
+/// digest: [`Hasher::finish`] is never called on it.
+struct IdWriter<'a>(&'a mut String);
+
+impl Hasher for IdWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend(bytes.iter().copied().map(char::from));
+    }
+
+    fn finish(&self) -> u64 {
+        0
+    }
+}
 
 /// A job as the limiter checks it.
 struct Checked {
@@ -83,8 +100,8 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
     let uniform = charged
         .next()
         .filter(|first| charged.all(|units| units == *first));
-    // Written once in a buffer sized for the keys and each limit's quota (its `Debug` form
-    // is some 60-100 bytes), instead of joined from lists.
+    // Written once in a buffer sized for the keys and each limit's quota (its fields, some
+    // 40-80 bytes), instead of joined from lists.
     let keys_bytes = job
         .limits
         .iter()
@@ -101,21 +118,20 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
     }
     if uniform.is_none() && charges().next().is_some() {
         id.push('\u{1}');
-        for (index, units) in charges().enumerate() {
-            if index > 0 {
-                id.push(',');
-            }
-            let _ = write!(id, "{units}");
+        for units in charges() {
+            IdWriter(&mut id).write_u64(units);
         }
     }
     let mut limits = Vec::with_capacity(job.limits.len());
     for (index, limit) in job.limits.iter().enumerate() {
         // The limits too: a key whose limit changed (a plan's amount, on the same key) is
         // another key set for the denials and leases remembered.
-        let _ = write!(id, "\u{3}{:?}", limit.algorithm.as_quota());
+        id.push('\u{3}');
+        limit.algorithm.as_quota().hash(&mut IdWriter(&mut id));
         let (weight, probe) = match (limit.charge, uniform) {
             (Charge::Probe, _) => {
-                let _ = write!(id, "\u{2}{index}");
+                id.push('\u{2}');
+                IdWriter(&mut id).write_usize(index);
                 (1, true)
             }
             (Charge::Units(_), Some(_)) => (1, false),
@@ -145,4 +161,56 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
         id,
         cost: uniform.unwrap_or(1),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Algorithm;
+    use crate::job::JobLimit;
+
+    fn id(limits: &[(&str, Algorithm, Option<u64>)]) -> String {
+        let job = limits
+            .iter()
+            .fold(Job::new("p"), |job, (key, algorithm, units)| {
+                let limit = JobLimit::new("l", *key, algorithm.clone());
+                job.limit(match units {
+                    Some(units) => limit.units(*units),
+                    None => limit.probe(),
+                })
+            });
+        checked(&job).map(|checked| checked.id).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_key_sets_id_is_its_keys_and_its_limits_values() {
+        let minute = Duration::from_secs(60);
+        let ten = Algorithm::fixed_window(10, minute).unwrap();
+        let eleven = Algorithm::fixed_window(11, minute).unwrap();
+        let sliding = Algorithm::sliding_window(10, minute).unwrap();
+        let bucket = Algorithm::token_bucket(10, minute).unwrap();
+        let same = id(&[("a", ten.clone(), Some(1)), ("b", bucket.clone(), Some(1))]);
+        assert!(!same.is_empty());
+        assert_eq!(
+            same,
+            id(&[("a", ten.clone(), Some(1)), ("b", bucket.clone(), Some(1))])
+        );
+        let others = [
+            id(&[("a", eleven, Some(1)), ("b", bucket.clone(), Some(1))]),
+            id(&[("a", sliding, Some(1)), ("b", bucket.clone(), Some(1))]),
+            id(&[("a", ten.clone(), Some(1)), ("b", bucket.clone(), None)]),
+            id(&[("a", ten.clone(), Some(1)), ("b", bucket.clone(), Some(2))]),
+            id(&[("b", bucket.clone(), Some(1)), ("a", ten.clone(), Some(1))]),
+            id(&[("a", ten.clone(), Some(2)), ("b", bucket.clone(), Some(3))]),
+        ];
+        for (index, other) in others.iter().enumerate() {
+            assert_ne!(&same, other, "case {index}");
+        }
+        assert_ne!(others[3], others[5], "the weights are in the id");
+        // The quota's fields, not their text: no digit of 10 or 60 is written.
+        let alone = id(&[("k", ten, Some(1))]);
+        assert!(!alone.contains("10") && !alone.contains("60"), "{alone:?}");
+    }
 }

@@ -49,7 +49,7 @@ async fn until_followed(source: &PlanSource, version: u64, tenant: &str, wanted:
             .resolve(tenant, &[])
             .iter()
             .map(|effective| {
-                let quota = effective.spec.algorithm().unwrap().quota();
+                let quota = effective.spec.algorithm().quota();
                 (effective.spec.name().to_string(), quota)
             })
             .collect();

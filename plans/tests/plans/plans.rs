@@ -741,7 +741,7 @@ async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
         "{error}"
     );
     assert_eq!(
-        spec("a=fixed:2/1s").algorithm().unwrap(),
+        *spec("a=fixed:2/1s").algorithm(),
         Algorithm::fixed_window(2, Duration::from_secs(1)).unwrap()
     );
 }

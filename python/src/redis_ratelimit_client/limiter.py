@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .algorithms import Algorithm
 from .decision import Decision
 from .errors import CheckError
 from .flows import AcquireOp, Engine, PolicyState, RefundOp, SpawnOp, Target, new_holder
@@ -39,6 +40,10 @@ Replicas = int | Callable[[], int]
 #: Most limit sets of store-backed policies whose states are kept (about as many as plans
 #: and overrides; the Rust client's MAX_STATES).
 _MAX_RESOLVED = 1024
+
+#: A store-backed policy's limit set as resolved for a tenant: the policy's name and each
+#: limit's name, key template and algorithm (a frozen value, equal when its fields are).
+_Signature = tuple[str, tuple[tuple[str, str, Algorithm], ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,7 @@ class _Limiter:
         self.plans = plans
         # The states of store-backed policies, by limit set: the least recently used goes past
         # _MAX_RESOLVED (an outstanding lease of a forgotten state expires in the store).
-        self._resolved: OrderedDict[tuple[str, tuple[str, ...]], PolicyState] = OrderedDict()
+        self._resolved: OrderedDict[_Signature, PolicyState] = OrderedDict()
         self.metrics.circuit(False)
 
     @property
@@ -115,7 +120,9 @@ class _Limiter:
             raise CheckError(str(MissingInput(registered.policy.tenant_input)))
         _check_text(f"the input '{registered.policy.tenant_input}'", str(tenant))
         policy = self.plans.policy_for(registered.policy, str(tenant))
-        signature = (policy.name, tuple(f"{limit.name}:{limit.key.text}:{limit.algorithm}" for limit in policy.limits))
+        # The limits' names, key templates and algorithms (frozen: compared by their fields),
+        # not a text of them.
+        signature = (policy.name, tuple((limit.name, limit.key.text, limit.algorithm) for limit in policy.limits))
         state = self._resolved.get(signature)
         if state is None:
             if len(self._resolved) >= _MAX_RESOLVED:

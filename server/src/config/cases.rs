@@ -45,7 +45,7 @@ fn find<'a>(domain: &'a Domain, pairs: &[(&str, &str)]) -> Option<Found<'a>> {
 /// The limit a descriptor gets: (requests per unit, unit), or `None`: no limit.
 fn limit(domain: &Domain, pairs: &[(&str, &str)]) -> Option<(u64, Unit)> {
     let found = find(domain, pairs)?;
-    let spec = found.limit.spec.as_ref()?;
+    let spec = &found.limit.spec.as_ref()?.spec;
     Some((spec.requests_per_unit, spec.unit))
 }
 

@@ -6,7 +6,7 @@ use saphyr::MarkedYaml;
 
 use super::load::ConfigError;
 use super::reader::{Reader, json_of, line};
-use super::{AlgorithmKind, Domain, LimitSpec, Rule, RuleLimit, Unit, ValuePattern};
+use super::{AlgorithmKind, BuiltLimit, Domain, LimitSpec, Rule, RuleLimit, Unit, ValuePattern};
 
 /// The fields of a `rate_limit` block as read, with the line of those a later check
 /// points at.
@@ -336,10 +336,10 @@ impl Reader<'_> {
             algorithm: kind,
             burst: fields.burst.map(|(value, _)| value),
         };
-        if let Err(error) = spec.algorithm() {
+        let spec = BuiltLimit::build(spec).map_err(|error| {
             let at = fields.algorithm.map_or(line(node), |(_, at)| at);
-            return Err(self.error(at, format!("this limit cannot be enforced: {error}")));
-        }
+            self.error(at, format!("this limit cannot be enforced: {error}"))
+        })?;
         Ok(RuleLimit {
             spec: Some(spec),
             name: fields.name,
@@ -434,13 +434,13 @@ mod tests {
         assert_eq!(domain.rules.len(), 2);
         let per_key = &domain.rules[0];
         assert_eq!(per_key.location.line, 3);
-        let spec = per_key.limit.as_ref().unwrap().spec.as_ref().unwrap();
+        let spec = &per_key.limit.as_ref().unwrap().spec.as_ref().unwrap().spec;
         assert_eq!(spec.unit, Unit::Minute);
         assert_eq!(spec.requests_per_unit, 100);
         let path = &per_key.children[0];
         assert!(path.shadow_mode);
         assert_eq!(path.path, "api_key.path=/search*");
-        let spec = path.limit.as_ref().unwrap().spec.as_ref().unwrap();
+        let spec = &path.limit.as_ref().unwrap().spec.as_ref().unwrap().spec;
         assert_eq!(spec.algorithm, AlgorithmKind::TokenBucket);
         assert_eq!(spec.burst, Some(10));
         assert_eq!(

@@ -230,11 +230,35 @@ impl LimitSpec {
     }
 }
 
+/// A limit as checks use it, built once (when the config is read): the request path only
+/// reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuiltLimit {
+    /// What the config says.
+    pub spec: LimitSpec,
+    /// Its algorithm (`None`: 0 requests per unit, every request denied).
+    pub algorithm: Option<Algorithm>,
+    /// The end of its Redis key ([`LimitSpec::key_suffix`]).
+    pub key_suffix: String,
+}
+
+impl BuiltLimit {
+    /// Builds `spec`'s algorithm and key suffix; refused if the client library cannot
+    /// enforce it.
+    pub fn build(spec: LimitSpec) -> Result<Self, AlgorithmError> {
+        Ok(Self {
+            algorithm: spec.algorithm()?,
+            key_suffix: spec.key_suffix(),
+            spec,
+        })
+    }
+}
+
 /// A `rate_limit` block of the config.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleLimit {
     /// The limit (`None`: `unlimited: true`).
-    pub spec: Option<LimitSpec>,
+    pub spec: Option<BuiltLimit>,
     /// The limit's `name` (reported in statuses, headers and metadata).
     pub name: Option<String>,
     /// Names of the limits this one replaces when both apply to a request.

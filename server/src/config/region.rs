@@ -48,7 +48,7 @@ use redis_ratelimit_core::regional::split::{
     Regions, SplitError, gcra_rate, split_bucket, split_window,
 };
 
-use super::{Config, LimitSpec, Rule};
+use super::{BuiltLimit, Config, Rule};
 
 /// The most regions a file may weigh.
 pub const MAX_REGIONS: usize = 64;
@@ -291,7 +291,7 @@ impl RegionConfig {
                         "'tenant_key': a plan's limit cannot be shared across regions".into(),
                     ));
                 }
-                if let Some(reason) = limit.spec.as_ref().and_then(|spec| self.refusal(spec)) {
+                if let Some(reason) = limit.spec.as_ref().and_then(|built| self.refusal(built)) {
                     errors.push(refuse(reason));
                 }
             }
@@ -301,9 +301,9 @@ impl RegionConfig {
 
     /// Why `spec` cannot be shared, naming the field to change (`None`: it can, or it is a
     /// limit of 0, decided without a store).
-    fn refusal(&self, spec: &LimitSpec) -> Option<String> {
-        let global = spec.algorithm().ok().flatten()?;
-        let refusal = self.split(&global).err()?;
+    fn refusal(&self, built: &BuiltLimit) -> Option<String> {
+        let spec = &built.spec;
+        let refusal = self.split(built.algorithm.as_ref()?).err()?;
         let f = self.floor_percent;
         let per = spec.requests_per_unit;
         let capacity = match spec.burst.filter(|_| spec.algorithm.has_burst()) {
