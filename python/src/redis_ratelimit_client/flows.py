@@ -82,6 +82,8 @@ class PolicyState:
         self.leases = Leases(lock_factory, max_keys)
         self.answers = Answers(longest_ns // 1000, max_keys)
         self.holds_slots = policy.holds_slots
+        #: The largest weight of the policy's limits (a call's cost times it must fit the store).
+        self.heaviest = max(limit.weight for limit in policy.limits)
 
     def in_flight(self, index: int) -> bool:
         return self.policy.limits[index].algorithm.in_flight

@@ -139,7 +139,7 @@ class _Limiter:
         if registered is None:
             raise CheckError(f"no policy is named '{policy}'")
         state = self._state_for(registered, inputs)
-        heaviest = max(limit.weight for limit in state.policy.limits)
+        heaviest = state.heaviest
         most = max_units(self.store.backend)
         if cost * heaviest > most:
             raise CheckError(

@@ -209,15 +209,13 @@ class Answers:
             return list(entry.views), entry.answered_at_us
 
     def owe(self, key_set: str, units: int, now: int) -> None:
-        expires = now + self._keep_us
         with self._lock:
             entry = self._entries.get(key_set)
             if entry is None:
                 entry = _Answer([], now, None, True, 0)
-            else:
-                expires = max(expires, int(self._entries.expires(key_set) or 0))
             entry.owed += units
-            self._entries.put(key_set, entry, expires, now)
+            # Never sooner than the entry's expiry: the table keeps expiries in write order.
+            self._entries.put(key_set, entry, now + self._keep_us, now)
 
     def take_owed(self, key_set: str, now: int) -> int | None:
         with self._lock:

@@ -166,19 +166,17 @@ class Guard:
         raise error
 
 
-def refused_count(key: str, amount: int) -> int:
-    """``incr``'s answer under ``failure=closed``: over the key's limit."""
-    parsed = limit_of(key)
+def refused_count(parsed: tuple[int, int] | None, amount: int) -> int:
+    """``incr``'s answer under ``failure=closed``: over the key's limit (``parsed``: the
+    key's :func:`limit_of`)."""
     return _OVER_ANY_LIMIT if parsed is None else parsed[0] + amount
 
 
-def refused_spent(key: str) -> int:
+def refused_spent(parsed: tuple[int, int] | None) -> int:
     """``get``'s answer under ``failure=closed``: the whole limit spent."""
-    parsed = limit_of(key)
     return _OVER_ANY_LIMIT if parsed is None else parsed[0]
 
 
-def window_end(key: str) -> float:
+def window_end(parsed: tuple[int, int] | None) -> float:
     """``get_expiry``'s answer when the store did not answer: a window from now."""
-    parsed = limit_of(key)
     return time.time() + (0 if parsed is None else parsed[1])

@@ -115,7 +115,7 @@ class RedisRateLimitStorage(Storage, MovingWindowSupport):
             reply = self.store.call("RL.FIXED", self.prefixed_key(key), parsed[0], max(int(expiry), 1), amount)
             return fixed_count(parsed[0], amount, reply)
 
-        return self._guarded(call, 0, refused_count(key, amount))
+        return self._guarded(call, 0, refused_count(parsed, amount))
 
     def get(self, key: str) -> int:
         parsed = limit_of(key)
@@ -126,7 +126,7 @@ class RedisRateLimitStorage(Storage, MovingWindowSupport):
                 return 0 if value is None else integer(value)
             return peeked_count(parsed[0], self._peek("FIXED", key, *parsed))
 
-        return self._guarded(call, 0, refused_spent(key))
+        return self._guarded(call, 0, refused_spent(parsed))
 
     def get_expiry(self, key: str) -> float:
         parsed = limit_of(key)
@@ -137,7 +137,7 @@ class RedisRateLimitStorage(Storage, MovingWindowSupport):
                 return time.time() + max(int(ttl), 0) / 1000
             return time.time() + self._peek("FIXED", key, *parsed)[3] / 1000
 
-        end = window_end(key)
+        end = window_end(parsed)
         return self._guarded(call, end, end)
 
     def check(self) -> bool:

@@ -91,7 +91,7 @@ class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
             reply = await self.store.call("RL.FIXED", self.prefixed_key(key), parsed[0], max(int(expiry), 1), amount)
             return fixed_count(parsed[0], amount, reply)
 
-        return await self._guarded(call, 0, refused_count(key, amount))
+        return await self._guarded(call, 0, refused_count(parsed, amount))
 
     async def get(self, key: str) -> int:
         parsed = limit_of(key)
@@ -102,7 +102,7 @@ class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
                 return 0 if value is None else integer(value)
             return peeked_count(parsed[0], await self._peek("FIXED", key, *parsed))
 
-        return await self._guarded(call, 0, refused_spent(key))
+        return await self._guarded(call, 0, refused_spent(parsed))
 
     async def get_expiry(self, key: str) -> float:
         parsed = limit_of(key)
@@ -113,7 +113,7 @@ class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
                 return time.time() + max(int(ttl), 0) / 1000
             return time.time() + (await self._peek("FIXED", key, *parsed))[3] / 1000
 
-        end = window_end(key)
+        end = window_end(parsed)
         return await self._guarded(call, end, end)
 
     async def check(self) -> bool:
