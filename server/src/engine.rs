@@ -265,11 +265,13 @@ impl Engine {
     }
 }
 
-/// One limit of a job: the items asking it, by their positions in the items decided, in
-/// request order (more than one when a request gives a descriptor twice: one key, charged
-/// their hits together, as the reference counts each in turn), and their hits in all.
+/// One limit of a job: the items asking it, the first at `first` of the items decided and
+/// the others after it on the same key, in request order (more than one when a request
+/// gives a descriptor twice: one key, charged their hits together, as the reference counts
+/// each in turn), how many they are, and their hits in all.
 struct Asked {
-    items: Vec<usize>,
+    first: usize,
+    count: usize,
     hits: u64,
 }
 
@@ -277,15 +279,17 @@ impl Asked {
     /// The first item asking it (its limit, key and label are every one's), and its
     /// position.
     fn first<'a>(&self, items: &'a [Item]) -> Option<(usize, &'a Item)> {
-        let position = *self.items.first()?;
-        Some((position, items.get(position)?))
+        Some((self.first, items.get(self.first)?))
     }
 
-    /// The items asking it, in request order.
+    /// The items asking it, in request order: from the first, those of its key that the
+    /// store is asked (`same_keys`).
     fn each<'a>(&self, items: &'a [Item]) -> impl Iterator<Item = &'a Item> {
-        self.items
+        let key = items.get(self.first).map(|first| &first.key);
+        items
             .iter()
-            .filter_map(|position| items.get(*position))
+            .skip(self.first)
+            .filter(move |item| item.algorithm.is_some() && Some(&item.key) == key)
     }
 }
 
@@ -299,15 +303,12 @@ fn same_keys(items: &[Item]) -> Result<Vec<Asked>, CheckFailure> {
         if item.algorithm.is_none() {
             continue;
         }
-        let first_of = |known: &Asked| known.first(items).map(|(_, first)| first);
-        match asked
-            .iter_mut()
-            .find(|known| first_of(known).is_some_and(|first| first.key == item.key))
-        {
-            Some(known) => {
-                if let Some(first) =
-                    first_of(known).filter(|first| first.algorithm != item.algorithm)
-                {
+        match asked.iter_mut().find_map(|known| {
+            let (_, first) = known.first(items)?;
+            (first.key == item.key).then_some((known, first))
+        }) {
+            Some((known, first)) => {
+                if first.algorithm != item.algorithm {
                     return Err(CheckFailure::BadRequest(BadRequest(format!(
                         "descriptors {} and {} count on one key under different limits ('{}' \
                          and '{}'): give one limit to a descriptor asked twice",
@@ -315,10 +316,11 @@ fn same_keys(items: &[Item]) -> Result<Vec<Asked>, CheckFailure> {
                     ))));
                 }
                 known.hits = known.hits.saturating_add(item.hits);
-                known.items.push(position);
+                known.count = known.count.saturating_add(1);
             }
             None => asked.push(Asked {
-                items: vec![position],
+                first: position,
+                count: 1,
                 hits: item.hits,
             }),
         }
@@ -486,7 +488,7 @@ fn record(
                 continue;
             };
             let hits_so_far = before.saturating_add(item.hits);
-            let last = turn.saturating_add(1) == one.items.len();
+            let last = turn.saturating_add(1) == one.count;
             match limit {
                 Some(limit) => {
                     let seen = in_turn(limit, charged, one.hits, hits_so_far, last);

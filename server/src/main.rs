@@ -138,7 +138,7 @@ fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
     let profile = profile.build().map_err(StartError::Profile)?;
     RateLimiter::builder_shared(store(options)?)
         .profile(profile)
-        .replicas(Replicas::fixed(options.limiter.replicas.max(1)))
+        .replicas(Replicas::fixed(options.limiter.replicas))
         .max_tracked_keys(options.limiter.max_tracked_keys)
         .build()
         .map_err(StartError::Limiter)

@@ -4,46 +4,29 @@
 //! for its flag when the command line does not give it.
 
 use std::ffi::OsString;
+use std::sync::OnceLock;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory};
+use clap::{Arg, ArgMatches, CommandFactory};
 
 use super::Options;
 use super::values::usage_error;
 use crate::reference_env;
 
-/// Every argument that reads a variable of the reference's: its id and the variable.
-const FROM_ENVIRONMENT: &[(&str, &str)] = &[
-    ("redis", "REDIS_URL"),
-    ("key_prefix", "CACHE_KEY_PREFIX"),
-    ("shadow_mode", "SHADOW_MODE"),
-    ("log_level", "LOG_LEVEL"),
-    ("redis_socket_type", "REDIS_SOCKET_TYPE"),
-    ("redis_type", "REDIS_TYPE"),
-    ("redis_auth", "REDIS_AUTH"),
-    ("redis_tls", "REDIS_TLS"),
-    (
-        "redis_tls_skip_hostname_verification",
-        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
-    ),
-    ("grpc_host", "GRPC_HOST"),
-    ("grpc_port", "GRPC_PORT"),
-    ("http_host", "HOST"),
-    ("http_port", "PORT"),
-    ("runtime_root", "RUNTIME_ROOT"),
-    ("runtime_subdirectory", "RUNTIME_SUBDIRECTORY"),
-    ("runtime_appdirectory", "RUNTIME_APPDIRECTORY"),
-    ("limit_headers", "LIMIT_RESPONSE_HEADERS_ENABLED"),
-    ("limit_header", "LIMIT_LIMIT_HEADER"),
-    ("remaining_header", "LIMIT_REMAINING_HEADER"),
-    ("reset_header", "LIMIT_RESET_HEADER"),
-    ("response_dynamic_metadata", "RESPONSE_DYNAMIC_METADATA"),
-    (
-        "healthy_with_at_least_one_config",
-        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-    ),
-];
+/// Every argument that reads a variable of the reference's (its `env` attribute), with the
+/// variable, in the order the flags are declared.
+fn from_environment() -> &'static [(&'static Arg, &'static str)] {
+    static COMMAND: OnceLock<clap::Command> = OnceLock::new();
+    static READ: OnceLock<Vec<(&'static Arg, &'static str)>> = OnceLock::new();
+    READ.get_or_init(|| {
+        COMMAND
+            .get_or_init(Options::command)
+            .get_arguments()
+            .filter_map(|arg| Some((arg, arg.get_env()?.to_str()?)))
+            .collect()
+    })
+}
 
 /// The variables read, as flags.
 #[derive(Debug, Default)]
@@ -58,10 +41,10 @@ pub struct Environment {
 
 /// The command without its environment variables: [`Environment::read`] reads them itself.
 pub fn without_env() -> clap::Command {
-    FROM_ENVIRONMENT
+    from_environment()
         .iter()
-        .fold(Options::command(), |command, (id, _)| {
-            command.mut_arg(*id, |arg| arg.env(None))
+        .fold(Options::command(), |command, (arg, _)| {
+            command.mut_arg(arg.get_id(), |arg| arg.env(None))
         })
 }
 
@@ -83,16 +66,13 @@ impl Environment {
             }
             Err(error) => return Err(error),
         };
-        let command = without_env();
         let mut environment = Self::default();
-        for (id, variable) in FROM_ENVIRONMENT {
+        for (arg, variable) in from_environment() {
+            let id = arg.get_id().as_str();
             if given.value_source(id) == Some(ValueSource::CommandLine) {
                 continue;
             }
             let Some(value) = lookup(variable) else {
-                continue;
-            };
-            let Some(arg) = command.get_arguments().find(|arg| arg.get_id() == id) else {
                 continue;
             };
             let long = format!("--{}", arg.get_long().unwrap_or(id));

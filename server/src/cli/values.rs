@@ -180,13 +180,14 @@ pub fn batch_max(text: &str) -> Result<usize, String> {
     }
 }
 
-pub fn at_least_one(text: &str) -> Result<usize, String> {
-    Ok(usize::try_from(count(text)?.max(1)).unwrap_or(usize::MAX))
-}
-
 /// At least one, and 0 read as 1.
 pub fn at_least_one_u64(text: &str) -> Result<u64, String> {
     Ok(count(text)?.max(1))
+}
+
+/// [`at_least_one_u64`] as a size.
+pub fn at_least_one(text: &str) -> Result<usize, String> {
+    at_least_one_u64(text).map(|value| usize::try_from(value).unwrap_or(usize::MAX))
 }
 
 pub fn streams(text: &str) -> Result<u32, String> {
