@@ -41,6 +41,41 @@ impl Groups {
         self.grouped(state, keys, multi, |index| !state.probe(index))
     }
 
+    /// The groups of [`plan`](Self::plan), each kept to the limits `keep` selects (a group
+    /// left with none is dropped): the calls that give back, or settle, what a check took.
+    pub(super) fn plan_only(
+        &self,
+        state: &PolicyState,
+        keys: &[String],
+        keep: impl Fn(usize) -> bool,
+    ) -> Vec<Vec<usize>> {
+        self.plan(state, keys)
+            .into_iter()
+            .map(|mut group| {
+                group.retain(|index| keep(*index));
+                group
+            })
+            .filter(|group| !group.is_empty())
+            .collect()
+    }
+
+    /// Gives `units` back to every limit of `target` that `keep` selects, grouped as a
+    /// check charges them (see [`refund_groups`](Self::refund_groups)). Returns whether
+    /// every refund reached the store.
+    pub(super) async fn refund_plan(
+        &self,
+        target: Target<'_>,
+        units: u64,
+        keep: impl Fn(usize) -> bool,
+    ) -> bool {
+        let refunds: Vec<(Vec<usize>, u64)> = self
+            .plan_only(target.state, target.keys, keep)
+            .into_iter()
+            .map(|group| (group, units))
+            .collect();
+        self.refund_groups(target, &refunds).await
+    }
+
     /// The reads of a check's probes, grouped by slot (one pipeline of `RL.PEEK`s each).
     fn plan_probes(&self, state: &PolicyState, keys: &[String]) -> Vec<Vec<usize>> {
         self.grouped(state, keys, true, |index| state.probe(index))
