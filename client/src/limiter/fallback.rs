@@ -210,17 +210,7 @@ impl LocalFallback {
         else {
             return Ok(());
         };
-        let charged: Vec<Vec<usize>> = groups
-            .plan(state, target.keys)
-            .into_iter()
-            .map(|group| {
-                group
-                    .into_iter()
-                    .filter(|index| !state.in_flight(*index))
-                    .collect::<Vec<usize>>()
-            })
-            .filter(|group| !group.is_empty())
-            .collect();
+        let charged = groups.plan_only(state, target.keys, |index| !state.in_flight(index));
         let unheld = Target {
             holder: None,
             ..target

@@ -60,21 +60,12 @@ impl RateLimiter {
             id: &id,
             holder: None,
         };
-        let refunds: Vec<(Vec<usize>, u64)> = self
-            .inner
+        self.inner
             .groups
-            .plan(state, keys)
-            .into_iter()
-            .map(|group| {
-                let refunded: Vec<usize> = group
-                    .into_iter()
-                    .filter(|index| !state.in_flight(*index) && !state.regional(*index))
-                    .collect();
-                (refunded, cost)
+            .refund_plan(target, cost, |index| {
+                !state.in_flight(index) && !state.regional(index)
             })
-            .filter(|(group, _)| !group.is_empty())
-            .collect();
-        self.inner.groups.refund_groups(target, &refunds).await;
+            .await;
         // The key set's limits have more left now: a denial remembered before would refuse
         // what the store admits. A check answered meanwhile sees the count move and forgets
         // its own denial (see `decide`), so none older than the refund survives it.

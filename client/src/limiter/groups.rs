@@ -11,7 +11,7 @@ use super::state::{Acquired, PolicyState, Target};
 use crate::breaker::Breaker;
 use crate::clock::LimiterClock;
 use crate::metrics::{self, Handles};
-use crate::store::{Acquire, GroupGrant, Refund, Store, StoreBackend, StoreError, View};
+use crate::store::{Acquire, GroupGrant, LimitCall, Refund, Store, StoreBackend, StoreError, View};
 
 /// The store and what watches it: every call a check makes goes through here, timed, and
 /// recorded in the circuit breaker.
@@ -39,6 +39,41 @@ impl Groups {
     pub(super) fn plan(&self, state: &PolicyState, keys: &[String]) -> Vec<Vec<usize>> {
         let multi = self.store.capabilities().multi;
         self.grouped(state, keys, multi, |index| !state.probe(index))
+    }
+
+    /// The groups of [`plan`](Self::plan), each kept to the limits `keep` selects (a group
+    /// left with none is dropped): the calls that give back, or settle, what a check took.
+    pub(super) fn plan_only(
+        &self,
+        state: &PolicyState,
+        keys: &[String],
+        keep: impl Fn(usize) -> bool,
+    ) -> Vec<Vec<usize>> {
+        self.plan(state, keys)
+            .into_iter()
+            .map(|mut group| {
+                group.retain(|index| keep(*index));
+                group
+            })
+            .filter(|group| !group.is_empty())
+            .collect()
+    }
+
+    /// Gives `units` back to every limit of `target` that `keep` selects, grouped as a
+    /// check charges them (see [`refund_groups`](Self::refund_groups)). Returns whether
+    /// every refund reached the store.
+    pub(super) async fn refund_plan(
+        &self,
+        target: Target<'_>,
+        units: u64,
+        keep: impl Fn(usize) -> bool,
+    ) -> bool {
+        let refunds: Vec<(Vec<usize>, u64)> = self
+            .plan_only(target.state, target.keys, keep)
+            .into_iter()
+            .map(|group| (group, units))
+            .collect();
+        self.refund_groups(target, &refunds).await
     }
 
     /// The reads of a check's probes, grouped by slot (one pipeline of `RL.PEEK`s each).
@@ -209,9 +244,13 @@ impl Groups {
         let timeout = state.settings.timeout;
         let calls = requests.iter().map(|request| async move {
             let started = self.clock.now();
-            let slot = slot_of(self.store.as_ref(), &request.limits);
             let result = self
-                .reply_within(self.store.refund(request), slot, timeout, started)
+                .reply_within(
+                    self.store.refund(request),
+                    &request.limits,
+                    timeout,
+                    started,
+                )
                 .await;
             self.metrics.store_latency(
                 &state.name,
@@ -245,8 +284,9 @@ impl Groups {
         } else {
             self.store.acquire(request)
         };
-        let slot = slot_of(self.store.as_ref(), &request.limits);
-        let result = self.reply_within(call, slot, timeout, sent).await;
+        let result = self
+            .reply_within(call, &request.limits, timeout, sent)
+            .await;
         let now = self.clock.now();
         self.metrics
             .store_latency(&state.name, op, now.saturating_duration_since(sent));
@@ -281,20 +321,20 @@ impl Groups {
     async fn reply_within<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, StoreError>>,
-        slot: Option<u16>,
+        limits: &[LimitCall<'_>],
         timeout: Duration,
         sent: Instant,
     ) -> Result<T, StoreError> {
         tokio::pin!(call);
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let most = timeout.saturating_mul(MOST_TIMEOUTS);
         let half = timeout.checked_div(2).unwrap_or_default();
         let mut wait = timeout;
         let mut excused = false;
         // When this runtime was last seen with tasks queued ahead of this call.
-        let mut busy_until: Option<Instant> = None;
+        let mut last_busy: Option<Instant> = None;
         loop {
-            let armed = std::time::Instant::now();
+            let armed = Instant::now();
             if let Ok(result) = tokio::time::timeout(wait, &mut call).await {
                 return result;
             }
@@ -308,13 +348,16 @@ impl Groups {
                 // Tasks were queued ahead of this one (the runtime's metrics cannot say so
                 // on a current-thread runtime): until they ran, the calls' bytes may not
                 // have left, so the store's silence counts from now on.
-                busy_until = Some(Instant::now());
+                last_busy = Some(Instant::now());
             }
             let late = armed.elapsed() > wait.saturating_add(half);
+            // The call's slot (its first key's; a group shares one), found only now that
+            // its timeout fired.
+            let slot = limits.first().and_then(|limit| self.store.slot(limit.key));
             let silent = self
                 .store
                 .silent_for(slot)
-                .map(|silent| busy_until.map_or(silent, |since| silent.min(since.elapsed())));
+                .map(|silent| last_busy.map_or(silent, |since| silent.min(since.elapsed())));
             let Some(silent) = silent else {
                 // No tracking: one more timeout after a stall of this process, or when the
                 // store answered another call since this one was sent.
@@ -369,11 +412,6 @@ const QUEUED_AFTER: Duration = Duration::from_millis(1);
 /// The most timeouts a store call waits for its reply while the store answers other calls
 /// (a burst queued behind them): 100, 5 s at the default 50 ms.
 pub(super) const MOST_TIMEOUTS: u32 = 100;
-
-/// The slot a group's call goes to (its first key's; a group shares one).
-fn slot_of(store: &dyn Store, limits: &[crate::store::LimitCall<'_>]) -> Option<u16> {
-    limits.first().and_then(|limit| store.slot(limit.key))
-}
 
 /// The operation label of a probe's read (a [`Store::peek`](crate::store::Store::peek)).
 const PEEK: &str = "peek";

@@ -187,14 +187,7 @@ impl RateLimiter {
             id: &id,
             holder: None,
         };
-        let refunds: Vec<(Vec<usize>, u64)> = self
-            .inner
-            .groups
-            .plan(state, keys)
-            .into_iter()
-            .map(|group| (group, units))
-            .collect();
-        if self.inner.groups.refund_groups(target, &refunds).await {
+        if self.inner.groups.refund_plan(target, units, |_| true).await {
             self.inner.groups.metrics.lease_refunded(&state.name, units);
         }
     }

@@ -503,21 +503,10 @@ impl RateLimiter {
             self.inner.fallback.release_local(target);
             return;
         }
-        let releases: Vec<(Vec<usize>, u64)> = self
-            .inner
+        self.inner
             .groups
-            .plan(&state, &in_flight.keys)
-            .into_iter()
-            .map(|group| {
-                let slots: Vec<usize> = group
-                    .into_iter()
-                    .filter(|index| state.in_flight(*index))
-                    .collect();
-                (slots, 1)
-            })
-            .filter(|(slots, _)| !slots.is_empty())
-            .collect();
-        self.inner.groups.refund_groups(target, &releases).await;
+            .refund_plan(target, 1, |index| state.in_flight(index))
+            .await;
     }
 
     /// A check without leases: every group in turn, refunding earlier groups if a later one
