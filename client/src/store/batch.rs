@@ -125,10 +125,10 @@ impl Batcher {
         slot: Option<u16>,
         command: Cmd,
     ) -> Result<Value, StoreError> {
-        // A Redis Cluster's connection is not batched: a pipeline's replies are values, so
-        // a MOVED inside one (after a failover) reaches the caller instead of the cluster
-        // client's redirect handling, and no check reaches the store again (seen in the chaos
-        // soak: every client on its fallback from the failover to the end).
+        // A Redis Cluster's connection is not batched: a pipeline that writes is sent there
+        // one command at a time, each following its own redirect (during a failover or a
+        // slot's migration some of a pipeline's commands may run and the rest be redirected;
+        // see `Connection::pipeline`), so a batch would save no round trip.
         if !self.options.enabled() || matches!(connection, Connection::Cluster(_)) {
             return connection
                 .query_raw(&command)
