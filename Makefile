@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint generate unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint docs generate unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -39,7 +39,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
+test: prereqs lint docs unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, the docs book, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, no import cycles, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
@@ -49,6 +49,18 @@ lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-core -p redis-ratelimit-wire --no-deps
 	@! grep -rn 'redis_module\|redis-module' core/ wire/ src/value.rs --include='*.rs' --include='Cargo.toml' \
 	  || { echo "the pure layers must not use redis_module"; exit 1; }
+
+# The docs book (book.toml, docs/; mdBook from scripts/prereqs.sh): built into target/book
+# with every warning an error, every page in docs/SUMMARY.md, every link and anchor of the
+# book and of the front pages (README.md, client/README.md, python/README.md) checked, the
+# python blocks compiled (scripts/check_docs.py); then every command of commands! must have
+# its page, whose redis-cli sessions are replayed on a real server with the module, output
+# compared line for line (tests/docs). The Rust snippets are the client crate's doctests
+# (make client-test).
+docs: prereqs ## The docs book: built (warnings are errors), links and anchors checked, every command page's redis-cli sessions replayed on a real server
+	python3 scripts/check_docs.py
+	$(CARGO) build --features $(TEST_FEATURES)
+	$(CARGO) test --test docs --features $(TEST_FEATURES)
 
 # The Lua and Python tables of kinds and commands (functions/ratelimit.lua's block between
 # "-- BEGIN GENERATED: kinds" and "-- END GENERATED: kinds",

