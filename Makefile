@@ -63,7 +63,7 @@ unit: ## Unit and property tests of the pure crates (core, wire), the module and
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
 
 regions-model: ## The model checker of one quota across regions (docs/regions.md): every bound, and the predicted counterexamples
-	$(CARGO) test -p redis-ratelimit-regions
+	$(CARGO) test -p redis-ratelimit-regions-model
 
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed), and what the quick start builds and publishes
 	tests/prereqs/run.sh
