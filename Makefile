@@ -43,7 +43,7 @@ test: prereqs lint unit regions-model test-prereqs integration conformance clien
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, no import cycles, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
-	python3 scripts/import_cycles.py --quiet
+	python3 scripts/import_cycles.py --quiet --strict
 	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 	$(CARGO) run -q -p redis-ratelimit-wire --example generate -- --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-core -p redis-ratelimit-wire --no-deps
