@@ -21,7 +21,7 @@ pub const HOLDER: &str = "{holder}";
 pub enum Mode {
     /// Token bucket, GCRA: the pool's capacity less `⌈r_p·T⌉`; held to 0 over-admitted.
     PrePaid,
-    /// Token bucket, GCRA: the pool keeps its capacity; held to `min(2·Σk, ⌈(1 − f)·r·T⌉)`.
+    /// Token bucket, GCRA: the pool keeps its capacity; held to `min(2·Σk, ⌈r_p·T⌉)` (`r_p` the pool's rate).
     Carryover,
     /// Fixed window: leases end with the home window they were granted in; held to 0.
     HomeWindow,

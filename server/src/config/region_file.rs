@@ -97,7 +97,7 @@ pub enum PoolMode {
     /// over-admission over any interval (the default).
     #[default]
     PrePaid,
-    /// The pool keeps its capacity: over-admission at most `min(R·2k, ⌈(1 − f)·r·T⌉)`.
+    /// The pool keeps its capacity: over-admission at most `min(R·2k, ⌈r_p·T⌉)` (`r_p` the pool's rate).
     Carryover,
 }
 
