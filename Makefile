@@ -43,7 +43,7 @@ test: prereqs lint docs unit regions-model test-prereqs integration conformance 
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, no import cycles, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
-	python3 scripts/import_cycles.py --quiet
+	python3 scripts/import_cycles.py --quiet --strict
 	$(CARGO) clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 	$(CARGO) run -q -p redis-ratelimit-wire --example generate -- --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-core -p redis-ratelimit-wire --no-deps
@@ -75,7 +75,7 @@ unit: ## Unit and property tests of the pure crates (core, wire), the module and
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
 
 regions-model: ## The model checker of one quota across regions (docs/regions.md): every bound, and the predicted counterexamples
-	$(CARGO) test -p redis-ratelimit-regions
+	$(CARGO) test -p redis-ratelimit-regions-model
 
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed), and what the quick start builds and publishes
 	tests/prereqs/run.sh

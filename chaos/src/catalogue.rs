@@ -294,7 +294,8 @@ impl SoakLimiter {
     }
 }
 
-fn algorithm_of(shape: Shape) -> Result<Algorithm, String> {
+/// The client library's algorithm of `shape` (one unit per call).
+pub fn algorithm_of(shape: Shape) -> Result<Algorithm, String> {
     let ms = Duration::from_millis;
     match shape {
         Shape::TokenBucket { capacity, per_s } => Algorithm::token_bucket_with_rate(

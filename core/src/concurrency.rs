@@ -57,30 +57,17 @@
 //! same change to identical lists yields identical lists (the order is canonical); on a list
 //! that does not match (a diverged replica) it still keeps every invariant.
 
+mod bounds;
 mod holders;
 
+pub use bounds::{MAX_EXPIRY_US, MAX_STORED_HOLDERS, MAX_TTL_US, MIN_TTL_US};
 pub use holders::{Concurrency, HolderId, HolderIdError, MAX_HOLDER_ID_BYTES};
 
 use super::facts::{QuotaFacts, Recovery, part};
 use std::time::Duration;
 
 use super::decision::{Algorithm, Commit, Decision, Evaluation, Retry, cost_is_a_field};
-use super::time::{MAX_NOW_US, MAX_WINDOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us};
-
-/// Most holders a list ever stores, and the largest value `ratelimit.max-holders` may take:
-/// at most 13.7 MB per key with 128-byte ids.
-pub const MAX_STORED_HOLDERS: u64 = 100_000;
-
-/// Shortest accepted holder ttl: one millisecond (replies are whole milliseconds, so a
-/// shorter one could not be waited out honestly).
-pub const MIN_TTL_US: i64 = MIN_WINDOW_US as i64;
-
-/// Longest accepted holder ttl: 100 Julian years, like the windows; every expiry then stays
-/// far inside an `i64` of microseconds.
-pub const MAX_TTL_US: i64 = MAX_WINDOW_US as i64;
-
-/// Latest expiry any evaluation can produce: the latest clock plus the longest ttl.
-pub const MAX_EXPIRY_US: i64 = MAX_NOW_US + MAX_TTL_US;
+use super::time::{MAX_NOW_US, MIN_WINDOW_US, ceil_ms_from_us, expiry_ms_from_us};
 
 /// Why concurrency parameters are refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

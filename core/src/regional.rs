@@ -12,6 +12,7 @@
 //! slots are holders of home's pool, so the region keeps every call's holder in its floor's
 //! key, the leased ones included, and a lease's units are slots, read and never spent.
 
+pub mod parts;
 pub mod split;
 
 use crate::concurrency::{self, ConcurrencyAlgorithm, ConcurrencyParams};

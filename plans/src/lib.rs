@@ -24,6 +24,7 @@
 mod connection;
 pub mod edit;
 pub mod file;
+mod key;
 pub mod plan_store;
 pub mod snapshot;
 mod source;
@@ -31,19 +32,5 @@ pub mod spec;
 mod table;
 
 pub use connection::{PlanConnection, PlanServer};
+pub use key::key_template;
 pub use source::{PlanOptions, PlanSource, PlanStatus};
-
-/// The key template of limit `limit` (of kind `kind`) of store-backed policy `policy`,
-/// whose tenant is the input `tenant_input`: one slot per tenant (the hash tag), the same
-/// key whatever plan or override sets the limit.
-pub fn key_template(
-    tenant_input: &str,
-    policy: &str,
-    limit: &str,
-    kind: redis_ratelimit_core::kinds::Kind,
-) -> String {
-    format!(
-        "rl:plan:{{{{{{{tenant_input}}}}}}}:{policy}:{limit}:{}",
-        kind.short_name()
-    )
-}

@@ -17,6 +17,7 @@ use futures_util::StreamExt;
 use redis_ratelimit_client::{BuildError, Limit, PolicySource};
 
 use super::connection::{PlanConnection, PlanServer};
+use super::key::key_template;
 use super::plan_store::{self, CHANNEL, PlanStoreError};
 use super::snapshot::{Effective, Snapshot};
 use super::spec::{LimitSpec, plan_kind_names};
@@ -208,7 +209,7 @@ impl PlanSource {
 }
 
 /// The limiter's view of the store: a store-backed policy's limits for a tenant, from one
-/// snapshot, keyed by tenant, policy, limit name and kind ([`key_template`](crate::key_template)).
+/// snapshot, keyed by tenant, policy, limit name and kind ([`key_template`]).
 impl PolicySource for PlanSource {
     type Limit = LimitSpec;
 
@@ -236,7 +237,7 @@ impl PolicySource for PlanSource {
 
     fn to_limit(&self, tenant_input: &str, policy: &str, limit: &LimitSpec) -> Option<Limit> {
         let algorithm = limit.algorithm().clone();
-        let key = crate::key_template(tenant_input, policy, limit.name(), limit.kind());
+        let key = key_template(tenant_input, policy, limit.name(), limit.kind());
         Limit::new(limit.name(), algorithm, &key).ok()
     }
 }

@@ -15,10 +15,11 @@ use redis_ratelimit_client::{
 };
 use serde_json::{Map, Value};
 
-use crate::config::{Config, Parts, RegionConfig};
+use crate::config::{Config, RegionConfig};
 use crate::metrics;
 use crate::plans::Plans;
-use crate::region::HotKeys;
+use crate::regions::hot_keys::HotKeys;
+use crate::regions::split::Parts;
 use crate::request::{BadRequest, Bounds, CheckRequest};
 use crate::resolve::{self, Item};
 use crate::verdict::{CheckFailure, Decider, Status, Verdict};

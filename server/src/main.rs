@@ -20,7 +20,7 @@ mod metrics;
 mod plans;
 mod reference_env;
 mod reference_http;
-mod region;
+mod regions;
 mod request;
 mod resolve;
 mod serve;
@@ -252,7 +252,7 @@ async fn engine(
     );
     let mut agent = None;
     if let Some(region) = region {
-        let hot = Arc::new(region::HotKeys::default());
+        let hot = Arc::new(regions::hot_keys::HotKeys::default());
         engine = engine.with_region(Arc::clone(&region), Arc::clone(&hot));
         let region_url = options.store.urls.first().cloned().unwrap_or_default();
         tracing::info!(
@@ -260,8 +260,8 @@ async fn engine(
             home = region.home_url,
             "a region of shared quotas: limits decided by RL.REGIONAL, the lease agent started"
         );
-        region::describe();
-        agent = Some(tokio::spawn(region::run(region, region_url, hot)));
+        regions::agent::describe();
+        agent = Some(tokio::spawn(regions::agent::run(region, region_url, hot)));
     }
     let engine = Arc::new(engine);
     if uses_plans {

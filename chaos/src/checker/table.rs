@@ -7,7 +7,7 @@ use std::fmt::Write;
 use redis_ratelimit_client::Fallback;
 
 use super::interval::{Cause, Interval};
-use super::{Finding, Report, Row};
+use super::report::{Finding, Report, Row};
 use crate::record::FaultRecord;
 
 /// Seconds since `start_us`, to a tenth.

@@ -2,6 +2,7 @@
 //! passes, one unit more fails and names the limiter), the allowances, the fallback modes.
 
 use super::*;
+use crate::record::FaultKind;
 
 const T0: u64 = 1_700_000_000 * 1_000_000;
 const S: u64 = 1_000_000;

@@ -9,7 +9,7 @@
 //!
 //! The regions admit their floors (40), region 0's lease (8) and region 1's (the pool):
 //! with the carryover pool of 40 that is 88 against a global burst of 80, 8 over, within
-//! the carryover's `min(2·Σk, ⌈(1 − f)·r·T⌉) = 18`; with the pre-paid pool of 22, 70: none
+//! the carryover's `min(2·Σk, ⌈r_p·T⌉) = 18`; with the pre-paid pool of 22, 70: none
 //! over. Token bucket and GCRA, each both modes; planted: the pre-paid limits' pools sized
 //! without the pre-pay, which must over-admit.
 

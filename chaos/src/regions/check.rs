@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::limits::{GlobalLimit, Mode};
+use super::limits::{GlobalLimit, Mode, supply, supply_pro_rata};
 use super::{FaultKind, Outcome, SPLIT};
 use crate::checker::bounds::{Bound, Check, SERVER_CLOCK_MARGIN_US};
 use crate::checker::holders::{self, Hold};
@@ -35,7 +35,7 @@ pub struct Row {
     pub cold_granted: u64,
     /// The same over the spans the hot region could reach home ([`Reachable`]): its
     /// admissions in them, its floor's supply and the pool's over their total length (pro
-    /// rata: [`GlobalLimit::supply_pro_rata`]; a refilling kind's burst counted once).
+    /// rata: [`supply_pro_rata`]; a refilling kind's burst counted once).
     pub hot_reachable_admitted: u64,
     pub hot_reachable_floor_supply: u64,
     pub reachable_pool_supply: u64,
@@ -542,6 +542,7 @@ fn row(
         .iter()
         .filter(|admission| hot_reachable.contains(admission.recv_us))
         .count() as u64;
+    let (floor, pool) = (limit.floor(&SPLIT, 0), limit.pool(&SPLIT));
     Row {
         name: limit.name,
         mode: limit.mode,
@@ -565,11 +566,10 @@ fn row(
         allowed: limit.allowed_excess(&SPLIT, &outcome.lease_units[index]),
         hot_admitted: hot.len() as u64,
         hot_reachable_admitted,
-        hot_reachable_floor_supply: limit
-            .supply_pro_rata(limit.floor(&SPLIT, 0), hot_reachable.length()),
-        reachable_pool_supply: limit.supply_pro_rata(limit.pool(&SPLIT), hot_reachable.length()),
-        hot_floor_supply: limit.supply(limit.floor(&SPLIT, 0), run),
-        pool_supply: limit.supply(limit.pool(&SPLIT), run),
+        hot_reachable_floor_supply: supply_pro_rata(&floor, hot_reachable.length()),
+        reachable_pool_supply: supply_pro_rata(&pool, hot_reachable.length()),
+        hot_floor_supply: supply(&floor, run),
+        pool_supply: supply(&pool, run),
         cold_granted: outcome
             .agents
             .iter()

@@ -1,12 +1,17 @@
-//! The global limits of the regions run, split as `docs/regions.md` splits them: a fraction
-//! `f` into static floors by region weight, the rest into home's pool (reduced by the
-//! pre-pay `⌈r_p·T⌉` in the pre-paid mode), and the floor's arguments of `RL.REGIONAL`.
+//! The global limits of the regions run, split by core's split (`core::regional::parts`,
+//! the arithmetic the service's region mode and the model checker run): a fraction `f` into
+//! static floors by region weight, the rest into home's pool (reduced by the pre-pay
+//! `⌈r_p·T⌉` in the pre-paid mode), and the floor's arguments of `RL.REGIONAL`.
 
 use std::time::Duration;
 
-use redis_ratelimit_client::{Algorithm, Rate};
+use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_core::kinds::Quota;
+use redis_ratelimit_core::regional::parts::{Parts, split_quota};
+use redis_ratelimit_core::regional::split::Regions;
+use redis_ratelimit_wire::encode::{self, Args};
 
-use crate::catalogue::Shape;
+use crate::catalogue::{Shape, algorithm_of};
 
 /// The word of an in-flight floor's words the load replaces with each call's holder.
 pub const HOLDER: &str = "{holder}";
@@ -16,7 +21,7 @@ pub const HOLDER: &str = "{holder}";
 pub enum Mode {
     /// Token bucket, GCRA: the pool's capacity less `⌈r_p·T⌉`; held to 0 over-admitted.
     PrePaid,
-    /// Token bucket, GCRA: the pool keeps its capacity; held to `min(2·Σk, ⌈(1 − f)·r·T⌉)`.
+    /// Token bucket, GCRA: the pool keeps its capacity; held to `min(2·Σk, ⌈r_p·T⌉)` (`r_p` the pool's rate).
     Carryover,
     /// Fixed window: leases end with the home window they were granted in; held to 0.
     HomeWindow,
@@ -66,9 +71,13 @@ impl Split {
         self.period + self.margin
     }
 
-    /// `⌊x·f·w_i/W⌋`.
-    fn floor_part(&self, x: u64, region: usize) -> u64 {
-        x * self.floor_percent * self.weights[region] / (100 * self.weight_total())
+    /// The split's view of the regions: the clocks are one host's, `ρ = 0` (no derating).
+    fn regions(&self) -> Regions<'_> {
+        Regions {
+            weights: &self.weights,
+            floor_percent: self.floor_percent,
+            drift_ppm: 0,
+        }
     }
 }
 
@@ -152,157 +161,213 @@ pub fn limits() -> Vec<GlobalLimit> {
 }
 
 impl GlobalLimit {
-    /// The quota (a bucket's burst, a window's limit) and the rate per second of a
-    /// refilling kind (0 for windows).
-    fn quota_and_rate(&self) -> (u64, u64) {
-        match self.shape {
-            Shape::TokenBucket { capacity, per_s } => (capacity, per_s),
-            Shape::Gcra {
-                max_burst,
-                count,
-                period_ms,
-            } => (max_burst + 1, count * 1000 / period_ms),
-            Shape::FixedWindow { limit, .. }
-            | Shape::SlidingWindow { limit, .. }
-            | Shape::SlidingLog { limit, .. }
-            | Shape::Concurrency { limit, .. } => (limit, 0),
-        }
+    /// The limit split by core (`None` in the lease lifetime: carryover, or a window kind).
+    pub fn parts(&self, split: &Split) -> Parts {
+        let global = algorithm_of(self.shape).expect("the run's limits are valid");
+        let prepay_lifetime_ns = (self.mode == Mode::PrePaid)
+            .then(|| u64::try_from(split.lifetime().as_nanos()).unwrap_or(u64::MAX));
+        split_quota(global.as_quota(), &split.regions(), prepay_lifetime_ns)
+            .expect("the run's split is valid")
     }
 
-    fn window(&self) -> Duration {
-        match self.shape {
-            Shape::FixedWindow { window_ms, .. }
-            | Shape::SlidingWindow { window_ms, .. }
-            | Shape::SlidingLog { window_ms, .. }
-            | Shape::Concurrency {
-                ttl_ms: window_ms, ..
-            } => Duration::from_millis(window_ms),
-            Shape::TokenBucket { .. } | Shape::Gcra { .. } => Duration::ZERO,
-        }
+    /// Region `region`'s floor (the run's quotas give every region one).
+    pub fn floor(&self, split: &Split, region: usize) -> Quota {
+        self.parts(split)
+            .floors
+            .swap_remove(region)
+            .expect("the run's floors are whole")
     }
 
-    /// Region `region`'s floor: (quota, rate per second).
-    pub fn floor(&self, split: &Split, region: usize) -> (u64, u64) {
-        let (quota, rate) = self.quota_and_rate();
-        (
-            split.floor_part(quota, region),
-            split.floor_part(rate, region),
-        )
+    /// Home's pool: what the floors do not get, less the pre-pay.
+    pub fn pool(&self, split: &Split) -> Quota {
+        self.parts(split).pool.expect("the run's pools are whole")
     }
 
-    /// `RL.REGIONAL`'s floor words for region `region` (the clocks are one host's: ρ = 0,
-    /// so no derating).
+    /// `RL.REGIONAL`'s floor words for region `region`: its algorithm and its parameters as
+    /// the module takes them (an in-flight floor's holder the word [`HOLDER`]).
     pub fn floor_words(&self, split: &Split, region: usize) -> Vec<String> {
-        let (quota, rate) = self.floor(split, region);
-        let window_s = format!("{}", self.window().as_secs_f64());
-        match self.shape {
-            Shape::TokenBucket { .. } => {
-                vec!["TOKENBUCKET".into(), quota.to_string(), rate.to_string()]
-            }
-            Shape::Gcra { .. } => vec![
-                "GCRA".into(),
-                (quota - 1).to_string(),
-                rate.to_string(),
-                "1".into(),
-            ],
-            Shape::FixedWindow { .. } => vec!["FIXED".into(), quota.to_string(), window_s],
-            Shape::SlidingWindow { .. } => vec!["SLIDING".into(), quota.to_string(), window_s],
-            Shape::SlidingLog { .. } => vec!["SLIDINGLOG".into(), quota.to_string(), window_s],
-            // The holder is each call's own: the load puts it in place of `HOLDER`.
-            Shape::Concurrency { ttl_ms, .. } => vec![
-                "CONCURRENCY".into(),
-                quota.to_string(),
-                HOLDER.into(),
-                ttl_ms.to_string(),
-            ],
+        let floor = self.floor(split, region);
+        let mut words = Args::default();
+        encode::params(&floor, &mut words);
+        let mut words: Vec<String> =
+            std::iter::once(floor.kind().command_name().unwrap_or_default().as_bytes())
+                .chain(words.iter())
+                .map(|word| String::from_utf8_lossy(word).into_owned())
+                .collect();
+        // The holder is each call's own: the load puts it in place of `HOLDER`.
+        if matches!(floor, Quota::Concurrency(_)) {
+            words.insert(2, HOLDER.into());
         }
+        words
     }
 
-    /// The pool: (quota, rate per second): what the floors do not get, less the pre-pay.
-    pub fn pool(&self, split: &Split) -> (u64, u64) {
-        let (quota, rate) = self.quota_and_rate();
-        let floors: u64 = (0..3).map(|region| self.floor(split, region).0).sum();
-        let floor_rates: u64 = (0..3).map(|region| self.floor(split, region).1).sum();
-        let pool_rate = rate - floor_rates;
-        let mut pool_quota = quota - floors;
-        if self.mode == Mode::PrePaid {
-            pool_quota -= self.prepay(split);
-        }
-        (pool_quota, pool_rate)
-    }
-
-    /// `⌈r_p·T⌉`.
-    pub fn prepay(&self, split: &Split) -> u64 {
-        let (_, rate) = self.quota_and_rate();
-        let floor_rates: u64 = (0..3).map(|region| self.floor(split, region).1).sum();
-        let lifetime_ms = u64::try_from(split.lifetime().as_millis()).unwrap_or(u64::MAX);
-        ((rate - floor_rates) * lifetime_ms).div_ceil(1000)
-    }
-
-    /// The pool as the agent asks it for grants.
+    /// The pool as the agent asks it for grants (a sliding log's window lengthened by `T`
+    /// in [`Mode::LogWidened`]; an in-flight pool's slots are asked for `T` by the agent
+    /// whatever ttl the pool has).
     pub fn pool_algorithm(&self, split: &Split) -> Algorithm {
-        let (quota, rate) = self.pool(split);
-        let built = match self.shape {
-            Shape::TokenBucket { .. } => Rate::per_second(&rate.to_string())
-                .and_then(|rate| Algorithm::token_bucket_with_rate(quota, rate)),
-            Shape::Gcra { .. } => Algorithm::gcra(quota - 1, rate, Duration::from_secs(1)),
-            Shape::FixedWindow { .. } => Algorithm::fixed_window(quota, self.window()),
-            // The agent asks its slots for `T` whatever ttl the pool was given.
-            Shape::Concurrency { .. } => Algorithm::concurrency(quota, self.window()),
-            _ => {
-                let window = if self.mode == Mode::LogWidened {
-                    self.window() + split.lifetime()
-                } else {
-                    self.window()
-                };
-                Algorithm::sliding_log(quota, window)
+        let pool = match self.pool(split) {
+            Quota::SlidingLog(log) if self.mode == Mode::LogWidened => {
+                let window = Duration::from_micros(log.window_us()) + split.lifetime();
+                return Algorithm::sliding_log(log.limit(), window)
+                    .expect("the run's pools are valid limits");
             }
+            pool => pool,
         };
-        built.expect("the run's pools are valid limits")
+        let mut words = Args::default();
+        encode::params(&pool, &mut words);
+        let words: Vec<String> = words
+            .iter()
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        Algorithm::from_arguments(pool.kind(), &words).expect("the run's pools are valid limits")
     }
 
     /// What the checker allows beyond the global limit: `Some(0)` for the exact modes, the
-    /// carryover's `min(2·Σk, ⌈(1 − f)·r·T⌉)`, `None` where no bound is claimed.
+    /// carryover's `min(2·Σk, ⌈r_p·T⌉)` (`r_p` the pool's rate), `None` where no bound is
+    /// claimed.
     pub fn allowed_excess(&self, split: &Split, lease_units: &[u64]) -> Option<u64> {
         match self.mode {
             Mode::PrePaid | Mode::HomeWindow | Mode::LogWidened | Mode::Holders => Some(0),
             Mode::LogAtGrant => None,
             Mode::Carryover => {
-                let (_, rate) = self.quota_and_rate();
-                let lifetime_ms = u64::try_from(split.lifetime().as_millis()).unwrap_or(u64::MAX);
-                let refill =
-                    (rate * (100 - split.floor_percent) * lifetime_ms).div_ceil(100 * 1000);
+                let lifetime_ns = u64::try_from(split.lifetime().as_nanos()).unwrap_or(u64::MAX);
+                let refill = self
+                    .parts(split)
+                    .pool_interval_ns
+                    .map_or(0, |interval_ns| lifetime_ns.div_ceil(interval_ns));
                 Some(refill.min(2 * lease_units.iter().sum::<u64>()))
             }
         }
     }
+}
 
-    /// What a limiter of `(quota, rate)` of this kind supplies over `length` pro rata: as
-    /// [`GlobalLimit::supply`] for a refilling kind, a window kind's quota per window
-    /// counted in fractions of a window (the spans a region could reach home are not whole
-    /// windows).
-    pub fn supply_pro_rata(&self, (quota, rate): (u64, u64), length: Duration) -> u64 {
-        let length_ms = u64::try_from(length.as_millis()).unwrap_or(u64::MAX);
-        match self.shape {
-            Shape::TokenBucket { .. } | Shape::Gcra { .. } => self.supply((quota, rate), length),
-            _ => {
-                let window_ms = u64::try_from(self.window().as_millis()).unwrap_or(1).max(1);
-                quota * length_ms / window_ms
-            }
+/// One unit's refill interval of a refilling kind (token bucket, GCRA), ns.
+fn refill_interval_ns(quota: &Quota) -> Option<u64> {
+    match quota {
+        Quota::TokenBucket(bucket) => Some(bucket.interval_ns()),
+        Quota::Gcra(cell) => u64::try_from(cell.interval_ns()).ok(),
+        _ => None,
+    }
+}
+
+/// The window (a window kind's) or the hold (an in-flight limit's) a quota counts per.
+fn window(quota: &Quota) -> Duration {
+    match quota {
+        Quota::FixedWindow(params) | Quota::SlidingWindow(params) => {
+            Duration::from_micros(params.window_us())
+        }
+        Quota::SlidingLog(log) => Duration::from_micros(log.window_us()),
+        Quota::Concurrency(slots) => Duration::from_micros(slots.ttl_us()),
+        Quota::TokenBucket(_) | Quota::Gcra(_) => Duration::ZERO,
+    }
+}
+
+/// The units a limiter of `quota` holds at once: a bucket's capacity or burst, a window's
+/// limit, an in-flight limit's slots.
+pub fn units(quota: &Quota) -> u64 {
+    quota.advertised_quota()
+}
+
+/// What a refilling `quota` refills a second, to the nearest unit (0 for the window kinds):
+/// for sizing the leases.
+pub fn per_second(quota: &Quota) -> u64 {
+    refill_interval_ns(quota).map_or(0, |interval_ns| {
+        (1_000_000_000 + interval_ns / 2) / interval_ns.max(1)
+    })
+}
+
+/// What a limiter of `quota` supplies over `length` pro rata: as [`supply`] for a
+/// refilling kind, a window kind's quota per window counted in fractions of a window (the
+/// spans a region could reach home are not whole windows).
+pub fn supply_pro_rata(quota: &Quota, length: Duration) -> u64 {
+    match refill_interval_ns(quota) {
+        Some(_) => supply(quota, length),
+        None => {
+            let length_ms = u64::try_from(length.as_millis()).unwrap_or(u64::MAX);
+            let window_ms = u64::try_from(window(quota).as_millis()).unwrap_or(1).max(1);
+            units(quota) * length_ms / window_ms
         }
     }
+}
 
-    /// What a limiter of `(quota, rate)` of this kind surely admits over `run` under
-    /// continuous demand: a refilling kind's burst plus its refill, a window kind's quota
-    /// per whole window the run spans.
-    pub fn supply(&self, (quota, rate): (u64, u64), run: Duration) -> u64 {
-        let run_ms = u64::try_from(run.as_millis()).unwrap_or(u64::MAX);
-        match self.shape {
-            Shape::TokenBucket { .. } | Shape::Gcra { .. } => quota + rate * run_ms / 1000,
-            _ => {
-                let window_ms = u64::try_from(self.window().as_millis()).unwrap_or(1).max(1);
-                quota * (run_ms / window_ms)
-            }
+/// What a limiter of `quota` surely admits over `run` under continuous demand: a refilling
+/// kind's burst plus its refill, a window kind's quota per whole window the run spans.
+pub fn supply(quota: &Quota, run: Duration) -> u64 {
+    let run_ns = u64::try_from(run.as_nanos()).unwrap_or(u64::MAX);
+    match refill_interval_ns(quota) {
+        Some(interval_ns) => units(quota) + run_ns / interval_ns.max(1),
+        None => {
+            let window_ns = u64::try_from(window(quota).as_nanos()).unwrap_or(1).max(1);
+            units(quota) * (run_ns / window_ns)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regions::SPLIT;
+
+    fn limit(name: &str) -> GlobalLimit {
+        limits()
+            .into_iter()
+            .find(|limit| limit.name == name)
+            .unwrap()
+    }
+
+    /// The run's quotas of 80 (at 40/s, or per 2 s) and 20 slots, weights 70/20/10, `f` =
+    /// 50 %, `T` = 900 ms: the floors 28, 8 and 4 (7, 2, 1 slots), the bucket floors at 14,
+    /// 4 and 2 a second, the pool 40 at 20/s (10 slots), pre-paid `⌈20/s × 0.9 s⌉ = 18`.
+    #[test]
+    fn the_runs_limits_split_as_core_splits_them() {
+        let words = |name: &str| {
+            (0..3)
+                .map(|region| limit(name).floor_words(&SPLIT, region).join(" "))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            words("tb-prepaid"),
+            ["TOKENBUCKET 28 14", "TOKENBUCKET 8 4", "TOKENBUCKET 4 2"]
+        );
+        // A GCRA part's rate is a count per whole seconds, its interval never shorter than
+        // the part's: 1007 per 72 s for 14 a second.
+        assert_eq!(
+            words("gcra-prepaid"),
+            ["GCRA 27 1007 72", "GCRA 7 1000 250", "GCRA 3 1000 500"]
+        );
+        assert_eq!(
+            words("fixed"),
+            ["FIXED 28 2.000000", "FIXED 8 2.000000", "FIXED 4 2.000000"]
+        );
+        assert_eq!(
+            words("inflight"),
+            [
+                "CONCURRENCY 7 {holder} 300",
+                "CONCURRENCY 2 {holder} 300",
+                "CONCURRENCY 1 {holder} 300"
+            ]
+        );
+        let pool = |name: &str| limit(name).pool_algorithm(&SPLIT).wire_args().join(" ");
+        assert_eq!(pool("tb-prepaid"), "22 20");
+        assert_eq!(pool("tb-carryover"), "40 20");
+        assert_eq!(pool("gcra-prepaid"), "21 1000 50");
+        assert_eq!(pool("slog-grant"), "40 2.000000");
+        assert_eq!(pool("slog-widened"), "40 2.900000");
+        assert_eq!(pool("inflight"), "10 300");
+        assert_eq!(limit("tb-prepaid").parts(&SPLIT).prepay, 18);
+        // Carryover: `min(2·Σk, ⌈r_p·T⌉)`.
+        assert_eq!(
+            limit("tb-carryover").allowed_excess(&SPLIT, &[8, 40]),
+            Some(18)
+        );
+        assert_eq!(
+            limit("gcra-carryover").allowed_excess(&SPLIT, &[2, 3]),
+            Some(10)
+        );
+        assert_eq!(
+            limit("tb-prepaid").allowed_excess(&SPLIT, &[8, 40]),
+            Some(0)
+        );
     }
 }

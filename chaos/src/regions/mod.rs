@@ -213,7 +213,8 @@ fn say(line: &str) {
 /// ones their weight's share of the pool's refill over one `P` (at least 1), so that they
 /// do not empty the pool the hot region leases from.
 pub fn lease_units(limit: &GlobalLimit, offered_per_s: &[u64; 3]) -> Vec<u64> {
-    let (pool_quota, pool_rate) = limit.pool(&SPLIT);
+    let pool = limit.pool(&SPLIT);
+    let (pool_quota, pool_rate) = (limits::units(&pool), limits::per_second(&pool));
     let per_period = |region: usize| {
         let period_ms = u64::try_from(SPLIT.period.as_millis()).unwrap_or(1);
         let refill = if pool_rate > 0 {
@@ -236,11 +237,10 @@ pub fn lease_units(limit: &GlobalLimit, offered_per_s: &[u64; 3]) -> Vec<u64> {
                 };
             }
             if region == 0 {
-                let (_, floor_rate) = limit.floor(&SPLIT, 0);
-                let floor_rate = if floor_rate == 0 {
-                    limit.floor(&SPLIT, 0).0 / 2
-                } else {
-                    floor_rate
+                let floor = limit.floor(&SPLIT, 0);
+                let floor_rate = match limits::per_second(&floor) {
+                    0 => limits::units(&floor) / 2,
+                    rate => rate,
                 };
                 let lifetime_ms = u64::try_from(SPLIT.lifetime().as_millis()).unwrap_or(1);
                 (offered_per_s[0].saturating_sub(floor_rate) * lifetime_ms)

@@ -14,6 +14,7 @@ use redis::{Cmd, Value};
 use redis_ratelimit_wire::commands::Command;
 use redis_ratelimit_wire::encode::Args;
 
+use super::error::StoreError;
 use crate::outcome::StoreBackend;
 
 /// The library's source, as `FUNCTION LOAD` takes it.
@@ -172,9 +173,9 @@ pub(crate) enum BackendError {
     ScriptSha(#[from] std::string::FromUtf8Error),
 }
 
-impl From<BackendError> for super::StoreError {
+impl From<BackendError> for StoreError {
     fn from(error: BackendError) -> Self {
-        super::StoreError::Server(error.to_string())
+        StoreError::Server(error.to_string())
     }
 }
 

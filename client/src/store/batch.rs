@@ -18,8 +18,8 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 use tokio::sync::oneshot;
 
-use super::StoreError;
 use super::connection::{Connection, store_error};
+use super::error::StoreError;
 use super::liveness::Liveness;
 
 /// How long concurrent checks may wait to share one write.

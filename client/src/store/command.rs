@@ -13,8 +13,9 @@ use redis_ratelimit_wire::commands::{self, Syntax};
 use redis_ratelimit_wire::encode::{self, Args, EncodeError};
 use redis_ratelimit_wire::error::CommandError;
 
+use super::error::StoreError;
 use super::reply::Reply;
-use super::{Acquire, LimitCall, Refund, StoreError};
+use super::request::{Acquire, LimitCall, Refund};
 
 /// Why a request cannot be written as a command: one the server would refuse, refused
 /// before it is sent.

@@ -4,8 +4,8 @@
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::StoreError;
 use super::cluster::ClusterConnection;
+use super::error::StoreError;
 
 #[derive(Clone)]
 pub(super) enum Connection {

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Calls waiting and replies heard, per slot (`None`: a single server).
 #[derive(Debug, Default)]

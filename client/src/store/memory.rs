@@ -7,9 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Acquire, BoxFuture, Capabilities, GroupGrant, LimitCall, Refund, Store, StoreError};
+use super::contract::{BoxFuture, Capabilities, Store};
+use super::error::StoreError;
+use super::request::{Acquire, LimitCall, Refund};
 use crate::clock::{Clock, MonotonicClock};
 use crate::local::{LocalCall, LocalError, LocalLimits};
+use crate::outcome::GroupGrant;
 use crate::outcome::{Regional, Why};
 
 /// An in-process [`Store`] running the module's algorithms with this process's clock (or

@@ -21,11 +21,12 @@ use super::batch::{BatchOptions, Batcher};
 use super::cluster::{ClusterConnection, Nodes};
 use super::connection::Connection;
 use super::connection::store_error;
+use super::contract::{BoxFuture, Capabilities, Store};
+use super::error::StoreError;
 use super::liveness::Liveness;
-use super::{
-    Acquire, BoxFuture, Capabilities, GroupGrant, Refund, Store, StoreBackend, StoreError,
-};
+use super::request::{Acquire, Refund};
 use super::{command, reply};
+use crate::outcome::{GroupGrant, StoreBackend};
 
 /// Whether the server has `RL.MULTI` (and partial grants, which came with it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

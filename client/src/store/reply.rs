@@ -6,7 +6,9 @@ use std::time::Duration;
 use redis::Value;
 use redis_ratelimit_wire::args;
 
-use super::{Acquire, GroupGrant, StoreBackend, StoreError, View};
+use super::error::StoreError;
+use super::request::Acquire;
+use crate::outcome::{GroupGrant, StoreBackend, View};
 use crate::outcome::{Regional, Why};
 /// A reply of another shape than the command's.
 #[derive(Debug, thiserror::Error)]

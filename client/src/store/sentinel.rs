@@ -17,11 +17,12 @@ use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{ConnectionAddr, RedisConnectionInfo};
 use tokio::sync::watch;
 
+use super::contract::{BoxFuture, Capabilities, Store};
+use super::error::StoreError;
 use super::liveness::Liveness;
-use super::redis::RedisStore;
-use super::{
-    Acquire, BoxFuture, Capabilities, GroupGrant, RedisStoreOptions, Refund, Store, StoreError,
-};
+use super::redis::{RedisStore, RedisStoreOptions};
+use super::request::{Acquire, Refund};
+use crate::outcome::GroupGrant;
 
 /// The shortest time between two questions to the sentinels.
 pub const RESOLVE_PACE: Duration = Duration::from_millis(200);

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::mem::size_of;
 
-use super::{MAX_EXPIRY_US, MAX_STORED_HOLDERS, MIN_TTL_US};
+use super::bounds::{MAX_EXPIRY_US, MAX_STORED_HOLDERS, MIN_TTL_US};
 
 /// Longest holder id, in bytes.
 pub const MAX_HOLDER_ID_BYTES: usize = 128;

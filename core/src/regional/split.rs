@@ -5,8 +5,12 @@
 //! pool gets only what the floors do not. Integer arithmetic only, in `u128` where products
 //! could overflow, every result checked.
 //!
-//! The one place the service computes a split; the model checker (`regions/`) and the
-//! real-process harness (`chaos/src/regions/limits.rs`) still write theirs out.
+//! The one split of a global limit. A split is every region's floor and home's pool
+//! ([`split_window`], [`split_bucket`]); the service's region mode takes its own region's
+//! share of it ([`WindowSplit::share`], [`BucketSplit::share`]), refusing one that leaves
+//! it nothing, and builds its limits from the numbers; the model checker
+//! (`regions-model/`) and the run on real processes (`chaos/src/regions/`) take every
+//! region's parts as core's quotas ([`super::parts`]).
 
 use core::fmt;
 
@@ -19,21 +23,19 @@ const SCALE: u128 = 1_000_000_000_000_000_000_000_000_000;
 /// One million parts.
 const PPM: u128 = 1_000_000;
 
-/// The regions sharing a limit and how: every region's weight, which one is this region,
-/// the floor fraction `f` and this region's clock drift `ρ`.
+/// The regions sharing a limit and how: every region's weight, the floor fraction `f` and
+/// the clock drift `ρ` the floors are derated for.
 #[derive(Clone, Copy, Debug)]
 pub struct Regions<'a> {
-    /// Every region's weight `w_i` (each at least 1), this region's among them.
+    /// Every region's weight `w_i` (each at least 1).
     pub weights: &'a [u64],
-    /// This region's index in `weights`.
-    pub own: usize,
     /// `f`, in percent (0 to 100).
     pub floor_percent: u64,
-    /// `ρ`, parts per million: how far this region's clock may run fast of home's.
+    /// `ρ`, parts per million: how far a region's clock may run fast of home's.
     pub drift_ppm: u64,
 }
 
-/// Why a limit cannot be split.
+/// Why a limit cannot be split, or why a region's share of it is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SplitError {
     /// This region's floor capacity (or window limit) rounds to 0.
@@ -50,7 +52,7 @@ pub enum SplitError {
         pool: u64,
     },
     /// A weight, index or parameter out of range (no regions, a weight of 0, `f` above
-    /// 100, an interval of 0).
+    /// 100, an interval of 0, a region not among the weights).
     Invalid,
 }
 
@@ -70,7 +72,17 @@ impl fmt::Display for SplitError {
     }
 }
 
-/// A window limit's split (fixed window, sliding log): per window.
+/// A window limit's split (fixed window, sliding window, sliding log, in-flight slots): per
+/// window, every region's floor and home's pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowSplit {
+    /// Region `i`'s floor, `⌊L·f·w_i/W⌋` (0: its share rounds to nothing).
+    pub floors: Vec<u64>,
+    /// Home's pool, `L − Σ floors` (0: nothing to lease).
+    pub pool: u64,
+}
+
+/// One region's share of a window limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowShare {
     /// This region's floor, `⌊L·f·w/W⌋`.
@@ -79,7 +91,47 @@ pub struct WindowShare {
     pub pool: u64,
 }
 
-/// A bucket's split (token bucket, GCRA): capacities and one-token refill intervals (ns).
+impl WindowSplit {
+    /// Region `own`'s share: refused when its floor rounds to 0.
+    pub fn share(&self, own: usize) -> Result<WindowShare, SplitError> {
+        let floor = *self.floors.get(own).ok_or(SplitError::Invalid)?;
+        if floor == 0 {
+            return Err(SplitError::FloorCapacityZero);
+        }
+        Ok(WindowShare {
+            floor,
+            pool: self.pool,
+        })
+    }
+}
+
+/// One region's floor of a bucket (token bucket, GCRA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketFloor {
+    /// Its capacity, `⌊C·f·w/W⌋` (0: its share rounds to nothing).
+    pub capacity: u64,
+    /// Its refill interval on its own clock: the exact `I·W/(f·w)` rounded up, then derated
+    /// `⌈·(1 + ρ)⌉` (`None`: `f` is 0, or the interval does not fit).
+    pub interval_ns: Option<u64>,
+}
+
+/// A bucket's split (token bucket, GCRA): every region's floor and home's pool, capacities
+/// and one-token refill intervals (ns).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BucketSplit {
+    /// Region `i`'s floor.
+    pub floors: Vec<BucketFloor>,
+    /// Home's pool capacity before the pre-pay: `C − Σ floors`.
+    pub pool_whole: u64,
+    /// Home's pool refill interval: one token per this, a rate never above `r − Σ r_i`
+    /// (`None`: the floors take all of the rate).
+    pub pool_interval_ns: Option<u64>,
+    /// The pre-pay subtracted from the pool's capacity, `⌈T/pool_interval⌉` (0: carryover,
+    /// or a pool without rate).
+    pub prepay: u64,
+}
+
+/// One region's share of a bucket, as the service's region mode takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BucketShare {
     /// This region's floor capacity, `⌊C·f·w/W⌋`.
@@ -95,23 +147,43 @@ pub struct BucketShare {
     pub prepay: u64,
 }
 
+impl BucketSplit {
+    /// Home's pool capacity: what the floors leave, less the pre-pay (`None`: nothing left).
+    pub fn pool_capacity(&self) -> Option<u64> {
+        self.pool_whole
+            .checked_sub(self.prepay)
+            .filter(|left| *left > 0)
+    }
+
+    /// Region `own`'s share: refused when its floor's capacity or rate rounds to 0, when the
+    /// pool has no rate, or when the pre-pay leaves it nothing.
+    pub fn share(&self, own: usize) -> Result<BucketShare, SplitError> {
+        let floor = self.floors.get(own).ok_or(SplitError::Invalid)?;
+        if floor.capacity == 0 {
+            return Err(SplitError::FloorCapacityZero);
+        }
+        let floor_interval_ns = floor.interval_ns.ok_or(SplitError::FloorRateZero)?;
+        let pool_interval_ns = self.pool_interval_ns.ok_or(SplitError::PoolRateZero)?;
+        let pool_capacity = self.pool_capacity().ok_or(SplitError::PrePayEatsPool {
+            prepay: self.prepay,
+            pool: self.pool_whole,
+        })?;
+        Ok(BucketShare {
+            floor_capacity: floor.capacity,
+            floor_interval_ns,
+            pool_capacity,
+            pool_interval_ns,
+            prepay: self.prepay,
+        })
+    }
+}
+
 impl Regions<'_> {
     fn total_weight(&self) -> Result<u128, SplitError> {
-        if self.weights.is_empty()
-            || self.weights.contains(&0)
-            || self.own >= self.weights.len()
-            || self.floor_percent > 100
-        {
+        if self.weights.is_empty() || self.weights.contains(&0) || self.floor_percent > 100 {
             return Err(SplitError::Invalid);
         }
         Ok(self.weights.iter().map(|w| u128::from(*w)).sum())
-    }
-
-    fn own_weight(&self) -> Result<u64, SplitError> {
-        self.weights
-            .get(self.own)
-            .copied()
-            .ok_or(SplitError::Invalid)
     }
 
     /// `⌊x·f·w/(100·W)⌋`.
@@ -137,25 +209,32 @@ impl Regions<'_> {
         }
         Some(numerator.div_ceil(denominator))
     }
+
+    /// `⌈d·(1 + ρ)⌉`: a duration `d` a region measures on its own clock (a floor's refill
+    /// interval, a floor's window or holder ttl), so that it never lasts less of home's time
+    /// than `d` (`None`: it does not fit).
+    pub fn derated(&self, duration: u64) -> Option<u64> {
+        u128::from(duration)
+            .checked_mul(PPM.saturating_add(u128::from(self.drift_ppm)))
+            .map(|scaled| scaled.div_ceil(PPM))
+            .and_then(|derated| u64::try_from(derated).ok())
+    }
 }
 
-/// Splits a window limit of `limit` units per window: this region's floor and home's pool.
-/// Refused when this region's floor rounds to 0.
-pub fn split_window(limit: u64, regions: &Regions<'_>) -> Result<WindowShare, SplitError> {
+/// Splits a window limit of `limit` units per window: every region's floor and home's pool.
+pub fn split_window(limit: u64, regions: &Regions<'_>) -> Result<WindowSplit, SplitError> {
     let total = regions.total_weight()?;
-    let floors = regions
+    let floors: Vec<u64> = regions
         .weights
         .iter()
         .map(|w| regions.floor_part(limit, *w, total))
-        .fold(0u64, u64::saturating_add);
-    let floor = regions.floor_part(limit, regions.own_weight()?, total);
-    if floor == 0 {
-        return Err(SplitError::FloorCapacityZero);
-    }
-    Ok(WindowShare {
-        floor,
-        pool: limit.saturating_sub(floors),
-    })
+        .collect();
+    let pool = limit.saturating_sub(
+        floors
+            .iter()
+            .fold(0u64, |sum, floor| sum.saturating_add(*floor)),
+    );
+    Ok(WindowSplit { floors, pool })
 }
 
 /// Splits a bucket of `capacity` refilled one token every `interval_ns` (GCRA: `burst =
@@ -166,58 +245,48 @@ pub fn split_bucket(
     interval_ns: u64,
     prepay_lifetime_ns: Option<u64>,
     regions: &Regions<'_>,
-) -> Result<BucketShare, SplitError> {
+) -> Result<BucketSplit, SplitError> {
     let total = regions.total_weight()?;
     if interval_ns == 0 || capacity == 0 {
         return Err(SplitError::Invalid);
     }
-    let floors = regions
-        .weights
-        .iter()
-        .map(|w| regions.floor_part(capacity, *w, total))
-        .fold(0u64, u64::saturating_add);
-    let own = regions.own_weight()?;
-    let floor_capacity = regions.floor_part(capacity, own, total);
-    if floor_capacity == 0 {
-        return Err(SplitError::FloorCapacityZero);
-    }
-    // Every floor's interval, rounded up (its rate rounded down).
+    let mut floors = Vec::with_capacity(regions.weights.len());
+    // Every floor's rate, from its interval rounded up (its rate rounded down).
     let mut floors_rate: u128 = 0;
     for weight in regions.weights {
-        let floor = regions
-            .floor_interval(interval_ns, *weight, total)
-            .ok_or(SplitError::FloorRateZero)?;
-        floors_rate = floors_rate.saturating_add(SCALE.div_ceil(floor.max(1)));
+        let exact = match regions.floor_interval(interval_ns, *weight, total) {
+            Some(exact) => {
+                floors_rate = floors_rate.saturating_add(SCALE.div_ceil(exact.max(1)));
+                Some(exact)
+            }
+            // No floors: the pool takes the whole rate.
+            None if regions.floor_percent == 0 => None,
+            // A floor whose rate cannot be stated cannot be left out of the pool's.
+            None => return Err(SplitError::FloorRateZero),
+        };
+        floors.push(BucketFloor {
+            capacity: regions.floor_part(capacity, *weight, total),
+            interval_ns: exact
+                .and_then(|exact| u64::try_from(exact).ok())
+                .and_then(|exact| regions.derated(exact)),
+        });
     }
-    let own_interval = regions
-        .floor_interval(interval_ns, own, total)
-        .ok_or(SplitError::FloorRateZero)?;
-    let derated = own_interval
-        .checked_mul(PPM.saturating_add(u128::from(regions.drift_ppm)))
-        .map(|scaled| scaled.div_ceil(PPM))
-        .and_then(|derated| u64::try_from(derated).ok())
-        .ok_or(SplitError::FloorRateZero)?;
     // The pool: the global rate rounded down, less every floor's rounded up.
-    let pool_rate = SCALE
+    let pool_interval_ns = SCALE
         .checked_div(u128::from(interval_ns))
         .and_then(|global| global.checked_sub(floors_rate))
         .filter(|rate| *rate > 0)
-        .ok_or(SplitError::PoolRateZero)?;
-    let pool_interval_ns =
-        u64::try_from(SCALE.div_ceil(pool_rate)).map_err(|_| SplitError::PoolRateZero)?;
-    let pool = capacity.saturating_sub(floors);
-    let prepay = match prepay_lifetime_ns {
-        None => 0,
-        Some(lifetime_ns) => lifetime_ns.div_ceil(pool_interval_ns),
+        .and_then(|rate| u64::try_from(SCALE.div_ceil(rate)).ok());
+    let floored = floors
+        .iter()
+        .fold(0u64, |sum, floor| sum.saturating_add(floor.capacity));
+    let prepay = match (prepay_lifetime_ns, pool_interval_ns) {
+        (Some(lifetime_ns), Some(pool_interval_ns)) => lifetime_ns.div_ceil(pool_interval_ns),
+        _ => 0,
     };
-    let pool_capacity = pool
-        .checked_sub(prepay)
-        .filter(|left| *left > 0)
-        .ok_or(SplitError::PrePayEatsPool { prepay, pool })?;
-    Ok(BucketShare {
-        floor_capacity,
-        floor_interval_ns: derated,
-        pool_capacity,
+    Ok(BucketSplit {
+        floors,
+        pool_whole: capacity.saturating_sub(floored),
         pool_interval_ns,
         prepay,
     })
@@ -272,16 +341,30 @@ mod tests {
     fn regions(weights: &[u64], floor_percent: u64, drift_ppm: u64) -> Regions<'_> {
         Regions {
             weights,
-            own: 0,
             floor_percent,
             drift_ppm,
         }
     }
 
+    /// Region 0's share of a window limit.
+    fn window_share(limit: u64, r: &Regions<'_>) -> Result<WindowShare, SplitError> {
+        split_window(limit, r)?.share(0)
+    }
+
+    /// Region 0's share of a bucket.
+    fn bucket_share(
+        capacity: u64,
+        interval_ns: u64,
+        lifetime_ns: Option<u64>,
+        r: &Regions<'_>,
+    ) -> Result<BucketShare, SplitError> {
+        split_bucket(capacity, interval_ns, lifetime_ns, r)?.share(0)
+    }
+
     #[test]
     fn a_bucket_splits_as_the_docs_say() {
         // 100 tokens at 10/s (one per 100 ms), weights 2:1:1, f = 50 %, T = 1.25 s.
-        let share = split_bucket(
+        let share = bucket_share(
             100,
             100_000_000,
             Some(1_250_000_000),
@@ -295,7 +378,7 @@ mod tests {
         assert_eq!(share.prepay, 7);
         assert_eq!(share.pool_capacity, 51 - 7);
         let drifting =
-            split_bucket(100, 100_000_000, None, &regions(&[2, 1, 1], 50, 1_000)).unwrap();
+            bucket_share(100, 100_000_000, None, &regions(&[2, 1, 1], 50, 1_000)).unwrap();
         assert_eq!(drifting.floor_interval_ns, 400_400_000, "derated by 1 + ρ");
         assert_eq!(
             (drifting.pool_capacity, drifting.prepay),
@@ -307,22 +390,22 @@ mod tests {
     #[test]
     fn every_refusal() {
         let r = regions(&[1, 1], 50, 0);
-        assert_eq!(split_window(3, &r), Err(SplitError::FloorCapacityZero));
+        assert_eq!(window_share(3, &r), Err(SplitError::FloorCapacityZero));
         assert_eq!(
-            split_bucket(3, 1, None, &r),
+            bucket_share(3, 1, None, &r),
             Err(SplitError::FloorCapacityZero)
         );
         assert_eq!(
-            split_bucket(10, 1, None, &regions(&[1, 1], 0, 0)),
+            bucket_share(10, 1, None, &regions(&[1, 1], 0, 0)),
             Err(SplitError::FloorCapacityZero)
         );
         assert_eq!(
-            split_bucket(10, 1_000, None, &regions(&[1, 1], 100, 0)),
+            bucket_share(10, 1_000, None, &regions(&[1, 1], 100, 0)),
             Err(SplitError::PoolRateZero)
         );
         // 10 at one per 100 ms; the pool 6 at 5/s; T = 2 s pre-pays 10.
         assert_eq!(
-            split_bucket(10, 100_000_000, Some(2_000_000_000), &r),
+            bucket_share(10, 100_000_000, Some(2_000_000_000), &r),
             Err(SplitError::PrePayEatsPool {
                 prepay: 10,
                 pool: 6
@@ -335,6 +418,45 @@ mod tests {
         assert_eq!(
             split_window(10, &regions(&[0, 1], 50, 0)),
             Err(SplitError::Invalid)
+        );
+        assert_eq!(
+            split_window(10, &r).and_then(|split| split.share(2)),
+            Err(SplitError::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_split_refused_to_a_region_still_gives_every_part() {
+        // f = 0: no floors, the pool the whole bucket at the whole rate.
+        let pooled =
+            split_bucket(10, 100_000_000, Some(400_000_000), &regions(&[1, 1], 0, 0)).unwrap();
+        let no_floor = BucketFloor {
+            capacity: 0,
+            interval_ns: None,
+        };
+        assert_eq!(pooled.floors, [no_floor, no_floor]);
+        assert_eq!(
+            (
+                pooled.pool_capacity(),
+                pooled.pool_interval_ns,
+                pooled.prepay
+            ),
+            (Some(6), Some(100_000_000), 4)
+        );
+        // A region whose floor rounds to 0 keeps its place; its rate is still reserved.
+        let small = split_window(3, &regions(&[2, 1], 50, 0)).unwrap();
+        assert_eq!((small.floors.as_slice(), small.pool), (&[1, 0][..], 2));
+        // The pre-pay eats the pool: no pool left to lease.
+        let eaten = split_bucket(
+            10,
+            100_000_000,
+            Some(2_000_000_000),
+            &regions(&[1, 1], 50, 0),
+        )
+        .unwrap();
+        assert_eq!(
+            (eaten.pool_whole, eaten.prepay, eaten.pool_capacity()),
+            (6, 10, None)
         );
     }
 
@@ -388,17 +510,18 @@ mod tests {
         interval_ns: u64,
         lifetime_ns: Option<u64>,
         r: &Regions<'_>,
+        own: usize,
     ) -> Result<Checked, TestCaseError> {
         let weights = r.weights;
-        if let Ok(window) = split_window(capacity, r) {
-            let all: u64 = (0..weights.len())
-                .map(|i| split_window(capacity, &Regions { own: i, ..*r }).map_or(0, |s| s.floor))
-                .sum();
-            prop_assert!(window.floor >= 1);
-            // Regions whose own floor is 0 are refused, and count 0 in the sum.
-            prop_assert!(all + window.pool <= capacity);
+        let window = split_window(capacity, r).unwrap();
+        prop_assert_eq!(window.floors.len(), weights.len());
+        prop_assert!(window.floors.iter().sum::<u64>() + window.pool <= capacity);
+        if let Ok(share) = window.share(own) {
+            prop_assert!(share.floor >= 1);
         }
-        let Ok(share) = split_bucket(capacity, interval_ns, lifetime_ns, r) else {
+        let Ok(share) =
+            split_bucket(capacity, interval_ns, lifetime_ns, r).and_then(|split| split.share(own))
+        else {
             return Ok(Checked::Refused);
         };
         let total: u128 = weights.iter().map(|w| u128::from(*w)).sum();
@@ -415,7 +538,7 @@ mod tests {
         // The floor's interval, derated, lasts at least the undrifted one × (1 + ρ).
         prop_assert!(
             u128::from(share.floor_interval_ns) * PPM
-                >= floors[r.own] * (PPM + u128::from(r.drift_ppm))
+                >= floors[own] * (PPM + u128::from(r.drift_ppm))
         );
         // Each floor's interval is at least the exact one: J·f·w ≥ I·100·W.
         for (w, j) in weights.iter().zip(&floors) {
@@ -453,7 +576,6 @@ mod tests {
                     for drift_ppm in [0, 1_000, 50_000] {
                         let r = Regions {
                             weights,
-                            own,
                             floor_percent,
                             drift_ppm,
                         };
@@ -461,7 +583,7 @@ mod tests {
                             for interval_ns in [1, 3, 1_000, 999_983, 100_000_000] {
                                 for intervals in [None, Some(0), Some(1), Some(3)] {
                                     let lifetime = intervals.map(|n: u64| n * interval_ns);
-                                    let checked = holds(capacity, interval_ns, lifetime, &r)
+                                    let checked = holds(capacity, interval_ns, lifetime, &r, own)
                                         .unwrap_or_else(|error| panic!("{error}"));
                                     if lifetime.is_some()
                                         && checked == (Checked::Split { rates: true })
@@ -490,9 +612,9 @@ mod tests {
             lifetime_intervals in proptest::option::of(0u64..1_000),
         ) {
             let own = own % weights.len();
-            let r = Regions { weights: &weights, own, floor_percent, drift_ppm };
+            let r = Regions { weights: &weights, floor_percent, drift_ppm };
             let lifetime_ns = lifetime_intervals.map(|n| n * interval_ns);
-            holds(capacity, interval_ns, lifetime_ns, &r)?;
+            holds(capacity, interval_ns, lifetime_ns, &r, own)?;
         }
 
         /// Small weights and intervals: the rates' exact comparison never overflows.
@@ -506,8 +628,8 @@ mod tests {
             interval_ns in 1u64..1_000_000,
         ) {
             let own = own % weights.len();
-            let r = Regions { weights: &weights, own, floor_percent, drift_ppm };
-            let checked = holds(capacity, interval_ns, None, &r)?;
+            let r = Regions { weights: &weights, floor_percent, drift_ppm };
+            let checked = holds(capacity, interval_ns, None, &r, own)?;
             prop_assert!(checked != Checked::Split { rates: false }, "the exact comparison overflowed");
         }
 

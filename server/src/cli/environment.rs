@@ -10,8 +10,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgMatches, CommandFactory};
 
-use super::Options;
-use super::values::usage_error;
+use super::options::Options;
+use super::usage::usage_error;
 use crate::reference_env;
 
 /// Every argument that reads a variable of the reference's (its `env` attribute), with the

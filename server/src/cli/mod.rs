@@ -8,74 +8,31 @@ mod connections;
 mod environment;
 mod limiter;
 mod listen;
+mod options;
 mod reference;
 mod requests;
 mod runtime;
 mod store;
 mod tls;
+mod usage;
 mod values;
 
 use std::ffi::OsString;
 
+use clap::FromArgMatches;
 use clap::error::ErrorKind;
-use clap::{FromArgMatches, Parser};
 
-pub use self::access::Access;
-pub use self::answers::Answers;
 #[cfg(test)]
 pub use self::config::DEFAULT_MAX_DEPTH;
-pub use self::config::{ConfigSource, FileBounds};
+pub use self::config::FileBounds;
 pub use self::connections::Limits;
 use self::environment::Environment;
-pub use self::limiter::Limiter;
 pub use self::listen::Listen;
-pub use self::reference::Reference;
+pub use self::options::Options;
 pub use self::requests::Bounds;
-pub use self::runtime::Runtime;
-pub use self::store::Store;
-pub use self::tls::Tls;
-use self::values::usage_error;
+use self::usage::usage_error;
 use crate::header_settings::{HeaderSettings, TripleNames};
 use crate::reference_env;
-
-/// Everything the command line says.
-#[derive(Clone, Debug, Parser)]
-#[command(
-    name = "redis-ratelimit-server",
-    version,
-    about = "A rate-limit service on the redis-ratelimit module: Envoy's RLS v3 over gRPC and an \
-             HTTP JSON API, configured by envoyproxy/ratelimit YAML files",
-    override_usage = "redis-ratelimit-server --redis URL --config DIR [options]",
-    args_override_self = true,
-    allow_negative_numbers = true
-)]
-pub struct Options {
-    #[command(flatten)]
-    pub store: Store,
-    #[command(flatten)]
-    pub config: ConfigSource,
-    #[command(flatten)]
-    pub listen: Listen,
-    #[command(flatten)]
-    pub limiter: Limiter,
-    #[command(flatten)]
-    pub answers: Answers,
-    #[command(flatten)]
-    pub bounds: Bounds,
-    #[command(flatten)]
-    pub access: Access,
-    #[command(flatten)]
-    pub tls: Tls,
-    #[command(flatten)]
-    pub limits: Limits,
-    #[command(flatten)]
-    pub runtime: Runtime,
-    #[command(flatten)]
-    pub reference: Reference,
-    /// The environment variables a setting was read from (their names).
-    #[arg(skip)]
-    pub from_environment: Vec<&'static str>,
-}
 
 /// Parses the command line (the program name first), the reference's environment
 /// variables standing in for absent flags. `--help` and `--version` are errors of their own

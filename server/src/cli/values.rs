@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use clap::error::ErrorKind;
 use redis_ratelimit_client::Fallback;
 use redis_ratelimit_client::store::BatchOptions;
 
@@ -199,9 +198,4 @@ pub fn max_descriptors(text: &str) -> Result<usize, String> {
         max @ 1..=16 => Ok(usize::try_from(max).unwrap_or(16)),
         _ => Err("is 1 to 16 (one RL.MULTI takes 16 keys)".into()),
     }
-}
-
-/// A usage error in clap's form (printed with the usage line, exit code 2).
-pub fn usage_error(kind: ErrorKind, message: impl std::fmt::Display) -> clap::Error {
-    <super::Options as clap::CommandFactory>::command().error(kind, message)
 }

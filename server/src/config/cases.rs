@@ -7,8 +7,9 @@
 
 use std::path::PathBuf;
 
-use super::load::parse_file;
-use super::{Config, Domain, Found, Unit, assemble};
+use super::limit::Unit;
+use super::load::{assemble, parse_file};
+use super::rules::{Config, Domain, Found};
 use crate::cli::DEFAULT_MAX_DEPTH;
 
 macro_rules! reference {

@@ -4,9 +4,11 @@
 
 use saphyr::MarkedYaml;
 
-use super::load::ConfigError;
+use super::error::ConfigError;
+use super::limit::{AlgorithmKind, BuiltLimit, LimitSpec, RuleLimit, Unit};
+use super::pattern::ValuePattern;
 use super::reader::{Reader, json_of, line};
-use super::{AlgorithmKind, BuiltLimit, Domain, LimitSpec, Rule, RuleLimit, Unit, ValuePattern};
+use super::rules::{Domain, Rule};
 
 /// The fields of a `rate_limit` block as read, with the line of those a later check
 /// points at.
@@ -402,8 +404,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use std::path::Path;
 
-    use super::super::Config;
     use super::super::load::parse_file;
+    use super::super::rules::Config;
     use super::*;
 
     fn parse(text: &str) -> Result<Domain, ConfigError> {

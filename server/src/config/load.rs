@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use super::error::ConfigError;
+use super::error::ConfigError;
 use super::reader::{Reader, line};
+use super::rules::{Config, Domain};
 use super::yaml::{self, FileBounds};
-use super::{Config, Domain};
 
 /// The config files of a directory, sorted.
 /// More than `max_files` of them is an error, told without holding them all.

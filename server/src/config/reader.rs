@@ -7,8 +7,8 @@ use std::sync::Arc;
 use saphyr::{MarkedYaml, YamlData};
 use saphyr_parser::ScalarStyle;
 
-use super::Location;
 use super::error::ConfigError;
+use super::rules::Location;
 
 pub(super) struct Reader<'a> {
     pub(super) file: &'a Arc<PathBuf>,

@@ -19,8 +19,9 @@ use redis_ratelimit_core::regional::{self, Lease, Why};
 use redis_ratelimit_core::{Commit, Evaluation};
 
 use crate::check::{Bound, Excess, excess, holders_excess};
-use crate::limit::{Fraction, GlobalLimit, Mode, Split, split};
+use crate::limit::GlobalLimit;
 use crate::net::{Link, Rng};
+use crate::split::{Mode, Split, split};
 
 /// The Unix µs virtual time 0 stands for (2023-11-14: core computes on the Unix scale).
 pub const T0_US: i64 = 1_700_000_000_000_000;
@@ -58,8 +59,8 @@ pub struct Bug {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scenario {
     pub limit: GlobalLimit,
-    /// The floors' fraction `f`.
-    pub fraction: Fraction,
+    /// The floors' fraction `f`, in percent.
+    pub floor_percent: u64,
     pub mode: Mode,
     /// The refresh period `P`, µs.
     pub refresh_us: i64,
@@ -107,7 +108,7 @@ impl Scenario {
         let weights: Vec<u64> = self.regions.iter().map(|region| region.weight).collect();
         split(
             self.limit,
-            self.fraction,
+            self.floor_percent,
             &weights,
             self.derated_ppm(),
             self.mode,

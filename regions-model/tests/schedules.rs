@@ -11,34 +11,36 @@ use proptest::prelude::*;
 use redis_ratelimit_core::Algorithm;
 use redis_ratelimit_core::sliding_window::SlidingWindowAlgorithm;
 use redis_ratelimit_core::window::WindowParams;
-use redis_ratelimit_regions::check::{Bound, excess, span_limit};
-use redis_ratelimit_regions::limit::{
-    Fraction, GlobalLimit, Mode, regional_span_excess, regional_span_limit,
+use redis_ratelimit_regions_model::check::{Bound, excess, span_limit};
+use redis_ratelimit_regions_model::limit::GlobalLimit;
+use redis_ratelimit_regions_model::net::{Link, Rng};
+use redis_ratelimit_regions_model::sim::{Bug, RegionSpec, Scenario, T0_US, run};
+use redis_ratelimit_regions_model::split::{
+    Mode, regional_span_excess, regional_span_limit, split,
 };
-use redis_ratelimit_regions::net::{Link, Rng};
-use redis_ratelimit_regions::sim::{Bug, RegionSpec, Scenario, T0_US, run};
 
 const MS: i64 = 1000;
 
 /// The over-admission a run may show (`docs/regions.md`): the units the pool may have out
 /// at once beyond what it refilled within one lease lifetime, less the pre-pay.
 ///
-/// Without give-backs: `min(R × 2k, ⌈(1 − f) × r × T⌉)` less the pre-pay (0 pre-paid). With
-/// give-backs a lease's units come back, so the refill during its life is not bounded by
-/// its lifetime: `R × k × n` (n: the leases a region is granted within one `T`, `⌈T/P⌉ + 1`)
-/// less the pre-pay. Windowed algorithms: 0 (leases end with the window, or log entries
-/// count for `W + T`); a sliding window's floors and pool may together exceed the global
-/// estimator's span bound by [`regional_span_excess`] (0 unless `2L > W` and drift).
+/// Without give-backs: `min(R × 2k, ⌈r_p × T⌉)` less the pre-pay (0 pre-paid; `r_p` the
+/// pool's rate, what the floors leave of the global rate). With give-backs a lease's units
+/// come back, so the refill during its life is not bounded by its lifetime: `R × k × n` (n:
+/// the leases a region is granted within one `T`, `⌈T/P⌉ + 1`) less the pre-pay. Windowed
+/// algorithms: 0 (leases end with the window, or log entries count for `W + T`); a sliding
+/// window's floors and pool may together exceed the global estimator's span bound by
+/// [`regional_span_excess`] (0 unless `2L > W` and drift).
 fn stated_bound(scenario: &Scenario) -> u64 {
     let regions = u64::try_from(scenario.regions.len()).unwrap();
     let bound = scenario.limit.bound();
+    let split = scenario.split();
     if let Bound::Estimator { .. } = bound {
-        return regional_span_excess(scenario.limit, &scenario.split());
+        return regional_span_excess(scenario.limit, &split);
     }
-    let Bound::Refill { units, per_ns, .. } = bound else {
+    let Bound::Refill { .. } = bound else {
         return 0;
     };
-    let prepaid = scenario.split().prepaid_units;
     let exposure = if scenario.give_back {
         let per_lifetime = u64::try_from(scenario.lease_us())
             .unwrap()
@@ -46,15 +48,10 @@ fn stated_bound(scenario: &Scenario) -> u64 {
             + 1;
         regions * scenario.lease_units * per_lifetime
     } else {
-        let f = scenario.fraction;
-        let pool_units = u128::from(units) * u128::from(f.den - f.num);
-        let lease_ns = u128::try_from(scenario.lease_us()).unwrap() * 1000;
-        let refill =
-            u64::try_from((pool_units * lease_ns).div_ceil(u128::from(f.den) * u128::from(per_ns)))
-                .unwrap();
+        let refill = split.pool_refill_units(u64::try_from(scenario.lease_us()).unwrap());
         (regions * 2 * scenario.lease_units).min(refill)
     };
-    exposure.saturating_sub(prepaid)
+    exposure.saturating_sub(split.prepaid_units)
 }
 
 fn assert_within_bound(scenario: &Scenario) {
@@ -151,10 +148,7 @@ fn random_scenario_on(limit: GlobalLimit, mode: Mode, seed: u64, aligned: bool) 
         .collect();
     Scenario {
         limit,
-        fraction: Fraction {
-            num: rng.below(5),
-            den: 4,
-        },
+        floor_percent: 25 * rng.below(5),
         mode,
         refresh_us: i64::try_from(50 + rng.below(350)).unwrap() * MS,
         margin_us: round_trip + replication_us + i64::try_from(rng.below(100)).unwrap() * MS,
@@ -353,7 +347,7 @@ fn small_constants_exhaustively() {
                                 })
                                 .collect();
                             scenario.lease_units = lease_units;
-                            scenario.fraction = Fraction { num, den: 2 };
+                            scenario.floor_percent = 50 * num;
                             assert_within_bound(&scenario);
                             runs += 1;
                         }
@@ -395,7 +389,7 @@ fn small_sliding_window_constants_exhaustively() {
                                     })
                                     .collect();
                                 scenario.lease_units = lease_units;
-                                scenario.fraction = Fraction { num, den: 2 };
+                                scenario.floor_percent = 50 * num;
                                 let split = scenario.split();
                                 assert!(
                                     regional_span_limit(&split) <= span_limit(limit, window_us)
@@ -434,14 +428,7 @@ fn the_regional_span_bound_is_at_most_the_global_estimators() {
                 for num in 0..=4 {
                     for rho_ppm in [0u64, 1, 50_000] {
                         let global = GlobalLimit::SlidingWindow { limit, window_us };
-                        let split = redis_ratelimit_regions::limit::split(
-                            global,
-                            Fraction { num, den: 4 },
-                            &weights,
-                            rho_ppm,
-                            Mode::PrePaid,
-                            0,
-                        );
+                        let split = split(global, 25 * num, &weights, rho_ppm, Mode::PrePaid, 0);
                         let regional = regional_span_limit(&split);
                         let single = span_limit(limit, window_us);
                         assert_eq!(
@@ -470,9 +457,7 @@ fn the_regional_span_bound_is_at_most_the_global_estimators() {
         limit: 1001,
         window_us: 1000,
     };
-    let whole = Fraction { num: 1, den: 1 };
-    let split =
-        redis_ratelimit_regions::limit::split(global, whole, &[1], 50_000, Mode::PrePaid, 0);
+    let split = split(global, 100, &[1], 50_000, Mode::PrePaid, 0);
     assert_eq!(
         (regional_span_limit(&split), span_limit(1001, 1000)),
         (2000, 1999)
@@ -517,7 +502,7 @@ fn the_random_schedules_catch_the_broken_variants() {
         let mut rng = Rng::new(seed);
         outliving.give_back = false;
         outliving.failovers.clear();
-        outliving.fraction = Fraction { num: 0, den: 1 };
+        outliving.floor_percent = 0;
         outliving.regions.truncate(1);
         outliving.lease_units = 40;
         outliving.bug.lease_outlives_us = 2 * outliving.lease_us();
@@ -550,7 +535,7 @@ fn the_random_schedules_catch_the_broken_variants() {
         overstaying.give_back = false;
         overstaying.hot_only = false;
         overstaying.failovers.clear();
-        overstaying.fraction = Fraction { num: 0, den: 1 };
+        overstaying.floor_percent = 0;
         overstaying.lease_units = 10;
         let first = overstaying.regions[0].clone();
         overstaying.regions = vec![first.clone(), first];
@@ -672,7 +657,7 @@ fn a_hot_region_reaches_its_floor_plus_the_pool() {
                 capacity: 100,
                 per_second: 100,
             },
-            fraction: Fraction { num: 1, den: 2 },
+            floor_percent: 50,
             mode,
             refresh_us: 100 * MS,
             margin_us: 100 * MS,
@@ -744,7 +729,7 @@ fn every_schedule_on_a_small_grid() {
                                     capacity,
                                     per_second: 10,
                                 },
-                                fraction: Fraction { num: 0, den: 1 },
+                                floor_percent: 0,
                                 mode,
                                 refresh_us: 150 * MS,
                                 margin_us: 50 * MS,

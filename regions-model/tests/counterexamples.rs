@@ -11,10 +11,11 @@ use redis_ratelimit_core::Algorithm;
 use redis_ratelimit_core::regional::Why;
 use redis_ratelimit_core::sliding_window::SlidingWindowAlgorithm;
 use redis_ratelimit_core::window::WindowParams;
-use redis_ratelimit_regions::check::{Bound, excess, span_limit};
-use redis_ratelimit_regions::limit::{Fraction, GlobalLimit, Mode};
-use redis_ratelimit_regions::net::Link;
-use redis_ratelimit_regions::sim::{Bug, Outcome, RegionSpec, Scenario, T0_US, run};
+use redis_ratelimit_regions_model::check::{Bound, excess, span_limit};
+use redis_ratelimit_regions_model::limit::GlobalLimit;
+use redis_ratelimit_regions_model::net::Link;
+use redis_ratelimit_regions_model::sim::{Bug, Outcome, RegionSpec, Scenario, T0_US, run};
+use redis_ratelimit_regions_model::split::Mode;
 
 const MS: i64 = 1000;
 
@@ -46,7 +47,7 @@ fn bucket(capacity: u64, mode: Mode, k: u64, regions: Vec<RegionSpec>) -> Scenar
             capacity,
             per_second: 10,
         },
-        fraction: Fraction { num: 0, den: 1 },
+        floor_percent: 0,
         mode,
         refresh_us: 300 * MS,
         margin_us: 100 * MS,
