@@ -1,6 +1,6 @@
 """The limiter's own rules on the in-process store (no server needed to see them): the
-fallback modes, the breaker (outages in a row open it, one probe every period, a stall is not
-an outage), the deny cache, leases cutting store calls, misuse refused with its reason, sync
+fallback modes, the breaker (outages in a row open it, one probe every period of a fake clock,
+a stall is not an outage), the deny cache, leases cutting store calls, misuse refused with its reason, sync
 checks on the calling thread."""
 
 from __future__ import annotations
@@ -12,7 +12,22 @@ from typing import Any
 
 import pytest
 
-from redis_ratelimit_client import CheckError, Lease, Limit, MemoryStore, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client import (
+    CheckError,
+    Decision,
+    FakeClock,
+    Lease,
+    Limit,
+    MemoryStore,
+    Policy,
+    RateLimiter,
+    Store,
+    SyncRateLimiter,
+    SyncStore,
+)
+from redis_ratelimit_client.protocol import Acquire, Grant, Refund
+from redis_ratelimit_client.replies import BackendName
+from redis_ratelimit_client.store_api import Capabilities
 
 BUCKET = [Limit.token_bucket("per-key", 3, refill=60, key="k:{key}")]
 
@@ -37,22 +52,28 @@ def test_fallback_modes_when_the_store_is_down() -> None:
 
 
 def test_the_breaker_opens_after_outages_and_probes() -> None:
-    store = MemoryStore()
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
     store.down = True
-    limiter = RateLimiter(store, [Policy("api", BUCKET)], breaker=(3, 0.2))
+    # The open fallback owes the store nothing: the probe is the only store call to expect.
+    limiter = RateLimiter(store, [Policy("api", BUCKET, fallback="open")], breaker=(3, 0.25), clock=clock)
 
     async def run() -> None:
         for _ in range(3):
-            await limiter.check("api", key="b")
+            # One after another: calls sent at one instant would count as one outage.
+            clock.advance(0.001)
+            assert (await limiter.check("api", key="b")).source == "fallback"
         assert limiter.store_unreachable
         calls = store.calls
+        store.down = False
+        clock.advance(0.125)
         for _ in range(20):
             assert (await limiter.check("api", key="b")).source == "fallback"
-        assert store.calls == calls, "no store call while open"
-        store.down = False
-        await asyncio.sleep(0.25)
+        assert store.calls == calls, "no store call while the circuit is open"
+        clock.advance(0.125)
         probe = await limiter.check("api", key="b")
         assert probe.source == "store" and not limiter.store_unreachable
+        assert store.calls == calls + 1, "one probe"
 
     asyncio.run(run())
 
@@ -137,3 +158,67 @@ def test_a_sync_check_runs_on_the_calling_thread() -> None:
         assert store.threads == callers
     finally:
         limiter.close()
+
+
+class _CountingStore:
+    """A store of the test's own (no subclass of the package's): the ``Store`` and
+    ``SyncStore`` protocols' methods, counting calls into a memory store."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.acquired = 0
+
+    @property
+    def backend(self) -> BackendName | None:
+        return self.inner.backend
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(multi=True, partial=False)
+
+    def slot(self, key: str) -> int | None:
+        return None
+
+    async def connect(self, timeout: float = 1.0) -> str:
+        return "counting"
+
+    async def acquire(self, request: Acquire, timeout: float) -> Grant:
+        self.acquired += 1
+        return await self.inner.acquire(request, timeout)
+
+    async def refund(self, request: Refund, timeout: float) -> None:
+        await self.inner.refund(request, timeout)
+
+    def connect_blocking(self, timeout: float = 1.0) -> str:
+        return "counting"
+
+    def acquire_blocking(self, request: Acquire, timeout: float) -> Grant:
+        self.acquired += 1
+        return self.inner.acquire_blocking(request, timeout)
+
+    def refund_blocking(self, request: Refund, timeout: float) -> None:
+        self.inner.refund_blocking(request, timeout)
+
+
+def test_a_store_is_any_object_with_the_protocols_methods() -> None:
+    """The limiters call a store given to them as it is (it is not taken for a Redis client),
+    and read its capabilities by name: without partial grants a leased policy is checked
+    without leases, one store call a check."""
+    store = _CountingStore()
+    assert isinstance(store, Store) and isinstance(store, SyncStore)
+    policies = [Policy("leased", BUCKET, lease=Lease(2))]
+    limiter = RateLimiter(store, policies)
+    sync = SyncRateLimiter(store, policies)
+
+    async def checked() -> Decision:
+        assert await limiter.connect() == "counting"
+        decision = await limiter.check("leased", key="a")
+        await limiter.aclose()
+        return decision
+
+    try:
+        assert sync.connect() == "counting"
+        decisions = [asyncio.run(checked()), sync.check("leased", key="b")]
+        assert [(d.allowed, d.source, d.backend) for d in decisions] == [(True, "store", "memory")] * 2
+        assert store.acquired == 2
+    finally:
+        sync.close()

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from redis_ratelimit_client import ConfigError, Fallback, Lease, Limit, Policy, PolicyError, from_toml
+from redis_ratelimit_client import Algorithm, ConfigError, Fallback, Kind, Lease, Limit, Policy, PolicyError, from_toml
 from redis_ratelimit_client.protocol import Acquire, Call, Refund, acquire_command, refund_commands
 from servers import REPOSITORY
 
@@ -141,3 +141,23 @@ def test_bad_policies_are_refused_when_built() -> None:
     )
     with pytest.raises(ConfigError, match="no policy"):
         from_toml("# nothing yet\n")
+
+
+def test_a_kind_is_an_enum_that_reads_as_its_short_name() -> None:
+    """``Kind`` (generated from the Rust ``kinds!``) is what an algorithm's ``kind`` is, and
+    it equals, hashes and formats as the short name plans, keys and errors write."""
+    algorithms = {
+        Kind.TOKEN_BUCKET: Algorithm.token_bucket(10, 2),
+        Kind.SLIDING_WINDOW: Algorithm.sliding_window(10, 60),
+        Kind.FIXED_WINDOW: Algorithm.fixed_window(10, 60),
+        Kind.SLIDING_LOG: Algorithm.sliding_log(10, 60),
+        Kind.GCRA: Algorithm.gcra(4, 10, 60),
+        Kind.CONCURRENCY: Algorithm.concurrency(3, 30),
+    }
+    assert set(algorithms) == set(Kind), "every kind is built by its constructor"
+    for kind, algorithm in algorithms.items():
+        assert algorithm.kind is kind
+        assert algorithm.kind == kind.value and f"{algorithm.kind}" == kind.value == str(kind)
+        assert {kind.value: True}[algorithm.kind], "looked up by its short name"
+        assert Algorithm.from_params(kind.value, algorithm.wire_args()) == algorithm
+    assert [str(kind) for kind in Kind] == ["token", "sliding", "fixed", "log", "gcra", "concurrency"]

@@ -136,6 +136,11 @@ fn py_opt(text: Option<&str>) -> String {
     text.map_or_else(|| "None".to_string(), py_str)
 }
 
+/// A kind as the generated ``Kind`` member (``Kind.TOKEN_BUCKET``).
+fn py_kind(kind: Kind) -> String {
+    format!("Kind.{}", kind.config_name().to_ascii_uppercase())
+}
+
 fn py_bool(value: bool) -> &'static str {
     if value { "True" } else { "False" }
 }
@@ -158,7 +163,8 @@ name (``token_bucket``) is what configuration files write, the ALGORITHM word
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import enum
+from typing import Final, NamedTuple
 
 
 class Param(NamedTuple):
@@ -173,7 +179,7 @@ class KindInfo(NamedTuple):
     """One kind of limiter."""
 
     #: The short name (``token``): the package's name of the kind, the policy store's.
-    name: str
+    name: Kind
     #: The kind byte of the module's encoding.
     byte: int
     #: How errors name it (``a token bucket``).
@@ -209,11 +215,44 @@ class CommandInfo(NamedTuple):
     #: How many keys come first when they are not counted.
     leading_keys: int
     #: The kind it calls, for a kind's own command.
-    kind: str | None
+    kind: Kind | None
 
 
 "#,
     );
+    out.push_str(
+        r#"class Kind(str, enum.Enum):
+    """A kind of limiter, named by its short name. A ``str``: it equals, hashes and formats
+    as that name (``Kind.TOKEN_BUCKET == "token"``, ``f"{Kind.TOKEN_BUCKET}" == "token"``),
+    so text read from a configuration or the policy store compares with it as it is."""
+
+"#,
+    );
+    for kind in Kind::ALL.iter().copied() {
+        writeln!(
+            out,
+            "    {} = {}",
+            kind.config_name().to_ascii_uppercase(),
+            py_str(kind.short_name())
+        )?;
+    }
+    out.push_str(
+        r#"
+    def __str__(self) -> str:
+        # The short name on every Python (3.11 formats a str enum by its __str__).
+        return str.__str__(self)
+
+
+#: Each kind as a module constant, the same ``Kind`` member: what code comparing kinds on
+#: every check reads (a global; ``Kind.<NAME>`` reads through the enum's class, about
+#: 0.2 µs a read on Python 3.11).
+"#,
+    );
+    for kind in Kind::ALL.iter().copied() {
+        let name = kind.config_name().to_ascii_uppercase();
+        writeln!(out, "{name}: Final = Kind.{name}")?;
+    }
+    out.push_str("\n\n");
     writeln!(out, "KINDS: tuple[KindInfo, ...] = (")?;
     for kind in Kind::ALL.iter().copied() {
         let facts = facts(kind);
@@ -226,7 +265,7 @@ class CommandInfo(NamedTuple):
             .collect();
         let command = Command::calling(kind).map(upper);
         writeln!(out, "    KindInfo(")?;
-        writeln!(out, "        name={},", py_str(kind.short_name()))?;
+        writeln!(out, "        name={},", py_kind(kind))?;
         writeln!(out, "        byte={},", kind as u8)?;
         writeln!(out, "        description={},", py_str(kind.describe()))?;
         writeln!(out, "        config_name={},", py_str(kind.config_name()))?;
@@ -250,20 +289,11 @@ class CommandInfo(NamedTuple):
          **{kind.name: kind for kind in KINDS},\n    \
          **{kind.config_name: kind for kind in KINDS},\n}\n",
     );
-    let short = |kind: Kind| py_str(kind.short_name());
-    for kind in Kind::ALL.iter().copied() {
-        writeln!(
-            out,
-            "{}: str = {}",
-            kind.config_name().to_ascii_uppercase(),
-            short(kind)
-        )?;
-    }
     writeln!(out, "\nCOMMANDS: tuple[CommandInfo, ...] = (")?;
     for command in Command::ALL.iter().copied() {
         let kind = match command.syntax() {
-            Syntax::Call(kind) => Some(kind.short_name()),
-            _ => None,
+            Syntax::Call(kind) => py_kind(kind),
+            _ => "None".to_string(),
         };
         writeln!(
             out,
@@ -274,7 +304,7 @@ class CommandInfo(NamedTuple):
             py_opt(command.function()),
             py_bool(command.counts_keys()),
             command.leading_keys(),
-            py_opt(kind),
+            kind,
         )?;
     }
     writeln!(out, ")")?;

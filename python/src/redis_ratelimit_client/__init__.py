@@ -11,15 +11,19 @@ decision = await limiter.check("api", key="alice")
 ```
 """
 
+from ._kinds import Kind
 from .algorithms import Algorithm, AlgorithmError, Rate
+from .clock import Clock, FakeClock
 from .config import ConfigError, from_file, from_toml
-from .decision import Decision, InFlight, LimitStatus, View
+from .decision import Decision, InFlight, LimitStatus
 from .errors import CheckError
 from .limiter import RateLimiter, Reservation, SyncRateLimiter, SyncReservation
 from .metrics import Metrics, PrometheusMetrics
 from .policy import DEFAULT_TIMEOUT, Fallback, Lease, Limit, Policy, PolicyError
 from .protocol import Backend, StoreError
+from .replies import View
 from .store import MemoryStore, RedisStore, SyncRedisStore
+from .store_api import Store, SyncStore
 
 __version__ = "0.1.0"
 
@@ -29,10 +33,13 @@ __all__ = [
     "AlgorithmError",
     "Backend",
     "CheckError",
+    "Clock",
     "ConfigError",
     "Decision",
+    "FakeClock",
     "Fallback",
     "InFlight",
+    "Kind",
     "Lease",
     "Limit",
     "LimitStatus",
@@ -45,10 +52,12 @@ __all__ = [
     "RateLimiter",
     "RedisStore",
     "Reservation",
+    "Store",
     "StoreError",
     "SyncRateLimiter",
     "SyncRedisStore",
     "SyncReservation",
+    "SyncStore",
     "View",
     "__version__",
     "from_file",

@@ -11,7 +11,8 @@ name (``token_bucket``) is what configuration files write, the ALGORITHM word
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import enum
+from typing import Final, NamedTuple
 
 
 class Param(NamedTuple):
@@ -26,7 +27,7 @@ class KindInfo(NamedTuple):
     """One kind of limiter."""
 
     #: The short name (``token``): the package's name of the kind, the policy store's.
-    name: str
+    name: Kind
     #: The kind byte of the module's encoding.
     byte: int
     #: How errors name it (``a token bucket``).
@@ -62,12 +63,40 @@ class CommandInfo(NamedTuple):
     #: How many keys come first when they are not counted.
     leading_keys: int
     #: The kind it calls, for a kind's own command.
-    kind: str | None
+    kind: Kind | None
+
+
+class Kind(str, enum.Enum):
+    """A kind of limiter, named by its short name. A ``str``: it equals, hashes and formats
+    as that name (``Kind.TOKEN_BUCKET == "token"``, ``f"{Kind.TOKEN_BUCKET}" == "token"``),
+    so text read from a configuration or the policy store compares with it as it is."""
+
+    TOKEN_BUCKET = "token"
+    SLIDING_WINDOW = "sliding"
+    FIXED_WINDOW = "fixed"
+    SLIDING_LOG = "log"
+    GCRA = "gcra"
+    CONCURRENCY = "concurrency"
+
+    def __str__(self) -> str:
+        # The short name on every Python (3.11 formats a str enum by its __str__).
+        return str.__str__(self)
+
+
+#: Each kind as a module constant, the same ``Kind`` member: what code comparing kinds on
+#: every check reads (a global; ``Kind.<NAME>`` reads through the enum's class, about
+#: 0.2 µs a read on Python 3.11).
+TOKEN_BUCKET: Final = Kind.TOKEN_BUCKET
+SLIDING_WINDOW: Final = Kind.SLIDING_WINDOW
+FIXED_WINDOW: Final = Kind.FIXED_WINDOW
+SLIDING_LOG: Final = Kind.SLIDING_LOG
+GCRA: Final = Kind.GCRA
+CONCURRENCY: Final = Kind.CONCURRENCY
 
 
 KINDS: tuple[KindInfo, ...] = (
     KindInfo(
-        name="token",
+        name=Kind.TOKEN_BUCKET,
         byte=0,
         description="a token bucket",
         config_name="token_bucket",
@@ -79,7 +108,7 @@ KINDS: tuple[KindInfo, ...] = (
         in_plans=True,
     ),
     KindInfo(
-        name="sliding",
+        name=Kind.SLIDING_WINDOW,
         byte=1,
         description="a sliding window",
         config_name="sliding_window",
@@ -91,7 +120,7 @@ KINDS: tuple[KindInfo, ...] = (
         in_plans=True,
     ),
     KindInfo(
-        name="fixed",
+        name=Kind.FIXED_WINDOW,
         byte=2,
         description="a fixed window",
         config_name="fixed_window",
@@ -103,7 +132,7 @@ KINDS: tuple[KindInfo, ...] = (
         in_plans=True,
     ),
     KindInfo(
-        name="log",
+        name=Kind.SLIDING_LOG,
         byte=3,
         description="a sliding log",
         config_name="sliding_log",
@@ -115,7 +144,7 @@ KINDS: tuple[KindInfo, ...] = (
         in_plans=True,
     ),
     KindInfo(
-        name="gcra",
+        name=Kind.GCRA,
         byte=4,
         description="a CL.THROTTLE (GCRA)",
         config_name="gcra",
@@ -127,7 +156,7 @@ KINDS: tuple[KindInfo, ...] = (
         in_plans=True,
     ),
     KindInfo(
-        name="concurrency",
+        name=Kind.CONCURRENCY,
         byte=5,
         description="an in-flight limit",
         config_name="concurrency",
@@ -146,18 +175,12 @@ BY_CONFIG_NAME: dict[str, KindInfo] = {
     **{kind.name: kind for kind in KINDS},
     **{kind.config_name: kind for kind in KINDS},
 }
-TOKEN_BUCKET: str = "token"
-SLIDING_WINDOW: str = "sliding"
-FIXED_WINDOW: str = "fixed"
-SLIDING_LOG: str = "log"
-GCRA: str = "gcra"
-CONCURRENCY: str = "concurrency"
 
 COMMANDS: tuple[CommandInfo, ...] = (
-    CommandInfo("RL.TOKENBUCKET", -4, "write deny-oom fast", "rl_tokenbucket", False, 1, "token"),
-    CommandInfo("RL.SLIDING", -4, "write deny-oom fast", "rl_sliding", False, 1, "sliding"),
-    CommandInfo("RL.FIXED", -4, "write deny-oom fast", "rl_fixed", False, 1, "fixed"),
-    CommandInfo("RL.SLIDINGLOG", -4, "write deny-oom", "rl_slidinglog", False, 1, "log"),
+    CommandInfo("RL.TOKENBUCKET", -4, "write deny-oom fast", "rl_tokenbucket", False, 1, Kind.TOKEN_BUCKET),
+    CommandInfo("RL.SLIDING", -4, "write deny-oom fast", "rl_sliding", False, 1, Kind.SLIDING_WINDOW),
+    CommandInfo("RL.FIXED", -4, "write deny-oom fast", "rl_fixed", False, 1, Kind.FIXED_WINDOW),
+    CommandInfo("RL.SLIDINGLOG", -4, "write deny-oom", "rl_slidinglog", False, 1, Kind.SLIDING_LOG),
     CommandInfo("CL.THROTTLE", -5, "write deny-oom fast", "cl_throttle", False, 1, None),
     CommandInfo("RL.MULTI", -6, "write deny-oom getkeys-api", "rl_multi", True, 1, None),
     CommandInfo("RL.ACQUIRE", 5, "write deny-oom", "rl_acquire", False, 1, None),

@@ -14,15 +14,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ._kinds import BY_NAME, CONCURRENCY, FIXED_WINDOW, GCRA, KINDS, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET
+from ._kinds import BY_NAME, CONCURRENCY, FIXED_WINDOW, GCRA, KINDS, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET, Kind
 from .core import (
+    AnyQuota,
     ConcurrencyParams,
     Decimal,
     FixedWindowParams,
     GcraParams,
     NumberError,
     NumberParseError,
-    Quota,
     SlidingLogParams,
     SlidingWindowParams,
     TokenBucketParams,
@@ -179,7 +179,7 @@ class Rate:
 class Shape:
     """An algorithm in the core's integer terms (what the local fallback shares out)."""
 
-    kind: str
+    kind: Kind
     quota: int
     interval_ns: int = 0
     window_us: int = 0
@@ -199,7 +199,7 @@ class Shape:
             return Shape(self.kind, part, interval_ns=interval)
         return Shape(self.kind, part, window_us=self.window_us, ttl_us=self.ttl_us)
 
-    def unit_quota(self) -> Quota:
+    def unit_quota(self) -> AnyQuota:
         """The core's quota for a call of one unit."""
         try:
             if self.kind == TOKEN_BUCKET:
@@ -215,6 +215,16 @@ class Shape:
             return ConcurrencyParams.new(self.quota, self.ttl_us)
         except ValueError as error:
             raise AlgorithmError(f"parameters out of range: {error}") from None
+
+    def call_quota(self, *, max_wait_ms: int | None = None, holder: str | None = None) -> AnyQuota:
+        """The core's quota for one unit of a call: a token bucket paced up to
+        ``max_wait_ms`` (``MAXWAIT``), an in-flight limit's slot held by ``holder``."""
+        quota = self.unit_quota()
+        if max_wait_ms is not None and isinstance(quota, TokenBucketParams):
+            quota = quota.with_max_wait_ns(max_wait_ms * 1_000_000)
+        if holder is not None and isinstance(quota, ConcurrencyParams):
+            quota = quota.with_holder(holder.encode())
+        return quota
 
     def window_ns(self) -> int:
         """The window the quota applies to: a window's length, the time an empty bucket (or
@@ -245,9 +255,9 @@ class Algorithm:
     Build it with the class methods; the fields are the module's arguments.
     """
 
-    #: The kind's short name (``_kinds.py``, from the Rust ``kinds!`` table): ``token``,
-    #: ``sliding``, ``fixed``, ``log``, ``gcra``, ``concurrency`` (in-flight).
-    kind: str
+    #: The kind (``_kinds.py``, from the Rust ``kinds!`` table), a ``str`` equal to its short
+    #: name: ``token``, ``sliding``, ``fixed``, ``log``, ``gcra``, ``concurrency`` (in-flight).
+    kind: Kind
     #: The most units it can admit at once: capacity, limit, or GCRA's ``max_burst + 1``.
     quota: int
     rate: Rate | None = None
@@ -273,7 +283,7 @@ class Algorithm:
         return Algorithm(TOKEN_BUCKET, capacity, rate=built)
 
     @staticmethod
-    def _windowed(kind: str, limit: int, window: Seconds) -> Algorithm:
+    def _windowed(kind: Kind, limit: int, window: Seconds) -> Algorithm:
         limit = positive_integer("limit", limit)
         window_us = _window_us("window", window)
         if kind == SLIDING_LOG:
@@ -330,12 +340,13 @@ class Algorithm:
         return Algorithm(CONCURRENCY, limit, ttl_ms=ttl_us // 1_000)
 
     @staticmethod
-    def from_params(kind: str, params: Sequence[str]) -> Algorithm:
-        """The algorithm of ``kind`` (its short name) with the parameters its command takes
-        (``("10", "2")`` for a token bucket of 10 refilled at 2 per second)."""
+    def from_params(kind: Kind | str, params: Sequence[str]) -> Algorithm:
+        """The algorithm of ``kind`` (its short name, or the ``Kind``) with the parameters its
+        command takes (``("10", "2")`` for a token bucket of 10 refilled at 2 per second)."""
         info = BY_NAME.get(kind)
         if info is None:
             raise AlgorithmError(f"algorithm is {or_list(k.name for k in KINDS)} (got '{kind}')")
+        kind = info.name
         if len(params) != len(info.params):
             raise AlgorithmError(
                 f"{kind} takes {len(info.params)} parameters ({', '.join(p.name for p in info.params)})"

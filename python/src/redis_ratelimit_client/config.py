@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from ._kinds import BY_CONFIG_NAME, GCRA, KINDS, TOKEN_BUCKET, Param
 from .algorithms import Algorithm, AlgorithmError, or_list
@@ -28,6 +28,8 @@ class ConfigError(ValueError):
 _POLICY_FIELDS = {"name", "fallback", "timeout_ms", "deny_cache", "lease", "from_store", "limit"}
 _LEASE_FIELDS = {"units", "max_units", "lifetime_ms"}
 _LIMIT_FIELDS = {"name", "key", "algorithm", "weight"}
+
+T = TypeVar("T")
 
 
 def _fields(param: Param) -> tuple[str, ...]:
@@ -91,13 +93,13 @@ def from_toml(text: str) -> list[Policy]:
     return [_policy(entry) for entry in policies]
 
 
-def _check_fields(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+def _check_fields(table: Mapping[str, object], allowed: set[str], where: str) -> None:
     for name in table:
         if name not in allowed:
             raise ConfigError(f"bad configuration: {where}: unknown field '{name}'")
 
 
-def _typed(table: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
+def _typed(table: Mapping[str, object], name: str, kind: type[T], where: str) -> T | None:
     value = table.get(name)
     if value is None:
         return None
@@ -108,12 +110,12 @@ def _typed(table: Mapping[str, Any], name: str, kind: type, where: str) -> Any:
     return value
 
 
-def _ms_text(ms: Any) -> str:
+def _ms_text(ms: int) -> str:
     """Milliseconds as exact seconds (``1500`` -> ``1.500``)."""
     return f"{ms // 1000}.{ms % 1000:03d}"
 
 
-def _policy(entry: Any) -> Policy:
+def _policy(entry: object) -> Policy:
     if not isinstance(entry, dict):
         raise ConfigError("bad configuration: each [[policy]] is a table")
     name = entry.get("name")
@@ -154,7 +156,7 @@ def _policy(entry: Any) -> Policy:
         raise ConfigError(f"bad configuration: {prefix}{text}") from None
 
 
-def _limit(policy: str, table: Any) -> Limit:
+def _limit(policy: str, table: object) -> Limit:
     if not isinstance(table, dict):
         raise ConfigError(f"bad configuration: policy '{policy}': each [[policy.limit]] is a table")
     name = table.get("name")
@@ -173,43 +175,39 @@ def _limit(policy: str, table: Any) -> Limit:
     for parameter in sorted(set(table) & _ALL_PARAMETERS, key=list(_ALL_PARAMETERS).index):
         if parameter not in allowed:
             raise ConfigError(f"bad configuration: {where}: '{parameter}' is not a parameter of {algorithm_name}")
-    numbers: dict[str, Any] = {p: _typed(table, p, str if p == "rate" else int, where) for p in allowed}
+    # Every parameter is a whole number but a token bucket's rate (a decimal, as text).
+    rate = _typed(table, "rate", str, where) if "rate" in allowed else None
+    numbers = {p: _typed(table, p, int, where) for p in allowed if p != "rate"}
 
-    def need(parameter: str) -> Any:
+    def need(parameter: str) -> int:
         value = numbers.get(parameter)
         if value is None:
             raise ConfigError(f"bad configuration: {where}: '{parameter}' is missing")
         return value
 
+    def duration(name: str) -> str:
+        """A duration given in seconds (``name_s``) or in milliseconds (``name_ms``)."""
+        seconds, millis = numbers.get(f"{name}_s"), numbers.get(f"{name}_ms")
+        if seconds is not None and millis is None:
+            return str(seconds)
+        if millis is not None and seconds is None:
+            return _ms_text(millis)
+        raise ConfigError(f"bad configuration: {where}: give exactly one of '{name}_s' and '{name}_ms'")
+
     try:
         if kind.name == TOKEN_BUCKET:
             capacity = need("capacity")
-            rate = numbers.get("rate")
             if rate is not None and (numbers.get("refill_s") is not None or numbers.get("refill_ms") is not None):
                 raise ConfigError(f"bad configuration: {where}: give either 'rate' or a refill time, not both")
             if rate is not None:
                 algorithm = Algorithm.token_bucket(capacity, rate)
             else:
-                seconds, millis = numbers.get("refill_s"), numbers.get("refill_ms")
-                if (seconds is None) == (millis is None):
-                    raise ConfigError(f"bad configuration: {where}: give exactly one of 'refill_s' and 'refill_ms'")
-                refill = seconds if seconds is not None else _ms_text(millis)
-                algorithm = Algorithm.token_bucket(capacity, refill=refill)
+                algorithm = Algorithm.token_bucket(capacity, refill=duration("refill"))
         elif kind.name == GCRA:
             algorithm = Algorithm.gcra(need("max_burst"), need("count"), need("period_s"))
         else:
             # A count, then a duration (in seconds or milliseconds), or whole milliseconds.
-            words = []
-            for param in kind.params:
-                if param.cls == "seconds":
-                    seconds, millis = numbers.get(f"{param.name}_s"), numbers.get(f"{param.name}_ms")
-                    if (seconds is None) == (millis is None):
-                        raise ConfigError(
-                            f"bad configuration: {where}: give exactly one of '{param.name}_s' and '{param.name}_ms'"
-                        )
-                    words.append(str(seconds) if seconds is not None else _ms_text(millis))
-                else:
-                    words.append(str(need(param.name)))
+            words = [duration(param.name) if param.cls == "seconds" else str(need(param.name)) for param in kind.params]
             algorithm = Algorithm.from_params(kind.name, words)
     except AlgorithmError as error:
         raise ConfigError(f"bad configuration: {where}: {error}") from None

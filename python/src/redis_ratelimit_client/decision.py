@@ -6,35 +6,42 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict
 
 from ._kinds import CONCURRENCY, SLIDING_LOG, SLIDING_WINDOW
 from .algorithms import Shape
+from .replies import BackendName, View
 
 if TYPE_CHECKING:
     from .policy import Policy
 
-#: Where a decision came from.
-STORE, LEASE, CACHE, FALLBACK = "store", "lease", "cache", "fallback"
+#: Where a decision came from: a store call, units leased earlier, a store denial
+#: remembered, or the fallback.
+Source: TypeAlias = Literal["store", "lease", "cache", "fallback"]
+STORE: Final = "store"
+LEASE: Final = "lease"
+CACHE: Final = "cache"
+FALLBACK: Final = "fallback"
+#: How a decision is counted in the metrics (``ratelimit_decisions_total``'s ``outcome``).
+Outcome: TypeAlias = Literal["allowed", "denied", "fallback_allowed", "fallback_denied", "error"]
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 TEMPORARY_REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 
 
-@dataclass(frozen=True, slots=True)
-class View:
-    """One limit's view after a call, as the module replies it (``retry_after_ms`` ``None``:
-    never, the cost exceeds the limit)."""
+class ProblemBody(TypedDict):
+    """The ``application/problem+json`` body of a 503 (RFC 9457's members)."""
 
-    allowed: bool
-    remaining: int
-    retry_after_ms: int | None
-    reset_after_ms: int
-    limit: int
+    type: str
+    title: str
+    status: int
+    detail: str
 
-    @staticmethod
-    def from_fields(fields: list[int]) -> View:
-        allowed, remaining, retry, reset, limit = fields
-        return View(allowed != 0, max(remaining, 0), None if retry < 0 else retry, max(reset, 0), max(limit, 0))
+
+#: The body of a 429: a :class:`ProblemBody` with the limits the request violated.
+QuotaProblemBody = TypedDict(
+    "QuotaProblemBody",
+    {"type": str, "title": str, "status": int, "detail": str, "violated-policies": list[str]},
+)
 
 
 @dataclass(slots=True)
@@ -106,10 +113,10 @@ class Decision:
 
     allowed: bool
     policy: str
-    source: str
-    backend: str | None
+    source: Source
+    backend: BackendName | None
     #: ``allowed``, ``denied``, ``fallback_allowed``, ``fallback_denied``, ``error``.
-    outcome: str
+    outcome: Outcome
     retry_after_ms: int | None
     limits: list[LimitStatus] = field(default_factory=list)
     binding_index: int = 0
@@ -218,7 +225,7 @@ class Decision:
             headers["x-ratelimit-reset"] = str(-(-binding.reset_after_ms // 1000))
         return headers
 
-    def problem(self) -> dict[str, Any]:
+    def problem(self) -> ProblemBody | QuotaProblemBody:
         """The ``application/problem+json`` body of a refusal."""
         status = self.status
         if status == 503:

@@ -21,21 +21,27 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypeAlias, TypeVar
 
 from .algorithms import Shape
-from .core import NEVER, NOW
+from .clock import LimiterClock
+from .core import NEVER, NOW, AnyQuota
 from .core import Decision as CoreDecision
 from .core import bind as core_bind
 from .core.engine import KindMismatch
-from .decision import FALLBACK, LEASE, STORE, Decision, InFlight, LimitStatus, View
+from .decision import FALLBACK, LEASE, STORE, Decision, InFlight, LimitStatus, Source
 from .errors import CheckError
 from .local import LocalLimits
 from .metrics import Metrics
 from .policy import Fallback, Policy
 from .protocol import Acquire, Call, Grant, Refund, StoreError
-from .state import Answers, Breaker, DenyCache, LastClaim, Leases, LeaseSlot, now_us
+from .replies import BackendName, View
+from .state import Answers, Breaker, DenyCache, LastClaim, LeaseLock, Leases, LeaseSlot, StoreDenial
+from .store_api import StoreLayout
 from .tables import DEFAULT_MAX_KEYS
+
+#: Why a group is acquired (the ``op`` label of the store latency metric).
+AcquireKind: TypeAlias = Literal["acquire", "claim", "settle"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +50,7 @@ class AcquireOp:
     ``StoreError`` comes back."""
 
     request: Acquire
-    op: str
+    op: AcquireKind
     policy: str
     timeout: float
 
@@ -60,18 +66,25 @@ class RefundOp:
 
 @dataclass(frozen=True, slots=True)
 class SpawnOp:
-    """Run this flow in the background."""
+    """Run this flow in the background: ``None`` comes back at once."""
 
-    flow: Generator[Any, Any, Any]
+    flow: Flow[None]
 
 
-Flow = Generator[Any, Any, Any]
+#: A store call a flow asks its driver for.
+Op: TypeAlias = AcquireOp | RefundOp | SpawnOp
+#: What the driver sends back: for an ``AcquireOp`` a ``Grant`` or a ``StoreError``, for a
+#: ``RefundOp`` whether every refund reached the store, for a ``SpawnOp`` ``None``.
+OpResult: TypeAlias = Grant | StoreError | bool | None
+T = TypeVar("T")
+#: A flow ending in a ``T``: a generator of the store calls it needs.
+Flow: TypeAlias = Generator[Op, OpResult, T]
 
 
 class PolicyState:
     """A policy with what the limiter keeps for it."""
 
-    def __init__(self, policy: Policy, lock_factory: Callable[[], Any], max_keys: int = DEFAULT_MAX_KEYS) -> None:
+    def __init__(self, policy: Policy, lock_factory: Callable[[], LeaseLock], max_keys: int = DEFAULT_MAX_KEYS) -> None:
         self.policy = policy
         self.name = policy.name
         self.shapes: list[Shape] = [limit.algorithm.shape() for limit in policy.limits]
@@ -121,9 +134,10 @@ class Acquired:
     granted: int
     views: list[tuple[int, View]]
     binding: int
-    backend: str
+    backend: BackendName | None
 
 
+# The process's start instant is part of an id here, not a reading of the limiter's time.
 _HOLDER_PREFIX = f"{os.getpid():x}.{time.time_ns():x}"
 _HOLDER_COUNTER = itertools.count()
 
@@ -154,8 +168,8 @@ def binding_of(state: PolicyState, views: Sequence[tuple[int, View]], units: int
 def decided(
     state: PolicyState,
     allowed: bool,
-    source: str,
-    backend: str | None,
+    source: Source,
+    backend: BackendName | None,
     limits: list[LimitStatus],
     binding: int,
 ) -> Decision:
@@ -183,8 +197,8 @@ def views_decision(
     allowed: bool,
     views: Sequence[tuple[int, View]],
     binding_index: int,
-    source: str,
-    backend: str | None,
+    source: Source,
+    backend: BackendName | None,
 ) -> Decision:
     limits: list[LimitStatus] = []
     binding = 0
@@ -235,16 +249,18 @@ class Engine:
 
     def __init__(
         self,
-        store: Any,
+        store: StoreLayout,
         replicas: Callable[[], int],
         breaker: Breaker,
         metrics: Metrics,
+        clock: LimiterClock,
         max_keys: int = DEFAULT_MAX_KEYS,
     ) -> None:
         self.store = store
         self.replicas = replicas
         self.breaker = breaker
         self.metrics = metrics
+        self.clock = clock
         self.local = LocalLimits(max_keys=max_keys)
         self.local_lock = threading.Lock()
 
@@ -253,7 +269,7 @@ class Engine:
     def plan(self, state: PolicyState, keys: Sequence[str]) -> list[list[int]]:
         """The store calls a check makes: limits grouped by slot (one group off a cluster),
         most specific group first; without ``RL.MULTI`` one group per limit."""
-        multi = self.store.capabilities()[0]
+        multi = self.store.capabilities().multi
         groups: list[tuple[int | None, list[int]]] = []
         for index in state.order:
             key = keys[index]
@@ -278,15 +294,15 @@ class Engine:
         groups: Sequence[Sequence[int]],
         units: int,
         partial_min: int | None,
-        op: str,
-    ) -> Generator[Any, Any, Acquired | StoreError]:
+        op: AcquireKind,
+    ) -> Flow[Acquired | StoreError]:
         """Takes ``units`` from every group in turn; a group granting fewer lowers the grant
         (earlier groups refunded the difference); a denial or failure refunds them all."""
         state = target.state
         units = max(units, 1)
         charged: list[tuple[list[int], int]] = []
         views: list[tuple[int, View]] = []
-        backend = ""
+        backend: BackendName | None = None
         for group in groups:
             request = Acquire(
                 target.calls(group),
@@ -323,7 +339,7 @@ class Engine:
 
     def _refund_all(
         self, target: Target, charged: list[tuple[list[int], int]], views: list[tuple[int, View]]
-    ) -> Generator[Any, Any, list[tuple[int, View]]]:
+    ) -> Flow[list[tuple[int, View]]]:
         if charged:
             state = target.state
             self.metrics.group_refunded(state.name)
@@ -333,7 +349,7 @@ class Engine:
         views.sort(key=lambda item: item[0])
         return views
 
-    def refund_groups(self, target: Target, refunds: Sequence[tuple[Sequence[int], int]]) -> Generator[Any, Any, bool]:
+    def refund_groups(self, target: Target, refunds: Sequence[tuple[Sequence[int], int]]) -> Flow[bool]:
         requests = tuple(Refund(target.calls(group), units, target.holder) for group, units in refunds if units > 0)
         if not requests:
             return True
@@ -343,9 +359,9 @@ class Engine:
 
     # Checks.
 
-    def store_flow(self, target: Target, cost: int) -> Generator[Any, Any, Decision]:
+    def store_flow(self, target: Target, cost: int) -> Flow[Decision]:
         """A check without leases."""
-        skip = self.breaker.permit(time.monotonic())
+        skip = self.breaker.permit(self.clock.seconds())
         if skip is not None:
             return self.fallback(target, cost, None, skip)
         error = yield from self.settle(target)
@@ -358,12 +374,12 @@ class Engine:
         self.remember(target, acquired, cost)
         return store_decision(target.state, acquired)
 
-    def leased_flow(self, target: Target, cost: int, slot: LeaseSlot, started: float) -> Generator[Any, Any, Decision]:
+    def leased_flow(self, target: Target, cost: int, slot: LeaseSlot, started: float) -> Flow[Decision]:
         """A check paid from a lease (the caller holds the slot's lock)."""
         state = target.state
         lease = state.policy.lease
         assert lease is not None
-        now = time.monotonic()
+        now = self.clock.seconds()
         if slot.expires <= now and slot.units > 0:
             units, slot.units = slot.units, 0
             yield SpawnOp(self.refund_lease(state, slot.keys, units))
@@ -385,7 +401,7 @@ class Engine:
             return self.fallback(target, cost, None, skip)
         error = yield from self.settle(target)
         if error is not None:
-            slot.last_claim = LastClaim(time.monotonic(), "failed")
+            slot.last_claim = LastClaim(self.clock.seconds(), "failed")
             return self.fallback(target, cost, error, self.breaker.open_for)
         held = slot.units
         hot = last is not None and last.result == "granted" and now - last.at < lease.lifetime / 4
@@ -396,7 +412,7 @@ class Engine:
         minimum = max(cost - held, 1)
         groups = self.plan(state, target.keys)
         claimed = yield from self.acquire_groups(target, groups, want, minimum, "claim")
-        answered = time.monotonic()
+        answered = self.clock.seconds()
         if isinstance(claimed, StoreError):
             slot.last_claim = LastClaim(answered, "failed")
             return self.fallback(target, cost, claimed, self.breaker.open_for)
@@ -416,13 +432,13 @@ class Engine:
         add_leased(decision, state, slot.units)
         return decision
 
-    def refund_lease(self, state: PolicyState, keys: tuple[str, ...], units: int) -> Generator[Any, Any, None]:
+    def refund_lease(self, state: PolicyState, keys: tuple[str, ...], units: int) -> Flow[None]:
         target = Target(state, keys, "\0".join(keys), None)
         refunds = [(group, units) for group in self.plan(state, keys)]
         if (yield from self.refund_groups(target, refunds)):
             self.metrics.lease_refunded(state.name, units)
 
-    def release_flow(self, target: Target) -> Generator[Any, Any, None]:
+    def release_flow(self, target: Target) -> Flow[None]:
         """Gives back the target holder's slots in the in-flight limits."""
         state = target.state
         releases = []
@@ -453,19 +469,15 @@ class Engine:
             decision.outcome = "fallback_allowed" if decision.allowed else "fallback_denied"
         return decision
 
-    def _local_calls(self, target: Target) -> list[tuple[Shape, Any]] | None:
+    def _local_calls(self, target: Target) -> list[tuple[Shape, AnyQuota]] | None:
         replicas = self.replicas()
         calls = []
-        for index, (limit, shape) in enumerate(zip(target.state.policy.limits, target.state.shapes, strict=True)):
+        for limit, shape in zip(target.state.policy.limits, target.state.shapes, strict=True):
             share = shape.share(replicas)
             if share is None:
                 return None
             try:
-                quota = share.unit_quota()
-                if limit.max_wait_ms is not None:
-                    quota = quota.with_max_wait_ns(limit.max_wait_ms * 1_000_000)  # type: ignore[attr-defined]
-                if target.state.in_flight(index):
-                    quota = quota.with_holder((target.holder or "-").encode())  # type: ignore[attr-defined]
+                quota = share.call_quota(max_wait_ms=limit.max_wait_ms, holder=target.holder or "-")
             except ValueError:
                 return None
             calls.append((share, quota))
@@ -473,7 +485,7 @@ class Engine:
 
     def _local_decision(self, target: Target, cost: int, wait_s: float) -> Decision:
         state = target.state
-        now = now_us()
+        now = self.clock.unix_us()
         left_ms = state.answers.denied_for(target.key_set, cost, now)
         if left_ms is not None:
             return blanket(target, False, left_ms / 1000)
@@ -486,7 +498,7 @@ class Engine:
             with self.local_lock:
                 seed = state.answers.seed(target.key_set, now)
                 if seed is not None:
-                    self._seed_local(target, calls, seed[0], seed[1])
+                    self._seed_local(target, calls, seed.views, seed.answered_at_us)
                 verdict = self.local.acquire(target.keys, quotas, weights, cost, None, now)
         except (KindMismatch, ValueError):
             return blanket(target, False, wait_s)
@@ -503,7 +515,7 @@ class Engine:
     def _seed_local(
         self,
         target: Target,
-        calls: list[tuple[Shape, Any]],
+        calls: list[tuple[Shape, AnyQuota]],
         views: list[tuple[int, View]],
         answered_at_us: int,
     ) -> None:
@@ -524,7 +536,7 @@ class Engine:
         slots = [(target.keys[i], quota) for i, (_, quota) in enumerate(calls) if target.state.in_flight(i)]
         if slots:
             with self.local_lock:
-                self.local.refund([key for key, _ in slots], [quota for _, quota in slots], now_us())
+                self.local.refund([key for key, _ in slots], [quota for _, quota in slots], self.clock.unix_us())
 
     def remember(self, target: Target, acquired: Acquired, cost: int) -> None:
         """Remembers what the store answered, for the fallback to continue from."""
@@ -533,14 +545,14 @@ class Engine:
         if acquired.granted == 0 and not state.in_flight(acquired.binding):
             for index, view in acquired.views:
                 if index == acquired.binding and view.retry_after_ms is not None:
-                    denied = (view.retry_after_ms, cost)
-        state.answers.record(target.key_set, acquired.views, denied, now_us())
+                    denied = StoreDenial(view.retry_after_ms, cost)
+        state.answers.record(target.key_set, acquired.views, denied, self.clock.unix_us())
 
-    def settle(self, target: Target) -> Generator[Any, Any, StoreError | None]:
+    def settle(self, target: Target) -> Flow[StoreError | None]:
         """Charges the store what the fallback (or an overrun reservation) admitted for the
         target's keys while it could not ask: a partial grant, as much as the store has."""
         state = target.state
-        owed = state.answers.take_owed(target.key_set, now_us())
+        owed = state.answers.take_owed(target.key_set, self.clock.unix_us())
         if owed is None:
             return None
         groups = [[index for index in group if not state.in_flight(index)] for group in self.plan(state, target.keys)]
@@ -549,7 +561,7 @@ class Engine:
         acquired = yield from self.acquire_groups(unheld, groups, owed, 1, "settle")
         if isinstance(acquired, StoreError):
             if acquired.unavailable:
-                state.answers.owe(target.key_set, owed, now_us())
+                state.answers.owe(target.key_set, owed, self.clock.unix_us())
                 return acquired
             return None
         self.metrics.fallback_settled(state.name, owed, acquired.granted)

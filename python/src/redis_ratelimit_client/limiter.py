@@ -11,22 +11,25 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .algorithms import Algorithm
+from .clock import SYSTEM_CLOCK, Clock, LimiterClock
 from .decision import Decision
 from .errors import CheckError
-from .flows import AcquireOp, Engine, PolicyState, RefundOp, SpawnOp, Target, new_holder
+from .flows import AcquireOp, Engine, Flow, OpResult, PolicyState, RefundOp, SpawnOp, Target, new_holder
 from .keys import MissingInput
 from .metrics import Metrics, default_metrics
 from .policy import Policy
-from .protocol import Grant, StoreError, classify, max_units
-from .state import Breaker
-from .store import MemoryStore, RedisStore, SyncRedisStore
+from .protocol import Grant, Refund, StoreError, classify, max_units
+from .redis_boundary import AsyncClient, SyncClient
+from .replies import BackendName
+from .state import Breaker, LeaseLock
+from .store import RedisStore, SyncRedisStore
+from .store_api import Store, StoreLayout, SyncStore
 from .tables import DEFAULT_MAX_KEYS
 
 if TYPE_CHECKING:
@@ -36,6 +39,9 @@ log = logging.getLogger("redis_ratelimit_client")
 
 
 Replicas = int | Callable[[], int]
+#: The store a limiter calls: its ``Store`` (async) or ``SyncStore``.
+St = TypeVar("St", bound=StoreLayout)
+T = TypeVar("T")
 
 #: Most limit sets of store-backed policies whose states are kept (about as many as plans
 #: and overrides; the Rust client's MAX_STATES).
@@ -54,19 +60,20 @@ class _Prepared:
     started: float
 
 
-class _Limiter:
+class _Limiter(Generic[St]):
     """What both limiters share: policies, rendering, the deny cache and the engine."""
 
     def __init__(
         self,
-        store: Any,
+        store: St,
         policies: Iterable[Policy],
         replicas: Replicas,
         breaker: tuple[int, float],
         metrics: Metrics | None,
-        plans: Any,
-        lock_factory: Callable[[], Any],
+        plans: PlanSource | SyncPlanSource | None,
+        lock_factory: Callable[[], LeaseLock],
         max_keys: int,
+        clock: Clock,
     ) -> None:
         if not isinstance(max_keys, int) or isinstance(max_keys, bool) or max_keys < 1:
             raise ValueError(f"max_keys: the most key sets a table remembers, a whole number from 1 (got {max_keys!r})")
@@ -85,10 +92,14 @@ class _Limiter:
             )
         self.metrics = metrics if metrics is not None else default_metrics()
         self.store = store
-        if hasattr(store, "metrics") and isinstance(store.metrics, Metrics) and metrics is not None:
+        if metrics is not None and isinstance(store, (RedisStore, SyncRedisStore)):
             store.metrics = self.metrics
         count = replicas if callable(replicas) else (lambda: replicas)
-        self._engine = Engine(store, lambda: max(int(count()), 1), Breaker(*breaker), self.metrics, max_keys)
+        #: Where the limiter reads the time (leases, the deny cache, the breaker, the fallback).
+        self._clock = LimiterClock(clock)
+        self._engine = Engine(
+            store, lambda: max(int(count()), 1), Breaker(*breaker), self.metrics, self._clock, max_keys
+        )
         self.plans = plans
         # The states of store-backed policies, by limit set: the least recently used goes past
         # _MAX_RESOLVED (an outstanding lease of a forgotten state expires in the store).
@@ -154,13 +165,13 @@ class _Limiter:
             _check_text(f"policy '{policy}': limit '{limit.name}': the key", key)
         key_set = "\0".join(keys)
         target = Target(state, keys, key_set, new_holder() if state.holds_slots else None)
-        now = time.monotonic()
+        now = self._clock.seconds()
         cached = state.deny.get(key_set, cost, now) if state.policy.deny_cache else None
         lease = state.policy.lease
         leasable = (
             lease is not None
             and cost <= lease.units
-            and self.store.capabilities()[1]
+            and self.store.capabilities().partial
             and state.leases.has_room(key_set)
         )
         return _Prepared(target, cached, leasable, now)
@@ -182,7 +193,7 @@ class _Limiter:
     def _answered(self, op: AcquireOp, sent: float, result: Grant | StoreError) -> Grant | StoreError:
         """Records a store call's outcome: latency and errors in the metrics, the breaker."""
         breaker = self._engine.breaker
-        now = time.monotonic()
+        now = self._clock.seconds()
         self.metrics.store_latency(op.policy, op.op, now - sent)
         if isinstance(result, StoreError):
             self.metrics.store_error(op.policy, result.kind)
@@ -213,7 +224,7 @@ class _Limiter:
                     state = resolved
         return Target(state, held.keys, "\0".join(held.keys), held.holder)
 
-    def _reserve_refund(self, target: Target, units: int) -> Generator[Any, Any, None]:
+    def _reserve_refund(self, target: Target, units: int) -> Flow[None]:
         refunds = [
             ([index for index in group if not target.state.in_flight(index)], units)
             for group in self._engine.plan(target.state, target.keys)
@@ -223,7 +234,7 @@ class _Limiter:
         # key set refused until the window ends).
         target.state.deny.forget(target.key_set)
 
-    def _reserve_debit(self, target: Target, units: int) -> Generator[Any, Any, int]:
+    def _reserve_debit(self, target: Target, units: int) -> Flow[int]:
         """Takes ``units`` more (as much as the limits hold); the rest is owed, charged
         before the key set's next check. Returns the units owed."""
         engine = self._engine
@@ -237,13 +248,11 @@ class _Limiter:
         taken = 0 if isinstance(acquired, StoreError) else acquired.granted
         owed = units - taken
         if owed > 0:
-            from .state import now_us
-
-            target.state.answers.owe(target.key_set, owed, now_us())
+            target.state.answers.owe(target.key_set, owed, self._clock.unix_us())
         return owed
 
 
-def retrieved(task: asyncio.Future[Any]) -> None:
+def retrieved(task: asyncio.Future[T]) -> None:
     """A task's done callback marking its exception read: a store call the caller stopped
     waiting for (its own deadline, a client gone away) still fails in the background, and
     asyncio would log "Task exception was never retrieved" for it."""
@@ -266,13 +275,13 @@ def _check_text(what: str, text: str) -> None:
         ) from None
 
 
-def _inputs(inputs: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[str, str]:
+def _inputs(inputs: Mapping[str, object] | None, extra: Mapping[str, object]) -> dict[str, str]:
     merged = {} if inputs is None else {str(k): str(v) for k, v in inputs.items()}
     merged.update({k: str(v) for k, v in extra.items()})
     return merged
 
 
-class RateLimiter(_Limiter):
+class RateLimiter(_Limiter[Store]):
     """Checks requests against policies, on a ``redis.asyncio`` client (or a store).
 
     ```python
@@ -285,12 +294,14 @@ class RateLimiter(_Limiter):
     the local fallback; ``breaker`` is ``(failures, open_for_seconds)``, default ``(3, 0.5)``.
     ``max_keys`` bounds each table of per-key-set state (each policy's last store answers,
     remembered denials and leases; the fallback's local states): past it, expired entries
-    go first, then the one answered longest ago (see the README's "Memory").
+    go first, then the one answered longest ago (see the README's "Memory"). ``clock`` is
+    where it reads the time (a :class:`~redis_ratelimit_client.clock.FakeClock` in tests).
+    ``redis`` may also be a store (:class:`~redis_ratelimit_client.store_api.Store`).
     """
 
     def __init__(
         self,
-        redis: Any,
+        redis: AsyncClient | Store,
         policies: Iterable[Policy] = (),
         *,
         replicas: Replicas = 1,
@@ -299,31 +310,32 @@ class RateLimiter(_Limiter):
         plans: PlanSource | None = None,
         backend: str = "auto",
         max_keys: int = DEFAULT_MAX_KEYS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        if isinstance(redis, (RedisStore, MemoryStore)):
-            store: Any = redis
+        store: Store
+        if isinstance(redis, Store):
+            store = redis
         else:
             store = RedisStore(redis, backend=backend, metrics=metrics or default_metrics())
-        super().__init__(store, policies, replicas, breaker, metrics, plans, asyncio.Lock, max_keys)
-        self._tasks: set[asyncio.Future[Any]] = set()
+        super().__init__(store, policies, replicas, breaker, metrics, plans, asyncio.Lock, max_keys, clock)
+        self._tasks: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
 
     async def connect(self) -> str | None:
         """Resolves the store backend now (it is otherwise resolved on the first check);
         returns it. Raises the store's error if it is unreachable."""
         try:
-            return str(await self.store.connect())
+            return await self.store.connect()
         except Exception as error:
             raise classify(error) from error
 
     @property
-    def backend(self) -> str | None:
+    def backend(self) -> BackendName | None:
         """The store backend in use (``module``, ``functions``, ``scripts``, ``memory``)."""
-        backend: str | None = self.store.backend
-        return backend
+        return self.store.backend
 
     async def check(
-        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, object] | None = None, **values: object
     ) -> Decision:
         """Checks a request of ``cost`` units against ``policy``; the key templates' inputs
         are keyword arguments (or ``inputs=``). Admitted only if every limit admits it, and
@@ -338,9 +350,11 @@ class RateLimiter(_Limiter):
         target = prepared.target
         if prepared.leasable:
             slot = target.state.leases.slot(target.key_set, target.keys)
+            lock = slot.lock
+            assert isinstance(lock, asyncio.Lock), "the async limiter's leases have asyncio locks"
             slot.waiting += 1
             try:
-                await slot.lock.acquire()
+                await lock.acquire()
             finally:
                 slot.waiting -= 1
             try:
@@ -348,7 +362,7 @@ class RateLimiter(_Limiter):
                 decision = await self._drive(engine.leased_flow(target, cost, slot, prepared.started))
             finally:
                 slot.busy = False
-                slot.lock.release()
+                lock.release()
         else:
             decision = await self._drive(engine.store_flow(target, cost))
         return self._finish(prepared, cost, decision)
@@ -366,7 +380,7 @@ class RateLimiter(_Limiter):
 
     @contextlib.asynccontextmanager
     async def hold(
-        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, object] | None = None, **values: object
     ) -> AsyncIterator[Decision]:
         """``async with limiter.hold("uploads", key=k) as decision:`` checks, and gives the
         request's in-flight slots back when the block ends (however it ends)."""
@@ -378,7 +392,7 @@ class RateLimiter(_Limiter):
                 await self.release(decision)
 
     async def reserve(
-        self, policy: str, /, estimate: int, *, inputs: Mapping[str, Any] | None = None, **values: Any
+        self, policy: str, /, estimate: int, *, inputs: Mapping[str, object] | None = None, **values: object
     ) -> Reservation:
         """Reserves ``estimate`` units (an LLM call's token budget, say); settle with the
         actual amount once known (see :class:`Reservation`)."""
@@ -399,13 +413,14 @@ class RateLimiter(_Limiter):
 
     # The driver.
 
-    async def _drive(self, flow: Generator[Any, Any, Any]) -> Any:
-        reply: Any = None
+    async def _drive(self, flow: Flow[T]) -> T:
+        reply: OpResult = None
         while True:
             try:
                 op = flow.send(reply)
             except StopIteration as stop:
-                return stop.value
+                result: T = stop.value
+                return result
             if isinstance(op, AcquireOp):
                 reply = await self._timed_acquire(op)
             elif isinstance(op, RefundOp):
@@ -420,7 +435,7 @@ class RateLimiter(_Limiter):
                 raise TypeError(f"unknown operation {op!r}")
 
     async def _timed_acquire(self, op: AcquireOp) -> Grant | StoreError:
-        sent = time.monotonic()
+        sent = self._clock.seconds()
         result: Grant | StoreError
         try:
             result = await self.store.acquire(op.request, op.timeout)
@@ -429,15 +444,15 @@ class RateLimiter(_Limiter):
         return self._answered(op, sent, result)
 
     async def _refunds(self, op: RefundOp) -> bool:
-        async def one(request: Any) -> bool:
-            started = time.monotonic()
+        async def one(request: Refund) -> bool:
+            started = self._clock.seconds()
             try:
                 await self.store.refund(request, op.timeout)
                 ok = True
             except Exception as error:
                 self.metrics.store_error(op.policy, classify(error).kind)
                 ok = False
-            self.metrics.store_latency(op.policy, "refund", time.monotonic() - started)
+            self.metrics.store_latency(op.policy, "refund", self._clock.seconds() - started)
             return ok
 
         return all(await asyncio.gather(*(one(request) for request in op.requests)))
@@ -454,7 +469,7 @@ class RateLimiter(_Limiter):
             await self._sweep(everything=False)
 
     async def _sweep(self, everything: bool) -> None:
-        now = time.monotonic()
+        now = self._clock.seconds()
         for state in [*self._states.values(), *self._resolved.values()]:
             state.deny.purge(now)
             for keys, units in state.leases.take_expired(now, everything):
@@ -468,11 +483,11 @@ class RateLimiter(_Limiter):
             await self._drive(self._reserve_refund(target, -difference))
             return 0
         if difference > 0:
-            return int(await self._drive(self._reserve_debit(target, difference)))
+            return await self._drive(self._reserve_debit(target, difference))
         return 0
 
 
-class SyncRateLimiter(_Limiter):
+class SyncRateLimiter(_Limiter[SyncStore]):
     """The sync twin of :class:`RateLimiter`, on ``redis.Redis`` (or a store): the same
     policies, flows and guarantees. A check runs on the calling thread; its store calls are
     bounded as :class:`~redis_ratelimit_client.store.SyncRedisStore` says (give the client a
@@ -480,7 +495,7 @@ class SyncRateLimiter(_Limiter):
 
     def __init__(
         self,
-        redis: Any,
+        redis: SyncClient | SyncStore,
         policies: Iterable[Policy] = (),
         *,
         replicas: Replicas = 1,
@@ -489,30 +504,31 @@ class SyncRateLimiter(_Limiter):
         plans: SyncPlanSource | None = None,
         backend: str = "auto",
         max_keys: int = DEFAULT_MAX_KEYS,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        if isinstance(redis, (SyncRedisStore, MemoryStore)):
-            store: Any = redis
+        store: SyncStore
+        if isinstance(redis, SyncStore):
+            store = redis
         else:
             store = SyncRedisStore(redis, backend=backend, metrics=metrics or default_metrics())
-        super().__init__(store, policies, replicas, breaker, metrics, plans, threading.Lock, max_keys)
+        super().__init__(store, policies, replicas, breaker, metrics, plans, threading.Lock, max_keys, clock)
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self._sweeper_lock = threading.Lock()
 
     def connect(self) -> str | None:
         try:
-            return str(self.store.connect()) if not isinstance(self.store, MemoryStore) else "memory"
+            return self.store.connect_blocking()
         except Exception as error:
             raise classify(error) from error
 
     @property
-    def backend(self) -> str | None:
+    def backend(self) -> BackendName | None:
         """The store backend in use (``module``, ``functions``, ``scripts``, ``memory``)."""
-        backend: str | None = self.store.backend
-        return backend
+        return self.store.backend
 
     def check(
-        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, object] | None = None, **values: object
     ) -> Decision:
         """See :meth:`RateLimiter.check`."""
         prepared = self._prepare(policy, cost, _inputs(inputs, values))
@@ -524,9 +540,11 @@ class SyncRateLimiter(_Limiter):
         target = prepared.target
         if prepared.leasable:
             slot = target.state.leases.slot(target.key_set, target.keys)
+            lock = slot.lock
+            assert not isinstance(lock, asyncio.Lock), "the sync limiter's leases have thread locks"
             slot.waiting += 1
             try:
-                slot.lock.acquire()
+                lock.acquire()
             finally:
                 slot.waiting -= 1
             try:
@@ -534,7 +552,7 @@ class SyncRateLimiter(_Limiter):
                 decision = self._drive(engine.leased_flow(target, cost, slot, prepared.started))
             finally:
                 slot.busy = False
-                slot.lock.release()
+                lock.release()
         else:
             decision = self._drive(engine.store_flow(target, cost))
         return self._finish(prepared, cost, decision)
@@ -551,7 +569,7 @@ class SyncRateLimiter(_Limiter):
 
     @contextlib.contextmanager
     def hold(
-        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, Any] | None = None, **values: Any
+        self, policy: str, /, cost: int = 1, *, inputs: Mapping[str, object] | None = None, **values: object
     ) -> Iterator[Decision]:
         decision = self.check(policy, cost, inputs=inputs, **values)
         try:
@@ -561,7 +579,7 @@ class SyncRateLimiter(_Limiter):
                 self.release(decision)
 
     def reserve(
-        self, policy: str, /, estimate: int, *, inputs: Mapping[str, Any] | None = None, **values: Any
+        self, policy: str, /, estimate: int, *, inputs: Mapping[str, object] | None = None, **values: object
     ) -> SyncReservation:
         merged = _inputs(inputs, values)
         decision = self.check(policy, estimate, inputs=merged)
@@ -578,13 +596,14 @@ class SyncRateLimiter(_Limiter):
         if isinstance(self.store, SyncRedisStore):
             self.store.close()
 
-    def _drive(self, flow: Generator[Any, Any, Any]) -> Any:
-        reply: Any = None
+    def _drive(self, flow: Flow[T]) -> T:
+        reply: OpResult = None
         while True:
             try:
                 op = flow.send(reply)
             except StopIteration as stop:
-                return stop.value
+                result: T = stop.value
+                return result
             if isinstance(op, AcquireOp):
                 reply = self._timed_acquire(op)
             elif isinstance(op, RefundOp):
@@ -596,7 +615,7 @@ class SyncRateLimiter(_Limiter):
                 raise TypeError(f"unknown operation {op!r}")
 
     def _timed_acquire(self, op: AcquireOp) -> Grant | StoreError:
-        sent = time.monotonic()
+        sent = self._clock.seconds()
         result: Grant | StoreError
         try:
             result = self.store.acquire_blocking(op.request, op.timeout)
@@ -607,13 +626,13 @@ class SyncRateLimiter(_Limiter):
     def _refunds(self, op: RefundOp) -> bool:
         ok = True
         for request in op.requests:
-            started = time.monotonic()
+            started = self._clock.seconds()
             try:
                 self.store.refund_blocking(request, op.timeout)
             except Exception as error:
                 self.metrics.store_error(op.policy, classify(error).kind)
                 ok = False
-            self.metrics.store_latency(op.policy, "refund", time.monotonic() - started)
+            self.metrics.store_latency(op.policy, "refund", self._clock.seconds() - started)
         return ok
 
     def _start_sweeper(self, state: PolicyState) -> None:
@@ -632,7 +651,7 @@ class SyncRateLimiter(_Limiter):
             self._sweeper.start()
 
     def _sweep(self, everything: bool) -> None:
-        now = time.monotonic()
+        now = self._clock.seconds()
         for state in [*self._states.values(), *self._resolved.values()]:
             state.deny.purge(now)
             for keys, units in state.leases.take_expired(now, everything):
@@ -645,7 +664,7 @@ class SyncRateLimiter(_Limiter):
             self._drive(self._reserve_refund(prepared.target, -difference))
             return 0
         if difference > 0:
-            return int(self._drive(self._reserve_debit(prepared.target, difference)))
+            return self._drive(self._reserve_debit(prepared.target, difference))
         return 0
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from .core import KINDS, MISSING, Held, Quota, Verdict, acquire_many
+from ._kinds import Kind
+from .core import KINDS, MISSING, AnyQuota, Held, Verdict, acquire_many
 from .core import refund as core_refund
 from .core.decision import Commit, Evaluation
 from .tables import KeyTable
@@ -18,8 +18,9 @@ _PRUNE_EVERY = 1024
 
 @dataclass(slots=True)
 class _Stored:
-    kind: str
-    state: Any
+    kind: Kind
+    #: A state of ``kind``'s quota.
+    state: object
     expires_at_ms: int
 
 
@@ -43,7 +44,7 @@ class LocalLimits:
             return None
         return stored
 
-    def held(self, keys: Sequence[str], quotas: Sequence[Quota], now_us: int) -> list[Held]:
+    def held(self, keys: Sequence[str], quotas: Sequence[AnyQuota], now_us: int) -> list[Held]:
         held = []
         for key, quota in zip(keys, quotas, strict=True):
             stored = self._live(key, now_us)
@@ -56,7 +57,7 @@ class LocalLimits:
     def acquire(
         self,
         keys: Sequence[str],
-        quotas: Sequence[Quota],
+        quotas: Sequence[AnyQuota],
         weights: Sequence[int],
         units: int,
         partial_min: int | None,
@@ -74,7 +75,7 @@ class LocalLimits:
                 self._commit(key, quota.kind, commit, now_us)
         return verdict
 
-    def refund(self, keys: Sequence[str], quotas: Sequence[Quota], now_us: int) -> list[Evaluation[Any]]:
+    def refund(self, keys: Sequence[str], quotas: Sequence[AnyQuota], now_us: int) -> list[Evaluation[object]]:
         """Gives each quota's cost back to its key (an in-flight limit frees its holder)."""
         held = self.held(keys, quotas, now_us)
         evaluations = [core_refund(state, quota, now_us) for state, quota in zip(held, quotas, strict=True)]
@@ -83,14 +84,14 @@ class LocalLimits:
                 self._commit(key, quota.kind, evaluation.commit, now_us)
         return evaluations
 
-    def seed(self, key: str, unit: Quota, quota_units: int, remaining: int, at_us: int) -> None:
+    def seed(self, key: str, unit: AnyQuota, quota_units: int, remaining: int, at_us: int) -> None:
         """Starts ``key`` over as a fresh limiter charged all but ``remaining`` at ``at_us``."""
         self._states.pop(key)
         used = max(quota_units - remaining, 0)
         if used:
             self.acquire([key], [unit], [1], used, 1, at_us)
 
-    def _commit(self, key: str, kind: str, commit: Commit[Any], now_us: int) -> None:
+    def _commit(self, key: str, kind: Kind, commit: Commit[object], now_us: int) -> None:
         stored = self._live(key, now_us)
         algorithm = KINDS[kind]
         if stored is None or stored.kind != kind:
@@ -106,7 +107,7 @@ class LocalLimits:
     def __len__(self) -> int:
         return len(self._states)
 
-    def state(self, key: str) -> tuple[str, Any, int] | None:
+    def state(self, key: str) -> tuple[Kind, object, int] | None:
         """The stored (kind, state, expiry) of ``key``, expired or not (for tests)."""
         stored = self._states.get(key)
         return None if stored is None else (stored.kind, stored.state, stored.expires_at_ms)

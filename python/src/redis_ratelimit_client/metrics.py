@@ -20,9 +20,11 @@ policy name, never a key.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
     from .decision import Decision
 
 
@@ -75,7 +77,7 @@ class PrometheusMetrics(Metrics):
     """The metrics in a ``prometheus_client`` registry (the default registry unless given).
     One set per registry: every limiter of the process shares it."""
 
-    def __new__(cls, registry: Any = None) -> PrometheusMetrics:
+    def __new__(cls, registry: CollectorRegistry | None = None) -> PrometheusMetrics:
         from prometheus_client import REGISTRY
 
         registry = REGISTRY if registry is None else registry
@@ -88,17 +90,17 @@ class PrometheusMetrics(Metrics):
             _REGISTERED[id(registry)] = self
             return self
 
-    def __init__(self, registry: Any = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         pass
 
-    def _build(self, registry: Any) -> None:
+    def _build(self, registry: CollectorRegistry) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
         # The hot series' children, looked up once (labels() costs a lock and a hash each call).
-        self._children: dict[tuple[str, ...], Any] = {}
-        self._latency_children: dict[tuple[str, str], Any] = {}
+        self._children: dict[tuple[str, ...], Counter] = {}
+        self._latency_children: dict[tuple[str, str], Histogram] = {}
 
-        def counter(name: str, text: str, labels: tuple[str, ...] = ()) -> Any:
+        def counter(name: str, text: str, labels: tuple[str, ...] = ()) -> Counter:
             return Counter(name, text, labels, registry=registry)
 
         self._decisions = counter(

@@ -22,18 +22,21 @@ go through the client as they are: they change nothing or the same thing twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from .redis_boundary import AsyncClient, SyncClient
 
 
-def is_cluster(client: Any) -> bool:
+def is_cluster(client: AsyncClient | SyncClient) -> bool:
     return type(client).__name__ == "RedisCluster"
 
 
-def send_cluster(client: Any, args: Sequence[str], key: str) -> Any:
+def send_cluster(client: SyncClient, args: Sequence[str], key: str) -> object:
     """Sends ``args`` (about ``key``) once on a sync ``RedisCluster``; returns the parsed reply."""
-    return client.execute_command(*args, target_nodes=client.get_node_from_key(key))
+    reply: object = client.execute_command(*args, target_nodes=client.get_node_from_key(key))
+    return reply
 
 
-async def send_cluster_async(client: Any, args: Sequence[str], key: str) -> Any:
+async def send_cluster_async(client: AsyncClient, args: Sequence[str], key: str) -> object:
     """Sends ``args`` (about ``key``) once on an asyncio ``RedisCluster``; returns the parsed reply."""
-    return await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
+    reply: object = await client.execute_command(*args, target_nodes=client.get_node_from_key(key))
+    return reply

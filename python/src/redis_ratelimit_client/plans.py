@@ -16,16 +16,16 @@ import dataclasses
 import logging
 import re
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ._kinds import GCRA, KINDS, TOKEN_BUCKET
+from ._kinds import BY_NAME, GCRA, KINDS, TOKEN_BUCKET, Kind
 from .algorithms import Algorithm, AlgorithmError
+from .clock import SYSTEM_CLOCK, Clock
 from .metrics import Metrics, default_metrics
 from .policy import Limit, Policy
+from .redis_boundary import AsyncClient, PubSub, SyncClient
 
 log = logging.getLogger("redis_ratelimit_client")
 
@@ -34,7 +34,7 @@ PLANS_KEY = "{rl-policy}:plans"
 TENANTS_KEY = "{rl-policy}:tenants"
 OVERRIDES_KEY = "{rl-policy}:overrides"
 CHANNEL = "{rl-policy}:changes"
-#: The kinds a plan's limit can be, by short name (the generated table, ``_kinds.py``).
+#: The kinds a plan's limit can be (the generated table, ``_kinds.py``).
 _KINDS = tuple(kind.name for kind in KINDS if kind.in_plans)
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: Most built policies kept (about as many as plans and overrides).
@@ -64,7 +64,7 @@ class LimitSpec:
     """One named limit: ``NAME=KIND:AMOUNT/PERIOD`` (``per-day=fixed:100000/1d``)."""
 
     name: str
-    kind: str
+    kind: Kind
     amount: int
     period_ms: int
 
@@ -73,10 +73,11 @@ class LimitSpec:
         match = re.fullmatch(r"([A-Za-z0-9_.-]{1,64})=([a-z]+):(\d+)/(\S+)", text)
         if match is None:
             raise SpecError(f"bad limit '{text}': write NAME=KIND:AMOUNT/PERIOD (per-minute=sliding:1000/60s)")
-        name, kind, amount, period = match.groups()
-        if kind not in _KINDS:
-            raise SpecError(f"bad limit '{text}': unknown algorithm '{kind}'")
-        spec = LimitSpec(name, kind, int(amount), parse_duration_ms(period))
+        name, kind_name, amount, period = match.groups()
+        kind = BY_NAME.get(kind_name)
+        if kind is None or not kind.in_plans:
+            raise SpecError(f"bad limit '{text}': unknown algorithm '{kind_name}'")
+        spec = LimitSpec(name, kind.name, int(amount), parse_duration_ms(period))
         try:
             spec.algorithm()
         except AlgorithmError as error:
@@ -138,22 +139,19 @@ class Snapshot:
     """The policy store at one version."""
 
     version: int = 0
-    plans: Mapping[str, tuple[LimitSpec, ...]] = None  # type: ignore[assignment]
-    tenants: Mapping[str, str] = None  # type: ignore[assignment]
-    overrides: Mapping[str, Override] = None  # type: ignore[assignment]
+    plans: Mapping[str, tuple[LimitSpec, ...]] = dataclasses.field(default_factory=dict)
+    tenants: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    overrides: Mapping[str, Override] = dataclasses.field(default_factory=dict)
     #: The overrides by pattern (``acme``, ``acme-*``), the whole-set one first, then by
     #: limit name; and the longest wildcard's prefix length (no longer prefix can match).
     _by_pattern: Mapping[str, tuple[Override, ...]] = dataclasses.field(
-        default=None,  # type: ignore[arg-type]
-        init=False,
-        repr=False,
-        compare=False,
+        default_factory=dict, init=False, repr=False, compare=False
     )
     _longest_prefix: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         grouped: dict[str, list[Override]] = {}
-        for entry in (self.overrides or {}).values():
+        for entry in self.overrides.values():
             grouped.setdefault(entry.pattern, []).append(entry)
         by_pattern = {
             pattern: tuple(sorted(entries, key=lambda e: (e.limit is not None, e.limit or "")))
@@ -200,8 +198,8 @@ class Snapshot:
         up to the longest wildcard's are tried: a long value costs no more than a short one.
         """
         exact = tenant if is_tenant(tenant) else None
-        plan = None if exact is None else (self.tenants or {}).get(exact)
-        specs = list((self.plans or {}).get(plan, defaults) if plan is not None else defaults)
+        plan = None if exact is None else self.tenants.get(exact)
+        specs = list(self.plans.get(plan, defaults) if plan is not None else defaults)
         wildcard = None
         for length in range(min(len(tenant), self._longest_prefix), -1, -1):
             text = tenant[:length] + "*"
@@ -224,25 +222,68 @@ class Snapshot:
         return tuple(specs)
 
 
-def key_template(tenant_input: str, policy: str, limit: str, kind: str) -> str:
+def key_template(tenant_input: str, policy: str, limit: str, kind: Kind) -> str:
     """The key of a store-backed policy's limit: one slot per tenant (the hash tag)."""
     return f"rl:plan:{{{{{{{tenant_input}}}}}}}:{policy}:{limit}:{kind}"
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _hash(value: Any) -> dict[str, str]:
+def _integer(value: object) -> int:
+    """A reply's integer (``GET`` of a missing key: 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, (int, str, bytes)) and not isinstance(value, bool):
+        return int(value)
+    raise ValueError(f"not an integer: {value!r}")
+
+
+def _hash(value: object) -> dict[str, str]:
+    """An ``HGETALL`` reply: a map (RESP3) or a flat list of fields and values."""
     if isinstance(value, dict):
         return {_text(k): _text(v) for k, v in value.items()}
-    items = list(value or [])
-    return {_text(items[i]): _text(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+    if value is None:
+        return {}
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"not a hash: {value!r}")
+    return {_text(value[i]): _text(value[i + 1]) for i in range(0, len(value) - 1, 2)}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreReading:
+    """One read of the policy store: the replies to :func:`_read_commands`, read."""
+
+    version: int
+    plans: dict[str, str]
+    tenants: dict[str, str]
+    overrides: dict[str, str]
+    #: The server's clock (``TIME``), in Unix ms.
+    server_ms: int
+    #: The version read again last: a change came between the reads unless it is ``version``.
+    version_after: int
+
+    @staticmethod
+    def of(replies: Sequence[object]) -> StoreReading:
+        version, plans, tenants, overrides, server_time, version_after = replies
+        if not isinstance(server_time, (list, tuple)) or len(server_time) != 2:
+            raise ValueError(f"TIME: expected seconds and microseconds, got {server_time!r}")
+        server_ms = _integer(server_time[0]) * 1000 + _integer(server_time[1]) // 1000
+        return StoreReading(
+            _integer(version), _hash(plans), _hash(tenants), _hash(overrides), server_ms, _integer(version_after)
+        )
 
 
 class _PlanSourceBase:
     def __init__(
-        self, redis: Any, check_every: float, subscribe: bool, timeout: float, metrics: Metrics | None
+        self,
+        redis: AsyncClient | SyncClient,
+        check_every: float,
+        subscribe: bool,
+        timeout: float,
+        metrics: Metrics | None,
+        clock: Clock,
     ) -> None:
         self.redis = redis
         self.check_every = check_every
@@ -252,6 +293,8 @@ class _PlanSourceBase:
         self.snapshot = Snapshot(0, {}, {}, {})
         self.loaded = False
         self.error = "not read yet"
+        #: Where overrides' expiry is read (the wall clock, corrected by the server's).
+        self._clock = clock
         self._offset_ms = 0
         # Built policies by limit set, the least recently used forgotten past _MAX_POLICIES.
         self._policies: OrderedDict[tuple[str, tuple[LimitSpec, ...]], Policy] = OrderedDict()
@@ -268,15 +311,16 @@ class _PlanSourceBase:
         return self.snapshot.version
 
     def now_ms(self) -> int:
-        return int(time.time() * 1000) + self._offset_ms
+        """The server's clock now, in Unix ms (this process's wall clock, corrected by the
+        offset the last read measured)."""
+        return self._clock.wall_ms() + self._offset_ms
 
-    def _apply(self, replies: list[Any], before_ms: int, after_ms: int) -> None:
-        version, plans, tenants, overrides, server_time, version_again = replies
-        if version != version_again:
+    def _apply(self, replies: Sequence[object], before_ms: int, after_ms: int) -> None:
+        reading = StoreReading.of(replies)
+        if reading.version != reading.version_after:
             return  # a change came between the reads: the next check reads again
-        snapshot = Snapshot.decode(int(version or 0), _hash(plans), _hash(tenants), _hash(overrides))
-        server_ms = int(server_time[0]) * 1000 + int(server_time[1]) // 1000
-        self._offset_ms = server_ms - (before_ms + after_ms) // 2
+        snapshot = Snapshot.decode(reading.version, reading.plans, reading.tenants, reading.overrides)
+        self._offset_ms = reading.server_ms - (before_ms + after_ms) // 2
         if snapshot.version >= self.snapshot.version:
             changed = snapshot.version != self.snapshot.version or not self.loaded
             self.snapshot = snapshot
@@ -354,7 +398,7 @@ def _read_commands() -> list[tuple[str, ...]]:
     ]
 
 
-def _routing(redis: Any, command: tuple[str, ...]) -> dict[str, Any]:
+def _routing(redis: AsyncClient | SyncClient, command: tuple[str, ...]) -> dict[str, object]:
     """``TIME`` has no key: on a Cluster it goes to the node of the store's slot."""
     if command[0] == "TIME" and type(redis).__name__ == "RedisCluster":
         return {"target_nodes": redis.get_node_from_key(VERSION_KEY)}
@@ -368,19 +412,20 @@ class PlanSource(_PlanSourceBase):
 
     def __init__(
         self,
-        redis: Any,
+        redis: AsyncClient,
         *,
         check_every: float = 0.5,
         subscribe: bool = True,
         timeout: float = 1.0,
         metrics: Metrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(redis, check_every, subscribe, timeout, metrics)
+        super().__init__(redis, check_every, subscribe, timeout, metrics, clock)
         self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> None:
         """Reads the store now (a consistent reading: the version before and after agree)."""
-        before = int(time.time() * 1000)
+        before = self._clock.wall_ms()
         try:
             if type(self.redis).__name__ == "RedisCluster":
                 await self.redis.initialize()
@@ -389,7 +434,7 @@ class PlanSource(_PlanSourceBase):
                 asyncio.gather(*(self.redis.execute_command(*c, **_routing(self.redis, c)) for c in commands)),
                 self.timeout,
             )
-            self._apply(list(replies), before, int(time.time() * 1000))
+            self._apply(replies, before, self._clock.wall_ms())
         except Exception as error:  # out of reach or refused: keep the snapshot, count it
             self._failed(error)
 
@@ -406,7 +451,7 @@ class PlanSource(_PlanSourceBase):
                 await self._task
             self._task = None
 
-    async def _subscribed(self) -> Any:
+    async def _subscribed(self) -> PubSub | None:
         """A subscription to the change notifications, or ``None`` (then the version check
         alone follows the store, every ``check_every``)."""
         if not self.subscribe:
@@ -447,22 +492,23 @@ class SyncPlanSource(_PlanSourceBase):
 
     def __init__(
         self,
-        redis: Any,
+        redis: SyncClient,
         *,
         check_every: float = 0.5,
         subscribe: bool = True,
         timeout: float = 1.0,
         metrics: Metrics | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(redis, check_every, subscribe, timeout, metrics)
+        super().__init__(redis, check_every, subscribe, timeout, metrics, clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def refresh(self) -> None:
-        before = int(time.time() * 1000)
+        before = self._clock.wall_ms()
         try:
             replies = [self.redis.execute_command(*c, **_routing(self.redis, c)) for c in _read_commands()]
-            self._apply(replies, before, int(time.time() * 1000))
+            self._apply(replies, before, self._clock.wall_ms())
         except Exception as error:  # out of reach or refused: keep the snapshot, count it
             self._failed(error)
 
@@ -476,7 +522,7 @@ class SyncPlanSource(_PlanSourceBase):
     def close(self) -> None:
         self._stop.set()
 
-    def _subscribed(self) -> Any:
+    def _subscribed(self) -> PubSub | None:
         if not self.subscribe:
             return None
         try:

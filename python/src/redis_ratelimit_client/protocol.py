@@ -15,11 +15,11 @@ import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Literal, TypeAlias
 
 from ._kinds import COMMANDS, CONCURRENCY, GCRA
 from .algorithms import Algorithm
-from .decision import View
+from .replies import BackendName, View
 
 LIBRARY_NAME = "ratelimit"
 
@@ -38,6 +38,8 @@ def script_source() -> str:
 
 
 class Backend(str, enum.Enum):
+    """The backend a store is asked to use (``auto``: the first this server can run)."""
+
     AUTO = "auto"
     MODULE = "module"
     FUNCTIONS = "functions"
@@ -50,9 +52,13 @@ MODULE_MAX_UNITS = 2**64 - 1
 LIBRARY_MAX_UNITS = 2**53
 
 
-def max_units(backend: str | None) -> int:
+def max_units(backend: BackendName | None) -> int:
     """The most units a call can take on ``backend`` (``None``: not resolved yet)."""
     return LIBRARY_MAX_UNITS if backend in ("functions", "scripts") else MODULE_MAX_UNITS
+
+
+#: How a store call failed (see :class:`StoreError`).
+StoreErrorKind: TypeAlias = Literal["timeout", "unavailable", "invalid", "server", "config"]
 
 
 class StoreError(Exception):
@@ -61,11 +67,11 @@ class StoreError(Exception):
     arguments, or they cannot be sent: the caller's error, raised as ``CheckError``) or
     ``server`` / ``config`` (it refused)."""
 
-    def __init__(self, kind: str, detail: str = "") -> None:
+    def __init__(self, kind: StoreErrorKind, detail: str = "") -> None:
         # A refused command's text can quote its arguments (a whole script): keep the start.
         detail = detail if len(detail) <= 300 else detail[:300] + "..."
         super().__init__(detail or kind)
-        self.kind = kind
+        self.kind: StoreErrorKind = kind
         self.detail = detail
 
     @property
@@ -131,7 +137,7 @@ _FUNCTIONS = {
 }
 
 
-def translate(backend: str, sha: str, args: Sequence[str]) -> list[str]:
+def translate(backend: BackendName, sha: str, args: Sequence[str]) -> list[str]:
     """The command running the module command ``args`` on ``backend``: itself on the module,
     ``FCALL function numkeys key... arg...`` on the library, ``EVALSHA sha numkeys key...
     function arg...`` as a script."""
@@ -152,7 +158,7 @@ def translate(backend: str, sha: str, args: Sequence[str]) -> list[str]:
     return ["FCALL", function, str(len(keys)), *keys, *after]
 
 
-def lost(backend: str, error: BaseException) -> bool:
+def lost(backend: BackendName, error: BaseException) -> bool:
     """Whether an error reply says the server lost the backend's code (``NOSCRIPT`` for the
     script; ``Function not found`` for the library)."""
     text = str(error)
@@ -176,7 +182,7 @@ class Command:
     key: str | None = None
 
 
-def keyed(backend: str, sha: str, args: Sequence[str]) -> Command:
+def keyed(backend: BackendName, sha: str, args: Sequence[str]) -> Command:
     """The module command ``args`` on ``backend``, to be sent exactly once: its first key is
     ``RL.MULTI``'s third argument, every other command's second."""
     index = 2 if args and args[0].upper() == "RL.MULTI" else 1
@@ -199,16 +205,16 @@ def has_command(name: str) -> Generator[Command, Reply, bool]:
     return True
 
 
-#: What a store flow receives for a command: the reply, or the exception it raised.
-Reply = Any
-Flow = Generator[Command, Reply, Any]
+#: What a store flow receives for a command: redis-py's reply (read by checking what it is),
+#: or the exception it raised.
+Reply: TypeAlias = object
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[str, str]]:
+def resolve(wanted: Backend) -> Generator[Command, Reply, tuple[BackendName, str]]:
     """Picks and prepares the backend ``wanted`` stands for: ``(backend, sha)``. Raises a
     ``StoreError`` saying why when none can work on this server."""
     if wanted == Backend.MODULE:
@@ -357,7 +363,7 @@ def _load_script() -> Generator[Command, Reply, str]:
     return _text(loaded)
 
 
-def reload(backend: str) -> Generator[Command, Reply, str]:
+def reload(backend: BackendName) -> Generator[Command, Reply, str]:
     """Gives the server the backend's code again; returns the script's SHA (or "")."""
     if backend == "scripts":
         return (yield from _load_script())
@@ -407,10 +413,15 @@ class Grant:
     granted: int
     binding: int
     views: tuple[View, ...]
-    backend: str
+    backend: BackendName
 
 
-def acquire_command(request: Acquire, multi: bool) -> tuple[str, list[str]]:
+#: How an acquire's reply reads: ``single`` (five integers), ``throttle`` (redis-cell's
+#: reply), ``multi`` (``RL.MULTI``'s seven fields).
+ReplyShape: TypeAlias = Literal["single", "throttle", "multi"]
+
+
+def acquire_command(request: Acquire, multi: bool) -> tuple[ReplyShape, list[str]]:
     """``(shape, args)``: ``single`` (five integers), ``throttle`` (redis-cell's reply) or
     ``multi`` (``RL.MULTI``'s seven fields), routed as the Rust client's ``wire::encode::group``
     routes a call (the golden encodings, ``tests/vectors/encodings.json``, check it): one limit
@@ -491,7 +502,7 @@ def refund_commands(request: Refund) -> list[list[str]]:
     return commands
 
 
-def _integer(value: Any) -> int:
+def _integer(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError(f"not an integer: {value!r}")
     if isinstance(value, int):
@@ -501,13 +512,13 @@ def _integer(value: Any) -> int:
     raise ValueError(f"not an integer: {value!r}")
 
 
-def _five(value: Any) -> list[int]:
+def _five(value: object) -> list[int]:
     if not isinstance(value, (list, tuple)) or len(value) != 5:
         raise ValueError(f"expected 5 integers, got {value!r}")
     return [_integer(item) for item in value]
 
 
-def parse_acquire(shape: str, request: Acquire, reply: Any, backend: str) -> Grant:
+def parse_acquire(shape: ReplyShape, request: Acquire, reply: Reply, backend: BackendName) -> Grant:
     """Reads the reply of an acquire sent as ``shape``."""
     partial = request.partial_min is not None
     if shape == "single":
@@ -545,7 +556,7 @@ def parse_acquire(shape: str, request: Acquire, reply: Any, backend: str) -> Gra
     return Grant(granted, min(binding, len(views) - 1), views, backend)
 
 
-def acquire_flow(request: Acquire, backend: str, sha: str, multi: bool) -> Generator[Command, Reply, Grant]:
+def acquire_flow(request: Acquire, backend: BackendName, sha: str, multi: bool) -> Generator[Command, Reply, Grant]:
     """One group acquire on ``backend``: the command, and once more after reloading code the
     server lost. Raises ``StoreError``."""
     shape, args = acquire_command(request, multi)

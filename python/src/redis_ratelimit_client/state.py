@@ -5,23 +5,20 @@ sync limiter calls them from many threads."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import math
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, NamedTuple, TypeAlias
 
-from .decision import CACHE, Decision, View
+from .decision import CACHE, Decision
+from .replies import BackendName, View
 from .tables import DEFAULT_MAX_KEYS, KeyTable
 
-# Monotonic clock anchored to the wall clock once, in Unix µs (the local fallback's clock:
-# a wall-clock step does not refill local limits early or freeze them).
-_ANCHOR = (time.monotonic_ns(), time.time_ns() // 1000)
-
-
-def now_us() -> int:
-    return _ANCHOR[1] + (time.monotonic_ns() - _ANCHOR[0]) // 1000
+#: A lease's lock: the async limiter's (``asyncio.Lock``) or the sync one's.
+LeaseLock: TypeAlias = "asyncio.Lock | threading.Lock"  # threading.Lock is a factory at run time
 
 
 class Breaker:
@@ -36,7 +33,7 @@ class Breaker:
         self.failures = max(failures, 1)
         self.open_for = open_for
         self._lock = threading.Lock()
-        self._state = "closed"
+        self._state: Literal["closed", "open", "half-open"] = "closed"
         self._count = 0
         self._last_counted: float | None = None
         self._until = 0.0
@@ -148,10 +145,25 @@ class DenyCache:
             self._entries.pop(key_set)
 
 
+class StoreDenial(NamedTuple):
+    """A store's denial as an answer records it: its wait, and the cost it was for."""
+
+    wait_ms: int
+    cost: int
+
+
+class Seed(NamedTuple):
+    """The store's last answer for a key set, to start the local states from."""
+
+    views: list[tuple[int, View]]
+    answered_at_us: int
+
+
 @dataclass(slots=True)
 class _Answer:
     views: list[tuple[int, View]]
     answered_at_us: int
+    #: Until when (Unix µs) the store's denial holds, and for calls of what cost.
     denied: tuple[int, int] | None
     seeded: bool
     owed: int
@@ -176,9 +188,9 @@ class Answers:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def record(self, key_set: str, views: list[tuple[int, View]], denied: tuple[int, int] | None, now: int) -> None:
-        """``denied``: the answer's wait (ms) and the cost it was for."""
-        until = None if denied is None else (now + denied[0] * 1000, denied[1])
+    def record(self, key_set: str, views: list[tuple[int, View]], denied: StoreDenial | None, now: int) -> None:
+        """``denied``: the answer's denial, if it was one."""
+        until = None if denied is None else (now + denied.wait_ms * 1000, denied.cost)
         with self._lock:
             self._entries.expire(now)
             entry = self._entries.get(key_set)
@@ -198,7 +210,7 @@ class Answers:
         left = until - now
         return -(-left // 1000) if cost >= denied_cost and left > 0 else None
 
-    def seed(self, key_set: str, now: int) -> tuple[list[tuple[int, View]], int] | None:
+    def seed(self, key_set: str, now: int) -> Seed | None:
         """The answer to seed the local states from, once per answer."""
         with self._lock:
             entry = self._entries.get(key_set)
@@ -206,7 +218,7 @@ class Answers:
             if entry is None or expires is None or entry.seeded or expires <= now:
                 return None
             entry.seeded = True
-            return list(entry.views), entry.answered_at_us
+            return Seed(list(entry.views), entry.answered_at_us)
 
     def owe(self, key_set: str, units: int, now: int) -> None:
         with self._lock:
@@ -237,13 +249,15 @@ class Answers:
 
 @dataclass(slots=True)
 class LastClaim:
+    """How a lease's last claim ended, and when (monotonic seconds): what requests that
+    waited for it take."""
+
     at: float
-    #: ``granted``, ``denied`` or ``failed``.
-    result: str
+    result: Literal["granted", "denied", "failed"]
     minimum: int = 0
     views: list[tuple[int, View]] = field(default_factory=list)
     binding: int = 0
-    backend: str = ""
+    backend: BackendName | None = None
 
 
 @dataclass(slots=True)
@@ -251,11 +265,11 @@ class LeaseSlot:
     """One key set's lease: units claimed and not yet spent, until ``expires``."""
 
     keys: tuple[str, ...]
-    lock: Any
+    lock: LeaseLock
     units: int = 0
     expires: float = 0.0
     views: list[tuple[int, View]] = field(default_factory=list)
-    backend: str | None = None
+    backend: BackendName | None = None
     last_claim: LastClaim | None = None
     claim_units: int = 0
     waiting: int = 0
@@ -268,7 +282,7 @@ class Leases:
     (a lease holds units claimed from the store, so none is evicted): past it a new key set
     is checked without a lease until the sweeper has given back expired ones."""
 
-    def __init__(self, lock_factory: Any, max_keys: int = DEFAULT_MAX_KEYS) -> None:
+    def __init__(self, lock_factory: Callable[[], LeaseLock], max_keys: int = DEFAULT_MAX_KEYS) -> None:
         self._slots: dict[str, LeaseSlot] = {}
         self._lock_factory = lock_factory
         self._lock = threading.Lock()

@@ -19,13 +19,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Generator
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator
+from typing import TypeAlias, TypeVar
 
 from redis.exceptions import ResponseError
 
+from .clock import SYSTEM_CLOCK, Clock, LimiterClock
 from .core.engine import KindMismatch
-from .decision import View
 from .local import LocalLimits
 from .metrics import Metrics
 from .once import is_cluster, send_cluster, send_cluster_async
@@ -35,6 +35,7 @@ from .protocol import (
     Command,
     Grant,
     Refund,
+    Reply,
     StoreError,
     acquire_flow,
     classify,
@@ -45,9 +46,16 @@ from .protocol import (
     reload,
     resolve,
 )
-from .state import now_us
+from .redis_boundary import AsyncClient, Connection, Pool, RedisReply, SyncClient
+from .replies import BackendName, View
+from .store_api import BOTH, NEITHER, Capabilities
 from .sync_connections import SyncConnections
 from .timing import HARD_BOUND_TIMEOUTS, next_look, timed_out
+
+T = TypeVar("T")
+#: A store flow: the commands it needs, one at a time or a batch at once (sent together),
+#: and what they answered, ending in a ``T``.
+StoreFlow: TypeAlias = Generator[Command | list[Command], Reply, T]
 
 log = logging.getLogger("redis_ratelimit_client")
 
@@ -70,11 +78,11 @@ def key_slot(key: str) -> int:
 class _Resolved:
     __slots__ = ("backend", "multi", "sha")
 
-    def __init__(self, backend: str, sha: str, multi: bool) -> None:
+    def __init__(self, backend: BackendName, sha: str, multi: bool) -> None:
         self.backend, self.sha, self.multi = backend, sha, multi
 
 
-def _resolution(wanted: Backend, multi: bool | None) -> Generator[Command, Any, _Resolved]:
+def _resolution(wanted: Backend, multi: bool | None) -> Generator[Command, Reply, _Resolved]:
     backend, sha = yield from resolve(wanted)
     if backend != "module":
         return _Resolved(backend, sha, True)
@@ -83,10 +91,11 @@ def _resolution(wanted: Backend, multi: bool | None) -> Generator[Command, Any, 
     return _Resolved(backend, sha, multi)
 
 
-def _refund_flow(request: Refund, resolved: _Resolved) -> Generator[list[Command], list[Any], None]:
+def _refund_flow(request: Refund, resolved: _Resolved) -> Generator[list[Command], Reply, None]:
     commands = refund_commands(request)
     for attempt in range(2):
         replies = yield [keyed(resolved.backend, resolved.sha, args) for args in commands]
+        assert isinstance(replies, list), "a batch is answered by a list of replies"
         errors = [reply for reply in replies if isinstance(reply, BaseException)]
         if not errors:
             return
@@ -97,20 +106,22 @@ def _refund_flow(request: Refund, resolved: _Resolved) -> Generator[list[Command
         raise classify(errors[0])
 
 
-def _as_batches(flow: Generator[Command, Any, Any]) -> Generator[list[Command], list[Any], Any]:
+def _as_batches(flow: Generator[Command, Reply, T]) -> Generator[list[Command], Reply, T]:
     """Runs a flow of single commands as a flow of one-command batches."""
-    reply: Any = None
+    reply: Reply = None
     while True:
         try:
             command = flow.send(reply)
         except StopIteration as stop:
-            return stop.value
+            result: T = stop.value
+            return result
         replies = yield [command]
+        assert isinstance(replies, list), "a batch is answered by a list of replies"
         reply = replies[0]
 
 
-def _call_flow(args: list[str], resolved: _Resolved) -> Generator[Command, Any, Any]:
-    """Any module command on the backend in use, once more after reloading lost code."""
+def _call_flow(args: list[str], resolved: _Resolved) -> Generator[Command, Reply, Reply]:
+    """A module command on the backend in use, once more after reloading lost code."""
     for attempt in range(2):
         reply = yield keyed(resolved.backend, resolved.sha, args)
         if isinstance(reply, BaseException):
@@ -123,7 +134,9 @@ def _call_flow(args: list[str], resolved: _Resolved) -> Generator[Command, Any, 
 
 
 class _BaseRedisStore:
-    def __init__(self, client: Any, backend: Backend | str, multi: bool | None, metrics: Metrics | None) -> None:
+    def __init__(
+        self, client: AsyncClient | SyncClient, backend: Backend | str, multi: bool | None, metrics: Metrics | None
+    ) -> None:
         self.client = client
         self.wanted = Backend(backend)
         self.cluster = is_cluster(client)
@@ -132,14 +145,14 @@ class _BaseRedisStore:
         self.metrics = metrics or Metrics()
 
     @property
-    def backend(self) -> str | None:
+    def backend(self) -> BackendName | None:
         """The backend in use (``module``, ``functions``, ``scripts``), once resolved."""
         return None if self._resolved is None else self._resolved.backend
 
-    def capabilities(self) -> tuple[bool, bool]:
-        """``(multi, partial)``: ``RL.MULTI`` and partial grants (the library has both)."""
+    def capabilities(self) -> Capabilities:
+        """``RL.MULTI`` and partial grants: both or neither (the library has both)."""
         multi = self._resolved.multi if self._resolved is not None else bool(self._multi_hint)
-        return multi, multi
+        return BOTH if multi else NEITHER
 
     def slot(self, key: str) -> int | None:
         return key_slot(key) if self.cluster else None
@@ -150,13 +163,15 @@ class _BaseRedisStore:
         log.info("redis-ratelimit: store backend %s (RL.MULTI: %s)", resolved.backend, resolved.multi)
 
 
-def _take_connection(pool: Any) -> Any:
+def _take_connection(pool: Pool) -> Awaitable[Connection]:
     """A connection from a redis-py async pool (the awaitable), on redis-py 5.0
     (which wants a command name) and later (which warns about one)."""
+    opening: Awaitable[Connection]
     try:
-        return pool.get_connection()
+        opening = pool.get_connection()
     except TypeError:
-        return pool.get_connection("_")
+        opening = pool.get_connection("_")
+    return opening
 
 
 class _Queued:
@@ -165,7 +180,7 @@ class _Queued:
 
     __slots__ = ("args", "future", "sent_at", "timeout", "written_at")
 
-    def __init__(self, args: tuple[str, ...], future: asyncio.Future[Any], timeout: float) -> None:
+    def __init__(self, args: tuple[str, ...], future: asyncio.Future[Reply], timeout: float) -> None:
         self.args, self.future, self.timeout = args, future, timeout
         self.sent_at = 0.0
         self.written_at: float | None = None
@@ -177,7 +192,7 @@ class _Queued:
         return timed_out(now, self.sent_at, self.written_at, read_at, self.timeout)
 
 
-def _packed(connection: Any, batch: list[_Queued]) -> tuple[list[bytes], list[_Queued]]:
+def _packed(connection: Connection, batch: list[_Queued]) -> tuple[list[bytes], list[_Queued]]:
     """The batch's bytes, and the commands in them: one that cannot be encoded (a key with a
     lone surrogate) gets its error, and the others go without it."""
     try:
@@ -207,10 +222,11 @@ class _Multiplexer:
     the connection is dropped (and opened again for later commands) when its oldest
     unanswered command reaches the hard bound. Opening a connection: see :meth:`_open`."""
 
-    def __init__(self, client: Any, max_batch: int = 512) -> None:
-        self._pool = client.connection_pool
+    def __init__(self, client: AsyncClient, max_batch: int = 512) -> None:
+        self._pool: Pool = client.connection_pool
         self._max_batch = max_batch
-        self._connection: Any = None
+        #: ``None`` until opened, and once dropped.
+        self._connection: Connection = None
         self._pending: collections.deque[_Queued] = collections.deque()
         self._in_flight: collections.deque[_Queued] = collections.deque()
         self._writer: asyncio.Task[None] | None = None
@@ -220,10 +236,10 @@ class _Multiplexer:
         #: When the connection last read a reply (monotonic seconds).
         self.read_at = 0.0
 
-    def submit(self, args: tuple[str, ...], timeout: float) -> asyncio.Future[Any]:
+    def submit(self, args: tuple[str, ...], timeout: float) -> asyncio.Future[Reply]:
         """The command's reply, or the exception it raised (an error reply, the connection's,
         or ``StoreError("timeout")``)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending.append(_Queued(args, future, timeout))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write())
@@ -303,10 +319,10 @@ class _Multiplexer:
         self.read_at = time.monotonic()
         return True
 
-    async def _read(self, connection: Any) -> None:
+    async def _read(self, connection: Connection) -> None:
         while self._in_flight and connection is self._connection:
             try:
-                reply: Any = await connection.read_response()
+                reply: Reply = await connection.read_response()
             except ResponseError as error:  # an error reply: the flow sorts it
                 reply = error
             except asyncio.CancelledError:  # dropped: _drop answered the commands
@@ -335,7 +351,7 @@ class _Multiplexer:
             _BACKGROUND.add(task)
             task.add_done_callback(_BACKGROUND.discard)
 
-    async def _discard(self, connection: Any) -> None:
+    async def _discard(self, connection: Connection) -> None:
         with contextlib.suppress(Exception):
             await connection.disconnect()
         with contextlib.suppress(Exception):
@@ -373,7 +389,7 @@ class _Multiplexer:
 
 
 #: Tasks run in the background (a task without a reference can be collected mid-flight).
-_BACKGROUND: set[asyncio.Task[Any]] = set()
+_BACKGROUND: set[asyncio.Task[None]] = set()
 
 
 class RedisStore(_BaseRedisStore):
@@ -383,7 +399,7 @@ class RedisStore(_BaseRedisStore):
 
     def __init__(
         self,
-        client: Any,
+        client: AsyncClient,
         *,
         backend: Backend | str = Backend.AUTO,
         multi: bool | None = None,
@@ -395,12 +411,12 @@ class RedisStore(_BaseRedisStore):
         #: When a cluster call last read a reply (monotonic seconds).
         self._read_at = 0.0
 
-    async def _command(self, command: Command, timeout: float) -> Any:
+    async def _command(self, command: Command, timeout: float) -> Reply:
         if self._multiplexer is not None:
             return await self._multiplexer.submit(command.args, timeout)
         return await self._cluster_command(command, timeout)
 
-    async def _cluster_command(self, command: Command, timeout: float) -> Any:
+    async def _cluster_command(self, command: Command, timeout: float) -> Reply:
         """A command through the cluster client (which picks the node): timed out when no
         cluster call read a reply for a whole timeout since it was sent (or the hard bound)."""
         sent = time.monotonic()
@@ -415,7 +431,8 @@ class RedisStore(_BaseRedisStore):
                 call.cancel()
                 return StoreError("timeout")
 
-    async def _execute(self, command: Command) -> Any:
+    async def _execute(self, command: Command) -> Reply:
+        reply: Reply
         try:
             if command.everywhere or command.anywhere:
                 nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
@@ -431,13 +448,14 @@ class RedisStore(_BaseRedisStore):
         self._read_at = time.monotonic()
         return reply
 
-    async def _run(self, flow: Generator[Any, Any, Any], timeout: float) -> Any:
-        reply: Any = None
+    async def _run(self, flow: StoreFlow[T], timeout: float) -> T:
+        reply: Reply = None
         while True:
             try:
                 step = flow.send(reply)
             except StopIteration as stop:
-                return stop.value
+                result: T = stop.value
+                return result
             if isinstance(step, list):
                 reply = list(await asyncio.gather(*(self._command(command, timeout) for command in step)))
             else:
@@ -461,22 +479,21 @@ class RedisStore(_BaseRedisStore):
                 await self.client.initialize()
             except Exception as error:  # out of reach: the check falls back, the next resolves
                 raise classify(error) from error
-        resolved: _Resolved = await self._run(_resolution(self.wanted, self._multi_hint), timeout)
+        resolved = await self._run(_resolution(self.wanted, self._multi_hint), timeout)
         self._published(resolved)
         return resolved
 
     async def acquire(self, request: Acquire, timeout: float) -> Grant:
         resolved = await self._ready(timeout)
-        flow = acquire_flow(request, resolved.backend, resolved.sha, resolved.multi)
-        grant: Grant = await self._run(flow, timeout)
-        return grant
+        return await self._run(acquire_flow(request, resolved.backend, resolved.sha, resolved.multi), timeout)
 
     async def refund(self, request: Refund, timeout: float) -> None:
         resolved = await self._ready(timeout)
         await self._run(_refund_flow(request, resolved), timeout)
 
-    async def call(self, *args: object, timeout: float = 1.0) -> Any:
-        """Runs a module command (``RL.PEEK key ...``) on the backend in use."""
+    async def call(self, *args: object, timeout: float = 1.0) -> RedisReply:
+        """Runs a module command (``RL.PEEK key ...``) on the backend in use; its reply as
+        redis-py reads it."""
         resolved = await self._ready(timeout)
         return await self._run(_call_flow([str(arg) for arg in args], resolved), timeout)
 
@@ -493,7 +510,7 @@ class SyncRedisStore(_BaseRedisStore):
 
     def __init__(
         self,
-        client: Any,
+        client: SyncClient,
         *,
         backend: Backend | str = Backend.AUTO,
         multi: bool | None = None,
@@ -504,7 +521,7 @@ class SyncRedisStore(_BaseRedisStore):
         self._lock = threading.Lock()
         self._connections = None if self.cluster else SyncConnections(client.connection_pool, connections)
 
-    def _command(self, command: Command, timeout: float | None) -> Any:
+    def _command(self, command: Command, timeout: float | None) -> Reply:
         if self._connections is None:
             return self._cluster_command(command)
         return self._connections.call(command.args, timeout)
@@ -514,7 +531,7 @@ class SyncRedisStore(_BaseRedisStore):
         if self._connections is not None:
             self._connections.close()
 
-    def _cluster_command(self, command: Command) -> Any:
+    def _cluster_command(self, command: Command) -> Reply:
         try:
             if command.everywhere or command.anywhere:
                 nodes = self.client.get_primaries() if command.everywhere else [self.client.get_random_node()]
@@ -525,20 +542,26 @@ class SyncRedisStore(_BaseRedisStore):
         except Exception as error:  # sorted by the flow: an error reply, or out of reach
             return error
 
-    def _run(self, flow: Generator[Any, Any, Any], timeout: float | None) -> Any:
-        reply: Any = None
+    def _run(self, flow: StoreFlow[T], timeout: float | None) -> T:
+        reply: Reply = None
         while True:
             try:
                 step = flow.send(reply)
             except StopIteration as stop:
-                return stop.value
+                result: T = stop.value
+                return result
             if isinstance(step, list):
                 reply = [self._command(command, timeout) for command in step]
             else:
                 reply = self._command(step, timeout)
 
     def connect(self, timeout: float = 1.0) -> str:
+        """Resolves the backend now (else on the first check); returns its name."""
         return self._ready(timeout).backend
+
+    def connect_blocking(self, timeout: float = 1.0) -> str:
+        """:meth:`connect` (the name :class:`~redis_ratelimit_client.store_api.SyncStore` gives it)."""
+        return self.connect(timeout)
 
     def _ready(self, timeout: float | None) -> _Resolved:
         if self._resolved is not None:
@@ -551,14 +574,12 @@ class SyncRedisStore(_BaseRedisStore):
 
     def acquire_blocking(self, request: Acquire, timeout: float) -> Grant:
         resolved = self._ready(timeout)
-        flow = acquire_flow(request, resolved.backend, resolved.sha, resolved.multi)
-        grant: Grant = self._run(flow, timeout)
-        return grant
+        return self._run(acquire_flow(request, resolved.backend, resolved.sha, resolved.multi), timeout)
 
     def refund_blocking(self, request: Refund, timeout: float) -> None:
         self._run(_refund_flow(request, self._ready(timeout)), timeout)
 
-    def call(self, *args: object, timeout: float | None = None) -> Any:
+    def call(self, *args: object, timeout: float | None = None) -> RedisReply:
         """Runs a module command (``RL.PEEK key ...``) on the backend in use (``timeout``:
         ``None`` waits as long as the client's socket timeout)."""
         return self._run(_call_flow([str(arg) for arg in args], self._ready(timeout)), timeout)
@@ -567,14 +588,20 @@ class SyncRedisStore(_BaseRedisStore):
 class MemoryStore:
     """An in-process store on the core's algorithms and this process's clock, for tests and
     single-process services. ``down`` makes every call fail as unreachable; ``cluster``
-    reports hash slots so limits in different slots are called separately."""
+    reports hash slots so limits in different slots are called separately. ``clock``: a
+    :class:`~redis_ratelimit_client.clock.Clock` (a ``FakeClock`` shared with the limiter in
+    tests), or a function giving Unix µs."""
 
-    backend = "memory"
+    backend: BackendName = "memory"
 
-    def __init__(self, *, multi: bool = True, cluster: bool = False, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, *, multi: bool = True, cluster: bool = False, clock: Clock | Callable[[], int] | None = None
+    ) -> None:
         self.limits = LocalLimits(strict=True)
         #: Unix µs of the decisions (default: this process's clock).
-        self.clock = clock or now_us
+        self.clock: Callable[[], int] = (
+            clock if callable(clock) else LimiterClock(SYSTEM_CLOCK if clock is None else clock).unix_us
+        )
         self._multi = multi
         self.cluster = cluster
         self.down = False
@@ -583,8 +610,8 @@ class MemoryStore:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def capabilities(self) -> tuple[bool, bool]:
-        return self._multi, self._multi
+    def capabilities(self) -> Capabilities:
+        return BOTH if self._multi else NEITHER
 
     def slot(self, key: str) -> int | None:
         return key_slot(key) if self.cluster else None
@@ -595,14 +622,9 @@ class MemoryStore:
             raise StoreError("unavailable", "the memory store is down")
         quotas = []
         for call in request.calls:
-            quota = call.algorithm.shape().unit_quota()
-            if call.max_wait_ms is not None:
-                quota = quota.with_max_wait_ns(call.max_wait_ms * 1_000_000)  # type: ignore[attr-defined]
-            if call.algorithm.in_flight:
-                if request.holder is None:
-                    raise StoreError("config", "an in-flight limit needs a holder id")
-                quota = quota.with_holder(request.holder.encode())  # type: ignore[attr-defined]
-            quotas.append(quota)
+            if call.algorithm.in_flight and request.holder is None:
+                raise StoreError("config", "an in-flight limit needs a holder id")
+            quotas.append(call.algorithm.shape().call_quota(max_wait_ms=call.max_wait_ms, holder=request.holder))
         keys = [call.key for call in request.calls]
         with self._lock:
             try:
@@ -630,11 +652,9 @@ class MemoryStore:
             raise StoreError("unavailable", "the memory store is down")
         keys, quotas = [], []
         for call in request.calls:
-            quota = call.algorithm.shape().unit_quota().with_cost(request.units * call.weight)
-            if call.algorithm.in_flight:
-                quota = quota.with_holder((request.holder or "-").encode())  # type: ignore[attr-defined]
+            quota = call.algorithm.shape().call_quota(holder=request.holder or "-")
             keys.append(call.key)
-            quotas.append(quota)
+            quotas.append(quota.with_cost(request.units * call.weight))
         with self._lock:
             self.limits.refund(keys, quotas, self.clock() + self.offset_us)
 
@@ -651,7 +671,10 @@ class MemoryStore:
         self._refund(request)
 
     async def connect(self, timeout: float = 1.0) -> str:
-        return "memory"
+        return self.backend
+
+    def connect_blocking(self, timeout: float = 1.0) -> str:
+        return self.backend
 
     def acquire_blocking(self, request: Acquire, timeout: float | None = None) -> Grant:
         if self.delay:

@@ -16,27 +16,27 @@ import contextlib
 import math
 import threading
 import time
-from typing import Any
 
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
-from .protocol import StoreError
+from .protocol import Reply, StoreError
+from .redis_boundary import Connection, Pool
 from .timing import HARD_BOUND_TIMEOUTS
 
 
 class _Held:
     __slots__ = ("connection", "owed", "owing_since")
 
-    def __init__(self, connection: Any) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.owed = 0
         self.owing_since: float | None = None
 
 
 class SyncConnections:
-    def __init__(self, pool: Any, size: int) -> None:
+    def __init__(self, pool: Pool, size: int) -> None:
         self._pool = pool
         self._size = max(size, 1)
         self._free: list[_Held] = []
@@ -45,7 +45,7 @@ class SyncConnections:
         #: When a call last read a reply (monotonic seconds).
         self.read_at = 0.0
 
-    def call(self, args: tuple[str, ...], timeout: float | None) -> Any:
+    def call(self, args: tuple[str, ...], timeout: float | None) -> Reply:
         """The command's reply, or the exception it raised (an error reply, the connection's,
         or ``StoreError("timeout")``); ``timeout`` ``None``: as long as the client's own socket
         timeout lets it."""
@@ -73,6 +73,7 @@ class SyncConnections:
                 self.read_at = time.monotonic()
             if not self._replied(connection, sent, timeout):
                 return self._gave_up(taken, sent)
+            reply: Reply
             try:
                 reply = connection.read_response()
             except ResponseError as error:  # an error reply: the flow sorts it
@@ -94,7 +95,7 @@ class SyncConnections:
             held.owing_since = sent
         return StoreError("timeout")
 
-    def _replied(self, connection: Any, sent: float, timeout: float | None) -> bool:
+    def _replied(self, connection: Connection, sent: float, timeout: float | None) -> bool:
         """Waits (``poll``: the kernel's clock) for a reply to start arriving on a connection
         whose command was sent at ``sent``: it has timed out when nothing came for a whole
         timeout, no other call read a reply in that time (the server answers: this reply is
@@ -131,7 +132,7 @@ class SyncConnections:
             self._forget()
             return error
 
-    def _open(self, timeout: float | None) -> Any:
+    def _open(self, timeout: float | None) -> Connection:
         settings = dict(self._pool.connection_kwargs)
         if timeout is not None:
             for name in ("socket_timeout", "socket_connect_timeout"):

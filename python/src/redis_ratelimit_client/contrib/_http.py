@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..decision import INTERNAL_ERROR_BODY, Decision
 
@@ -25,12 +24,8 @@ class Check:
     cost: int = 1
 
 
-#: A key function: the request (the framework's object) to the value of the policy's input,
-#: or a mapping of inputs, or ``None`` to let the request through unchecked.
-KeyFunc = Callable[[Any], "str | Mapping[str, str] | None"]
-
-
-def inputs_of(value: str | Mapping[str, str], input_name: str) -> dict[str, str]:
+def inputs_of(value: object, input_name: str) -> dict[str, str]:
+    """A key function's answer as inputs: a mapping of them, or the value of ``input_name``."""
     if isinstance(value, Mapping):
         return {str(k): str(v) for k, v in value.items()}
     return {input_name: str(value)}

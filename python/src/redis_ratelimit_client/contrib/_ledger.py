@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..decision import LEASE, STORE, Decision
 from ..limiter import RateLimiter, Reservation, SyncRateLimiter, SyncReservation
@@ -120,9 +119,11 @@ def admitted_fields(decisions: list[Decision], *, legacy: bool = False) -> dict[
 _SCOPE_KEY = "redis_ratelimit_ledger"
 
 
-def scope_ledger(scope: MutableMapping[str, Any]) -> Ledger:
+def scope_ledger(scope: MutableMapping[str, object]) -> Ledger:
     """The ledger of an ASGI request, shared by the middleware and the FastAPI dependency."""
     state = scope.setdefault("state", {})
+    if not isinstance(state, MutableMapping):
+        raise TypeError(f"the ASGI scope's state is not a mapping: {type(state).__name__}")
     ledger = state.get(_SCOPE_KEY)
     if not isinstance(ledger, Ledger):
         ledger = state[_SCOPE_KEY] = Ledger()

@@ -5,15 +5,18 @@ what a call answers when the store does not (``failure=``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from limits.errors import ConfigurationError
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ..clock import SYSTEM_CLOCK, Clock, LimiterClock
 from ..protocol import StoreError, classify
+from ..redis_boundary import ClientOptions
 from ..state import Breaker
 
 #: Seconds per granularity, as ``limits`` counts them.
@@ -80,7 +83,7 @@ def settings_of(uri: str, *, secure_scheme: bool) -> StorageSettings:
     return StorageSettings(redis_url, backend, int(timeout_text) / 1000, failure, key_prefix)
 
 
-def client_options(settings: StorageSettings, options: dict[str, Any]) -> dict[str, Any]:
+def client_options(settings: StorageSettings, options: Mapping[str, object]) -> ClientOptions:
     """redis-py's options: the timeout on every read and connect, and no retry (a hit sent
     twice would be counted twice; a call the store did not answer is an unknown outcome,
     answered by the failure mode)."""
@@ -88,7 +91,7 @@ def client_options(settings: StorageSettings, options: dict[str, Any]) -> dict[s
         raise ConfigurationError(
             "redis-ratelimit storage: retries are refused (a hit resent after a lost reply is counted twice)"
         )
-    merged = dict(options)
+    merged: ClientOptions = dict(options)
     merged.setdefault("socket_timeout", settings.timeout_s)
     merged.setdefault("socket_connect_timeout", settings.timeout_s)
     merged["retry"] = Retry(NoBackoff(), 0)
@@ -113,14 +116,24 @@ def limit_of(key: str) -> tuple[int, int] | None:
     return (amount, multiples * _GRANULARITY[parts[3]]) if amount > 0 and multiples > 0 else None
 
 
-def integer(value: Any) -> int:
-    return int(value.decode() if isinstance(value, bytes) else value)
+def integer(value: object) -> int:
+    """An integer reply (or one of an array reply's items)."""
+    if isinstance(value, (int, str, bytes)) and not isinstance(value, bool):
+        return int(value)
+    raise StoreError("server", f"unexpected reply: not an integer: {value!r}")
 
 
-def fixed_count(limit: int, amount: int, reply: list[Any]) -> int:
+def integers(reply: object) -> list[int]:
+    """An array reply of integers (``RL.PEEK``'s, ``RL.FIXED``'s five fields)."""
+    if not isinstance(reply, (list, tuple)):
+        raise StoreError("server", f"unexpected reply: not an array: {reply!r}")
+    return [integer(field) for field in reply]
+
+
+def fixed_count(limit: int, amount: int, reply: object) -> int:
     """``incr``'s answer from ``RL.FIXED``'s reply: the count after the hit, or more than the
     limit when refused (a refused hit is not counted)."""
-    allowed, remaining = integer(reply[0]), integer(reply[1])
+    allowed, remaining = integers(reply)[:2]
     return limit - remaining if allowed else limit + amount
 
 
@@ -136,25 +149,31 @@ class Guard:
     while open, and the failure mode says what: ``error`` raises (the store's error, or
     :class:`StoreError` while the circuit is open), ``open`` admits, ``closed`` refuses."""
 
-    def __init__(self, failure: str) -> None:
+    def __init__(self, failure: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self.failure = failure
         self.breaker = Breaker()
+        self._clock = LimiterClock(clock)
+
+    def now(self) -> float:
+        """Now, in the breaker's monotonic seconds (when a call is sent)."""
+        return self._clock.seconds()
 
     def permit(self) -> StoreError | None:
         """``None``: call the store; else the error standing for it while the circuit is open."""
-        skip = self.breaker.permit(time.monotonic())
+        skip = self.breaker.permit(self._clock.seconds())
         if skip is None:
             return None
         return StoreError("unavailable", f"the store did not answer: circuit open for {skip:.3f} s more")
 
     def answered(self) -> None:
-        self.breaker.success(time.monotonic())
+        self.breaker.success(self._clock.seconds())
 
     def unanswered(self, error: BaseException, sent: float) -> bool:
-        """Records a failed call; whether the store did not answer (else it refused)."""
+        """Records a failed call (sent at ``sent``, :meth:`now`'s); whether the store did not
+        answer (else it refused)."""
         if not classify(error).unavailable:
             return False
-        self.breaker.failure(sent, time.monotonic())
+        self.breaker.failure(sent, self._clock.seconds())
         return True
 
     def answer(self, error: BaseException, when_open: T, when_closed: T) -> T:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from typing import Any
 
 from ..decision import Decision
 from ..errors import CheckError
@@ -28,8 +27,10 @@ from ..limiter import RateLimiter
 from ._http import Check, exempted, inputs_of, internal_error, refusal, route_policy
 from ._ledger import Spent, give_back_all_async, scope_ledger
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
+#: ASGI's scope and messages: dicts of values of many types (the ASGI spec's), read here by
+#: checking what they are.
+Scope = MutableMapping[str, object]
+Message = MutableMapping[str, object]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -38,7 +39,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 def header(scope: Scope, name: str) -> str | None:
     """A request header of an ASGI scope (case-insensitive)."""
     wanted = name.lower().encode()
-    for key, value in scope.get("headers", ()):
+    headers = scope.get("headers", ())
+    for key, value in headers if isinstance(headers, Iterable) else ():
         if key.lower() == wanted:
             return bytes(value).decode("latin-1")
     return None
@@ -46,7 +48,7 @@ def header(scope: Scope, name: str) -> str | None:
 
 def client_ip(scope: Scope) -> str:
     client = scope.get("client")
-    return str(client[0]) if client else "anonymous"
+    return str(client[0]) if isinstance(client, (list, tuple)) and client else "anonymous"
 
 
 def _encode(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
@@ -96,7 +98,7 @@ class RateLimitMiddleware:
     def _check(self, scope: Scope) -> Check | None:
         if self.classify is not None:
             return self.classify(scope)
-        path = scope.get("path", "")
+        path = str(scope.get("path", ""))
         if exempted(path, self.exempt):
             return None
         policy = route_policy(path, self.routes, self.policy)
@@ -141,7 +143,8 @@ class RateLimitMiddleware:
             # back this one's charge: the refusal carries its own fields alone.
             if message["type"] == "http.response.start" and fields and ledger.refused is None:
                 message = dict(message)
-                message["headers"] = [*message.get("headers", []), *fields]
+                headers = message.get("headers", [])
+                message["headers"] = [*(headers if isinstance(headers, Iterable) else []), *fields]
             await send(message)
 
         try:

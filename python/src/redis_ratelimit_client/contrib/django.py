@@ -33,8 +33,8 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TypeVar, cast
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
@@ -47,7 +47,12 @@ from ..limiter import RateLimiter, SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
 from ._ledger import LIST_FIELDS, Ledger, Spent, give_back_async, give_back_sync
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
+#: A key function: the request to its policy's input (a mapping of inputs, or the value of
+#: the one input; ``None`` lets the request through unchecked).
+KeyFunction = Callable[[HttpRequest], object]
+#: The next layer of the stack: a response, or in async mode an awaitable of one.
+GetResponse = Callable[[HttpRequest], "HttpResponse | Awaitable[HttpResponse]"]
 
 #: The request attribute holding the checks it passed (:class:`~._ledger.Ledger`).
 _LEDGER = "redis_ratelimit_ledger"
@@ -57,14 +62,14 @@ _sync: dict[str, SyncRateLimiter] = {}
 _async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RateLimiter] = weakref.WeakKeyDictionary()
 
 
-def _config() -> Mapping[str, Any]:
+def _config() -> Mapping[str, object]:
     config = getattr(settings, "REDIS_RATELIMIT", None)
     if not isinstance(config, Mapping):
         raise RuntimeError("settings.REDIS_RATELIMIT is missing: a dict with LIMITER and/or ASYNC_LIMITER")
     return config
 
 
-def _made(value: Any) -> Any:
+def _made(value: object) -> object:
     if isinstance(value, str):
         value = import_string(value)
     return value() if callable(value) and not isinstance(value, (RateLimiter, SyncRateLimiter)) else value
@@ -107,15 +112,15 @@ def _remote(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR") or "anonymous")
 
 
-def _key_function(value: Any) -> Callable[[HttpRequest], Any]:
+def _key_function(value: object) -> KeyFunction:
     if value is None:
         return _remote
     if isinstance(value, str):
-        loaded: Callable[[HttpRequest], Any] = import_string(value)
+        loaded: KeyFunction = import_string(value)
         return loaded
     if not callable(value):
         raise RuntimeError("settings.REDIS_RATELIMIT['KEY'] is a callable or its dotted path")
-    return value  # type: ignore[no-any-return]
+    return cast(KeyFunction, value)
 
 
 def _response(status: int, headers: dict[str, str], body: bytes) -> HttpResponse:
@@ -164,7 +169,7 @@ async def _give_back_async(ledger: Ledger) -> None:
 
 
 def _checked_sync(
-    request: HttpRequest, policy: str, value: Any, cost: int
+    request: HttpRequest, policy: str, value: object, cost: int
 ) -> tuple[Decision | None, HttpResponse | None]:
     """The check's decision, or the response refusing the request (after giving back what
     the policies checked before it charged)."""
@@ -188,7 +193,7 @@ def _checked_sync(
 
 
 async def _checked_async(
-    request: HttpRequest, policy: str, value: Any, cost: int
+    request: HttpRequest, policy: str, value: object, cost: int
 ) -> tuple[Decision | None, HttpResponse | None]:
     limiter = async_limiter()
     ledger = _ledger(request)
@@ -216,18 +221,25 @@ class RateLimitMiddleware:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+    def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
         self.asynchronous = iscoroutinefunction(get_response)
         if self.asynchronous:
             markcoroutinefunction(self)
         config = _config()
-        self.policy = config.get("POLICY")
-        self.routes = dict(config.get("ROUTES", {}))
-        self.exempt = tuple(config.get("EXEMPT", ()))
+        policy, routes, exempt = config.get("POLICY"), config.get("ROUTES", {}), config.get("EXEMPT", ())
+        if policy is not None and not isinstance(policy, str):
+            raise RuntimeError(f"settings.REDIS_RATELIMIT['POLICY'] is a policy name (got {policy!r})")
+        if not isinstance(routes, Mapping):
+            raise RuntimeError(f"settings.REDIS_RATELIMIT['ROUTES'] maps path prefixes to policies (got {routes!r})")
+        if isinstance(exempt, str) or not isinstance(exempt, Iterable):
+            raise RuntimeError(f"settings.REDIS_RATELIMIT['EXEMPT'] is a list of path prefixes (got {exempt!r})")
+        self.policy: str | None = policy
+        self.routes = {str(prefix): str(name) for prefix, name in routes.items()}
+        self.exempt = tuple(str(prefix) for prefix in exempt)
         self.key = _key_function(config.get("KEY"))
 
-    def _plan(self, request: HttpRequest) -> tuple[str, Any] | None:
+    def _plan(self, request: HttpRequest) -> tuple[str, object] | None:
         if exempted(request.path, self.exempt):
             return None
         policy = route_policy(request.path, self.routes, self.policy)
@@ -236,7 +248,7 @@ class RateLimitMiddleware:
         value = self.key(request)
         return None if value is None else (policy, value)
 
-    def __call__(self, request: HttpRequest) -> Any:
+    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         if self.asynchronous:
             return self.__acall__(request)
         plan = self._plan(request)
@@ -251,7 +263,7 @@ class RateLimitMiddleware:
             if decision.in_flight is not None:
                 sync_limiter().release(decision)
 
-    async def __acall__(self, request: HttpRequest) -> Any:
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
         plan = self._plan(request)
         if plan is None:
             return await self.get_response(request)
@@ -268,7 +280,7 @@ class RateLimitMiddleware:
 def ratelimit(
     policy: str,
     *,
-    key: Callable[[HttpRequest], Any] | None = None,
+    key: KeyFunction | None = None,
     cost: int | Callable[[HttpRequest], int] = 1,
 ) -> Callable[[F], F]:
     """Limits one view, ``def`` or ``async def``, by ``policy`` for ``key(request)``
@@ -278,7 +290,7 @@ def ratelimit(
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
-            async def asynchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            async def asynchronous(request: HttpRequest, *args: object, **kwargs: object) -> object:
                 value = (key or _key_function(_config().get("KEY")))(request)
                 if value is None:  # let through unchecked, as the middleware does
                     return await view(request, *args, **kwargs)
@@ -295,7 +307,7 @@ def ratelimit(
             return asynchronous  # type: ignore[return-value]
 
         @functools.wraps(view)
-        def synchronous(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        def synchronous(request: HttpRequest, *args: object, **kwargs: object) -> object:
             value = (key or _key_function(_config().get("KEY")))(request)
             if value is None:  # let through unchecked, as the middleware does
                 return view(request, *args, **kwargs)

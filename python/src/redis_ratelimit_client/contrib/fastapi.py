@@ -16,10 +16,10 @@ async def items() -> list[str]:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from fastapi import Request, Response
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.responses import Response as StarletteResponse
 
@@ -33,11 +33,11 @@ from ._ledger import LIST_FIELDS, Spent, give_back_all_async, scope_ledger
 def limit(
     policy: str,
     *,
-    key: Callable[[Any], str | Mapping[str, str] | None] | None = None,
-    cost: int | Callable[[Any], int] = 1,
+    key: Callable[[Request], str | Mapping[str, str] | None] | None = None,
+    cost: int | Callable[[Request], int] = 1,
     limiter: RateLimiter | None = None,
     input_name: str | None = None,
-) -> Callable[..., Any]:
+) -> Callable[[Request, Response], AsyncIterator[Decision | None]]:
     """A FastAPI dependency: ``Depends(limit("api", key=lambda request: ...))``.
 
     ``key(request)`` gives the policy's input (default: the client address), or ``None`` to
@@ -50,7 +50,7 @@ def limit(
     it: a refusal gives back what the policies checked before it charged.
     """
 
-    async def dependency(request: Request, response: Response) -> Any:
+    async def dependency(request: Request, response: Response) -> AsyncIterator[Decision | None]:
         active = limiter or getattr(request.app.state, "ratelimiter", None)
         if active is None:
             raise RuntimeError("no rate limiter: pass limit(..., limiter=...) or call install(app, limiter)")
@@ -97,7 +97,7 @@ class RateLimitExceeded(HTTPException):
         self.decision = decision
 
 
-def install(app: Any, limiter: RateLimiter) -> None:
+def install(app: Starlette, limiter: RateLimiter) -> None:
     """Puts ``limiter`` on ``app.state`` and answers :class:`RateLimitExceeded` with the
     problem+json body."""
     app.state.ratelimiter = limiter

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import flask
 
@@ -35,7 +35,7 @@ from ..limiter import SyncRateLimiter
 from ._http import exempted, inputs_of, internal_error, refusal, route_policy
 from ._ledger import Ledger, Spent, admitted_fields, give_back_all_sync
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 _EXEMPT = "_redis_ratelimit_exempt"
 
@@ -151,7 +151,7 @@ class RateLimit:
 
         def decorate(view: F) -> F:
             @functools.wraps(view)
-            def wrapped(*args: Any, **kwargs: Any) -> Any:
+            def wrapped(*args: object, **kwargs: object) -> object:
                 request = flask.request
                 value = (key or self.key)(request)
                 if value is not None:

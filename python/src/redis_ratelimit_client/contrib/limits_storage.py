@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 from limits.storage import MovingWindowSupport, Storage
@@ -53,6 +53,7 @@ from ._limits_common import (
     client_options,
     fixed_count,
     integer,
+    integers,
     limit_of,
     peeked_count,
     refused_count,
@@ -68,7 +69,7 @@ T = TypeVar("T")
 class RedisRateLimitStorage(Storage, MovingWindowSupport):
     STORAGE_SCHEME = ["redis-ratelimit", "redis-ratelimits"]  # noqa: RUF012 (limits' own declaration)
 
-    def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any) -> None:
+    def __init__(self, uri: str, wrap_exceptions: bool = False, **options: float | str | bool) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         settings = settings_of(uri, secure_scheme=uri.startswith("redis-ratelimits:"))
         self.key_prefix = settings.key_prefix
@@ -87,7 +88,7 @@ class RedisRateLimitStorage(Storage, MovingWindowSupport):
         closed_circuit = self.guard.permit()
         if closed_circuit is not None:
             return self.guard.answer(closed_circuit, when_open, when_closed)
-        sent = time.monotonic()
+        sent = self.guard.now()
         try:
             result = call()
         except (redis.RedisError, StoreError, OSError) as error:
@@ -99,7 +100,7 @@ class RedisRateLimitStorage(Storage, MovingWindowSupport):
 
     def _peek(self, kind: str, key: str, limit: int, window: int, cost: int = 1) -> list[int]:
         reply = self.store.call("RL.PEEK", self.prefixed_key(key), kind, limit, max(window, 1), cost)
-        return [integer(field) for field in reply]
+        return integers(reply)
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         """The count after the hit, or more than the limit when refused (not counted)."""
@@ -167,7 +168,7 @@ class RedisRateLimitStorage(Storage, MovingWindowSupport):
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         def call() -> bool:
             reply = self.store.call("RL.SLIDINGLOG", self.prefixed_key(key), limit, max(int(expiry), 1), amount)
-            return bool(integer(reply[0]))
+            return bool(integers(reply)[0])
 
         return self._guarded(call, True, False)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 import redis.asyncio
@@ -29,6 +29,7 @@ from ._limits_common import (
     client_options,
     fixed_count,
     integer,
+    integers,
     limit_of,
     peeked_count,
     refused_count,
@@ -44,7 +45,7 @@ T = TypeVar("T")
 class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
     STORAGE_SCHEME = ["async+redis-ratelimit", "async+redis-ratelimits"]  # noqa: RUF012 (limits' own declaration)
 
-    def __init__(self, uri: str, wrap_exceptions: bool = False, **options: Any) -> None:
+    def __init__(self, uri: str, wrap_exceptions: bool = False, **options: float | str | bool) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions, **options)
         settings = settings_of(uri, secure_scheme=uri.startswith("async+redis-ratelimits:"))
         self.key_prefix = settings.key_prefix
@@ -63,7 +64,7 @@ class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
         closed_circuit = self.guard.permit()
         if closed_circuit is not None:
             return self.guard.answer(closed_circuit, when_open, when_closed)
-        sent = time.monotonic()
+        sent = self.guard.now()
         try:
             result = await call()
         except (redis.RedisError, StoreError, OSError) as error:
@@ -75,7 +76,7 @@ class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
 
     async def _peek(self, kind: str, key: str, limit: int, window: int, cost: int = 1) -> list[int]:
         reply = await self.store.call("RL.PEEK", self.prefixed_key(key), kind, limit, max(window, 1), cost)
-        return [integer(field) for field in reply]
+        return integers(reply)
 
     async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
         """The count after the hit, or more than the limit when refused (not counted)."""
@@ -143,7 +144,7 @@ class AsyncRedisRateLimitStorage(Storage, MovingWindowSupport):
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         async def call() -> bool:
             reply = await self.store.call("RL.SLIDINGLOG", self.prefixed_key(key), limit, max(int(expiry), 1), amount)
-            return bool(integer(reply[0]))
+            return bool(integers(reply)[0])
 
         return await self._guarded(call, True, False)
 

@@ -10,14 +10,14 @@ from .decision import NEVER, NOW, Commit, Decision, Evaluation
 from .engine import MISSING, Held, KindMismatch, Verdict, acquire_many, bind, refund
 from .gcra import CellOutcome, Gcra, GcraParams, cell_reply, emission_interval_ns
 from .numbers import Decimal, NumberError, NumberParseError
-from .quota import Quota
+from .quota import AnyQuota, Quota
 from .sliding_log import SlidingLog, SlidingLogChange, SlidingLogParams
 from .token_bucket import TokenBucket, TokenBucketParams
 from .windows import FixedWindow, FixedWindowParams, SlidingWindow, SlidingWindowParams
 
-#: Each kind's quota class, by the kind's short name (its ``kind``, the generated table's
-#: name: ``_kinds.py``); the tests check that every kind of the table has one.
-KINDS: dict[str, type[Quota]] = {
+#: Each kind's quota class, by kind (its ``kind``: the generated ``_kinds.py``'s ``Kind``,
+#: which looks up by short name too); the tests check that every kind of the table has one.
+KINDS: dict[str, type[AnyQuota]] = {
     quota.kind: quota
     for quota in (
         TokenBucketParams,
@@ -32,6 +32,7 @@ KINDS: dict[str, type[Quota]] = {
 __all__ = [
     "KINDS",
     "MISSING",
+    "AnyQuota",
     "NEVER",
     "NOW",
     "CellOutcome",

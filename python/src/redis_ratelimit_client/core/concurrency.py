@@ -68,7 +68,7 @@ class ConcurrencyChange:
 
 
 @dataclass(frozen=True, slots=True)
-class ConcurrencyParams(Quota):
+class ConcurrencyParams(Quota[Concurrency, ConcurrencyChange]):
     limit: int
     ttl_us: int
     holder: bytes | None = None

@@ -11,7 +11,7 @@ from .numbers import I64_MAX
 NOW = 0
 #: ``Retry::Never``: no amount of waiting helps (the cost exceeds the limit).
 NEVER = -1
-# Any other value n >= 1 is ``Retry::AfterMs(n)``.
+# Every other value n >= 1 is ``Retry::AfterMs(n)``.
 
 
 def wait_rank(retry: int) -> tuple[bool, int]:

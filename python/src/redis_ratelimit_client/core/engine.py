@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
+from .._kinds import Kind
 from .decision import NEVER, Commit, Decision, Evaluation, wait_rank
 from .numbers import U64_MAX, clamp, sat_u64
-from .quota import Quota
+from .quota import AnyQuota, C, Quota, S
 
 
 class KindMismatch(Exception):
@@ -22,21 +23,23 @@ class KindMismatch(Exception):
 
 @dataclass(slots=True)
 class Held:
-    """A key's state as the engine sees it: its kind (``None``: missing) and state."""
+    """A key's state as the engine sees it: its kind (``None``: missing) and state (of
+    that kind's quota)."""
 
-    kind: str | None
-    state: Any
+    kind: Kind | None
+    state: object
 
 
 MISSING = Held(None, None)
 
 
-def _state_for(held: Held, quota: Quota, index: int) -> Any:
+def _state_for(held: Held, quota: Quota[S, C], index: int) -> S | None:
     if held.kind is None:
         return None
     if held.kind != quota.kind:
         raise KindMismatch(index)
-    return held.state
+    # A state stored under the quota's kind is that kind's state.
+    return cast("S", held.state)
 
 
 def units_to_evaluate(cost: int, partial_min: int | None, grantable: Sequence[tuple[int, int]]) -> int:
@@ -82,12 +85,12 @@ class Verdict:
     binding: int
     decision: Decision
     per_limit: list[Decision]
-    commits: list[Commit[Any] | None]
+    commits: list[Commit[object] | None]
 
 
 def grant_evaluate(
-    held: Held, quota: Quota, partial_min: int | None, now_us: int, index: int = 0
-) -> tuple[int, Evaluation[Any]]:
+    held: Held, quota: Quota[S, C], partial_min: int | None, now_us: int, index: int = 0
+) -> tuple[int, Evaluation[C]]:
     """A call of ``quota.cost`` units, whole or partial (``grant::evaluate``)."""
     state = _state_for(held, quota, index)
     cost = quota.cost
@@ -103,7 +106,7 @@ def grant_evaluate(
 
 def acquire_many(
     held: Sequence[Held],
-    quotas: Sequence[Quota],
+    quotas: Sequence[AnyQuota],
     weights: Sequence[int],
     cost: int,
     partial_min: int | None,
@@ -116,7 +119,7 @@ def acquire_many(
     if not quotas:
         raise ValueError("a multi-limit call needs at least one limit")
 
-    def quota_for(index: int, units: int) -> Quota:
+    def quota_for(index: int, units: int) -> AnyQuota:
         return quotas[index].with_cost(sat_u64(units * weights[index]))
 
     units = cost
@@ -128,9 +131,9 @@ def acquire_many(
             grantable.append((quota.grantable(state, quota.cost, now_us), weights[index]))
         units = units_to_evaluate(cost, partial_min, grantable)
     per_limit: list[Decision] = []
-    commits: list[Commit[Any] | None] = []
+    commits: list[Commit[object] | None] = []
     costs: list[int] = []
-    charged: list[Quota] = []
+    charged: list[AnyQuota] = []
     for index in range(len(quotas)):
         quota = quota_for(index, units)
         state = _state_for(held[index], quota, index)
@@ -148,7 +151,9 @@ def acquire_many(
     return Verdict(units, binding, decision, per_limit, commits)
 
 
-def _reset_as_it_stands(held: Sequence[Held], quotas: Sequence[Quota], views: Sequence[Decision], now_us: int) -> int:
+def _reset_as_it_stands(
+    held: Sequence[Held], quotas: Sequence[AnyQuota], views: Sequence[Decision], now_us: int
+) -> int:
     reset = 0
     for index, (quota, view) in enumerate(zip(quotas, views, strict=True)):
         if view.allowed:
@@ -161,7 +166,7 @@ def _reset_as_it_stands(held: Sequence[Held], quotas: Sequence[Quota], views: Se
     return reset
 
 
-def refund(held: Held, quota: Quota, now_us: int) -> Evaluation[Any]:
+def refund(held: Held, quota: Quota[S, C], now_us: int) -> Evaluation[C]:
     """Gives a call's cost back to one key's limiter (``engine::refund``)."""
     return quota.refund(_state_for(held, quota, 0), now_us)
 

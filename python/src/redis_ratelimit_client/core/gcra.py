@@ -104,7 +104,7 @@ def _cell_remaining(tolerance: int, interval: int, ttl: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class GcraParams(Quota):
+class GcraParams(Quota[Gcra, Gcra]):
     max_burst: int
     interval_ns: int
     quantity: int = 1

@@ -35,7 +35,7 @@ class SlidingLogChange:
 
 
 @dataclass(frozen=True, slots=True)
-class SlidingLogParams(Quota):
+class SlidingLogParams(Quota[SlidingLog, SlidingLogChange]):
     limit: int
     window_us: int
     cost_units: int = 1

@@ -43,7 +43,7 @@ class TokenBucket:
 
 
 @dataclass(frozen=True, slots=True)
-class TokenBucketParams(Quota):
+class TokenBucketParams(Quota[TokenBucket, TokenBucket]):
     capacity: int
     interval_ns: int
     cost_units: int = 1

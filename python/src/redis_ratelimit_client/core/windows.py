@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from .._kinds import FIXED_WINDOW, SLIDING_WINDOW
 from .decision import NEVER, NOW, Commit, Decision, Evaluation
@@ -22,6 +23,9 @@ from .numbers import (
     window_start_us,
 )
 from .quota import Quota
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 #: Largest limit of a windowed limiter (counts are stored as u32).
 MAX_WINDOW_LIMIT = U32_MAX
@@ -51,14 +55,18 @@ class SlidingWindow:
     current: int
 
 
+#: A windowed limiter's state (it is also what its calls commit).
+W = TypeVar("W", FixedWindow, SlidingWindow)
+
+
 @dataclass(frozen=True, slots=True)
-class _WindowParams(Quota):
+class _WindowParams(Quota[W, W]):
     limit: int
     window_us: int
     cost_units: int = 1
 
     @classmethod
-    def new(cls, limit: int, window_us: int, cost: int = 1) -> _WindowParams:
+    def new(cls, limit: int, window_us: int, cost: int = 1) -> Self:
         if limit > MAX_WINDOW_LIMIT:
             raise WindowParamError("limit_too_large")
         check_window(window_us)
@@ -68,11 +76,11 @@ class _WindowParams(Quota):
     def cost(self) -> int:
         return self.cost_units
 
-    def with_cost(self, cost: int) -> _WindowParams:
+    def with_cost(self, cost: int) -> Self:
         return type(self)(self.limit, self.window_us, max(cost, 1))
 
 
-class FixedWindowParams(_WindowParams):
+class FixedWindowParams(_WindowParams[FixedWindow]):
     __slots__ = ()
     kind = FIXED_WINDOW
 
@@ -110,7 +118,7 @@ class FixedWindowParams(_WindowParams):
 class _FixedView:
     __slots__ = ("count", "now", "start", "window")
 
-    def __init__(self, state: FixedWindow | None, params: _WindowParams, now_us: int) -> None:
+    def __init__(self, state: FixedWindow | None, params: FixedWindowParams, now_us: int) -> None:
         now_us = clamp(now_us, 0, MAX_NOW_US)
         current = window_start_us(now_us, params.window_us)
         start, count = current, 0
@@ -126,14 +134,14 @@ class _FixedView:
     def end(self) -> int:
         return self.start + self.window
 
-    def retry(self, params: _WindowParams, count: int) -> int:
+    def retry(self, params: FixedWindowParams, count: int) -> int:
         if params.cost > params.limit:
             return NEVER
         if sat_u64(count + params.cost) <= params.limit:
             return NOW
         return max(ceil_ms_from_us(self.end() - self.now), 1)
 
-    def decision(self, params: _WindowParams, allowed: bool, count: int, retry: int) -> Decision:
+    def decision(self, params: FixedWindowParams, allowed: bool, count: int, retry: int) -> Decision:
         reset = 0 if count == 0 else ceil_ms_from_us(self.end() - self.now)
         return Decision(allowed, max(params.limit - count, 0), retry, reset, params.limit)
 
@@ -149,7 +157,7 @@ def _earliest_elapsed(weight: int, room: int, window: int) -> int:
     return ceil_div((weight - room) * window, weight)
 
 
-class SlidingWindowParams(_WindowParams):
+class SlidingWindowParams(_WindowParams[SlidingWindow]):
     __slots__ = ()
     kind = SLIDING_WINDOW
 
@@ -190,7 +198,7 @@ class SlidingWindowParams(_WindowParams):
 class _SlidingView:
     __slots__ = ("current", "elapsed", "now", "previous", "start", "window")
 
-    def __init__(self, state: SlidingWindow | None, params: _WindowParams, now_us: int) -> None:
+    def __init__(self, state: SlidingWindow | None, params: SlidingWindowParams, now_us: int) -> None:
         now_us = clamp(now_us, 0, MAX_NOW_US)
         window = params.window_us
         current_start = window_start_us(now_us, window)
@@ -211,11 +219,11 @@ class _SlidingView:
     def weighted(self, previous: int, current: int) -> int:
         return previous * (self.window - self.elapsed) + current * self.window
 
-    def admits(self, params: _WindowParams, previous: int, current: int) -> bool:
+    def admits(self, params: SlidingWindowParams, previous: int, current: int) -> bool:
         with_cost = sat_u64(current + params.cost)
         return self.weighted(previous, with_cost) <= params.limit * self.window
 
-    def admitted_at(self, params: _WindowParams, previous: int, current: int) -> int | None:
+    def admitted_at(self, params: SlidingWindowParams, previous: int, current: int) -> int | None:
         if params.cost > params.limit:
             return None
         room = params.limit - current - params.cost
@@ -226,7 +234,7 @@ class _SlidingView:
         elapsed = _earliest_elapsed(current, room, self.window)
         return self.start + self.window + elapsed
 
-    def retry(self, params: _WindowParams, previous: int, current: int) -> int:
+    def retry(self, params: SlidingWindowParams, previous: int, current: int) -> int:
         at = self.admitted_at(params, previous, current)
         if at is None:
             return NEVER
@@ -241,11 +249,11 @@ class _SlidingView:
             return self.start + self.window
         return None
 
-    def room(self, params: _WindowParams, previous: int, current: int) -> int:
+    def room(self, params: SlidingWindowParams, previous: int, current: int) -> int:
         left = params.limit * self.window - self.weighted(previous, current)
         return min(max(left // self.window, 0), U64_MAX)
 
-    def decision(self, params: _WindowParams, allowed: bool, previous: int, current: int, retry: int) -> Decision:
+    def decision(self, params: SlidingWindowParams, allowed: bool, previous: int, current: int, retry: int) -> Decision:
         empty = self.empty_at(previous, current)
         reset = 0 if empty is None else ceil_ms_from_us(empty - self.now)
         return Decision(allowed, self.room(params, previous, current), retry, reset, params.limit)
