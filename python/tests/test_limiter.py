@@ -50,6 +50,8 @@ def test_the_breaker_opens_after_outages_and_probes() -> None:
             assert (await limiter.check("api", key="b")).source == "fallback"
         assert store.calls == calls, "no store call while open"
         store.down = False
+        # The time is what is tested: the breaker lets a probe through once open 0.2 s. It
+        # must pass for real: the Python limiter reads time.monotonic(), no fake clock.
         await asyncio.sleep(0.25)
         probe = await limiter.check("api", key="b")
         assert probe.source == "store" and not limiter.store_unreachable

@@ -37,6 +37,19 @@ pub fn try_token_bucket(
     Ok(reply.try_into().expect("five integers"))
 }
 
+/// Moves the module's clock `offset_ms` from the server's (`ratelimit.test-clock-offset-ms`,
+/// only in builds with the `test-hooks` feature, which the integration tests load): the fake
+/// clock for a test that needs time to pass for the limiter without waiting it out. Redis's
+/// own clock, that of key expiry, does not move.
+pub fn set_module_clock_offset_ms(con: &mut Connection, offset_ms: i64) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("ratelimit.test-clock-offset-ms")
+        .arg(offset_ms)
+        .query(con)
+        .expect("CONFIG SET ratelimit.test-clock-offset-ms (a module built with test-hooks)");
+}
+
 /// A server error as it was sent: `CODE detail`.
 pub fn error_text(error: &RedisError) -> String {
     match (error.code(), error.detail()) {
@@ -138,6 +151,18 @@ pub fn commandstat_calls(con: &mut Connection, command: &str) -> i64 {
                 .find_map(|part| part.strip_prefix("calls=").and_then(|n| n.parse().ok()))
         })
         .unwrap_or(0)
+}
+
+/// The connections subscribed to some channel (`CLIENT LIST TYPE pubsub`): a test that cut
+/// them waits for this count to come back before it relies on notifications again.
+pub fn pubsub_clients(con: &mut Connection) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(con)
+        .expect("CLIENT LIST TYPE pubsub");
+    list.lines().filter(|line| !line.trim().is_empty()).count()
 }
 
 /// The calls of every one of `commands` so far, summed (`INFO commandstats`).

@@ -415,7 +415,8 @@ fn cluster_failover_keeps_state_and_traffic_follows_the_new_primary() {
 
     // Each round fails over the next shard. A replica that won an election less than
     // 4 × node timeout ago would reuse that election's votes and stale epoch (Redis then
-    // turns it back into a replica), so a node is promoted again only after that.
+    // turns it back into a replica), so a node is promoted again only after that: time that
+    // must pass on Redis's own clock, which no test hook moves.
     let mut elected: Vec<(u16, Instant)> = Vec::new();
     for round in 0..scaled(1, 6) {
         let shard = &mut shards[round % 3];

@@ -84,6 +84,7 @@ fn callers_that_wait_as_told_never_exceed_the_rate() {
                         let at = (before_ms + wait_ms, after_ms + wait_ms);
                         proceeded.lock().unwrap().push(at);
                     }
+                    // The wait is what is tested: each caller waits as it was told.
                     std::thread::sleep(Duration::from_millis(wait_ms as u64));
                 }
             })

@@ -477,6 +477,9 @@ fn an_aof_replays_floors_and_leases_exactly() {
     keys.push(in_flight_keys.0.to_string());
     keys.push(in_flight_keys.1.to_string());
     let before = snapshot(&mut con, &keys);
+    // A real pause, the time being what is tested: a replay that recomputed with the clock at
+    // load time would differ. Real time, not the test hook's offset: that moves only the
+    // module's clock, and a replay could as well read Redis's (a relative expiry).
     std::thread::sleep(Duration::from_millis(1100));
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
     assert_eq!(snapshot(&mut con, &keys), before);

@@ -10,6 +10,7 @@ use http::{Request, Response, StatusCode};
 use redis_ratelimit_client::http::{Check, HeaderOptions, RateLimitLayer};
 use redis_ratelimit_client::store::MemoryStore;
 use redis_ratelimit_client::{Algorithm, Fallback, Limit, Policy, RateLimiter};
+use tokio::sync::Notify;
 use tower::ServiceExt;
 
 fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router {
@@ -269,18 +270,28 @@ async fn in_flight_slots_are_released_when_the_service_has_answered() {
         .policy(policy)
         .build()
         .unwrap();
-    let app = Router::new()
-        .route(
-            "/",
-            get(|| async {
-                tokio::time::sleep(Duration::from_millis(300)).await;
+    // The service holds a request until the test lets it go: its slot is taken for as long
+    // as the test needs, with no guess at how long that is.
+    let (entered, let_go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler = {
+        let (entered, let_go) = (Arc::clone(&entered), Arc::clone(&let_go));
+        move || {
+            let (entered, let_go) = (Arc::clone(&entered), Arc::clone(&let_go));
+            async move {
+                entered.notify_one();
+                let_go.notified().await;
                 "slow"
-            }),
-        )
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/", get(handler))
         .route_layer(RateLimitLayer::new(limiter, |_| Some(Check::new("slots"))));
     let (first, second) = tokio::join!(get_with_key(&app, "/", None), async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        get_with_key(&app, "/", None).await
+        entered.notified().await;
+        let second = get_with_key(&app, "/", None).await;
+        let_go.notify_one();
+        second
     });
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(
@@ -294,5 +305,6 @@ async fn in_flight_slots_are_released_when_the_service_has_answered() {
     );
     assert_eq!(header(&second, "ratelimit"), Some(r#""in-flight";r=0"#));
     // The first request has been answered: its slot is free again.
+    let_go.notify_one();
     assert_eq!(get_with_key(&app, "/", None).await.status(), StatusCode::OK);
 }

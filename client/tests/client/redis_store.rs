@@ -324,6 +324,7 @@ async fn slow_proxy(target: u16, delay: Duration) -> u16 {
                 Ok(0) | Err(_) => return,
                 Ok(read) => read,
             };
+            // The delay is what is simulated: a server far away.
             tokio::time::sleep(delay).await;
             if to.write_all(&buffer[..read]).await.is_err() {
                 return;

@@ -12,8 +12,8 @@ use redis_ratelimit_plans::plan_store;
 use redis_ratelimit_plans::snapshot::Rule;
 use redis_ratelimit_plans::spec::Pattern;
 use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
-use redis_ratelimit_testkit::helpers::write_marks;
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::helpers::{commandstat_calls, write_marks};
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
 
 use crate::plans::{check, limiter, quotas, rlctl, rlctl_ok, spec, store_version, url};
 
@@ -272,7 +272,17 @@ async fn an_unreadable_field_is_skipped_with_a_warning_and_repaired_by_name() {
     // Deleted, repaired, deleted by name (even one no pattern parses to). A replica applies
     // no store it cannot read whole: it keeps version 2, and says so, until the last repair.
     rlctl_ok(&server, &["plan", "delete", "broken"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once the replica has read the changed store again (whole, with HGETALL, every 100 ms
+    // while its version is not the store's; rlctl has exited), it still holds version 2.
+    let reads = commandstat_calls(&mut con, "hgetall");
+    let read_again = {
+        let server = &server;
+        wait_until_async(Duration::from_secs(5), || async move {
+            commandstat_calls(&mut server.conn(), "hgetall") > reads
+        })
+        .await
+    };
+    assert!(read_again, "the replica never read the store again");
     assert_eq!(replica.status(), PlanStatus::Loaded(2));
     assert_eq!(replica.version(), 2);
     rlctl_ok(

@@ -13,8 +13,8 @@ use redis_ratelimit_plans::edit;
 use redis_ratelimit_plans::plan_store::{self, PlanStoreError};
 use redis_ratelimit_plans::spec::LimitSpec;
 use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
-use redis_ratelimit_testkit::helpers::write_marks;
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::helpers::{pubsub_clients, write_marks};
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
 
 pub(super) fn url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}/", server.port)
@@ -653,6 +653,8 @@ async fn the_backstop_catches_up_without_notifications_and_after_a_cut_subscript
     }
     // Cut every subscription, change at once: the version check (or the resubscription's
     // read) catches up within the period.
+    let subscribers = pubsub_clients(&mut server.conn());
+    assert_eq!(subscribers, 1, "one limiter subscribes");
     let _: redis::Value = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -666,7 +668,14 @@ async fn the_backstop_catches_up_without_notifications_and_after_a_cut_subscript
         "after the cut: {took:?}"
     );
     // And notifications work again once resubscribed.
-    tokio::time::sleep(period * 2).await;
+    let resubscribed = {
+        let server = &server;
+        wait_until_async(Duration::from_secs(5), || async move {
+            pubsub_clients(&mut server.conn()) == subscribers
+        })
+        .await
+    };
+    assert!(resubscribed, "the limiter never subscribed again");
     rlctl_ok(&server, &["plan", "set", "p", "--limit", "a=fixed:10/1d"]);
     until_version(&subscribed, store_version(&server), Duration::from_secs(2)).await;
 }

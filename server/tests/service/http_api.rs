@@ -1,6 +1,8 @@
 //! The HTTP JSON API.
 
-use redis_ratelimit_testkit::server::Server;
+use std::time::Duration;
+
+use redis_ratelimit_testkit::server::{Server, wait_until};
 use serde_json::json;
 
 use crate::harness::{Service, TempDir};
@@ -235,26 +237,23 @@ fn a_rotated_token_file_is_read_again_and_a_bad_one_keeps_the_old() {
         std::fs::rename(secrets.0.join("token.next"), &token_file).unwrap();
     };
     rotate("second\n");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while status("second") != 200 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new token was never read"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || status("second") == 200),
+        "the new token was never read"
+    );
     assert_eq!(status("first"), 401);
     // An empty file is no token: logged, and the token in force stays.
     rotate("");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !service
-        .log()
-        .contains("the token read before stays in force")
-    {
-        assert_eq!(status("second"), 200, "the token in force stays");
-        assert!(std::time::Instant::now() < deadline, "{}", service.log());
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            assert_eq!(status("second"), 200, "the token in force stays");
+            service
+                .log()
+                .contains("the token read before stays in force")
+        }),
+        "{}",
+        service.log()
+    );
     assert_eq!(status("second"), 200);
     assert!(
         service.log().contains("its new token is in force"),
