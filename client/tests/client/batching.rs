@@ -12,6 +12,8 @@ use redis_ratelimit_client::store::{
 };
 use redis_ratelimit_testkit::server::Server;
 
+use super::one;
+
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn store(server: &Server, batch: BatchOptions) -> Arc<RedisStore> {
@@ -158,18 +160,7 @@ async fn a_check_on_an_idle_store_is_never_held() {
     let window = Algorithm::fixed_window(100, HOUR).unwrap();
     for i in 0..20 {
         let key = format!("idle{i}");
-        let request = Acquire {
-            limits: vec![LimitCall {
-                key: &key,
-                algorithm: &window,
-                weight: 1,
-                max_wait: None,
-                lease_suffix: None,
-            }],
-            units: 1,
-            partial_min: None,
-            holder: None,
-        };
+        let request = one(&key, &window);
         let started = Instant::now();
         assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
         // Held for the window, it would take 200 ms.

@@ -13,8 +13,9 @@ use redis_ratelimit_client::{Algorithm, Fallback, Limit, Policy, RateLimiter};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 
-fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router {
-    let policy = Policy::builder("api")
+/// Policy "api": "per-key", a bucket of 2 per 20 s of each `key` input.
+fn per_key(fallback: Fallback) -> Policy {
+    Policy::builder("api")
         .limit(
             Limit::new(
                 "per-key",
@@ -25,8 +26,14 @@ fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router
         )
         .fallback(fallback)
         .build()
+        .unwrap()
+}
+
+fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router {
+    let limiter = RateLimiter::builder(store)
+        .policy(per_key(fallback))
+        .build()
         .unwrap();
-    let limiter = RateLimiter::builder(store).policy(policy).build().unwrap();
     let layer = RateLimitLayer::new(limiter, |request| {
         if request.uri.path() == "/free" {
             return None;
@@ -179,19 +186,8 @@ async fn a_check_that_cannot_be_made_is_a_500() {
 
     // The detail goes where the service says.
     let reported = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let policy = Policy::builder("api")
-        .limit(
-            Limit::new(
-                "per-key",
-                Algorithm::token_bucket(2, Duration::from_secs(20)).unwrap(),
-                "rl:{key}",
-            )
-            .unwrap(),
-        )
-        .build()
-        .unwrap();
     let limiter = RateLimiter::builder(MemoryStore::new())
-        .policy(policy)
+        .policy(per_key(Fallback::Local))
         .build()
         .unwrap();
     let sink = Arc::clone(&reported);

@@ -389,15 +389,20 @@ async fn fallback_open_admits_and_closed_denies() {
     assert!(decision.retry_after.unwrap() >= Duration::from_secs(1));
 }
 
-#[tokio::test]
-async fn fallback_local_enforces_this_replicas_share() {
+/// One of 4 replicas, its store down, falling back to its share of a limit of `capacity`.
+fn one_of_4_on_a_store_down(capacity: u64) -> RateLimiter {
     let store = Arc::new(MemoryStore::new());
     store.set_down(true);
-    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
-        .policy(failing_policy(Fallback::Local, 30))
+    RateLimiter::builder_shared(store as Arc<dyn Store>)
+        .policy(failing_policy(Fallback::Local, capacity))
         .replicas(Replicas::fixed(4))
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn fallback_local_enforces_this_replicas_share() {
+    let limiter = one_of_4_on_a_store_down(30);
     let mut admitted = 0;
     for _ in 0..20 {
         let decision = limiter.check("api", &user("ann")).await.unwrap();
@@ -467,13 +472,7 @@ async fn a_key_has_one_local_share_whatever_checks_it() {
 
 #[tokio::test]
 async fn a_share_below_one_unit_admits_nothing_locally() {
-    let store = Arc::new(MemoryStore::new());
-    store.set_down(true);
-    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
-        .policy(failing_policy(Fallback::Local, 3))
-        .replicas(Replicas::fixed(4))
-        .build()
-        .unwrap();
+    let limiter = one_of_4_on_a_store_down(3);
     assert!(!limiter.check("api", &user("ann")).await.unwrap().allowed);
 }
 
@@ -574,20 +573,7 @@ fn metrics_count_decisions_by_outcome_source_and_backend() {
             limiter.check("api", &user("bob")).await.unwrap();
         });
     });
-    let mut counts = std::collections::BTreeMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let key = key.key();
-        let labels: Vec<String> = key
-            .labels()
-            .map(|label| format!("{}={}", label.key(), label.value()))
-            .collect();
-        let value = match value {
-            DebugValue::Counter(count) => count as f64,
-            DebugValue::Gauge(value) => value.into_inner(),
-            DebugValue::Histogram(values) => values.len() as f64,
-        };
-        counts.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-    }
+    let counts = super::series(&snapshotter);
     let get = |name: &str| counts.get(name).copied().unwrap_or(0.0);
     assert_eq!(
         get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store,backend=memory}"),

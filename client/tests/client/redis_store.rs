@@ -12,26 +12,12 @@ use redis_ratelimit_client::store::{
 use redis_ratelimit_client::{Algorithm, Policy};
 use redis_ratelimit_testkit::server::Server;
 
+use super::one;
+
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}/", server.port)
-}
-
-/// A call of one unit on one limit.
-fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
-    Acquire {
-        limits: vec![LimitCall {
-            key,
-            algorithm,
-            weight: 1,
-            max_wait: None,
-            lease_suffix: None,
-        }],
-        units: 1,
-        partial_min: None,
-        holder: None,
-    }
 }
 
 /// One step of a scripted sequence: acquire (units, partial min) or refund (units) on some
@@ -423,7 +409,7 @@ fn decisions_on(
     Vec<redis_ratelimit_client::Source>,
     std::collections::BTreeMap<String, f64>,
 ) {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use metrics_util::debugging::DebuggingRecorder;
     use redis_ratelimit_client::{Inputs, Lease, Limit, Policy, RateLimiter};
 
     let recorder = DebuggingRecorder::new();
@@ -461,26 +447,11 @@ fn decisions_on(
             (store.backend(), sources)
         })
     });
-    let mut series = std::collections::BTreeMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let key = key.key();
-        if !matches!(
-            key.name(),
-            "ratelimit_decisions_total" | "ratelimit_store_backend"
-        ) {
-            continue;
-        }
-        let labels: Vec<String> = key
-            .labels()
-            .map(|label| format!("{}={}", label.key(), label.value()))
-            .collect();
-        let value = match value {
-            DebugValue::Counter(count) => count as f64,
-            DebugValue::Gauge(value) => value.into_inner(),
-            DebugValue::Histogram(values) => values.len() as f64,
-        };
-        series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-    }
+    let mut series = super::series(&snapshotter);
+    series.retain(|name, _| {
+        name.starts_with("ratelimit_decisions_total{")
+            || name.starts_with("ratelimit_store_backend{")
+    });
     (backend, sources, series)
 }
 

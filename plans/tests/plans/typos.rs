@@ -283,39 +283,24 @@ async fn plan_set_drops_limits_only_with_replace_and_says_which() {
             "per-hour=fixed:100/1h",
         ],
     );
-    let dry = rlctl_ok(
-        &server,
-        &[
-            "--dry-run",
-            "plan",
-            "set",
-            "pro",
-            "--limit",
-            "per-minute=sliding:2000/60s",
-            "--replace",
-        ],
-    );
-    assert!(
-        dry.contains("dropped from plan 'pro': per-day=fixed:5/1d per-hour=fixed:100/1h"),
-        "{dry}"
-    );
+    // With --replace: a dry run says what it would drop and writes nothing; the run drops it.
+    let replace = [
+        "plan",
+        "set",
+        "pro",
+        "--limit",
+        "per-minute=sliding:2000/60s",
+        "--replace",
+    ];
     let version = store_version(&server);
-    let replaced = rlctl_ok(
-        &server,
-        &[
-            "plan",
-            "set",
-            "pro",
-            "--limit",
-            "per-minute=sliding:2000/60s",
-            "--replace",
-        ],
-    );
-    assert!(
-        replaced.contains("dropped from plan 'pro': per-day=fixed:5/1d per-hour=fixed:100/1h"),
-        "{replaced}"
-    );
-    assert_eq!(store_version(&server), version + 1);
+    for (flags, version_after) in [(&["--dry-run"][..], version), (&[], version + 1)] {
+        let said = rlctl_ok(&server, &[flags, &replace[..]].concat());
+        assert!(
+            said.contains("dropped from plan 'pro': per-day=fixed:5/1d per-hour=fixed:100/1h"),
+            "{flags:?}: {said}"
+        );
+        assert_eq!(store_version(&server), version_after, "{flags:?}");
+    }
     assert_eq!(
         effective(&server, "acme"),
         ["per-minute=sliding:2000/1m plan pro"]
