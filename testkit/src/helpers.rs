@@ -9,6 +9,22 @@ pub fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// Runs a command given as its words (`run(con, "DEBUG SET-ACTIVE-EXPIRE 0")`), whatever it
+/// replies; an error reply fails the test, naming the command.
+pub fn run(con: &mut Connection, line: &str) {
+    let words = words(line);
+    let Some((name, args)) = words.split_first() else {
+        panic!("an empty command line")
+    };
+    let mut command = redis::cmd(name);
+    for arg in args {
+        command.arg(*arg);
+    }
+    let _: () = command
+        .query(con)
+        .unwrap_or_else(|error| panic!("{line}: {error}"));
+}
+
 /// `RL.TOKENBUCKET key capacity rate [cost]` → the five reply integers.
 pub fn token_bucket(
     con: &mut Connection,
@@ -163,6 +179,17 @@ pub fn pubsub_clients(con: &mut Connection) -> usize {
         .query(con)
         .expect("CLIENT LIST TYPE pubsub");
     list.lines().filter(|line| !line.trim().is_empty()).count()
+}
+
+/// Closes every connection subscribed to a channel (`CLIENT KILL TYPE pubsub`): the cut a
+/// subscriber must recover from.
+pub fn cut_subscriptions(con: &mut Connection) {
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(con)
+        .expect("CLIENT KILL TYPE pubsub");
 }
 
 /// The calls of every one of `commands` so far, summed (`INFO commandstats`).

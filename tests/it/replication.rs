@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::helpers::{
-    commandstat_calls, error_text, keys, mixed_traffic, snapshot, token_bucket, wait_replicas,
+    commandstat_calls, error_text, keys, mixed_traffic, run, snapshot, token_bucket, wait_replicas,
     write_marks,
 };
 use crate::server::{Server, info_int, primary_and_replica, wait_until};
@@ -34,11 +34,7 @@ fn a_lagging_replica_ends_byte_identical() {
             .unwrap()
             .get_connection()
             .unwrap();
-        let _: () = redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg(2)
-            .query(&mut con)
-            .unwrap();
+        run(&mut con, "DEBUG SLEEP 2");
     });
     assert!(
         wait_until(Duration::from_secs(5), || asleep(port)),

@@ -11,7 +11,8 @@ use redis_ratelimit_client::http::{Check, HeaderOptions, RateLimitLayer};
 use redis_ratelimit_client::store::MemoryStore;
 use redis_ratelimit_client::{Algorithm, Fallback, Limit, Policy, RateLimiter};
 use tokio::sync::Notify;
-use tower::ServiceExt;
+
+use super::{header, send};
 
 /// Policy "api": "per-key", a bucket of 2 per 20 s of each `key` input.
 fn per_key(fallback: Fallback) -> Policy {
@@ -27,6 +28,15 @@ fn per_key(fallback: Fallback) -> Policy {
         .fallback(fallback)
         .build()
         .unwrap()
+}
+
+/// The app on a fresh in-memory store, with the default header fields.
+fn default_app() -> Router {
+    app(
+        Fallback::Local,
+        MemoryStore::new(),
+        HeaderOptions::default(),
+    )
 }
 
 fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router {
@@ -57,14 +67,7 @@ async fn get_with_key(app: &Router, path: &str, key: Option<&str>) -> Response<B
     if let Some(key) = key {
         request = request.header("x-api-key", key);
     }
-    app.clone()
-        .oneshot(request.body(Body::empty()).unwrap())
-        .await
-        .unwrap()
-}
-
-fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
-    response.headers().get(name).map(|v| v.to_str().unwrap())
+    send(app, request).await
 }
 
 async fn body(response: Response<Body>) -> String {
@@ -76,11 +79,7 @@ async fn body(response: Response<Body>) -> String {
 
 #[tokio::test]
 async fn admitted_responses_carry_the_fields_refusals_are_429_problems() {
-    let app = app(
-        Fallback::Local,
-        MemoryStore::new(),
-        HeaderOptions::default(),
-    );
+    let app = default_app();
     let first = get_with_key(&app, "/", Some("alice")).await;
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(
@@ -158,11 +157,7 @@ async fn fields_only_on_refusals_when_asked() {
 
 #[tokio::test]
 async fn unclassified_requests_pass_untouched() {
-    let app = app(
-        Fallback::Local,
-        MemoryStore::new(),
-        HeaderOptions::default(),
-    );
+    let app = default_app();
     for _ in 0..5 {
         let response = get_with_key(&app, "/free", None).await;
         assert_eq!(response.status(), StatusCode::OK);
@@ -172,11 +167,7 @@ async fn unclassified_requests_pass_untouched() {
 
 #[tokio::test]
 async fn a_check_that_cannot_be_made_is_a_500() {
-    let app = app(
-        Fallback::Local,
-        MemoryStore::new(),
-        HeaderOptions::default(),
-    );
+    let app = default_app();
     let response = get_with_key(&app, "/", None).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     // The detail (which input, which template) is the operator's, not the client's.

@@ -10,6 +10,7 @@ use redis_ratelimit_client::{
     Algorithm, BreakerConfig, CheckError, FakeClock, Fallback, Inputs, Job, JobLimit, Lease, Limit,
     Outcome, Policy, Profile, RateLimiter, Replicas, Source,
 };
+use redis_ratelimit_testkit::server::wait_until_async;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -146,10 +147,7 @@ async fn without_rl_multi_every_limit_is_its_own_call() {
 #[tokio::test]
 async fn a_denial_is_remembered_until_its_retry_after() {
     let store = Arc::new(MemoryStore::new());
-    let policy = Policy::builder("api")
-        .limit(limit("per-user", 1, "rl:{user}"))
-        .build()
-        .unwrap();
+    let policy = per_user_policy(1);
     let limiter = limiter_on(&store, policy);
     assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
     let denied = limiter.check("api", &user("ann")).await.unwrap();
@@ -173,10 +171,7 @@ async fn a_denial_is_remembered_until_its_retry_after() {
 #[tokio::test]
 async fn a_cost_above_a_limit_is_never_admitted() {
     let store = Arc::new(MemoryStore::new());
-    let policy = Policy::builder("api")
-        .limit(limit("per-user", 5, "rl:{user}"))
-        .build()
-        .unwrap();
+    let policy = per_user_policy(5);
     let limiter = limiter_on(&store, policy);
     let decision = limiter.check_cost("api", &user("ann"), 6).await.unwrap();
     assert!(!decision.allowed);
@@ -287,22 +282,21 @@ async fn unspent_lease_units_are_refunded_after_the_lifetime() {
     // Once the first replica's lease expires its 7 units go back to the store (at the
     // sweeper's next round, every half lifetime).
     clock.advance(lifetime);
-    let deadline = Instant::now() + Duration::from_secs(5);
     let policy_without_cache = Policy::builder("peek")
         .limit(limit("per-user", 10, "rl:{user}"))
         .deny_cache(false)
         .build()
         .unwrap();
-    let peek = limiter_on(&store, policy_without_cache);
-    loop {
+    let peek = &limiter_on(&store, policy_without_cache);
+    let refunded = wait_until_async(Duration::from_secs(5), || async move {
         let decision = peek.check("peek", &user("ann")).await.unwrap();
         if decision.allowed {
             assert_eq!(decision.remaining(), 6, "7 refunded, 1 taken by this check");
-            break;
         }
-        assert!(Instant::now() < deadline, "the lease was never refunded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        decision.allowed
+    })
+    .await;
+    assert!(refunded, "the lease was never refunded");
 }
 
 #[tokio::test]
@@ -356,6 +350,14 @@ async fn leases_never_admit_more_than_the_quota() {
         admitted >= 400 - 2 * 4 * 7,
         "admitted {admitted}: too many units stuck in leases"
     );
+}
+
+/// Policy "api": "per-user", a limit of `capacity` on `rl:{user}`.
+fn per_user_policy(capacity: u64) -> Policy {
+    Policy::builder("api")
+        .limit(limit("per-user", capacity, "rl:{user}"))
+        .build()
+        .unwrap()
 }
 
 fn failing_policy(fallback: Fallback, capacity: u64) -> Policy {
@@ -644,13 +646,7 @@ fn metrics_follow_the_recorder_in_scope() {
         .unwrap();
     let store = Arc::new(MemoryStore::new());
     let limiter = runtime.block_on(async {
-        let limiter = limiter_on(
-            &store,
-            Policy::builder("api")
-                .limit(limit("per-user", 100, "rl:{user}"))
-                .build()
-                .unwrap(),
-        );
+        let limiter = limiter_on(&store, per_user_policy(100));
         // No recorder yet: counted nowhere (the facade's no-op recorder).
         limiter.check("api", &user("ann")).await.unwrap();
         limiter

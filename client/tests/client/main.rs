@@ -24,9 +24,13 @@
 
 use std::collections::BTreeMap;
 
+use ::http::Response;
+use axum::Router;
+use axum::body::Body;
 use metrics_util::debugging::{DebugValue, Snapshotter};
 use redis_ratelimit_client::Algorithm;
 use redis_ratelimit_client::store::{Acquire, LimitCall};
+use tower::ServiceExt;
 
 mod batching;
 mod burst;
@@ -79,6 +83,19 @@ fn series(snapshotter: &Snapshotter) -> BTreeMap<String, f64> {
         series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
     }
     series
+}
+
+/// Sends `request`, its body empty, through `app`.
+async fn send(app: &Router, request: ::http::request::Builder) -> Response<Body> {
+    app.clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// A response's header field, as text.
+fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
+    response.headers().get(name).map(|v| v.to_str().unwrap())
 }
 
 /// Held by the tests that load the machine (fleets of processes, load generators): run one

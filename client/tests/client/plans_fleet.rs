@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_testkit::helpers::pubsub_clients;
+use redis_ratelimit_testkit::helpers::{cut_subscriptions, pubsub_clients};
 use redis_ratelimit_testkit::server::{Server, wait_until};
 
 use super::fleet::{fleet, url};
@@ -261,12 +261,7 @@ fn plan_changes_reach_every_replica_within_a_second() {
     );
     let mut cut = Vec::new();
     for round in 0..3u64 {
-        let _: redis::Value = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("pubsub")
-            .query(&mut server.conn())
-            .unwrap();
+        cut_subscriptions(&mut server.conn());
         let raised = 400_000 + round;
         cut.extend(propagation(
             &server,

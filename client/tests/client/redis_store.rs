@@ -10,7 +10,7 @@ use redis_ratelimit_client::store::{
     Refund, Store, StoreBackend, StoreError,
 };
 use redis_ratelimit_client::{Algorithm, Policy};
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
 
 use super::one;
 
@@ -349,18 +349,16 @@ async fn a_connection_slower_to_set_up_than_the_timeout_still_gets_made() {
         .build()
         .unwrap();
     let limiter = RateLimiter::builder(store).policy(policy).build().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let limiter = &limiter;
+    let connected = wait_until_async(Duration::from_secs(10), || async move {
         let decision = limiter.check("api", &Inputs::new()).await.unwrap();
-        if decision.source == Source::Store(StoreBackend::Module) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never connected: each check's timeout cancelled the connection attempt"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        decision.source == Source::Store(StoreBackend::Module)
+    })
+    .await;
+    assert!(
+        connected,
+        "never connected: each check's timeout cancelled the connection attempt"
+    );
 }
 
 #[tokio::test]
@@ -371,11 +369,12 @@ async fn a_restarted_server_is_reconnected_to() {
     let request = one("k", &bucket);
     assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
     server.restart(&[]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.acquire(&request).await.is_err() {
-        assert!(Instant::now() < deadline, "never reconnected");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (store, request) = (&store, &request);
+    let reconnected = wait_until_async(Duration::from_secs(10), || async move {
+        store.acquire(request).await.is_ok()
+    })
+    .await;
+    assert!(reconnected, "never reconnected");
 }
 
 #[tokio::test]

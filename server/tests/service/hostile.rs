@@ -109,6 +109,19 @@ fn open_fds(pid: u32) -> usize {
         .count()
 }
 
+/// `each` idle connections to each of `addresses` (those the kernel takes within 500 ms).
+fn connect_many(addresses: &[SocketAddr], each: usize) -> Vec<TcpStream> {
+    let mut sockets = Vec::new();
+    for address in addresses {
+        for _ in 0..each {
+            if let Ok(stream) = TcpStream::connect_timeout(address, Duration::from_millis(500)) {
+                sockets.push(stream);
+            }
+        }
+    }
+    sockets
+}
+
 /// CPU time (user + system) in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -919,14 +932,7 @@ fn a_connection_flood_is_capped() {
     );
     let pid = service.pid();
     let before = open_fds(pid);
-    let mut sockets = Vec::new();
-    for address in [service.http, service.grpc] {
-        for _ in 0..300 {
-            if let Ok(stream) = TcpStream::connect_timeout(&address, Duration::from_millis(500)) {
-                sockets.push(stream);
-            }
-        }
-    }
+    let sockets = connect_many(&[service.http, service.grpc], 300);
     // Measured once the service took in a listener's bound (32) of them: the most it holds
     // (the idle ones are closed at the header timeout, and others taken in their place).
     assert!(
@@ -958,14 +964,7 @@ fn accepting_backs_off_when_out_of_file_descriptors() {
     let mut service =
         Service::start_limited(&redis_url(&redis), &[("hostile.yaml", CONFIG)], &[], 96);
     let pid = service.pid();
-    let mut sockets = Vec::new();
-    for address in [service.grpc, service.http] {
-        for _ in 0..150 {
-            if let Ok(stream) = TcpStream::connect_timeout(&address, Duration::from_millis(500)) {
-                sockets.push(stream);
-            }
-        }
-    }
+    let sockets = connect_many(&[service.grpc, service.http], 150);
     assert!(
         wait_until(Duration::from_secs(10), || open_fds(pid) >= 94),
         "the descriptors ran out: {} open",
