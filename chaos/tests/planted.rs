@@ -104,6 +104,8 @@ fn short_run(plant: Option<Plant>) -> (Report, Vec<FaultRecord>) {
         RUN,
         &dir.join(run::MAIN),
     );
+    // The fault's schedule is the scenario: STOP_AT of traffic on the store, then the server
+    // stopped for STOP_FOR (the fallbacks decide), in a run of fixed length.
     std::thread::sleep(STOP_AT);
     let start_us = now_us();
     signal(&pid, "-STOP");

@@ -138,6 +138,8 @@ fn the_store_follows_the_primary_through_a_sentinel_failover() {
         duration,
         &dir.path,
     );
+    // The schedule is the scenario: steady traffic on the store before the kill (the bound
+    // is the last second's admissions), the failover in the rest of the fleet's fixed run.
     std::thread::sleep(Duration::from_secs(7));
     let kill_us = now_us();
     primary.kill();

@@ -154,6 +154,8 @@ fn chaos_soak() {
         schedule.swap(i, j);
     }
     let mut faults: Vec<FaultRecord> = Vec::new();
+    // The schedule is the soak: 3 s of clean traffic, then faults 1 to 3 s apart (seeded)
+    // until QUIET_END before the end of a run of fixed length.
     std::thread::sleep(Duration::from_secs(3));
     while traffic_start.elapsed() + QUIET_END < duration {
         let kind = schedule

@@ -113,6 +113,41 @@ impl<A: Algorithm> Driver<A> {
     }
 }
 
+/// A row of a reply table: now (µs after [`T0_US`]), then the reply's allowed, remaining,
+/// retry_after_ms and reset_after_ms.
+pub(crate) type Reply = (i64, bool, u64, i64, u64);
+
+/// Calls `key` with `params` (whose limit is `limit`) at each row's instant: the reply must
+/// be the row's, the instant named when it is not.
+pub(crate) fn assert_replies<A: Algorithm>(
+    key: &mut Driver<A>,
+    params: &A::Params,
+    limit: i64,
+    rows: &[Reply],
+) {
+    for &(offset, allowed, remaining, retry, reset) in rows {
+        assert_eq!(
+            key.call(params, T0_US + offset).reply_fields(),
+            [
+                i64::from(allowed),
+                remaining as i64,
+                retry,
+                reset as i64,
+                limit
+            ],
+            "at +{offset}µs"
+        );
+    }
+}
+
+/// A cost of 6 against a limit of 5 (`params`) on a missing key: denied for good (retry
+/// -1), 5 remaining, and nothing to write.
+pub(crate) fn assert_six_of_five_is_never_admitted<A: Algorithm>(params: &A::Params) {
+    let evaluation = A::evaluate(None, params, T0_US);
+    assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
+    assert!(evaluation.commit.is_none());
+}
+
 /// One call (or refund) of a traffic sequence.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Step<P> {

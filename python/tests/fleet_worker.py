@@ -1,12 +1,12 @@
-"""One replica of a fleet, as its own process: ``python fleet_worker.py PORT CHECKS START``
-waits until the Unix instant START, makes CHECKS checks of one key and prints how many the
-limiter admitted and from where (JSON)."""
+"""One replica of a fleet, as its own process: ``python fleet_worker.py PORT CHECKS``
+connects, prints ``ready``, waits for a line on its input (the fleet's start, once every
+replica is ready), makes CHECKS checks of one key and prints how many the limiter admitted
+and from where (JSON)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 
 import redis
 
@@ -14,11 +14,12 @@ from redis_ratelimit_client import Limit, Policy, SyncRateLimiter
 
 
 def main() -> None:
-    port, checks, start = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    port, checks = int(sys.argv[1]), int(sys.argv[2])
     policy = Policy("fleet", [Limit.token_bucket("per-key", 30, refill=3600, key="fleet:{key}")], timeout=2)
     limiter = SyncRateLimiter(redis.Redis(port=port), [policy], replicas=3)
     limiter.connect()
-    time.sleep(max(start - time.time(), 0))
+    print("ready", flush=True)
+    sys.stdin.readline()
     decisions = [limiter.check("fleet", key="shared") for _ in range(checks)]
     sources: dict[str, int] = {}
     for decision in decisions:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import redis
 
+from polling import wait_for
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 CLI = os.environ.get("REDIS_CLI") or (SERVER[: -len("-server")] + "-cli" if SERVER.endswith("-server") else "redis-cli")
@@ -230,17 +232,14 @@ class Cluster:
                 "--cluster-yes",
             ]
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                states = [n.client().execute_command("CLUSTER", "INFO") for n in self.nodes]
-                if all(b"cluster_state:ok" in (s if isinstance(s, bytes) else s.encode()) for s in states):
-                    break
-                time.sleep(0.1)
-            else:
-                raise RuntimeError("the cluster did not converge")
+            wait_for(self._converged, "the cluster to converge", within_s=30)
         except BaseException:
             self.stop()
             raise
+
+    def _converged(self) -> bool:
+        states = [n.client().execute_command("CLUSTER", "INFO") for n in self.nodes]
+        return all(b"cluster_state:ok" in (s if isinstance(s, bytes) else s.encode()) for s in states)
 
     def stop(self) -> None:
         for node in self.nodes:

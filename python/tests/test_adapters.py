@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis
 import redis.asyncio as aredis
 
 from django_setup import django_settings
 from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
-from servers import Server, start
+from servers import Server
 
 # A 0.5 s timeout: this shared machine runs at a load of 5-10, and these tests are about the
 # answers, not the latency (test_outage.py is).
@@ -26,15 +24,6 @@ POLICIES = [
     Policy("uploads", [Limit.concurrency("in-flight", 1, 30, key="uploads:{key}")], timeout=0.5),
     Policy("closed", [Limit.token_bucket("per-key", 3, refill=60, key="closed:{key}")], fallback="closed", timeout=0.5),
 ]
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    server = start("module")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def assert_refusal(status: int, headers: Any, body: bytes, limit: str) -> None:
@@ -49,7 +38,7 @@ def assert_refusal(status: int, headers: Any, body: bytes, limit: str) -> None:
     assert problem["violated-policies"] == [limit]
 
 
-def test_starlette_middleware_and_fastapi_dependency(server: Server) -> None:
+def test_starlette_middleware_and_fastapi_dependency(module_server: Server) -> None:
     from fastapi import Depends, FastAPI
     from fastapi.testclient import TestClient
 
@@ -57,7 +46,7 @@ def test_starlette_middleware_and_fastapi_dependency(server: Server) -> None:
     from redis_ratelimit_client.contrib.fastapi import install, limit
 
     app = FastAPI()
-    limiter = RateLimiter(aredis.Redis(port=server.port), POLICIES)
+    limiter = RateLimiter(aredis.Redis(port=module_server.port), POLICIES)
     install(app, limiter)
     app.add_middleware(
         RateLimitMiddleware,
@@ -115,17 +104,17 @@ def test_starlette_middleware_and_fastapi_dependency(server: Server) -> None:
         dependency = [client.get("/closed") for _ in range(4)]
         assert [d.status_code for d in dependency] == [200, 200, 200, 429]
         assert_refusal(dependency[3].status_code, dependency[3].headers, dependency[3].content, "per-key")
-        server.pause()
+        module_server.pause()
         try:
             refused = client.get("/closed", headers={"x-api-key": "new"})
         finally:
-            server.resume()
+            module_server.resume()
         assert refused.status_code == 503
         assert refused.json()["type"].endswith("#temporary-reduced-capacity")
         assert "ratelimit" not in refused.headers and int(refused.headers["retry-after"]) >= 1
 
 
-def test_flask_extension_and_decorator(server: Server) -> None:
+def test_flask_extension_and_decorator(module_server: Server) -> None:
     import flask
 
     from redis_ratelimit_client.contrib.flask import RateLimit
@@ -133,7 +122,7 @@ def test_flask_extension_and_decorator(server: Server) -> None:
     app = flask.Flask(__name__)
     ratelimit = RateLimit(
         app,
-        SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
+        SyncRateLimiter(redis.Redis(port=module_server.port), POLICIES),
         default="api",
         key=lambda request: request.headers.get("x-api-key", "anonymous"),
         exempt=["/healthz"],
@@ -170,13 +159,13 @@ def test_flask_extension_and_decorator(server: Server) -> None:
     assert [client.post("/upload").status_code for _ in range(3)] == [200] * 3, "the slot is released"
 
 
-def test_django_middleware_and_decorator_on_sync_and_async_views(server: Server) -> None:
+def test_django_middleware_and_decorator_on_sync_and_async_views(module_server: Server) -> None:
     overrides = django_settings(
         ROOT_URLCONF=__name__,
         MIDDLEWARE=["redis_ratelimit_client.contrib.django.RateLimitMiddleware"],
         REDIS_RATELIMIT={
-            "LIMITER": lambda: SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
-            "ASYNC_LIMITER": lambda: RateLimiter(aredis.Redis(port=server.port), POLICIES),
+            "LIMITER": lambda: SyncRateLimiter(redis.Redis(port=module_server.port), POLICIES),
+            "ASYNC_LIMITER": lambda: RateLimiter(aredis.Redis(port=module_server.port), POLICIES),
             "POLICY": "api",
             "KEY": lambda request: request.headers.get("x-api-key", "anonymous"),
             "ROUTES": {"/search": "search"},

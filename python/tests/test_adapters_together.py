@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 import redis
 import redis.asyncio as aredis
 
 from django_setup import django_settings
 from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
-from servers import Server, start
+from servers import Server
 
 DEFAULT_QUOTA, SEARCH_QUOTA, WINDOW_S = 6, 3, 86_400  # a day: no window ends during a test (but at midnight UTC)
 POLICIES = [
@@ -27,15 +25,6 @@ POLICIES = [
     Policy("uploads", [Limit.concurrency("in-flight", 1, 30, key="uploads:{key}")], timeout=0.5),
 ]
 SEARCHES = 10
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    server = start("module")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def assert_refused_by_searches(status: int, headers: Any) -> None:
@@ -60,7 +49,7 @@ def assert_scenario(searches: list[tuple[int, Any]], items: list[int]) -> None:
     ), f"an admitted search carries both policies' fields: {admitted}"
 
 
-def test_flask_refused_searches_spend_nothing_of_the_default(server: Server) -> None:
+def test_flask_refused_searches_spend_nothing_of_the_default(module_server: Server) -> None:
     import flask
 
     from redis_ratelimit_client.contrib.flask import RateLimit
@@ -68,7 +57,7 @@ def test_flask_refused_searches_spend_nothing_of_the_default(server: Server) -> 
     app = flask.Flask(__name__)
     ratelimit = RateLimit(
         app,
-        SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
+        SyncRateLimiter(redis.Redis(port=module_server.port), POLICIES),
         default="api",
         key=lambda request: request.headers.get("x-user", "anonymous"),
     )
@@ -89,14 +78,14 @@ def test_flask_refused_searches_spend_nothing_of_the_default(server: Server) -> 
     assert_scenario([(answer.status_code, answer.headers) for answer in searches], items)
 
 
-def test_flask_refusal_releases_the_defaults_in_flight_slot(server: Server) -> None:
+def test_flask_refusal_releases_the_defaults_in_flight_slot(module_server: Server) -> None:
     import flask
 
     from redis_ratelimit_client.contrib.flask import RateLimit
 
     app = flask.Flask(__name__)
     ratelimit = RateLimit(
-        app, SyncRateLimiter(redis.Redis(port=server.port), POLICIES), default="uploads", key=lambda r: "u"
+        app, SyncRateLimiter(redis.Redis(port=module_server.port), POLICIES), default="uploads", key=lambda r: "u"
     )
 
     @app.get("/search")
@@ -135,11 +124,11 @@ def _fastapi_app(port: int) -> Any:
     return app
 
 
-def test_asgi_middleware_and_fastapi_dependency_all_or_nothing(server: Server) -> None:
+def test_asgi_middleware_and_fastapi_dependency_all_or_nothing(module_server: Server) -> None:
     from fastapi.testclient import TestClient
 
     user = {"x-user": "ada"}
-    with TestClient(_fastapi_app(server.port)) as client:
+    with TestClient(_fastapi_app(module_server.port)) as client:
         searches = [client.get("/search", headers=user) for _ in range(SEARCHES)]
         items = [client.get("/items", headers=user).status_code for _ in range(DEFAULT_QUOTA - SEARCH_QUOTA + 1)]
     for answer in searches:
@@ -147,11 +136,11 @@ def test_asgi_middleware_and_fastapi_dependency_all_or_nothing(server: Server) -
     assert_scenario([(answer.status_code, answer.headers) for answer in searches], items)
 
 
-def test_a_burst_of_refused_searches_gives_the_default_back_exactly_once(server: Server) -> None:
+def test_a_burst_of_refused_searches_gives_the_default_back_exactly_once(module_server: Server) -> None:
     crowd, burst = {"x-user": "crowd"}, 40
 
     async def run() -> tuple[list[int], list[int]]:
-        transport = httpx.ASGITransport(app=_fastapi_app(server.port))
+        transport = httpx.ASGITransport(app=_fastapi_app(module_server.port))
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
             searched = await asyncio.gather(*(client.get("/search", headers=crowd) for _ in range(burst)))
             listed = [(await client.get("/items", headers=crowd)).status_code for _ in range(DEFAULT_QUOTA)]
@@ -165,13 +154,13 @@ def test_a_burst_of_refused_searches_gives_the_default_back_exactly_once(server:
     assert listed == [200] * (DEFAULT_QUOTA - SEARCH_QUOTA) + [429] * SEARCH_QUOTA
 
 
-def test_django_middleware_and_decorator_all_or_nothing(server: Server) -> None:
+def test_django_middleware_and_decorator_all_or_nothing(module_server: Server) -> None:
     overrides = django_settings(
         ROOT_URLCONF=__name__,
         MIDDLEWARE=["redis_ratelimit_client.contrib.django.RateLimitMiddleware"],
         REDIS_RATELIMIT={
-            "LIMITER": lambda: SyncRateLimiter(redis.Redis(port=server.port), POLICIES),
-            "ASYNC_LIMITER": lambda: RateLimiter(aredis.Redis(port=server.port), POLICIES),
+            "LIMITER": lambda: SyncRateLimiter(redis.Redis(port=module_server.port), POLICIES),
+            "ASYNC_LIMITER": lambda: RateLimiter(aredis.Redis(port=module_server.port), POLICIES),
             "POLICY": "api",
             "KEY": lambda request: request.headers.get("x-user", "anonymous"),
         },

@@ -11,6 +11,7 @@ import pytest
 import redis.cluster
 from redis.asyncio.cluster import RedisCluster
 
+from polling import wait_for_async
 from redis_ratelimit_client import Lease, Limit, Policy, RateLimiter, SyncRateLimiter
 from redis_ratelimit_client.store import key_slot
 from servers import Cluster
@@ -95,10 +96,9 @@ def test_plans_on_a_cluster() -> None:
         assert [(await limiter.check("api", tenant="acme")).allowed for _ in range(3)] == [True, True, False]
         await client.execute_command("HSET", "{rl-policy}:plans", "pro", "per-minute=fixed:3/60s")
         await client.execute_command("INCR", "{rl-policy}:version")
-        deadline = asyncio.get_running_loop().time() + 3
-        while plans.version != 2 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.02)
-        assert plans.version == 2, "the version check follows the store without notifications too"
+        await wait_for_async(
+            lambda: plans.version == 2, "the version check to follow the store without notifications too", within_s=3
+        )
         assert (await limiter.check("api", tenant="acme")).allowed, "a raised limit: one more"
         await plans.aclose()
         await client.aclose()

@@ -79,6 +79,8 @@ async def measure(cluster: Cluster, tags: list[str], moving: str) -> None:
                 await asyncio.sleep(0.005)
 
         callers = [asyncio.create_task(caller(shard)) for shard in range(len(tags)) for _ in range(CALLERS)]
+        # The schedule is what is measured: the share decided by the store before and after a
+        # slot moves, MOVE_AT_S into the stall.
         await asyncio.sleep(MOVE_AT_S)
         slot = key_slot(f"{{{moving}}}")
         target = cluster.nodes[2].client().execute_command("CLUSTER", "MYID")

@@ -28,6 +28,7 @@ from slowapi.errors import RateLimitExceeded
 from slowapi.util import get_remote_address
 
 import redis_ratelimit_client.contrib.limits_storage  # noqa: F401  (registers the scheme)
+from polling import wait_for
 from servers import Server
 
 
@@ -55,8 +56,8 @@ def test_limits_strategies(backend_server: tuple[str, Server], strategy: type) -
     assert limiter.get_window_stats(item, "alice").remaining == 5
 
 
-def test_slowapi_with_only_the_storage_uri_changed(module_server: Server) -> None:
-    limiter = Limiter(key_func=get_remote_address, storage_uri=f"redis-ratelimit://127.0.0.1:{module_server.port}")
+def slowapi_app(limiter: Limiter) -> FastAPI:
+    """A FastAPI app whose one route slowapi limits to 3 a minute through ``limiter``."""
     app = FastAPI()
     app.state.limiter = limiter
     app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
@@ -66,6 +67,12 @@ def test_slowapi_with_only_the_storage_uri_changed(module_server: Server) -> Non
     async def root(request: Request) -> dict[str, str]:
         return {"ok": "yes"}
 
+    return app
+
+
+def test_slowapi_with_only_the_storage_uri_changed(module_server: Server) -> None:
+    limiter = Limiter(key_func=get_remote_address, storage_uri=f"redis-ratelimit://127.0.0.1:{module_server.port}")
+    app = slowapi_app(limiter)
     with TestClient(app) as client:
         codes = [client.get("/").status_code for _ in range(5)]
     assert codes == [200, 200, 200, 429, 429]
@@ -153,15 +160,16 @@ def test_a_stopped_server_holds_no_call_past_the_timeout(module_server: Server) 
         finally:
             module_server.resume()
     limiter = FixedWindowRateLimiter(error_mode)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # the circuit lets a probe through within 0.5 s
+
+    def hit_answered() -> bool:
         try:
             limiter.hit(item, "after")
-            break
         except StorageError:
-            time.sleep(0.05)
-    else:
-        pytest.fail("the storage did not answer again within 10 s of the server resuming")
+            return False
+        return True
+
+    # The circuit lets a probe through within 0.5 s.
+    wait_for(hit_answered, "the storage to answer again after the server resumed")
     assert limiter.get_window_stats(item, "after").remaining == 4
 
 
@@ -226,15 +234,7 @@ def test_slowapi_falls_back_to_memory_within_the_timeout_while_the_server_is_sto
         storage_uri=f"redis-ratelimit://127.0.0.1:{module_server.port}?timeout_ms={TIMEOUT_MS}",
         in_memory_fallback=["2/minute"],
     )
-    app = FastAPI()
-    app.state.limiter = limiter
-    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
-
-    @app.get("/")
-    @limiter.limit("3/minute")
-    async def root(request: Request) -> dict[str, str]:
-        return {"ok": "yes"}
-
+    app = slowapi_app(limiter)
     with TestClient(app) as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
         assert client.get("/").status_code == 200  # connected before the stop
         module_server.pause()

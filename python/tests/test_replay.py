@@ -6,7 +6,6 @@ shows it ran exactly once. redis-py (8.x) would otherwise retry it on a new conn
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ import redis.asyncio as aredis
 import redis.asyncio.cluster
 import redis.cluster
 
+from polling import wait_for, wait_for_async
 from proxy import CuttingProxy
 from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from redis_ratelimit_client.store import SyncRedisStore
@@ -174,13 +174,6 @@ def calls_of(server: Server, command: str) -> int:
     return int(entry["calls"]) - int(entry.get("failed_calls", 0)) if entry else 0
 
 
-def wait_for(condition: Any, what: str, within_s: float = 10.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_a_server_stopped_past_the_socket_timeout_is_charged_once(backend_server: tuple[str, Server]) -> None:
     """Redis stopped until the client's read timed out, then started again while redis-py
     would be retrying: the check's one command runs once (before: once per attempt)."""
@@ -226,10 +219,7 @@ def test_a_server_stopped_past_the_socket_timeout_is_charged_once(backend_server
             server.pause()
             try:
                 check = asyncio.ensure_future(limiter.check("api", 10, key="astop"))
-                deadline = time.monotonic() + 10
-                while proxy.closed_by_client == closed:
-                    assert time.monotonic() < deadline, "the client never gave up its read"
-                    await asyncio.sleep(0.01)
+                await wait_for_async(lambda: proxy.closed_by_client != closed, "the client to give up its read")
             finally:
                 server.resume()
             await check

@@ -7,13 +7,13 @@ import asyncio
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import redis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
 
+from polling import wait_for
 from redis_ratelimit_client import Limit, Policy, RateLimiter, SyncRateLimiter
 from servers import SERVER, Server, free_port
 
@@ -32,15 +32,14 @@ def test_the_primary_a_sentinel_names(module_server: Server) -> None:
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     process = subprocess.Popen([SERVER, str(config), "--sentinel"], **quiet)  # type: ignore[call-overload]
     try:
-        deadline = time.monotonic() + 10
-        while True:
+
+        def answers() -> bool:
             try:
-                if redis.Redis(port=port).ping():
-                    break
+                return bool(redis.Redis(port=port).ping())
             except redis.RedisError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+
+        wait_for(answers, "the sentinel to answer")
         sync = SyncRateLimiter(Sentinel([("127.0.0.1", port)]).master_for("primary"), [POLICY])
         assert [sync.check("api", key="a").allowed for _ in range(4)] == [True, True, True, False]
         assert sync.backend == "module"

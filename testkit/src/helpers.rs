@@ -9,6 +9,22 @@ pub fn words(line: &str) -> Vec<&str> {
     line.split_whitespace().collect()
 }
 
+/// Runs a command given as its words (`run(con, "DEBUG SET-ACTIVE-EXPIRE 0")`), whatever it
+/// replies; an error reply fails the test, naming the command.
+pub fn run(con: &mut Connection, line: &str) {
+    let words = words(line);
+    let Some((name, args)) = words.split_first() else {
+        panic!("an empty command line")
+    };
+    let mut command = redis::cmd(name);
+    for arg in args {
+        command.arg(*arg);
+    }
+    let _: () = command
+        .query(con)
+        .unwrap_or_else(|error| panic!("{line}: {error}"));
+}
+
 /// `RL.TOKENBUCKET key capacity rate [cost]` → the five reply integers.
 pub fn token_bucket(
     con: &mut Connection,
@@ -35,6 +51,19 @@ pub fn try_token_bucket(
         .arg(cost)
         .query(con)?;
     Ok(reply.try_into().expect("five integers"))
+}
+
+/// Moves the module's clock `offset_ms` from the server's (`ratelimit.test-clock-offset-ms`,
+/// only in builds with the `test-hooks` feature, which the integration tests load): the fake
+/// clock for a test that needs time to pass for the limiter without waiting it out. Redis's
+/// own clock, that of key expiry, does not move.
+pub fn set_module_clock_offset_ms(con: &mut Connection, offset_ms: i64) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("ratelimit.test-clock-offset-ms")
+        .arg(offset_ms)
+        .query(con)
+        .expect("CONFIG SET ratelimit.test-clock-offset-ms (a module built with test-hooks)");
 }
 
 /// A server error as it was sent: `CODE detail`.
@@ -138,6 +167,29 @@ pub fn commandstat_calls(con: &mut Connection, command: &str) -> i64 {
                 .find_map(|part| part.strip_prefix("calls=").and_then(|n| n.parse().ok()))
         })
         .unwrap_or(0)
+}
+
+/// The connections subscribed to some channel (`CLIENT LIST TYPE pubsub`): a test that cut
+/// them waits for this count to come back before it relies on notifications again.
+pub fn pubsub_clients(con: &mut Connection) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(con)
+        .expect("CLIENT LIST TYPE pubsub");
+    list.lines().filter(|line| !line.trim().is_empty()).count()
+}
+
+/// Closes every connection subscribed to a channel (`CLIENT KILL TYPE pubsub`): the cut a
+/// subscriber must recover from.
+pub fn cut_subscriptions(con: &mut Connection) {
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(con)
+        .expect("CLIENT KILL TYPE pubsub");
 }
 
 /// The calls of every one of `commands` so far, summed (`INFO commandstats`).

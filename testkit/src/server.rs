@@ -9,7 +9,12 @@ use std::time::{Duration, Instant};
 
 pub use crate::binaries::server_binary;
 
-/// Polls `condition` every 20 ms until it holds or `timeout` passes; returns whether it held.
+/// How often [`wait_until`] and [`wait_until_async`] look at their condition.
+pub const POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// Polls `condition` every [`POLL_EVERY`] until it holds or `timeout` passes; returns whether
+/// it held. The one way a test waits for something to happen: a fixed sleep either wastes
+/// time or, on a busy machine, is too short.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
@@ -19,7 +24,28 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
         if Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(POLL_EVERY);
+    }
+}
+
+/// [`wait_until`] for async tests: awaits `condition` every [`POLL_EVERY`] (sleeping on the
+/// runtime's timer, so the runtime's other tasks go on) until it holds or `timeout` passes.
+/// A condition that borrows takes its references in `async move`, e.g.
+/// `let store = &store; wait_until_async(timeout, || async move { store.ready().await })`.
+pub async fn wait_until_async<F, Fut>(timeout: Duration, mut condition: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(POLL_EVERY).await;
     }
 }
 

@@ -1,6 +1,6 @@
 //! Key declarations make ACL key patterns apply to every limiter command.
 
-use crate::helpers::error_text;
+use crate::helpers::{error_text, run};
 use crate::server::Server;
 
 /// Every client-facing single-key command with valid arguments after the key.
@@ -26,11 +26,7 @@ fn users_limited_to_a_key_pattern_get_noperm_elsewhere() {
         .query(&mut admin)
         .unwrap();
     let mut con = server.conn();
-    let _: () = redis::cmd("AUTH")
-        .arg("tenant")
-        .arg("secret")
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "AUTH tenant secret");
     for (index, (command, args)) in COMMANDS.iter().enumerate() {
         let key = if command.starts_with("RL.PEEK") || command.starts_with("RL.REFUND") {
             "allowed:0".to_string() // the token bucket the first command created

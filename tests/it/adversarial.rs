@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    dump, error_text, expect_error, expect_refusal, keys, mixed_traffic, wait_replicas, write_marks,
+    dump, error_text, expect_error, expect_refusal, keys, mixed_traffic, run, wait_replicas,
+    write_marks,
 };
 use crate::server::{Server, info_int, primary_and_replica};
 
@@ -162,11 +163,7 @@ fn corrupt_restore_payloads_never_hurt_the_server() {
             "the CRC-64 here is Redis's"
         );
     }
-    let _: () = redis::cmd("DEBUG")
-        .arg("SET-SKIP-CHECKSUM-VALIDATION")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "DEBUG SET-SKIP-CHECKSUM-VALIDATION 1");
 
     let mut rng = Rng::new(seed());
     let (budget, max_attempts) = if long_run() {
@@ -498,12 +495,7 @@ fn a_refund_after_the_clock_steps_back_and_the_rate_changes_stays_loadable() {
     // The primary's clock steps back by 1 s; then a refund at another rate (capacity 3, so
     // the refunded bucket is not full and its key does not expire at once: the test hook
     // shifts only the module's clock, not Redis's expiry clock).
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("ratelimit.test-clock-offset-ms")
-        .arg(-1000)
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "CONFIG SET ratelimit.test-clock-offset-ms -1000");
     let refund: Vec<i64> = redis::cmd("RL.REFUND")
         .arg("k")
         .arg("TOKENBUCKET")

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 
 use crate::cluster_support::{Cluster, keyslot, node_id, role};
-use crate::helpers::{error_text, multi, snapshot, try_multi};
+use crate::helpers::{error_text, multi, run, snapshot, try_multi};
 use crate::limiter_model::{Algorithm, Limiter, limiters, partly_use, scaled};
 use crate::server::{Server, caught_up, wait_until};
 
@@ -177,7 +177,7 @@ fn a_wrong_node_redirects_every_command_and_a_cluster_client_spreads_limiters() 
     let mut replica_con = replica.conn();
     let peek = limiter.peek_command(1).unwrap();
     assert_eq!(refused(&mut replica_con, &peek), moved, "before READONLY");
-    let _: () = redis::cmd("READONLY").query(&mut replica_con).unwrap();
+    run(&mut replica_con, "READONLY");
     let peeked: Vec<i64> = peek.query(&mut replica_con).unwrap();
     let from_owner: Vec<i64> = peek.query(&mut owner_con).unwrap();
     assert_eq!(peeked[..2], from_owner[..2], "the replica's peek");
@@ -223,7 +223,7 @@ fn a_wrong_node_redirects_every_command_and_a_cluster_client_spreads_limiters() 
         let replica = cluster.replica_of(primary);
         wait_in_sync(primary, replica);
         let mut replica_con = replica.conn();
-        let _: () = redis::cmd("READONLY").query(&mut replica_con).unwrap();
+        run(&mut replica_con, "READONLY");
         assert_eq!(
             snapshot(&mut replica_con, &mine),
             snapshot(&mut primary.conn(), &mine)
@@ -358,7 +358,7 @@ fn resharding_moves_state_and_expiry_and_asks_for_missing_keys() {
     let replica = cluster.replica_of(target);
     wait_in_sync(target, replica);
     let mut replica_con = replica.conn();
-    let _: () = redis::cmd("READONLY").query(&mut replica_con).unwrap();
+    run(&mut replica_con, "READONLY");
     assert_eq!(
         snapshot(&mut replica_con, &all),
         snapshot(&mut target_con, &all)
@@ -415,7 +415,8 @@ fn cluster_failover_keeps_state_and_traffic_follows_the_new_primary() {
 
     // Each round fails over the next shard. A replica that won an election less than
     // 4 × node timeout ago would reuse that election's votes and stale epoch (Redis then
-    // turns it back into a replica), so a node is promoted again only after that.
+    // turns it back into a replica), so a node is promoted again only after that: time that
+    // must pass on Redis's own clock, which no test hook moves.
     let mut elected: Vec<(u16, Instant)> = Vec::new();
     for round in 0..scaled(1, 6) {
         let shard = &mut shards[round % 3];
@@ -464,7 +465,7 @@ fn cluster_failover_keeps_state_and_traffic_follows_the_new_primary() {
         }
         wait_in_sync(replica, primary);
         let mut old_con = primary.conn();
-        let _: () = redis::cmd("READONLY").query(&mut old_con).unwrap();
+        run(&mut old_con, "READONLY");
         assert_eq!(
             snapshot(&mut old_con, &keys),
             snapshot(&mut replica.conn(), &keys),

@@ -1,7 +1,7 @@
 //! Bad input gets a clear error, changes nothing, propagates nothing, and never hurts the
 //! server or its replica.
 
-use crate::helpers::{dump, expect_error, expect_refusal, token_bucket};
+use crate::helpers::{dump, expect_error, expect_refusal, run, token_bucket};
 use crate::server::Server;
 
 // Every numeric argument of every command at its extremes, with a replica attached:
@@ -64,22 +64,9 @@ fn messages_name_the_argument_and_the_rule() {
 fn other_types_get_wrongtype_and_stay_intact() {
     let server = Server::start(&[]);
     let mut con = server.conn();
-    let _: () = redis::cmd("SET")
-        .arg("string")
-        .arg("v")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("RPUSH")
-        .arg("list")
-        .arg("a")
-        .query(&mut con)
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("hash")
-        .arg("f")
-        .arg("v")
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "SET string v");
+    run(&mut con, "RPUSH list a");
+    run(&mut con, "HSET hash f v");
     for key in ["string", "list", "hash"] {
         let before = dump(&mut con, key);
         let message = expect_refusal(&mut con, &[b"RL.TOKENBUCKET", key.as_bytes(), b"10", b"1"]);

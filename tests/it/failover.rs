@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::cluster_support::role;
-use crate::helpers::{dump, pexpiretime, snapshot, wait_replicas};
+use crate::helpers::{dump, pexpiretime, run, snapshot, wait_replicas};
 use crate::limiter_model::{Algorithm, Limiter, StoredState, decode_dump, limiters, scaled};
 use crate::server::{Server, wait_until};
 
@@ -26,11 +26,7 @@ fn keys_of(limiters: &[Limiter]) -> Vec<String> {
 /// `REPLICAOF NO ONE`, then waits until `ROLE` says master.
 fn promote(server: &Server) {
     let mut con = server.conn();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "REPLICAOF NO ONE");
     assert!(
         wait_until(Duration::from_secs(10), || role(server) == "master"),
         "{} was not promoted",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{dump, expect_refusal, multi, snapshot, wait_replicas, words};
+use crate::helpers::{dump, expect_refusal, multi, run, snapshot, wait_replicas, words};
 use crate::server::{Server, info_int, primary_and_replica, wait_until};
 
 fn acquire(
@@ -195,9 +195,9 @@ fn replicas_and_the_aof_hold_the_holders_exactly() {
     assert_eq!(wait_replicas(&mut con), 1);
     let expected = snapshot(&mut con, &keys);
     assert_eq!(snapshot(&mut replica.conn(), &keys), expected);
-    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    run(&mut con, "DEBUG RELOAD");
     assert_eq!(snapshot(&mut con, &keys), expected);
-    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    run(&mut con, "DEBUG LOADAOF");
     assert_eq!(snapshot(&mut con, &keys), expected);
     // The replica deletes the key with its last holder too.
     for holder in ["w2", "w1"] {
@@ -280,11 +280,7 @@ fn several_limits_and_an_in_flight_slot_in_one_call() {
 fn bad_input_creates_nothing() {
     let server = Server::start(&[]);
     let mut con = server.conn();
-    let _: () = redis::cmd("SET")
-        .arg("string")
-        .arg("x")
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "SET string x");
     let long = "x".repeat(129);
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::helpers::{dump, error_text, pexpiretime, snapshot, token_bucket, wait_replicas};
+use crate::helpers::{dump, error_text, pexpiretime, run, snapshot, token_bucket, wait_replicas};
 use crate::server::{Server, primary_and_replica, wait_until};
 
 #[test]
@@ -22,15 +22,11 @@ fn limiters_are_typed_keys_that_move_intact() {
         .unwrap();
     assert_eq!(found, ["a"]);
 
-    let _: () = redis::cmd("RENAME")
-        .arg("a")
-        .arg("b")
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "RENAME a b");
     assert_eq!((dump(&mut con, "b"), pexpiretime(&mut con, "b")), state);
     let moved: i64 = redis::cmd("MOVE").arg("b").arg(1).query(&mut con).unwrap();
     assert_eq!(moved, 1);
-    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut con).unwrap();
+    run(&mut con, "SWAPDB 0 1");
     assert_eq!((dump(&mut con, "b"), pexpiretime(&mut con, "b")), state);
     assert_eq!(
         token_bucket(&mut con, "b", 10, "1", 1)[..2],
@@ -69,11 +65,7 @@ fn user_ttl_changes_reset_or_keep_the_limiter() {
 fn a_logically_expired_key_is_a_missing_limiter() {
     let server = Server::start(&[]);
     let mut con = server.conn();
-    let _: () = redis::cmd("DEBUG")
-        .arg("SET-ACTIVE-EXPIRE")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "DEBUG SET-ACTIVE-EXPIRE 0");
     let [_, _, _, reset, _] = token_bucket(&mut con, "k", 1, "50", 1);
     assert!(reset <= 20);
     std::thread::sleep(Duration::from_millis(reset as u64 + 5)); // the expiry itself is under test
@@ -89,11 +81,11 @@ fn a_logically_expired_key_is_a_missing_limiter() {
 fn other_databases_replicate_too() {
     let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
-    let _: () = redis::cmd("SELECT").arg(3).query(&mut con).unwrap();
+    run(&mut con, "SELECT 3");
     token_bucket(&mut con, "k", 10, "1", 2);
     assert_eq!(wait_replicas(&mut con), 1);
     let mut replica_con = replica.conn();
-    let _: () = redis::cmd("SELECT").arg(3).query(&mut replica_con).unwrap();
+    run(&mut replica_con, "SELECT 3");
     let keys = vec!["k".to_string()];
     assert_eq!(snapshot(&mut replica_con, &keys), snapshot(&mut con, &keys));
 }

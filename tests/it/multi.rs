@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    commandstat_calls, dump, error_text, expect_error, expect_error_primed, multi, snapshot,
+    commandstat_calls, dump, error_text, expect_error, expect_error_primed, multi, run, snapshot,
     try_multi, wait_replicas, words, write_marks,
 };
 use crate::server::{Server, info_int, primary_and_replica, wait_until};
@@ -362,12 +362,7 @@ fn denials_propagate_nothing_and_replicas_apply_each_call_as_one_op() {
 fn replicas_and_the_aof_hold_exactly_the_primary_state() {
     let (primary, replica) = primary_and_replica();
     let mut con = primary.conn();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("appendonly")
-        .arg("yes")
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "CONFIG SET appendonly yes");
     let aof_ready = || {
         let mut con = primary.conn();
         info_int(&mut con, "persistence", "aof_rewrite_in_progress") == 0
@@ -411,7 +406,7 @@ fn replicas_and_the_aof_hold_exactly_the_primary_state() {
     );
     // Replaying the AOF (commands as propagated: pairs of keys and effects) rebuilds the
     // same state with the same absolute expiries.
-    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    run(&mut con, "DEBUG LOADAOF");
     assert_eq!(snapshot(&mut con, &keys), expected);
     let aof = std::fs::read_dir(primary.dir.join("appendonlydir"))
         .unwrap()

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{dump, expect_refusal, snapshot, wait_replicas, words};
+use crate::helpers::{dump, expect_refusal, run, snapshot, wait_replicas, words};
 use crate::server::{Server, primary_and_replica};
 
 fn server_time_ms(con: &mut redis::Connection) -> i64 {
@@ -84,6 +84,7 @@ fn callers_that_wait_as_told_never_exceed_the_rate() {
                         let at = (before_ms + wait_ms, after_ms + wait_ms);
                         proceeded.lock().unwrap().push(at);
                     }
+                    // The wait is what is tested: each caller waits as it was told.
                     std::thread::sleep(Duration::from_millis(wait_ms as u64));
                 }
             })
@@ -149,7 +150,7 @@ fn debt_replicates_persists_and_restores_exactly() {
     assert_eq!(wait_replicas(&mut con), 1);
     let expected = snapshot(&mut con, &keys);
     assert_eq!(snapshot(&mut replica.conn(), &keys), expected);
-    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    run(&mut con, "DEBUG RELOAD");
     assert_eq!(snapshot(&mut con, &keys), expected);
     let payload = dump(&mut con, "debt").unwrap();
     let _: () = redis::cmd("RESTORE")

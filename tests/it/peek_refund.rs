@@ -1,6 +1,6 @@
 //! `RL.PEEK` and `RL.REFUND`, for every algorithm they can name.
 
-use crate::helpers::{dump, error_text, expect_refusal, wait_replicas};
+use crate::helpers::{dump, error_text, expect_refusal, run, wait_replicas};
 use crate::server::{Server, info_int, primary_and_replica};
 
 /// (ALGORITHM, its arguments with a limit of 3 units and a slow refill or long window, the
@@ -165,11 +165,7 @@ fn peek_is_read_only_for_acl_key_permissions() {
         .arg(&["SETUSER", "reader", "on", ">pw", "%R~*", "+@all"])
         .query(&mut con)
         .unwrap();
-    let _: () = redis::cmd("AUTH")
-        .arg("reader")
-        .arg("pw")
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "AUTH reader pw");
     let reply: Vec<i64> = redis::cmd("RL.PEEK")
         .arg(&["k", "TOKENBUCKET", "3", "1"])
         .query(&mut con)

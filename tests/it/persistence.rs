@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::binaries::check_rdb_binary;
-use crate::helpers::{dump, error_text, expect_error, keys, mixed_traffic, snapshot, token_bucket};
+use crate::helpers::{
+    dump, error_text, expect_error, keys, mixed_traffic, run, snapshot, token_bucket,
+};
 use crate::server::{Server, info_int, wait_until};
 
 #[test]
@@ -18,7 +20,7 @@ fn debug_reload_keeps_state_and_expiry() {
             .iter()
             .all(|(state, expiry)| state.is_some() && *expiry > 0)
     );
-    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+    run(&mut con, "DEBUG RELOAD");
     assert_eq!(snapshot(&mut con, &keys), before);
     let kind: String = redis::cmd("TYPE").arg(&keys[0]).query(&mut con).unwrap();
     assert_eq!(kind, "ratelimit");
@@ -31,7 +33,7 @@ fn a_restart_from_rdb_keeps_state_and_expiry() {
     let keys = keys("rdb", 20);
     mixed_traffic(&mut con, &keys);
     let before = snapshot(&mut con, &keys);
-    let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
+    run(&mut con, "SAVE");
     server.restart(&[]);
     let mut con = server.conn();
     assert_eq!(snapshot(&mut con, &keys), before);
@@ -67,9 +69,11 @@ fn aof_replay_is_exact(preamble: &str) {
     }));
     mixed_traffic(&mut con, &keys);
     let before = snapshot(&mut con, &keys);
-    // A real pause: a replay that recomputed with the clock at load time would differ.
+    // A real pause, the time being what is tested: a replay that recomputed with the clock at
+    // load time would differ. Real time, not the test hook's offset: that moves only the
+    // module's clock, and a replay could as well read Redis's (a relative expiry).
     std::thread::sleep(Duration::from_millis(1100));
-    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    run(&mut con, "DEBUG LOADAOF");
     assert_eq!(snapshot(&mut con, &keys), before);
 
     let mut logged = String::new();
@@ -100,7 +104,7 @@ fn aof_replay_is_exact(preamble: &str) {
         }
     }
     assert!(renamed > 0, "the AOF held no RL.FX to rename");
-    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    run(&mut con, "DEBUG LOADAOF");
     assert_eq!(snapshot(&mut con, &keys), before);
 }
 
@@ -204,11 +208,7 @@ fn corrupt_or_forged_restore_payloads_are_refused() {
     let payload = dump(&mut con, "k").unwrap();
     // Layout: [7 = module type][0x81][8-byte module id, low 10 bits = encver][module stream]
     //         [2-byte RDB version][8-byte CRC64].
-    let _: () = redis::cmd("DEBUG")
-        .arg("SET-SKIP-CHECKSUM-VALIDATION")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    run(&mut con, "DEBUG SET-SKIP-CHECKSUM-VALIDATION 1");
 
     // Cut the body short and keep a valid footer: the loader then reads footer bytes as
     // data. Every attempt must be refused or yield a limiter that works.
@@ -233,7 +233,7 @@ fn corrupt_or_forged_restore_payloads_are_refused() {
             Ok(()) => {
                 let reply = token_bucket(&mut con, "t", 10, "1", 1);
                 assert_eq!(reply[4], 10);
-                let _: () = redis::cmd("DEL").arg("t").query(&mut con).unwrap();
+                run(&mut con, "DEL t");
             }
         }
     }

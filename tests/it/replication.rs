@@ -1,12 +1,26 @@
 //! Replicas and the AOF receive the primary's computed state (effects), never the command.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::helpers::{
-    commandstat_calls, error_text, keys, mixed_traffic, snapshot, token_bucket, wait_replicas,
+    commandstat_calls, error_text, keys, mixed_traffic, run, snapshot, token_bucket, wait_replicas,
     write_marks,
 };
-use crate::server::{Server, info_int, primary_and_replica};
+use crate::server::{Server, info_int, primary_and_replica, wait_until};
+
+/// Whether the server on `port` is busy (a `DEBUG SLEEP`): an inline `PING` on a raw socket
+/// gets no answer within 50 ms (a client library would wait on its own handshake). The ping
+/// is answered once the server wakes, on a connection dropped by then.
+fn asleep(port: u16) -> bool {
+    let mut probe = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    probe.write_all(b"PING\r\n").unwrap();
+    probe.read(&mut [0u8; 16]).is_err()
+}
 
 #[test]
 fn a_lagging_replica_ends_byte_identical() {
@@ -20,13 +34,12 @@ fn a_lagging_replica_ends_byte_identical() {
             .unwrap()
             .get_connection()
             .unwrap();
-        let _: () = redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg(2)
-            .query(&mut con)
-            .unwrap();
+        run(&mut con, "DEBUG SLEEP 2");
     });
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        wait_until(Duration::from_secs(5), || asleep(port)),
+        "the replica never went to sleep"
+    );
     let mut con = primary.conn();
     mixed_traffic(&mut con, &keys);
     sleeper.join().unwrap();

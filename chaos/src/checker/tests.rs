@@ -68,7 +68,12 @@ fn verdict(limiter: &SoakLimiter, log: &[DecisionRecord], faults: &[FaultRecord]
 
 fn passes(limiter: &SoakLimiter, log: &[DecisionRecord]) {
     let report = verdict(limiter, log, &[]);
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(
+        report.violations.is_empty(),
+        "{}: {:?}",
+        limiter.name,
+        report.violations
+    );
 }
 
 fn fails(limiter: &SoakLimiter, log: &[DecisionRecord], excess: u64) {
@@ -80,65 +85,89 @@ fn fails(limiter: &SoakLimiter, log: &[DecisionRecord], excess: u64) {
         .filter_map(|row| row.worst.as_ref())
         .map(|finding| finding.interval.excess())
         .max();
-    assert_eq!(worst, Some(excess), "{:?}", report.violations);
+    assert_eq!(
+        worst,
+        Some(excess),
+        "{}: {:?}",
+        limiter.name,
+        report.violations
+    );
 }
 
-#[test]
-fn a_token_bucket_keeps_capacity_plus_refill() {
-    let tb = limiter(
+/// "tb": a token bucket of 2 refilled at 1 a second, closed when the store is out of reach.
+fn bucket_of_2() -> SoakLimiter {
+    limiter(
         "tb",
         Shape::TokenBucket {
             capacity: 2,
             per_s: 1,
         },
         Fallback::Closed,
-    );
-    // Two at once, then one a second: exactly the bucket.
-    let mut log = vec![call("tb", 0, 1), call("tb", 1, 1)];
-    log.extend((1..20).map(|s| call("tb", s * S, 1)));
-    passes(&tb, &log);
-    // One more half a second in.
-    log.push(call("tb", S / 2, 1));
-    fails(&tb, &log, 1);
+    )
 }
 
-#[test]
-fn gcra_keeps_its_burst_plus_emission() {
-    // A burst of 3, 2 a second.
-    let gcra = limiter(
-        "gcra",
-        Shape::Gcra {
-            max_burst: 2,
-            count: 2,
-            period_ms: 1000,
-        },
-        Fallback::Closed,
-    );
-    let mut log = vec![call("gcra", 0, 3)];
-    log.extend((1..10).map(|n| call("gcra", n * S / 2, 1)));
-    passes(&gcra, &log);
-    log.push(call("gcra", S / 4, 1));
-    fails(&gcra, &log, 1);
+/// `count` admitted calls of `cost` to `name`, the first `first_us` after T0, then one every
+/// `every_us`.
+fn calls(name: &str, count: u64, first_us: u64, every_us: u64, cost: u64) -> Vec<DecisionRecord> {
+    (0..count)
+        .map(|n| call(name, first_us + n * every_us, cost))
+        .collect()
 }
 
+/// An in-flight call of `gate` admitted `offset_us` after T0 and released `held_us` later.
+fn held(offset_us: u64, held_us: u64) -> DecisionRecord {
+    DecisionRecord {
+        release_us: Some(T0 + offset_us + held_us),
+        ..call("gate", offset_us, 1)
+    }
+}
+
+/// Each algorithm at its bound's edge: a log of exactly the bound passes; one call more
+/// fails by one unit, naming the limiter (its name says which case failed).
+#[rustfmt::skip]
 #[test]
-fn a_fixed_window_keeps_its_limit_per_aligned_window() {
-    let fixed = limiter(
-        "fixed",
-        Shape::FixedWindow {
-            limit: 10,
-            window_ms: 2000,
-        },
-        Fallback::Closed,
-    );
-    // 10 at the end of one window, 10 at the start of the next: 20 in 10 ms is allowed.
-    let mut log: Vec<_> = (0..10)
-        .map(|n| call("fixed", 2 * S - 8000 + n, 1))
-        .collect();
-    log.extend((0..5).map(|n| call("fixed", 2 * S + 1500 + n, 2)));
-    passes(&fixed, &log);
-    log.push(call("fixed", 3 * S, 1));
-    fails(&fixed, &log, 1);
+fn each_algorithm_passes_its_bound_exactly_and_fails_one_unit_more() {
+    let cases: [(SoakLimiter, Vec<DecisionRecord>, DecisionRecord); 5] = [
+        // A bucket of 2 at 1/s: two at once, then one a second; one more half a second in.
+        (
+            bucket_of_2(),
+            [calls("tb", 2, 0, 1, 1), calls("tb", 19, S, S, 1)].concat(),
+            call("tb", S / 2, 1),
+        ),
+        // GCRA, a burst of 3 and 2 a second: the burst, then one every half second; one
+        // more a quarter second in.
+        (
+            limiter("gcra", Shape::Gcra { max_burst: 2, count: 2, period_ms: 1000 }, Fallback::Closed),
+            [vec![call("gcra", 0, 3)], calls("gcra", 9, S / 2, S / 2, 1)].concat(),
+            call("gcra", S / 4, 1),
+        ),
+        // A fixed window of 10 per 2 s keeps its limit per aligned window: 10 at the end of
+        // one, 10 at the start of the next (20 in 10 ms) pass; one more in the second fails.
+        (
+            limiter("fixed", Shape::FixedWindow { limit: 10, window_ms: 2000 }, Fallback::Closed),
+            [calls("fixed", 10, 2 * S - 8000, 1, 1), calls("fixed", 5, 2 * S + 1500, 1, 2)].concat(),
+            call("fixed", 3 * S, 1),
+        ),
+        // A sliding log of 3 per second, in any span under its window: 3 within a few ms,
+        // 3 more a window (plus the clock's margin) later; a 4th within 0.9 s of the first.
+        (
+            limiter("log", Shape::SlidingLog { limit: 3, window_ms: 1000 }, Fallback::Closed),
+            [calls("log", 3, 0, 1000, 1), calls("log", 3, S + 4000, 1000, 1)].concat(),
+            call("log", 900_000, 1),
+        ),
+        // In flight, a limit of 2 holders: two overlapping, a third once one left; a third
+        // holder while two are in.
+        (
+            limiter("gate", Shape::Concurrency { limit: 2, ttl_ms: 5000 }, Fallback::Closed),
+            vec![held(0, 100_000), held(10_000, 100_000), held(100_300, 50_000)],
+            held(50_000, 10_000),
+        ),
+    ];
+    for (limiter, mut log, one_more) in cases {
+        passes(&limiter, &log);
+        log.push(one_more);
+        fails(&limiter, &log, 1);
+    }
 }
 
 #[test]
@@ -152,10 +181,11 @@ fn a_sliding_window_keeps_its_limit_per_window_and_its_span_bound() {
         Fallback::Closed,
     );
     // 10 at the end of a window and 9 early in the next: 19 = 2 × 10 − 1 within 2 s.
-    let mut log: Vec<_> = (0..10)
-        .map(|n| call("sliding", 2 * S - 5000 + n, 1))
-        .collect();
-    log.extend((0..9).map(|n| call("sliding", 2 * S + 2000 + n, 1)));
+    let mut log = [
+        calls("sliding", 10, 2 * S - 5000, 1, 1),
+        calls("sliding", 9, 2 * S + 2000, 1, 1),
+    ]
+    .concat();
     passes(&sliding, &log);
     // A 10th in the second window is within its aligned limit, but 20 within 2 s.
     log.push(call("sliding", 2 * S + 3000, 1));
@@ -170,26 +200,7 @@ fn a_sliding_window_keeps_its_limit_per_window_and_its_span_bound() {
 }
 
 #[test]
-fn a_sliding_log_keeps_its_limit_in_any_span_under_its_window() {
-    let log_limiter = limiter(
-        "log",
-        Shape::SlidingLog {
-            limit: 3,
-            window_ms: 1000,
-        },
-        Fallback::Closed,
-    );
-    // 3 within a few ms, then 3 more a window (plus the clock's margin) later: passes.
-    let mut log: Vec<_> = (0..3).map(|n| call("log", n * 1000, 1)).collect();
-    log.extend((0..3).map(|n| call("log", S + 4000 + n * 1000, 1)));
-    passes(&log_limiter, &log);
-    // A 4th within 0.9 s of the first three.
-    log.push(call("log", 900_000, 1));
-    fails(&log_limiter, &log, 1);
-}
-
-#[test]
-fn in_flight_keeps_its_limit_of_holders() {
+fn an_in_flight_slot_never_released_is_reported() {
     let gate = limiter(
         "gate",
         Shape::Concurrency {
@@ -198,35 +209,15 @@ fn in_flight_keeps_its_limit_of_holders() {
         },
         Fallback::Closed,
     );
-    let held = |offset_us: u64, release_after_us: u64| DecisionRecord {
-        release_us: Some(T0 + offset_us + release_after_us),
-        ..call("gate", offset_us, 1)
-    };
-    let mut log = vec![
-        held(0, 100_000),
-        held(10_000, 100_000),
-        held(100_300, 50_000),
-    ];
-    passes(&gate, &log);
-    log.push(held(50_000, 10_000));
-    fails(&gate, &log, 1);
-    // An admitted slot never released is reported.
     let report = verdict(&gate, &[call("gate", 0, 1)], &[]);
     assert_eq!(report.limiters_named(), ["gate"]);
 }
 
 #[test]
 fn a_write_losing_fault_allows_its_partition_bound_only_where_it_overlaps() {
-    let tb = limiter(
-        "tb",
-        Shape::TokenBucket {
-            capacity: 2,
-            per_s: 1,
-        },
-        Fallback::Closed,
-    );
+    let tb = bucket_of_2();
     // Four within a millisecond: two too many.
-    let log: Vec<_> = (0..4).map(|n| call("tb", 1000 + n, 1)).collect();
+    let log = calls("tb", 4, 1000, 1, 1);
     let fault = partition(&["tb"], 0, 5000);
     let report = verdict(&tb, &log, std::slice::from_ref(&fault));
     assert!(report.violations.is_empty(), "{:?}", report.violations);
@@ -314,14 +305,7 @@ fn an_open_fallback_is_reported_and_a_closed_one_admits_nothing() {
 
 #[test]
 fn a_slow_answer_is_reported() {
-    let tb = limiter(
-        "tb",
-        Shape::TokenBucket {
-            capacity: 2,
-            per_s: 1,
-        },
-        Fallback::Closed,
-    );
+    let tb = bucket_of_2();
     let mut slow = call("tb", 0, 1);
     slow.recv_us = slow.send_us + 2 * S;
     let report = verdict(&tb, &[slow], &[]);
@@ -331,15 +315,8 @@ fn a_slow_answer_is_reported() {
 
 #[test]
 fn the_table_shows_bound_allowance_and_excess() {
-    let tb = limiter(
-        "tb",
-        Shape::TokenBucket {
-            capacity: 2,
-            per_s: 1,
-        },
-        Fallback::Closed,
-    );
-    let log: Vec<_> = (0..4).map(|n| call("tb", 1000 + n, 1)).collect();
+    let tb = bucket_of_2();
+    let log = calls("tb", 4, 1000, 1, 1);
     let faults = [partition(&["tb"], 0, 5000)];
     let report = verdict(&tb, &log, &faults);
     let text = table::markdown(&report, &faults);

@@ -12,7 +12,14 @@ use redis_ratelimit_client::store::{
 };
 use redis_ratelimit_testkit::server::Server;
 
+use super::one;
+
 const HOUR: Duration = Duration::from_secs(3600);
+
+/// Writes wait up to `window` to share a round trip, 64 at most.
+fn within(window: Duration) -> BatchOptions {
+    BatchOptions { window, max: 64 }
+}
 
 fn store(server: &Server, batch: BatchOptions) -> Arc<RedisStore> {
     let options = RedisStoreOptions {
@@ -108,13 +115,7 @@ async fn race(
 #[tokio::test]
 async fn concurrent_checks_share_writes_and_keep_their_own_replies() {
     let server = Server::start(&[]);
-    let batched = store(
-        &server,
-        BatchOptions {
-            window: Duration::from_millis(5),
-            max: 64,
-        },
-    );
+    let batched = store(&server, within(Duration::from_millis(5)));
     batched.connect().await.unwrap();
     let (admitted, refused, shared) = race(&server, Arc::clone(&batched), 400, 20).await;
     // A key only these checks take admits its 7 exactly; the keys of the checks that also
@@ -147,29 +148,12 @@ async fn concurrent_checks_share_writes_and_keep_their_own_replies() {
 #[tokio::test]
 async fn a_check_on_an_idle_store_is_never_held() {
     let server = Server::start(&[]);
-    let store = store(
-        &server,
-        BatchOptions {
-            window: Duration::from_millis(200),
-            max: 64,
-        },
-    );
+    let store = store(&server, within(Duration::from_millis(200)));
     store.connect().await.unwrap();
     let window = Algorithm::fixed_window(100, HOUR).unwrap();
     for i in 0..20 {
         let key = format!("idle{i}");
-        let request = Acquire {
-            limits: vec![LimitCall {
-                key: &key,
-                algorithm: &window,
-                weight: 1,
-                max_wait: None,
-                lease_suffix: None,
-            }],
-            units: 1,
-            partial_min: None,
-            holder: None,
-        };
+        let request = one(&key, &window);
         let started = Instant::now();
         assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
         // Held for the window, it would take 200 ms.

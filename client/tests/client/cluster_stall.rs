@@ -114,6 +114,8 @@ async fn measure() {
             })
         })
         .collect();
+    // The schedule is what is measured: the share decided by the store before and after a
+    // slot moves, MOVE_AT into the stall.
     tokio::time::sleep(MOVE_AT).await;
     tokio::task::block_in_place(|| move_slot(keyslot(&moving_tag), primaries[1], primaries[2]));
     let moved = limiter.check(MOVING, &Inputs::new()).await.unwrap();

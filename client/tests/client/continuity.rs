@@ -10,6 +10,7 @@ use redis_ratelimit_client::{
     Algorithm, BreakerConfig, FakeClock, Fallback, Inputs, Lease, Limit, Policy, RateLimiter,
     Replicas, Source,
 };
+use redis_ratelimit_testkit::server::wait_until_async;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -173,7 +174,12 @@ async fn a_stall_of_the_store_is_not_an_outage_when_it_answers_since() {
         let limiter = limiter.clone();
         tokio::spawn(async move { limiter.check("api", &Inputs::new()).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Faster calls once the slow one is in the store (which reads its delay on entering).
+    let entered = {
+        let store = &store;
+        wait_until_async(Duration::from_secs(5), || async move { store.calls() >= 1 }).await
+    };
+    assert!(entered, "the slow call never reached the store");
     store.set_delay(Duration::ZERO);
     assert_eq!(
         limiter.check("api", &Inputs::new()).await.unwrap().source,

@@ -10,10 +10,13 @@ use http::{Request, Response, StatusCode};
 use redis_ratelimit_client::http::{Check, HeaderOptions, RateLimitLayer};
 use redis_ratelimit_client::store::MemoryStore;
 use redis_ratelimit_client::{Algorithm, Fallback, Limit, Policy, RateLimiter};
-use tower::ServiceExt;
+use tokio::sync::Notify;
 
-fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router {
-    let policy = Policy::builder("api")
+use super::{header, send};
+
+/// Policy "api": "per-key", a bucket of 2 per 20 s of each `key` input.
+fn per_key(fallback: Fallback) -> Policy {
+    Policy::builder("api")
         .limit(
             Limit::new(
                 "per-key",
@@ -24,8 +27,23 @@ fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router
         )
         .fallback(fallback)
         .build()
+        .unwrap()
+}
+
+/// The app on a fresh in-memory store, with the default header fields.
+fn default_app() -> Router {
+    app(
+        Fallback::Local,
+        MemoryStore::new(),
+        HeaderOptions::default(),
+    )
+}
+
+fn app(fallback: Fallback, store: MemoryStore, options: HeaderOptions) -> Router {
+    let limiter = RateLimiter::builder(store)
+        .policy(per_key(fallback))
+        .build()
         .unwrap();
-    let limiter = RateLimiter::builder(store).policy(policy).build().unwrap();
     let layer = RateLimitLayer::new(limiter, |request| {
         if request.uri.path() == "/free" {
             return None;
@@ -49,14 +67,7 @@ async fn get_with_key(app: &Router, path: &str, key: Option<&str>) -> Response<B
     if let Some(key) = key {
         request = request.header("x-api-key", key);
     }
-    app.clone()
-        .oneshot(request.body(Body::empty()).unwrap())
-        .await
-        .unwrap()
-}
-
-fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
-    response.headers().get(name).map(|v| v.to_str().unwrap())
+    send(app, request).await
 }
 
 async fn body(response: Response<Body>) -> String {
@@ -68,11 +79,7 @@ async fn body(response: Response<Body>) -> String {
 
 #[tokio::test]
 async fn admitted_responses_carry_the_fields_refusals_are_429_problems() {
-    let app = app(
-        Fallback::Local,
-        MemoryStore::new(),
-        HeaderOptions::default(),
-    );
+    let app = default_app();
     let first = get_with_key(&app, "/", Some("alice")).await;
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(
@@ -150,11 +157,7 @@ async fn fields_only_on_refusals_when_asked() {
 
 #[tokio::test]
 async fn unclassified_requests_pass_untouched() {
-    let app = app(
-        Fallback::Local,
-        MemoryStore::new(),
-        HeaderOptions::default(),
-    );
+    let app = default_app();
     for _ in 0..5 {
         let response = get_with_key(&app, "/free", None).await;
         assert_eq!(response.status(), StatusCode::OK);
@@ -164,11 +167,7 @@ async fn unclassified_requests_pass_untouched() {
 
 #[tokio::test]
 async fn a_check_that_cannot_be_made_is_a_500() {
-    let app = app(
-        Fallback::Local,
-        MemoryStore::new(),
-        HeaderOptions::default(),
-    );
+    let app = default_app();
     let response = get_with_key(&app, "/", None).await;
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     // The detail (which input, which template) is the operator's, not the client's.
@@ -178,19 +177,8 @@ async fn a_check_that_cannot_be_made_is_a_500() {
 
     // The detail goes where the service says.
     let reported = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let policy = Policy::builder("api")
-        .limit(
-            Limit::new(
-                "per-key",
-                Algorithm::token_bucket(2, Duration::from_secs(20)).unwrap(),
-                "rl:{key}",
-            )
-            .unwrap(),
-        )
-        .build()
-        .unwrap();
     let limiter = RateLimiter::builder(MemoryStore::new())
-        .policy(policy)
+        .policy(per_key(Fallback::Local))
         .build()
         .unwrap();
     let sink = Arc::clone(&reported);
@@ -269,18 +257,28 @@ async fn in_flight_slots_are_released_when_the_service_has_answered() {
         .policy(policy)
         .build()
         .unwrap();
-    let app = Router::new()
-        .route(
-            "/",
-            get(|| async {
-                tokio::time::sleep(Duration::from_millis(300)).await;
+    // The service holds a request until the test lets it go: its slot is taken for as long
+    // as the test needs, with no guess at how long that is.
+    let (entered, let_go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler = {
+        let (entered, let_go) = (Arc::clone(&entered), Arc::clone(&let_go));
+        move || {
+            let (entered, let_go) = (Arc::clone(&entered), Arc::clone(&let_go));
+            async move {
+                entered.notify_one();
+                let_go.notified().await;
                 "slow"
-            }),
-        )
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/", get(handler))
         .route_layer(RateLimitLayer::new(limiter, |_| Some(Check::new("slots"))));
     let (first, second) = tokio::join!(get_with_key(&app, "/", None), async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        get_with_key(&app, "/", None).await
+        entered.notified().await;
+        let second = get_with_key(&app, "/", None).await;
+        let_go.notify_one();
+        second
     });
     assert_eq!(first.status(), StatusCode::OK);
     assert_eq!(
@@ -294,5 +292,6 @@ async fn in_flight_slots_are_released_when_the_service_has_answered() {
     );
     assert_eq!(header(&second, "ratelimit"), Some(r#""in-flight";r=0"#));
     // The first request has been answered: its slot is free again.
+    let_go.notify_one();
     assert_eq!(get_with_key(&app, "/", None).await.status(), StatusCode::OK);
 }

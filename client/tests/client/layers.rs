@@ -21,7 +21,8 @@ use redis_ratelimit_client::store::{
 use redis_ratelimit_client::{Algorithm, Inputs, Limit, Policy, RateLimiter, Source};
 use redis_ratelimit_testkit::server::Server;
 use tokio::sync::Notify;
-use tower::ServiceExt;
+
+use super::{header, send};
 
 const DEFAULT_QUOTA: u64 = 6;
 const SEARCH_QUOTA: u64 = 3;
@@ -78,15 +79,7 @@ fn app(limiter: &RateLimiter, default: &'static str) -> Router {
 }
 
 async fn get_as(app: &Router, path: &str, user: &str) -> Response<Body> {
-    let request = Request::get(path).header("x-user", user);
-    app.clone()
-        .oneshot(request.body(Body::empty()).unwrap())
-        .await
-        .unwrap()
-}
-
-fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
-    response.headers().get(name).map(|v| v.to_str().unwrap())
+    send(app, Request::get(path).header("x-user", user)).await
 }
 
 /// A 429 of the search policy: every field about that limit alone, and they agree.

@@ -10,6 +10,7 @@ use redis_ratelimit_client::{
     Algorithm, BreakerConfig, CheckError, FakeClock, Fallback, Inputs, Job, JobLimit, Lease, Limit,
     Outcome, Policy, Profile, RateLimiter, Replicas, Source,
 };
+use redis_ratelimit_testkit::server::wait_until_async;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -146,10 +147,7 @@ async fn without_rl_multi_every_limit_is_its_own_call() {
 #[tokio::test]
 async fn a_denial_is_remembered_until_its_retry_after() {
     let store = Arc::new(MemoryStore::new());
-    let policy = Policy::builder("api")
-        .limit(limit("per-user", 1, "rl:{user}"))
-        .build()
-        .unwrap();
+    let policy = per_user_policy(1);
     let limiter = limiter_on(&store, policy);
     assert!(limiter.check("api", &user("ann")).await.unwrap().allowed);
     let denied = limiter.check("api", &user("ann")).await.unwrap();
@@ -173,10 +171,7 @@ async fn a_denial_is_remembered_until_its_retry_after() {
 #[tokio::test]
 async fn a_cost_above_a_limit_is_never_admitted() {
     let store = Arc::new(MemoryStore::new());
-    let policy = Policy::builder("api")
-        .limit(limit("per-user", 5, "rl:{user}"))
-        .build()
-        .unwrap();
+    let policy = per_user_policy(5);
     let limiter = limiter_on(&store, policy);
     let decision = limiter.check_cost("api", &user("ann"), 6).await.unwrap();
     assert!(!decision.allowed);
@@ -287,22 +282,21 @@ async fn unspent_lease_units_are_refunded_after_the_lifetime() {
     // Once the first replica's lease expires its 7 units go back to the store (at the
     // sweeper's next round, every half lifetime).
     clock.advance(lifetime);
-    let deadline = Instant::now() + Duration::from_secs(5);
     let policy_without_cache = Policy::builder("peek")
         .limit(limit("per-user", 10, "rl:{user}"))
         .deny_cache(false)
         .build()
         .unwrap();
-    let peek = limiter_on(&store, policy_without_cache);
-    loop {
+    let peek = &limiter_on(&store, policy_without_cache);
+    let refunded = wait_until_async(Duration::from_secs(5), || async move {
         let decision = peek.check("peek", &user("ann")).await.unwrap();
         if decision.allowed {
             assert_eq!(decision.remaining(), 6, "7 refunded, 1 taken by this check");
-            break;
         }
-        assert!(Instant::now() < deadline, "the lease was never refunded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        decision.allowed
+    })
+    .await;
+    assert!(refunded, "the lease was never refunded");
 }
 
 #[tokio::test]
@@ -358,6 +352,14 @@ async fn leases_never_admit_more_than_the_quota() {
     );
 }
 
+/// Policy "api": "per-user", a limit of `capacity` on `rl:{user}`.
+fn per_user_policy(capacity: u64) -> Policy {
+    Policy::builder("api")
+        .limit(limit("per-user", capacity, "rl:{user}"))
+        .build()
+        .unwrap()
+}
+
 fn failing_policy(fallback: Fallback, capacity: u64) -> Policy {
     Policy::builder("api")
         .limit(limit("per-user", capacity, "rl:{user}"))
@@ -389,15 +391,20 @@ async fn fallback_open_admits_and_closed_denies() {
     assert!(decision.retry_after.unwrap() >= Duration::from_secs(1));
 }
 
-#[tokio::test]
-async fn fallback_local_enforces_this_replicas_share() {
+/// One of 4 replicas, its store down, falling back to its share of a limit of `capacity`.
+fn one_of_4_on_a_store_down(capacity: u64) -> RateLimiter {
     let store = Arc::new(MemoryStore::new());
     store.set_down(true);
-    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
-        .policy(failing_policy(Fallback::Local, 30))
+    RateLimiter::builder_shared(store as Arc<dyn Store>)
+        .policy(failing_policy(Fallback::Local, capacity))
         .replicas(Replicas::fixed(4))
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn fallback_local_enforces_this_replicas_share() {
+    let limiter = one_of_4_on_a_store_down(30);
     let mut admitted = 0;
     for _ in 0..20 {
         let decision = limiter.check("api", &user("ann")).await.unwrap();
@@ -467,13 +474,7 @@ async fn a_key_has_one_local_share_whatever_checks_it() {
 
 #[tokio::test]
 async fn a_share_below_one_unit_admits_nothing_locally() {
-    let store = Arc::new(MemoryStore::new());
-    store.set_down(true);
-    let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
-        .policy(failing_policy(Fallback::Local, 3))
-        .replicas(Replicas::fixed(4))
-        .build()
-        .unwrap();
+    let limiter = one_of_4_on_a_store_down(3);
     assert!(!limiter.check("api", &user("ann")).await.unwrap().allowed);
 }
 
@@ -574,20 +575,7 @@ fn metrics_count_decisions_by_outcome_source_and_backend() {
             limiter.check("api", &user("bob")).await.unwrap();
         });
     });
-    let mut counts = std::collections::BTreeMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let key = key.key();
-        let labels: Vec<String> = key
-            .labels()
-            .map(|label| format!("{}={}", label.key(), label.value()))
-            .collect();
-        let value = match value {
-            DebugValue::Counter(count) => count as f64,
-            DebugValue::Gauge(value) => value.into_inner(),
-            DebugValue::Histogram(values) => values.len() as f64,
-        };
-        counts.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-    }
+    let counts = super::series(&snapshotter);
     let get = |name: &str| counts.get(name).copied().unwrap_or(0.0);
     assert_eq!(
         get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store,backend=memory}"),
@@ -658,13 +646,7 @@ fn metrics_follow_the_recorder_in_scope() {
         .unwrap();
     let store = Arc::new(MemoryStore::new());
     let limiter = runtime.block_on(async {
-        let limiter = limiter_on(
-            &store,
-            Policy::builder("api")
-                .limit(limit("per-user", 100, "rl:{user}"))
-                .build()
-                .unwrap(),
-        );
+        let limiter = limiter_on(&store, per_user_policy(100));
         // No recorder yet: counted nowhere (the facade's no-op recorder).
         limiter.check("api", &user("ann")).await.unwrap();
         limiter

@@ -22,6 +22,16 @@
     missing_docs
 )]
 
+use std::collections::BTreeMap;
+
+use ::http::Response;
+use axum::Router;
+use axum::body::Body;
+use metrics_util::debugging::{DebugValue, Snapshotter};
+use redis_ratelimit_client::Algorithm;
+use redis_ratelimit_client::store::{Acquire, LimitCall};
+use tower::ServiceExt;
+
 mod batching;
 mod burst;
 mod cluster_stall;
@@ -38,6 +48,55 @@ mod replay;
 mod stress;
 mod valkey_migration;
 mod without_lua;
+
+/// A call of one unit on one limit.
+fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
+    Acquire {
+        limits: vec![LimitCall {
+            key,
+            algorithm,
+            weight: 1,
+            max_wait: None,
+            lease_suffix: None,
+        }],
+        units: 1,
+        partial_min: None,
+        holder: None,
+    }
+}
+
+/// Every series `snapshotter`'s recorder holds, as `name{label=value,...}` and its value (a
+/// histogram's: how many samples).
+fn series(snapshotter: &Snapshotter) -> BTreeMap<String, f64> {
+    let mut series = BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        let value = match value {
+            DebugValue::Counter(count) => count as f64,
+            DebugValue::Gauge(value) => value.into_inner(),
+            DebugValue::Histogram(values) => values.len() as f64,
+        };
+        series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+    }
+    series
+}
+
+/// Sends `request`, its body empty, through `app`.
+async fn send(app: &Router, request: ::http::request::Builder) -> Response<Body> {
+    app.clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+}
+
+/// A response's header field, as text.
+fn header<'a>(response: &'a Response<Body>, name: &str) -> Option<&'a str> {
+    response.headers().get(name).map(|v| v.to_str().unwrap())
+}
 
 /// Held by the tests that load the machine (fleets of processes, load generators): run one
 /// at a time, so a test with a short timeout is not starved by another's load on a 2-core

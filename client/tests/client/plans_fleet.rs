@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::helpers::{cut_subscriptions, pubsub_clients};
+use redis_ratelimit_testkit::server::{Server, wait_until};
 
 use super::fleet::{fleet, url};
 
@@ -253,14 +254,14 @@ fn plan_changes_reach_every_replica_within_a_second() {
     }
     notified.extend(moves.iter().chain(&raises).copied());
     // Cut every subscription, change at once: the version check catches up.
+    let subscribers = pubsub_clients(&mut server.conn());
+    assert!(
+        subscribers >= 3,
+        "{subscribers} subscriptions for 3 replicas"
+    );
     let mut cut = Vec::new();
     for round in 0..3u64 {
-        let _: redis::Value = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("pubsub")
-            .query(&mut server.conn())
-            .unwrap();
+        cut_subscriptions(&mut server.conn());
         let raised = 400_000 + round;
         cut.extend(propagation(
             &server,
@@ -273,8 +274,13 @@ fn plan_changes_reach_every_replica_within_a_second() {
             ],
             &format!("\"per-minute\";q={raised};"),
         ));
-        // Let the replicas subscribe again before the next cut.
-        std::thread::sleep(Duration::from_millis(CHECK_EVERY_MS * 2));
+        // The replicas subscribe again before the next cut.
+        assert!(
+            wait_until(Duration::from_secs(10), || pubsub_clients(
+                &mut server.conn()
+            ) >= subscribers),
+            "the replicas never subscribed again"
+        );
     }
     let requests: u64 = loads.into_iter().map(Load::finish).sum();
     let (moves_p50, moves_max) = p50_and_max(&mut moves);

@@ -10,28 +10,14 @@ use redis_ratelimit_client::store::{
     Refund, Store, StoreBackend, StoreError,
 };
 use redis_ratelimit_client::{Algorithm, Policy};
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
+
+use super::one;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}/", server.port)
-}
-
-/// A call of one unit on one limit.
-fn one<'a>(key: &'a str, algorithm: &'a Algorithm) -> Acquire<'a> {
-    Acquire {
-        limits: vec![LimitCall {
-            key,
-            algorithm,
-            weight: 1,
-            max_wait: None,
-            lease_suffix: None,
-        }],
-        units: 1,
-        partial_min: None,
-        holder: None,
-    }
 }
 
 /// One step of a scripted sequence: acquire (units, partial min) or refund (units) on some
@@ -324,6 +310,7 @@ async fn slow_proxy(target: u16, delay: Duration) -> u16 {
                 Ok(0) | Err(_) => return,
                 Ok(read) => read,
             };
+            // The delay is what is simulated: a server far away.
             tokio::time::sleep(delay).await;
             if to.write_all(&buffer[..read]).await.is_err() {
                 return;
@@ -362,18 +349,16 @@ async fn a_connection_slower_to_set_up_than_the_timeout_still_gets_made() {
         .build()
         .unwrap();
     let limiter = RateLimiter::builder(store).policy(policy).build().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let limiter = &limiter;
+    let connected = wait_until_async(Duration::from_secs(10), || async move {
         let decision = limiter.check("api", &Inputs::new()).await.unwrap();
-        if decision.source == Source::Store(StoreBackend::Module) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never connected: each check's timeout cancelled the connection attempt"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        decision.source == Source::Store(StoreBackend::Module)
+    })
+    .await;
+    assert!(
+        connected,
+        "never connected: each check's timeout cancelled the connection attempt"
+    );
 }
 
 #[tokio::test]
@@ -384,11 +369,12 @@ async fn a_restarted_server_is_reconnected_to() {
     let request = one("k", &bucket);
     assert_eq!(store.acquire(&request).await.unwrap().granted, 1);
     server.restart(&[]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.acquire(&request).await.is_err() {
-        assert!(Instant::now() < deadline, "never reconnected");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (store, request) = (&store, &request);
+    let reconnected = wait_until_async(Duration::from_secs(10), || async move {
+        store.acquire(request).await.is_ok()
+    })
+    .await;
+    assert!(reconnected, "never reconnected");
 }
 
 #[tokio::test]
@@ -422,7 +408,7 @@ fn decisions_on(
     Vec<redis_ratelimit_client::Source>,
     std::collections::BTreeMap<String, f64>,
 ) {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use metrics_util::debugging::DebuggingRecorder;
     use redis_ratelimit_client::{Inputs, Lease, Limit, Policy, RateLimiter};
 
     let recorder = DebuggingRecorder::new();
@@ -460,26 +446,11 @@ fn decisions_on(
             (store.backend(), sources)
         })
     });
-    let mut series = std::collections::BTreeMap::new();
-    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        let key = key.key();
-        if !matches!(
-            key.name(),
-            "ratelimit_decisions_total" | "ratelimit_store_backend"
-        ) {
-            continue;
-        }
-        let labels: Vec<String> = key
-            .labels()
-            .map(|label| format!("{}={}", label.key(), label.value()))
-            .collect();
-        let value = match value {
-            DebugValue::Counter(count) => count as f64,
-            DebugValue::Gauge(value) => value.into_inner(),
-            DebugValue::Histogram(values) => values.len() as f64,
-        };
-        series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-    }
+    let mut series = super::series(&snapshotter);
+    series.retain(|name, _| {
+        name.starts_with("ratelimit_decisions_total{")
+            || name.starts_with("ratelimit_store_backend{")
+    });
     (backend, sources, series)
 }
 

@@ -193,6 +193,7 @@ fn a_flapping_store_over_an_exhausted_key_admits_only_the_refill() {
     );
     let flaps = std::thread::scope(|scope| {
         let flapper = scope.spawn(|| {
+            // The flapping is what is tested: 1.5 s stopped, 1.5 s running, four times.
             for _ in 0..4 {
                 let resume = server.pause();
                 std::thread::sleep(Duration::from_millis(1500));

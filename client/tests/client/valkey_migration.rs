@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 use redis_ratelimit_client::Algorithm;
-use redis_ratelimit_client::store::{Acquire, LimitCall, RedisStore, RedisStoreOptions, Store};
+use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, Store};
 use redis_ratelimit_testkit::binaries::valkey_server;
 use redis_ratelimit_testkit::cluster::{Cluster, keyslot, node_id};
-use redis_ratelimit_testkit::server::wait_until;
+use redis_ratelimit_testkit::server::{wait_until, wait_until_async};
+
+use super::one;
 
 /// The limit of the limiter the store charges during the move.
 const LIMIT: u64 = 40;
@@ -53,18 +55,7 @@ async fn the_cluster_store_follows_an_atomic_slot_migration() {
             let window = Algorithm::fixed_window(LIMIT, Duration::from_secs(86_400)).unwrap();
             let (mut answered, mut during, mut granted, mut errors) = (0u64, 0u64, 0u64, vec![]);
             while !stop.load(Ordering::Relaxed) {
-                let request = Acquire {
-                    limits: vec![LimitCall {
-                        key: &key,
-                        algorithm: &window,
-                        weight: 1,
-                        max_wait: None,
-                        lease_suffix: None,
-                    }],
-                    units: 1,
-                    partial_min: None,
-                    holder: None,
-                };
+                let request = one(&key, &window);
                 match store.acquire(&request).await {
                     Ok(grant) => {
                         answered += 1;
@@ -118,14 +109,10 @@ async fn the_cluster_store_follows_an_atomic_slot_migration() {
     assert!(granted <= LIMIT, "{granted} granted of a limit of {LIMIT}");
 }
 
-/// Polls (every 10 ms, at most 10 s) until the store has answered `count` calls.
+/// Polls (at most 10 s) until the store has answered `count` calls.
 async fn answered_beyond(calls: &AtomicU64, count: u64) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while calls.load(Ordering::Relaxed) < count {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    true
+    wait_until_async(Duration::from_secs(10), || async move {
+        calls.load(Ordering::Relaxed) >= count
+    })
+    .await
 }

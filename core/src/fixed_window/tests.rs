@@ -16,7 +16,7 @@ fn counts_within_epoch_aligned_windows() {
     // 3 per second; T0 is on a second boundary.
     let p = params(3, SECOND, 1);
     let mut key = Key::default();
-    let cases: &[(i64, bool, u64, i64, u64)] = &[
+    let cases: &[testing::Reply] = &[
         // (now offset µs, allowed, remaining, retry_after_ms, reset_after_ms)
         (0,                      true,  2, 0,    1000),
         (400 * MS,               true,  1, 0,    600),
@@ -29,14 +29,7 @@ fn counts_within_epoch_aligned_windows() {
         (SECOND + 250 * MS + 1,  false, 0, 750,  750),
         (5 * SECOND + 999 * MS,  true,  2, 0,    1),
     ];
-    for &(offset, allowed, remaining, retry, reset) in cases {
-        let d = key.call(&p, T0_US + offset);
-        assert_eq!(
-            d.reply_fields(),
-            [i64::from(allowed), remaining as i64, retry, reset as i64, 3],
-            "at +{offset}µs"
-        );
-    }
+    testing::assert_replies(&mut key, &p, 3, cases);
 }
 
 #[test]
@@ -59,9 +52,7 @@ fn windows_reset_on_the_epoch_grid() {
 #[test]
 fn cost_above_limit_is_never_admitted_and_writes_nothing() {
     let p = params(5, SECOND, 6);
-    let evaluation = FixedWindowAlgorithm::evaluate(None, &p, T0_US);
-    assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
-    assert!(evaluation.commit.is_none());
+    testing::assert_six_of_five_is_never_admitted::<FixedWindowAlgorithm>(&p);
     let state = FixedWindow::from_parts(T0_US, 2).unwrap();
     let evaluation = FixedWindowAlgorithm::evaluate(Some(&state), &p, T0_US + MS);
     assert_eq!(evaluation.decision.reply_fields(), [0, 3, -1, 999, 5]);

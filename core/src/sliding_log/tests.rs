@@ -42,7 +42,7 @@ fn admits_exactly_the_limit_per_sliding_window() {
     // limit 3 per second
     let p = params(3, SECOND, 1);
     let mut key = Key::default();
-    let cases: &[(i64, bool, u64, i64, u64)] = &[
+    let cases: &[testing::Reply] = &[
         // (now offset µs, allowed, remaining, retry_after_ms, reset_after_ms)
         (0,                 true,  2, 0,   1000),
         (200 * MS,          true,  1, 0,   1000),
@@ -55,14 +55,7 @@ fn admits_exactly_the_limit_per_sliding_window() {
         (SECOND + 400 * MS, true,  1, 0,   1000), // the units of +200 ms and +400 ms left
         (5 * SECOND,        true,  2, 0,   1000), // expired key: a fresh log
     ];
-    for &(offset, allowed, remaining, retry, reset) in cases {
-        let d = key.call(&p, T0_US + offset);
-        assert_eq!(
-            d.reply_fields(),
-            [i64::from(allowed), remaining as i64, retry, reset as i64, 3],
-            "at +{offset}µs"
-        );
-    }
+    testing::assert_replies(&mut key, &p, 3, cases);
 }
 
 #[rustfmt::skip]
@@ -92,14 +85,11 @@ fn costly_calls_wait_for_enough_units_to_leave() {
 
 #[test]
 fn cost_above_limit_is_never_admitted_and_writes_nothing() {
-    let p = params(5, SECOND, 6);
-    let evaluation = SlidingLogAlgorithm::evaluate(None, &p, T0_US);
-    assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
-    assert!(evaluation.commit.is_none());
-    let huge = params(5, SECOND, u64::MAX);
-    let evaluation = SlidingLogAlgorithm::evaluate(None, &huge, T0_US);
-    assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
-    assert!(evaluation.commit.is_none());
+    for cost in [6, u64::MAX] {
+        testing::assert_six_of_five_is_never_admitted::<SlidingLogAlgorithm>(&params(
+            5, SECOND, cost,
+        ));
+    }
 }
 
 #[test]

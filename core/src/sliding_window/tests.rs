@@ -71,10 +71,7 @@ fn retry_is_the_exact_earliest_microsecond() {
 
 #[test]
 fn cost_above_limit_is_never_admitted_and_writes_nothing() {
-    let p = params(5, SECOND, 6);
-    let evaluation = SlidingWindowAlgorithm::evaluate(None, &p, T0_US);
-    assert_eq!(evaluation.decision.reply_fields(), [0, 5, -1, 0, 5]);
-    assert!(evaluation.commit.is_none());
+    testing::assert_six_of_five_is_never_admitted::<SlidingWindowAlgorithm>(&params(5, SECOND, 6));
     let huge = params(5, SECOND, u64::MAX);
     let evaluation = SlidingWindowAlgorithm::evaluate(state(T0_US, 4, 1).as_ref(), &huge, T0_US);
     assert_eq!(evaluation.decision.reply_fields(), [0, 0, -1, 2000, 5]);

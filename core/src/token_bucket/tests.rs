@@ -24,7 +24,7 @@ fn drains_then_refills() {
     // capacity 3, one token per second
     let p = params(3, "1", 1);
     let mut bucket = Bucket::default();
-    let cases: &[(i64, bool, u64, i64, u64)] = &[
+    let cases: &[testing::Reply] = &[
         // (now offset µs, allowed, remaining, retry_after_ms, reset_after_ms)
         (0,                   true,  2, 0,    1000),
         (0,                   true,  1, 0,    2000),
@@ -35,14 +35,7 @@ fn drains_then_refills() {
         (SECOND + 500 * MS,   false, 0, 500,  2500),
         (10 * SECOND,         true,  2, 0,    1000),
     ];
-    for &(offset, allowed, remaining, retry, reset) in cases {
-        let d = bucket.call(&p, T0_US + offset);
-        assert_eq!(
-            d.reply_fields(),
-            [i64::from(allowed), remaining as i64, retry, reset as i64, 3],
-            "at +{offset}µs"
-        );
-    }
+    testing::assert_replies(&mut bucket, &p, 3, cases);
 }
 
 #[test]

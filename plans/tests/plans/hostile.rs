@@ -4,7 +4,7 @@
 //! non-integer version, `help` as a name, a `--who` or a file name that forges history
 //! lines, and an import `override set` would refuse.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_ratelimit_client::RateLimiter;
 use redis_ratelimit_plans::edit::{self, Table};
@@ -12,10 +12,10 @@ use redis_ratelimit_plans::plan_store;
 use redis_ratelimit_plans::snapshot::Rule;
 use redis_ratelimit_plans::spec::Pattern;
 use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
-use redis_ratelimit_testkit::helpers::write_marks;
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::helpers::{commandstat_calls, write_marks};
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
 
-use crate::plans::{check, limiter, quotas, rlctl, rlctl_ok, spec, store_version, url};
+use crate::plans::{check, limiter, plan_set, quotas, rlctl, rlctl_ok, spec, store_version, url};
 
 /// The four keys of the store that hold its content (the audit stream is the fifth).
 const CONTENT_KEYS: [&str; 4] = [
@@ -43,44 +43,36 @@ fn quick() -> PlanOptions {
 /// Polls (at most 3 s) until `source` holds a snapshot at exactly `version` whose limits
 /// for `tenant` are `wanted` (name, quota).
 async fn until_followed(source: &PlanSource, version: u64, tenant: &str, wanted: &[(&str, u64)]) {
-    let started = Instant::now();
-    loop {
-        let now: Vec<(String, u64)> = source
+    let now = || -> Vec<(String, u64)> {
+        source
             .resolve(tenant, &[])
             .iter()
             .map(|effective| {
                 let quota = effective.spec.algorithm().quota();
                 (effective.spec.name().to_string(), quota)
             })
-            .collect();
-        let want: Vec<(String, u64)> = wanted.iter().map(|(n, q)| (n.to_string(), *q)).collect();
-        if source.version() == version && now == want {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "after 3 s the source is at version {} ({}) with {now:?} for {tenant}, wanted \
-             version {version} with {want:?}",
-            source.version(),
-            source.status()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+            .collect()
+    };
+    let want: Vec<(String, u64)> = wanted.iter().map(|(n, q)| (n.to_string(), *q)).collect();
+    let (now, want) = (&now, &want);
+    let followed = wait_until_async(Duration::from_secs(3), || async move {
+        source.version() == version && now() == *want
+    })
+    .await;
+    assert!(
+        followed,
+        "after 3 s the source is at version {} ({}) with {:?} for {tenant}, wanted version \
+         {version} with {want:?}",
+        source.version(),
+        source.status(),
+        now()
+    );
 }
 
 /// A server whose store has plan `pro` (1000 a minute) and acme on it (version 2).
 fn acme_on_pro() -> Server {
     let server = Server::start(&[]);
-    rlctl_ok(
-        &server,
-        &[
-            "plan",
-            "set",
-            "pro",
-            "--limit",
-            "per-minute=sliding:1000/60s",
-        ],
-    );
+    plan_set(&server, "pro", &["per-minute=sliding:1000/60s"]);
     rlctl_ok(&server, &["tenant", "set", "acme", "--plan", "pro"]);
     server
 }
@@ -108,16 +100,7 @@ async fn a_store_rebuilt_at_a_lower_version_is_followed() {
     wipe(&server);
     // Wiped and not yet rebuilt: the store is empty, and so is the replica's view.
     until_followed(plans_of(&limiter), 0, "acme", &[]).await;
-    rlctl_ok(
-        &server,
-        &[
-            "plan",
-            "set",
-            "small",
-            "--limit",
-            "per-minute=sliding:7/60s",
-        ],
-    );
+    plan_set(&server, "small", &["per-minute=sliding:7/60s"]);
     rlctl_ok(&server, &["tenant", "set", "acme", "--plan", "small"]);
     assert_eq!(store_version(&server), 2);
     until_followed(plans_of(&limiter), 2, "acme", &[("per-minute", 7)]).await;
@@ -272,7 +255,17 @@ async fn an_unreadable_field_is_skipped_with_a_warning_and_repaired_by_name() {
     // Deleted, repaired, deleted by name (even one no pattern parses to). A replica applies
     // no store it cannot read whole: it keeps version 2, and says so, until the last repair.
     rlctl_ok(&server, &["plan", "delete", "broken"]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once the replica has read the changed store again (whole, with HGETALL, every 100 ms
+    // while its version is not the store's; rlctl has exited), it still holds version 2.
+    let reads = commandstat_calls(&mut con, "hgetall");
+    let read_again = {
+        let server = &server;
+        wait_until_async(Duration::from_secs(5), || async move {
+            commandstat_calls(&mut server.conn(), "hgetall") > reads
+        })
+        .await
+    };
+    assert!(read_again, "the replica never read the store again");
     assert_eq!(replica.status(), PlanStatus::Loaded(2));
     assert_eq!(replica.version(), 2);
     rlctl_ok(

@@ -7,14 +7,15 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use redis_ratelimit_client::policy::PolicyBuilder;
 use redis_ratelimit_client::store::{MemoryStore, RedisStore};
 use redis_ratelimit_client::{Algorithm, Decision, Inputs, Limit, Policy, RateLimiter, Source};
 use redis_ratelimit_plans::edit;
 use redis_ratelimit_plans::plan_store::{self, PlanStoreError};
 use redis_ratelimit_plans::spec::LimitSpec;
 use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
-use redis_ratelimit_testkit::helpers::write_marks;
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::helpers::{cut_subscriptions, pubsub_clients, write_marks};
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
 
 pub(super) fn url(server: &Server) -> String {
     format!("redis://127.0.0.1:{}/", server.port)
@@ -40,23 +41,31 @@ pub(super) fn rlctl_ok(server: &Server, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// `rlctl plan set <plan> --limit <spec>...`, which must succeed.
+pub(super) fn plan_set(server: &Server, plan: &str, limits: &[&str]) {
+    let mut args = vec!["plan", "set", plan];
+    for limit in limits {
+        args.extend(["--limit", limit]);
+    }
+    rlctl_ok(server, &args);
+}
+
 pub(super) fn spec(text: &str) -> LimitSpec {
     LimitSpec::parse(text).unwrap()
 }
 
 /// A limiter on `server` with policy `api` from the store for input `tenant` (default: a
 /// fixed window of 1 a day), and its source with `options`.
+/// Policy "api", its limits from the store by its "tenant" input, with one default: `name`,
+/// a fixed window of `limit` per `window` on `key`.
+fn from_store(name: &str, limit: u64, window: Duration, key: &str) -> PolicyBuilder {
+    Policy::from_store("api", "tenant")
+        .limit(Limit::new(name, Algorithm::fixed_window(limit, window).unwrap(), key).unwrap())
+}
+
 pub(super) async fn limiter(server: &Server, options: PlanOptions) -> RateLimiter {
     let source = PlanSource::connect(&url(server), options).await.unwrap();
-    let policy = Policy::from_store("api", "tenant")
-        .limit(
-            Limit::new(
-                "per-day",
-                Algorithm::fixed_window(1, Duration::from_secs(86_400)).unwrap(),
-                "unused",
-            )
-            .unwrap(),
-        )
+    let policy = from_store("per-day", 1, Duration::from_secs(86_400), "unused")
         .deny_cache(false)
         // Debug builds on a shared machine: no decision from the fallback.
         .timeout(Duration::from_secs(2))
@@ -494,19 +503,19 @@ async fn precedence_and_expiry_through_the_limiter() {
     }
     assert!(!check(&limiter, "acme-eu").await.allowed);
     // The override expires: the longest wildcard applies again, with the same count.
-    let expired = Instant::now();
-    loop {
-        let decision = check(&limiter, "acme-eu").await;
-        if quotas(&decision) == per_day(4) {
-            assert!(!decision.allowed, "5 counted, 4 allowed: still denied");
-            break;
-        }
-        assert!(
-            expired.elapsed() < Duration::from_secs(6),
-            "the override never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let expired = {
+        let limiter = &limiter;
+        wait_until_async(Duration::from_secs(6), || async move {
+            let decision = check(limiter, "acme-eu").await;
+            let expired = quotas(&decision) == per_day(4);
+            if expired {
+                assert!(!decision.allowed, "5 counted, 4 allowed: still denied");
+            }
+            expired
+        })
+        .await
+    };
+    assert!(expired, "the override never expired");
     let shown = rlctl_ok(&server, &["get", "acme-eu"]);
     assert!(shown.contains("wildcard override 'acme-e*'"), "{shown}");
     // The expired entry is still listed until pruned; pruning changes nobody's limits.
@@ -533,18 +542,7 @@ async fn plan_p_followed(server: &Server, limiter: &RateLimiter, bucket: &str, w
 #[tokio::test]
 async fn a_change_applies_to_the_existing_state_never_resets_never_charges_twice() {
     let server = Server::start(&[]);
-    rlctl_ok(
-        &server,
-        &[
-            "plan",
-            "set",
-            "p",
-            "--limit",
-            "bucket=token:10/1d",
-            "--limit",
-            "window=fixed:10/1d",
-        ],
-    );
+    plan_set(&server, "p", &["bucket=token:10/1d", "window=fixed:10/1d"]);
     rlctl_ok(&server, &["tenant", "set", "t", "--plan", "p"]);
     let limiter = limiter(&server, PlanOptions::default()).await;
     until_version(&limiter, store_version(&server), Duration::from_secs(2)).await;
@@ -653,12 +651,9 @@ async fn the_backstop_catches_up_without_notifications_and_after_a_cut_subscript
     }
     // Cut every subscription, change at once: the version check (or the resubscription's
     // read) catches up within the period.
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut server.conn())
-        .unwrap();
+    let subscribers = pubsub_clients(&mut server.conn());
+    assert_eq!(subscribers, 1, "one limiter subscribes");
+    cut_subscriptions(&mut server.conn());
     rlctl_ok(&server, &["plan", "set", "p", "--limit", "a=fixed:9/1d"]);
     let took = until_version(&subscribed, store_version(&server), Duration::from_secs(2)).await;
     assert!(
@@ -666,7 +661,14 @@ async fn the_backstop_catches_up_without_notifications_and_after_a_cut_subscript
         "after the cut: {took:?}"
     );
     // And notifications work again once resubscribed.
-    tokio::time::sleep(period * 2).await;
+    let resubscribed = {
+        let server = &server;
+        wait_until_async(Duration::from_secs(5), || async move {
+            pubsub_clients(&mut server.conn()) == subscribers
+        })
+        .await
+    };
+    assert!(resubscribed, "the limiter never subscribed again");
     rlctl_ok(&server, &["plan", "set", "p", "--limit", "a=fixed:10/1d"]);
     until_version(&subscribed, store_version(&server), Duration::from_secs(2)).await;
 }
@@ -686,15 +688,7 @@ async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
         source.status()
     );
     assert!(source.status().to_string().contains("defaults apply"));
-    let policy = Policy::from_store("api", "tenant")
-        .limit(
-            Limit::new(
-                "per-day",
-                Algorithm::fixed_window(2, Duration::from_secs(86_400)).unwrap(),
-                "x",
-            )
-            .unwrap(),
-        )
+    let policy = from_store("per-day", 2, Duration::from_secs(86_400), "x")
         .build()
         .unwrap();
     let limiter = RateLimiter::builder(MemoryStore::new())
@@ -721,15 +715,7 @@ async fn without_redis_at_start_the_defaults_apply_and_this_is_reported() {
         [("per-day".into(), 50)]
     );
     // A store-backed policy needs a source; defaults must be plan limits.
-    let orphan = Policy::from_store("api", "tenant")
-        .limit(
-            Limit::new(
-                "a",
-                Algorithm::fixed_window(2, Duration::from_secs(1)).unwrap(),
-                "x",
-            )
-            .unwrap(),
-        )
+    let orphan = from_store("a", 2, Duration::from_secs(1), "x")
         .build()
         .unwrap();
     let error = RateLimiter::builder(MemoryStore::new())
@@ -776,15 +762,7 @@ async fn leases_of_a_store_backed_policy_are_spent_and_refunded_across_a_change(
     let source = PlanSource::connect(&url(&server), PlanOptions::default())
         .await
         .unwrap();
-    let policy = Policy::from_store("api", "tenant")
-        .limit(
-            Limit::new(
-                "per-day",
-                Algorithm::fixed_window(1, Duration::from_secs(86_400)).unwrap(),
-                "-",
-            )
-            .unwrap(),
-        )
+    let policy = from_store("per-day", 1, Duration::from_secs(86_400), "-")
         .lease(redis_ratelimit_client::Lease::new(10).lifetime(Duration::from_millis(200)))
         .timeout(Duration::from_secs(2))
         .build()

@@ -4,12 +4,12 @@
 //! change made through one node reaches a source subscribed on another.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_ratelimit_plans::plan_store;
 use redis_ratelimit_plans::{PlanOptions, PlanSource, PlanStatus};
 use redis_ratelimit_testkit::cluster::{Cluster, keyslot};
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
 
 fn url(node: &Server) -> String {
     format!("redis://127.0.0.1:{}/", node.port)
@@ -32,16 +32,16 @@ fn rlctl(urls: &str, extra: &[&str], args: &[&str]) -> (bool, String) {
 }
 
 async fn until_version(source: &PlanSource, version: u64) {
-    let started = Instant::now();
-    while source.version() < version {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the source is still at version {} ({:?}), wanted {version}",
-            source.version(),
-            source.status()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let reached = wait_until_async(Duration::from_secs(5), || async move {
+        source.version() >= version
+    })
+    .await;
+    assert!(
+        reached,
+        "the source is still at version {} ({:?}), wanted {version}",
+        source.version(),
+        source.status()
+    );
 }
 
 #[tokio::test]

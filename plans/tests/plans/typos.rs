@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use redis_ratelimit_testkit::helpers::write_marks;
 use redis_ratelimit_testkit::server::Server;
 
-use crate::plans::{rlctl, rlctl_ok, store_version};
+use crate::plans::{plan_set, rlctl, rlctl_ok, store_version};
 
 /// Runs rlctl and insists it refused the input (exit 2) with `expected` in its error, and
 /// wrote nothing; returns stderr.
@@ -31,17 +31,10 @@ fn refused(server: &Server, args: &[&str], expected: &[&str]) -> String {
 }
 
 fn pro_with_acme(server: &Server) {
-    rlctl_ok(
+    plan_set(
         server,
-        &[
-            "plan",
-            "set",
-            "pro",
-            "--limit",
-            "per-minute=sliding:1000/60s",
-            "--limit",
-            "per-day=fixed:100000/1d",
-        ],
+        "pro",
+        &["per-minute=sliding:1000/60s", "per-day=fixed:100000/1d"],
     );
     rlctl_ok(server, &["tenant", "set", "acme", "--plan", "pro"]);
 }
@@ -269,53 +262,33 @@ async fn plan_set_drops_limits_only_with_replace_and_says_which() {
         ],
     );
     // Changing the limits it has, or adding one, drops nothing.
-    rlctl_ok(
+    plan_set(
         &server,
+        "pro",
         &[
-            "plan",
-            "set",
-            "pro",
-            "--limit",
             "per-day=fixed:5/1d",
-            "--limit",
             "per-minute=sliding:2000/60s",
-            "--limit",
             "per-hour=fixed:100/1h",
         ],
     );
-    let dry = rlctl_ok(
-        &server,
-        &[
-            "--dry-run",
-            "plan",
-            "set",
-            "pro",
-            "--limit",
-            "per-minute=sliding:2000/60s",
-            "--replace",
-        ],
-    );
-    assert!(
-        dry.contains("dropped from plan 'pro': per-day=fixed:5/1d per-hour=fixed:100/1h"),
-        "{dry}"
-    );
+    // With --replace: a dry run says what it would drop and writes nothing; the run drops it.
+    let replace = [
+        "plan",
+        "set",
+        "pro",
+        "--limit",
+        "per-minute=sliding:2000/60s",
+        "--replace",
+    ];
     let version = store_version(&server);
-    let replaced = rlctl_ok(
-        &server,
-        &[
-            "plan",
-            "set",
-            "pro",
-            "--limit",
-            "per-minute=sliding:2000/60s",
-            "--replace",
-        ],
-    );
-    assert!(
-        replaced.contains("dropped from plan 'pro': per-day=fixed:5/1d per-hour=fixed:100/1h"),
-        "{replaced}"
-    );
-    assert_eq!(store_version(&server), version + 1);
+    for (flags, version_after) in [(&["--dry-run"][..], version), (&[], version + 1)] {
+        let said = rlctl_ok(&server, &[flags, &replace[..]].concat());
+        assert!(
+            said.contains("dropped from plan 'pro': per-day=fixed:5/1d per-hour=fixed:100/1h"),
+            "{flags:?}: {said}"
+        );
+        assert_eq!(store_version(&server), version_after, "{flags:?}");
+    }
     assert_eq!(
         effective(&server, "acme"),
         ["per-minute=sliding:2000/1m plan pro"]

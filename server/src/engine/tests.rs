@@ -100,6 +100,17 @@ fn request(domain: &str, descriptors: Vec<Descriptor>) -> CheckRequest {
     }
 }
 
+/// A request of one descriptor per list of entries.
+fn each(domain: &str, descriptors: &[&[(&str, &str)]]) -> CheckRequest {
+    request(
+        domain,
+        descriptors
+            .iter()
+            .map(|entries| descriptor(entries))
+            .collect(),
+    )
+}
+
 fn one(domain: &str, entries: &[(&str, &str)]) -> CheckRequest {
     request(domain, vec![descriptor(entries)])
 }
@@ -127,6 +138,20 @@ fn codes(verdict: &Verdict) -> Vec<Code> {
             )
         })
         .collect()
+}
+
+/// README Example 3: an address blocked (a limit of 0 per second), others 10 per second.
+const EXAMPLE3: &str = include_str!("../../tests/reference/readme/example3.yaml");
+
+/// Example 3's blocked address and another beside it.
+fn blocked_and_another() -> CheckRequest {
+    each(
+        "readme-3",
+        &[
+            &[("client_ip", "198.51.100.7")],
+            &[("client_ip", "198.51.100.9")],
+        ],
+    )
 }
 
 const PER_MINUTE: &str = "domain: d
@@ -183,13 +208,9 @@ async fn unlimited_answers_the_most_a_uint32_can_say() {
     let (engine, store) = engine(&[("d.yaml", PER_MINUTE)]);
     let verdict = check(
         &engine,
-        &request(
+        &each(
             "d",
-            vec![
-                descriptor(&[("foo", "bar")]),
-                descriptor(&[("hello", "world")]),
-                descriptor(&[("baz", "qux")]),
-            ],
+            &[&[("foo", "bar")], &[("hello", "world")], &[("baz", "qux")]],
         ),
     )
     .await;
@@ -324,19 +345,8 @@ descriptors:
 async fn a_limit_not_charged_is_shown_as_it_stands() {
     // Defect 7 (README Example 3): [(198.51.100.7), (198.51.100.9)]: the first is blocked
     // (0 per second), the second was not charged, so it has 10 left, and a reset.
-    let example3 = include_str!("../../tests/reference/readme/example3.yaml");
-    let (engine, store) = engine(&[("e3.yaml", example3)]);
-    let verdict = check(
-        &engine,
-        &request(
-            "readme-3",
-            vec![
-                descriptor(&[("client_ip", "198.51.100.7")]),
-                descriptor(&[("client_ip", "198.51.100.9")]),
-            ],
-        ),
-    )
-    .await;
+    let (engine, store) = engine(&[("e3.yaml", EXAMPLE3)]);
+    let verdict = check(&engine, &blocked_and_another()).await;
     assert!(!verdict.allowed);
     assert_eq!(
         codes(&verdict),
@@ -361,8 +371,7 @@ async fn a_limit_not_charged_is_shown_as_it_stands() {
 
 #[tokio::test]
 async fn a_blocked_limit_alone_asks_nothing() {
-    let example3 = include_str!("../../tests/reference/readme/example3.yaml");
-    let (engine, store) = engine(&[("e3.yaml", example3)]);
+    let (engine, store) = engine(&[("e3.yaml", EXAMPLE3)]);
     let verdict = check(&engine, &one("readme-3", &[("client_ip", "198.51.100.7")])).await;
     assert!(!verdict.allowed);
     assert_eq!(verdict.decider, Decider::Store(None));
@@ -390,15 +399,7 @@ descriptors:
 async fn a_shadow_limit_reports_and_never_denies() {
     // ratelimit_test.go TestRuleShadowMode and TestMixedRuleShadowMode.
     let (engine, _) = engine(&[("s.yaml", SHADOWED)]);
-    let both = || {
-        request(
-            "s",
-            vec![
-                descriptor(&[("shadowed", "a")]),
-                descriptor(&[("other", "a")]),
-            ],
-        )
-    };
+    let both = || each("s", &[&[("shadowed", "a")], &[("other", "a")]]);
     assert!(check(&engine, &both()).await.allowed);
     let over = check(&engine, &both()).await;
     assert!(over.allowed, "shadow limits never deny");
@@ -414,13 +415,7 @@ async fn a_shadow_limit_reports_and_never_denies() {
     check(&engine, &one("s", &[("enforced", "b")])).await;
     let mixed = check(
         &engine,
-        &request(
-            "s",
-            vec![
-                descriptor(&[("other", "b")]),
-                descriptor(&[("enforced", "b")]),
-            ],
-        ),
+        &each("s", &[&[("other", "b")], &[("enforced", "b")]]),
     )
     .await;
     assert!(!mixed.allowed);
@@ -446,13 +441,7 @@ async fn the_global_shadow_mode_reports_every_denial_and_admits() {
     }
     let eleventh = check(
         &engine,
-        &request(
-            "d",
-            vec![
-                descriptor(&[("foo", "k")]),
-                descriptor(&[("hello", "world")]),
-            ],
-        ),
+        &each("d", &[&[("foo", "k")], &[("hello", "world")]]),
     )
     .await;
     assert!(eleventh.allowed && eleventh.shadowed);
@@ -580,12 +569,9 @@ async fn matching_is_level_by_level_and_most_specific_first() {
     );
     // Example 2: both descriptors of one request; the logical OR of their decisions.
     let promo = || {
-        request(
+        each(
             "readme-2",
-            vec![
-                descriptor(&[("kind", "promo"), ("phone", "555")]),
-                descriptor(&[("phone", "555")]),
-            ],
+            &[&[("kind", "promo"), ("phone", "555")], &[("phone", "555")]],
         )
     };
     for i in 0..5u64 {
@@ -673,8 +659,7 @@ async fn a_limit_override_counts_per_descriptor_with_the_callers_amount() {
 
 #[tokio::test]
 async fn the_header_fields_name_the_binding_limit() {
-    let example3 = include_str!("../../tests/reference/readme/example3.yaml");
-    let (engine, _) = engine(&[("e3.yaml", example3)]);
+    let (engine, _) = engine(&[("e3.yaml", EXAMPLE3)]);
     let settings = HeaderSettings {
         draft: FieldsDraft::Draft11,
         on_admitted: true,
@@ -785,20 +770,9 @@ descriptors:
 
 #[tokio::test]
 async fn a_limit_of_0_is_a_denial_not_an_outage() {
-    let example3 = include_str!("../../tests/reference/readme/example3.yaml");
-    let (engine, store) = engine_failing(&[("e3.yaml", example3)], false, Fallback::Closed);
+    let (engine, store) = engine_failing(&[("e3.yaml", EXAMPLE3)], false, Fallback::Closed);
     store.set_down(true);
-    let verdict = check(
-        &engine,
-        &request(
-            "readme-3",
-            vec![
-                descriptor(&[("client_ip", "198.51.100.7")]),
-                descriptor(&[("client_ip", "198.51.100.9")]),
-            ],
-        ),
-    )
-    .await;
+    let verdict = check(&engine, &blocked_and_another()).await;
     assert!(!verdict.allowed);
     assert!(!verdict.unavailable, "429, not 503");
 }

@@ -62,6 +62,20 @@ async fn ask(client: &mut Client, request: RateLimitRequest) -> RateLimitRespons
         .into_inner()
 }
 
+/// A request of one descriptor per list of entries.
+async fn each(client: &mut Client, descriptors: &[&[(&str, &str)]]) -> RateLimitResponse {
+    let descriptors = descriptors
+        .iter()
+        .map(|entries| descriptor(entries))
+        .collect();
+    ask(client, request("features", descriptors)).await
+}
+
+/// Each status's code.
+fn codes(response: &RateLimitResponse) -> Vec<i32> {
+    response.statuses.iter().map(|status| status.code).collect()
+}
+
 async fn one(client: &mut Client, entries: &[(&str, &str)]) -> RateLimitResponse {
     ask(client, request("features", vec![descriptor(entries)])).await
 }
@@ -203,17 +217,7 @@ async fn every_config_feature() {
 
     // replaces: with vip in the request, silver is not applied.
     for _ in 0..4 {
-        let both = ask(
-            &mut client,
-            request(
-                "features",
-                vec![
-                    descriptor(&[("tier", "silver")]),
-                    descriptor(&[("vip", "v")]),
-                ],
-            ),
-        )
-        .await;
+        let both = each(&mut client, &[&[("tier", "silver")], &[("vip", "v")]]).await;
         assert!(ok(&both));
         assert!(both.statuses[0].current_limit.is_none());
         assert_eq!(both.statuses[1].current_limit.as_ref().unwrap().name, "vip");
@@ -240,20 +244,9 @@ async fn every_config_feature() {
     );
 
     // requests_per_unit 0 denies, and nothing else of the request is charged.
-    let blocked = ask(
-        &mut client,
-        request(
-            "features",
-            vec![
-                descriptor(&[("cost", "b")]),
-                descriptor(&[("blocked", "x")]),
-            ],
-        ),
-    )
-    .await;
+    let blocked = each(&mut client, &[&[("cost", "b")], &[("blocked", "x")]]).await;
     assert!(!ok(&blocked));
-    assert_eq!(blocked.statuses[0].code, Code::Ok as i32);
-    assert_eq!(blocked.statuses[1].code, Code::OverLimit as i32);
+    assert_eq!(codes(&blocked), [Code::Ok as i32, Code::OverLimit as i32]);
     assert_eq!(
         one(&mut client, &[("cost", "b")]).await.statuses[0].limit_remaining,
         9
@@ -292,20 +285,9 @@ async fn every_config_feature() {
     // All or nothing: a denial charges no other descriptor.
     let before = one(&mut client, &[("cost", "aon")]).await.statuses[0].limit_remaining;
     for _ in 0..3 {
-        let pair = ask(
-            &mut client,
-            request(
-                "features",
-                vec![
-                    descriptor(&[("api_key", "k1")]),
-                    descriptor(&[("cost", "aon")]),
-                ],
-            ),
-        )
-        .await;
+        let pair = each(&mut client, &[&[("api_key", "k1")], &[("cost", "aon")]]).await;
         assert!(!ok(&pair));
-        assert_eq!(pair.statuses[0].code, Code::OverLimit as i32);
-        assert_eq!(pair.statuses[1].code, Code::Ok as i32);
+        assert_eq!(codes(&pair), [Code::OverLimit as i32, Code::Ok as i32]);
     }
     let after = one(&mut client, &[("cost", "aon")]).await.statuses[0].limit_remaining;
     assert_eq!(after, before - 1, "only the lone check charged it");

@@ -109,6 +109,19 @@ fn open_fds(pid: u32) -> usize {
         .count()
 }
 
+/// `each` idle connections to each of `addresses` (those the kernel takes within 500 ms).
+fn connect_many(addresses: &[SocketAddr], each: usize) -> Vec<TcpStream> {
+    let mut sockets = Vec::new();
+    for address in addresses {
+        for _ in 0..each {
+            if let Ok(stream) = TcpStream::connect_timeout(address, Duration::from_millis(500)) {
+                sockets.push(stream);
+            }
+        }
+    }
+    sockets
+}
+
 /// CPU time (user + system) in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -166,12 +179,14 @@ fn h2_post(stream: u32, path: &str, content_type: &str) -> Vec<u8> {
 const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// What a raw HTTP/2 peer received: stream resets, GOAWAYs, the streams the server ended
-/// (a reset, or a response's last HEADERS), and whether it closed the connection.
+/// (a reset, or a response's last HEADERS), the acks of its own pings, and whether it closed
+/// the connection.
 #[derive(Default)]
 struct H2Received {
     resets: AtomicU64,
     goaways: AtomicU64,
     ended: std::sync::Mutex<std::collections::HashSet<u32>>,
+    pings_acked: AtomicU64,
     closed: AtomicBool,
 }
 
@@ -181,6 +196,7 @@ struct H2Flood {
     stream: TcpStream,
     received: Arc<H2Received>,
     next_stream: u32,
+    pings_sent: u64,
 }
 
 impl Drop for H2Flood {
@@ -223,6 +239,9 @@ impl H2Flood {
                     (0x1, true) => {
                         counts.ended.lock().unwrap().insert(stream);
                     }
+                    (0x6, true) => {
+                        counts.pings_acked.fetch_add(1, Ordering::Relaxed);
+                    }
                     (0x7, _) => {
                         counts.goaways.fetch_add(1, Ordering::Relaxed);
                     }
@@ -234,7 +253,25 @@ impl H2Flood {
             stream,
             received,
             next_stream: 1,
+            pings_sent: 0,
         }
+    }
+
+    /// Sends a PING: the server reads frames in order, so its ack says it has read every
+    /// frame sent before (the streams opened), and acted on them.
+    fn ping(&mut self) {
+        self.pings_sent += 1;
+        let _ = self
+            .stream
+            .write_all(&h2_frame(0x6, 0, 0, &self.pings_sent.to_be_bytes()));
+    }
+
+    /// Whether the server has read all that was sent before the last [`H2Flood::ping`]: it
+    /// acked the ping, or it ended the connection.
+    fn read_up_to_the_ping(&self) -> bool {
+        self.received.pings_acked.load(Ordering::Relaxed) >= self.pings_sent
+            || self.received.goaways.load(Ordering::Relaxed) > 0
+            || self.received.closed.load(Ordering::Relaxed)
     }
 
     /// Opens `count` streams (fewer if the server closes the connection first).
@@ -419,11 +456,21 @@ fn a_config_rewritten_in_place_is_applied_only_whole() {
     for line in text.split_inclusive('\n') {
         file.write_all(line.as_bytes()).unwrap();
         file.flush().unwrap();
+        // The pace is what is tested: the watcher polls (200 ms) while the file grows.
         std::thread::sleep(Duration::from_millis(20));
     }
     drop(file);
-    // Two polls more: whatever was pending is settled.
-    std::thread::sleep(Duration::from_millis(600));
+    // Whatever was pending is settled once the watcher has taken in a change made after the
+    // last write: a second file, whose reload (of two files) must be the only one.
+    service.config.write(
+        "marker.yaml",
+        "domain: marker\ndescriptors:\n  - key: m\n    rate_limit: {unit: day, requests_per_unit: 1}\n",
+    );
+    assert!(
+        service.wait_log("config reloaded domains=2 files=2", 1),
+        "the second file was never loaded:\n{}",
+        service.log()
+    );
     writing.store(false, Ordering::Relaxed);
     checker.join().unwrap();
     let (unlimited, checked) = (
@@ -438,9 +485,10 @@ fn a_config_rewritten_in_place_is_applied_only_whole() {
         "a half-written config was served:\n{}",
         service.log()
     );
-    assert!(
-        !service.log().contains("config reloaded"),
-        "{}",
+    assert_eq!(
+        service.log().matches("config reloaded").count(),
+        1,
+        "only the second file's reload:\n{}",
         service.log()
     );
 }
@@ -459,13 +507,20 @@ fn a_stream_flood_keeps_memory_bounded() {
         );
     }
     let before = rss_kib(pid);
+    let fds_before = open_fds(pid);
     // 20,000 streams whose message never arrives, on one connection (the reproduction took
     // the service from 8 to 177 MB), on each listener (the HTTP one speaks h2c).
     let mut grpc = H2Flood::open(service.grpc);
     let sent = grpc.open_streams(20_000, RLS_PATH, "application/grpc");
     let mut h2c = H2Flood::open(service.http);
     h2c.open_streams(20_000, "/v1/check", "application/json");
-    std::thread::sleep(Duration::from_millis(500));
+    grpc.ping();
+    h2c.ping();
+    assert!(
+        wait_until(Duration::from_secs(20), || grpc.read_up_to_the_ping()
+            && h2c.read_up_to_the_ping()),
+        "the service never read the streams"
+    );
     assert_eq!(
         grpc_code(service.grpc, ("user", "during")).unwrap(),
         Code::Ok as i32,
@@ -492,9 +547,15 @@ fn a_stream_flood_keeps_memory_bounded() {
     for _ in 0..100 {
         let mut flood = H2Flood::open(service.grpc);
         flood.open_streams(128, RLS_PATH, "application/grpc");
+        flood.ping();
         full.push(flood);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_until(Duration::from_secs(20), || full
+            .iter()
+            .all(H2Flood::read_up_to_the_ping)),
+        "the service never read the streams"
+    );
     let full_streams = rss_kib(pid);
     eprintln!(
         "stream flood: {:.1} MiB with 100 connections x 128 streams",
@@ -517,7 +578,11 @@ fn a_stream_flood_keeps_memory_bounded() {
         "every stream without a message is ended by the request timeout"
     );
     drop((grpc, h2c, full));
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_until(Duration::from_secs(10), || open_fds(pid) <= fds_before + 4),
+        "the flood's connections were never closed: {} descriptors open, {fds_before} before",
+        open_fds(pid)
+    );
     eprintln!(
         "stream flood: {:.1} MiB once every stream ended and the connections closed",
         mib(rss_kib(pid))
@@ -765,6 +830,7 @@ fn tls_time_to_close(address: SocketAddr, ca: &Path) -> Option<Duration> {
         {
             return Some(started.elapsed());
         }
+        // The slowness is what is tested: a byte per SLOW_BYTE of real time.
         std::thread::sleep(SLOW_BYTE);
         match tls.read(&mut scratch) {
             Ok(0) => return Some(started.elapsed()),
@@ -866,15 +932,14 @@ fn a_connection_flood_is_capped() {
     );
     let pid = service.pid();
     let before = open_fds(pid);
-    let mut sockets = Vec::new();
-    for address in [service.http, service.grpc] {
-        for _ in 0..300 {
-            if let Ok(stream) = TcpStream::connect_timeout(&address, Duration::from_millis(500)) {
-                sockets.push(stream);
-            }
-        }
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let sockets = connect_many(&[service.http, service.grpc], 300);
+    // Measured once the service took in a listener's bound (32) of them: the most it holds
+    // (the idle ones are closed at the header timeout, and others taken in their place).
+    assert!(
+        wait_until(Duration::from_secs(10), || open_fds(pid) >= before + 32),
+        "the listeners never reached their bound: {} descriptors open (before: {before})",
+        open_fds(pid)
+    );
     let during = open_fds(pid);
     eprintln!(
         "connection flood: {} sockets opened, the service's descriptors {before} before, {during} during",
@@ -899,21 +964,21 @@ fn accepting_backs_off_when_out_of_file_descriptors() {
     let mut service =
         Service::start_limited(&redis_url(&redis), &[("hostile.yaml", CONFIG)], &[], 96);
     let pid = service.pid();
-    let mut sockets = Vec::new();
-    for address in [service.grpc, service.http] {
-        for _ in 0..150 {
-            if let Ok(stream) = TcpStream::connect_timeout(&address, Duration::from_millis(500)) {
-                sockets.push(stream);
-            }
-        }
-    }
+    let sockets = connect_many(&[service.grpc, service.http], 150);
     assert!(
         wait_until(Duration::from_secs(10), || open_fds(pid) >= 94),
         "the descriptors ran out: {} open",
         open_fds(pid)
     );
-    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        wait_until(Duration::from_secs(10), || service
+            .log()
+            .contains("cannot accept")),
+        "{}",
+        service.log()
+    );
     let ticks = cpu_ticks(pid);
+    // The measure is the CPU time spent over a stretch of real time: it must pass.
     std::thread::sleep(Duration::from_secs(2));
     let spent = cpu_ticks(pid) - ticks;
     eprintln!(
@@ -968,13 +1033,22 @@ fn sigterm_stops_by_the_deadline_and_gives_leases_back() {
     };
     assert!(left(&plain) <= 90, "a lease is out");
     // A half-sent HTTP request, a silent gRPC connection, a stream whose message never comes.
+    let (pid, fds_before) = (leased.pid(), open_fds(leased.pid()));
     let mut half = TcpStream::connect(leased.http).unwrap();
     half.write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\n")
         .unwrap();
-    let silent = H2Flood::open(leased.grpc);
+    let mut silent = H2Flood::open(leased.grpc);
     let mut pending = H2Flood::open(leased.grpc);
     pending.open_streams(1, RLS_PATH, "application/grpc");
-    std::thread::sleep(Duration::from_millis(300));
+    silent.ping();
+    pending.ping();
+    // The service holds all three (and has read the pending stream) before it is stopped.
+    assert!(
+        wait_until(Duration::from_secs(10), || open_fds(pid) >= fds_before + 3
+            && silent.read_up_to_the_ping()
+            && pending.read_up_to_the_ping()),
+        "the service never took the connections in"
+    );
     let stopped = leased.terminate_within(Duration::from_secs(10));
     eprintln!("SIGTERM with connections that never finish: stopped after {stopped:?}");
     let (success, after) = stopped.unwrap_or_else(|| panic!("no exit:\n{}", leased.log()));

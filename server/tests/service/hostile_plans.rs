@@ -3,11 +3,11 @@
 //! another caller, a tenant value the store would refuse resolving a tenant's override, and
 //! a policy store rebuilt at a lower version.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis_ratelimit_plans::spec::Pattern;
 use redis_ratelimit_plans::{edit, plan_store};
-use redis_ratelimit_testkit::server::Server;
+use redis_ratelimit_testkit::server::{Server, wait_until_async};
 
 use crate::harness::Service;
 use crate::plans::{PLANS, change, limits};
@@ -197,15 +197,16 @@ async fn a_store_rebuilt_at_a_lower_version_is_served_and_reported() {
     })
     .await;
     change(&mut con, |s| edit::tenant_set(s, "acme", "small").unwrap()).await;
-    let started = Instant::now();
-    while quota(&service, "acme") != 7 {
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "after 3 s acme still has {} (the old store's override)",
-            quota(&service, "acme")
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let service = &service;
+    let moved = wait_until_async(Duration::from_secs(3), || async move {
+        quota(service, "acme") == 7
+    })
+    .await;
+    assert!(
+        moved,
+        "after 3 s acme still has {} (the old store's override)",
+        quota(service, "acme")
+    );
     let metrics = service.http("GET", "/metrics", "", &[]).body;
     assert!(
         metrics.contains("ratelimit_plans_version 2"),

@@ -1,6 +1,8 @@
 //! The HTTP JSON API.
 
-use redis_ratelimit_testkit::server::Server;
+use std::time::Duration;
+
+use redis_ratelimit_testkit::server::{Server, wait_until};
 use serde_json::json;
 
 use crate::harness::{Service, TempDir};
@@ -168,35 +170,44 @@ fn in_flight_limits_are_released() {
     assert_eq!(again["allowed"], true, "the slot came back");
 }
 
-#[test]
-fn a_bearer_token_guards_the_api() {
-    let redis = Server::start(&[]);
+/// A service on `redis` whose API takes the bearer token `token`, read from a file in the
+/// directory it returns beside it (its `token` file).
+fn guarded(redis: &Server, label: &str, token: &str) -> (Service, TempDir) {
     let url = format!("redis://127.0.0.1:{}/", redis.port);
-    let secrets = TempDir::new("token");
-    secrets.write("token", "s3cret\n");
+    let secrets = TempDir::new(label);
+    secrets.write("token", &format!("{token}\n"));
     let token_file = secrets.0.join("token");
     let service = Service::start(
         &url,
         &[("api.yaml", API)],
         &["--http-token-file", token_file.to_str().unwrap()],
     );
-    let refused = service.http("POST", "/v1/check", &body("t"), &[]);
-    assert_eq!(refused.status, 401);
-    assert_eq!(refused.header("www-authenticate"), Some("Bearer"));
-    let wrong = service.http(
-        "POST",
-        "/v1/check",
-        &body("t"),
-        &[("Authorization", "Bearer nope")],
-    );
-    assert_eq!(wrong.status, 401);
-    let allowed = service.http(
-        "POST",
-        "/v1/check",
-        &body("t"),
-        &[("Authorization", "Bearer s3cret")],
-    );
-    assert_eq!(allowed.status, 200, "{}", allowed.body);
+    (service, secrets)
+}
+
+#[test]
+fn a_bearer_token_guards_the_api() {
+    let redis = Server::start(&[]);
+    let (service, _secrets) = guarded(&redis, "token", "s3cret");
+    // (the Authorization field sent, the status, the WWW-Authenticate challenge)
+    let cases = [
+        (None, 401, Some("Bearer")),
+        (Some("Bearer nope"), 401, Some("Bearer")),
+        (Some("Bearer s3cret"), 200, None),
+    ];
+    for (authorization, status, challenge) in cases {
+        let fields: Vec<(&str, &str)> = authorization
+            .map(|value| ("Authorization", value))
+            .into_iter()
+            .collect();
+        let reply = service.http("POST", "/v1/check", &body("t"), &fields);
+        assert_eq!(reply.status, status, "{authorization:?}: {}", reply.body);
+        assert_eq!(
+            reply.header("www-authenticate"),
+            challenge,
+            "{authorization:?}"
+        );
+    }
     assert_eq!(
         service.http("GET", "/healthz", "", &[]).status,
         200,
@@ -207,15 +218,8 @@ fn a_bearer_token_guards_the_api() {
 #[test]
 fn a_rotated_token_file_is_read_again_and_a_bad_one_keeps_the_old() {
     let redis = Server::start(&[]);
-    let url = format!("redis://127.0.0.1:{}/", redis.port);
-    let secrets = TempDir::new("rotated-token");
-    secrets.write("token", "first\n");
+    let (service, secrets) = guarded(&redis, "rotated-token", "first");
     let token_file = secrets.0.join("token");
-    let service = Service::start(
-        &url,
-        &[("api.yaml", API)],
-        &["--http-token-file", token_file.to_str().unwrap()],
-    );
     let status = |token: &str| {
         let bearer = format!("Bearer {token}");
         service
@@ -235,26 +239,23 @@ fn a_rotated_token_file_is_read_again_and_a_bad_one_keeps_the_old() {
         std::fs::rename(secrets.0.join("token.next"), &token_file).unwrap();
     };
     rotate("second\n");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while status("second") != 200 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new token was never read"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || status("second") == 200),
+        "the new token was never read"
+    );
     assert_eq!(status("first"), 401);
     // An empty file is no token: logged, and the token in force stays.
     rotate("");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !service
-        .log()
-        .contains("the token read before stays in force")
-    {
-        assert_eq!(status("second"), 200, "the token in force stays");
-        assert!(std::time::Instant::now() < deadline, "{}", service.log());
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            assert_eq!(status("second"), 200, "the token in force stays");
+            service
+                .log()
+                .contains("the token read before stays in force")
+        }),
+        "{}",
+        service.log()
+    );
     assert_eq!(status("second"), 200);
     assert!(
         service.log().contains("its new token is in force"),

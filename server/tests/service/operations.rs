@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use redis_ratelimit_testkit::server::{Server, wait_until};
+use redis_ratelimit_testkit::server::{Server, wait_until, wait_until_async};
 
 use crate::harness::{Service, descriptor, on_runtime, request};
 
@@ -83,19 +83,16 @@ async fn redis_down_under_each_failure_mode() {
             }),
             "{mode}: ready again"
         );
-        let mut back = false;
-        for _ in 0..150 {
-            let _ = code(&service, "c").await;
+        let (service, redis) = (&service, &redis);
+        let back = wait_until_async(Duration::from_secs(15), || async move {
+            let _ = code(service, "c").await;
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg("*")
                 .query(&mut redis.conn())
                 .unwrap_or_default();
-            if !keys.is_empty() {
-                back = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            !keys.is_empty()
+        })
+        .await;
         assert!(back, "{mode}: the store decides again");
     }
 }

@@ -121,6 +121,37 @@ fn json_request(domain: &str, descriptors: &[Ask<'_>], hits: u32) -> String {
 }
 
 /// Asks `service` one request `via` a transport.
+/// README Example 3 (defects 7 and 8): the blocked address (0 per second) and another
+/// beside it: denied; the other was not charged, so it has 10 left; both reset within the
+/// second.
+async fn blocked_and_another(service: &Service, via: Via, context: &str) {
+    let answer = ask(
+        service,
+        via,
+        "readme-3",
+        &[
+            (&[("client_ip", "198.51.100.7")], None),
+            (&[("client_ip", "198.51.100.9")], None),
+        ],
+    )
+    .await;
+    answer.expect(
+        false,
+        &[
+            ("OVER_LIMIT", Some((0, "SECOND")), 0),
+            ("OK", Some((10, "SECOND")), 10),
+        ],
+        &format!("{context}: the other address was not charged, so it has 10 left"),
+    );
+    for reset in &answer.resets {
+        let reset = reset.unwrap_or_else(|| panic!("{context}: both have a reset"));
+        assert!(
+            reset > Duration::ZERO && reset <= Duration::from_secs(1),
+            "{context}: {reset:?}"
+        );
+    }
+}
+
 async fn ask(service: &Service, via: Via, domain: &str, descriptors: &[Ask<'_>]) -> Answer {
     ask_hits(service, via, domain, descriptors, 0).await
 }
@@ -302,31 +333,7 @@ async fn readme_examples(service: &Service, via: Via) {
         &at("2, the sixth: the other limit not charged"),
     );
     // 3: the blocked address, and another beside it (defects 7 and 8).
-    let blocked = ask(
-        service,
-        via,
-        "readme-3",
-        &[
-            (&[("client_ip", "198.51.100.7")], None),
-            (&[("client_ip", "198.51.100.9")], None),
-        ],
-    )
-    .await;
-    blocked.expect(
-        false,
-        &[
-            ("OVER_LIMIT", Some((0, "SECOND")), 0),
-            ("OK", Some((10, "SECOND")), 10),
-        ],
-        &at("3: the other address was not charged, so it has 10 left"),
-    );
-    for reset in &blocked.resets {
-        let reset = reset.expect("both have a reset");
-        assert!(
-            reset > Duration::ZERO && reset <= Duration::from_secs(1),
-            "{reset:?}"
-        );
-    }
+    blocked_and_another(service, via, &at("3")).await;
     ask(
         service,
         via,
@@ -572,26 +579,7 @@ async fn defect_7_a_limit_not_charged_is_shown_as_it_stands() {
     // has 10 left, and a reset.
     let redis = Server::start(&[]);
     for (via, service) in each_way(&redis, &reference_file("readme/example3.yaml")) {
-        let answer = ask(
-            &service,
-            via,
-            "readme-3",
-            &[
-                (&[("client_ip", "198.51.100.7")], None),
-                (&[("client_ip", "198.51.100.9")], None),
-            ],
-        )
-        .await;
-        answer.expect(
-            false,
-            &[
-                ("OVER_LIMIT", Some((0, "SECOND")), 0),
-                ("OK", Some((10, "SECOND")), 10),
-            ],
-            &format!("{via:?}"),
-        );
-        let reset = answer.resets[1].expect("a reset");
-        assert!(reset > Duration::ZERO && reset <= Duration::from_secs(1));
+        blocked_and_another(&service, via, &format!("{via:?}")).await;
     }
     // A shadow limit skipped after a denial: read, with what it has left.
     let shadowed = "domain: d
@@ -942,41 +930,30 @@ async fn the_ietf_fields_are_sent_where_the_reference_sends_none() {
     // A documented difference: by default the answers carry the IETF RateLimit fields
     // (and Retry-After on a denial); `--headers off` leaves what the reference sends.
     let redis = Server::start(&[]);
-    let service = Service::start(&redis_url(&redis), &[("d.yaml", SERVICE_TEST)], &[]);
-    let response = service
-        .grpc()
-        .await
-        .should_rate_limit(grpc_request(
-            "different-domain",
-            &[(&[("foo", "bar")], None)],
-            1,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let keys: Vec<&str> = response
-        .response_headers_to_add
-        .iter()
-        .map(|header| header.key.as_str())
-        .collect();
-    assert_eq!(keys, ["ratelimit-policy", "ratelimit"]);
-    let quiet = Service::start(
-        &redis_url(&redis),
-        &[("d.yaml", SERVICE_TEST)],
-        &["--headers", "off"],
-    );
-    let response = quiet
-        .grpc()
-        .await
-        .should_rate_limit(grpc_request(
-            "different-domain",
-            &[(&[("foo", "bar")], None)],
-            1,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(response.response_headers_to_add.is_empty());
+    let cases: [(&[&str], &[&str]); 2] = [
+        (&[], &["ratelimit-policy", "ratelimit"]),
+        (&["--headers", "off"], &[]),
+    ];
+    for (flags, fields) in cases {
+        let service = Service::start(&redis_url(&redis), &[("d.yaml", SERVICE_TEST)], flags);
+        let response = service
+            .grpc()
+            .await
+            .should_rate_limit(grpc_request(
+                "different-domain",
+                &[(&[("foo", "bar")], None)],
+                1,
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let keys: Vec<&str> = response
+            .response_headers_to_add
+            .iter()
+            .map(|header| header.key.as_str())
+            .collect();
+        assert_eq!(keys, fields, "with {flags:?}");
+    }
 }
 
 /// Waits (bounded) until the epoch-aligned window of `unit_s` seconds has at least two

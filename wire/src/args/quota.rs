@@ -284,6 +284,7 @@ mod tests {
         );
     }
 
+    #[rustfmt::skip]
     #[test]
     fn throttle_takes_redis_cells_arguments() {
         let params = throttle(&[b"15", b"30", b"60"]).unwrap();
@@ -300,27 +301,17 @@ mod tests {
             throttle(&[b"+15", b"30", b"60", b"-2"]).unwrap().quantity(),
             -2
         );
-        let message = |args: &[&[u8]]| throttle(args).unwrap_err().to_string();
-        assert_eq!(
-            message(&[b"x", b"30", b"60"]),
-            "ERR max_burst must be an integer (got 'x')"
-        );
-        assert_eq!(
-            message(&[b"-1", b"30", b"60"]),
-            "ERR max_burst must be at least 0 (got '-1')"
-        );
-        assert_eq!(
-            message(&[b"1", b"0", b"60"]),
-            "ERR count / period must be a non-zero rate of at most 1e9 per second (zero rates are not supported)"
-        );
-        assert_eq!(
-            message(&[b"1", b"-1", b"60"]),
-            "ERR count and period must have the same sign"
-        );
-        assert_eq!(
-            message(&[b"1000000", b"1", b"3155760"]),
-            "ERR period / count * (max_burst + 1) must be at most 100 years"
-        );
+        let refused: [(&[&str], &str); 5] = [
+            (&["x", "30", "60"],          "ERR max_burst must be an integer (got 'x')"),
+            (&["-1", "30", "60"],         "ERR max_burst must be at least 0 (got '-1')"),
+            (&["1", "0", "60"],           "ERR count / period must be a non-zero rate of at most 1e9 per second (zero rates are not supported)"),
+            (&["1", "-1", "60"],          "ERR count and period must have the same sign"),
+            (&["1000000", "1", "3155760"], "ERR period / count * (max_burst + 1) must be at most 100 years"),
+        ];
+        for (args, expected) in refused {
+            let bytes: Vec<&[u8]> = args.iter().map(|arg| arg.as_bytes()).collect();
+            assert_eq!(throttle(&bytes).unwrap_err().to_string(), expected, "{args:?}");
+        }
         assert_eq!(throttle(&[b"1", b"1"]), Err(CommandError::WrongArity));
     }
 
