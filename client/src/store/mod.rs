@@ -88,6 +88,21 @@ pub struct Refund<'a> {
     pub holder: Option<&'a str>,
 }
 
+/// One hash the top-keys reporter writes ([`top`](crate::top)): its fields set (each value
+/// replacing the field's), then its absolute expiry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HashWrite {
+    /// The hash's key.
+    pub key: String,
+    /// The fields and their values.
+    pub fields: Vec<(String, String)>,
+    /// When the hash expires, in ms since the Unix epoch (`PEXPIREAT`).
+    pub expire_at_ms: u64,
+}
+
+/// A hash as read: its fields and values.
+pub type HashFields = Vec<(String, String)>;
+
 /// Which operations a store supports natively.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
@@ -203,4 +218,28 @@ pub trait Store: Send + Sync + 'static {
     fn silent_for(&self, _slot: Option<u16>) -> Option<Duration> {
         None
     }
+
+    /// Writes `hashes` in one pipeline (`HSET key field value ...`, then `PEXPIREAT key ms`,
+    /// for each): the fleet's top-keys reports. Never retried (the next report carries the
+    /// same summaries whole). The default: a store that keeps no hashes.
+    fn write_hashes<'a>(
+        &'a self,
+        _hashes: &'a [HashWrite],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(no_hashes()) })
+    }
+
+    /// Reads each of `keys`' hash whole (`HGETALL`, in one pipeline), in order; a missing key
+    /// is an empty hash. The default: a store that keeps no hashes.
+    fn read_hashes<'a>(
+        &'a self,
+        _keys: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<HashFields>, StoreError>> {
+        Box::pin(async { Err(no_hashes()) })
+    }
+}
+
+/// What a store without hashes answers the top-keys reporter.
+fn no_hashes() -> StoreError {
+    StoreError::Server("this store keeps no hashes (the top-keys reports need Redis)".into())
 }
