@@ -92,6 +92,7 @@ pub mod decision;
 mod deny_cache;
 mod error;
 pub mod expiring;
+mod fx_hash;
 pub mod http;
 mod in_flight;
 pub mod job;

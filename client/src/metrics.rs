@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Label};
 
-use crate::decision::Decision;
+use crate::decision::{Decision, Outcome, Source};
+use crate::fx_hash::FxBuild;
 use crate::limit_set::LimitSet;
 use crate::policy::Fallback;
 
@@ -211,9 +212,36 @@ enum Kind {
 /// One policy's kept series, and the limit and class labels given out so far.
 #[derive(Default)]
 struct PolicyKept {
-    handles: HashMap<Series, Handle>,
+    handles: HashMap<Series, Handle, FxBuild>,
+    /// The counters every check increments, by limit, class, outcome and source: looked up
+    /// by the labels as they are (no label set built, nothing cloned), only for limits and
+    /// classes that are their own labels.
+    decisions: HashMap<Arc<str>, HashMap<Arc<str>, ByOutcome, FxBuild>, FxBuild>,
     limits: HashSet<Arc<str>>,
     classes: HashSet<Arc<str>>,
+    /// The configured quota and window (ms) each limit's gauges were set to, by limit and
+    /// class: a job's limits (new each call) set them again only when they change.
+    configured: HashMap<Arc<str>, Configured, FxBuild>,
+    /// The fallback its gauge was set to.
+    fallback: Option<Fallback>,
+}
+
+/// A decision's counters: `ratelimit_decisions_total` and `ratelimit_decision_units_total`.
+struct DecisionCounters {
+    decisions: Counter,
+    units: Counter,
+}
+
+/// One limit's configured quota and window (ms) by class.
+type Configured = HashMap<Arc<str>, (u64, u64), FxBuild>;
+
+/// One limit and class's decision counters by outcome and source.
+type ByOutcome = HashMap<(Outcome, Source), DecisionCounters, FxBuild>;
+
+/// A limit's configured quota and window, in ms.
+fn configured_of(limit: &crate::limit_set::CheckedLimit) -> (u64, u64) {
+    let window_ms = u64::try_from(limit.algorithm.window().as_millis()).unwrap_or(u64::MAX);
+    (limit.algorithm.quota(), window_ms)
 }
 
 /// `name` as a label of a set of at most `max` values: itself once given out, `_other` past
@@ -261,7 +289,7 @@ struct Kept {
     /// The address of the recorder the handles belong to (`metrics::with_recorder`'s: a
     /// local recorder of this thread, else the global one, else the facade's no-op one).
     recorder: usize,
-    by_policy: HashMap<Arc<str>, PolicyKept>,
+    by_policy: HashMap<Arc<str>, PolicyKept, FxBuild>,
 }
 
 /// The limiter's per-call metrics, kept as handles by policy and what varies (limit, class,
@@ -451,18 +479,7 @@ impl Handles {
                 (&*NO_LIMIT_LABEL, class, cost)
             }
         };
-        let labelled = Some((limit, class));
-        let outcome = ("outcome", decision.outcome.as_str());
-        let source = ("source", decision.source.as_str());
-        let backend = ("backend", decision.source.backend_label());
-        self.count(policy, DECISIONS, labelled, [outcome, source, backend], 1);
-        self.count(
-            policy,
-            DECISION_UNITS,
-            labelled,
-            [outcome, source, NO_LABEL],
-            units,
-        );
+        self.count_decision(decision, limit, class, units);
         if let (true, Some(regional)) = (decision.source.is_store(), decision.regional()) {
             let pairs = [("why", regional.why_str()), NO_LABEL, NO_LABEL];
             self.count(policy, REGIONAL_DECISIONS, None, pairs, 1);
@@ -481,13 +498,92 @@ impl Handles {
         }
     }
 
+    /// Counts `decision` under `limit` and `class`, and its `units`: one lookup of the two
+    /// counters kept, else registered through [`record`](Self::record) and kept.
+    fn count_decision(&self, decision: &Decision, limit: &Arc<str>, class: &Arc<str>, units: u64) {
+        let policy = &decision.policy;
+        let key = (decision.outcome, decision.source);
+        let recorder = recorder_address();
+        {
+            let kept = self.kept.read().unwrap_or_else(PoisonError::into_inner);
+            let counters = (kept.recorder == recorder)
+                .then(|| {
+                    kept.by_policy
+                        .get(&**policy)?
+                        .decisions
+                        .get(&**limit)?
+                        .get(&**class)?
+                        .get(&key)
+                })
+                .flatten();
+            if let Some(counters) = counters {
+                counters.decisions.increment(1);
+                counters.units.increment(units);
+                return;
+            }
+        }
+        let labelled = Some((limit, class));
+        let outcome = ("outcome", decision.outcome.as_str());
+        let source = ("source", decision.source.as_str());
+        let backend = ("backend", decision.source.backend_label());
+        let decisions = [outcome, source, backend];
+        let units_pairs = [outcome, source, NO_LABEL];
+        self.count(policy, DECISIONS, labelled, decisions, 1);
+        self.count(policy, DECISION_UNITS, labelled, units_pairs, units);
+        // Kept by the labels as they are when they are their own labels (within bounds).
+        let mut kept = self.kept.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(policy_kept) = kept.by_policy.get_mut(&**policy) else {
+            return;
+        };
+        if !policy_kept.limits.contains(&**limit) || !policy_kept.classes.contains(&**class) {
+            return;
+        }
+        let series = |name, pairs| Series {
+            name,
+            limit: Some((Arc::clone(limit), Arc::clone(class))),
+            pairs,
+        };
+        let counter = |series: &Series| match policy_kept.handles.get(series) {
+            Some(Handle::Counter(counter)) => Some(counter.clone()),
+            _ => None,
+        };
+        let (Some(decisions), Some(units)) = (
+            counter(&series(DECISIONS, decisions)),
+            counter(&series(DECISION_UNITS, units_pairs)),
+        ) else {
+            return;
+        };
+        policy_kept
+            .decisions
+            .entry(Arc::clone(limit))
+            .or_default()
+            .entry(Arc::clone(class))
+            .or_default()
+            .insert(key, DecisionCounters { decisions, units });
+    }
+
     /// Sets `policy`'s gauges of its limits' configured quotas and windows (but an
     /// override's, which is one tenant's) and of its fallback.
     fn configured(&self, policy: &Arc<str>, limits: &LimitSet, fallback: Fallback) {
-        for limit in &limits.limits {
-            if &*limit.key_class == OVERRIDE_CLASS {
-                continue;
+        let gauged = |limit: &&crate::limit_set::CheckedLimit| &*limit.key_class != OVERRIDE_CLASS;
+        {
+            let kept = self.kept.read().unwrap_or_else(PoisonError::into_inner);
+            let set_already = kept.recorder == recorder_address()
+                && kept.by_policy.get(&**policy).is_some_and(|policy_kept| {
+                    policy_kept.fallback == Some(fallback)
+                        && limits.limits.iter().filter(gauged).all(|limit| {
+                            let set = policy_kept
+                                .configured
+                                .get(&*limit.name)
+                                .and_then(|by_class| by_class.get(&*limit.key_class));
+                            set == Some(&configured_of(limit))
+                        })
+                });
+            if set_already {
+                return;
             }
+        }
+        for limit in limits.limits.iter().filter(gauged) {
             let labelled = Some((&limit.name, &limit.key_class));
             #[allow(clippy::cast_precision_loss)]
             let quota = limit.algorithm.quota() as f64;
@@ -503,6 +599,22 @@ impl Handles {
                     gauge.set(value);
                 }
             });
+        }
+        let mut kept = self.kept.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(policy_kept) = kept.by_policy.get_mut(&**policy) {
+            policy_kept.fallback = Some(fallback);
+            for limit in limits.limits.iter().filter(gauged) {
+                // Bounded as the labels are: only limits and classes given out.
+                if policy_kept.limits.contains(&*limit.name)
+                    && policy_kept.classes.contains(&*limit.key_class)
+                {
+                    policy_kept
+                        .configured
+                        .entry(Arc::clone(&limit.name))
+                        .or_default()
+                        .insert(Arc::clone(&limit.key_class), configured_of(limit));
+                }
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use super::TopKeys;
 use super::report::{self, BUCKET_SECONDS, Report, VERSION};
 use super::summary::SpaceSaving;
+use crate::fx_hash::FxBuild;
 use crate::store::HashWrite;
 
 /// One policy and limit's summary of the current minute.
@@ -21,15 +22,37 @@ struct Local {
     changed: bool,
 }
 
-/// A policy and a limit.
-type Pair = (Arc<str>, Arc<str>);
+/// One policy's summaries by limit.
+type ByLimit = HashMap<Arc<str>, Mutex<Local>, FxBuild>;
+
+/// The summaries by policy, then limit (looked up by the names as they are, nothing
+/// cloned), and how many there are.
+#[derive(Default)]
+struct Summaries {
+    by_policy: HashMap<Arc<str>, ByLimit, FxBuild>,
+    count: usize,
+}
+
+impl Summaries {
+    fn get(&self, policy: &str, limit: &str) -> Option<&Mutex<Local>> {
+        self.by_policy.get(policy)?.get(limit)
+    }
+
+    fn each(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<str>, &Mutex<Local>)> {
+        self.by_policy.iter().flat_map(|(policy, limits)| {
+            limits
+                .iter()
+                .map(move |(limit, local)| (policy, limit, local))
+        })
+    }
+}
 
 /// The replica's summaries, and who it is.
 pub(crate) struct Recorder {
     options: TopKeys,
     /// This replica's id in the fields it writes: 32 hex digits, random.
     replica: String,
-    summaries: RwLock<HashMap<Pair, Mutex<Local>>>,
+    summaries: RwLock<Summaries>,
     /// Denials not counted: their policy and limit came past `max_summaries`.
     dropped: AtomicU64,
 }
@@ -52,7 +75,7 @@ impl Recorder {
         Self {
             options,
             replica: replica_id(),
-            summaries: RwLock::new(HashMap::new()),
+            summaries: RwLock::new(Summaries::default()),
             dropped: AtomicU64::new(0),
         }
     }
@@ -76,13 +99,12 @@ impl Recorder {
 
     /// Counts a denial of `key` under `policy`'s `limit` at `now_unix_s`.
     pub(crate) fn denied(&self, policy: &Arc<str>, limit: &Arc<str>, key: &str, now_unix_s: u64) {
-        let pair = (Arc::clone(policy), Arc::clone(limit));
         {
             let summaries = self
                 .summaries
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some(local) = summaries.get(&pair) {
+            if let Some(local) = summaries.get(policy, limit) {
                 let mut local = local.lock().unwrap_or_else(PoisonError::into_inner);
                 local.summary.add(key, 1);
                 local.changed = true;
@@ -93,17 +115,27 @@ impl Recorder {
             .summaries
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        if summaries.len() >= self.options.max_summaries && !summaries.contains_key(&pair) {
+        let known = summaries.get(policy, limit).is_some();
+        if !known && summaries.count >= self.options.max_summaries {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let local = summaries.entry(pair).or_insert_with(|| {
-            Mutex::new(Local {
-                bucket: report::bucket_of(now_unix_s),
-                summary: SpaceSaving::new(self.options.capacity),
-                changed: false,
-            })
-        });
+        if !known {
+            summaries.count = summaries.count.saturating_add(1);
+        }
+        let capacity = self.options.capacity;
+        let local = summaries
+            .by_policy
+            .entry(Arc::clone(policy))
+            .or_default()
+            .entry(Arc::clone(limit))
+            .or_insert_with(|| {
+                Mutex::new(Local {
+                    bucket: report::bucket_of(now_unix_s),
+                    summary: SpaceSaving::new(capacity),
+                    changed: false,
+                })
+            });
         let local = local.get_mut().unwrap_or_else(PoisonError::into_inner);
         local.summary.add(key, 1);
         local.changed = true;
@@ -122,7 +154,7 @@ impl Recorder {
                 .summaries
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
-            for ((policy, limit), local) in summaries.iter() {
+            for (policy, limit, local) in summaries.each() {
                 let mut local = local.lock().unwrap_or_else(PoisonError::into_inner);
                 if local.changed {
                     let value = self.encode(policy, limit, &local.summary);
@@ -142,13 +174,17 @@ impl Recorder {
                 .summaries
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            summaries.retain(|_, local| {
-                !local
-                    .get_mut()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .summary
-                    .is_empty()
-            });
+            for limits in summaries.by_policy.values_mut() {
+                limits.retain(|_, local| {
+                    !local
+                        .get_mut()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .summary
+                        .is_empty()
+                });
+            }
+            summaries.by_policy.retain(|_, limits| !limits.is_empty());
+            summaries.count = summaries.by_policy.values().map(HashMap::len).sum();
         }
         let retention_s = self.options.retention.as_secs();
         fields
@@ -171,7 +207,7 @@ impl Recorder {
             .summaries
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        for local in summaries.values() {
+        for (_, _, local) in summaries.each() {
             let mut local = local.lock().unwrap_or_else(PoisonError::into_inner);
             if !local.summary.is_empty() {
                 local.changed = true;
@@ -241,7 +277,7 @@ mod tests {
         let writes = recorder.report(start + 61);
         assert_eq!(writes[0].key, format!("rl:top:{{rl-top}}:v1:{start}"));
         assert!(recorder.report(start + 62).is_empty());
-        assert!(recorder.summaries.read().unwrap().is_empty());
+        assert_eq!(recorder.summaries.read().unwrap().count, 0);
         recorder.denied(&api, &minute, "d", start + 63);
         let writes = recorder.report(start + 64);
         assert_eq!(

@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::fx_hash::FxBuild;
+
 /// Longest key kept, in bytes: a longer one is cut at a character boundary (two keys that
 /// differ only past it are counted as one).
 pub const MAX_KEY_BYTES: usize = 256;
@@ -32,8 +34,9 @@ pub struct SpaceSaving {
     capacity: usize,
     /// A min-heap on `count`.
     heap: Vec<Counted>,
-    /// Key -> its place in `heap`.
-    places: HashMap<Arc<str>, usize>,
+    /// Key -> its place in `heap` (the Fx hash: at most `capacity` keys, so keys made to
+    /// collide cost at most a walk of them).
+    places: HashMap<Arc<str>, usize, FxBuild>,
     /// Everything counted.
     total: u64,
 }
@@ -57,7 +60,7 @@ impl SpaceSaving {
         Self {
             capacity,
             heap: Vec::new(),
-            places: HashMap::new(),
+            places: HashMap::default(),
             total: 0,
         }
     }
