@@ -11,7 +11,7 @@ pub use crate::outcome::{Regional, Why};
 use crate::store::{StoreBackend, View};
 
 /// Where a decision came from, and which store backend answered what it rests on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// The store decided (one or more `RL.*` calls), on this backend: the module, the
     /// Functions library, the library as a script, or the in-process memory store.
@@ -59,7 +59,7 @@ impl Source {
 }
 
 /// How a decision is counted in the `ratelimit_decisions_total` metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// Admitted by the store, a lease.
     Allowed,

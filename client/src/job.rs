@@ -54,6 +54,7 @@ pub struct JobLimit {
     pub(crate) charge: Charge,
     pub(crate) specificity: usize,
     pub(crate) lease_suffix: Option<Arc<str>>,
+    pub(crate) key_class: Option<Arc<str>>,
 }
 
 impl JobLimit {
@@ -67,7 +68,17 @@ impl JobLimit {
             charge: Charge::Units(1),
             specificity: 0,
             lease_suffix: None,
+            key_class: None,
         }
+    }
+
+    /// The class of its key (a tenant's plan, `ip`...): the `key_class` label of its
+    /// metrics, never the key itself; [`DEFAULT_KEY_CLASS`](crate::policy::DEFAULT_KEY_CLASS)
+    /// unless given. The metrics keep at most 64 classes per policy label.
+    #[must_use]
+    pub fn key_class(mut self, class: &str) -> Self {
+        self.key_class = Some(class.into());
+        self
     }
 
     /// Decides this limit as a region's floor and lease (`RL.REGIONAL key key+lease_suffix

@@ -80,6 +80,7 @@
 //! - [`store`]: the [`Store`](store::Store) trait, the Redis store, an in-memory store;
 //! - [`http`]: the `tower` layer and the header fields;
 //! - [`metrics`]: what is recorded through the `metrics` facade;
+//! - [`top`]: who is throttled fleet-wide, the most denied keys merged across replicas;
 //! - [`expiring`]: a map whose entries expire, in O(log n) each (the deny cache's, and a
 //!   service's held in-flight slots).
 
@@ -91,6 +92,7 @@ pub mod decision;
 mod deny_cache;
 mod error;
 pub mod expiring;
+mod fx_hash;
 pub mod http;
 mod in_flight;
 pub mod job;
@@ -106,6 +108,7 @@ mod policy_source;
 pub mod regions;
 mod replicas;
 pub mod store;
+pub mod top;
 
 pub use algorithm::{Algorithm, Rate};
 pub use breaker::BreakerConfig;

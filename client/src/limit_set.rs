@@ -2,6 +2,7 @@
 //! order. A leaf the limiter, the leases and the in-flight counts all read.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::algorithm::Algorithm;
@@ -20,6 +21,8 @@ pub(crate) struct CheckedLimit {
     pub(crate) probe: bool,
     /// A regional limit's lease key suffix (decided by `RL.REGIONAL`, alone in its group).
     pub(crate) lease_suffix: Option<Arc<str>>,
+    /// The class of its keys: the `key_class` label of its metrics.
+    pub(crate) key_class: Arc<str>,
 }
 
 /// The limits of a check, in the order statuses are reported (a policy's declaration order,
@@ -32,6 +35,8 @@ pub(crate) struct LimitSet {
     /// The longest window or refill period: how long the store's last answer is worth
     /// continuing from in a fallback.
     pub(crate) longest: Duration,
+    /// The recorder its limits' quota gauges were last set in.
+    pub(crate) gauged_for: Gauged,
 }
 
 impl LimitSet {
@@ -49,6 +54,7 @@ impl LimitSet {
             limits,
             order,
             longest,
+            gauged_for: Gauged::default(),
         }
     }
 
@@ -63,6 +69,7 @@ impl LimitSet {
                 paced: limit.paced(),
                 probe: false,
                 lease_suffix: limit.lease_suffix().map(Arc::from),
+                key_class: limit.shared_class(),
             })
             .collect();
         // A regional limit is called last (least specific), so it is never refunded
@@ -86,3 +93,31 @@ impl LimitSet {
         self.limits.len()
     }
 }
+
+/// A limit set's marker of the recorder its gauges were last set in (0: none yet): a
+/// policy's are set at its first decision, a job's (a limit set per call) at each.
+#[derive(Debug, Default)]
+pub(crate) struct Gauged(AtomicUsize);
+
+impl Gauged {
+    /// Marks the limits' gauges set in `recorder`; the recorder they were set in before.
+    pub(crate) fn swap(&self, recorder: usize) -> usize {
+        self.0.swap(recorder, Ordering::Relaxed)
+    }
+}
+
+impl Clone for Gauged {
+    /// A copy's gauges are set again (they may be another set's).
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Gauged {
+    /// Not part of what a limit set is.
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Gauged {}

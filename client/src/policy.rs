@@ -19,6 +19,19 @@ pub struct Limit {
     weight: u64,
     max_wait: Option<Duration>,
     lease_suffix: Option<Arc<str>>,
+    key_class: Option<Arc<str>>,
+}
+
+/// The `key_class` label of a limit whose policy names no class ([`Limit::key_class`]).
+pub const DEFAULT_KEY_CLASS: &str = "default";
+
+/// [`DEFAULT_KEY_CLASS`] shared, so a check does not allocate it.
+static DEFAULT_CLASS: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from(DEFAULT_KEY_CLASS));
+
+/// [`DEFAULT_KEY_CLASS`], shared.
+pub(crate) fn default_class() -> Arc<str> {
+    Arc::clone(&DEFAULT_CLASS)
 }
 
 /// The longest lease key suffix of a regional limit.
@@ -40,7 +53,29 @@ impl Limit {
             weight: 1,
             max_wait: None,
             lease_suffix: None,
+            key_class: None,
         })
+    }
+
+    /// Names the class of the keys this limit renders (`ip`, `tenant`, a plan's name...):
+    /// the `key_class` label of its metrics, which say what kind of key was limited, never
+    /// which one. Unset, the policy's ([`PolicyBuilder::key_class`]), else
+    /// [`DEFAULT_KEY_CLASS`]. The same characters as a name.
+    pub fn key_class(mut self, class: &str) -> Result<Self, PolicyError> {
+        check_name(class)?;
+        self.key_class = Some(class.into());
+        Ok(self)
+    }
+
+    /// The class of its keys, as its metrics label them.
+    pub fn class(&self) -> &str {
+        self.key_class.as_deref().unwrap_or(DEFAULT_KEY_CLASS)
+    }
+
+    pub(crate) fn shared_class(&self) -> Arc<str> {
+        self.key_class
+            .as_ref()
+            .map_or_else(default_class, Arc::clone)
     }
 
     /// Makes this a **regional** limit (`docs/regions.md`): one global quota across regions,
@@ -159,13 +194,20 @@ pub enum Fallback {
     Local,
 }
 
-impl fmt::Display for Fallback {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl Fallback {
+    /// Its name (the `mode` label of `ratelimit_fallback_mode`).
+    pub fn as_str(self) -> &'static str {
+        match self {
             Self::Open => "open",
             Self::Closed => "closed",
             Self::Local => "local",
-        })
+        }
+    }
+}
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -273,6 +315,7 @@ impl Policy {
             timeout: DEFAULT_TIMEOUT,
             deny_cache: true,
             store_tenant: None,
+            key_class: None,
         }
     }
 
@@ -349,9 +392,18 @@ pub struct PolicyBuilder {
     timeout: Duration,
     deny_cache: bool,
     store_tenant: Option<Arc<str>>,
+    key_class: Option<String>,
 }
 
 impl PolicyBuilder {
+    /// Names the class of the keys its limits render, for the limits that name none
+    /// ([`Limit::key_class`]): the `key_class` label of their metrics.
+    #[must_use]
+    pub fn key_class(mut self, class: &str) -> Self {
+        self.key_class = Some(class.to_string());
+        self
+    }
+
     /// Adds a limit.
     #[must_use]
     pub fn limit(mut self, limit: Limit) -> Self {
@@ -389,8 +441,19 @@ impl PolicyBuilder {
     }
 
     /// Checks and builds the policy.
-    pub fn build(self) -> Result<Policy, PolicyError> {
+    pub fn build(mut self) -> Result<Policy, PolicyError> {
         check_name(&self.name)?;
+        if let Some(class) = self.key_class.take() {
+            check_name(&class)?;
+            let class: Arc<str> = class.into();
+            for limit in self
+                .limits
+                .iter_mut()
+                .filter(|limit| limit.key_class.is_none())
+            {
+                limit.key_class = Some(Arc::clone(&class));
+            }
+        }
         if self.limits.is_empty() {
             return Err(PolicyError::NoLimits(self.name));
         }

@@ -33,4 +33,6 @@ mod table;
 
 pub use connection::{PlanConnection, PlanServer};
 pub use key::key_template;
-pub use source::{PlanOptions, PlanSource, PlanStatus};
+pub use source::{
+    ClassedLimit, DEFAULT_CLASS, OVERRIDE_CLASS, PlanOptions, PlanSource, PlanStatus,
+};

@@ -24,12 +24,17 @@ pub(super) struct Groups {
 }
 
 impl Groups {
-    pub(super) fn new(store: Arc<dyn Store>, breaker: Breaker, clock: LimiterClock) -> Self {
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        breaker: Breaker,
+        clock: LimiterClock,
+        near_limit_share: f64,
+    ) -> Self {
         Self {
             store,
             breaker,
             clock,
-            metrics: Handles::default(),
+            metrics: Handles::new(near_limit_share),
         }
     }
 

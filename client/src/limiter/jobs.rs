@@ -144,6 +144,10 @@ fn checked(job: &Job) -> Result<Checked, JobError> {
             paced: None,
             probe,
             lease_suffix: limit.lease_suffix.clone(),
+            key_class: limit
+                .key_class
+                .clone()
+                .unwrap_or_else(crate::policy::default_class),
         });
     }
     // A regional limit is called last (see `LimitSet::of`).

@@ -35,6 +35,8 @@ use crate::policy::Policy;
 use crate::policy_source::PolicySource;
 use crate::replicas::Replicas;
 use crate::store::{Store, StoreError};
+use crate::top::recorder::Recorder;
+use crate::top::{self, TopDenied, TopError, TopKeys, TopQuery};
 
 /// What a limiter is made of: the policies and profiles with their memory, the store calls
 /// (and the breaker watching them), the local fallback, the store-backed policies' source,
@@ -55,6 +57,10 @@ struct Inner {
     /// Give-backs completed so far ([`RateLimiter::give_back`]): a store denial answered
     /// while one ran may predate its refund, so it is not remembered.
     given_back: AtomicU64,
+    /// The denials counted for the fleet's top keys, when enabled.
+    top: Option<Arc<Recorder>>,
+    /// The task reporting them.
+    reporter: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
@@ -64,6 +70,13 @@ impl Drop for Inner {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(handle) = sweeper.take() {
+            handle.abort();
+        }
+        let reporter = self
+            .reporter
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(handle) = reporter.take() {
             handle.abort();
         }
     }
@@ -113,9 +126,31 @@ pub struct RateLimiterBuilder {
     policy_source: Option<store_policies::Pending>,
     clock: Arc<dyn Clock>,
     max_tracked_keys: usize,
+    top_keys: Option<TopKeys>,
+    near_limit_share: f64,
 }
 
 impl RateLimiterBuilder {
+    /// Counts every denial for the fleet's top denied keys and reports them to the store
+    /// ([`top`](crate::top); a Redis store): read them with
+    /// [`RateLimiter::top_denied`]. Inside a Tokio runtime, this starts the reporting task
+    /// (at most one write per [`TopKeys::report_every`]); without one, report with
+    /// [`RateLimiter::report_top`].
+    #[must_use]
+    pub fn top_keys(mut self, options: TopKeys) -> Self {
+        self.top_keys = Some(options);
+        self
+    }
+
+    /// The share of a limit's quota under which an admitted check counts as near the limit
+    /// (`ratelimit_near_limit_total`; default 0.2, the reference's `NEAR_LIMIT_RATIO` of 0.8
+    /// seen from the other side), clamped to 0..=1.
+    #[must_use]
+    pub fn near_limit_share(mut self, share_left: f64) -> Self {
+        self.near_limit_share = share_left;
+        self
+    }
+
     /// The most key sets each of the limiter's per-key tables keeps (default
     /// [`DEFAULT_MAX_KEYS`](crate::expiring::DEFAULT_MAX_KEYS), 100,000; at least 1): per
     /// policy or job profile, the store's last answers (what the fallback continues from),
@@ -214,14 +249,37 @@ impl RateLimiterBuilder {
             inner: Arc::new(Inner {
                 policies,
                 profiles,
-                groups: Groups::new(self.store, Breaker::new(self.breaker), clock.clone()),
+                groups: Groups::new(
+                    Arc::clone(&self.store),
+                    Breaker::new(self.breaker),
+                    clock.clone(),
+                    self.near_limit_share,
+                ),
                 fallback: LocalFallback::new(self.replicas, clock.clone(), self.max_tracked_keys),
                 sweeper: Mutex::new(None),
                 clock,
                 store_backed,
                 given_back: AtomicU64::new(0),
+                top: self
+                    .top_keys
+                    .map(|options| Arc::new(Recorder::new(options))),
+                reporter: Mutex::new(None),
             }),
         };
+        if let (Some(recorder), Ok(runtime)) =
+            (&limiter.inner.top, tokio::runtime::Handle::try_current())
+        {
+            let task = top::run(
+                Arc::downgrade(recorder),
+                Arc::clone(&self.store),
+                limiter.inner.clock.clone(),
+            );
+            *limiter
+                .inner
+                .reporter
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(runtime.spawn(task));
+        }
         if let (Some(every), Ok(runtime)) = (sweep_every, tokio::runtime::Handle::try_current()) {
             let weak = Arc::downgrade(&limiter.inner);
             let handle = runtime.spawn(sweep(weak, every.max(Duration::from_millis(10))));
@@ -248,6 +306,10 @@ impl Rendered<'_> {
         &self.resolved.as_deref().unwrap_or(self.registered).state
     }
 }
+
+/// The `limit` of a denial no limit was consulted for.
+static NO_LIMIT: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from(metrics::NO_LIMIT));
 
 /// Refunds expired leases and forgets expired denials, until the limiter is dropped.
 async fn sweep(inner: Weak<Inner>, every: Duration) {
@@ -280,6 +342,8 @@ impl RateLimiter {
             policy_source: None,
             clock: Arc::new(MonotonicClock),
             max_tracked_keys: crate::expiring::DEFAULT_MAX_KEYS,
+            top_keys: None,
+            near_limit_share: metrics::DEFAULT_NEAR_LIMIT_SHARE,
         }
     }
 
@@ -450,8 +514,46 @@ impl RateLimiter {
                 decision
             }
         };
-        self.inner.groups.metrics.decision(&decision);
+        self.inner
+            .groups
+            .metrics
+            .decision(&decision, &state.limits, cost, state.settings.fallback);
+        if let (false, Some(recorder)) = (decision.allowed, &self.inner.top) {
+            self.count_denial(recorder, &decision, keys);
+        }
         Ok(decision)
+    }
+
+    /// Counts a denial for the fleet's top keys: under its binding limit and that limit's
+    /// key (`_none` and the first key when no limit was consulted).
+    fn count_denial(&self, recorder: &Recorder, decision: &Decision, keys: &[String]) {
+        let (limit, key) = match decision.binding_limit() {
+            Some(binding) => (&binding.name, keys.get(decision.binding)),
+            None => (&*NO_LIMIT, keys.first()),
+        };
+        if let Some(key) = key {
+            let now = top::unix_s(&self.inner.clock);
+            recorder.denied(&decision.policy, limit, key, now);
+        }
+    }
+
+    /// The fleet's most denied keys `query` asks for, read from the store (every replica's
+    /// reports, in every client language: [`top`](crate::top)).
+    pub async fn top_denied(&self, query: &TopQuery) -> Result<Vec<TopDenied>, TopError> {
+        let now = top::unix_s(&self.inner.clock);
+        top::read(&*self.inner.groups.store, query, now).await
+    }
+
+    /// Writes this replica's changed top-keys summaries now (the reporting task does every
+    /// second): at shutdown, or without a Tokio runtime. Nothing when top keys are off.
+    pub async fn report_top(&self) -> Result<(), StoreError> {
+        match &self.inner.top {
+            Some(recorder) => {
+                let now = top::unix_s(&self.inner.clock);
+                top::report_once(recorder, &*self.inner.groups.store, now).await
+            }
+            None => Ok(()),
+        }
     }
 
     /// The fallback's decision after a store call failed with `error`; the caller's error

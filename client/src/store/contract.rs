@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::error::StoreError;
-use super::request::{Acquire, Refund};
+use super::request::{Acquire, HashFields, HashWrite, Refund};
 use crate::outcome::GroupGrant;
 
 /// A boxed future, as the [`Store`] trait returns (keeps the trait object-safe).
@@ -75,4 +75,28 @@ pub trait Store: Send + Sync + 'static {
     fn silent_for(&self, _slot: Option<u16>) -> Option<Duration> {
         None
     }
+
+    /// Writes `hashes` in one pipeline (`HSET key field value ...`, then `PEXPIREAT key ms`,
+    /// for each): the fleet's top-keys reports. Never retried (the next report carries the
+    /// same summaries whole). The default: a store that keeps no hashes.
+    fn write_hashes<'a>(
+        &'a self,
+        _hashes: &'a [HashWrite],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(no_hashes()) })
+    }
+
+    /// Reads each of `keys`' hash whole (`HGETALL`, in one pipeline), in order; a missing key
+    /// is an empty hash. The default: a store that keeps no hashes.
+    fn read_hashes<'a>(
+        &'a self,
+        _keys: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<HashFields>, StoreError>> {
+        Box::pin(async { Err(no_hashes()) })
+    }
+}
+
+/// What a store without hashes answers the top-keys reporter.
+fn no_hashes() -> StoreError {
+    StoreError::Server("this store keeps no hashes (the top-keys reports need Redis)".into())
 }

@@ -3,13 +3,14 @@
 //! outages, so the limiter's fallback paths are testable without a server.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::contract::{BoxFuture, Capabilities, Store};
 use super::error::StoreError;
-use super::request::{Acquire, LimitCall, Refund};
+use super::request::{Acquire, HashFields, HashWrite, LimitCall, Refund};
 use crate::clock::{Clock, MonotonicClock};
 use crate::local::{LocalCall, LocalError, LocalLimits};
 use crate::outcome::GroupGrant;
@@ -34,7 +35,12 @@ pub struct MemoryStore {
     /// Added to the clock (tests move time forward without sleeping).
     offset_us: AtomicI64,
     calls: AtomicU64,
+    /// Hashes (the top-keys reports): fields and the expiry in ms on the store's clock.
+    hashes: Mutex<HashMap<String, Hash>>,
 }
+
+/// A hash of the memory store: its fields, and when it expires (ms on the store's clock).
+type Hash = (BTreeMap<String, String>, u64);
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -57,6 +63,7 @@ impl MemoryStore {
             clock: Arc::new(MonotonicClock),
             offset_us: AtomicI64::new(0),
             calls: AtomicU64::new(0),
+            hashes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -109,6 +116,15 @@ impl MemoryStore {
         self.clock
             .now_us()
             .saturating_add(self.offset_us.load(Ordering::SeqCst))
+    }
+
+    /// Now in ms for the hashes' expiries, unless the store is down (a hash call is not
+    /// counted in [`calls`](Self::calls), which counts the limits' calls).
+    fn hashes_now_ms(&self) -> Result<u64, StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the memory store is down".into()));
+        }
+        Ok(u64::try_from(self.now_us().checked_div(1_000).unwrap_or(0)).unwrap_or(0))
     }
 
     /// The common part of every call: count it, wait the configured delay, fail if down.
@@ -241,5 +257,42 @@ impl Store for MemoryStore {
     fn slot(&self, key: &str) -> Option<u16> {
         self.cluster
             .then(|| redis_ratelimit_wire::slot::key_slot(key.as_bytes()))
+    }
+
+    fn write_hashes<'a>(
+        &'a self,
+        hashes: &'a [HashWrite],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let now_ms = self.hashes_now_ms()?;
+            let mut kept = self.hashes.lock().unwrap_or_else(PoisonError::into_inner);
+            // Expired hashes go as Redis would drop them: every write looks.
+            kept.retain(|_, (_, expires_ms)| *expires_ms > now_ms);
+            for hash in hashes {
+                let (fields, expires_ms) = kept.entry(hash.key.clone()).or_default();
+                fields.extend(hash.fields.iter().cloned());
+                *expires_ms = hash.expire_at_ms;
+            }
+            Ok(())
+        })
+    }
+
+    fn read_hashes<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<HashFields>, StoreError>> {
+        Box::pin(async move {
+            let now_ms = self.hashes_now_ms()?;
+            let kept = self.hashes.lock().unwrap_or_else(PoisonError::into_inner);
+            Ok(keys
+                .iter()
+                .map(|key| match kept.get(key) {
+                    Some((fields, expires_ms)) if *expires_ms > now_ms => {
+                        fields.iter().map(|(f, v)| (f.clone(), v.clone())).collect()
+                    }
+                    _ => Vec::new(),
+                })
+                .collect())
+        })
     }
 }

@@ -27,7 +27,7 @@ pub use self::contract::{BoxFuture, Capabilities, Store};
 pub use self::error::StoreError;
 pub use self::memory::MemoryStore;
 pub use self::redis::{MultiSupport, RedisStore, RedisStoreOptions};
-pub use self::request::{Acquire, LimitCall, Refund};
+pub use self::request::{Acquire, HashFields, HashWrite, LimitCall, Refund};
 #[cfg(feature = "sentinel")]
 pub use self::sentinel::{
     RESOLVE_PACE, SentinelStore, SentinelUrlError, parse_url as parse_sentinel_url,

@@ -24,7 +24,7 @@ use super::connection::store_error;
 use super::contract::{BoxFuture, Capabilities, Store};
 use super::error::StoreError;
 use super::liveness::Liveness;
-use super::request::{Acquire, Refund};
+use super::request::{Acquire, HashFields, HashWrite, Refund};
 use super::{command, reply};
 use crate::outcome::{GroupGrant, StoreBackend};
 
@@ -573,5 +573,76 @@ impl Store for RedisStore {
 
     fn silent_for(&self, slot: Option<u16>) -> Option<Duration> {
         Some(self.inner.liveness.silent_for(slot))
+    }
+
+    fn write_hashes<'a>(
+        &'a self,
+        hashes: &'a [HashWrite],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            if hashes.is_empty() {
+                return Ok(());
+            }
+            let connection = self.connection().await?;
+            let mut pipeline = redis::pipe();
+            for hash in hashes {
+                let mut hset = redis::cmd("HSET");
+                hset.arg(&hash.key);
+                for (field, value) in &hash.fields {
+                    hset.arg(field).arg(value);
+                }
+                pipeline.add_command(hset);
+                pipeline.add_command(
+                    redis::cmd("PEXPIREAT")
+                        .arg(&hash.key)
+                        .arg(hash.expire_at_ms)
+                        .clone(),
+                );
+            }
+            let count = hashes.len().saturating_mul(2);
+            let replies = connection
+                .pipeline(&pipeline, count, true)
+                .await
+                .map_err(|error| store_error(&error))?;
+            match replies.iter().find_map(|reply| match reply {
+                Value::ServerError(error) => Some(error),
+                _ => None,
+            }) {
+                Some(error) => Err(StoreError::Server(format!(
+                    "{} {}",
+                    error.code(),
+                    error.details().unwrap_or_default()
+                ))),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn read_hashes<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<HashFields>, StoreError>> {
+        Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            let connection = self.connection().await?;
+            let mut pipeline = redis::pipe();
+            for key in keys {
+                pipeline.add_command(redis::cmd("HGETALL").arg(key).clone());
+            }
+            let replies = connection
+                .pipeline(&pipeline, keys.len(), false)
+                .await
+                .map_err(|error| store_error(&error))?;
+            replies
+                .into_iter()
+                .map(|reply| {
+                    redis::from_redis_value::<std::collections::HashMap<String, String>>(reply)
+                        .map(|fields| fields.into_iter().collect())
+                        .map_err(|error| StoreError::Server(format!("HGETALL: {error}")))
+                })
+                .collect()
+        })
     }
 }

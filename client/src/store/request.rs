@@ -54,3 +54,18 @@ pub struct Refund<'a> {
     /// The holder whose slots in-flight limits release.
     pub holder: Option<&'a str>,
 }
+
+/// One hash the top-keys reporter writes ([`top`](crate::top)): its fields set (each value
+/// replacing the field's), then its absolute expiry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HashWrite {
+    /// The hash's key.
+    pub key: String,
+    /// The fields and their values.
+    pub fields: Vec<(String, String)>,
+    /// When the hash expires, in ms since the Unix epoch (`PEXPIREAT`).
+    pub expire_at_ms: u64,
+}
+
+/// A hash as read: its fields and values.
+pub type HashFields = Vec<(String, String)>;

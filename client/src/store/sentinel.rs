@@ -21,7 +21,7 @@ use super::contract::{BoxFuture, Capabilities, Store};
 use super::error::StoreError;
 use super::liveness::Liveness;
 use super::redis::{RedisStore, RedisStoreOptions};
-use super::request::{Acquire, Refund};
+use super::request::{Acquire, HashFields, HashWrite, Refund};
 use crate::outcome::GroupGrant;
 
 /// The shortest time between two questions to the sentinels.
@@ -326,6 +326,34 @@ impl Store for SentinelStore {
 
     fn silent_for(&self, slot: Option<u16>) -> Option<Duration> {
         Some(self.inner.liveness.silent_for(slot))
+    }
+
+    fn write_hashes<'a>(
+        &'a self,
+        hashes: &'a [HashWrite],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let watch = self.watch();
+            let store = self.primary().await;
+            watch.settle(match store {
+                Ok(store) => store.write_hashes(hashes).await,
+                Err(error) => Err(error),
+            })
+        })
+    }
+
+    fn read_hashes<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<HashFields>, StoreError>> {
+        Box::pin(async move {
+            let watch = self.watch();
+            let store = self.primary().await;
+            watch.settle(match store {
+                Ok(store) => store.read_hashes(keys).await,
+                Err(error) => Err(error),
+            })
+        })
     }
 }
 

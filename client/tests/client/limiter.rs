@@ -578,24 +578,32 @@ fn metrics_count_decisions_by_outcome_source_and_backend() {
     let counts = super::series(&snapshotter);
     let get = |name: &str| counts.get(name).copied().unwrap_or(0.0);
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=store,backend=memory}"),
+        get(
+            "ratelimit_decisions_total{policy=api,limit=per-user,key_class=default,outcome=allowed,source=store,backend=memory}"
+        ),
         2.0
     );
     assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=allowed,source=lease,backend=memory}"),
-        1.0
-    );
-    assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=denied,source=store,backend=memory}"),
-        1.0
-    );
-    assert_eq!(
-        get("ratelimit_decisions_total{policy=api,outcome=denied,source=cache,backend=memory}"),
+        get(
+            "ratelimit_decisions_total{policy=api,limit=per-user,key_class=default,outcome=allowed,source=lease,backend=memory}"
+        ),
         1.0
     );
     assert_eq!(
         get(
-            "ratelimit_decisions_total{policy=api,outcome=fallback_allowed,source=fallback,backend=none}"
+            "ratelimit_decisions_total{policy=api,limit=per-user,key_class=default,outcome=denied,source=store,backend=memory}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            "ratelimit_decisions_total{policy=api,limit=per-user,key_class=default,outcome=denied,source=cache,backend=memory}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            "ratelimit_decisions_total{policy=api,limit=per-user,key_class=default,outcome=fallback_allowed,source=fallback,backend=none}"
         ),
         1.0
     );
@@ -610,6 +618,155 @@ fn metrics_count_decisions_by_outcome_source_and_backend() {
             .keys()
             .all(|name| !name.contains("ann") && !name.contains("bob")),
         "no raw key in any label: {counts:?}"
+    );
+}
+
+/// Every series of a recorder's snapshot, `name{label=value,...}` -> its value (a
+/// histogram's: its sample count).
+fn series_in(
+    snapshot: metrics_util::debugging::Snapshot,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut series = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshot.into_vec() {
+        let key = key.key();
+        let labels: Vec<String> = key
+            .labels()
+            .map(|label| format!("{}={}", label.key(), label.value()))
+            .collect();
+        let value = match value {
+            DebugValue::Counter(count) => count as f64,
+            DebugValue::Gauge(value) => value.into_inner(),
+            DebugValue::Histogram(values) => values.len() as f64,
+        };
+        series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
+    }
+    series
+}
+
+/// The decision metrics name the binding limit and the class of its keys, count the units
+/// and the checks that left a limit near its quota, and give each limit's quota and window.
+#[test]
+fn metrics_name_the_limit_its_key_class_and_its_quota() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let minute = Duration::from_secs(60);
+            let hour = Duration::from_secs(3_600);
+            let api = Policy::builder("api")
+                .key_class("user")
+                .limit(
+                    Limit::new(
+                        "per-minute",
+                        Algorithm::fixed_window(5, minute).unwrap(),
+                        "m:{user}",
+                    )
+                    .unwrap(),
+                )
+                .limit(
+                    Limit::new(
+                        "per-hour",
+                        Algorithm::fixed_window(100, hour).unwrap(),
+                        "h:{user}",
+                    )
+                    .unwrap(),
+                )
+                .build()
+                .unwrap();
+            let closed = Policy::builder("closed")
+                .limit(limit("per-user", 10, "c:{user}"))
+                .fallback(Fallback::Closed)
+                .build()
+                .unwrap();
+            let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+                .policy(api)
+                .policy(closed)
+                .build()
+                .unwrap();
+            for _ in 0..6 {
+                limiter.check_cost("api", &user("ann"), 1).await.unwrap();
+            }
+            store.set_down(true);
+            let denied = limiter.check("closed", &user("bob")).await.unwrap();
+            assert!(!denied.allowed && denied.limits.is_empty());
+        });
+    });
+    let series = series_in(snapshotter.snapshot());
+    let get = |name: &str| series.get(name).copied().unwrap_or(-1.0);
+    let of = |limit: &str| format!("policy=api,limit={limit},key_class=user");
+    // Admitted: bound by the limit closest to running out; the 6th denied by per-minute.
+    assert_eq!(
+        get(&format!(
+            "ratelimit_decisions_total{{{},outcome=allowed,source=store,backend=memory}}",
+            of("per-minute")
+        )),
+        5.0
+    );
+    assert_eq!(
+        get(&format!(
+            "ratelimit_decisions_total{{{},outcome=denied,source=store,backend=memory}}",
+            of("per-minute")
+        )),
+        1.0
+    );
+    assert_eq!(
+        get(&format!(
+            "ratelimit_decision_units_total{{{},outcome=allowed,source=store}}",
+            of("per-minute")
+        )),
+        5.0
+    );
+    // Under 20 % of 5 left (0 units) once; per-hour never near.
+    assert_eq!(
+        get(&format!(
+            "ratelimit_near_limit_total{{{}}}",
+            of("per-minute")
+        )),
+        1.0
+    );
+    assert_eq!(
+        get(&format!("ratelimit_near_limit_total{{{}}}", of("per-hour"))),
+        -1.0
+    );
+    assert_eq!(
+        get(&format!("ratelimit_limit_quota{{{}}}", of("per-minute"))),
+        5.0
+    );
+    assert_eq!(
+        get(&format!(
+            "ratelimit_limit_window_seconds{{{}}}",
+            of("per-minute")
+        )),
+        60.0
+    );
+    assert_eq!(
+        get(&format!("ratelimit_limit_quota{{{}}}", of("per-hour"))),
+        100.0
+    );
+    assert_eq!(
+        get(&format!(
+            "ratelimit_limit_window_seconds{{{}}}",
+            of("per-hour")
+        )),
+        3_600.0
+    );
+    assert_eq!(get("ratelimit_fallback_mode{policy=api,mode=local}"), 1.0);
+    assert_eq!(get("ratelimit_fallback_mode{policy=api,mode=open}"), 0.0);
+    assert_eq!(
+        get("ratelimit_fallback_mode{policy=closed,mode=closed}"),
+        1.0
+    );
+    // A blanket fallback consulted no limit.
+    assert_eq!(
+        get(
+            "ratelimit_decisions_total{policy=closed,limit=_none,key_class=default,outcome=fallback_denied,source=fallback,backend=none}"
+        ),
+        1.0
     );
 }
 
@@ -662,7 +819,9 @@ fn metrics_follow_the_recorder_in_scope() {
             });
         });
     }
-    let allowed = "policy=api,outcome=allowed,source=store,backend=memory".to_string();
+    let allowed =
+        "policy=api,limit=per-user,key_class=default,outcome=allowed,source=store,backend=memory"
+            .to_string();
     assert_eq!(decisions_in(first_seen.snapshot()), [(allowed.clone(), 3)]);
     assert_eq!(decisions_in(second_seen.snapshot()), [(allowed, 3)]);
 }
@@ -784,4 +943,74 @@ async fn in_flight_slots_fall_back_to_a_local_share_and_are_released_there() {
     limiter.release(&held[0]).await;
     let decision = limiter.check("api", &user("ann")).await.unwrap();
     assert!(decision.allowed, "the local slot was released");
+}
+
+/// Denials reported for the fleet's top keys (here on the in-memory store) come back merged
+/// by key, and the reporter exports the limit's concentration: one key took every denial.
+#[test]
+fn denials_are_reported_for_the_top_keys_and_their_concentration() {
+    use redis_ratelimit_client::top::{TopKeys, TopQuery};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let share = "ratelimit_denied_top10_share{policy=api,limit=per-user}";
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+                .policy(
+                    Policy::builder("api")
+                        .limit(limit("per-user", 1, "rl:{user}"))
+                        .build()
+                        .unwrap(),
+                )
+                .top_keys(TopKeys {
+                    report_every: Duration::from_millis(20),
+                    ..TopKeys::default()
+                })
+                .build()
+                .unwrap();
+            // ann: 1 admitted, 4 denied (the store, then the deny cache); bob: admitted.
+            for _ in 0..5 {
+                limiter.check("api", &user("ann")).await.unwrap();
+            }
+            limiter.check("api", &user("bob")).await.unwrap();
+            let mut top = Vec::new();
+            for _ in 0..200 {
+                top = limiter.top_denied(&TopQuery::new("api")).await.unwrap();
+                let exported = series_in(snapshotter.snapshot()).get(share).copied();
+                if !top.is_empty() && exported == Some(1.0) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(top.len(), 1, "{top:?}");
+            assert_eq!(
+                (top[0].limit.as_str(), top[0].denials, top[0].bound),
+                ("per-user", 4, 0)
+            );
+            let keys: Vec<(&str, u64, u64)> = top[0]
+                .keys
+                .iter()
+                .map(|key| (key.key.as_str(), key.count, key.lower))
+                .collect();
+            assert_eq!(keys, [("rl:ann", 4, 4)]);
+            assert_eq!(top[0].top10_share, 1.0);
+        });
+    });
+    let series = series_in(snapshotter.snapshot());
+    assert_eq!(series.get(share), Some(&1.0), "{series:?}");
+    assert_eq!(
+        series.get("ratelimit_denied_window{policy=api,limit=per-user}"),
+        Some(&4.0)
+    );
+    assert!(
+        series
+            .get("ratelimit_top_reports_total{result=ok}")
+            .is_some_and(|count| *count >= 1.0)
+    );
 }

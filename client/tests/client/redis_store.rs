@@ -476,11 +476,11 @@ fn assert_decided_by(server: &Server, expected: StoreBackend) {
          the leased policy's claim of two units and the second unit spent from it"
     );
     let expected_series: std::collections::BTreeMap<String, f64> = [
-        (format!("ratelimit_decisions_total{{policy=plain,outcome=allowed,source=store,backend={name}}}"), 2.0),
-        (format!("ratelimit_decisions_total{{policy=plain,outcome=denied,source=store,backend={name}}}"), 1.0),
-        (format!("ratelimit_decisions_total{{policy=plain,outcome=denied,source=cache,backend={name}}}"), 1.0),
-        (format!("ratelimit_decisions_total{{policy=leased,outcome=allowed,source=store,backend={name}}}"), 1.0),
-        (format!("ratelimit_decisions_total{{policy=leased,outcome=allowed,source=lease,backend={name}}}"), 1.0),
+        (format!("ratelimit_decisions_total{{policy=plain,limit=k,key_class=default,outcome=allowed,source=store,backend={name}}}"), 2.0),
+        (format!("ratelimit_decisions_total{{policy=plain,limit=k,key_class=default,outcome=denied,source=store,backend={name}}}"), 1.0),
+        (format!("ratelimit_decisions_total{{policy=plain,limit=k,key_class=default,outcome=denied,source=cache,backend={name}}}"), 1.0),
+        (format!("ratelimit_decisions_total{{policy=leased,limit=k,key_class=default,outcome=allowed,source=store,backend={name}}}"), 1.0),
+        (format!("ratelimit_decisions_total{{policy=leased,limit=k,key_class=default,outcome=allowed,source=lease,backend={name}}}"), 1.0),
         (format!("ratelimit_store_backend{{backend={name}}}"), 1.0),
     ]
     .into_iter()
