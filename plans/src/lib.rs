@@ -31,7 +31,9 @@ pub mod spec;
 mod table;
 
 pub use connection::{PlanConnection, PlanServer};
-pub use source::{PlanOptions, PlanSource, PlanStatus};
+pub use source::{
+    ClassedLimit, DEFAULT_CLASS, OVERRIDE_CLASS, PlanOptions, PlanSource, PlanStatus,
+};
 
 /// The key template of limit `limit` (of kind `kind`) of store-backed policy `policy`,
 /// whose tenant is the input `tenant_input`: one slot per tenant (the hash tag), the same

@@ -18,7 +18,7 @@ use redis_ratelimit_client::{BuildError, Limit, PolicySource};
 
 use super::connection::{PlanConnection, PlanServer};
 use super::plan_store::{self, CHANNEL, PlanStoreError};
-use super::snapshot::{Effective, Snapshot};
+use super::snapshot::{Effective, Rule, Snapshot};
 use super::spec::{LimitSpec, plan_kind_names};
 
 /// How a [`PlanSource`] follows the store.
@@ -207,12 +207,45 @@ impl PlanSource {
     }
 }
 
-/// The limiter's view of the store: a store-backed policy's limits for a tenant, from one
-/// snapshot, keyed by tenant, policy, limit name and kind ([`key_template`](crate::key_template)).
-impl PolicySource for PlanSource {
-    type Limit = LimitSpec;
+/// The `key_class` of the policy's own defaults.
+pub const DEFAULT_CLASS: &str = "default";
 
-    fn default_limit(&self, policy: &str, limit: &Limit) -> Result<LimitSpec, BuildError> {
+/// The `key_class` of a limit an override sets (one tenant's, or a wildcard's).
+pub const OVERRIDE_CLASS: &str = "override";
+
+/// A limit that applies to a tenant, and the class of the tenant's keys that the limiter's
+/// metrics label it with (`key_class`): the tenant's plan, [`OVERRIDE_CLASS`] or
+/// [`DEFAULT_CLASS`], never the tenant.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClassedLimit {
+    /// The limit.
+    pub spec: LimitSpec,
+    /// Where it comes from, as a metric label.
+    pub class: String,
+}
+
+impl ClassedLimit {
+    /// `effective`'s limit and the class its rule gives.
+    pub fn of(effective: Effective) -> Self {
+        let class = match effective.rule {
+            Rule::Default => DEFAULT_CLASS.to_string(),
+            Rule::Plan(plan) => plan,
+            Rule::Override { .. } => OVERRIDE_CLASS.to_string(),
+        };
+        Self {
+            spec: effective.spec,
+            class,
+        }
+    }
+}
+
+/// The limiter's view of the store: a store-backed policy's limits for a tenant, from one
+/// snapshot, keyed by tenant, policy, limit name and kind ([`key_template`](crate::key_template)),
+/// labelled by the tenant's plan.
+impl PolicySource for PlanSource {
+    type Limit = ClassedLimit;
+
+    fn default_limit(&self, policy: &str, limit: &Limit) -> Result<ClassedLimit, BuildError> {
         LimitSpec::from_algorithm(limit.name(), limit.algorithm())
             .filter(|_| limit.weight_units() == 1 && limit.paced().is_none())
             .ok_or_else(|| {
@@ -223,21 +256,29 @@ impl PolicySource for PlanSource {
                     plan_kind_names()
                 ))
             })
+            .map(|spec| ClassedLimit {
+                spec,
+                class: DEFAULT_CLASS.to_string(),
+            })
     }
 
-    fn limits(&self, tenant: &str, defaults: &[LimitSpec]) -> Vec<LimitSpec> {
+    fn limits(&self, tenant: &str, defaults: &[ClassedLimit]) -> Vec<ClassedLimit> {
         let view = self.view();
+        let defaults: Vec<LimitSpec> = defaults.iter().map(|limit| limit.spec.clone()).collect();
         view.snapshot
-            .resolve(tenant, defaults, view.now_ms())
+            .resolve(tenant, &defaults, view.now_ms())
             .into_iter()
-            .map(|effective| effective.spec)
+            .map(ClassedLimit::of)
             .collect()
     }
 
-    fn to_limit(&self, tenant_input: &str, policy: &str, limit: &LimitSpec) -> Option<Limit> {
-        let algorithm = limit.algorithm().clone();
-        let key = crate::key_template(tenant_input, policy, limit.name(), limit.kind());
-        Limit::new(limit.name(), algorithm, &key).ok()
+    fn to_limit(&self, tenant_input: &str, policy: &str, limit: &ClassedLimit) -> Option<Limit> {
+        let spec = &limit.spec;
+        let algorithm = spec.algorithm().clone();
+        let key = crate::key_template(tenant_input, policy, spec.name(), spec.kind());
+        let built = Limit::new(spec.name(), algorithm, &key).ok()?;
+        // A plan's name is a limit name, so a valid class; were it not, unlabelled.
+        Some(built.clone().key_class(&limit.class).unwrap_or(built))
     }
 }
 

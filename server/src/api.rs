@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
 
 use crate::auth::Token;
 use crate::engine::Engine;
@@ -32,4 +35,20 @@ pub struct Api {
     pub allowed_origins: Vec<String>,
     /// The longest a request may take, its body included.
     pub request_timeout: Duration,
+}
+
+/// An `application/problem+json` answer (RFC 9457).
+pub fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
+    let body = json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
 }

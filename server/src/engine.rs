@@ -59,6 +59,15 @@ pub struct EngineSettings {
     /// (`--max-tracked-keys`): past it, the one held longest ago is forgotten (its slots
     /// free themselves in Redis after their ttl).
     pub max_held: usize,
+    /// A descriptor admitted with more than this share of its limit used is near it (the
+    /// reference's `NEAR_LIMIT_RATIO`).
+    pub near_limit_ratio: f64,
+}
+
+/// Whether a limit with `remaining` of `quota` left has more than `ratio` of it used.
+#[allow(clippy::cast_precision_loss)]
+fn near_limit(remaining: u64, quota: u64, ratio: f64) -> bool {
+    quota > 0 && (remaining as f64) < (1.0 - ratio) * (quota as f64)
 }
 
 /// The service's decisions.
@@ -160,9 +169,23 @@ impl Engine {
         for item in enforced.iter().chain(&shadow) {
             if let Some(status) = verdict.statuses.get(item.index) {
                 metrics::descriptor(&request.domain, &item.rule, status.ok);
-                if status.over && (status.shadow || verdict.shadowed) {
+                let shadowed = status.over && (status.shadow || verdict.shadowed);
+                if shadowed {
                     metrics::shadow_denied(&request.domain, &item.rule);
                 }
+                let near = !status.over
+                    && near_limit(
+                        status.remaining,
+                        status.quota,
+                        self.settings.near_limit_ratio,
+                    );
+                let hits = metrics::Hits {
+                    hits: item.hits,
+                    over: status.over,
+                    near,
+                    shadowed,
+                };
+                metrics::hits(&request.domain, &item.rule, hits);
             }
         }
         if self.settings.reference_metadata {
@@ -352,13 +375,16 @@ fn job(
             let parts = parts.get(position)?.as_ref()?;
             Some((parts.floor.clone(), region.lease_suffix.as_str()))
         });
-        let limit = match floor {
+        let mut limit = match floor {
             Some((floor, suffix)) => {
                 JobLimit::new(&item.reported.label, item.key.as_str(), floor).regional(suffix)
             }
             None => JobLimit::new(&item.reported.label, item.key.as_str(), algorithm),
         }
         .specificity(item.depth);
+        if let Some(class) = &item.key_class {
+            limit = limit.key_class(class);
+        }
         job = job.limit(if read_only || one.hits == 0 || (shadow && slots) {
             limit.probe()
         } else {

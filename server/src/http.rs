@@ -1,7 +1,7 @@
 //! The HTTP JSON API, for every language: `POST /v1/check` takes the gRPC request in
 //! proto3's JSON mapping and answers the decision; `POST /v1/release` gives in-flight slots
-//! back; `GET /metrics`, `/healthz`, `/readyz`; and the reference's `POST /json` and `GET
-//! /healthcheck` (`reference_http.rs`).
+//! back; `GET /v1/top` the fleet's most denied keys (`top.rs`); `GET /metrics`, `/healthz`,
+//! `/readyz`; and the reference's `POST /json` and `GET /healthcheck` (`reference_http.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,11 +19,13 @@ use serde_json::{Value, json};
 
 use crate::answer::{self, Answer};
 pub use crate::api::Api;
+use crate::api::problem;
 use crate::headers::{self, HeaderSettings};
 use crate::json_request::from_json;
 use crate::metrics;
 use crate::reference_http;
 use crate::request::CheckRequest;
+use crate::top;
 use crate::verdict::Verdict;
 
 /// Largest request body accepted.
@@ -51,6 +53,7 @@ pub fn router(api: Arc<Api>) -> Router {
     Router::new()
         .merge(guarded)
         .merge(reference)
+        .route("/v1/top", get(top::top).route_layer(token()))
         .route("/metrics", metrics)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -62,22 +65,6 @@ pub fn router(api: Arc<Api>) -> Router {
         ))
         .layer(middleware::from_fn_with_state(Arc::clone(&api), time_bound))
         .with_state(api)
-}
-
-/// An `application/problem+json` answer (RFC 9457).
-fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
-    let body = json!({
-        "type": "about:blank",
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/problem+json")],
-        body.to_string(),
-    )
-        .into_response()
 }
 
 fn bad_request(detail: &str) -> Response {

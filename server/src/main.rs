@@ -26,6 +26,7 @@ mod resolve;
 mod serve;
 mod start_error;
 mod tls;
+mod top;
 mod verdict;
 mod watch;
 
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, SentinelStore, Store};
+use redis_ratelimit_client::top::TopKeys;
 use redis_ratelimit_client::{Fallback, Lease, Profile, RateLimiter, Replicas};
 
 use crate::cli::Options;
@@ -136,12 +138,18 @@ fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
         profile = profile.lease(Lease::new(units));
     }
     let profile = profile.build().map_err(StartError::Profile)?;
-    RateLimiter::builder_shared(store(options)?)
+    let mut builder = RateLimiter::builder_shared(store(options)?)
         .profile(profile)
         .replicas(Replicas::fixed(options.limiter.replicas))
         .max_tracked_keys(options.limiter.max_tracked_keys)
-        .build()
-        .map_err(StartError::Limiter)
+        .near_limit_share(1.0 - options.runtime.near_limit_ratio);
+    if options.runtime.top_keys > 0 {
+        builder = builder.top_keys(TopKeys {
+            capacity: options.runtime.top_keys,
+            ..TopKeys::default()
+        });
+    }
+    builder.build().map_err(StartError::Limiter)
 }
 
 /// Starts the service and serves until SIGINT or SIGTERM, then drains it.
@@ -193,6 +201,10 @@ async fn run(options: Options) -> Result<(), StartError> {
     tracing::info!("stopping: finishing requests in flight, giving leases back");
     let result = serve::drain(servers, options.runtime.shutdown_timeout, &stop).await;
     engine.limiter().release_leases().await;
+    // The last second's denials, for the fleet's top keys (never retried).
+    if let Err(error) = engine.limiter().report_top().await {
+        tracing::warn!("top keys: the last report was not written: {error}");
+    }
     probe.abort();
     if let Some(agent) = agent {
         // No give-backs: the exact mode lets a stopped region's leases lapse within T.
@@ -248,6 +260,7 @@ async fn engine(
             shadow_mode: options.answers.shadow_mode,
             reference_metadata: options.reference.response_dynamic_metadata,
             max_held: options.limiter.max_tracked_keys,
+            near_limit_ratio: options.runtime.near_limit_ratio,
         },
     );
     let mut agent = None;

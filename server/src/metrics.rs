@@ -1,13 +1,43 @@
 //! The service's own metrics (the client library records its decisions, store calls, leases
 //! and breaker under `ratelimit_*`; the policy label is the domain). Exported in Prometheus
-//! text at `GET /metrics`.
+//! text at `GET /metrics`. `docs/operating.md` lists them all, with their bounds.
+//!
+//! The descriptor counters keep envoyproxy/ratelimit's names (as its Prometheus mapper
+//! names them: `ratelimit_service_rate_limit_total_hits`, `_over_limit`, `_near_limit`,
+//! `_within_limit`, `_shadow_mode`) and count hits as it does.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, PoisonError, RwLock};
 
 use metrics::{Counter, counter, describe_counter, describe_gauge, gauge};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Hits asked of a descriptor's limit (the reference's name).
+pub const TOTAL_HITS: &str = "ratelimit_service_rate_limit_total_hits";
+/// Hits of descriptors over their limit.
+pub const OVER_LIMIT: &str = "ratelimit_service_rate_limit_over_limit";
+/// Hits admitted with more than the near-limit ratio of the limit used.
+pub const NEAR_LIMIT: &str = "ratelimit_service_rate_limit_near_limit";
+/// Hits of descriptors within their limit.
+pub const WITHIN_LIMIT: &str = "ratelimit_service_rate_limit_within_limit";
+/// Hits a shadow-mode limit would have denied.
+pub const SHADOW_MODE: &str = "ratelimit_service_rate_limit_shadow_mode";
+
+/// The reference's descriptor counters, in [`DomainHandles::hits`]'s order.
+const HIT_COUNTERS: [&str; 5] = [
+    TOTAL_HITS,
+    OVER_LIMIT,
+    NEAR_LIMIT,
+    WITHIN_LIMIT,
+    SHADOW_MODE,
+];
+
+/// The store latency histogram's buckets, in seconds: `histogram_quantile` aggregates them
+/// across replicas (a summary's quantiles do not).
+pub const STORE_LATENCY_BUCKETS: [f64; 11] = [
+    0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0,
+];
 
 /// Distinct `rule` label values per domain: a rule with `detailed_metric` names the
 /// request's own values, which are the callers' to choose.
@@ -54,8 +84,33 @@ pub struct InstallError(#[source] metrics_exporter_prometheus::BuildError);
 pub fn install(max_rule_labels: usize) -> Result<PrometheusHandle, InstallError> {
     MAX_RULE_LABELS.store(max_rule_labels, Ordering::Relaxed);
     let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(redis_ratelimit_client::metrics::STORE_LATENCY.to_string()),
+            &STORE_LATENCY_BUCKETS,
+        )
+        .map_err(InstallError)?
         .install_recorder()
         .map_err(InstallError)?;
+    describe_counter!(
+        TOTAL_HITS,
+        "Hits asked of a descriptor's limit, by domain and rule (the reference's name)"
+    );
+    describe_counter!(
+        OVER_LIMIT,
+        "Hits of descriptors over their limit, by domain and rule"
+    );
+    describe_counter!(
+        NEAR_LIMIT,
+        "Hits admitted with more than --near-limit-ratio of the limit used, by domain and rule"
+    );
+    describe_counter!(
+        WITHIN_LIMIT,
+        "Hits of descriptors within their limit, by domain and rule"
+    );
+    describe_counter!(
+        SHADOW_MODE,
+        "Hits a shadow-mode limit (or any limit in the global shadow mode) would have denied, by domain and rule"
+    );
     describe_counter!(
         "ratelimit_service_requests_total",
         "Checks answered, by transport (grpc, http, json: the reference's /json), domain and code (ok, over_limit, bad_request, error)"
@@ -138,6 +193,9 @@ struct DomainHandles {
     /// are their own label (at most the bound of [`rule_label`] a domain); those past the
     /// bound take the recorder's lookup each time.
     descriptors: HashMap<String, [Option<Counter>; 2]>,
+    /// The reference's counters by rule ([`HIT_COUNTERS`]: total, over, near, within,
+    /// shadow), all registered at once; only rules that are their own label.
+    hits: HashMap<String, [Counter; 5]>,
 }
 
 static HANDLES: LazyLock<RwLock<HashMap<String, DomainHandles>>> =
@@ -206,6 +264,58 @@ pub fn descriptor(domain: &str, rule: &str, ok: bool) {
             if let Some(kept) = pair.get_mut(slot) {
                 *kept = Some(counter);
             }
+        });
+    }
+}
+
+/// How one descriptor's hits count in the reference's counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hits {
+    /// Its hits (`hits_addend`, else the request's, else 1).
+    pub hits: u64,
+    /// Over its limit (a shadow limit's too).
+    pub over: bool,
+    /// Admitted with more than the near-limit ratio of the limit used.
+    pub near: bool,
+    /// Over a limit that only reports (shadow mode).
+    pub shadowed: bool,
+}
+
+fn count_hits(counters: &[Counter; 5], hits: Hits) {
+    let [total, over, near, within, shadow] = counters;
+    total.increment(hits.hits);
+    if hits.over {
+        over.increment(hits.hits);
+    } else {
+        within.increment(hits.hits);
+    }
+    if hits.near {
+        near.increment(hits.hits);
+    }
+    if hits.shadowed {
+        shadow.increment(hits.hits);
+    }
+}
+
+/// A descriptor's hits, in the reference's counters.
+pub fn hits(domain: &str, rule: &str, hits: Hits) {
+    {
+        let handles = HANDLES.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(counters) = handles
+            .get(domain)
+            .and_then(|handles| handles.hits.get(rule))
+        {
+            count_hits(counters, hits);
+            return;
+        }
+    }
+    let label = rule_label(domain, rule);
+    let counters = HIT_COUNTERS
+        .map(|name| counter!(name, "domain" => domain.to_string(), "rule" => label.clone()));
+    count_hits(&counters, hits);
+    if label == rule {
+        keep(domain, |handles| {
+            handles.hits.insert(rule.to_string(), counters);
         });
     }
 }

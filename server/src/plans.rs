@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis_ratelimit_client::Algorithm;
 use redis_ratelimit_core::kinds::Kind;
 use redis_ratelimit_plans::snapshot::Rule as PlanRule;
-use redis_ratelimit_plans::{PlanOptions, PlanSource};
+use redis_ratelimit_plans::{ClassedLimit, DEFAULT_CLASS, PlanOptions, PlanSource};
 
 use crate::config::{BuiltLimit, Unit};
 
@@ -30,6 +30,9 @@ pub struct PlanLimit {
     /// The end of the Redis key: the limit's name and algorithm kind, never its amount or
     /// plan, so a changed limit applies to the tenant's existing state.
     pub key_suffix: String,
+    /// The class of the tenant's key in metrics (`key_class`): its plan, `override`, or
+    /// `default` when the YAML limit applies; never the tenant.
+    pub class: String,
 }
 
 /// The policy store as this process follows it.
@@ -94,13 +97,15 @@ impl Plans {
         });
         match effective {
             Some(effective) => {
-                let algorithm = effective.spec.algorithm();
+                let ClassedLimit { spec, class } = ClassedLimit::of(effective);
+                let algorithm = spec.algorithm();
                 let (requests_per_unit, unit) = reported(algorithm.quota(), algorithm.window());
                 PlanLimit {
-                    key_suffix: suffix(name, effective.spec.kind()),
+                    key_suffix: suffix(name, spec.kind()),
                     algorithm: Some(algorithm.clone()),
                     requests_per_unit,
                     unit,
+                    class,
                 }
             }
             None => {
@@ -115,6 +120,7 @@ impl Plans {
                     algorithm: default.algorithm.clone(),
                     requests_per_unit: default.spec.requests_per_unit,
                     unit: default.spec.unit,
+                    class: DEFAULT_CLASS.to_string(),
                 }
             }
         }

@@ -330,7 +330,6 @@ const UNREAD: &[(&str, &str)] = &[
         "LOCAL_CACHE_SIZE_IN_BYTES",
         "denials are remembered until their retry time by the client library's deny cache",
     ),
-    ("NEAR_LIMIT_RATIO", "there is no near-limit metric"),
     (
         "BACKEND_TYPE",
         "the store is Redis (the module, or its Functions library)",

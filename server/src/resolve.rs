@@ -38,6 +38,9 @@ pub struct Item {
     pub aligned: bool,
     /// The rule's `metadata`.
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The class of its key in the library's metrics (`key_class`): for a `tenant_key`
+    /// rule, the tenant's plan (`override`, `default`); none for the others (`default`).
+    pub key_class: Option<String>,
 }
 
 impl Item {
@@ -135,7 +138,7 @@ fn item(
         },
         (None, None) => return Ok(None),
     };
-    let (algorithm, requests_per_unit, unit, suffix) =
+    let (algorithm, requests_per_unit, unit, suffix, key_class) =
         limit_of(built, name.as_deref(), found, descriptor, plans)?;
     let label = name.clone().unwrap_or_else(|| match found {
         Some(found) => found.rule.path.clone(),
@@ -157,18 +160,23 @@ fn item(
         shadow,
         rule,
         metadata: found.and_then(|found| found.rule.metadata.clone()),
+        key_class,
     }))
 }
 
-/// The algorithm, the limit reported (requests per unit, unit) and the key's suffix: the
-/// rule's, or for a limit naming a `tenant_key` the tenant's plan's.
+/// What a limit of a descriptor is made of: its algorithm, the limit reported (requests
+/// per unit, unit), the key's suffix and the key's class.
+type LimitOf<'a> = (Option<Algorithm>, u64, Unit, Cow<'a, str>, Option<String>);
+
+/// The algorithm, the limit reported (requests per unit, unit), the key's suffix and its
+/// class: the rule's, or for a limit naming a `tenant_key` the tenant's plan's.
 fn limit_of<'a>(
     built: &'a BuiltLimit,
     name: Option<&str>,
     found: Option<&Found<'_>>,
     descriptor: &Descriptor,
     plans: &Plans,
-) -> Result<(Option<Algorithm>, u64, Unit, Cow<'a, str>), CheckFailure> {
+) -> Result<LimitOf<'a>, CheckFailure> {
     let tenant_key = found.and_then(|found| found.limit.tenant_key.as_deref());
     let tenant = tenant_key.and_then(|tenant_key| {
         descriptor
@@ -185,6 +193,7 @@ fn limit_of<'a>(
                 limit.requests_per_unit,
                 limit.unit,
                 Cow::Owned(limit.key_suffix),
+                Some(limit.class),
             ))
         }
         _ => Ok((
@@ -192,6 +201,7 @@ fn limit_of<'a>(
             built.spec.requests_per_unit,
             built.spec.unit,
             Cow::Borrowed(built.key_suffix.as_str()),
+            None,
         )),
     }
 }

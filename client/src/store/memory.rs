@@ -36,8 +36,11 @@ pub struct MemoryStore {
     offset_us: AtomicI64,
     calls: AtomicU64,
     /// Hashes (the top-keys reports): fields and the expiry in ms on the store's clock.
-    hashes: Mutex<HashMap<String, (BTreeMap<String, String>, u64)>>,
+    hashes: Mutex<HashMap<String, Hash>>,
 }
+
+/// A hash of the memory store: its fields, and when it expires (ms on the store's clock).
+type Hash = (BTreeMap<String, String>, u64);
 
 impl Default for MemoryStore {
     fn default() -> Self {

@@ -299,8 +299,11 @@ pub(crate) async fn run(recorder: Weak<Recorder>, store: Arc<dyn Store>, clock: 
         };
         let now = unix_s(&clock);
         let _ = report_once(&recorder, &*store, now).await;
+        // Every `concentration_every`; and at every report until some limit is found (a
+        // few reads of empty hashes), so the gauges appear within a report of a denial.
         let every = options.concentration_every;
-        let due = !every.is_zero() && last_read.is_none_or(|at| at.elapsed() >= every);
+        let due = !every.is_zero()
+            && (gauged.is_empty() || last_read.is_none_or(|at| at.elapsed() >= every));
         if due {
             last_read = Some(tokio::time::Instant::now());
             gauge_concentration(&recorder, &*store, now, &mut gauged).await;

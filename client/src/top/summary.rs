@@ -149,10 +149,10 @@ impl SpaceSaving {
     fn swap(&mut self, a: usize, b: usize) {
         self.heap.swap(a, b);
         for place in [a, b] {
-            if let Some(counted) = self.heap.get(place) {
-                if let Some(kept) = self.places.get_mut(&counted.key) {
-                    *kept = place;
-                }
+            if let Some(counted) = self.heap.get(place)
+                && let Some(kept) = self.places.get_mut(&counted.key)
+            {
+                *kept = place;
             }
         }
     }
@@ -178,10 +178,9 @@ impl SpaceSaving {
             for child in [left, right] {
                 if let (Some(candidate), Some(current)) =
                     (self.count_at(child), self.count_at(least))
+                    && candidate < current
                 {
-                    if candidate < current {
-                        least = child;
-                    }
+                    least = child;
                 }
             }
             if least == place {

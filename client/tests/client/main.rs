@@ -12,7 +12,8 @@
 //! - `burst`: 1,000 concurrent checks on a loaded machine, decided by the store;
 //! - `replay`: a reply lost after the server ran the command is never sent again;
 //! - `valkey_migration`: the cluster store through Valkey 9.1's atomic slot migration;
-//! - `without_lua`: a Valkey 9.1 without its Lua engine or the module (the backend probe).
+//! - `without_lua`: a Valkey 9.1 without its Lua engine or the module (the backend probe);
+//! - `top_keys`: the fleet's top denied keys from three replicas on a real server.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -36,6 +37,7 @@ mod redis_store;
 mod regions;
 mod replay;
 mod stress;
+mod top_keys;
 mod valkey_migration;
 mod without_lua;
 

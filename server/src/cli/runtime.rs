@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::values::{LogLevel, at_least_one, ms, shown, worker_threads};
+use super::values::{LogLevel, at_least_one, ms, ratio, shown, top_keys, worker_threads};
 use crate::metrics::DEFAULT_MAX_RULE_LABELS;
 
 /// How long a stop waits for connections to finish before closing them.
@@ -36,6 +36,28 @@ pub struct Runtime {
         value_parser = at_least_one
     )]
     pub max_metric_rules: usize,
+
+    /// A descriptor admitted with more than this share of its limit used counts its hits in
+    /// ratelimit_service_rate_limit_near_limit (and ratelimit_near_limit_total), as the
+    /// reference's NEAR_LIMIT_RATIO
+    #[arg(
+        long,
+        value_name = "RATIO",
+        default_value = "0.8",
+        value_parser = ratio,
+        env = "NEAR_LIMIT_RATIO"
+    )]
+    pub near_limit_ratio: f64,
+
+    /// Keys per summary of the fleet's top denied keys (per domain, limit and minute, written
+    /// to Redis once a second, read with GET /v1/top and rlctl top); 0 turns the counting off
+    #[arg(
+        long,
+        value_name = "N",
+        default_value = "128",
+        value_parser = top_keys
+    )]
+    pub top_keys: usize,
 
     /// The most verbose log lines written
     #[arg(

@@ -186,6 +186,25 @@ pub fn at_least_one_u64(text: &str) -> Result<u64, String> {
 }
 
 /// [`at_least_one_u64`] as a size.
+/// A ratio from 0 to 1 (the reference's `NEAR_LIMIT_RATIO`).
+pub fn ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err("a ratio from 0 to 1 is expected (0.8: 80 % of the limit used)".into()),
+    }
+}
+
+/// A summary's size, at most [`MAX_TOP_KEYS`]; 0 turns it off.
+pub fn top_keys(text: &str) -> Result<usize, String> {
+    match count(text)? {
+        keys @ 0..=MAX_TOP_KEYS => Ok(usize::try_from(keys).unwrap_or(0)),
+        _ => Err(format!("is 0 (off) to {MAX_TOP_KEYS} keys per summary")),
+    }
+}
+
+/// The largest top-keys summary `--top-keys` takes.
+pub const MAX_TOP_KEYS: u64 = 4_096;
+
 pub fn at_least_one(text: &str) -> Result<usize, String> {
     at_least_one_u64(text).map(|value| usize::try_from(value).unwrap_or(usize::MAX))
 }

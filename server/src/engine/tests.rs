@@ -76,6 +76,7 @@ fn engine_failing(
             shadow_mode,
             reference_metadata: true,
             max_held: redis_ratelimit_client::expiring::DEFAULT_MAX_KEYS,
+            near_limit_ratio: 0.8,
         },
     );
     (engine, store)

@@ -7,6 +7,8 @@
 //! - `operations`: Redis down under each failure mode, a reload under load, a bad config,
 //!   a graceful stop giving leases back;
 //! - `http_api`: the JSON API, in-flight release, the bearer token, problem+json, metrics;
+//! - `operating`: what an operator sees (docs/operating.md): the reference's descriptor
+//!   counters, the limit and key class of each decision, quotas, the top denied keys;
 //! - `lost_and_refused`: a check whose reply is lost charged once (a cutting proxy), a
 //!   hits_addend the store refuses answered 400 / `INVALID_ARGUMENT`;
 //! - `plans`: limits with `tenant_key` from the policy store, a plan change and an override
@@ -38,6 +40,7 @@ mod hostile;
 mod hostile_plans;
 mod http_api;
 mod lost_and_refused;
+mod operating;
 mod operations;
 mod plans;
 mod python;

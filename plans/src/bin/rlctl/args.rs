@@ -29,6 +29,11 @@ Commands in full:
   history [--tenant TENANT] [--count N]             the audit trail, newest first (default 20)
   export                                            the store as TOML, on stdout
   import FILE                                       make the store hold exactly FILE (TOML)
+  top POLICY [--limit NAME] [--minutes N] [--count N]
+                                                    the fleet's most denied keys of each
+                                                    limit of POLICY (a service's domain),
+                                                    with each count's bound (default: the
+                                                    last 5 minutes, 10 keys)
 
 A name that starts with '-' goes after '--': rlctl tenant set --plan free -- -x.
 
@@ -112,6 +117,22 @@ enum Top {
     Import {
         /// The TOML file (as export writes it)
         file: String,
+    },
+    /// The fleet's most denied keys of a policy (a service's domain), per limit, merged
+    /// from every replica's reports, each count with its bound
+    #[command(name = "top")]
+    Denied {
+        /// The policy (a service's domain)
+        policy: String,
+        /// Only this limit
+        #[arg(long, value_name = "NAME")]
+        limit: Option<String>,
+        /// The minutes read: the current one and those before it
+        #[arg(long, value_name = "N", default_value_t = 5, value_parser = positive)]
+        minutes: u64,
+        /// Keys listed per limit
+        #[arg(long, value_name = "N", default_value_t = 10, value_parser = positive)]
+        count: u64,
     },
 }
 
@@ -255,6 +276,12 @@ pub enum Command {
     Import {
         path: String,
     },
+    Top {
+        policy: String,
+        limit: Option<String>,
+        minutes: u64,
+        count: u64,
+    },
 }
 
 /// A parsed command line.
@@ -347,6 +374,17 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Args, Stop> {
         Top::List => Command::List,
         Top::History { tenant, count } => Command::History { tenant, count },
         Top::Export => Command::Export,
+        Top::Denied {
+            policy,
+            limit,
+            minutes,
+            count,
+        } => Command::Top {
+            policy,
+            limit,
+            minutes,
+            count,
+        },
         Top::Import { file } => Command::Import { path: file },
     };
     if let Some(who) = cli

@@ -35,6 +35,7 @@ mod show;
 
 use std::process::ExitCode;
 
+use redis_ratelimit_client::top::{self, TopQuery, merge, report};
 use redis_ratelimit_plans::PlanServer;
 use redis_ratelimit_plans::edit::{self, Edit, Table};
 use redis_ratelimit_plans::file;
@@ -130,6 +131,47 @@ async fn run(args: &Args) -> Result<(), Failure> {
         PlanServer::from_url(&args.redis, patience)?
     };
     let mut con = server.connect().await?;
+    if let Command::Top {
+        policy,
+        limit,
+        minutes,
+        count,
+    } = &args.command
+    {
+        let mut query = TopQuery::new(policy)
+            .minutes(*minutes)
+            .count(usize::try_from(*count).unwrap_or(usize::MAX));
+        if let Some(limit) = limit {
+            query = query.limit(limit);
+        }
+        query
+            .check()
+            .map_err(|error| Failure::Input(error.to_string()))?;
+        // Buckets are minutes of the reporting replicas' clocks; this host's reads them.
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        let keys = report::window_keys(now_s, query.minutes);
+        let mut pipeline = redis::pipe();
+        for key in &keys {
+            pipeline.hgetall(key);
+        }
+        let hashes: Vec<std::collections::HashMap<String, String>> =
+            pipeline.query_async(&mut con).await?;
+        let hashes: Vec<Vec<(String, String)>> = hashes
+            .into_iter()
+            .map(|hash| hash.into_iter().collect())
+            .collect();
+        let (reports, unreadable) = top::decode_all(&hashes);
+        if unreadable > 0 {
+            errln!(
+                "rlctl: warning: {unreadable} top-keys reports cannot be read (another version?)"
+            );
+        }
+        let merged = merge::merge(&reports, &query.policy, query.limit.as_deref(), query.count);
+        out!("{}", show::top(&query, &merged));
+        return Ok(());
+    }
     let (snapshot, now_ms) = plan_store::read(&mut con).await?;
     for bad in &snapshot.unreadable {
         errln!("rlctl: warning: {}", show::unreadable(bad));
@@ -340,9 +382,11 @@ fn changes(
                 None,
             )
         }
-        Command::Get { .. } | Command::List | Command::History { .. } | Command::Export => {
-            (String::new(), Vec::new(), None)
-        }
+        Command::Get { .. }
+        | Command::List
+        | Command::History { .. }
+        | Command::Export
+        | Command::Top { .. } => (String::new(), Vec::new(), None),
     })
 }
 

@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use redis_ratelimit_client::top::merge::CONCENTRATION_KEYS;
+use redis_ratelimit_client::top::{TopDenied, TopQuery};
 use redis_ratelimit_plans::edit::{Edit, Table};
 use redis_ratelimit_plans::plan_store::{AuditEntry, printable};
 use redis_ratelimit_plans::snapshot::{Rule, Snapshot, Unreadable};
@@ -247,6 +249,50 @@ pub fn edits(snapshot: &Snapshot, edits: &[Edit]) -> String {
         );
     }
     out
+}
+
+/// The fleet's most denied keys of a policy, limit by limit, each count with its bound.
+pub fn top(query: &TopQuery, limits: &[TopDenied]) -> String {
+    let mut text = String::new();
+    let policy = line(&query.policy);
+    if limits.is_empty() {
+        let _ = writeln!(
+            text,
+            "no denials of policy '{policy}' reported in the last {} minute(s)",
+            query.minutes
+        );
+        return text;
+    }
+    for top in limits {
+        let _ = writeln!(
+            text,
+            "policy '{policy}', limit '{}': {} denials in the last {} minute(s) ({} summaries), \
+             the top {} keys took at least {:.1} %",
+            line(&top.limit),
+            top.denials,
+            query.minutes,
+            top.summaries,
+            CONCENTRATION_KEYS,
+            top.top10_share * 100.0
+        );
+        let _ = writeln!(
+            text,
+            "  each count is at most {} over the truth (bound: the summaries' floors; at most \
+             denials/capacity = {}), and a key denied more often is listed",
+            top.bound, top.bound_limit
+        );
+        let _ = writeln!(text, "  {:>12} {:>12}  key", "denials", "at least");
+        for key in &top.keys {
+            let _ = writeln!(
+                text,
+                "  {:>12} {:>12}  {}",
+                key.count,
+                key.lower,
+                line(&key.key)
+            );
+        }
+    }
+    text
 }
 
 #[cfg(test)]
