@@ -40,6 +40,10 @@ def draw(
     values = dashboard_queries.resolve_variables(dashboard, prometheus, PLOT_RATE_INTERVAL)
     queries = dashboard_queries.queries(dashboard, values)
     titles = list(dict.fromkeys(query.panel_title for query in queries))
+    panel_bounds = {
+        panel["title"]: panel.get("fieldConfig", {}).get("defaults", {})
+        for panel in dashboard_queries.panels(dashboard)
+    }
     rows = -(-len(titles) // COLUMNS)
     figure, axes = plt.subplots(rows, COLUMNS, figsize=(5 * COLUMNS, 3.1 * rows), squeeze=False)
     for index, title in enumerate(titles):
@@ -56,6 +60,9 @@ def draw(
             ax.annotate(
                 name, (at_s - start_s, 1), xycoords=("data", "axes fraction"), fontsize=6, rotation=90, va="top"
             )
+        bounds = panel_bounds.get(title, {})
+        if "min" in bounds or "max" in bounds:
+            ax.set_ylim(bounds.get("min"), bounds.get("max"))
         ax.set_title(title, fontsize=9)
         ax.tick_params(labelsize=7)
         ax.set_xlabel("s since the load began", fontsize=7)

@@ -22,6 +22,10 @@ from types import TracebackType
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 POLL_EVERY_S = 0.05
+# The store timeout of the service and the demo: debug builds on a shared 2-core machine
+# stall past the default (tens of ms) now and then, and those fallbacks would blur what the
+# test shows. A stopped Redis refuses connections at once, whatever the timeout.
+STORE_TIMEOUT_MS = 1_000
 
 
 class HarnessError(RuntimeError):
@@ -212,6 +216,8 @@ def start_service(fleet: Fleet, binary: Path, redis_url: str, config: Path) -> t
             "127.0.0.1:0",
             "--watch-ms",
             "100",
+            "--timeout-ms",
+            str(STORE_TIMEOUT_MS),
         ],
     )
     fleet.ready(process, lambda: process.line_after("HTTP API on ") is not None)
@@ -236,6 +242,8 @@ def start_demo(fleet: Fleet, binary: Path, name: str, redis_url: str, replicas: 
             "10",
             "--replicas",
             str(replicas),
+            "--timeout-ms",
+            str(STORE_TIMEOUT_MS),
             "--plans",
         ],
     )
