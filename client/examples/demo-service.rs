@@ -9,7 +9,9 @@
 //! `GET /` is limited per `x-api-key` header (requests without one share the key
 //! `anonymous`) by a token bucket of `--limit` tokens refilled over `--window` seconds. When
 //! Redis is out of reach each replica falls back to `limit / replicas`. `GET /metrics` is the
-//! Prometheus text of the limiter's metrics. Anything else is a quick 404.
+//! Prometheus text of the limiter's metrics (docs/operating.md); every replica reports its
+//! denials for the fleet's top keys once a second (`rlctl top demo`). Anything else is a
+//! quick 404.
 //!
 //! With `--plans`, `GET /` is limited instead by the limits the policy store gives
 //! the tenant named in the `x-tenant` header (`anonymous` without one), followed through
@@ -33,6 +35,7 @@ use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use redis_ratelimit_client::http::{Check, RateLimitLayer};
 use redis_ratelimit_client::store::{RedisStore, RedisStoreOptions, StoreBackend};
+use redis_ratelimit_client::top::TopKeys;
 use redis_ratelimit_client::{
     Algorithm, Backend, Fallback, Lease, Limit, Policy, RateLimiter, Replicas,
 };
@@ -143,7 +146,8 @@ fn policy(args: &Args) -> Result<Policy, Box<dyn std::error::Error>> {
     let mut builder = match args.plans {
         // Plans: the bucket is the default; keys are the store's (per tenant).
         Some(_) => Policy::from_store("demo", "tenant"),
-        None => Policy::builder("demo"),
+        // Metrics say what kind of key was limited (the plan's name, with plans).
+        None => Policy::builder("demo").key_class("api_key"),
     };
     builder = builder
         .limit(Limit::new("per-key", bucket, "demo:{{{api_key}}}")?)
@@ -180,9 +184,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("demo-service: Redis is not reachable yet ({error}); falling back meanwhile")
         }
     }
+    // Every replica reports its denials once a second: `rlctl top demo` or
+    // `RateLimiter::top_denied` says who is throttled across the fleet.
     let mut limiter = RateLimiter::builder(store)
         .policy(policy(&args)?)
-        .replicas(Replicas::fixed(args.replicas));
+        .replicas(Replicas::fixed(args.replicas))
+        .top_keys(TopKeys::default());
     if let Some(check_every) = args.plans {
         let options = PlanOptions {
             check_every,
@@ -217,6 +224,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .with_graceful_shutdown(shutdown())
         .await?;
     limiter.release_leases().await;
+    if let Err(error) = limiter.report_top().await {
+        eprintln!("demo-service: the last top-keys report was not written: {error}");
+    }
     Ok(())
 }
 

@@ -962,3 +962,73 @@ async fn in_flight_slots_fall_back_to_a_local_share_and_are_released_there() {
     let decision = limiter.check("api", &user("ann")).await.unwrap();
     assert!(decision.allowed, "the local slot was released");
 }
+
+/// Denials reported for the fleet's top keys (here on the in-memory store) come back merged
+/// by key, and the reporter exports the limit's concentration: one key took every denial.
+#[test]
+fn denials_are_reported_for_the_top_keys_and_their_concentration() {
+    use redis_ratelimit_client::top::{TopKeys, TopQuery};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let share = "ratelimit_denied_top10_share{policy=api,limit=per-user}";
+    metrics::with_local_recorder(&recorder, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let limiter = RateLimiter::builder_shared(Arc::clone(&store) as Arc<dyn Store>)
+                .policy(
+                    Policy::builder("api")
+                        .limit(limit("per-user", 1, "rl:{user}"))
+                        .build()
+                        .unwrap(),
+                )
+                .top_keys(TopKeys {
+                    report_every: Duration::from_millis(20),
+                    ..TopKeys::default()
+                })
+                .build()
+                .unwrap();
+            // ann: 1 admitted, 4 denied (the store, then the deny cache); bob: admitted.
+            for _ in 0..5 {
+                limiter.check("api", &user("ann")).await.unwrap();
+            }
+            limiter.check("api", &user("bob")).await.unwrap();
+            let mut top = Vec::new();
+            for _ in 0..200 {
+                top = limiter.top_denied(&TopQuery::new("api")).await.unwrap();
+                let exported = series_in(snapshotter.snapshot()).get(share).copied();
+                if !top.is_empty() && exported == Some(1.0) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(top.len(), 1, "{top:?}");
+            assert_eq!(
+                (top[0].limit.as_str(), top[0].denials, top[0].bound),
+                ("per-user", 4, 0)
+            );
+            let keys: Vec<(&str, u64, u64)> = top[0]
+                .keys
+                .iter()
+                .map(|key| (key.key.as_str(), key.count, key.lower))
+                .collect();
+            assert_eq!(keys, [("rl:ann", 4, 4)]);
+            assert_eq!(top[0].top10_share, 1.0);
+        });
+    });
+    let series = series_in(snapshotter.snapshot());
+    assert_eq!(series.get(share), Some(&1.0), "{series:?}");
+    assert_eq!(
+        series.get("ratelimit_denied_window{policy=api,limit=per-user}"),
+        Some(&4.0)
+    );
+    assert!(
+        series
+            .get("ratelimit_top_reports_total{result=ok}")
+            .is_some_and(|count| *count >= 1.0)
+    );
+}

@@ -4,6 +4,8 @@
 //!   limiter;
 //! - `plans_cluster`: `rlctl` and a source through any node of a cluster;
 //! - `hostile`: hostile and careless input against the store, its replicas and `rlctl`;
+//! - `top`: `rlctl top` merging the fleet's top-keys reports of two client languages, and
+//!   the plan as the key class of a store-backed policy's metrics;
 //! - `typos`: careless writes `rlctl` refuses (a misspelt limit name, a limit the server
 //!   refuses, a plan set that would drop limits).
 #![allow(
@@ -18,4 +20,5 @@
 mod hostile;
 mod plans;
 mod plans_cluster;
+mod top;
 mod typos;
