@@ -5,12 +5,14 @@ filled by rlctl, the rate-limit service (a config of two limits, one from the te
 plans), two replicas of the client library's demo service (limits from the plans), and
 Prometheus scraping the three every second with deploy/prometheus/rules.yml. Then:
 
-1. about 30 s of load (Zipf(1.1) keys, so a few tenants run past their limits), a config
-   change the service accepts during it;
+1. about 30 s of load, a config change the service accepts during it; then the article's
+   diagnosis: the tenants' denials (Zipf(1.1) keys: a few tenants past their limits) must
+   read as concentrated, the client addresses' (uniform: each a little past its limit) as
+   spread, RateLimitDenialsSpread pending for that limit alone;
 2. a config change the service refuses: RateLimitConfigReloadFailing must go pending
    (then the good config is put back);
 3. Redis stopped, the load going on: RateLimitStoreUnreachable must go pending for every
-   scraped process;
+   scraped process, and the fallback come to decide over 90 % of each policy's checks;
 4. every query of every panel of deploy/grafana/dashboard.json, its variables resolved as
    Grafana would (label_values through Prometheus, every value selected), must return at
    least one finite value, and every recording rule must record and evaluate cleanly.
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import dashboard_queries
-from load import Load, Target
+from load import Kind, Load, Target
 from processes import (
     Fleet,
     HarnessError,
@@ -60,9 +62,10 @@ descriptors:
   - key: tenant
     rate_limit:
       {{unit: second, requests_per_unit: {per_tenant}, name: per-tenant, algorithm: sliding_window, tenant_key: tenant}}
-  # Each client address: 600 a minute, bursts of 100.
+  # Each client address: 5 a minute (the load sends each of 60 addresses one a second,
+  # so their denials are spread: the top 10 take about a sixth).
   - key: remote_address
-    rate_limit: {{unit: minute, requests_per_unit: 600, name: per-ip, algorithm: token_bucket, burst: 100}}
+    rate_limit: {{unit: minute, requests_per_unit: 5, name: per-ip, algorithm: sliding_window}}
 """
 
 # Not YAML a config can be: the service refuses it and keeps the config it has.
@@ -85,6 +88,8 @@ scrape_configs:
 """
 
 TENANTS = [f"t{rank:02d}" for rank in range(40)]
+ADDRESSES = [f"10.0.0.{host}" for host in range(1, 61)]
+ZIPF_S = 1.1
 # The two most active tenants are on the plan "pro" (20 a second on the service, 100 a
 # minute on the demo); one more on "free". The rest have the defaults.
 PLANS = {"pro": ["t00", "t01"], "free": ["t05"]}
@@ -109,22 +114,25 @@ def fill_policy_store(rlctl: Path, redis_url: str) -> None:
             run_rlctl(rlctl, redis_url, "tenant", "set", tenant, "--plan", plan)
 
 
-def alert_states(prometheus: Prometheus, name: str) -> dict[str, str]:
-    """The alert's instances (job/instance or job) and their states (pending, firing)."""
+def alert_states(prometheus: Prometheus, name: str, by: tuple[str, str]) -> dict[str, str]:
+    """The alert's instances, named by the two labels `by` ("job/instance" say), and their
+    states (pending, firing)."""
     return {
-        f"{alert['labels'].get('job', '')}/{alert['labels'].get('instance', '')}": alert["state"]
+        "/".join(alert["labels"].get(label, "") for label in by): alert["state"]
         for alert in prometheus.alerts()
         if alert["labels"].get("alertname") == name
     }
 
 
-def wait_for_alert(prometheus: Prometheus, name: str, instances: list[str]) -> dict[str, str]:
+def wait_for_alert(
+    prometheus: Prometheus, name: str, instances: list[str], by: tuple[str, str] = ("job", "instance")
+) -> dict[str, str]:
     """Polls until `name` is pending (or already firing) for each of `instances`."""
     states: dict[str, str] = {}
 
     def raised() -> bool:
         states.clear()
-        states.update(alert_states(prometheus, name))
+        states.update(alert_states(prometheus, name, by))
         return all(states.get(instance) in ("pending", "firing") for instance in instances)
 
     try:
@@ -132,6 +140,28 @@ def wait_for_alert(prometheus: Prometheus, name: str, instances: list[str]) -> d
     except HarnessError as error:
         raise HarnessError(f"{error}; its states: {states or 'none'}") from None
     return dict(states)
+
+
+def wait_for_fallback(prometheus: Prometheus, stopped_s: float) -> str:
+    """With Redis stopped, the fallback must come to decide nearly every check of every
+    policy (the dashboard's fallback panels then show the outage, not only its start)."""
+    share = (
+        'sum by (policy) (rate(ratelimit_decisions_total{source="fallback"}[5s]))'
+        " / sum by (policy) (rate(ratelimit_decisions_total[5s]))"
+    )
+    seen: dict[str, float] = {}
+
+    def fallback_decides() -> bool:
+        seen.clear()
+        seen.update({one.labels.get("policy", ""): one.points[-1][1] for one in prometheus.query(share)})
+        return len(seen) == 2 and all(value > 0.9 for value in seen.values())
+
+    try:
+        wait_for("the fallback deciding over 90 % of each policy's checks", fallback_decides, CONDITION_TIMEOUT_S)
+    except HarnessError as error:
+        raise HarnessError(f"{error}; fallback shares: {seen}") from None
+    shares = ", ".join(f"{policy} {value:.0%}" for policy, value in sorted(seen.items()))
+    return f"Redis stopped: the fallback decides {shares} of the checks {time.time() - stopped_s:.1f} s after"
 
 
 def check_panels(prometheus: Prometheus, dashboard: dict[str, Any]) -> list[str]:
@@ -187,16 +217,27 @@ def check_recording_rules(prometheus: Prometheus) -> list[str]:
     return [f"  {name}: {count} series" for name, count in recorded.items()]
 
 
-def check_concentration(prometheus: Prometheus) -> str:
-    """The load sends most of the service's denials to a few tenants: the per-tenant
-    limit's top 10 keys must take most of them (the dashboard's first panel)."""
-    series = prometheus.query('max by (limit) (ratelimit_denied_top10_share{policy="api", limit="per-tenant"})')
-    if not series:
-        raise HarnessError("no ratelimit_denied_top10_share for api/per-tenant")
-    share = series[0].points[-1][1]
-    if not share > 0.5:
-        raise HarnessError(f"api/per-tenant: the top 10 keys took {share:.2f} of the denials, expected most")
-    return f"  api/per-tenant: top 10 keys took {share:.0%} of the denials"
+def check_spread(prometheus: Prometheus) -> list[str]:
+    """The article's diagnosis on the load's two shapes (the dashboard's first panel): the
+    tenants' denials (Zipf) concentrated, the top 10 taking most; the addresses' (uniform
+    over 60) spread, RateLimitDenialsSpread pending for api/per-ip and for no other limit."""
+    states = wait_for_alert(prometheus, "RateLimitDenialsSpread", ["api/per-ip"], by=("policy", "limit"))
+    if set(states) != {"api/per-ip"}:
+        raise HarnessError(f"RateLimitDenialsSpread raised for a limit whose denials are concentrated: {states}")
+    shares = {
+        f"{one.labels['policy']}/{one.labels['limit']}": one.points[-1][1]
+        for one in prometheus.query("max by (policy, limit) (ratelimit_denied_top10_share)")
+    }
+    denials = {
+        f"{one.labels['policy']}/{one.labels['limit']}": one.points[-1][1]
+        for one in prometheus.query("max by (policy, limit) (ratelimit_denied_window)")
+    }
+    if not shares.get("api/per-tenant", 0) > 0.5:
+        raise HarnessError(f"api/per-tenant: the top 10 keys' share of the denials is not most: {shares}")
+    return [f"concentration: RateLimitDenialsSpread {states}"] + [
+        f"  {limit}: top 10 keys took {share:.0%} of {denials.get(limit, 0):.0f} denials"
+        for limit, share in sorted(shares.items())
+    ]
 
 
 def run(args: argparse.Namespace, directory: Path) -> None:
@@ -227,9 +268,10 @@ def run(args: argparse.Namespace, directory: Path) -> None:
         started_s = time.time()
         load = Load(
             [
-                Target("service", service_url, TENANTS, per_second=100),
-                Target("demo", demos[0][1], TENANTS, per_second=40),
-                Target("demo", demos[1][1], TENANTS, per_second=40),
+                Target(Kind.SERVICE_TENANT, service_url, TENANTS, per_second=100, skew=ZIPF_S),
+                Target(Kind.SERVICE_ADDRESS, service_url, ADDRESSES, per_second=60, skew=0),
+                Target(Kind.DEMO, demos[0][1], TENANTS, per_second=40, skew=ZIPF_S),
+                Target(Kind.DEMO, demos[1][1], TENANTS, per_second=40, skew=ZIPF_S),
             ],
             workers_per_target=2,
             longest_s=args.load_seconds + 6 * CONDITION_TIMEOUT_S,
@@ -240,6 +282,7 @@ def run(args: argparse.Namespace, directory: Path) -> None:
             # The load period: the one fixed wait of the test (the dashboard's rates and the
             # concentration gauges need this much traffic behind them).
             time.sleep(args.load_seconds)
+            report.extend(check_spread(prometheus))
 
             refused_s = time.time()
             write_atomically(config, "api.yaml", REFUSED_CONFIG)
@@ -257,15 +300,14 @@ def run(args: argparse.Namespace, directory: Path) -> None:
             instances = [f"rls/{hosts[0]}"] + [f"demo/{host}" for host in hosts[1:]]
             states = wait_for_alert(prometheus, "RateLimitStoreUnreachable", instances)
             report.append(f"Redis stopped: RateLimitStoreUnreachable {states} {time.time() - stopped_s:.1f} s after")
+            report.append(wait_for_fallback(prometheus, stopped_s))
             report.append("panels (each query returned data):")
             report.extend(check_panels(prometheus, dashboard))
             report.append("recording rules:")
             report.extend(check_recording_rules(prometheus))
-            report.append("concentration:")
-            report.append(check_concentration(prometheus))
         finally:
             tally = load.stop()
-        report.append(f"load: {dict(sorted(tally.items()))}")
+        report.append(f"load: {tally}")
         if args.plot is not None:
             import plot  # matplotlib only when a picture is asked for
 

@@ -1,7 +1,8 @@
-"""The live test's load: paced HTTP checks on the service (`POST /v1/check`) and the demo
-service (`GET /`), their keys drawn from a Zipf(1.1) law, so a few tenants run past their
-limits (concentrated denials) while the rest stay within them. Each worker is bounded in
-requests and in time, and stops when told."""
+"""The live test's load: paced HTTP checks on the service (`POST /v1/check`, by tenant or by
+client address) and the demo service (`GET /`, by tenant). Keys are drawn from a Zipf law
+(a few tenants run past their limits: concentrated denials) or uniformly (many addresses
+each a little past theirs: spread denials). Each worker is bounded in requests and in time,
+and stops when told."""
 
 from __future__ import annotations
 
@@ -14,19 +15,36 @@ import time
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import Enum
 
-ZIPF_S = 1.1
 # The hardest bound on one worker, whatever the caller asks.
 MAX_REQUESTS_PER_WORKER = 100_000
 
 
-def zipf_weights(count: int) -> list[float]:
-    return [1 / (rank**ZIPF_S) for rank in range(1, count + 1)]
+class Kind(Enum):
+    """What a check carries: the service's `tenant` or `remote_address` descriptor, or the
+    demo's `x-tenant` header."""
+
+    SERVICE_TENANT = "service tenant"
+    SERVICE_ADDRESS = "service address"
+    DEMO = "demo"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a worker sends its checks, with which keys, how skewed and how fast."""
+
+    kind: Kind
+    base_url: str
+    keys: list[str]
+    per_second: float
+    # The Zipf exponent of the keys' popularity (the first key the most popular); 0: uniform.
+    skew: float
 
 
 @dataclass
 class Tally:
-    """Answers seen, by what they said (allowed, denied, or the failure)."""
+    """Answers seen, by target kind and what they said (allowed, denied, or the failure)."""
 
     counts: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -36,32 +54,14 @@ class Tally:
             self.counts[outcome] += 1
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where a worker sends its checks and how it builds one from a key."""
-
-    name: str
-    base_url: str
-    keys: list[str]
-    per_second: float
-
-
-def _service_check(connection: http.client.HTTPConnection, tenant: str, address: str) -> str:
-    body = json.dumps(
-        {
-            "domain": "api",
-            "descriptors": [
-                {"entries": [{"key": "tenant", "value": tenant}]},
-                {"entries": [{"key": "remote_address", "value": address}]},
-            ],
-        }
-    )
+def _service_check(connection: http.client.HTTPConnection, key: str, descriptor: str) -> str:
+    body = json.dumps({"domain": "api", "descriptors": [{"entries": [{"key": descriptor, "value": key}]}]})
     connection.request("POST", "/v1/check", body, {"content-type": "application/json"})
     response = connection.getresponse()
     answer = json.loads(response.read() or b"{}")
-    if response.status != 200 and "allowed" not in answer:
+    if "allowed" not in answer:
         return f"http {response.status}"
-    return "allowed" if answer.get("allowed") else "denied"
+    return "allowed" if answer["allowed"] else "denied"
 
 
 def _demo_check(connection: http.client.HTTPConnection, tenant: str) -> str:
@@ -72,9 +72,17 @@ def _demo_check(connection: http.client.HTTPConnection, tenant: str) -> str:
     return {200: "allowed", 429: "denied"}.get(response.status, f"http {response.status}")
 
 
+def _check(connection: http.client.HTTPConnection, kind: Kind, key: str) -> str:
+    if kind is Kind.SERVICE_TENANT:
+        return _service_check(connection, key, "tenant")
+    if kind is Kind.SERVICE_ADDRESS:
+        return _service_check(connection, key, "remote_address")
+    return _demo_check(connection, key)
+
+
 def _worker(target: Target, seed: int, stop: threading.Event, deadline: float, tally: Tally) -> None:
     chooser = random.Random(seed)
-    weights = list(itertools.accumulate(zipf_weights(len(target.keys))))
+    weights = list(itertools.accumulate(1 / rank**target.skew for rank in range(1, len(target.keys) + 1)))
     host = urllib.parse.urlsplit(target.base_url)
     connection = http.client.HTTPConnection(host.hostname or "127.0.0.1", host.port, timeout=5)
     period_s = 1 / target.per_second
@@ -84,14 +92,11 @@ def _worker(target: Target, seed: int, stop: threading.Event, deadline: float, t
             break
         key = chooser.choices(target.keys, cum_weights=weights)[0]
         try:
-            if target.name == "service":
-                outcome = _service_check(connection, key, f"10.0.0.{chooser.randrange(16)}")
-            else:
-                outcome = _demo_check(connection, key)
+            outcome = _check(connection, target.kind, key)
         except (OSError, http.client.HTTPException, ValueError) as error:
             outcome = type(error).__name__
             connection.close()
-        tally.add(f"{target.name} {outcome}")
+        tally.add(f"{target.kind.value} {outcome}")
         # Pacing, not waiting for a condition: the next check's slot in the target rate.
         next_at += period_s
         stop.wait(max(0.0, next_at - time.monotonic()))
@@ -109,13 +114,19 @@ class Load:
             threading.Thread(
                 target=_worker,
                 args=(
-                    Target(target.name, target.base_url, target.keys, target.per_second / workers_per_target),
+                    Target(
+                        target.kind,
+                        target.base_url,
+                        target.keys,
+                        target.per_second / workers_per_target,
+                        target.skew,
+                    ),
                     index * 1_000 + worker,
                     self.stop_event,
                     deadline,
                     self.tally,
                 ),
-                name=f"load-{target.name}-{worker}",
+                name=f"load-{target.kind.name}-{index}-{worker}",
                 daemon=True,
             )
             for index, target in enumerate(targets)
@@ -124,8 +135,8 @@ class Load:
         for thread in self.threads:
             thread.start()
 
-    def stop(self) -> Counter[str]:
+    def stop(self) -> dict[str, int]:
         self.stop_event.set()
         for thread in self.threads:
             thread.join(timeout=10)
-        return self.tally.counts
+        return dict(sorted(self.tally.counts.items()))
