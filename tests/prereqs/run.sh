@@ -10,7 +10,8 @@
 #   clang-sys would load is removed, with a decoy /usr/lib/llvm-N/lib/libclang-cpp.so.N,
 #   and a linker cache rebuilt from that view and bind-mounted over /etc/ld.so.cache;
 # - `apt-get` is a stub, first on PATH, that records what it is asked and installs nothing
-#   (except a fake redis-server when asked for one, so the script can go on).
+#   (except a fake redis-server when asked for one, so the script can go on);
+# - prometheus and promtool are stand-ins on PATH, except where a scenario hides them.
 #
 # Nothing outside the namespace changes; the namespace and its tmpfs vanish with the
 # process. Needs root (or unprivileged user namespaces) and overlayfs.
@@ -76,6 +77,16 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
     fi
   fi
   export PATH="$stubs:$PATH"
+  if [[ $scenario == no-prometheus ]]; then
+    overlay /usr/bin
+    rm -f /usr/bin/prometheus /usr/bin/promtool
+    for tool in prometheus promtool; do
+      if command -v "$tool" >/dev/null; then
+        echo "setup: $tool is still on PATH at $(command -v "$tool")" >&2
+        exit 90
+      fi
+    done
+  fi
   unset LIBCLANG_PATH PREREQS_LIB_DIRS
   export PREREQS_SKIP_RUST=1
   exec bash "$script"
@@ -103,11 +114,21 @@ unshare_args=(--mount --propagation private)
 
 passed=0 failed=0
 scenario() { # scenario NAME EXPECTED-PACKAGES...: expects `apt-get install` of exactly these
-  # (NAME: complete | no-libclang | no-headers | no-redis | only:PATH, see the inside part)
+  # (NAME: complete | no-libclang | no-headers | no-redis | no-prometheus | only:PATH, see
+  # the inside part)
   local name=$1 scratch asked wanted status=0
   shift
   wanted="${*:-}"
   rm -f "$stubs/redis-server"
+  # prometheus and promtool: stand-ins on PATH, so that only no-prometheus lacks them
+  # whether or not this machine has them.
+  for tool in prometheus promtool; do
+    if [[ $name == no-prometheus ]]; then
+      rm -f "$stubs/$tool"
+    else
+      printf '#!/bin/sh\nexit 0\n' >"$stubs/$tool" && chmod +x "$stubs/$tool"
+    fi
+  done
   : >"$run_dir/apt-get.log"
   scratch=$(mktemp -d "$run_dir/scratch.XXXX")
   PREREQS_TEST_INSIDE=1 unshare "${unshare_args[@]}" \
@@ -134,6 +155,9 @@ scenario no-libclang libclang-dev
 scenario no-headers libclang-dev
 # A bare machine: both.
 scenario no-redis libclang-dev redis-server
+# No Prometheus (make ops-test's prometheus and promtool): Debian's package, installed
+# without recommends (libclang-dev too: libclang is hidden here as in no-libclang).
+scenario no-prometheus libclang-dev prometheus
 # Each of the names clang-sys loads counts as libclang, wherever the script looks.
 scenario only:/usr/lib/llvm-14/lib/libclang.so
 scenario only:/usr/lib/llvm-14/lib/libclang-14.so
