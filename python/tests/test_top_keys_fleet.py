@@ -255,3 +255,54 @@ def test_two_replicas_find_the_true_top_10_within_the_stated_bound(module_server
     assert found == 10, "the true top 10 found"
     assert tenth > top.bound, "keys denied more often than the bound are always listed"
     assert hsets <= 2 * (math.ceil(elapsed) + 2), (hsets, elapsed)
+
+
+def test_a_write_the_store_does_not_answer_times_out_and_the_next_one_lands(module_server: Server) -> None:
+    """A paused Redis: the pipelined write times out (never sent again by the store); once
+    it answers, the connection drops the replies it owed and the next write lands."""
+    from redis_ratelimit_client import StoreError, SyncRedisStore
+    from redis_ratelimit_client.store_api import HashWrite
+
+    def write(value: str) -> HashWrite:
+        return HashWrite("rl:top:{rl-top}:v1:0", (("r:3:api:l", value),), (int(time.time()) + 60) * 1000)
+
+    sync = SyncRedisStore(module_server.client(socket_timeout=5))
+    hsets = command_calls(module_server, "hset")
+    sync.write_hashes_blocking([write("zero")], 2)  # its connection open
+    module_server.pause()
+    try:
+        started = time.monotonic()
+        try:
+            sync.write_hashes_blocking([write("first")], 0.2)
+        except StoreError as error:
+            assert error.kind == "timeout"
+        else:
+            raise AssertionError("a paused store answered")
+        assert time.monotonic() - started < 5
+    finally:
+        module_server.resume()
+    sync.write_hashes_blocking([write("second")], 2)
+    assert sync.read_hashes_blocking(["rl:top:{rl-top}:v1:0", "rl:top:{rl-top}:v1:60"], 2) == [
+        [("r:3:api:l", "second")],
+        [],
+    ]
+    assert command_calls(module_server, "hset") - hsets == 3, "the paused one ran once, when Redis woke"
+    sync.close()
+
+    async def asynchronous() -> None:
+        store = RedisStore(aredis.Redis(port=module_server.port))
+        await store.write_hashes([write("zero")], 2)  # its connection open
+        module_server.pause()
+        try:
+            try:
+                await store.write_hashes([write("third")], 0.2)
+            except StoreError as error:
+                assert error.kind == "timeout"
+            else:
+                raise AssertionError("a paused store answered")
+        finally:
+            module_server.resume()
+        await store.write_hashes([write("fourth")], 2)
+        assert await store.read_hashes(["rl:top:{rl-top}:v1:0"], 2) == [[("r:3:api:l", "fourth")]]
+
+    asyncio.run(asynchronous())
