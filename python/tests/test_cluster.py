@@ -12,7 +12,7 @@ import redis.cluster
 from redis.asyncio.cluster import RedisCluster
 
 from polling import wait_for_async
-from redis_ratelimit_client import Lease, Limit, Policy, RateLimiter, SyncRateLimiter
+from redis_ratelimit_client import Lease, Limit, Policy, RateLimiter, SyncRateLimiter, TopKeys
 from redis_ratelimit_client.store import key_slot
 from servers import Cluster
 
@@ -44,7 +44,7 @@ def test_limits_in_two_slots_stay_all_or_nothing(module: bool) -> None:
     async def scenario() -> None:
         node = cluster.nodes[0]
         client = RedisCluster(host="127.0.0.1", port=node.port)
-        limiter = RateLimiter(client, [POLICY])
+        limiter = RateLimiter(client, [POLICY], top_keys=TopKeys())
         assert await limiter.connect() == ("module" if module else "functions")
         decisions = [await limiter.check("api", user="alice") for _ in range(5)]
         assert [d.allowed for d in decisions] == [True, True, True, False, False]
@@ -58,6 +58,10 @@ def test_limits_in_two_slots_stay_all_or_nothing(module: bool) -> None:
         bob = await limiter.check("api", user="bob")
         assert not bob.allowed
         assert next(limit for limit in bob.limits if limit.name == "per-user").remaining == 10
+        # The top keys in their {rl-top} slot: one pipelined write to its node, read back.
+        await limiter.report_top()
+        [top] = await limiter.top_denied("api")
+        assert (top.limit, [(k.key, k.count) for k in top.keys]) == ("global", [("rl:{global}", 3)])
         # Leases over two slots: claims are partial grants of both groups, never beyond either.
         leased = RateLimiter(client, [LEASED])
         await leased.connect()
@@ -67,9 +71,14 @@ def test_limits_in_two_slots_stay_all_or_nothing(module: bool) -> None:
         await leased.aclose()
         await client.aclose()
         # The sync limiter on the sync cluster client.
-        sync = SyncRateLimiter(redis.cluster.RedisCluster(host="127.0.0.1", port=node.port), [POLICY])
+        sync = SyncRateLimiter(
+            redis.cluster.RedisCluster(host="127.0.0.1", port=node.port), [POLICY], top_keys=TopKeys()
+        )
         assert not sync.check("api", user="dave").allowed, "the global limit is spent"
         assert sync.backend == ("module" if module else "functions")
+        sync.report_top()
+        [top] = sync.top_denied("api", limit="global")
+        assert [(k.key, k.count) for k in top.keys] == [("rl:{global}", 4)], "both replicas' denials"
         sync.close()
 
     try:

@@ -46,12 +46,23 @@ def test_metrics_have_the_rust_clients_names_and_labels() -> None:
     asyncio.run(run())
     text = generate_latest(registry).decode()
     for line in [
-        'ratelimit_decisions_total{backend="memory",outcome="allowed",policy="plain",source="store"} 2.0',
-        'ratelimit_decisions_total{backend="memory",outcome="denied",policy="plain",source="store"} 1.0',
-        'ratelimit_decisions_total{backend="memory",outcome="denied",policy="plain",source="cache"} 1.0',
-        'ratelimit_decisions_total{backend="memory",outcome="allowed",policy="leased",source="store"} 1.0',
-        'ratelimit_decisions_total{backend="memory",outcome="allowed",policy="leased",source="lease"} 1.0',
-        'ratelimit_decisions_total{backend="none",outcome="fallback_allowed",policy="plain",source="fallback"} 1.0',
+        'ratelimit_decisions_total{backend="memory",key_class="default",limit="b",outcome="allowed",policy="plain",'
+        'source="store"} 2.0',
+        'ratelimit_decisions_total{backend="memory",key_class="default",limit="b",outcome="denied",policy="plain",'
+        'source="store"} 1.0',
+        'ratelimit_decisions_total{backend="memory",key_class="default",limit="b",outcome="denied",policy="plain",'
+        'source="cache"} 1.0',
+        'ratelimit_decisions_total{backend="memory",key_class="default",limit="b",outcome="allowed",policy="leased",'
+        'source="store"} 1.0',
+        'ratelimit_decisions_total{backend="memory",key_class="default",limit="b",outcome="allowed",policy="leased",'
+        'source="lease"} 1.0',
+        'ratelimit_decisions_total{backend="none",key_class="default",limit="b",outcome="fallback_allowed",'
+        'policy="plain",source="fallback"} 1.0',
+        'ratelimit_decision_units_total{key_class="default",limit="b",outcome="allowed",policy="plain",'
+        'source="store"} 2.0',
+        'ratelimit_limit_quota{key_class="default",limit="b",policy="plain"} 2.0',
+        'ratelimit_limit_window_seconds{key_class="default",limit="b",policy="plain"} 60.0',
+        'ratelimit_fallback_mode{mode="local",policy="plain"} 1.0',
         'ratelimit_lease_claims_total{policy="leased"} 1.0',
         'ratelimit_lease_units_claimed_total{policy="leased"} 2.0',
         'ratelimit_store_errors_total{kind="unavailable",policy="plain"} 1.0',

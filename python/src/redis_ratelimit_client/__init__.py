@@ -24,6 +24,7 @@ from .protocol import Backend, StoreError
 from .replies import View
 from .store import MemoryStore, RedisStore, SyncRedisStore
 from .store_api import Store, SyncStore
+from .top import TopDenied, TopError, TopKey, TopKeys, TopQuery
 
 __version__ = "0.1.0"
 
@@ -58,6 +59,11 @@ __all__ = [
     "SyncRedisStore",
     "SyncReservation",
     "SyncStore",
+    "TopDenied",
+    "TopError",
+    "TopKey",
+    "TopKeys",
+    "TopQuery",
     "View",
     "__version__",
     "from_file",

@@ -22,6 +22,7 @@ from .decision import Decision
 from .errors import CheckError
 from .flows import AcquireOp, Engine, Flow, OpResult, PolicyState, RefundOp, SpawnOp, Target, new_holder
 from .keys import MissingInput
+from .metric_labels import DEFAULT_NEAR_LIMIT_SHARE, NO_LIMIT, near_limit_share
 from .metrics import Metrics, default_metrics
 from .policy import Policy
 from .protocol import Grant, Refund, StoreError, classify, max_units
@@ -29,8 +30,12 @@ from .redis_boundary import AsyncClient, SyncClient
 from .replies import BackendName
 from .state import Breaker, LeaseLock
 from .store import RedisStore, SyncRedisStore
-from .store_api import Store, StoreLayout, SyncStore
+from .store_api import HashStore, Store, StoreLayout, SyncHashStore, SyncStore
 from .tables import DEFAULT_MAX_KEYS
+from .top.merge import TopDenied
+from .top.options import TopKeys, TopQuery
+from .top.recorder import Recorder
+from .top.reporter import AsyncReporter, SyncReporter, read, read_blocking, unix_s
 
 if TYPE_CHECKING:
     from .plans import PlanSource, SyncPlanSource
@@ -48,8 +53,9 @@ T = TypeVar("T")
 _MAX_RESOLVED = 1024
 
 #: A store-backed policy's limit set as resolved for a tenant: the policy's name and each
-#: limit's name, key template and algorithm (a frozen value, equal when its fields are).
-_Signature = tuple[str, tuple[tuple[str, str, Algorithm], ...]]
+#: limit's name, key template, algorithm and key class (a frozen value, equal when its fields
+#: are).
+_Signature = tuple[str, tuple[tuple[str, str, Algorithm, str | None], ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +80,15 @@ class _Limiter(Generic[St]):
         lock_factory: Callable[[], LeaseLock],
         max_keys: int,
         clock: Clock,
+        top_keys: TopKeys | None,
+        near_limit: float,
     ) -> None:
         if not isinstance(max_keys, int) or isinstance(max_keys, bool) or max_keys < 1:
             raise ValueError(f"max_keys: the most key sets a table remembers, a whole number from 1 (got {max_keys!r})")
+        if top_keys is not None and not isinstance(top_keys, TopKeys):
+            raise ValueError(f"top_keys: a TopKeys (got {top_keys!r})")
+        #: A limit left with less than this share of its quota is near it (the metrics).
+        self._near_limit_share = near_limit_share(near_limit)
         self._max_keys = max_keys
         self._lock_factory = lock_factory
         self._states: dict[str, PolicyState] = {}
@@ -91,6 +103,8 @@ class _Limiter(Generic[St]):
                 "limiter plans=PlanSource(...)"
             )
         self.metrics = metrics if metrics is not None else default_metrics()
+        for state in self._states.values():
+            self.metrics.configured(state.policy)
         self.store = store
         if metrics is not None and isinstance(store, (RedisStore, SyncRedisStore)):
             store.metrics = self.metrics
@@ -105,6 +119,8 @@ class _Limiter(Generic[St]):
         # _MAX_RESOLVED (an outstanding lease of a forgotten state expires in the store).
         self._resolved: OrderedDict[_Signature, PolicyState] = OrderedDict()
         self.metrics.circuit(False)
+        #: The denials counted for the fleet's top keys, when enabled.
+        self._top = None if top_keys is None else Recorder(top_keys)
 
     @property
     def breaker(self) -> Breaker:
@@ -133,12 +149,16 @@ class _Limiter(Generic[St]):
         policy = self.plans.policy_for(registered.policy, str(tenant))
         # The limits' names, key templates and algorithms (frozen: compared by their fields),
         # not a text of them.
-        signature = (policy.name, tuple((limit.name, limit.key.text, limit.algorithm) for limit in policy.limits))
+        signature = (
+            policy.name,
+            tuple((limit.name, limit.key.text, limit.algorithm, limit.key_class) for limit in policy.limits),
+        )
         state = self._resolved.get(signature)
         if state is None:
             if len(self._resolved) >= _MAX_RESOLVED:
                 self._resolved.popitem(last=False)
             state = self._resolved[signature] = PolicyState(policy, self._lock_factory, self._max_keys)
+            self.metrics.configured(policy)
         else:
             self._resolved.move_to_end(signature)
         return state
@@ -187,8 +207,26 @@ class _Limiter(Generic[St]):
         ):
             state.deny.insert(prepared.target.key_set, cost, decision, prepared.started)
         decision.in_flight = self._engine.in_flight_of(prepared.target, decision)
-        self.metrics.decision(decision)
+        return self._observe(prepared, cost, decision)
+
+    def _observe(self, prepared: _Prepared, cost: int, decision: Decision) -> Decision:
+        """Records a decision, wherever it was decided (the store, the deny cache, a lease,
+        the fallback): in the metrics, and a denial for the fleet's top keys."""
+        self.metrics.record_decision(decision, cost, self._near_limit_share)
+        if self._top is not None and not decision.allowed:
+            self._count_denial(self._top, prepared.target, decision)
         return decision
+
+    def _count_denial(self, recorder: Recorder, target: Target, decision: Decision) -> None:
+        """Counts a denial under its binding limit and that limit's rendered key (``_none``
+        and the first key when no limit was consulted)."""
+        binding = decision.binding_limit
+        index = None if binding is None else target.state.policy.index_of(binding.name)
+        if binding is not None and index is not None:
+            limit, key = binding.name, target.keys[index]
+        else:
+            limit, key = NO_LIMIT, target.keys[0]
+        recorder.denied(target.state.name, limit, key, unix_s(self._clock))
 
     def _answered(self, op: AcquireOp, sent: float, result: Grant | StoreError) -> Grant | StoreError:
         """Records a store call's outcome: latency and errors in the metrics, the breaker."""
@@ -297,6 +335,10 @@ class RateLimiter(_Limiter[Store]):
     go first, then the one answered longest ago (see the README's "Memory"). ``clock`` is
     where it reads the time (a :class:`~redis_ratelimit_client.clock.FakeClock` in tests).
     ``redis`` may also be a store (:class:`~redis_ratelimit_client.store_api.Store`).
+    ``top_keys`` (a :class:`~redis_ratelimit_client.top.TopKeys`) counts every denial for the
+    fleet's top denied keys and reports them to Redis once a second (read them with
+    :meth:`top_denied`); ``near_limit_share`` is the share of a limit's quota under which an
+    admitted check counts as near it (``ratelimit_near_limit_total``; default 0.2).
     """
 
     def __init__(
@@ -311,15 +353,37 @@ class RateLimiter(_Limiter[Store]):
         backend: str = "auto",
         max_keys: int = DEFAULT_MAX_KEYS,
         clock: Clock = SYSTEM_CLOCK,
+        top_keys: TopKeys | None = None,
+        near_limit_share: float = DEFAULT_NEAR_LIMIT_SHARE,
     ) -> None:
         store: Store
         if isinstance(redis, Store):
             store = redis
         else:
             store = RedisStore(redis, backend=backend, metrics=metrics or default_metrics())
-        super().__init__(store, policies, replicas, breaker, metrics, plans, asyncio.Lock, max_keys, clock)
+        super().__init__(
+            store,
+            policies,
+            replicas,
+            breaker,
+            metrics,
+            plans,
+            asyncio.Lock,
+            max_keys,
+            clock,
+            top_keys,
+            near_limit_share,
+        )
         self._tasks: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        self._reporter: AsyncReporter | None = None
+        if self._top is not None:
+            if not isinstance(store, HashStore):
+                raise ValueError(
+                    f"top_keys: the top-keys reports need a store that keeps hashes (RedisStore, MemoryStore): "
+                    f"{type(store).__name__} has no write_hashes/read_hashes"
+                )
+            self._reporter = AsyncReporter(self._top, store, self.metrics, self._clock)
 
     async def connect(self) -> str | None:
         """Resolves the store backend now (it is otherwise resolved on the first check);
@@ -342,10 +406,10 @@ class RateLimiter(_Limiter[Store]):
         then every limit is charged."""
         prepared = self._prepare(policy, cost, _inputs(inputs, values))
         self._start_sweeper(prepared.target.state)
+        if self._reporter is not None:
+            self._reporter.start()
         if prepared.cached is not None:
-            decision = prepared.cached
-            self.metrics.decision(decision)
-            return decision
+            return self._observe(prepared, cost, prepared.cached)
         engine = self._engine
         target = prepared.target
         if prepared.leasable:
@@ -405,11 +469,37 @@ class RateLimiter(_Limiter[Store]):
         await self._sweep(everything=True)
 
     async def aclose(self) -> None:
-        """Stops the background sweeper and gives unspent leases back."""
+        """Stops the background sweeper and gives unspent leases back; with ``top_keys``,
+        stops the reporter and writes what it had not written yet."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
         await self.release_leases()
+        if self._reporter is not None:
+            await self._reporter.stop()
+            try:
+                await self._reporter.report_once()
+            except StoreError as error:
+                log.warning("redis-ratelimit: the last top-keys report was not written: %s", error)
+
+    async def report_top(self) -> None:
+        """Writes this replica's changed top-keys summaries now (the reporter does every
+        ``report_every``), once; raises ``StoreError``. Nothing without ``top_keys``."""
+        if self._reporter is not None:
+            await self._reporter.report_once()
+
+    async def top_denied(
+        self, policy: str, *, limit: str | None = None, minutes: int = 5, count: int = 10
+    ) -> list[TopDenied]:
+        """The fleet's most denied keys of each limit of ``policy`` (or of ``limit``) over
+        the last ``minutes`` minutes, ``count`` per limit, read from the store now: every
+        replica's reports, in every client language (``docs/operating.md``, "Top denied
+        keys"). Raises ``TopError`` for a query out of bounds, ``StoreError`` when the store
+        does not answer."""
+        query = TopQuery(policy, limit, minutes, count)
+        if not isinstance(self.store, HashStore):
+            raise StoreError("config", f"{type(self.store).__name__} keeps no hashes (the top keys are in Redis)")
+        return await read(self.store, query, unix_s(self._clock))
 
     # The driver.
 
@@ -505,16 +595,38 @@ class SyncRateLimiter(_Limiter[SyncStore]):
         backend: str = "auto",
         max_keys: int = DEFAULT_MAX_KEYS,
         clock: Clock = SYSTEM_CLOCK,
+        top_keys: TopKeys | None = None,
+        near_limit_share: float = DEFAULT_NEAR_LIMIT_SHARE,
     ) -> None:
         store: SyncStore
         if isinstance(redis, SyncStore):
             store = redis
         else:
             store = SyncRedisStore(redis, backend=backend, metrics=metrics or default_metrics())
-        super().__init__(store, policies, replicas, breaker, metrics, plans, threading.Lock, max_keys, clock)
+        super().__init__(
+            store,
+            policies,
+            replicas,
+            breaker,
+            metrics,
+            plans,
+            threading.Lock,
+            max_keys,
+            clock,
+            top_keys,
+            near_limit_share,
+        )
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self._sweeper_lock = threading.Lock()
+        self._reporter: SyncReporter | None = None
+        if self._top is not None:
+            if not isinstance(store, SyncHashStore):
+                raise ValueError(
+                    f"top_keys: the top-keys reports need a store that keeps hashes (SyncRedisStore, MemoryStore): "
+                    f"{type(store).__name__} has no write_hashes_blocking/read_hashes_blocking"
+                )
+            self._reporter = SyncReporter(self._top, store, self.metrics, self._clock)
 
     def connect(self) -> str | None:
         try:
@@ -533,9 +645,10 @@ class SyncRateLimiter(_Limiter[SyncStore]):
         """See :meth:`RateLimiter.check`."""
         prepared = self._prepare(policy, cost, _inputs(inputs, values))
         self._start_sweeper(prepared.target.state)
+        if self._reporter is not None:
+            self._reporter.start()
         if prepared.cached is not None:
-            self.metrics.decision(prepared.cached)
-            return prepared.cached
+            return self._observe(prepared, cost, prepared.cached)
         engine = self._engine
         target = prepared.target
         if prepared.leasable:
@@ -590,11 +703,32 @@ class SyncRateLimiter(_Limiter[SyncStore]):
 
     def close(self) -> None:
         """Stops the sweeper, gives unspent leases back and the store's connections to the
-        client's pool."""
+        client's pool; with ``top_keys``, stops the reporter and writes what it had not
+        written yet."""
         self._stop.set()
         self.release_leases()
+        if self._reporter is not None:
+            self._reporter.stop()
+            try:
+                self._reporter.report_once()
+            except StoreError as error:
+                log.warning("redis-ratelimit: the last top-keys report was not written: %s", error)
         if isinstance(self.store, SyncRedisStore):
             self.store.close()
+
+    def report_top(self) -> None:
+        """See :meth:`RateLimiter.report_top`."""
+        if self._reporter is not None:
+            self._reporter.report_once()
+
+    def top_denied(
+        self, policy: str, *, limit: str | None = None, minutes: int = 5, count: int = 10
+    ) -> list[TopDenied]:
+        """See :meth:`RateLimiter.top_denied`."""
+        query = TopQuery(policy, limit, minutes, count)
+        if not isinstance(self.store, SyncHashStore):
+            raise StoreError("config", f"{type(self.store).__name__} keeps no hashes (the top keys are in Redis)")
+        return read_blocking(self.store, query, unix_s(self._clock))
 
     def _drive(self, flow: Flow[T]) -> T:
         reply: OpResult = None

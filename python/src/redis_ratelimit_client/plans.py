@@ -24,7 +24,7 @@ from ._kinds import BY_NAME, GCRA, KINDS, TOKEN_BUCKET, Kind
 from .algorithms import Algorithm, AlgorithmError
 from .clock import SYSTEM_CLOCK, Clock
 from .metrics import Metrics, default_metrics
-from .policy import Limit, Policy
+from .policy import DEFAULT_KEY_CLASS, OVERRIDE_KEY_CLASS, Limit, Policy, PolicyError, check_name
 from .redis_boundary import AsyncClient, PubSub, SyncClient
 
 log = logging.getLogger("redis_ratelimit_client")
@@ -39,6 +39,15 @@ _KINDS = tuple(kind.name for kind in KINDS if kind.in_plans)
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: Most built policies kept (about as many as plans and overrides).
 _MAX_POLICIES = 1024
+
+
+def check_class(name: str) -> bool:
+    """Whether ``name`` can label a key class (a limit name's characters)."""
+    try:
+        check_name(name)
+    except PolicyError:
+        return False
+    return True
 
 
 class SpecError(ValueError):
@@ -189,17 +198,31 @@ class Snapshot:
         return [entry for entry in self._by_pattern.get(pattern, ()) if entry.live(now_ms)]
 
     def resolve(self, tenant: str, defaults: tuple[LimitSpec, ...], now_ms: int) -> tuple[LimitSpec, ...]:
-        """The limits for ``tenant``: exact override > longest wildcard > plan > defaults.
+        """The limits for ``tenant``: exact override > longest wildcard > plan > defaults
+        (see :meth:`resolve_classed`)."""
+        return tuple(spec for spec, _ in self.resolve_classed(tenant, defaults, now_ms))
 
-        A value the store would refuse as a tenant id (a space, ``*``, ``{``, ``}``, a
-        control character, over 256 characters) is no tenant: no plan and no exact override
-        name it (else ``acme per-minute`` would find the field of acme's one-limit
-        override); wildcard overrides apply to it by prefix, as to any value. Only prefixes
-        up to the longest wildcard's are tried: a long value costs no more than a short one.
+    def resolve_classed(
+        self, tenant: str, defaults: tuple[LimitSpec, ...], now_ms: int
+    ) -> tuple[tuple[LimitSpec, str], ...]:
+        """The limits for ``tenant``, each with the class its metrics label its key with
+        (``key_class``): the tenant's plan, ``override`` when an override (exact or wildcard)
+        set it, ``default`` when the policy's defaults apply; never the tenant.
+
+        Exact override > longest wildcard > plan > defaults. A value the store would refuse
+        as a tenant id (a space, ``*``, ``{``, ``}``, a control character, over 256
+        characters) is no tenant: no plan and no exact override name it (else ``acme
+        per-minute`` would find the field of acme's one-limit override); wildcard overrides
+        apply to it by prefix, as to any value. Only prefixes up to the longest wildcard's are
+        tried: a long value costs no more than a short one.
         """
         exact = tenant if is_tenant(tenant) else None
         plan = None if exact is None else self.tenants.get(exact)
-        specs = list(self.plans.get(plan, defaults) if plan is not None else defaults)
+        planned = None if plan is None else self.plans.get(plan)
+        if plan is not None and planned is not None:
+            specs = [(spec, plan) for spec in planned]
+        else:
+            specs = [(spec, DEFAULT_KEY_CLASS) for spec in defaults]
         wildcard = None
         for length in range(min(len(tenant), self._longest_prefix), -1, -1):
             text = tenant[:length] + "*"
@@ -213,12 +236,12 @@ class Snapshot:
                 if entry.limit is None:
                     specs = []
                 for spec in entry.limits:
-                    for index, existing in enumerate(specs):
+                    for index, (existing, _) in enumerate(specs):
                         if existing.name == spec.name:
-                            specs[index] = spec
+                            specs[index] = (spec, OVERRIDE_KEY_CLASS)
                             break
                     else:
-                        specs.append(spec)
+                        specs.append((spec, OVERRIDE_KEY_CLASS))
         return tuple(specs)
 
 
@@ -297,7 +320,7 @@ class _PlanSourceBase:
         self._clock = clock
         self._offset_ms = 0
         # Built policies by limit set, the least recently used forgotten past _MAX_POLICIES.
-        self._policies: OrderedDict[tuple[str, tuple[LimitSpec, ...]], Policy] = OrderedDict()
+        self._policies: OrderedDict[tuple[str, tuple[tuple[LimitSpec, str], ...]], Policy] = OrderedDict()
         self._defaults: dict[str, tuple[LimitSpec, ...]] = {}
 
     @property
@@ -355,14 +378,14 @@ class _PlanSourceBase:
         """The tenant's effective policy now: ``base`` with the store's limits."""
         assert base.tenant_input is not None
         defaults = self._defaults_of(base)
-        specs = self.snapshot.resolve(tenant, defaults, self.now_ms())
+        specs = self.snapshot.resolve_classed(tenant, defaults, self.now_ms())
         cache_key = (base.name, specs)
         policy = self._policies.get(cache_key)
         if policy is None:
             try:
                 policy = self._build(base, specs)
             except (ValueError, AlgorithmError):
-                policy = self._build(base, defaults)
+                policy = self._build(base, tuple((spec, DEFAULT_KEY_CLASS) for spec in defaults))
             if len(self._policies) >= _MAX_POLICIES:
                 self._policies.popitem(last=False)
             self._policies[cache_key] = policy
@@ -371,11 +394,17 @@ class _PlanSourceBase:
         return policy
 
     @staticmethod
-    def _build(base: Policy, specs: tuple[LimitSpec, ...]) -> Policy:
+    def _build(base: Policy, specs: tuple[tuple[LimitSpec, str], ...]) -> Policy:
         assert base.tenant_input is not None
         limits = [
-            Limit.of(spec.name, spec.algorithm(), key=key_template(base.tenant_input, base.name, spec.name, spec.kind))
-            for spec in specs
+            Limit.of(
+                spec.name,
+                spec.algorithm(),
+                key=key_template(base.tenant_input, base.name, spec.name, spec.kind),
+                # A plan's name is a limit name, so a valid class; were it not, unlabelled.
+                key_class=key_class if check_class(key_class) else None,
+            )
+            for spec, key_class in specs
         ]
         return Policy(
             base.name,

@@ -3,6 +3,7 @@ reach (the Rust client's ``policy.rs``, same defaults and the same refusals)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Iterable, Sequence
@@ -22,6 +23,12 @@ MAX_LIMITS = 16
 DEFAULT_TIMEOUT = 0.05
 #: Longest pacing wait (``MAXWAIT``): a day.
 MAX_WAIT_MS = 86_400_000
+#: The ``key_class`` label of a limit whose policy names no class (the Rust
+#: ``DEFAULT_KEY_CLASS``).
+DEFAULT_KEY_CLASS = "default"
+#: The ``key_class`` of a limit a policy store's override sets (one tenant's, or a
+#: wildcard's): no quota gauge is exported for it (it would be a series per tenant).
+OVERRIDE_KEY_CLASS = "override"
 
 
 class PolicyError(ValueError):
@@ -71,13 +78,23 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """One limit of a policy: an algorithm applied to the key a template renders."""
+    """One limit of a policy: an algorithm applied to the key a template renders.
+
+    ``key_class`` names the class of the keys it renders (``ip``, ``tenant``, a plan's
+    name...): the ``key_class`` label of its metrics, which say what kind of key was limited,
+    never which one (``docs/operating.md``). Unset, its policy's, else ``default``."""
 
     name: str
     algorithm: Algorithm
     key: KeyTemplate
     weight: int = 1
     max_wait_ms: int | None = None
+    key_class: str | None = None
+
+    @property
+    def class_label(self) -> str:
+        """The class of its keys, as its metrics label them."""
+        return DEFAULT_KEY_CLASS if self.key_class is None else self.key_class
 
     @staticmethod
     def of(
@@ -87,8 +104,11 @@ class Limit:
         key: str,
         weight: int = 1,
         max_wait: Seconds | None = None,
+        key_class: str | None = None,
     ) -> Limit:
         check_name(name, "limit name")
+        if key_class is not None:
+            check_name(key_class, f"key class of limit '{name}'")
         try:
             template = KeyTemplate(key)
         except TemplateError as error:
@@ -103,16 +123,23 @@ class Limit:
             if wait_us % 1_000 or wait_us < 0 or wait_us > MAX_WAIT_MS * 1_000:
                 raise PolicyError(f"limit '{name}': the wait is whole milliseconds, at most a day")
             wait_ms = wait_us // 1_000
-        return Limit(name, algorithm, template, weight, wait_ms)
+        return Limit(name, algorithm, template, weight, wait_ms, key_class)
 
     @staticmethod
-    def _build(name: str, build: object, key: str, weight: int, max_wait: Seconds | None = None) -> Limit:
+    def _build(
+        name: str,
+        build: object,
+        key: str,
+        weight: int,
+        max_wait: Seconds | None = None,
+        key_class: str | None = None,
+    ) -> Limit:
         assert callable(build)
         try:
             algorithm = build()
         except AlgorithmError as error:
             raise PolicyError(f"limit '{name}': {error}") from None
-        return Limit.of(name, algorithm, key=key, weight=weight, max_wait=max_wait)
+        return Limit.of(name, algorithm, key=key, weight=weight, max_wait=max_wait, key_class=key_class)
 
     @staticmethod
     def token_bucket(
@@ -124,31 +151,49 @@ class Limit:
         key: str,
         weight: int = 1,
         max_wait: Seconds | None = None,
+        key_class: str | None = None,
     ) -> Limit:
         """``capacity`` tokens refilled at ``rate`` per second (or completely over ``refill``
         seconds). ``max_wait`` paces instead of refusing (the module's ``MAXWAIT``)."""
-        return Limit._build(name, lambda: Algorithm.token_bucket(capacity, rate, refill=refill), key, weight, max_wait)
+        return Limit._build(
+            name, lambda: Algorithm.token_bucket(capacity, rate, refill=refill), key, weight, max_wait, key_class
+        )
 
     @staticmethod
-    def fixed_window(name: str, limit: int, window: Seconds, *, key: str, weight: int = 1) -> Limit:
-        return Limit._build(name, lambda: Algorithm.fixed_window(limit, window), key, weight)
+    def fixed_window(
+        name: str, limit: int, window: Seconds, *, key: str, weight: int = 1, key_class: str | None = None
+    ) -> Limit:
+        return Limit._build(name, lambda: Algorithm.fixed_window(limit, window), key, weight, None, key_class)
 
     @staticmethod
-    def sliding_window(name: str, limit: int, window: Seconds, *, key: str, weight: int = 1) -> Limit:
-        return Limit._build(name, lambda: Algorithm.sliding_window(limit, window), key, weight)
+    def sliding_window(
+        name: str, limit: int, window: Seconds, *, key: str, weight: int = 1, key_class: str | None = None
+    ) -> Limit:
+        return Limit._build(name, lambda: Algorithm.sliding_window(limit, window), key, weight, None, key_class)
 
     @staticmethod
-    def sliding_log(name: str, limit: int, window: Seconds, *, key: str, weight: int = 1) -> Limit:
-        return Limit._build(name, lambda: Algorithm.sliding_log(limit, window), key, weight)
+    def sliding_log(
+        name: str, limit: int, window: Seconds, *, key: str, weight: int = 1, key_class: str | None = None
+    ) -> Limit:
+        return Limit._build(name, lambda: Algorithm.sliding_log(limit, window), key, weight, None, key_class)
 
     @staticmethod
-    def gcra(name: str, max_burst: int, count: int, period: Seconds, *, key: str, weight: int = 1) -> Limit:
-        return Limit._build(name, lambda: Algorithm.gcra(max_burst, count, period), key, weight)
+    def gcra(
+        name: str,
+        max_burst: int,
+        count: int,
+        period: Seconds,
+        *,
+        key: str,
+        weight: int = 1,
+        key_class: str | None = None,
+    ) -> Limit:
+        return Limit._build(name, lambda: Algorithm.gcra(max_burst, count, period), key, weight, None, key_class)
 
     @staticmethod
-    def concurrency(name: str, limit: int, ttl: Seconds, *, key: str) -> Limit:
+    def concurrency(name: str, limit: int, ttl: Seconds, *, key: str, key_class: str | None = None) -> Limit:
         """At most ``limit`` requests in flight (released by the request, or after ``ttl``)."""
-        return Limit._build(name, lambda: Algorithm.concurrency(limit, ttl), key, 1)
+        return Limit._build(name, lambda: Algorithm.concurrency(limit, ttl), key, 1, None, key_class)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +202,8 @@ class Policy:
     every limit is charged.
 
     ``tenant_input`` names the input holding the tenant whose limits come from the plans store
-    (see ``Policy.from_store``); the limits given are then the defaults.
+    (see ``Policy.from_store``); the limits given are then the defaults. ``key_class`` names
+    the class of the keys of its limits that name none (:class:`Limit`'s ``key_class``).
     """
 
     name: str
@@ -168,6 +214,7 @@ class Policy:
     deny_cache: bool = True
     tenant_input: str | None = None
     _inputs: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    _by_name: dict[str, int] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __init__(
         self,
@@ -179,9 +226,16 @@ class Policy:
         timeout: float = DEFAULT_TIMEOUT,
         deny_cache: bool = True,
         tenant_input: str | None = None,
+        key_class: str | None = None,
     ) -> None:
         check_name(name, "policy name")
         limits = tuple(limits)
+        if key_class is not None:
+            check_name(key_class, f"key class of policy '{name}'")
+            limits = tuple(
+                limit if limit.key_class is not None else dataclasses.replace(limit, key_class=key_class)
+                for limit in limits
+            )
         try:
             fallback = Fallback(fallback)
         except ValueError:
@@ -233,6 +287,7 @@ class Policy:
         setter(self, "deny_cache", bool(deny_cache))
         setter(self, "tenant_input", tenant_input)
         setter(self, "_inputs", tuple(inputs) if tenant_input is None else (tenant_input,))
+        setter(self, "_by_name", {limit.name: index for index, limit in enumerate(limits)})
 
     @staticmethod
     def from_store(
@@ -263,6 +318,10 @@ class Policy:
     def inputs(self) -> tuple[str, ...]:
         """The inputs a check must give (each once, in order of first use)."""
         return self._inputs
+
+    def index_of(self, limit: str) -> int | None:
+        """The place of the limit named ``limit`` among its limits."""
+        return self._by_name.get(limit)
 
     @property
     def holds_slots(self) -> bool:

@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TypeAlias, TypeVar
 
 from redis.exceptions import ResponseError
@@ -48,7 +48,7 @@ from .protocol import (
 )
 from .redis_boundary import AsyncClient, Connection, Pool, RedisReply, SyncClient
 from .replies import BackendName, View
-from .store_api import BOTH, NEITHER, Capabilities
+from .store_api import BOTH, NEITHER, Capabilities, HashFields, HashWrite
 from .sync_connections import SyncConnections
 from .timing import HARD_BOUND_TIMEOUTS, next_look, timed_out
 
@@ -73,6 +73,44 @@ def key_slot(key: str) -> int:
     from binascii import crc_hqx
 
     return crc_hqx(data, 0) % _HASH_SLOTS
+
+
+def _hash_commands(hashes: Sequence[HashWrite]) -> list[Command]:
+    """The commands writing ``hashes``: ``HSET key field value ...`` then ``PEXPIREAT key ms``
+    for each, each to be sent once."""
+    commands = []
+    for written in hashes:
+        args = ["HSET", written.key]
+        for field, value in written.fields:
+            args += [field, value]
+        commands.append(Command(tuple(args), key=written.key))
+        commands.append(Command(("PEXPIREAT", written.key, str(written.expire_at_ms)), key=written.key))
+    return commands
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _hash_fields(reply: Reply) -> HashFields:
+    """An ``HGETALL`` reply: a map (RESP3, or a cluster client's parsed reply) or a flat list
+    of fields and values; raises the reply when it is an error."""
+    if isinstance(reply, BaseException):
+        raise classify(reply)
+    if reply is None:
+        return []
+    if isinstance(reply, dict):
+        return [(_text(field), _text(value)) for field, value in reply.items()]
+    if isinstance(reply, (list, tuple)):
+        return [(_text(reply[i]), _text(reply[i + 1])) for i in range(0, len(reply) - 1, 2)]
+    raise StoreError("server", f"HGETALL: not a hash: {reply!r}")
+
+
+def _written(replies: Sequence[Reply]) -> None:
+    """Raises the first error among a hash write's replies."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise classify(reply)
 
 
 class _Resolved:
@@ -497,6 +535,20 @@ class RedisStore(_BaseRedisStore):
         resolved = await self._ready(timeout)
         return await self._run(_call_flow([str(arg) for arg in args], resolved), timeout)
 
+    async def _all(self, commands: Sequence[Command], timeout: float) -> list[Reply]:
+        """``commands`` submitted in one turn of the loop: on the multiplexed connection,
+        one write; each sent once."""
+        return list(await asyncio.gather(*(self._command(command, timeout) for command in commands)))
+
+    async def write_hashes(self, hashes: Sequence[HashWrite], timeout: float) -> None:
+        """The top-keys reports (:class:`~redis_ratelimit_client.store_api.HashStore`)."""
+        if hashes:
+            _written(await self._all(_hash_commands(hashes), timeout))
+
+    async def read_hashes(self, keys: Sequence[str], timeout: float) -> list[HashFields]:
+        replies = await self._all([Command(("HGETALL", key), key=key) for key in keys], timeout)
+        return [_hash_fields(reply) for reply in replies]
+
 
 class SyncRedisStore(_BaseRedisStore):
     """The store on a sync client: ``redis.Redis`` (also a Sentinel ``master_for``) or
@@ -584,6 +636,22 @@ class SyncRedisStore(_BaseRedisStore):
         ``None`` waits as long as the client's socket timeout)."""
         return self._run(_call_flow([str(arg) for arg in args], self._ready(timeout)), timeout)
 
+    def _all(self, commands: Sequence[Command], timeout: float) -> list[Reply]:
+        """``commands`` in one write on one of its connections (on a Cluster, one after
+        another to their key's node); each sent once."""
+        if self._connections is None:
+            return [self._cluster_command(command) for command in commands]
+        return self._connections.pipeline([command.args for command in commands], timeout)
+
+    def write_hashes_blocking(self, hashes: Sequence[HashWrite], timeout: float) -> None:
+        """The top-keys reports (:class:`~redis_ratelimit_client.store_api.SyncHashStore`)."""
+        if hashes:
+            _written(self._all(_hash_commands(hashes), timeout))
+
+    def read_hashes_blocking(self, keys: Sequence[str], timeout: float) -> list[HashFields]:
+        replies = self._all([Command(("HGETALL", key), key=key) for key in keys], timeout)
+        return [_hash_fields(reply) for reply in replies]
+
 
 class MemoryStore:
     """An in-process store on the core's algorithms and this process's clock, for tests and
@@ -609,6 +677,8 @@ class MemoryStore:
         self.offset_us = 0
         self.calls = 0
         self._lock = threading.Lock()
+        #: Hashes (the top-keys reports): fields, and the expiry in Unix ms on its clock.
+        self._hashes: dict[str, tuple[dict[str, str], int]] = {}
 
     def capabilities(self) -> Capabilities:
         return BOTH if self._multi else NEITHER
@@ -685,3 +755,32 @@ class MemoryStore:
         if self.delay:
             time.sleep(self.delay)
         self._refund(request)
+
+    def _hashes_now_ms(self) -> int:
+        """Now in ms for the hashes' expiries, unless the store is down (a hash call is not
+        counted in ``calls``, which counts the limits' calls)."""
+        if self.down:
+            raise StoreError("unavailable", "the memory store is down")
+        return (self.clock() + self.offset_us) // 1_000
+
+    def write_hashes_blocking(self, hashes: Sequence[HashWrite], timeout: float | None = None) -> None:
+        now_ms = self._hashes_now_ms()
+        with self._lock:
+            # Expired hashes go as Redis would drop them: every write looks.
+            self._hashes = {key: kept for key, kept in self._hashes.items() if kept[1] > now_ms}
+            for written in hashes:
+                fields, _ = self._hashes.get(written.key, ({}, 0))
+                fields.update(written.fields)
+                self._hashes[written.key] = (fields, written.expire_at_ms)
+
+    def read_hashes_blocking(self, keys: Sequence[str], timeout: float | None = None) -> list[HashFields]:
+        now_ms = self._hashes_now_ms()
+        with self._lock:
+            found = [self._hashes.get(key) for key in keys]
+        return [[] if kept is None or kept[1] <= now_ms else sorted(kept[0].items()) for kept in found]
+
+    async def write_hashes(self, hashes: Sequence[HashWrite], timeout: float | None = None) -> None:
+        self.write_hashes_blocking(hashes, timeout)
+
+    async def read_hashes(self, keys: Sequence[str], timeout: float | None = None) -> list[HashFields]:
+        return self.read_hashes_blocking(keys, timeout)

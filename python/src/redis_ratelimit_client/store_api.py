@@ -4,10 +4,13 @@
 either (:class:`StoreLayout`). :class:`~redis_ratelimit_client.RedisStore`,
 :class:`~redis_ratelimit_client.SyncRedisStore` and
 :class:`~redis_ratelimit_client.MemoryStore` (both) are the package's; an object with these
-methods stands in for them (a limiter given one calls it instead of wrapping a client)."""
+methods stands in for them (a limiter given one calls it instead of wrapping a client).
+:class:`HashStore` and :class:`SyncHashStore` are what the fleet's top-keys reports need
+besides (the three stores have them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from .protocol import Acquire, Grant, Refund
@@ -71,3 +74,43 @@ class SyncStore(StoreLayout, Protocol):
     def acquire_blocking(self, request: Acquire, timeout: float) -> Grant: ...
 
     def refund_blocking(self, request: Refund, timeout: float) -> None: ...
+
+
+class HashWrite(NamedTuple):
+    """One hash the top-keys reporter writes (:mod:`.top`): its fields set (each value
+    replacing the field's), then its absolute expiry."""
+
+    key: str
+    fields: tuple[tuple[str, str], ...]
+    #: When the hash expires, in ms since the Unix epoch (``PEXPIREAT``).
+    expire_at_ms: int
+
+
+#: A hash as read: its fields and values.
+HashFields = list[tuple[str, str]]
+
+
+@runtime_checkable
+class HashStore(Protocol):
+    """An async store that keeps hashes: what the fleet's top-keys reports need (Redis, or
+    the memory store). Each call is bounded by ``timeout`` and raises ``StoreError`` (or the
+    client's error) when it fails; a write is never sent twice."""
+
+    async def write_hashes(self, hashes: Sequence[HashWrite], timeout: float) -> None:
+        """Writes ``hashes`` in one pipeline: ``HSET key field value ...``, then ``PEXPIREAT
+        key ms``, for each."""
+        ...
+
+    async def read_hashes(self, keys: Sequence[str], timeout: float) -> list[HashFields]:
+        """Each of ``keys``' hash whole (``HGETALL``, in one pipeline), in order; a missing
+        key is an empty hash."""
+        ...
+
+
+@runtime_checkable
+class SyncHashStore(Protocol):
+    """A sync store that keeps hashes: the same calls, made on the calling thread."""
+
+    def write_hashes_blocking(self, hashes: Sequence[HashWrite], timeout: float) -> None: ...
+
+    def read_hashes_blocking(self, keys: Sequence[str], timeout: float) -> list[HashFields]: ...

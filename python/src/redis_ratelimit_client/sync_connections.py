@@ -16,6 +16,7 @@ import contextlib
 import math
 import threading
 import time
+from collections.abc import Sequence
 
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
@@ -89,8 +90,57 @@ class SyncConnections:
             if held is not None:
                 self._give_back(held, timeout)
 
-    def _gave_up(self, held: _Held, sent: float) -> StoreError:
-        held.owed += 1
+    def pipeline(self, commands: Sequence[tuple[str, ...]], timeout: float | None) -> list[Reply]:
+        """The replies of ``commands``, written together in one write and read in order
+        (each its reply, or the exception it raised): a reply that does not come in time
+        makes it and every later one ``StoreError("timeout")`` (the connection owes them)."""
+        count = len(commands)
+        if count == 0:
+            return []
+        hard = math.inf if timeout is None else time.monotonic() + HARD_BOUND_TIMEOUTS * timeout
+        taken = self._take(timeout, hard)
+        if isinstance(taken, BaseException):
+            return [taken] * count
+        held: _Held | None = taken
+        connection = taken.connection
+        replies: list[Reply] = []
+        try:
+            packed = connection.pack_commands(list(commands))
+        except Exception as error:  # the caller's input (a key that cannot be encoded)
+            self._give_back(taken, timeout)
+            return [error] * count
+        try:
+            connection.send_packed_command(packed, check_health=False)
+            sent = time.monotonic()
+            while taken.owed:  # replies to calls that gave up on this connection: dropped
+                if not self._replied(connection, sent, timeout):
+                    return [self._gave_up(taken, sent, count)] * count
+                with contextlib.suppress(ResponseError):
+                    connection.read_response()
+                taken.owed -= 1
+                self.read_at = time.monotonic()
+            for index in range(count):
+                if not self._replied(connection, sent, timeout):
+                    return replies + [self._gave_up(taken, sent, count - index)] * (count - index)
+                reply: Reply
+                try:
+                    reply = connection.read_response()
+                except ResponseError as error:  # an error reply: the caller sorts it
+                    reply = error
+                self.read_at = time.monotonic()
+                replies.append(reply)
+            taken.owing_since = None
+            return replies
+        except Exception as error:  # the connection broke
+            self._close(taken)
+            held = None
+            return replies + [error] * (count - len(replies))
+        finally:
+            if held is not None:
+                self._give_back(held, timeout)
+
+    def _gave_up(self, held: _Held, sent: float, replies: int = 1) -> StoreError:
+        held.owed += replies
         if held.owing_since is None:
             held.owing_since = sent
         return StoreError("timeout")
