@@ -48,6 +48,7 @@ mod regions;
 mod replay;
 mod stress;
 mod top_keys;
+mod top_vectors;
 mod valkey_migration;
 mod without_lua;
 
