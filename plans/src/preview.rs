@@ -81,6 +81,26 @@ pub fn after(snapshot: &Snapshot, edits: &[Edit]) -> Snapshot {
     }
 }
 
+/// The value `edit` replaces in `snapshot`, as stored (`None`: the field is new).
+pub fn old_value(snapshot: &Snapshot, edit: &Edit) -> Option<String> {
+    match edit.table {
+        Table::Plans => snapshot
+            .plans
+            .get(&edit.field)
+            .map(|limits| encode_limits(limits)),
+        Table::Tenants => snapshot.tenants.get(&edit.field).cloned(),
+        Table::Overrides => snapshot
+            .overrides
+            .get(&edit.field)
+            .map(|entry| entry.encode_value()),
+    }
+    .or_else(|| {
+        snapshot
+            .unreadable_field(edit.table, &edit.field)
+            .map(|bad| bad.value.clone())
+    })
+}
+
 fn texts(limits: &[Effective]) -> Vec<String> {
     limits
         .iter()

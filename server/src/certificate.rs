@@ -94,6 +94,50 @@ pub fn validity(der: &[u8]) -> Option<Validity> {
     })
 }
 
+/// The DER of the `commonName` attribute type (OID 2.5.4.3).
+const COMMON_NAME_OID: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
+
+/// The subject's common name of a DER certificate (the first, as UTF-8 or printable text);
+/// `None` if it has none or is not a certificate. The console names a mutual-TLS user by
+/// it.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (SEQUENCE, certificate, _) = element(der)? else {
+        return None;
+    };
+    let (SEQUENCE, mut tbs, _) = element(certificate)? else {
+        return None;
+    };
+    // version [0] (optional), serialNumber, signature, issuer, validity, then subject.
+    if tbs.first() == Some(&VERSION) {
+        tbs = element(tbs)?.2;
+    }
+    for _ in 0..4 {
+        tbs = element(tbs)?.2;
+    }
+    let (SEQUENCE, mut names, _) = element(tbs)? else {
+        return None;
+    };
+    // Name: a SEQUENCE of SETs of SEQUENCE { type, value }.
+    while !names.is_empty() {
+        let (_, set, rest) = element(names)?;
+        names = rest;
+        let mut attributes = set;
+        while !attributes.is_empty() {
+            let (_, attribute, rest) = element(attributes)?;
+            attributes = rest;
+            if let Some(value) = attribute.strip_prefix(COMMON_NAME_OID.as_slice()) {
+                let (tag, text, _) = element(value)?;
+                // UTF8String, PrintableString, IA5String.
+                if matches!(tag, 0x0c | 0x13 | 0x16) {
+                    return String::from_utf8(text.to_vec()).ok();
+                }
+                return None;
+            }
+        }
+    }
+    None
+}
+
 /// A `UTCTime` (`YYMMDDHHMMSSZ`, years 1950-2049) or `GeneralizedTime`
 /// (`YYYYMMDDHHMMSSZ`) in Unix seconds.
 fn time(tag: u8, text: &[u8]) -> Option<i64> {

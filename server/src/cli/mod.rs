@@ -2,6 +2,7 @@
 //! reads (each in its own file), the checks that involve several flags in [`parse_with_env`].
 
 mod access;
+mod admin;
 mod answers;
 mod config;
 mod connections;
@@ -21,6 +22,7 @@ use clap::error::ErrorKind;
 use clap::{FromArgMatches, Parser};
 
 pub use self::access::Access;
+pub use self::admin::Admin;
 pub use self::answers::Answers;
 #[cfg(test)]
 pub use self::config::DEFAULT_MAX_DEPTH;
@@ -66,6 +68,8 @@ pub struct Options {
     pub access: Access,
     #[command(flatten)]
     pub tls: Tls,
+    #[command(flatten)]
+    pub admin: Admin,
     #[command(flatten)]
     pub limits: Limits,
     #[command(flatten)]
@@ -124,6 +128,10 @@ where
         .map_err(|error| invalid(environment.name("--http-host", "HOST"), error))?;
     if let Some(which) = options.tls.unpaired() {
         let text = format!("--{which}-tls-cert and --{which}-tls-key go together");
+        return Err(usage_error(ErrorKind::MissingRequiredArgument, text));
+    }
+    if options.admin.unpaired() {
+        let text = "--admin-tls-cert and --admin-tls-key go together";
         return Err(usage_error(ErrorKind::MissingRequiredArgument, text));
     }
     let answers = &mut options.answers;

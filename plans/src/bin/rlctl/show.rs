@@ -5,7 +5,7 @@ use std::fmt::Write;
 use redis_ratelimit_plans::edit::{Edit, Table};
 use redis_ratelimit_plans::history::{self, utc};
 use redis_ratelimit_plans::plan_store::{AuditEntry, printable};
-use redis_ratelimit_plans::preview::Moved;
+use redis_ratelimit_plans::preview::{self, Moved};
 use redis_ratelimit_plans::snapshot::{Rule, Snapshot, Unreadable};
 use redis_ratelimit_plans::spec::Pattern;
 
@@ -163,20 +163,7 @@ pub fn history(
 pub fn edits(snapshot: &Snapshot, edits: &[Edit]) -> String {
     let mut out = String::new();
     for edit in edits {
-        let old = match edit.table {
-            Table::Plans => snapshot.plans.get(&edit.field).map(|limits| {
-                limits
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }),
-            Table::Tenants => snapshot.tenants.get(&edit.field).cloned(),
-            Table::Overrides => snapshot
-                .overrides
-                .get(&edit.field)
-                .map(|entry| entry.encode_value()),
-        };
+        let old = preview::old_value(snapshot, edit);
         let _ = writeln!(
             out,
             "  {} {}: {} -> {}",
