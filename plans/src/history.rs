@@ -1,8 +1,9 @@
-//! Reading the audit stream: which entries concern a tenant, and instants as UTC text.
-//! `rlctl history` and the service's console show the same entries.
+//! Reading the audit stream: which entries concern a tenant; and the texts `rlctl` and
+//! the service's console both show (instants as UTC, where a limit comes from), so they
+//! say the same thing the same way.
 
 use super::plan_store::AuditEntry;
-use super::snapshot::Snapshot;
+use super::snapshot::{Rule, Snapshot};
 use super::spec::Pattern;
 
 /// How many of the latest entries are scanned for those of one tenant.
@@ -45,6 +46,24 @@ pub fn utc(ms: u64) -> String {
         of_day.checked_rem(3_600).unwrap_or(0) / 60,
         of_day.checked_rem(60).unwrap_or(0)
     )
+}
+
+/// Where a limit comes from, as `rlctl get` says it: `plan pro`, `override 'acme' until
+/// 2026-12-01T10:06:12Z`.
+pub fn rule_text(rule: &Rule) -> String {
+    match rule {
+        Rule::Override {
+            pattern,
+            expires_at_ms: Some(at),
+        } => {
+            let kind = match pattern {
+                Pattern::Exact(_) => "override",
+                Pattern::Prefix(_) => "wildcard override",
+            };
+            format!("{kind} '{pattern}' until {}", utc(*at))
+        }
+        other => other.to_string(),
+    }
 }
 
 /// Whether an audit entry concerns `tenant`: its plan assignment, an override matching it,

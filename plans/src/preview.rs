@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::edit::{Edit, Table};
+use super::history::rule_text;
 use super::snapshot::{Effective, Snapshot, encode_limits};
 use super::spec::Pattern;
 
@@ -104,7 +105,7 @@ pub fn old_value(snapshot: &Snapshot, edit: &Edit) -> Option<String> {
 fn texts(limits: &[Effective]) -> Vec<String> {
     limits
         .iter()
-        .map(|limit| format!("{} <- {}", limit.spec, limit.rule))
+        .map(|limit| format!("{} <- {}", limit.spec, rule_text(&limit.rule)))
         .collect()
 }
 

@@ -3,7 +3,7 @@
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use redis_ratelimit_plans::history::utc;
+use redis_ratelimit_plans::history::{rule_text, utc};
 use redis_ratelimit_plans::plan_store::{AuditEntry, PlanStoreError};
 use redis_ratelimit_plans::snapshot::{Effective, Override, Rule, Snapshot};
 use redis_ratelimit_plans::spec::Pattern;
@@ -70,7 +70,7 @@ pub fn rule(rule: &Rule) -> Value {
             },
             "pattern": pattern.to_string(),
             "expires": instant(*expires_at_ms),
-            "text": rule.to_string(),
+            "text": rule_text(rule),
         }),
     }
 }

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use redis_ratelimit_client::store::{Acquire, LimitCall};
+use redis_ratelimit_plans::history::rule_text;
 use redis_ratelimit_plans::snapshot::Rule as PlanRule;
 use serde_json::{Map, Value, json};
 
@@ -122,7 +123,7 @@ pub async fn usage(console: &Console, tenant: &str) -> Value {
             })
             .map_or_else(
                 || "the config's default (the store has none for this tenant)".to_string(),
-                |limit| format!("{} <- {}", limit.spec, limit.rule),
+                |limit| format!("{} <- {}", limit.spec, rule_text(&limit.rule)),
             );
         let mut row = Map::new();
         row.insert("domain".into(), json!(site.domain.name));

@@ -178,11 +178,14 @@ class Page:
         self.find(button).click()
         return self.visible("#preview")
 
-    def apply(self) -> float:
-        """Clicks Apply; the instant it was clicked."""
+    def apply(self, api: Api) -> float:
+        """Clicks Apply and waits for the store's version to move; the instant it was
+        clicked."""
+        before = api.version()
         clicked = time.monotonic()
         self.find("#preview-apply").click()
-        poll("the change applied", lambda: "version" in self.find("#message").text)
+        poll("the change applied", lambda: api.version() > before)
+        poll("the page to say it", lambda: "version" in self.find("#message").text)
         return clicked
 
     def shot(self, name: str) -> None:
@@ -276,7 +279,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         page.fill("#plan-limits", "per-minute=sliding:3/60s")
         preview = page.preview("#plan-preview")
         assert "plan set gold" in preview[0].text, preview[0].text
-        page.apply()
+        page.apply(editor)
         assert editor.limit_of("acme") == 100, "acme is on no plan yet: the YAML default"
 
         # acme moved onto it from its tenant page: the preview names acme; enforced within 1 s.
@@ -288,7 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         moved = poll("acme in the preview", lambda: [r.text for r in page.all("#preview-moved tr.moved")])
         assert any(line.startswith("acme") and "sliding:3/1m" in line for line in moved), moved
         page.shot("console-preview")
-        clicked = page.apply()
+        clicked = page.apply(editor)
         poll("a check answering acme's plan limit", lambda: editor.limit_of("acme") == 3, 5)
         plan_s = time.monotonic() - clicked
 
@@ -301,7 +304,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             page.fill("#tenant-override-ttl", "10m")
             page.preview("#tenant-override-preview")
             poll("the override's preview", lambda: page.all("#preview-moved tr.moved"))
-            clicked = page.apply()
+            clicked = page.apply(editor)
             poll(f"a check answering {amount}", lambda a=amount: editor.limit_of("acme") == a, 5)
             times.append(time.monotonic() - clicked)
         results["edit_to_enforcement_s"] = [round(t, 3) for t in times]
@@ -379,7 +382,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert HOSTILE_PATTERN.split(" ")[0] in page.find("#overrides-table").text
         page.no_script_ran()
         for tenant in HOSTILE_TENANTS:
-            page.find("#tenant-search").clear()
             page.go("#/tenant/" + urllib.request.quote(tenant, safe=""))
             poll("the hostile tenant's page", lambda t=tenant: page.find("#tenant-name").text == t)
             page.no_script_ran()
@@ -416,6 +418,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assert editor.version() == before, "the viewer's write changed the store"
         results["screenshots"] = sorted(p.name for p in shots.glob("console-*.png"))
         return results
+    except Exception:
+        # What the page showed when it failed, for the test's output.
+        try:
+            print("PAGE URL: " + browser.current_url, file=sys.stderr)
+            print("PAGE TEXT:\n" + browser.find_element(By.TAG_NAME, "body").text[:4000], file=sys.stderr)
+            for entry in browser.get_log("browser"):
+                print("BROWSER LOG: " + str(entry), file=sys.stderr)
+        except Exception as error:
+            print(f"(the page could not be read: {error!r})", file=sys.stderr)
+        raise
     finally:
         site_server.shutdown()
         browser.quit()

@@ -6,8 +6,7 @@ use redis_ratelimit_plans::edit::{Edit, Table};
 use redis_ratelimit_plans::history::{self, utc};
 use redis_ratelimit_plans::plan_store::{AuditEntry, printable};
 use redis_ratelimit_plans::preview::{self, Moved};
-use redis_ratelimit_plans::snapshot::{Rule, Snapshot, Unreadable};
-use redis_ratelimit_plans::spec::Pattern;
+use redis_ratelimit_plans::snapshot::{Snapshot, Unreadable};
 
 /// A text from the store as one line (control characters escaped: a name or a `--who`
 /// holding a newline cannot forge a line), and at most this long.
@@ -42,22 +41,6 @@ pub fn unreadable(bad: &Unreadable) -> String {
     )
 }
 
-fn rule(rule: &Rule) -> String {
-    match rule {
-        Rule::Override {
-            pattern,
-            expires_at_ms: Some(at),
-        } => {
-            let kind = match pattern {
-                Pattern::Exact(_) => "override",
-                Pattern::Prefix(_) => "wildcard override",
-            };
-            format!("{kind} '{pattern}' until {}", utc(*at))
-        }
-        other => other.to_string(),
-    }
-}
-
 /// `rlctl get`: the limits the store gives `tenant`, and the rule each comes from.
 pub fn effective(snapshot: &Snapshot, tenant: &str, now_ms: u64) -> String {
     let mut out = String::new();
@@ -82,7 +65,7 @@ pub fn effective(snapshot: &Snapshot, tenant: &str, now_ms: u64) -> String {
             out,
             "  {:<40} {}",
             limit.spec.to_string(),
-            rule(&limit.rule)
+            history::rule_text(&limit.rule)
         );
     }
     out

@@ -256,7 +256,6 @@ async function showTenant(tenant) {
       if (answer.plan) select.value = answer.plan;
     }
     $("tenant-detail").hidden = false;
-    say("", "");
     const history = await api("/admin/v1/history?count=20&tenant=" + encodeURIComponent(tenant));
     fillBody("tenant-history", historyRows(history.entries));
   } catch (error) {
