@@ -248,6 +248,48 @@ mod tests {
         out
     }
 
+    #[test]
+    fn the_subjects_common_name_is_read_after_other_attributes() {
+        let attribute = |oid: &[u8], tag: u8, text: &str| {
+            der(
+                0x31,
+                &der(
+                    SEQUENCE,
+                    &[der(0x06, oid), der(tag, text.as_bytes())].concat(),
+                ),
+            )
+        };
+        let subject = [
+            attribute(&[0x55, 0x04, 0x06], 0x13, "FR"),
+            attribute(&[0x55, 0x04, 0x03], 0x0c, "carol"),
+        ]
+        .concat();
+        let mut tbs = der(VERSION, &der(0x02, &[2]));
+        tbs.extend(der(0x02, &[1; 20]));
+        tbs.extend(der(SEQUENCE, &der(0x06, &[1, 2, 3])));
+        tbs.extend(der(
+            SEQUENCE,
+            &attribute(&[0x55, 0x04, 0x03], 0x0c, "the CA"),
+        ));
+        tbs.extend(der(SEQUENCE, &[0; 10]));
+        tbs.extend(der(SEQUENCE, &subject));
+        let certificate = der(
+            SEQUENCE,
+            &[der(SEQUENCE, &tbs), der(SEQUENCE, &[0; 4])].concat(),
+        );
+        assert_eq!(common_name(&certificate).as_deref(), Some("carol"));
+        // No common name, or not a certificate: none, never a panic.
+        let mut tbs = der(VERSION, &der(0x02, &[2]));
+        tbs.extend(der(0x02, &[1]));
+        tbs.extend(der(SEQUENCE, &[]));
+        tbs.extend(der(SEQUENCE, &[]));
+        tbs.extend(der(SEQUENCE, &[0; 10]));
+        tbs.extend(der(SEQUENCE, &attribute(&[0x55, 0x04, 0x06], 0x13, "FR")));
+        assert_eq!(common_name(&der(SEQUENCE, &der(SEQUENCE, &tbs))), None);
+        assert_eq!(common_name(b"not a certificate"), None);
+        assert_eq!(common_name(&[]), None);
+    }
+
     /// A certificate's outline: what `validity` walks, the rest filler.
     fn certificate(not_before: (u8, &str), not_after: (u8, &str)) -> Vec<u8> {
         let mut tbs = der(VERSION, &der(0x02, &[2]));

@@ -429,6 +429,101 @@ fn hostile_names_come_back_as_json_strings_only() {
     assert_eq!(json_of(&tenant)["tenant"], hostile);
 }
 
+/// Sends `request` over a mutual-TLS connection to the console (as the client certificate
+/// `client`, if given): the reply's status and body.
+fn over_tls(
+    admin: SocketAddr,
+    certs: &crate::hostile::Certificates,
+    client: bool,
+    request: &str,
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let identity = client.then(|| (certs.client_cert.as_path(), certs.client_key.as_path()));
+    let mut stream = crate::hostile::tls_client_as(admin, &certs.ca, identity).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = String::new();
+    let _ = stream.read_to_string(&mut raw);
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (status, body.to_string())
+}
+
+#[test]
+fn a_client_certificate_names_the_user_and_still_needs_the_csrf_token() {
+    let redis = Server::start(&[]);
+    let dir = TempDir::new("console-mtls");
+    let certs = crate::hostile::certificates(&dir.0);
+    // The test CA's client certificate says CN=envoy: a user without a token.
+    dir.write(
+        "users",
+        &format!("editor envoy\nviewer bob {VIEWER_TOKEN}\n"),
+    );
+    let service = Service::start(
+        &redis_url(&redis),
+        &[("api.yaml", CONFIG)],
+        &[
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--admin-users-file",
+            dir.0.join("users").to_str().unwrap(),
+            "--admin-tls-cert",
+            certs.server_cert.to_str().unwrap(),
+            "--admin-tls-key",
+            certs.server_key.to_str().unwrap(),
+            "--admin-tls-client-ca",
+            certs.ca.to_str().unwrap(),
+        ],
+    );
+    let admin = service.admin();
+    let get = "GET /admin/v1/session HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let (status, body) = over_tls(admin, &certs, true, get);
+    assert_eq!(status, 200, "{body}");
+    let session: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (session["user"].as_str(), session["role"].as_str()),
+        (Some("envoy"), Some("editor"))
+    );
+    let csrf = session["csrf"].as_str().unwrap().to_string();
+    // Without a client certificate: no TLS session at all.
+    assert!(
+        crate::hostile::tls_client_as(admin, &certs.ca, None)
+            .and_then(|mut stream| {
+                use std::io::{Read, Write};
+                stream.write_all(get.as_bytes())?;
+                let mut raw = String::new();
+                stream.read_to_string(&mut raw).map(|_| raw)
+            })
+            .is_err(),
+        "no client certificate, no answer"
+    );
+    let body = json!({"name": "gold", "limits": ["per-minute=sliding:3/60s"]}).to_string();
+    let write = |headers: &str| {
+        format!(
+            "POST /admin/v1/plan/set HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+             Content-Type: application/json\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    // The certificate is sent by the browser by itself: a write needs its CSRF token.
+    let (status, reply) = over_tls(admin, &certs, true, &write(""));
+    assert_eq!(status, 403, "{reply}");
+    let (status, reply) = over_tls(
+        admin,
+        &certs,
+        true,
+        &write(&format!(
+            "X-CSRF-Token: {csrf}\r\nOrigin: https://localhost\r\n"
+        )),
+    );
+    assert_eq!(status, 200, "{reply}");
+    let written: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(written["who"], "console:envoy");
+}
+
 #[test]
 fn the_console_in_a_real_browser() {
     let python = python_of("requirements-console.txt", "console-venv");
