@@ -438,7 +438,7 @@ fn over_tls(
     request: &str,
 ) -> (u16, String) {
     use std::io::{Read, Write};
-    let identity = client.then(|| (certs.client_cert.as_path(), certs.client_key.as_path()));
+    let identity = client.then_some((certs.client_cert.as_path(), certs.client_key.as_path()));
     let mut stream = crate::hostile::tls_client_as(admin, &certs.ca, identity).unwrap();
     stream.write_all(request.as_bytes()).unwrap();
     let mut raw = String::new();
