@@ -530,10 +530,12 @@ fn the_console_in_a_real_browser() {
     let redis = Server::start(&[]);
     let dir = TempDir::new("console-browser");
     let (service, admin) = console_service(&redis, &dir);
-    let shots = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("docs")
-        .join("console");
+    // The screenshots go to the test's temp dir, so a test run leaves the tree as it was;
+    // RL_CONSOLE_SCREENSHOTS=docs/console (from the repository root) refreshes the docs'.
+    let shots = match std::env::var_os("RL_CONSOLE_SCREENSHOTS") {
+        Some(to) => Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(to),
+        None => dir.0.join("screenshots"),
+    };
     let output = Command::new(python)
         .arg(tests_dir().join("console_browser.py"))
         .args(["--admin", &format!("http://{admin}")])
