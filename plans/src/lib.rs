@@ -9,6 +9,8 @@
 //!   longest wildcard > plan > the policy's default);
 //! - [`edit`]: changes as checked edits of the store;
 //! - [`plan_store`]: the Redis layout, the atomic write, the audit stream;
+//! - [`change`]: the write verbs, checked, previewed ([`preview`]) and written: one code
+//!   path for `rlctl` and the service's console; [`history`]: reading the audit stream;
 //! - [`PlanSource`]: a replica's view, kept current by notifications and a version check,
 //!   and the limiter's [`PolicySource`](redis_ratelimit_client::PolicySource);
 //! - [`PlanServer`]: where the store is (one server or a cluster) and a connection to it;
@@ -21,11 +23,14 @@
 //! to a lower capacity; a window keeps its count). The algorithm kind is part of the key, so
 //! a change of algorithm starts a fresh key rather than reading another kind's state.
 
+pub mod change;
 mod connection;
 pub mod edit;
 pub mod file;
+pub mod history;
 mod key;
 pub mod plan_store;
+pub mod preview;
 pub mod snapshot;
 mod source;
 pub mod spec;

@@ -22,6 +22,7 @@ pub enum Answer {
 pub async fn check(engine: &Engine, transport: &'static str, request: &CheckRequest) -> Answer {
     match engine.check(request).await {
         Ok(verdict) => {
+            engine.tally().record(&verdict);
             let code = if verdict.allowed { "ok" } else { "over_limit" };
             metrics::request(transport, &request.domain, code);
             Answer::Verdict(verdict)

@@ -94,6 +94,50 @@ pub fn validity(der: &[u8]) -> Option<Validity> {
     })
 }
 
+/// The DER of the `commonName` attribute type (OID 2.5.4.3).
+const COMMON_NAME_OID: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
+
+/// The subject's common name of a DER certificate (the first, as UTF-8 or printable text);
+/// `None` if it has none or is not a certificate. The console names a mutual-TLS user by
+/// it.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (SEQUENCE, certificate, _) = element(der)? else {
+        return None;
+    };
+    let (SEQUENCE, mut tbs, _) = element(certificate)? else {
+        return None;
+    };
+    // version [0] (optional), serialNumber, signature, issuer, validity, then subject.
+    if tbs.first() == Some(&VERSION) {
+        tbs = element(tbs)?.2;
+    }
+    for _ in 0..4 {
+        tbs = element(tbs)?.2;
+    }
+    let (SEQUENCE, mut names, _) = element(tbs)? else {
+        return None;
+    };
+    // Name: a SEQUENCE of SETs of SEQUENCE { type, value }.
+    while !names.is_empty() {
+        let (_, set, rest) = element(names)?;
+        names = rest;
+        let mut attributes = set;
+        while !attributes.is_empty() {
+            let (_, attribute, rest) = element(attributes)?;
+            attributes = rest;
+            if let Some(value) = attribute.strip_prefix(COMMON_NAME_OID.as_slice()) {
+                let (tag, text, _) = element(value)?;
+                // UTF8String, PrintableString, IA5String.
+                if matches!(tag, 0x0c | 0x13 | 0x16) {
+                    return String::from_utf8(text.to_vec()).ok();
+                }
+                return None;
+            }
+        }
+    }
+    None
+}
+
 /// A `UTCTime` (`YYMMDDHHMMSSZ`, years 1950-2049) or `GeneralizedTime`
 /// (`YYYYMMDDHHMMSSZ`) in Unix seconds.
 fn time(tag: u8, text: &[u8]) -> Option<i64> {
@@ -202,6 +246,48 @@ mod tests {
         }
         out.extend_from_slice(contents);
         out
+    }
+
+    #[test]
+    fn the_subjects_common_name_is_read_after_other_attributes() {
+        let attribute = |oid: &[u8], tag: u8, text: &str| {
+            der(
+                0x31,
+                &der(
+                    SEQUENCE,
+                    &[der(0x06, oid), der(tag, text.as_bytes())].concat(),
+                ),
+            )
+        };
+        let subject = [
+            attribute(&[0x55, 0x04, 0x06], 0x13, "FR"),
+            attribute(&[0x55, 0x04, 0x03], 0x0c, "carol"),
+        ]
+        .concat();
+        let mut tbs = der(VERSION, &der(0x02, &[2]));
+        tbs.extend(der(0x02, &[1; 20]));
+        tbs.extend(der(SEQUENCE, &der(0x06, &[1, 2, 3])));
+        tbs.extend(der(
+            SEQUENCE,
+            &attribute(&[0x55, 0x04, 0x03], 0x0c, "the CA"),
+        ));
+        tbs.extend(der(SEQUENCE, &[0; 10]));
+        tbs.extend(der(SEQUENCE, &subject));
+        let certificate = der(
+            SEQUENCE,
+            &[der(SEQUENCE, &tbs), der(SEQUENCE, &[0; 4])].concat(),
+        );
+        assert_eq!(common_name(&certificate).as_deref(), Some("carol"));
+        // No common name, or not a certificate: none, never a panic.
+        let mut tbs = der(VERSION, &der(0x02, &[2]));
+        tbs.extend(der(0x02, &[1]));
+        tbs.extend(der(SEQUENCE, &[]));
+        tbs.extend(der(SEQUENCE, &[]));
+        tbs.extend(der(SEQUENCE, &[0; 10]));
+        tbs.extend(der(SEQUENCE, &attribute(&[0x55, 0x04, 0x06], 0x13, "FR")));
+        assert_eq!(common_name(&der(SEQUENCE, &der(SEQUENCE, &tbs))), None);
+        assert_eq!(common_name(b"not a certificate"), None);
+        assert_eq!(common_name(&[]), None);
     }
 
     /// A certificate's outline: what `validity` walks, the rest filler.

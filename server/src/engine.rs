@@ -22,6 +22,8 @@ use crate::regions::hot_keys::HotKeys;
 use crate::regions::split::Parts;
 use crate::request::{BadRequest, Bounds, CheckRequest};
 use crate::resolve::{self, Item};
+use crate::revision::{Revision, Revisions};
+use crate::tally::Tally;
 use crate::verdict::{CheckFailure, Decider, Status, Verdict};
 
 #[cfg(test)]
@@ -80,6 +82,10 @@ pub struct Engine {
     plans: Plans,
     /// This service as a region of a shared quota: its settings and the hot limits noted.
     region: Option<(Arc<RegionConfig>, Arc<HotKeys>)>,
+    /// Which config is in force.
+    revisions: Revisions,
+    /// Requests decided, by who decided.
+    tally: Tally,
 }
 
 impl Engine {
@@ -98,7 +104,27 @@ impl Engine {
             settings,
             plans,
             region: None,
+            revisions: Revisions::new(0),
+            tally: Tally::default(),
         }
+    }
+
+    /// The config given to [`new`](Self::new) was read from files of fingerprint
+    /// `fingerprint` (`watch::fingerprint`).
+    #[must_use]
+    pub fn with_fingerprint(mut self, fingerprint: u64) -> Self {
+        self.revisions = Revisions::new(fingerprint);
+        self
+    }
+
+    /// Which config is in force.
+    pub fn revision(&self) -> Revision {
+        self.revisions.current()
+    }
+
+    /// Requests decided, by who decided.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     /// Refuses a config this region cannot share (see [`RegionConfig::check`]); any config
@@ -128,9 +154,16 @@ impl Engine {
         Arc::clone(&self.config.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Swaps a new config in: requests already running finish on the old one.
-    pub fn swap(&self, config: Config) {
+    /// Swaps a new config in, read from files of fingerprint `fingerprint`: requests
+    /// already running finish on the old one.
+    pub fn swap(&self, config: Config, fingerprint: u64) {
         *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        self.revisions.reloaded(fingerprint);
+    }
+
+    /// The start of every Redis key.
+    pub fn key_prefix(&self) -> &str {
+        &self.settings.key_prefix
     }
 
     /// The library's limiter (for shutdown and readiness).

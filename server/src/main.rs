@@ -9,6 +9,7 @@ mod auth;
 mod certificate;
 mod cli;
 mod config;
+mod console;
 mod engine;
 mod grpc;
 mod header_settings;
@@ -23,8 +24,10 @@ mod reference_http;
 mod regions;
 mod request;
 mod resolve;
+mod revision;
 mod serve;
 mod start_error;
+mod tally;
 mod tls;
 mod top;
 mod verdict;
@@ -130,7 +133,7 @@ fn report_refusal(store: RedisStore) -> Arc<dyn Store> {
 
 /// The client library's limiter every check goes through: one job profile with the
 /// failure mode, the store timeout and the lease of the command line.
-fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
+fn limiter(options: &Options, store: Arc<dyn Store>) -> Result<RateLimiter, StartError> {
     let mut profile = Profile::builder(engine::PROFILE)
         .fallback(options.limiter.failure())
         .timeout(options.store.timeout);
@@ -138,7 +141,7 @@ fn limiter(options: &Options) -> Result<RateLimiter, StartError> {
         profile = profile.lease(Lease::new(units));
     }
     let profile = profile.build().map_err(StartError::Profile)?;
-    let mut builder = RateLimiter::builder_shared(store(options)?)
+    let mut builder = RateLimiter::builder_shared(store)
         .profile(profile)
         .replicas(Replicas::fixed(options.limiter.replicas))
         .max_tracked_keys(options.limiter.max_tracked_keys)
@@ -164,7 +167,7 @@ async fn run(options: Options) -> Result<(), StartError> {
         "--grpc-token-file",
         options.access.grpc_token_file.as_deref(),
     )?;
-    let (engine, seen, agent) = engine(&options).await?;
+    let (engine, store, seen, agent) = engine(&options).await?;
     let reachable = Arc::new(AtomicBool::new(false));
     let probe = tokio::spawn(health::probe(
         options.store.urls.clone(),
@@ -196,6 +199,10 @@ async fn run(options: Options) -> Result<(), StartError> {
         let api = http_api(&options, &engine, prometheus, &reachable, http_token);
         servers.push(start_http(&options, address, api, &stop).await?);
     }
+    if let Some(address) = options.admin.address() {
+        let console = console(&options, &engine, store, &reachable)?;
+        servers.push(start_console(&options, address, console, &stop).await?);
+    }
 
     wait_for_signal().await;
     tracing::info!("stopping: finishing requests in flight, giving leases back");
@@ -219,11 +226,10 @@ async fn run(options: Options) -> Result<(), StartError> {
 }
 
 /// The engine on the config read at start (refused with its errors logged), with the
-/// limiter of the command line and the policy store when the config uses plans; and what
-/// the watcher compares the config files with.
-async fn engine(
-    options: &Options,
-) -> Result<(Arc<Engine>, u64, Option<tokio::task::JoinHandle<()>>), StartError> {
+/// limiter of the command line and the policy store when the config uses plans; the
+/// limiter's store (the console reads live usage on it); and what the watcher compares the
+/// config files with.
+async fn engine(options: &Options) -> Result<Started, StartError> {
     let (config, seen) = watch::load_at_start(&options.config.dir, &options.config.bounds)
         .ok_or_else(|| StartError::ConfigRefused {
             dir: options.config.dir.clone(),
@@ -234,7 +240,8 @@ async fn engine(
         "config loaded from {}",
         options.config.dir.display()
     );
-    let limiter = limiter(options)?;
+    let store = store(options)?;
+    let limiter = limiter(options, Arc::clone(&store))?;
     let uses_plans = config.uses_plans();
     let plans = plans::Plans::new(
         options.store.urls.clone(),
@@ -262,7 +269,8 @@ async fn engine(
             max_held: options.limiter.max_tracked_keys,
             near_limit_ratio: options.runtime.near_limit_ratio,
         },
-    );
+    )
+    .with_fingerprint(seen);
     let mut agent = None;
     if let Some(region) = region {
         let hot = Arc::new(regions::hot_keys::HotKeys::default());
@@ -280,7 +288,81 @@ async fn engine(
     if uses_plans {
         engine.plans().connect().await?;
     }
-    Ok((engine, seen, agent))
+    Ok((engine, store, seen, agent))
+}
+
+/// What [`engine`] starts: the engine, the limiter's store, the config's fingerprint, the
+/// region's lease agent.
+type Started = (
+    Arc<Engine>,
+    Arc<dyn Store>,
+    u64,
+    Option<tokio::task::JoinHandle<()>>,
+);
+
+/// The operator console of the command line (`--admin-listen` given).
+fn console(
+    options: &Options,
+    engine: &Arc<Engine>,
+    store: Arc<dyn Store>,
+    reachable: &Arc<AtomicBool>,
+) -> Result<Arc<console::Console>, StartError> {
+    let path = options
+        .admin
+        .admin_users_file
+        .as_deref()
+        .ok_or(StartError::NoAdminUsers)?;
+    let users = console::users::Users::read(path).map_err(StartError::AdminUsers)?;
+    let failure_mode = match options.limiter.failure() {
+        Fallback::Open => "allow",
+        Fallback::Closed => "deny",
+        Fallback::Local => "local",
+    };
+    let console = console::Console::new(console::Parts {
+        engine: Arc::clone(engine),
+        store,
+        urls: options.store.urls.clone(),
+        cluster: options.store.cluster,
+        store_timeout: options.store.timeout,
+        users,
+        store_reachable: Arc::clone(reachable),
+        failure_mode,
+        tls: options.admin.tls().is_some(),
+        request_timeout: options.limits.request_timeout,
+    })
+    .map_err(StartError::Console)?;
+    Ok(Arc::new(console))
+}
+
+/// The console's listener bound and serving `console`, in a task of its own.
+async fn start_console(
+    options: &Options,
+    address: SocketAddr,
+    console: Arc<console::Console>,
+    stop: &serve::Stop,
+) -> Result<Listener, StartError> {
+    let tls = options
+        .admin
+        .tls()
+        .as_ref()
+        .map(|files| tls::acceptor(files, "admin", &[b"http/1.1"]))
+        .transpose()
+        .map_err(|source| StartError::Tls {
+            listener: "console",
+            source,
+        })?;
+    let listener = bind("--admin-listen", address).await?;
+    tracing::info!(
+        "operator console on {}{}",
+        listener.local_addr().unwrap_or(address),
+        tls_note(tls.is_some())
+    );
+    let acceptor = Acceptor::new(listener, options.limits.max_connections, "console");
+    let (limits, stop) = (options.limits, stop.clone());
+    Ok(tokio::spawn(async move {
+        serve::http::serve(acceptor, tls, console::router(console), limits, stop).await;
+        Ok(())
+    }))
 }
 
 /// The region file, checked against the limits config (errors logged).

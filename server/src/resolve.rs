@@ -154,7 +154,13 @@ fn item(
         },
         aligned: built.spec.algorithm == AlgorithmKind::FixedWindow || algorithm.is_none(),
         algorithm,
-        key: key(key_prefix, &request.domain, descriptor, found, &suffix),
+        key: key(
+            key_prefix,
+            &request.domain,
+            &descriptor.entries,
+            found,
+            &suffix,
+        ),
         hits: request.hits(descriptor),
         depth: descriptor.entries.len(),
         shadow,
@@ -209,18 +215,18 @@ fn limit_of<'a>(
 /// The Redis key of a descriptor under a limit: prefix, domain, the entries (a
 /// `share_threshold` level by its pattern), and the limit's algorithm and unit (`suffix`).
 /// Each part is escaped so that two descriptors never share a key, and a value cannot carry
-/// a Cluster hash tag (`{`, `}`).
-fn key(
+/// a Cluster hash tag (`{`, `}`). The console reads a tenant's live usage on these keys.
+pub fn key(
     prefix: &str,
     domain: &str,
-    descriptor: &Descriptor,
+    entries: &[(String, String)],
     found: Option<&Found<'_>>,
     suffix: &str,
 ) -> String {
     let mut key = String::with_capacity(64);
     key.push_str(prefix);
     escape_into(&mut key, domain);
-    for (index, (name, value)) in descriptor.entries.iter().enumerate() {
+    for (index, (name, value)) in entries.iter().enumerate() {
         key.push(':');
         escape_into(&mut key, name);
         key.push('=');
@@ -230,6 +236,22 @@ fn key(
     key.push('|');
     key.push_str(suffix);
     key
+}
+
+/// The text [`escape_into`] escaped, read back (`None` if it is not such a text).
+pub fn unescape(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let hex: String = chars.by_ref().take(2).collect();
+        let code = u32::from_str_radix(&hex, 16).ok()?;
+        out.push(char::from_u32(code)?);
+    }
+    Some(out)
 }
 
 fn escape_into(out: &mut String, text: &str) {
@@ -253,5 +275,8 @@ mod tests {
         let mut b = String::new();
         escape_into(&mut b, "{tag}%");
         assert_eq!(b, "%7Btag%7D%25");
+        assert_eq!(unescape(&a).as_deref(), Some("b:c=d"));
+        assert_eq!(unescape(&b).as_deref(), Some("{tag}%"));
+        assert_eq!(unescape("%zz"), None);
     }
 }

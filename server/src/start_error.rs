@@ -77,6 +77,15 @@ pub enum StartError {
         "--region-config: a region's Redis is one server (not --cluster): a limit's key and its lease's key must share a slot"
     )]
     RegionOnCluster,
+    /// `--admin-listen` without `--admin-users-file`.
+    #[error("--admin-listen needs --admin-users-file: who may use the console")]
+    NoAdminUsers,
+    /// The console's users file is refused.
+    #[error("--admin-users-file {0}")]
+    AdminUsers(#[source] crate::console::users::UsersError),
+    /// The console cannot start.
+    #[error("the operator console: {0}")]
+    Console(#[source] crate::console::ConsoleError),
     /// A listener stopped with an error.
     #[error(transparent)]
     Listener(#[from] ListenerError),

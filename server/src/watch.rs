@@ -127,7 +127,7 @@ pub async fn watch(
                 let domains = config.domains.len();
                 let files = config.files.len();
                 let uses_plans = config.uses_plans();
-                engine.swap(config);
+                engine.swap(config, now);
                 if uses_plans && let Err(error) = engine.plans().connect().await {
                     tracing::error!("{error}: limits with 'tenant_key' use their defaults");
                 }

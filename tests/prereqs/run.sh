@@ -42,7 +42,7 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
       overlay "$dir"
       find "$dir" -maxdepth 6 -path '*/clang/*/include/stddef.h' -delete
     done
-  elif [[ $scenario != complete ]]; then
+  elif [[ $scenario != complete && $scenario != no-browser ]]; then
     for dir in /usr/lib /usr/local/lib /usr/lib64; do
       [[ -d $dir && ! -L $dir ]] || continue
       overlay "$dir"
@@ -73,6 +73,14 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
     rm -f /usr/bin/redis-server
     if command -v redis-server >/dev/null; then
       echo "setup: redis-server is still on PATH at $(command -v redis-server)" >&2
+      exit 90
+    fi
+  fi
+  if [[ $scenario == no-browser ]]; then
+    overlay /usr/bin
+    rm -f /usr/bin/chromium /usr/bin/chromedriver
+    if command -v chromium >/dev/null || command -v chromedriver >/dev/null; then
+      echo "setup: chromium or chromedriver is still on PATH" >&2
       exit 90
     fi
   fi
@@ -114,8 +122,8 @@ unshare_args=(--mount --propagation private)
 
 passed=0 failed=0
 scenario() { # scenario NAME EXPECTED-PACKAGES...: expects `apt-get install` of exactly these
-  # (NAME: complete | no-libclang | no-headers | no-redis | no-prometheus | only:PATH, see
-  # the inside part)
+  # (NAME: complete | no-libclang | no-headers | no-redis | no-prometheus | no-browser |
+  # only:PATH, see the inside part)
   local name=$1 scratch asked wanted status=0
   shift
   wanted="${*:-}"
@@ -158,6 +166,8 @@ scenario no-redis libclang-dev redis-server
 # No Prometheus (make ops-test's prometheus and promtool): Debian's package, installed
 # without recommends (libclang-dev too: libclang is hidden here as in no-libclang).
 scenario no-prometheus libclang-dev prometheus
+# No browser: Debian's chromium and its driver, for the console's browser test.
+scenario no-browser chromium chromium-driver
 # Each of the names clang-sys loads counts as libclang, wherever the script looks.
 scenario only:/usr/lib/llvm-14/lib/libclang.so
 scenario only:/usr/lib/llvm-14/lib/libclang-14.so

@@ -2,6 +2,7 @@
 //! reads (each in its own file), the checks that involve several flags in [`parse_with_env`].
 
 mod access;
+mod admin;
 mod answers;
 mod config;
 mod connections;
@@ -81,6 +82,10 @@ where
         .map_err(|error| invalid(environment.name("--http-host", "HOST"), error))?;
     if let Some(which) = options.tls.unpaired() {
         let text = format!("--{which}-tls-cert and --{which}-tls-key go together");
+        return Err(usage_error(ErrorKind::MissingRequiredArgument, text));
+    }
+    if options.admin.unpaired() {
+        let text = "--admin-tls-cert and --admin-tls-key go together";
         return Err(usage_error(ErrorKind::MissingRequiredArgument, text));
     }
     let answers = &mut options.answers;

@@ -4,6 +4,7 @@
 use clap::Parser;
 
 use super::access::Access;
+use super::admin::Admin;
 use super::answers::Answers;
 use super::config::ConfigSource;
 use super::connections::Limits;
@@ -43,6 +44,8 @@ pub struct Options {
     pub access: Access,
     #[command(flatten)]
     pub tls: Tls,
+    #[command(flatten)]
+    pub admin: Admin,
     #[command(flatten)]
     pub limits: Limits,
     #[command(flatten)]

@@ -60,5 +60,6 @@ pub use self::load::{config_files, load};
 #[cfg(test)]
 pub use self::region_file::{GOOD_REGION_FILE, parse_region};
 pub use self::region_file::{HomeBackend, PoolMode, RegionConfig, load_region};
+pub use self::pattern::ValuePattern;
 pub use self::rules::{Config, Domain, Found, Rule};
 pub use self::yaml::{FileBounds, read_head};

@@ -143,6 +143,21 @@ pub struct Conn {
     _slot: OwnedSemaphorePermit,
 }
 
+impl Conn {
+    /// The client certificate presented over TLS (its chain's first, DER), if any.
+    pub fn peer_certificate(&self) -> Option<&[u8]> {
+        match &self.transport {
+            Transport::Tls(stream) => stream
+                .get_ref()
+                .1
+                .peer_certificates()?
+                .first()
+                .map(|certificate| certificate.as_ref()),
+            Transport::Plain(_) => None,
+        }
+    }
+}
+
 /// Completes the TLS handshake (with `tls`) and reads the first bytes of a connection
 /// (HTTP/2's whole preface, its SETTINGS frame included), within `timeout`; `None` when it
 /// is too slow, fails, or closes.

@@ -13,8 +13,14 @@ use tokio_util::sync::CancellationToken;
 use super::conn::{self, Acceptor, Protocol};
 use super::{KEEPALIVE_TIMEOUT, Limits, Stop};
 
+/// The common name of the client certificate a connection presented (mutual TLS), given to
+/// each of its requests as an extension.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerName(pub String);
+
 /// Serves `app` on `acceptor`'s connections until `stop.finish`, then waits for them to
-/// close (`stop.close` ends those still open).
+/// close (`stop.close` ends those still open). A connection that presented a client
+/// certificate with a common name gives it to its requests ([`PeerName`]).
 pub async fn serve(
     mut acceptor: Acceptor,
     tls: Option<TlsAcceptor>,
@@ -22,13 +28,14 @@ pub async fn serve(
     limits: Limits,
     stop: Stop,
 ) {
-    let service = TowerToHyperService::new(app);
+    let service = TowerToHyperService::new(app.clone());
     loop {
         let (stream, peer, slot) = tokio::select! {
             () = stop.finish.cancelled() => break,
             accepted = acceptor.accept() => accepted,
         };
-        let (tls, service, stop) = (tls.clone(), service.clone(), stop.clone());
+        let (tls, mut service, stop) = (tls.clone(), service.clone(), stop.clone());
+        let app = app.clone();
         tokio::spawn(async move {
             let opened = conn::open(
                 stream,
@@ -42,6 +49,12 @@ pub async fn serve(
             let Some((conn, protocol)) = opened else {
                 return;
             };
+            let peer_name = conn
+                .peer_certificate()
+                .and_then(crate::certificate::common_name);
+            if let Some(name) = peer_name {
+                service = TowerToHyperService::new(app.layer(axum::Extension(PeerName(name))));
+            }
             let io = TokioIo::new(conn);
             match protocol {
                 Protocol::Http1 => {

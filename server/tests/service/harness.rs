@@ -314,6 +314,19 @@ impl Drop for Service {
     }
 }
 
+impl Service {
+    /// The operator console's address (`--admin-listen 127.0.0.1:0` given), from its log.
+    pub fn admin(&self) -> SocketAddr {
+        let mut address = None;
+        let found = wait_until(Duration::from_secs(10), || {
+            address = bound(&self.log(), "operator console on ");
+            address.is_some()
+        });
+        assert!(found, "the console did not start; log:\n{}", self.log());
+        address.unwrap()
+    }
+}
+
 /// The address a listener logged it is bound to (an unspecified address reached on
 /// loopback).
 fn bound(log: &str, prefix: &str) -> Option<SocketAddr> {

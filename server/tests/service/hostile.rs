@@ -663,7 +663,7 @@ fn tls_client(
 
 /// The same, presenting a client certificate and key if given; the handshake's error if
 /// the server refuses it.
-fn tls_client_as(
+pub fn tls_client_as(
     address: SocketAddr,
     ca: &Path,
     identity: Option<(&Path, &Path)>,
@@ -715,12 +715,12 @@ fn tls_healthz(
 
 /// A CA, a server certificate for localhost and 127.0.0.1 and a client certificate, both
 /// signed by it (openssl).
-struct Certificates {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
+pub struct Certificates {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -736,7 +736,7 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-fn certificates(dir: &Path) -> Certificates {
+pub fn certificates(dir: &Path) -> Certificates {
     let ec = [
         "-newkey",
         "ec",

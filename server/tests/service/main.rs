@@ -21,6 +21,8 @@
 //! - `reference`: envoyproxy/ratelimit's README examples, service and integration tests'
 //!   expectations, the defects a migration met, and its environment variables, `/json`
 //!   and `/healthcheck`, over gRPC and both HTTP APIs;
+//! - `console`: the operator console's API (writes guarded, what it writes enforced) and
+//!   its page in a real browser (Debian's chromium, Selenium);
 //! - `venv`: the Python packages the Python and Envoy tests use (pinned), installed on first
 //!   use.
 #![allow(
@@ -33,6 +35,7 @@
 )]
 
 mod atomic;
+mod console;
 mod envoy;
 mod features;
 mod harness;

@@ -15,14 +15,20 @@ pub fn tests_dir() -> PathBuf {
 
 /// The venv's python, installing the pinned requirements if they changed.
 pub fn venv_python() -> PathBuf {
+    python_of("requirements.txt", "service-venv")
+}
+
+/// The python of the venv `venv` (under the target's temporary directory) holding the
+/// pinned packages of `tests/python/<requirements>`, installed if they changed.
+pub fn python_of(requirements: &str, venv: &str) -> PathBuf {
     // The tests of this binary run in parallel: one installs, the others wait.
     static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _installing = INSTALL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("service-venv");
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(venv);
     let python = venv.join("bin").join("python");
-    let requirements = tests_dir().join("requirements.txt");
+    let requirements = tests_dir().join(requirements);
     let wanted = std::fs::read_to_string(&requirements).unwrap();
     let marker = venv.join("installed-requirements.txt");
     if std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {

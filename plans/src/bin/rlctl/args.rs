@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, Parser, Subcommand};
+use redis_ratelimit_plans::change::Change;
 use redis_ratelimit_plans::spec::{LIMIT_SYNTAX, SpecError, parse_duration, plan_kind_names};
 
 /// The help's closing text; `{kinds}` is the kinds a plan's limit can be, from core's table.
@@ -237,33 +238,8 @@ fn duration(text: &str) -> Result<Duration, ValueError> {
 
 /// What to do.
 pub enum Command {
-    PlanSet {
-        name: String,
-        limits: Vec<String>,
-        replace: bool,
-    },
-    PlanDelete {
-        name: String,
-    },
-    TenantSet {
-        tenant: String,
-        plan: String,
-    },
-    TenantDelete {
-        tenant: String,
-    },
-    OverrideSet {
-        pattern: String,
-        limits: Vec<String>,
-        all: bool,
-        add: bool,
-        ttl: Option<Duration>,
-    },
-    OverridePrune,
-    OverrideDelete {
-        pattern: String,
-        limit: Option<String>,
-    },
+    /// A change of the store (every write but `import`).
+    Write(Change),
     Get {
         tenant: String,
     },
@@ -332,18 +308,22 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Args, Stop> {
                     "plan set needs at least one --limit {LIMIT_SYNTAX}"
                 )));
             }
-            Command::PlanSet {
+            Command::Write(Change::PlanSet {
                 name: plan,
                 limits,
                 replace,
-            }
+            })
         }
-        Top::Plan(PlanCommand::Delete { plan }) => Command::PlanDelete { name: plan },
-        Top::Tenant(TenantCommand::Set { tenant, plan }) => Command::TenantSet {
+        Top::Plan(PlanCommand::Delete { plan }) => {
+            Command::Write(Change::PlanDelete { name: plan })
+        }
+        Top::Tenant(TenantCommand::Set { tenant, plan }) => Command::Write(Change::TenantSet {
             tenant,
             plan: plan.ok_or(Stop::Refused("tenant set needs --plan PLAN".into()))?,
-        },
-        Top::Tenant(TenantCommand::Delete { tenant }) => Command::TenantDelete { tenant },
+        }),
+        Top::Tenant(TenantCommand::Delete { tenant }) => {
+            Command::Write(Change::TenantDelete { tenant })
+        }
         Top::Override(OverrideCommand::Set {
             pattern,
             mut limits,
@@ -358,18 +338,18 @@ pub fn parse(raw: impl Iterator<Item = String>) -> Result<Args, Stop> {
                     "override set needs at least one limit, {LIMIT_SYNTAX}"
                 )));
             }
-            Command::OverrideSet {
+            Command::Write(Change::OverrideSet {
                 pattern,
                 limits,
                 all,
                 add,
                 ttl,
-            }
+            })
         }
         Top::Override(OverrideCommand::Delete { pattern, limit }) => {
-            Command::OverrideDelete { pattern, limit }
+            Command::Write(Change::OverrideDelete { pattern, limit })
         }
-        Top::Override(OverrideCommand::Prune) => Command::OverridePrune,
+        Top::Override(OverrideCommand::Prune) => Command::Write(Change::OverridePrune),
         Top::Get { tenant } => Command::Get { tenant },
         Top::List => Command::List,
         Top::History { tenant, count } => Command::History { tenant, count },
@@ -552,13 +532,15 @@ mod tests {
         let args = parse_words(&["tenant", "set", "help", "--plan", "free", "--dry-run"]).unwrap();
         assert!(args.dry_run);
         assert!(
-            matches!(args.command, Command::TenantSet { tenant, plan } if tenant == "help" && plan == "free")
+            matches!(args.command, Command::Write(Change::TenantSet { tenant, plan }) if tenant == "help" && plan == "free")
         );
         for help in [&["-h"][..], &["--help"], &["tenant", "set", "--help"]] {
             assert!(matches!(parse_words(help), Err(Stop::Help(_))), "{help:?}");
         }
         let args = parse_words(&["tenant", "set", "--plan", "free", "--", "-h"]).unwrap();
-        assert!(matches!(args.command, Command::TenantSet { tenant, .. } if tenant == "-h"));
+        assert!(
+            matches!(args.command, Command::Write(Change::TenantSet { tenant, .. }) if tenant == "-h")
+        );
     }
 
     #[test]
@@ -566,12 +548,12 @@ mod tests {
         let args = parse_words(&["plan", "set", "p", "--limit", "a=fixed:1/1s", "--replace"]);
         assert!(matches!(
             args.unwrap().command,
-            Command::PlanSet { replace: true, .. }
+            Command::Write(Change::PlanSet { replace: true, .. })
         ));
         let args = parse_words(&["override", "set", "acme", "x=fixed:1/1s", "--add"]);
         assert!(matches!(
             args.unwrap().command,
-            Command::OverrideSet { add: true, .. }
+            Command::Write(Change::OverrideSet { add: true, .. })
         ));
         assert_eq!(
             refused(&["tenant", "set", "a", "--plan", "p", "--replace"]),

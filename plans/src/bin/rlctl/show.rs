@@ -5,9 +5,10 @@ use std::fmt::Write;
 use redis_ratelimit_client::top::merge::CONCENTRATION_KEYS;
 use redis_ratelimit_client::top::{TopDenied, TopQuery};
 use redis_ratelimit_plans::edit::{Edit, Table};
+use redis_ratelimit_plans::history::{self, utc};
 use redis_ratelimit_plans::plan_store::{AuditEntry, printable};
-use redis_ratelimit_plans::snapshot::{Rule, Snapshot, Unreadable};
-use redis_ratelimit_plans::spec::Pattern;
+use redis_ratelimit_plans::preview::{self, Moved};
+use redis_ratelimit_plans::snapshot::{Snapshot, Unreadable};
 
 /// A text from the store as one line (control characters escaped: a name or a `--who`
 /// holding a newline cannot forge a line), and at most this long.
@@ -42,61 +43,6 @@ pub fn unreadable(bad: &Unreadable) -> String {
     )
 }
 
-/// `2026-12-01T10:06:12Z` for milliseconds since the Unix epoch (UTC, proleptic Gregorian).
-pub fn utc(ms: u64) -> String {
-    let seconds = ms.checked_div(1_000).unwrap_or(0);
-    let days = i64::try_from(seconds.checked_div(86_400).unwrap_or(0)).unwrap_or(0);
-    let of_day = seconds.checked_rem(86_400).unwrap_or(0);
-    // Howard Hinnant's days-to-civil.
-    let z = days.saturating_add(719_468);
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = doe
-        .saturating_sub(doe / 1_460)
-        .saturating_add(doe / 36_524)
-        .saturating_sub(doe / 146_096)
-        / 365;
-    let doy = doe.saturating_sub(
-        yoe.saturating_mul(365)
-            .saturating_add(yoe / 4)
-            .saturating_sub(yoe / 100),
-    );
-    let mp = doy.saturating_mul(5).saturating_add(2) / 153;
-    let day = doy
-        .saturating_sub(mp.saturating_mul(153).saturating_add(2) / 5)
-        .saturating_add(1);
-    let month = if mp < 10 {
-        mp.saturating_add(3)
-    } else {
-        mp.saturating_sub(9)
-    };
-    let year = yoe
-        .saturating_add(era.saturating_mul(400))
-        .saturating_add(i64::from(month <= 2));
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3_600,
-        of_day.checked_rem(3_600).unwrap_or(0) / 60,
-        of_day.checked_rem(60).unwrap_or(0)
-    )
-}
-
-fn rule(rule: &Rule) -> String {
-    match rule {
-        Rule::Override {
-            pattern,
-            expires_at_ms: Some(at),
-        } => {
-            let kind = match pattern {
-                Pattern::Exact(_) => "override",
-                Pattern::Prefix(_) => "wildcard override",
-            };
-            format!("{kind} '{pattern}' until {}", utc(*at))
-        }
-        other => other.to_string(),
-    }
-}
-
 /// `rlctl get`: the limits the store gives `tenant`, and the rule each comes from.
 pub fn effective(snapshot: &Snapshot, tenant: &str, now_ms: u64) -> String {
     let mut out = String::new();
@@ -121,7 +67,7 @@ pub fn effective(snapshot: &Snapshot, tenant: &str, now_ms: u64) -> String {
             out,
             "  {:<40} {}",
             limit.spec.to_string(),
-            rule(&limit.rule)
+            history::rule_text(&limit.rule)
         );
     }
     out
@@ -163,25 +109,6 @@ pub fn list(snapshot: &Snapshot, now_ms: u64) -> String {
     out
 }
 
-/// Whether an audit entry concerns `tenant`: its plan assignment, an override matching it,
-/// or the plan it is on now.
-fn concerns(snapshot: &Snapshot, entry: &AuditEntry, tenant: &str) -> bool {
-    let name = entry.get("name");
-    match entry.get("kind") {
-        "tenant" => name == tenant,
-        "override" => name
-            .split(' ')
-            .next()
-            .and_then(|pattern| Pattern::parse(pattern).ok())
-            .is_some_and(|pattern| pattern.matches(tenant)),
-        "plan" => snapshot
-            .tenants
-            .get(tenant)
-            .is_some_and(|plan| plan == name),
-        _ => false,
-    }
-}
-
 /// `rlctl history`.
 pub fn history(
     snapshot: &Snapshot,
@@ -190,11 +117,7 @@ pub fn history(
     count: u64,
 ) -> String {
     let mut out = String::new();
-    let shown = entries
-        .iter()
-        .filter(|entry| tenant.is_none_or(|tenant| concerns(snapshot, entry, tenant)))
-        .take(usize::try_from(count).unwrap_or(usize::MAX));
-    for entry in shown {
+    for entry in history::shown(snapshot, entries, tenant, count) {
         let at = entry
             .get("at_ms")
             .parse()
@@ -225,20 +148,7 @@ pub fn history(
 pub fn edits(snapshot: &Snapshot, edits: &[Edit]) -> String {
     let mut out = String::new();
     for edit in edits {
-        let old = match edit.table {
-            Table::Plans => snapshot.plans.get(&edit.field).map(|limits| {
-                limits
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }),
-            Table::Tenants => snapshot.tenants.get(&edit.field).cloned(),
-            Table::Overrides => snapshot
-                .overrides
-                .get(&edit.field)
-                .map(|entry| entry.encode_value()),
-        };
+        let old = preview::old_value(snapshot, edit);
         let _ = writeln!(
             out,
             "  {} {}: {} -> {}",
@@ -295,6 +205,43 @@ pub fn top(query: &TopQuery, limits: &[TopDenied]) -> String {
     text
 }
 
+/// What a dry run would move: each tenant whose limits change, before and after, and the
+/// wildcard patterns changed (they move tenants the store does not name).
+pub fn moved(moved: &Moved) -> String {
+    let mut out = String::new();
+    if moved.tenants.is_empty() && moved.wildcards.is_empty() {
+        let _ = writeln!(out, "no tenant the store names changes limits");
+        return out;
+    }
+    for tenant in &moved.tenants {
+        let _ = writeln!(out, "tenant {} would change:", line(&tenant.tenant));
+        let list = |limits: &[String]| {
+            if limits.is_empty() {
+                "each policy's defaults".to_string()
+            } else {
+                limits
+                    .iter()
+                    .map(|text| line(text))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let _ = writeln!(out, "  before: {}", list(&tenant.before));
+        let _ = writeln!(out, "  after:  {}", list(&tenant.after));
+    }
+    if moved.more > 0 {
+        let _ = writeln!(out, "and {} more tenants", moved.more);
+    }
+    for pattern in &moved.wildcards {
+        let _ = writeln!(
+            out,
+            "every tenant matching '{}' would change, named in the store or not",
+            line(pattern)
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,12 +273,5 @@ mod tests {
             shown.contains("mallory\\nv99") && shown.contains("a\\rb.toml"),
             "{shown}"
         );
-    }
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc(1_796_119_572_000), "2026-12-01T10:06:12Z");
-        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
     }
 }
