@@ -57,9 +57,9 @@ pub use self::limit::{AlgorithmKind, BuiltLimit, LimitSpec, Unit};
 #[cfg(test)]
 pub use self::load::assemble;
 pub use self::load::{config_files, load};
+pub use self::pattern::ValuePattern;
 #[cfg(test)]
 pub use self::region_file::{GOOD_REGION_FILE, parse_region};
 pub use self::region_file::{HomeBackend, PoolMode, RegionConfig, load_region};
-pub use self::pattern::ValuePattern;
 pub use self::rules::{Config, Domain, Found, Rule};
 pub use self::yaml::{FileBounds, read_head};
