@@ -101,7 +101,7 @@ impl RedisTop {
                 .arg(&key)
                 .query_async(&mut connection)
                 .await?;
-            summaries += fields.len();
+            summaries = summaries.saturating_add(fields.len());
             hashes.push(fields);
             if summaries >= MAX_SUMMARIES {
                 break;
