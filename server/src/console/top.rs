@@ -95,7 +95,7 @@ impl RedisTop {
         let mut connection = self.store.connection().await?;
         let (seconds, _): (u64, u64) = redis::cmd("TIME").query_async(&mut connection).await?;
         let mut hashes = Vec::new();
-        let mut summaries = 0;
+        let mut summaries: usize = 0;
         for key in report::window_keys(seconds, query.minutes.clamp(1, MAX_MINUTES)) {
             let fields: Vec<(String, String)> = redis::cmd("HGETALL")
                 .arg(&key)
