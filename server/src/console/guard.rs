@@ -19,9 +19,9 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::Console;
 use super::json::problem;
 use super::session::COOKIE;
+use super::state::Console;
 use super::users::{Role, User};
 use crate::serve::http::PeerName;
 

@@ -10,9 +10,9 @@ use axum::response::Response;
 use redis_ratelimit_plans::history::utc;
 use serde_json::json;
 
-use super::Console;
 use super::json::ok;
 use super::read::snapshot;
+use super::state::Console;
 
 /// The health of this replica.
 pub async fn health(State(console): State<Arc<Console>>) -> Response {

@@ -20,14 +20,13 @@ mod json;
 mod policy_store;
 mod read;
 mod session;
+mod state;
 mod top;
 mod usage;
 pub mod users;
 mod write;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::rejection::JsonRejection;
@@ -36,20 +35,15 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use redis_ratelimit_client::store::Store;
-use redis_ratelimit_plans::plan_store::PlanStoreError;
 use redis_ratelimit_plans::spec::check_tenant;
 use serde::Deserialize;
 use serde_json::json;
 
 use self::guard::Caller;
 use self::json::{ok, problem};
-use self::policy_store::PolicyStore;
-pub use self::session::RandomError;
-use self::session::{COOKIE, Sessions};
-use self::top::{RedisTop, TopQuery, TopSource};
-use self::users::Users;
-use crate::engine::Engine;
+use self::session::COOKIE;
+pub use self::state::{Console, ConsoleError, Parts};
+use self::top::TopQuery;
 
 /// The largest request body (an imported TOML file included).
 const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -59,90 +53,6 @@ const MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
      base-uri 'none'";
-
-/// What the console's handlers share.
-pub struct Console {
-    /// The service's decisions, config and followed policy store.
-    engine: Arc<Engine>,
-    /// The limiter's store, for `RL.PEEK`.
-    store: Arc<dyn Store>,
-    /// How long a store read may take.
-    store_timeout: Duration,
-    /// Who may use the console.
-    users: Users,
-    /// The browser sessions.
-    sessions: Sessions,
-    /// The policy store's keys.
-    policy_store: Arc<PolicyStore>,
-    /// Where "Throttled now" reads.
-    top: Arc<dyn TopSource>,
-    /// The health probe's last answer.
-    store_reachable: Arc<AtomicBool>,
-    /// `--failure-mode`.
-    failure_mode: &'static str,
-    /// Served over TLS (cookies `Secure`, the origin `https`).
-    tls: bool,
-    /// The longest a request may take.
-    request_timeout: Duration,
-}
-
-/// What the console is made of.
-pub struct Parts {
-    /// The engine.
-    pub engine: Arc<Engine>,
-    /// The limiter's store.
-    pub store: Arc<dyn Store>,
-    /// `--redis` (with `cluster`, nodes of a cluster).
-    pub urls: Vec<String>,
-    /// A cluster.
-    pub cluster: bool,
-    /// `--timeout-ms`.
-    pub store_timeout: Duration,
-    /// The users.
-    pub users: Users,
-    /// The health probe's last answer.
-    pub store_reachable: Arc<AtomicBool>,
-    /// `--failure-mode`'s name.
-    pub failure_mode: &'static str,
-    /// Served over TLS.
-    pub tls: bool,
-    /// `--request-timeout-ms`.
-    pub request_timeout: Duration,
-}
-
-/// Why the console cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum ConsoleError {
-    /// No randomness for sessions.
-    #[error("{0}")]
-    Random(#[from] RandomError),
-    /// `--redis` makes no connection to the policy store.
-    #[error("{0}")]
-    Store(#[from] PlanStoreError),
-}
-
-impl Console {
-    /// The console of `parts`.
-    pub fn new(parts: Parts) -> Result<Self, ConsoleError> {
-        let timeout = parts.store_timeout.max(Duration::from_millis(500));
-        let policy_store = Arc::new(PolicyStore::new(&parts.urls, parts.cluster, timeout)?);
-        Ok(Self {
-            engine: parts.engine,
-            store: parts.store,
-            store_timeout: timeout,
-            users: parts.users,
-            sessions: Sessions::new()?,
-            top: Arc::new(RedisTop {
-                store: Arc::clone(&policy_store),
-            }),
-            policy_store,
-            store_reachable: parts.store_reachable,
-            failure_mode: parts.failure_mode,
-            tls: parts.tls,
-            request_timeout: parts.request_timeout,
-        })
-    }
-}
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const CONSOLE_JS: &str = include_str!("assets/console.js");

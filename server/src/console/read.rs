@@ -15,9 +15,9 @@ use redis_ratelimit_plans::{PlanConnection, file, history};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::Console;
 use super::guard::Caller;
 use super::json::{self, ok, problem, store_failed};
+use super::state::Console;
 
 /// The most tenants a search answers.
 pub const MAX_FOUND: usize = 100;

@@ -15,7 +15,7 @@ use redis_ratelimit_plans::history::rule_text;
 use redis_ratelimit_plans::snapshot::Rule as PlanRule;
 use serde_json::{Map, Value, json};
 
-use super::Console;
+use super::state::Console;
 use crate::config::{Config, Domain, Rule, ValuePattern};
 use crate::resolve;
 

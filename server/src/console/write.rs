@@ -19,10 +19,10 @@ use redis_ratelimit_plans::spec::parse_duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Console;
 use super::guard::Caller;
 use super::json::{ok, problem, store_failed};
 use super::read::snapshot;
+use super::state::Console;
 
 /// What every write takes besides its verb's fields.
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
