@@ -6,7 +6,7 @@ RELEASE_MODULE := target/release/libredis_ratelimit.so
 # Integration tests load a debug build with test-only hooks (a settable clock offset).
 TEST_FEATURES := redis-ratelimit/test-hooks
 
-.PHONY: help prereqs build run docker test lint docs generate unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test ops-test ops-plot compat python-test bench-python test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
+.PHONY: help prereqs build run docker test lint docs generate unit regions-model test-prereqs integration valkey-server conformance containers chaos regions soak soak-check client-test service-test ops-test ops-plot compat python-test bench-python node-test bench-node test-long bench bench-criterion bench-server bench-client bench-service bench-memory bench-memory-keys bench-instructions fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -39,7 +39,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint docs unit regions-model test-prereqs integration conformance client-test service-test ops-test python-test containers chaos ## Everything CI runs: format, lints, the docs book, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, the Prometheus rules and dashboard, Python client, container and chaos tests
+test: prereqs lint docs unit regions-model test-prereqs integration conformance client-test service-test ops-test python-test node-test containers chaos ## Everything CI runs: format, lints, the docs book, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, the Prometheus rules and dashboard, Python client, Node.js client, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, no import cycles, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
@@ -259,6 +259,33 @@ bench-python: ## The Python client: checks/s (module, library), Redis calls per 
 	$(MAKE) --no-print-directory python-test PYTEST_ARGS="-k golden"
 	cd python && RL_MODULE_PATH=$(abspath $(PYTHON_TARGET))/release/libredis_ratelimit.so \
 	  $(abspath $(PYTHON_VENV))/bin/python bench/bench.py --out bench/results.md
+
+# The Node.js client (node/): Debian's node-redis 4.5.1 and express 4.18.2 (installed by
+# scripts/prereqs.sh under /usr/share/nodejs, hence NODE_PATH), no npm registry. The golden
+# vectors the Rust core writes (its own file: python-test writes target/golden.jsonl), the
+# Functions library copied into the package (node/scripts/copy-library.js; a test checks the
+# copy), tsc on the hand-written declarations (an example using them), then `node --test`
+# on real servers: every backend, a cluster, a fleet, outages, Express.
+NODE_TARGET := $(or $(CARGO_TARGET_DIR),target)
+NODE_PATH_DEBIAN := /usr/share/nodejs
+NODE_TESTS ?= test/*.test.js
+
+node-test: prereqs ## The Node.js client: golden vectors from the Rust core, tsc on its declarations, node --test on real servers and Express
+	$(CARGO) build --release
+	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
+	$(CARGO) run --release -q -p redis-ratelimit-core --example golden -- $(NODE_TARGET)/node-golden.jsonl
+	node node/scripts/copy-library.js
+	cd node && NODE_PATH=$(NODE_PATH_DEBIAN) tsc -p tsconfig.json
+	cd node && RL_GOLDEN_VECTORS=$(abspath $(NODE_TARGET))/node-golden.jsonl \
+	  RL_MODULE_PATH=$(abspath $(NODE_TARGET))/release/libredis_ratelimit.so \
+	  RL_RLCTL=$(abspath $(NODE_TARGET))/debug/rlctl \
+	  NODE_PATH=$(NODE_PATH_DEBIAN) node --test $(NODE_TESTS)
+
+bench-node: prereqs ## The Node.js client: checks/s of one process (module, library), Redis calls per check with leases, beside the article's Lua script (node/bench/results.md)
+	$(CARGO) build --release
+	node node/scripts/copy-library.js
+	cd node && RL_MODULE_PATH=$(abspath $(NODE_TARGET))/release/libredis_ratelimit.so \
+	  NODE_PATH=$(NODE_PATH_DEBIAN) node bench/bench.js --out bench/results.md
 
 test-long: ## The integration tests with longer runs and more iterations (RL_TEST_LONG=1)
 	$(CARGO) build --features $(TEST_FEATURES)

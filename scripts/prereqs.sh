@@ -6,12 +6,15 @@
 # theirs), prometheus and promtool (Debian's `prometheus`: make ops-test checks and runs the
 # rules and the dashboard of deploy/ on them), Debian's chromium and chromium-driver (the
 # service's operator console is tested in a real browser, driven by Selenium; nothing
-# downloads a browser of its own), the rustfmt/clippy components, and mdBook (the docs book,
-# `make docs`) at the version pinned below, from crates.io. Idempotent: installs only what is
+# downloads a browser of its own), the Node.js client's test dependencies from Debian (make
+# node-test: node, and node-redis, node-express, node-typescript under /usr/share/nodejs: no
+# npm registry is needed), the rustfmt/clippy components, and mdBook (the docs book, `make
+# docs`) at the version pinned below, from crates.io. Idempotent: installs only what is
 # missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
-# searched for libclang; PREREQS_SKIP_RUST=1 skips the rustup components and mdBook.
+# searched for libclang; PREREQS_NODE_MODULES the directory of Debian's Node.js packages
+# (default /usr/share/nodejs); PREREQS_SKIP_RUST=1 skips the rustup components and mdBook.
 set -euo pipefail
 
 # bindgen loads libclang through clang-sys, which looks for exactly these file names:
@@ -65,6 +68,12 @@ command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 # package also enables its own service on :9090, which they do not touch either.)
 lean=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || lean+=(prometheus)
+# The Node.js client's tests: Debian's packages put their modules here (NODE_PATH).
+node_modules=${PREREQS_NODE_MODULES:-/usr/share/nodejs}
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+[[ -f $node_modules/redis/package.json ]] || missing+=(node-redis)
+[[ -f $node_modules/express/package.json ]] || missing+=(node-express)
+command -v tsc >/dev/null 2>&1 || missing+=(node-typescript)
 
 if ((${#missing[@]} + ${#lean[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
@@ -83,6 +92,11 @@ if ((${#missing[@]} + ${#lean[@]})); then
     ((${#lean[@]} == 0)) || echo "  sudo apt-get install -y --no-install-recommends ${lean[*]}" >&2
     exit 1
   fi
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [[ $node_major -lt 20 ]]; then
+  echo "prereqs: warning: the Node.js client needs node 20 or newer (found $(node --version 2>/dev/null || echo none)): make node-test will fail" >&2
 fi
 
 version=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\.\([0-9]*\).*/\1\2/p')

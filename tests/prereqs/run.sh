@@ -42,7 +42,7 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
       overlay "$dir"
       find "$dir" -maxdepth 6 -path '*/clang/*/include/stddef.h' -delete
     done
-  elif [[ $scenario != complete && $scenario != no-browser ]]; then
+  elif [[ $scenario != complete && $scenario != no-browser && $scenario != no-node ]]; then
     for dir in /usr/lib /usr/local/lib /usr/lib64; do
       [[ -d $dir && ! -L $dir ]] || continue
       overlay "$dir"
@@ -65,6 +65,17 @@ if [[ ${PREREQS_TEST_INSIDE:-} == 1 ]]; then
     mount --bind "$scratch/ld.so.cache" /etc/ld.so.cache
     if ldconfig -p | grep -E 'libclang(-[0-9.]+)?\.so' | grep -v libclang-cpp; then
       echo "setup: libclang is still in the linker cache" >&2
+      exit 90
+    fi
+  fi
+  if [[ $scenario == no-node ]]; then
+    # Debian's Node.js packages of the Node client's tests: node-redis, node-express, tsc.
+    overlay /usr/share/nodejs
+    rm -rf /usr/share/nodejs/redis /usr/share/nodejs/express
+    overlay /usr/bin
+    rm -f /usr/bin/tsc
+    if [[ -e /usr/share/nodejs/redis ]] || command -v tsc >/dev/null; then
+      echo "setup: node-redis or tsc is still there" >&2
       exit 90
     fi
   fi
@@ -122,8 +133,8 @@ unshare_args=(--mount --propagation private)
 
 passed=0 failed=0
 scenario() { # scenario NAME EXPECTED-PACKAGES...: expects `apt-get install` of exactly these
-  # (NAME: complete | no-libclang | no-headers | no-redis | no-prometheus | no-browser |
-  # only:PATH, see the inside part)
+  # (NAME: complete | no-libclang | no-headers | no-node | no-redis | no-prometheus |
+  # no-browser | only:PATH, see the inside part)
   local name=$1 scratch asked wanted status=0
   shift
   wanted="${*:-}"
@@ -161,6 +172,8 @@ scenario no-libclang libclang-dev
 # libclang's runtime without clang's headers (libclang1-N alone): bindgen would fail on
 # stddef.h, so libclang-dev.
 scenario no-headers libclang-dev
+# The Node client's test packages hidden (node itself stays): exactly those three.
+scenario no-node node-redis node-express node-typescript
 # A bare machine: both.
 scenario no-redis libclang-dev redis-server
 # No Prometheus (make ops-test's prometheus and promtool): Debian's package, installed
