@@ -541,8 +541,10 @@ local function quota(kind, a, i)
   if kind == 'tb' then return token_bucket_params(a[i], a[i + 1])
   elseif kind == 'gcra' then return gcra_params(a[i], a[i + 1], a[i + 2])
   elseif kind == 'cc' then return concurrency_params(a[i], a[i + 1])
+  elseif kind == 'fw' or kind == 'sw' or kind == 'sl' then return window_params(kind, a[i], a[i + 1])
   end
-  return window_params(kind, a[i], a[i + 1])
+  -- A kind of the generated table without its twin here: say so, never guess its parameters.
+  fail('ERR the Functions library has no twin of kind ' .. kind)
 end
 
 local function algorithm(name)

@@ -212,9 +212,11 @@ class Shape:
                 return SlidingLogParams.new(self.quota, self.window_us)
             if self.kind == GCRA:
                 return GcraParams.from_interval(self.quota - 1, self.interval_ns)
-            return ConcurrencyParams.new(self.quota, self.ttl_us)
+            if self.kind == CONCURRENCY:
+                return ConcurrencyParams.new(self.quota, self.ttl_us)
         except ValueError as error:
             raise AlgorithmError(f"parameters out of range: {error}") from None
+        raise AlgorithmError(f"the Python client has no twin of kind {self.kind!r}")
 
     def call_quota(self, *, max_wait_ms: int | None = None, holder: str | None = None) -> AnyQuota:
         """The core's quota for one unit of a call: a token bucket paced up to
@@ -382,7 +384,9 @@ class Algorithm:
             return [str(self.quota), f"{self.window_us // 1_000_000}.{self.window_us % 1_000_000:06d}"]
         if self.kind == CONCURRENCY:
             return [str(self.quota), str(self.ttl_ms)]
-        return [str(self.max_burst), str(self.count), str(self.period_s)]
+        if self.kind == GCRA:
+            return [str(self.max_burst), str(self.count), str(self.period_s)]
+        raise AlgorithmError(f"the Python client has no twin of kind {self.kind!r}")
 
     def shape(self) -> Shape:
         if self.kind == TOKEN_BUCKET:
@@ -392,7 +396,9 @@ class Algorithm:
             return Shape(GCRA, self.quota, interval_ns=emission_interval_ns(self.count, self.period_s))
         if self.kind == CONCURRENCY:
             return Shape(CONCURRENCY, self.quota, ttl_us=self.ttl_ms * 1_000)
-        return Shape(self.kind, self.quota, window_us=self.window_us)
+        if self.kind in (SLIDING_WINDOW, FIXED_WINDOW, SLIDING_LOG):
+            return Shape(self.kind, self.quota, window_us=self.window_us)
+        raise AlgorithmError(f"the Python client has no twin of kind {self.kind!r}")
 
     def window_ns(self) -> int:
         return self.shape().window_ns()

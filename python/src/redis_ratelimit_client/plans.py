@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ._kinds import BY_NAME, GCRA, KINDS, TOKEN_BUCKET, Kind
-from .algorithms import Algorithm, AlgorithmError
+from .algorithms import Algorithm, AlgorithmError, or_list
 from .clock import SYSTEM_CLOCK, Clock
 from .metrics import Metrics, default_metrics
 from .policy import DEFAULT_KEY_CLASS, OVERRIDE_KEY_CLASS, Limit, Policy, PolicyError, check_name
@@ -367,7 +367,7 @@ class _PlanSourceBase:
                 if spec is None:
                     raise ValueError(
                         f"policy '{base.name}', limit '{limit.name}': a store-backed policy's defaults "
-                        "are plan limits (amount per period of token, sliding, fixed, log or gcra; "
+                        f"are plan limits (amount per period of {or_list(_KINDS)}; "
                         "weight 1, not paced, not in-flight)"
                     )
                 specs.append(spec)
