@@ -186,7 +186,8 @@ class Server {
   /** A connected node-redis client (closed by stop()). */
   async client(options = {}) {
     const { createClient } = redisPackage();
-    const client = createClient({ socket: { host: '127.0.0.1', port: this.port, ...(options.socket || {}) }, ...options });
+    const { socket = {}, ...rest } = options;
+    const client = createClient({ ...rest, socket: { host: '127.0.0.1', port: this.port, ...socket } });
     client.on('error', () => {});
     await client.connect();
     this.clients.push(client);
@@ -212,6 +213,16 @@ class Server {
       }
     }
     fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** Kills the server (by pid) and waits for it to exit, leaving its clients open (reconnecting). */
+  async halt() {
+    const exited = new Promise((resolve) => {
+      if (this.process.exitCode !== null || this.process.signalCode !== null) resolve();
+      else this.process.once('exit', resolve);
+    });
+    this.kill();
+    await exited;
   }
 
   async stop() {
