@@ -23,6 +23,8 @@ const { DEFAULT_TIMEOUT_MS, Lease, Limit, Policy } = require('./policy');
 const { MemoryStore, RedisStore } = require('./store');
 const { setLogger } = require('./log');
 const { keySlot } = require('./connection');
+const { ipKey } = require('./ip');
+const { RateLimitStore } = require('./express');
 
 module.exports = {
   DEFAULT_TIMEOUT_MS,
@@ -46,7 +48,9 @@ module.exports = {
   Reservation,
   StoreError,
   View,
+  ipKey,
   keySlot,
+  RateLimitStore,
   setLogger,
   version: '0.1.0',
 };

@@ -23,7 +23,9 @@ export const {
   Reservation,
   StoreError,
   View,
+  ipKey,
   keySlot,
+  RateLimitStore,
   setLogger,
   version,
 } = api;
