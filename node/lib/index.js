@@ -24,6 +24,8 @@ const { MemoryStore, RedisStore } = require('./store');
 const { setLogger } = require('./log');
 const { keySlot } = require('./connection');
 const { ipKey } = require('./ip');
+const { fromFile, fromToml } = require('./config');
+const { PlanSource } = require('./plans');
 const { RateLimitStore } = require('./express');
 
 module.exports = {
@@ -47,7 +49,10 @@ module.exports = {
   RedisStore,
   Reservation,
   StoreError,
+  PlanSource,
   View,
+  fromFile,
+  fromToml,
   ipKey,
   keySlot,
   RateLimitStore,
