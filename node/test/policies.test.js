@@ -148,3 +148,24 @@ test("the metrics carry the other clients' names", async () => {
     await server.stop();
   }
 });
+
+test('a policy or limit that cannot work is refused when built, with the server\'s words', () => {
+  const { Lease, PolicyError } = require('../lib');
+  const bucket = Limit.tokenBucket('b', { capacity: 10, rate: 1, key: 'k:{key}' });
+  const refusals = [
+    [() => Limit.fixedWindow('w', { limit: 0, window: 60, key: 'k' }), "limit 'w': limit must be greater than 0 (got '0')"],
+    [() => Limit.fixedWindow('w', { limit: 5, window: 0.0001, key: 'k' }), 'window must be at least 0.001 seconds (1 ms)'],
+    [() => Limit.tokenBucket('b', { capacity: 5, rate: 1, refill: 5, key: 'k' }), 'give either a rate (tokens per second) or a refill time, not both'],
+    [() => Limit.tokenBucket('b', { capacity: 5, rate: '2000000000', key: 'k' }), 'rate must be at most 1000000000 tokens per second'],
+    [() => Limit.fixedWindow('w', { limit: 5, window: 60, key: 'k{' }), 'unbalanced brace'],
+    [() => Limit.slidingLog('l', { limit: 5, window: 60, key: 'k', maxWaitMs: 10 }), 'only token buckets can be paced'],
+    [() => new Policy('p', [bucket, bucket]), "two limits are named 'b'"],
+    [() => new Policy('p', []), "policy 'p' has no limits"],
+    [() => new Policy('p', [bucket], { fallback: 'maybe' }), 'fallback is open, closed or local'],
+    [() => new Policy('p', [Limit.concurrency('c', { limit: 2, ttl: 30, key: 'c' })], { lease: new Lease({ units: 2 }) }), 'its policy cannot be leased'],
+    [() => new Policy('bad name', [bucket]), "bad policy name 'bad name'"],
+  ];
+  for (const [build, words] of refusals) {
+    assert.throws(build, (error) => error instanceof PolicyError && error.message.includes(words), words);
+  }
+});
