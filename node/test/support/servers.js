@@ -88,19 +88,29 @@ function favour(pid) {
 /** `count` processes spinning on the CPU until stop() (by pid), so this process runs late. */
 function cpuBurners(count = 2) {
   const burners = Array.from({ length: count }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
-  return {
+  const group = {
     stop() {
+      burning.delete(group);
       for (const burner of burners) {
         if (burner.exitCode === null && burner.signalCode === null) burner.kill('SIGKILL');
       }
     },
   };
+  burning.add(group);
+  return group;
 }
 
 const running = new Set();
+const burning = new Set();
 process.on('exit', () => {
   for (const server of running) server.kill();
+  for (const group of burning) group.stop();
+  if (shim !== null) fs.rmSync(path.dirname(shim), { recursive: true, force: true });
 });
+// A run stopped from outside (a timeout's SIGTERM, Ctrl-C) stops its servers too, by pid.
+for (const signal of ['SIGTERM', 'SIGINT']) {
+  process.once(signal, () => process.exit(128 + (signal === 'SIGTERM' ? 15 : 2)));
+}
 
 /** The three backends: how a server is started for each. */
 const BACKENDS = {
