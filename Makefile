@@ -265,13 +265,16 @@ bench-python: ## The Python client: checks/s (module, library), Redis calls per 
 # vectors the Rust core writes (its own file: python-test writes target/golden.jsonl), the
 # Functions library copied into the package (node/scripts/copy-library.js; a test checks the
 # copy), tsc on the hand-written declarations (an example using them), then `node --test`
-# on real servers: every backend, a cluster, a fleet, outages, Express.
+# on real servers: every backend, a cluster, a fleet, outages, Express, the Rust client's demo
+# service answering alike. One test file at a time: the flood's CPU burners would make another
+# file's timing tests measure them.
 NODE_TARGET := $(or $(CARGO_TARGET_DIR),target)
 NODE_PATH_DEBIAN := /usr/share/nodejs
 NODE_TESTS ?= test/*.test.js
 
 node-test: prereqs ## The Node.js client: golden vectors from the Rust core, tsc on its declarations, node --test on real servers and Express
 	$(CARGO) build --release
+	$(CARGO) build -p redis-ratelimit-client --example demo-service
 	$(CARGO) build -p redis-ratelimit-plans --bin rlctl
 	$(CARGO) run --release -q -p redis-ratelimit-core --example golden -- $(NODE_TARGET)/node-golden.jsonl
 	node node/scripts/copy-library.js
@@ -279,7 +282,8 @@ node-test: prereqs ## The Node.js client: golden vectors from the Rust core, tsc
 	cd node && RL_GOLDEN_VECTORS=$(abspath $(NODE_TARGET))/node-golden.jsonl \
 	  RL_MODULE_PATH=$(abspath $(NODE_TARGET))/release/libredis_ratelimit.so \
 	  RL_RLCTL=$(abspath $(NODE_TARGET))/debug/rlctl \
-	  NODE_PATH=$(NODE_PATH_DEBIAN) node --test $(NODE_TESTS)
+	  RL_DEMO_SERVICE=$(abspath $(NODE_TARGET))/debug/examples/demo-service \
+	  NODE_PATH=$(NODE_PATH_DEBIAN) node --test --test-concurrency=1 $(NODE_TESTS)
 
 bench-node: prereqs ## The Node.js client: checks/s of one process (module, library), Redis calls per check with leases, beside the article's Lua script (node/bench/results.md)
 	$(CARGO) build --release

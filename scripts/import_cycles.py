@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Import cycles among the files of each Rust crate and of the Python package.
+"""Import cycles among the files of each Rust crate, of the Python package and of the Node.js
+package.
 
     scripts/import_cycles.py [--quiet] [--strict] [ROOT]
 
@@ -30,6 +31,9 @@ How an edge is found (Python 3 standard library only, no build needed):
   functions (deferred) and under `if TYPE_CHECKING:` (never run) are left out. Importing
   a.b runs a/__init__.py first; that implicit edge to a package's __init__ is left out,
   as import-cycle checkers usually do, unless the import names the package itself.
+- Node.js (node/lib): the relative `require('./x')` and `import ... from './x.js'` a file runs
+  when it is loaded: those of its top-level statements (a line that starts at column 0, as
+  the package is formatted); a `require` inside a function (deferred, indented) is left out.
 """
 
 from __future__ import annotations
@@ -328,6 +332,23 @@ def python_edges(pkg_dir: Path) -> dict[Path, set[Path]]:
     return edges
 
 
+def node_edges(lib_dir: Path) -> dict[Path, set[Path]]:
+    files = sorted(list(lib_dir.rglob("*.js")) + list(lib_dir.rglob("*.mjs")))
+    edges: dict[Path, set[Path]] = {f: set() for f in files}
+    pattern = re.compile(r"""(?:require\(|from\s+)['"](\.{1,2}/[^'"]+)['"]""")
+    for f in files:
+        for line in f.read_text().splitlines():
+            if not line or line[0] in " \t/*":
+                continue
+            for target in pattern.findall(line):
+                base = (f.parent / target).resolve()
+                for candidate in (base, base.with_name(base.name + ".js"), base / "index.js"):
+                    if candidate.is_file() and candidate in edges and candidate != f:
+                        edges[f].add(candidate)
+                        break
+    return edges
+
+
 def cycles(edges: dict[Path, set[Path]]) -> list[list[Path]]:
     """Strongly connected components of two or more nodes (Tarjan, iterative)."""
     index: dict[Path, int] = {}
@@ -422,6 +443,9 @@ def main() -> int:
     pkg = root / "python" / "src" / "redis_ratelimit_client"
     if pkg.is_dir():
         show(os.path.relpath(pkg, root) + " (Python)", python_edges(pkg), root)
+    lib = root / "node" / "lib"
+    if lib.is_dir():
+        show(os.path.relpath(lib, root) + " (Node.js)", node_edges(lib), root)
     for line in report:
         if not quiet or not line.endswith(" 0 cycle(s)"):
             print(line)

@@ -7,10 +7,10 @@
 # rules and the dashboard of deploy/ on them), Debian's chromium and chromium-driver (the
 # service's operator console is tested in a real browser, driven by Selenium; nothing
 # downloads a browser of its own), the Node.js client's test dependencies from Debian (make
-# node-test: node, and node-redis, node-express, node-typescript under /usr/share/nodejs: no
-# npm registry is needed), the rustfmt/clippy components, and mdBook (the docs book, `make
-# docs`) at the version pinned below, from crates.io. Idempotent: installs only what is
-# missing.
+# node-test: node, npm (to pack and install the package offline), and node-redis,
+# node-express, node-typescript under /usr/share/nodejs: no npm registry is needed), the
+# rustfmt/clippy components, and mdBook (the docs book, `make docs`) at the version pinned
+# below, from crates.io. Idempotent: installs only what is missing.
 #
 # Environment (used by tests of this script): PREREQS_LIB_DIRS overrides the directories
 # searched for libclang; PREREQS_NODE_MODULES the directory of Debian's Node.js packages
@@ -74,6 +74,7 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 [[ -f $node_modules/redis/package.json ]] || missing+=(node-redis)
 [[ -f $node_modules/express/package.json ]] || missing+=(node-express)
 command -v tsc >/dev/null 2>&1 || missing+=(node-typescript)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if ((${#missing[@]} + ${#lean[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -23,6 +23,10 @@ const { DEFAULT_TIMEOUT_MS, Lease, Limit, Policy } = require('./policy');
 const { MemoryStore, RedisStore } = require('./store');
 const { setLogger } = require('./log');
 const { keySlot } = require('./connection');
+const { ipKey } = require('./ip');
+const { fromFile, fromToml } = require('./config');
+const { PlanSource } = require('./plans');
+const { RateLimitStore } = require('./express');
 
 module.exports = {
   DEFAULT_TIMEOUT_MS,
@@ -45,8 +49,13 @@ module.exports = {
   RedisStore,
   Reservation,
   StoreError,
+  PlanSource,
   View,
+  fromFile,
+  fromToml,
+  ipKey,
   keySlot,
+  RateLimitStore,
   setLogger,
   version: '0.1.0',
 };

@@ -22,8 +22,13 @@ export const {
   RedisStore,
   Reservation,
   StoreError,
+  PlanSource,
   View,
+  fromFile,
+  fromToml,
+  ipKey,
   keySlot,
+  RateLimitStore,
   setLogger,
   version,
 } = api;

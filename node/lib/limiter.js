@@ -415,6 +415,25 @@ class RateLimiter {
     return 0n;
   }
 
+  /**
+   * An Express middleware checking each request against `policy` (see express.js): options
+   * key(req), cost(req), skip(req), inputName, onAdmitted, legacy.
+   */
+  express(policy, options = {}) {
+    return require('./express').middleware(this, policy, options);
+  }
+
+  /** A plain `(req) => result` check for any framework (see http.js's checker). */
+  checker(policy, options = {}) {
+    return require('./http').checker(this, policy, options);
+  }
+
+  /** A store for express-rate-limit, deciding with `policy` (see express.js's RateLimitStore). */
+  rateLimitStore(policy, options = {}) {
+    const { RateLimitStore } = require('./express');
+    return new RateLimitStore(this, policy, options);
+  }
+
   async reserveRefund(target, amount) {
     const refunds = this.engine
       .plan(target.state, target.keys)

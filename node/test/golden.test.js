@@ -59,9 +59,7 @@ test('a planted rounding bug is found', () => {
 });
 
 test('a planted saturation bug is found', () => {
-  const selected = lines()
-    .filter((line) => line.includes('"tb"'))
-    .slice(0, 4000);
+  const selected = lines().filter((line) => line.includes('"tb"'));
   const { differences } = replayPatched((numbers) => {
     numbers.satI64 = (value) => value;
   }, selected);

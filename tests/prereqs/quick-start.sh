@@ -4,7 +4,7 @@
 #   (the image's Redis has no password: `-p 6379:6379` opens it on every interface);
 # - the compose file publishes every port on 127.0.0.1;
 # - `make build` builds the module, rlctl and the service, in release (make -n: a dry run);
-# - the MIT LICENSE is there, and the Python package ships the same text.
+# - the MIT LICENSE is there, and the Python and Node.js packages ship the same text.
 # Usage: tests/prereqs/quick-start.sh   (from anywhere; exits 1 naming each failure)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,6 +34,8 @@ if ! grep -q '^MIT License$' LICENSE 2>/dev/null; then
   fail "LICENSE is missing or not the MIT license"
 elif ! cmp -s LICENSE python/LICENSE; then
   fail "python/LICENSE differs from LICENSE (the Python package ships python/LICENSE)"
+elif ! cmp -s LICENSE node/LICENSE; then
+  fail "node/LICENSE differs from LICENSE (the Node.js package ships node/LICENSE)"
 fi
 grep -q '^license-files = \["LICENSE"\]' python/pyproject.toml \
   || fail "python/pyproject.toml does not name LICENSE in license-files"

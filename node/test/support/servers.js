@@ -88,19 +88,29 @@ function favour(pid) {
 /** `count` processes spinning on the CPU until stop() (by pid), so this process runs late. */
 function cpuBurners(count = 2) {
   const burners = Array.from({ length: count }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
-  return {
+  const group = {
     stop() {
+      burning.delete(group);
       for (const burner of burners) {
         if (burner.exitCode === null && burner.signalCode === null) burner.kill('SIGKILL');
       }
     },
   };
+  burning.add(group);
+  return group;
 }
 
 const running = new Set();
+const burning = new Set();
 process.on('exit', () => {
   for (const server of running) server.kill();
+  for (const group of burning) group.stop();
+  if (shim !== null) fs.rmSync(path.dirname(shim), { recursive: true, force: true });
 });
+// A run stopped from outside (a timeout's SIGTERM, Ctrl-C) stops its servers too, by pid.
+for (const signal of ['SIGTERM', 'SIGINT']) {
+  process.once(signal, () => process.exit(128 + (signal === 'SIGTERM' ? 15 : 2)));
+}
 
 /** The three backends: how a server is started for each. */
 const BACKENDS = {
@@ -186,7 +196,8 @@ class Server {
   /** A connected node-redis client (closed by stop()). */
   async client(options = {}) {
     const { createClient } = redisPackage();
-    const client = createClient({ socket: { host: '127.0.0.1', port: this.port, ...(options.socket || {}) }, ...options });
+    const { socket = {}, ...rest } = options;
+    const client = createClient({ ...rest, socket: { host: '127.0.0.1', port: this.port, ...socket } });
     client.on('error', () => {});
     await client.connect();
     this.clients.push(client);
@@ -212,6 +223,16 @@ class Server {
       }
     }
     fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** Kills the server (by pid) and waits for it to exit, leaving its clients open (reconnecting). */
+  async halt() {
+    const exited = new Promise((resolve) => {
+      if (this.process.exitCode !== null || this.process.signalCode !== null) resolve();
+      else this.process.once('exit', resolve);
+    });
+    this.kill();
+    await exited;
   }
 
   async stop() {
