@@ -148,11 +148,11 @@ impl Map {
         };
         let body = match stored.limiter.as_ref() {
             LimiterRef::TokenBucket(b) => {
-                format!("[\"tb\",{},{}]", b.empty_at_ns(), b.interval_ns())
+                format!("[\"token\",{},{}]", b.empty_at_ns(), b.interval_ns())
             }
             LimiterRef::FixedWindow(w) => fixed(w),
             LimiterRef::SlidingWindow(w) => format!(
-                "[\"sw\",{},{},{}]",
+                "[\"sliding\",{},{},{}]",
                 w.window_start_us(),
                 w.previous(),
                 w.current()
@@ -161,7 +161,7 @@ impl Map {
                 let entries: Vec<i64> = log.entries().collect();
                 let sum: i128 = entries.iter().map(|&t| i128::from(t)).sum();
                 format!(
-                    "[\"sl\",{},{},{},{},{}]",
+                    "[\"log\",{},{},{},{},{}]",
                     log.as_of_us(),
                     entries.len(),
                     entries.first().copied().unwrap_or(-1),
@@ -169,13 +169,13 @@ impl Map {
                     sum
                 )
             }
-            LimiterRef::Gcra(g) => format!("[\"gc\",{}]", g.tat_ns()),
+            LimiterRef::Gcra(g) => format!("[\"gcra\",{}]", g.tat_ns()),
             LimiterRef::Concurrency(c) => {
                 let holders: Vec<String> = c
                     .holders()
                     .map(|(expiry, id)| format!("[{expiry},\"{}\"]", String::from_utf8_lossy(id)))
                     .collect();
-                format!("[\"cc\",[{}]]", holders.join(","))
+                format!("[\"concurrency\",[{}]]", holders.join(","))
             }
         };
         format!("[{body},{}]", stored.expires_at_ms)
@@ -183,7 +183,7 @@ impl Map {
 }
 
 fn fixed(w: &FixedWindow) -> String {
-    format!("[\"fw\",{},{}]", w.window_start_us(), w.count())
+    format!("[\"fixed\",{},{}]", w.window_start_us(), w.count())
 }
 
 fn retry_field(retry: Retry) -> i64 {
@@ -215,25 +215,27 @@ fn quota_json(quota: &Quota) -> String {
     use redis_ratelimit_core::decision::CallCost;
     match quota {
         Quota::TokenBucket(p) => format!(
-            "[\"tb\",{},{},{},{}]",
+            "[\"token\",{},{},{},{}]",
             p.capacity(),
             p.interval_ns(),
             p.cost(),
             p.max_wait_ns()
         ),
-        Quota::FixedWindow(p) => format!("[\"fw\",{},{},{}]", p.limit(), p.window_us(), p.cost()),
-        Quota::SlidingWindow(p) => {
-            format!("[\"sw\",{},{},{}]", p.limit(), p.window_us(), p.cost())
+        Quota::FixedWindow(p) => {
+            format!("[\"fixed\",{},{},{}]", p.limit(), p.window_us(), p.cost())
         }
-        Quota::SlidingLog(p) => format!("[\"sl\",{},{},{}]", p.limit(), p.window_us(), p.cost()),
+        Quota::SlidingWindow(p) => {
+            format!("[\"sliding\",{},{},{}]", p.limit(), p.window_us(), p.cost())
+        }
+        Quota::SlidingLog(p) => format!("[\"log\",{},{},{}]", p.limit(), p.window_us(), p.cost()),
         Quota::Gcra(p) => format!(
-            "[\"gc\",{},{},{}]",
+            "[\"gcra\",{},{},{}]",
             p.max_burst(),
             p.interval_ns(),
             p.quantity()
         ),
         Quota::Concurrency(p) => format!(
-            "[\"cc\",{},{},{},{}]",
+            "[\"concurrency\",{},{},{},{}]",
             p.limit(),
             p.ttl_us(),
             p.holder().map_or("null".to_string(), |h| format!(
@@ -245,14 +247,14 @@ fn quota_json(quota: &Quota) -> String {
     }
 }
 
-/// The algorithms, by their JSON names.
-const KINDS: [&str; 6] = ["tb", "fw", "sw", "sl", "gc", "cc"];
+/// The algorithms, by their short names in `kinds!` (checked in `main`).
+const KINDS: [&str; 6] = ["token", "fixed", "sliding", "log", "gcra", "concurrency"];
 
 /// Random base parameters of one kind (for one unit), reaching the bounds now and then.
 fn random_quota(rng: &mut Rng, kind: &str) -> Quota {
     loop {
         let quota = match kind {
-            "tb" => {
+            "token" => {
                 let (capacity, interval_ns) = if rng.chance(10) {
                     // Large capacities: 10^15 tokens need a fast refill to stay within 100 years.
                     let capacity = rng.range(1, 1_000_000_000_000_000);
@@ -284,7 +286,7 @@ fn random_quota(rng: &mut Rng, kind: &str) -> Quota {
                 };
                 Quota::TokenBucket(params)
             }
-            "fw" | "sw" => {
+            "fixed" | "sliding" => {
                 let limit = if rng.chance(10) {
                     rng.range(1, u64::from(u32::MAX))
                 } else {
@@ -298,13 +300,13 @@ fn random_quota(rng: &mut Rng, kind: &str) -> Quota {
                 let Ok(params) = WindowParams::new(limit, window_us.max(1_000), 1) else {
                     continue;
                 };
-                if kind == "fw" {
+                if kind == "fixed" {
                     Quota::FixedWindow(params)
                 } else {
                     Quota::SlidingWindow(params)
                 }
             }
-            "sl" => {
+            "log" => {
                 let limit = if rng.chance(5) {
                     rng.range(1, 10_000_000)
                 } else {
@@ -320,7 +322,7 @@ fn random_quota(rng: &mut Rng, kind: &str) -> Quota {
                 };
                 Quota::SlidingLog(params)
             }
-            "gc" => {
+            "gcra" => {
                 let max_burst = if rng.chance(10) {
                     rng.signed(0, 1_000_000_000)
                 } else {
@@ -560,7 +562,7 @@ fn single_trace(rng: &mut Rng, out: &mut String, trace: u64, kind: &str, steps: 
         }
         now_us = step_clock(rng, now_us, window_of(&base));
         let cost = random_cost(rng, &base);
-        let holder = (kind == "cc").then(|| *rng.pick(&holders));
+        let holder = (kind == "concurrency").then(|| *rng.pick(&holders));
         let quota = for_call(&base, cost, holder);
         let unit = for_call(&base, 1, holder);
         match rng.range(0, 99) {
@@ -755,6 +757,17 @@ fn main() {
     let path = args.next().expect("usage: golden OUT.jsonl [SEED] [CASES]");
     let seed: u64 = args.next().map_or(20_261_201, |s| s.parse().expect("seed"));
     let cases: usize = args.next().map_or(10_000, |s| s.parse().expect("cases"));
+    let mut named: Vec<&str> = redis_ratelimit_core::kinds::Kind::ALL
+        .iter()
+        .map(|kind| kind.short_name())
+        .collect();
+    let mut ours = KINDS.to_vec();
+    named.sort_unstable();
+    ours.sort_unstable();
+    assert_eq!(
+        ours, named,
+        "the golden vectors' kinds are the short names of kinds!"
+    );
     let mut rng = Rng(seed);
     let mut out = String::new();
     let mut counts: Vec<(String, usize)> = Vec::new();

@@ -12,6 +12,11 @@
 
 const kinds = require('./kinds');
 const { AlgorithmError } = require('./errors');
+
+/** A kind of the generated table this client has no twin of: said, never guessed. */
+function noTwin(kind) {
+  return new AlgorithmError(`the Node.js client has no twin of kind '${kind}'`);
+}
 const { ConcurrencyParams, MAX_STORED_HOLDERS } = require('./core/concurrency');
 const { GcraParams, GcraParamError, emissionIntervalNs } = require('./core/gcra');
 const { SlidingLogParams, MAX_STORED_ENTRIES } = require('./core/sliding-log');
@@ -208,11 +213,12 @@ class Shape {
       if (this.kind === SLIDING_WINDOW) return SlidingWindowParams.new(this.quota, this.windowUs);
       if (this.kind === SLIDING_LOG) return SlidingLogParams.new(this.quota, this.windowUs);
       if (this.kind === GCRA) return GcraParams.fromInterval(this.quota - 1n, this.intervalNs);
-      return ConcurrencyParams.new(this.quota, this.ttlUs);
+      if (this.kind === CONCURRENCY) return ConcurrencyParams.new(this.quota, this.ttlUs);
     } catch (error) {
       if (error instanceof RangeError) throw new AlgorithmError(`parameters out of range: ${error.message}`);
       throw error;
     }
+    throw noTwin(this.kind);
   }
 
   /**
@@ -367,7 +373,8 @@ class Algorithm {
       return [String(this.quota), `${this.windowUs / 1000000n}.${String(this.windowUs % 1000000n).padStart(6, '0')}`];
     }
     if (this.kind === CONCURRENCY) return [String(this.quota), String(this.ttlMs)];
-    return [String(this.maxBurst), String(this.count), String(this.periodS)];
+    if (this.kind === GCRA) return [String(this.maxBurst), String(this.count), String(this.periodS)];
+    throw noTwin(this.kind);
   }
 
   shape() {
@@ -376,7 +383,10 @@ class Algorithm {
       return new Shape(GCRA, this.quota, { intervalNs: emissionIntervalNs(this.count, this.periodS) });
     }
     if (this.kind === CONCURRENCY) return new Shape(CONCURRENCY, this.quota, { ttlUs: this.ttlMs * 1000n });
-    return new Shape(this.kind, this.quota, { windowUs: this.windowUs });
+    if (this.kind === SLIDING_WINDOW || this.kind === FIXED_WINDOW || this.kind === SLIDING_LOG) {
+      return new Shape(this.kind, this.quota, { windowUs: this.windowUs });
+    }
+    throw noTwin(this.kind);
   }
 
   windowNs() {

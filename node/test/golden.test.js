@@ -41,7 +41,7 @@ test('every golden vector replays with zero differences', () => {
   const { replay } = require('./support/golden-replay');
   const { counts, differences } = replay(lines());
   assert.deepEqual(differences.slice(0, 5), [], `${differences.length} differences`);
-  for (const kind of ['decimal', 'gcra-parameters', 'tb', 'fw', 'sw', 'sl', 'gc', 'cc', 'multi']) {
+  for (const kind of ['decimal', 'gcra-parameters', 'token', 'fixed', 'sliding', 'log', 'gcra', 'concurrency', 'multi']) {
     assert.ok((counts[kind] || 0) >= 10000, `only ${counts[kind]} ${kind} cases: ${JSON.stringify(counts)}`);
   }
   const total = Object.values(counts).reduce((a, b) => a + b, 0);
@@ -50,7 +50,7 @@ test('every golden vector replays with zero differences', () => {
 
 test('a planted rounding bug is found', () => {
   const selected = lines()
-    .filter((line) => line.includes('"fw"') || line.includes('"sw"'))
+    .filter((line) => line.includes('"fixed"') || line.includes('"sliding"'))
     .slice(0, 3000);
   const { differences } = replayPatched((numbers) => {
     numbers.ceilMsFromUs = (us) => (us <= 0n ? 0n : us / 1000n);
@@ -59,7 +59,7 @@ test('a planted rounding bug is found', () => {
 });
 
 test('a planted saturation bug is found', () => {
-  const selected = lines().filter((line) => line.includes('"tb"'));
+  const selected = lines().filter((line) => line.includes('"token"'));
   const { differences } = replayPatched((numbers) => {
     numbers.satI64 = (value) => value;
   }, selected);

@@ -36,18 +36,18 @@ from redis_ratelimit_client.local import LocalLimits
 
 def quota(spec: list[Any]) -> Quota:
     kind = spec[0]
-    if kind == "tb":
+    if kind == "token":
         params = TokenBucketParams.from_interval(spec[1], spec[2], spec[3])
         return params.with_max_wait_ns(spec[4]) if spec[4] else params
-    if kind == "fw":
+    if kind == "fixed":
         return FixedWindowParams.new(spec[1], spec[2], spec[3])
-    if kind == "sw":
+    if kind == "sliding":
         return SlidingWindowParams.new(spec[1], spec[2], spec[3])
-    if kind == "sl":
+    if kind == "log":
         return SlidingLogParams.new(spec[1], spec[2], spec[3])
-    if kind == "gc":
+    if kind == "gcra":
         return GcraParams.from_interval(spec[1], spec[2], spec[3])
-    if kind != "cc":
+    if kind != "concurrency":
         # A kind the Rust core generates vectors for and this client has no twin of yet.
         raise ValueError(f"golden vector of unknown kind {kind!r}: the Python client has no twin of it")
     params = ConcurrencyParams.new(spec[1], spec[2])
@@ -68,20 +68,20 @@ def digest(limits: LocalLimits, key: str) -> Any:
         return None
     _, state, expires = stored
     if isinstance(state, TokenBucket):
-        body: list[Any] = ["tb", state.empty_at_ns, state.interval_ns]
+        body: list[Any] = ["token", state.empty_at_ns, state.interval_ns]
     elif isinstance(state, FixedWindow):
-        body = ["fw", state.window_start_us, state.count]
+        body = ["fixed", state.window_start_us, state.count]
     elif isinstance(state, SlidingWindow):
-        body = ["sw", state.window_start_us, state.previous, state.current]
+        body = ["sliding", state.window_start_us, state.previous, state.current]
     elif isinstance(state, SlidingLog):
         entries = state.entries
         first = entries[0] if entries else -1
         last = entries[-1] if entries else -1
-        body = ["sl", state.as_of_us, len(entries), first, last, sum(entries)]
+        body = ["log", state.as_of_us, len(entries), first, last, sum(entries)]
     elif isinstance(state, Gcra):
-        body = ["gc", state.tat_ns]
+        body = ["gcra", state.tat_ns]
     elif isinstance(state, Concurrency):
-        body = ["cc", [[expiry, holder.decode()] for expiry, holder in state.holders]]
+        body = ["concurrency", [[expiry, holder.decode()] for expiry, holder in state.holders]]
     else:
         raise TypeError(f"unknown state {state!r}")
     return [body, expires]

@@ -30,14 +30,14 @@ def _lines() -> list[str]:
 def test_every_case_replays_with_zero_differences() -> None:
     counts, differences = replay(iter(_lines()))
     assert not differences, f"{len(differences)} differences, the first:\n" + "\n".join(differences[:5])
-    for kind in ("decimal", "gcra-parameters", "tb", "fw", "sw", "sl", "gc", "cc", "multi"):
+    for kind in ("decimal", "gcra-parameters", "token", "fixed", "sliding", "log", "gcra", "concurrency", "multi"):
         assert counts[kind] >= 10_000, f"only {counts[kind]} {kind} cases: {dict(counts)}"
 
 
 def test_a_planted_rounding_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     """The replay is a checker that fails: rounding a window's wait down instead of up."""
     monkeypatch.setattr(windows, "ceil_ms_from_us", lambda us: 0 if us <= 0 else us // 1000)
-    lines = [line for line in _lines() if '"fw"' in line or '"sw"' in line][:3000]
+    lines = [line for line in _lines() if '"fixed"' in line or '"sliding"' in line][:3000]
     counts, differences = replay(iter(lines))
     assert differences, "a floor instead of a ceiling went unnoticed"
     assert isinstance(counts, Counter)
@@ -48,6 +48,6 @@ def test_a_planted_saturation_bug_is_found(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(token_bucket, "sat_i64", lambda value: value)
     monkeypatch.setattr(numbers, "sat_i64", lambda value: value)
-    lines = [line for line in _lines() if '"tb"' in line]
+    lines = [line for line in _lines() if '"token"' in line]
     _, differences = replay(iter(lines))
     assert differences, "an unsaturated i64 went unnoticed"

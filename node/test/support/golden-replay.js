@@ -34,15 +34,15 @@ function replayWith(m, lines) {
 
   const quota = (spec) => {
     const kind = spec[0];
-    if (kind === 'tb') {
+    if (kind === 'token') {
       const params = TokenBucketParams.fromInterval(spec[1], spec[2], spec[3]);
       return spec[4] ? params.withMaxWaitNs(spec[4]) : params;
     }
-    if (kind === 'fw') return FixedWindowParams.new(spec[1], spec[2], spec[3]);
-    if (kind === 'sw') return SlidingWindowParams.new(spec[1], spec[2], spec[3]);
-    if (kind === 'sl') return SlidingLogParams.new(spec[1], spec[2], spec[3]);
-    if (kind === 'gc') return GcraParams.fromInterval(spec[1], spec[2], spec[3]);
-    if (kind !== 'cc') throw new Error(`golden vector of unknown kind '${kind}': the Node client has no twin of it`);
+    if (kind === 'fixed') return FixedWindowParams.new(spec[1], spec[2], spec[3]);
+    if (kind === 'sliding') return SlidingWindowParams.new(spec[1], spec[2], spec[3]);
+    if (kind === 'log') return SlidingLogParams.new(spec[1], spec[2], spec[3]);
+    if (kind === 'gcra') return GcraParams.fromInterval(spec[1], spec[2], spec[3]);
+    if (kind !== 'concurrency') throw new Error(`golden vector of unknown kind '${kind}': the Node client has no twin of it`);
     let params = ConcurrencyParams.new(spec[1], spec[2]);
     if (spec[3] !== null) params = params.withHolder(spec[3]);
     return params.withCost(spec[4]);
@@ -59,16 +59,16 @@ function replayWith(m, lines) {
     if (stored === null) return null;
     const [, state, expires] = stored;
     let body;
-    if (state instanceof TokenBucket) body = ['tb', state.emptyAtNs, state.intervalNs];
-    else if (state instanceof FixedWindow) body = ['fw', state.windowStartUs, state.count];
-    else if (state instanceof SlidingWindow) body = ['sw', state.windowStartUs, state.previous, state.current];
+    if (state instanceof TokenBucket) body = ['token', state.emptyAtNs, state.intervalNs];
+    else if (state instanceof FixedWindow) body = ['fixed', state.windowStartUs, state.count];
+    else if (state instanceof SlidingWindow) body = ['sliding', state.windowStartUs, state.previous, state.current];
     else if (state instanceof SlidingLog) {
       const { entries } = state;
       const first = entries.length ? entries[0] : -1n;
       const last = entries.length ? entries[entries.length - 1] : -1n;
-      body = ['sl', state.asOfUs, BigInt(entries.length), first, last, entries.reduce((a, b) => a + b, 0n)];
-    } else if (state instanceof Gcra) body = ['gc', state.tatNs];
-    else if (state instanceof Concurrency) body = ['cc', state.holders.map(([expiry, holder]) => [expiry, holder])];
+      body = ['log', state.asOfUs, BigInt(entries.length), first, last, entries.reduce((a, b) => a + b, 0n)];
+    } else if (state instanceof Gcra) body = ['gcra', state.tatNs];
+    else if (state instanceof Concurrency) body = ['concurrency', state.holders.map(([expiry, holder]) => [expiry, holder])];
     else throw new TypeError(`unknown state ${state}`);
     return [body, expires];
   };
