@@ -141,6 +141,18 @@ pub fn ms(text: &str) -> Result<Duration, String> {
     count(text).map(Duration::from_millis)
 }
 
+/// An RLQS assignment's life: 2 ms to [`crate::rlqs::MAX_TTL`].
+pub fn rlqs_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = ms(text)?;
+    if ttl < Duration::from_millis(2) || ttl > crate::rlqs::MAX_TTL {
+        return Err(format!(
+            "from 2 to {} ms is expected",
+            crate::rlqs::MAX_TTL.as_millis()
+        ));
+    }
+    Ok(ttl)
+}
+
 /// The most worker threads `--worker-threads` takes.
 const MAX_WORKER_THREADS: usize = 1024;
 

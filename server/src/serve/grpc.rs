@@ -17,6 +17,7 @@ pub async fn serve(
     mut acceptor: Acceptor,
     tls: Option<TlsAcceptor>,
     service: crate::grpc::Service,
+    rlqs: Option<crate::rlqs::Service>,
     limits: Limits,
     stop: Stop,
 ) -> Result<(), tonic::transport::Error> {
@@ -54,6 +55,7 @@ pub async fn serve(
             crate::grpc::invalid_protobuf_is_invalid_argument,
         ))
         .add_service(service)
+        .add_optional_service(rlqs)
         .serve_with_incoming_shutdown(ReceiverStream::new(incoming), stop.finish.cancelled_owned())
         .await
 }
