@@ -354,7 +354,11 @@ const freeze = Object.freeze;
             .iter()
             .map(|param| {
                 let (class, name) = param_class(*param);
-                format!("freeze({{ cls: {}, name: {} }})", json_str(class), json_str(name))
+                format!(
+                    "freeze({{ cls: {}, name: {} }})",
+                    json_str(class),
+                    json_str(name)
+                )
             })
             .collect();
         let command = Command::calling(kind).map(upper);

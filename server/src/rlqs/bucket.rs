@@ -133,22 +133,21 @@ pub fn target(
 
 /// The next permutation in lexicographic order; false after the last.
 fn next_permutation(order: &mut [usize]) -> bool {
-    let len = order.len();
-    let Some(pivot) = (1..len).rev().find(|&i| order.get(i - 1) < order.get(i)) else {
-        return false;
-    };
-    let pivot = pivot - 1;
-    let Some(pivot_value) = order.get(pivot).copied() else {
-        return false;
-    };
-    let Some(swap) = (pivot + 1..len)
-        .rev()
-        .find(|&i| order.get(i).is_some_and(|&value| value > pivot_value))
+    let Some(pivot) = order
+        .windows(2)
+        .rposition(|pair| matches!(pair, [left, right] if left < right))
     else {
         return false;
     };
+    let Some(pivot_value) = order.get(pivot).copied() else {
+        return false;
+    };
+    // The rightmost value above the pivot's lies after it (the tail is descending).
+    let Some(swap) = order.iter().rposition(|&value| value > pivot_value) else {
+        return false;
+    };
     order.swap(pivot, swap);
-    if let Some(tail) = order.get_mut(pivot + 1..) {
+    if let Some(tail) = order.get_mut(pivot.saturating_add(1)..) {
         tail.reverse();
     }
     true

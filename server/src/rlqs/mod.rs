@@ -159,7 +159,12 @@ async fn serve_stream(
 ) {
     let shared = Arc::clone(&open.0);
     let mut stream = Stream::new(Arc::clone(&shared), id, out.clone());
-    let period = (shared.settings.ttl / 2).max(Duration::from_millis(1));
+    let period = shared
+        .settings
+        .ttl
+        .checked_div(2)
+        .unwrap_or_default()
+        .max(Duration::from_millis(1));
     let mut renewals = tokio::time::interval(period);
     renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     renewals.tick().await;

@@ -191,10 +191,10 @@ impl Stream {
                 .reported_allowed
                 .saturating_add(usage.num_requests_allowed);
             settle(&self.shared, bucket).await;
-            if bucket.generation == 0 {
-                if let Some(action) = assign(&self.shared, self.id, bucket).await {
-                    actions.push(action);
-                }
+            if bucket.generation == 0
+                && let Some(action) = assign(&self.shared, self.id, bucket).await
+            {
+                actions.push(action);
             }
         }
         self.send(actions).await
@@ -247,7 +247,7 @@ impl Stream {
             .buckets
             .values()
             .filter_map(|bucket| {
-                let strategy = bucket.last_strategy.clone()?;
+                let strategy = bucket.last_strategy?;
                 Some(assignment(&bucket.id, strategy, Duration::ZERO))
             })
             .collect();
@@ -353,7 +353,7 @@ async fn assign(shared: &Shared, stream: u64, bucket: &mut Bucket) -> Option<Buc
         }
     };
     bucket.generation = bucket.generation.saturating_add(1);
-    bucket.last_strategy = Some(strategy.clone());
+    bucket.last_strategy = Some(strategy);
     Some(assignment(&bucket.id, strategy, ttl))
 }
 
