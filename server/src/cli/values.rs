@@ -141,13 +141,17 @@ pub fn ms(text: &str) -> Result<Duration, String> {
     count(text).map(Duration::from_millis)
 }
 
-/// An RLQS assignment's life: 2 ms to [`crate::rlqs::MAX_TTL`].
+/// The longest RLQS assignment life (`--rlqs-ttl-ms`): a leased token bucket's refill
+/// over it stays under one token (docs/rlqs.md).
+pub const MAX_RLQS_TTL: Duration = Duration::from_secs(3_600);
+
+/// An RLQS assignment's life: 2 ms to [`MAX_RLQS_TTL`].
 pub fn rlqs_ttl(text: &str) -> Result<Duration, String> {
     let ttl = ms(text)?;
-    if ttl < Duration::from_millis(2) || ttl > crate::rlqs::MAX_TTL {
+    if ttl < Duration::from_millis(2) || ttl > MAX_RLQS_TTL {
         return Err(format!(
             "from 2 to {} ms is expected",
-            crate::rlqs::MAX_TTL.as_millis()
+            MAX_RLQS_TTL.as_millis()
         ));
     }
     Ok(ttl)

@@ -12,6 +12,7 @@
 
 pub mod bucket;
 pub mod share;
+pub mod shared;
 pub mod stream;
 
 #[cfg(test)]
@@ -37,39 +38,16 @@ use tonic::{Request, Response, Status as GrpcStatus, Streaming};
 
 use crate::engine::Engine;
 use crate::grpc::Authenticate;
+pub use shared::Settings;
+use shared::Shared;
 use stream::{End, Stream};
 
-/// Tokens charged and refunded (`what`).
-pub const TOKENS: &str = "ratelimit_rlqs_tokens_total";
-/// The longest assignment life (`--rlqs-ttl-ms`): a leased bucket's refill over it stays
-/// under one token.
-pub const MAX_TTL: Duration = Duration::from_secs(3_600);
 /// Streams open at once; past it a stream is refused with `RESOURCE_EXHAUSTED`.
 pub const MAX_STREAMS: usize = 1_024;
 /// Largest report message accepted.
 const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 /// Answers waiting to be sent on one stream.
 const OUTBOUND_QUEUE: usize = 16;
-
-/// How assignments are made.
-#[derive(Clone, Copy, Debug)]
-pub struct Settings {
-    /// An assignment's life; renewed every half of it.
-    pub ttl: Duration,
-    /// The longest bucket id entry (key or value), as for RLS descriptors.
-    pub max_value_bytes: usize,
-}
-
-/// What every stream shares.
-pub struct Shared {
-    engine: Arc<Engine>,
-    store: Arc<dyn Store>,
-    demand: share::Demand,
-    settings: Settings,
-    streams: AtomicUsize,
-    next_stream: AtomicU64,
-    stopping: CancellationToken,
-}
 
 /// The gRPC service.
 #[derive(Clone)]

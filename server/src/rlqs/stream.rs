@@ -36,9 +36,9 @@ use redis_ratelimit_client::store::{Acquire, LimitCall, Refund};
 use tokio::sync::mpsc;
 use tonic::Status as GrpcStatus;
 
-use super::Shared;
 use super::bucket::{self, Leased, Target};
 use super::share::{self, Sizing};
+use super::shared::{Shared, TOKENS};
 use crate::verdict::CheckFailure;
 
 /// Buckets one report may carry.
@@ -46,7 +46,7 @@ pub const MAX_REPORT_BUCKETS: usize = 256;
 /// Buckets one stream may have assigned.
 pub const MAX_STREAM_BUCKETS: usize = 1024;
 /// The two fill intervals a leased token bucket alternates between (seconds): with one
-/// token per fill, a bucket living at most [`super::MAX_TTL`] gains less than one token.
+/// token per fill, a bucket living at most the longest `--rlqs-ttl-ms` (1 h) gains less than one token.
 const FILL_INTERVAL_SECONDS: i64 = 86_400;
 /// Reports of a bucket after a replacement before the replaced assignment is settled.
 const REPORTS_TO_SETTLE: u32 = 2;
@@ -386,7 +386,7 @@ async fn charge(shared: &Shared, stream: u64, bucket: &Bucket, leased: &Leased) 
     };
     match shared.store.acquire(&request).await {
         Ok(grant) => {
-            metrics::counter!(super::TOKENS, "what" => "charged").increment(grant.granted);
+            metrics::counter!(TOKENS, "what" => "charged").increment(grant.granted);
             Some(grant.granted)
         }
         Err(error) => {
@@ -452,7 +452,7 @@ async fn settle(shared: &Shared, bucket: &mut Bucket) {
         holder: None,
     };
     match shared.store.refund(&refund).await {
-        Ok(()) => metrics::counter!(super::TOKENS, "what" => "refunded").increment(unspent),
+        Ok(()) => metrics::counter!(TOKENS, "what" => "refunded").increment(unspent),
         Err(error) => {
             tracing::warn!(key = leased.key, "RLQS: a refund was lost: {error}");
         }
