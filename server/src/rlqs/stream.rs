@@ -399,15 +399,19 @@ async fn charge(shared: &Shared, stream: u64, bucket: &Bucket, leased: &Leased) 
     }
 }
 
+/// A leased token bucket. Both the fill interval's seconds and its nanos alternate: Envoy
+/// 1.40 deems a token bucket unchanged (and keeps the old, spent one) when its `max_tokens`,
+/// `tokens_per_fill` and `fill_interval.nanos` are equal, the seconds not compared; so a
+/// renewal of the same size as the last must differ in the nanos.
 fn token_bucket(max_tokens: u32, generation: u64) -> RateLimitStrategy {
-    let alternate = i64::from(generation % 2 == 1);
+    let odd = generation % 2 == 1;
     RateLimitStrategy {
         strategy: Some(Strategy::TokenBucket(TokenBucket {
             max_tokens,
             tokens_per_fill: Some(protobuf::UInt32Value { value: 1 }),
             fill_interval: Some(protobuf::Duration {
-                seconds: FILL_INTERVAL_SECONDS.saturating_add(alternate),
-                nanos: 0,
+                seconds: FILL_INTERVAL_SECONDS.saturating_add(i64::from(odd)),
+                nanos: i32::from(odd),
             }),
         })),
     }

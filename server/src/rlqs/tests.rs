@@ -193,6 +193,7 @@ async fn envoy(
         .into_inner();
     let mut seen = Seen::default();
     let (mut tokens, mut expires) = (0u64, Instant::now());
+    let mut last_bucket: Option<envoy_types::pb::envoy::r#type::v3::TokenBucket> = None;
     // Replaced assignments' unspent tokens, with the reports sent since.
     let mut replaced: Vec<(u64, u32)> = Vec::new();
     let (mut allowed, mut denied) = (0u64, 0u64);
@@ -231,12 +232,31 @@ async fn envoy(
                     let ttl = assignment.assignment_time_to_live.map_or(Duration::MAX, |ttl| {
                         Duration::new(ttl.seconds as u64, ttl.nanos as u32)
                     });
-                    let live = if Instant::now() < expires { tokens } else { 0 };
-                    replaced.push((live, 0));
-                    tokens = match assignment.rate_limit_strategy.and_then(|s| s.strategy) {
-                        Some(Strategy::TokenBucket(bucket)) => u64::from(bucket.max_tokens),
-                        _ => 0,
+                    let strategy = assignment.rate_limit_strategy.and_then(|s| s.strategy);
+                    // As Envoy 1.40: a token bucket equal to the last in max_tokens,
+                    // tokens_per_fill and fill_interval's nanos is kept (its TTL extended),
+                    // not refilled.
+                    let same = match (&strategy, &last_bucket) {
+                        (Some(Strategy::TokenBucket(new)), Some(old)) => {
+                            new.max_tokens == old.max_tokens
+                                && new.tokens_per_fill == old.tokens_per_fill
+                                && new.fill_interval.map(|d| d.nanos)
+                                    == old.fill_interval.map(|d| d.nanos)
+                        }
+                        _ => false,
                     };
+                    last_bucket = match &strategy {
+                        Some(Strategy::TokenBucket(bucket)) => Some(*bucket),
+                        _ => None,
+                    };
+                    if !same {
+                        let live = if Instant::now() < expires { tokens } else { 0 };
+                        replaced.push((live, 0));
+                        tokens = match strategy {
+                            Some(Strategy::TokenBucket(bucket)) => u64::from(bucket.max_tokens),
+                            _ => 0,
+                        };
+                    }
                     expires = Instant::now() + ttl.min(Duration::from_secs(3600));
                     seen.assignments += 1;
                 }
