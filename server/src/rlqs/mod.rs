@@ -11,6 +11,8 @@
 //! ([`share`]); a stream's buckets live in [`stream`].
 
 pub mod bucket;
+pub mod lease;
+pub mod ledger;
 pub mod share;
 pub mod shared;
 pub mod stream;
@@ -21,7 +23,6 @@ mod tests;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
@@ -71,8 +72,19 @@ impl Rlqs {
                 streams: AtomicUsize::new(0),
                 next_stream: AtomicU64::new(0),
                 stopping: CancellationToken::new(),
+                charged: AtomicU64::new(0),
+                refunded: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// Tokens charged and refunded so far, across every stream.
+    #[cfg(test)]
+    pub fn tokens(&self) -> (u64, u64) {
+        (
+            self.shared.charged.load(Ordering::Relaxed),
+            self.shared.refunded.load(Ordering::Relaxed),
+        )
     }
 
     /// Expires every assignment at once (TTL 0) and ends the streams: the service stops.
@@ -137,12 +149,7 @@ async fn serve_stream(
 ) {
     let shared = Arc::clone(&open.0);
     let mut stream = Stream::new(Arc::clone(&shared), id, out.clone());
-    let period = shared
-        .settings
-        .ttl
-        .checked_div(2)
-        .unwrap_or_default()
-        .max(Duration::from_millis(1));
+    let period = stream::renewal_period(shared.settings.ttl);
     let mut renewals = tokio::time::interval(period);
     renewals.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     renewals.tick().await;

@@ -32,4 +32,8 @@ pub struct Shared {
     pub(super) streams: AtomicUsize,
     pub(super) next_stream: AtomicU64,
     pub(super) stopping: CancellationToken,
+    /// Tokens charged and refunded so far (the metric's totals, readable in process: the
+    /// bound test takes the outstanding tokens from the service's own accounting).
+    pub(super) charged: AtomicU64,
+    pub(super) refunded: AtomicU64,
 }

@@ -3,23 +3,23 @@
 //! every half life, settled from the usage Envoy reports, abandoned when silent, and
 //! expired at once (TTL 0) when the service stops.
 //!
-//! **Why every renewal replaces the token bucket.** Envoy extends an assignment whose
-//! strategy is unchanged without refilling it, and replaces one whose strategy changed with
-//! a full bucket: a renewal is a new lease, so its strategy always differs from the last
-//! one (the fill interval alternates between two values far longer than any assignment
-//! lives, so the bucket holds its `max_tokens` and no more over its life).
+//! **Why every renewal replaces the token bucket.** Envoy 1.40 keeps the live token bucket
+//! (spent or not) when a renewal's is equal in `max_tokens`, `tokens_per_fill` and
+//! `fill_interval`'s nanos, and builds a new, full one otherwise: a renewal is a new lease,
+//! so the nanos alternate between 0 and 1 (Envoy reads only the whole seconds of the
+//! interval for the rate). The bucket's shape ([`super::lease`]) keeps what Envoy admits
+//! under it, over its whole life, within the tokens charged.
 //!
-//! **Settlement.** A replaced assignment's unspent tokens are refunded once the usage it
-//! saw has certainly been reported: after two reports of the bucket received since the
-//! replacement was sent (Envoy reports at a fixed interval, longer than a round trip).
-//! What is refunded is bounded by what settled assignments were charged minus every
-//! request Envoy reported allowed (those of the live assignment too), so a refund never
-//! exceeds the tokens that can no longer be spent. Assignments of a stream that ended or a
-//! bucket abandoned are not refunded (Envoy may still spend them until they expire): they
-//! lapse, under-admission and never over.
+//! **Settlement.** At each report of a bucket, the tokens its leases were charged beyond
+//! every request reported allowed and beyond what the leases not certainly over may still
+//! admit are refunded ([`super::ledger`]): a refund never gives back a token that could
+//! still be spent. Leases of a stream that ended or a bucket abandoned are not refunded
+//! (Envoy may still spend them until they expire): they lapse, under-admission and never
+//! over.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
@@ -37,6 +37,8 @@ use tokio::sync::mpsc;
 use tonic::Status as GrpcStatus;
 
 use super::bucket::{self, Leased, Target};
+use super::lease::{self, Shape};
+use super::ledger::Ledger;
 use super::share::{self, Sizing};
 use super::shared::{Shared, TOKENS};
 use crate::verdict::CheckFailure;
@@ -45,44 +47,28 @@ use crate::verdict::CheckFailure;
 pub const MAX_REPORT_BUCKETS: usize = 256;
 /// Buckets one stream may have assigned.
 pub const MAX_STREAM_BUCKETS: usize = 1024;
-/// The two fill intervals a leased token bucket alternates between (seconds): with one
-/// token per fill, a bucket living at most the longest `--rlqs-ttl-ms` (1 h) gains less than one token.
-const FILL_INTERVAL_SECONDS: i64 = 86_400;
-/// Reports of a bucket after a replacement before the replaced assignment is settled.
-const REPORTS_TO_SETTLE: u32 = 2;
-/// Renewals without a request before a bucket is abandoned.
-const SILENT_RENEWALS: u32 = 4;
+/// How long a bucket may go without a reported request before it is abandoned: at least
+/// this, and at least 4 TTLs. Envoy 1.40 reports every 5 s whatever `reporting_interval`
+/// says (`filter_persistence.cc`), so this spans three of its reports.
+const SILENT_AT_LEAST: Duration = Duration::from_secs(15);
 
 /// What the stream sends Envoy.
 pub type Outbound = mpsc::Sender<Result<RateLimitQuotaResponse, GrpcStatus>>;
-
-/// A replaced assignment, not yet settled.
-#[derive(Debug)]
-struct Replaced {
-    tokens: u64,
-    reports_since: u32,
-}
 
 /// One bucket of the stream.
 #[derive(Debug)]
 struct Bucket {
     id: BucketId,
     target: Target,
-    /// Requests (allowed and denied) reported since the last renewal.
-    requests_since_renewal: u64,
+    /// When the bucket was last reported, and last reported with a request.
+    last_report: Option<Instant>,
+    last_request: Instant,
     /// Requests per second over recent renewals (None before the first report's renewal).
     demand_per_second: Option<f64>,
-    /// Renewals in a row without a request.
-    quiet_renewals: u32,
-    /// Tokens of the live assignment (charged in Redis).
-    live_tokens: u64,
     /// Assignments sent, to alternate the strategy.
     generation: u64,
-    replaced: Vec<Replaced>,
-    /// Tokens of settled assignments, every request reported allowed, tokens refunded.
-    settled_tokens: u64,
-    reported_allowed: u64,
-    refunded: u64,
+    /// The leases charged, the requests reported allowed, the tokens refunded.
+    ledger: Ledger,
     /// The strategy last sent (to expire it with TTL 0 at shutdown).
     last_strategy: Option<RateLimitStrategy>,
 }
@@ -94,7 +80,6 @@ pub struct Stream {
     domain: Option<String>,
     buckets: HashMap<BTreeMap<String, String>, Bucket>,
     out: Outbound,
-    last_renewal: Instant,
 }
 
 /// Why the stream ends.
@@ -114,7 +99,6 @@ impl Stream {
             domain: None,
             buckets: HashMap::new(),
             out,
-            last_renewal: Instant::now(),
         }
     }
 
@@ -186,41 +170,28 @@ impl Stream {
             let requests = usage
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied);
-            bucket.requests_since_renewal = bucket.requests_since_renewal.saturating_add(requests);
-            bucket.reported_allowed = bucket
-                .reported_allowed
-                .saturating_add(usage.num_requests_allowed);
-            settle(&self.shared, bucket).await;
-            if bucket.generation == 0
-                && let Some(action) = assign(&self.shared, self.id, bucket).await
-            {
-                actions.push(action);
+            note_demand(bucket, requests);
+            settle(&self.shared, bucket, usage.num_requests_allowed).await;
+            if bucket.generation == 0 {
+                actions.extend(assign(&self.shared, self.id, bucket).await);
             }
         }
         self.send(actions).await
     }
 
-    /// Renews every bucket's assignment, abandoning those without a request for
-    /// [`SILENT_RENEWALS`] renewals.
+    /// Renews every bucket's assignment, abandoning those without a reported request for
+    /// [`SILENT_AT_LEAST`] (and 4 TTLs).
     pub async fn renew(&mut self) -> Result<(), End> {
-        let elapsed = self.last_renewal.elapsed().as_secs_f64().max(0.001);
-        self.last_renewal = Instant::now();
+        let silent_after = self
+            .shared
+            .settings
+            .ttl
+            .saturating_mul(4)
+            .max(SILENT_AT_LEAST);
         let mut actions = Vec::new();
         let mut silent = Vec::new();
         for (map, bucket) in &mut self.buckets {
-            #[allow(clippy::cast_precision_loss)]
-            let rate = bucket.requests_since_renewal as f64 / elapsed;
-            bucket.demand_per_second = Some(match bucket.demand_per_second {
-                Some(before) => (before + rate) / 2.0,
-                None => rate,
-            });
-            if bucket.requests_since_renewal == 0 {
-                bucket.quiet_renewals = bucket.quiet_renewals.saturating_add(1);
-            } else {
-                bucket.quiet_renewals = 0;
-            }
-            bucket.requests_since_renewal = 0;
-            if bucket.quiet_renewals >= SILENT_RENEWALS {
+            if bucket.last_request.elapsed() >= silent_after {
                 silent.push(map.clone());
                 actions.push(BucketAction {
                     bucket_id: Some(bucket.id.clone()),
@@ -228,9 +199,7 @@ impl Stream {
                 });
                 continue;
             }
-            if let Some(action) = assign(&self.shared, self.id, bucket).await {
-                actions.push(action);
-            }
+            actions.extend(assign(&self.shared, self.id, bucket).await);
         }
         for map in silent {
             if let Some(bucket) = self.buckets.remove(&map) {
@@ -284,17 +253,38 @@ fn new_bucket(id: BucketId, target: Target) -> Bucket {
     Bucket {
         id,
         target,
-        requests_since_renewal: 0,
+        last_report: None,
+        last_request: Instant::now(),
         demand_per_second: None,
-        quiet_renewals: 0,
-        live_tokens: 0,
         generation: 0,
-        replaced: Vec::new(),
-        settled_tokens: 0,
-        reported_allowed: 0,
-        refunded: 0,
+        ledger: Ledger::default(),
         last_strategy: None,
     }
+}
+
+/// A report's requests of the bucket: its demand (requests per second since its last
+/// report, averaged with the demand before) and its last activity.
+fn note_demand(bucket: &mut Bucket, requests: u64) {
+    let now = Instant::now();
+    if requests > 0 {
+        bucket.last_request = now;
+    }
+    if let Some(last) = bucket.last_report.replace(now) {
+        let elapsed = now.duration_since(last).as_secs_f64().max(0.001);
+        #[allow(clippy::cast_precision_loss)]
+        let rate = requests as f64 / elapsed;
+        bucket.demand_per_second = Some(match bucket.demand_per_second {
+            Some(before) => (before + rate) / 2.0,
+            None => rate,
+        });
+    }
+}
+
+/// How often a stream's assignments are renewed: every half of their life.
+pub fn renewal_period(ttl: Duration) -> Duration {
+    ttl.checked_div(2)
+        .unwrap_or_default()
+        .max(Duration::from_millis(1))
 }
 
 fn forget(shared: &Shared, stream: u64, bucket: &Bucket) {
@@ -326,35 +316,42 @@ fn blanket(rule: BlanketRule) -> RateLimitStrategy {
     }
 }
 
-/// The bucket's next assignment: for a leased bucket, tokens charged in Redis first (the
-/// live assignment, replaced, waits for its settlement); `None` when nothing is sent (an
-/// unsupported limit; the store out of reach: the live assignment runs out and Envoy's
-/// `expired_assignment_behavior` decides).
-async fn assign(shared: &Shared, stream: u64, bucket: &mut Bucket) -> Option<BucketAction> {
+/// The bucket's next assignment (its actions, in order): for a leased bucket, tokens
+/// charged in Redis first (the live lease, replaced, is settled from later reports);
+/// nothing when nothing is sent (an unsupported limit; the store out of reach: the live
+/// assignment runs out and Envoy's `expired_assignment_behavior` decides).
+async fn assign(shared: &Shared, stream: u64, bucket: &mut Bucket) -> Vec<BucketAction> {
     let ttl = shared.settings.ttl;
     let strategy = match &bucket.target {
         Target::AllowAll => blanket(BlanketRule::AllowAll),
         Target::DenyAll => blanket(BlanketRule::DenyAll),
-        Target::Unsupported => return None,
+        Target::Unsupported => return Vec::new(),
         Target::Leased(leased) => {
             let leased = leased.clone();
-            let granted = charge(shared, stream, bucket, &leased).await?;
-            if bucket.live_tokens > 0 {
-                bucket.replaced.push(Replaced {
-                    tokens: bucket.live_tokens,
-                    reports_since: 0,
-                });
-            }
-            bucket.live_tokens = granted;
-            match u32::try_from(granted) {
-                Ok(max_tokens) if max_tokens > 0 => token_bucket(max_tokens, bucket.generation),
-                _ => blanket(BlanketRule::DenyAll),
+            let Some(granted) = charge(shared, stream, bucket, &leased).await else {
+                return Vec::new();
+            };
+            let shape = lease::shape(granted, life_seconds(ttl));
+            bucket.ledger.leased(granted, shape, Instant::now());
+            match shape {
+                Some(shape) => token_bucket(shape, bucket.generation),
+                None => blanket(BlanketRule::DenyAll),
             }
         }
     };
     bucket.generation = bucket.generation.saturating_add(1);
     bucket.last_strategy = Some(strategy);
-    Some(assignment(&bucket.id, strategy, ttl))
+    let mut actions = Vec::with_capacity(2);
+    if matches!(strategy.strategy, Some(Strategy::TokenBucket(_))) {
+        // First `deny_all`, in the same response: Envoy applies a response's actions in
+        // order and publishes the result once, so no request sees it, but it drops the live
+        // token bucket, and a token bucket assigned with none live starts full
+        // (`createTokenBucketFromAction`); replacing a live one would start it with only the
+        // fraction the live one still holds (none under load).
+        actions.push(assignment(&bucket.id, blanket(BlanketRule::DenyAll), ttl));
+    }
+    actions.push(assignment(&bucket.id, strategy, ttl));
+    actions
 }
 
 /// Tokens charged to the limit for one assignment (0: the quota is spent), `None` if the
@@ -387,6 +384,7 @@ async fn charge(shared: &Shared, stream: u64, bucket: &Bucket, leased: &Leased) 
     match shared.store.acquire(&request).await {
         Ok(grant) => {
             metrics::counter!(TOKENS, "what" => "charged").increment(grant.granted);
+            shared.charged.fetch_add(grant.granted, Ordering::Relaxed);
             Some(grant.granted)
         }
         Err(error) => {
@@ -399,50 +397,45 @@ async fn charge(shared: &Shared, stream: u64, bucket: &Bucket, leased: &Leased) 
     }
 }
 
-/// A leased token bucket. Both the fill interval's seconds and its nanos alternate: Envoy
-/// 1.40 deems a token bucket unchanged (and keeps the old, spent one) when its `max_tokens`,
-/// `tokens_per_fill` and `fill_interval.nanos` are equal, the seconds not compared; so a
-/// renewal of the same size as the last must differ in the nanos.
-fn token_bucket(max_tokens: u32, generation: u64) -> RateLimitStrategy {
-    let odd = generation % 2 == 1;
+/// The longest an assignment lives in Envoy, in whole seconds: Envoy 1.40 reads only the
+/// whole seconds of `assignment_time_to_live`, so at most the TTL rounded up (at least 1).
+fn life_seconds(ttl: Duration) -> u64 {
+    ttl.as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0))
+        .max(1)
+}
+
+/// A leased token bucket. The fill interval's nanos alternate (0, 1): Envoy 1.40 deems a
+/// token bucket unchanged, and keeps the old, partly spent one, when its `max_tokens`,
+/// `tokens_per_fill` and `fill_interval.nanos` are equal; its rate uses the whole seconds
+/// only, so the nanos change nothing else.
+fn token_bucket(shape: Shape, generation: u64) -> RateLimitStrategy {
     RateLimitStrategy {
         strategy: Some(Strategy::TokenBucket(TokenBucket {
-            max_tokens,
-            tokens_per_fill: Some(protobuf::UInt32Value { value: 1 }),
+            max_tokens: shape.max_tokens,
+            tokens_per_fill: Some(protobuf::UInt32Value {
+                value: shape.tokens_per_fill,
+            }),
             fill_interval: Some(protobuf::Duration {
-                seconds: FILL_INTERVAL_SECONDS.saturating_add(i64::from(odd)),
-                nanos: i32::from(odd),
+                seconds: shape.fill_interval_seconds,
+                nanos: i32::from(generation % 2 == 1),
             }),
         })),
     }
 }
 
-/// Counts a report against the replaced assignments and refunds what has settled.
-async fn settle(shared: &Shared, bucket: &mut Bucket) {
-    let mut settled = 0u64;
-    bucket.replaced.retain_mut(|replaced| {
-        replaced.reports_since = replaced.reports_since.saturating_add(1);
-        if replaced.reports_since >= REPORTS_TO_SETTLE {
-            settled = settled.saturating_add(replaced.tokens);
-            false
-        } else {
-            true
-        }
-    });
-    bucket.settled_tokens = bucket.settled_tokens.saturating_add(settled);
+/// Counts a report's allowed requests and refunds what can no longer be admitted.
+async fn settle(shared: &Shared, bucket: &mut Bucket, allowed: u64) {
+    let unspent =
+        bucket
+            .ledger
+            .reported(allowed, Instant::now(), life_seconds(shared.settings.ttl));
     let Target::Leased(leased) = &bucket.target else {
         return;
     };
-    let unspent = bucket
-        .settled_tokens
-        .saturating_sub(bucket.reported_allowed)
-        .saturating_sub(bucket.refunded);
     if unspent == 0 {
         return;
     }
-    // Counted as refunded before it is sent: a refund is never sent twice (a lost one
-    // leaves its tokens spent: under-admission).
-    bucket.refunded = bucket.refunded.saturating_add(unspent);
     let call = LimitCall {
         key: &leased.key,
         algorithm: &leased.algorithm,
@@ -456,7 +449,10 @@ async fn settle(shared: &Shared, bucket: &mut Bucket) {
         holder: None,
     };
     match shared.store.refund(&refund).await {
-        Ok(()) => metrics::counter!(TOKENS, "what" => "refunded").increment(unspent),
+        Ok(()) => {
+            metrics::counter!(TOKENS, "what" => "refunded").increment(unspent);
+            shared.refunded.fetch_add(unspent, Ordering::Relaxed);
+        }
         Err(error) => {
             tracing::warn!(key = leased.key, "RLQS: a refund was lost: {error}");
         }

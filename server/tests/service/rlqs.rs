@@ -47,17 +47,21 @@ fn report(route: &str, allowed: u64) -> RateLimitQuotaUsageReports {
     }
 }
 
-/// The token bucket's size of an answer's first assignment.
+/// The size of an answer's token bucket (each one comes after a `deny_all` for the same
+/// bucket, which makes Envoy start it full).
 fn max_tokens(answer: &RateLimitQuotaResponse) -> Option<u32> {
-    match answer.bucket_action.first()?.bucket_action.as_ref()? {
-        Action::QuotaAssignmentAction(assignment) => {
-            match assignment.rate_limit_strategy.as_ref()?.strategy.as_ref()? {
-                Strategy::TokenBucket(bucket) => Some(bucket.max_tokens),
-                _ => None,
+    answer
+        .bucket_action
+        .iter()
+        .find_map(|action| match action.bucket_action.as_ref()? {
+            Action::QuotaAssignmentAction(assignment) => {
+                match assignment.rate_limit_strategy.as_ref()?.strategy.as_ref()? {
+                    Strategy::TokenBucket(bucket) => Some(bucket.max_tokens),
+                    _ => None,
+                }
             }
-        }
-        Action::AbandonAction(_) => None,
-    }
+            Action::AbandonAction(_) => None,
+        })
 }
 
 /// Opens a stream on `channel` reporting `route`; the sender keeps it open.
