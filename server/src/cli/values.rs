@@ -141,8 +141,8 @@ pub fn ms(text: &str) -> Result<Duration, String> {
     count(text).map(Duration::from_millis)
 }
 
-/// The longest RLQS assignment life (`--rlqs-ttl-ms`): a leased token bucket's refill
-/// over it stays under one token (docs/rlqs.md).
+/// The longest RLQS assignment life (`--rlqs-ttl-ms`): the tokens a lease may hold
+/// unspent for Envoy grow with it (docs/rlqs.md).
 pub const MAX_RLQS_TTL: Duration = Duration::from_secs(3_600);
 
 /// An RLQS assignment's life: 2 ms to [`MAX_RLQS_TTL`].

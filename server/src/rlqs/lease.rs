@@ -27,8 +27,11 @@ pub struct Shape {
 impl Shape {
     /// The most Envoy admits under this bucket over `life_seconds`.
     pub fn most_admitted(&self, life_seconds: u64) -> u64 {
-        let refill = u64::from(self.tokens_per_fill).saturating_mul(life_seconds)
-            / u64::try_from(self.fill_interval_seconds.max(1)).unwrap_or(1);
+        let fill_seconds = u64::try_from(self.fill_interval_seconds.max(1)).unwrap_or(1);
+        let refill = u64::from(self.tokens_per_fill)
+            .saturating_mul(life_seconds)
+            .checked_div(fill_seconds)
+            .unwrap_or(u64::MAX);
         u64::from(self.max_tokens).saturating_add(refill)
     }
 }

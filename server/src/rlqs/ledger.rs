@@ -54,12 +54,12 @@ impl Ledger {
         // The report was built after `built`; a lease ends by `sent + margin + life`.
         let built = now.checked_sub(DELIVERY_MARGIN).unwrap_or(now);
         self.leases
-            .retain(|lease| lease.sent + DELIVERY_MARGIN + life > built);
+            .retain(|lease| life_left(lease, life, built) > Duration::ZERO);
         let to_come: u64 = self
             .leases
             .iter()
             .map(|lease| {
-                let left = (lease.sent + DELIVERY_MARGIN + life).saturating_duration_since(built);
+                let left = life_left(lease, life, built);
                 let seconds = left
                     .as_secs()
                     .saturating_add(u64::from(left.subsec_nanos() > 0));
@@ -73,6 +73,15 @@ impl Ledger {
             .saturating_sub(self.refunded);
         self.refunded = self.refunded.saturating_add(refundable);
         refundable
+    }
+}
+
+/// What is left after `built` of a lease's life in Envoy (at most `life` from when Envoy
+/// applied it, at most [`DELIVERY_MARGIN`] after it was sent).
+fn life_left(lease: &Lease, life: Duration, built: Instant) -> Duration {
+    match lease.sent.checked_add(DELIVERY_MARGIN.saturating_add(life)) {
+        Some(end) => end.saturating_duration_since(built),
+        None => Duration::MAX,
     }
 }
 

@@ -3,10 +3,13 @@
 //! every half life, settled from the usage Envoy reports, abandoned when silent, and
 //! expired at once (TTL 0) when the service stops.
 //!
-//! **Why every renewal replaces the token bucket.** Envoy 1.40 keeps the live token bucket
-//! (spent or not) when a renewal's is equal in `max_tokens`, `tokens_per_fill` and
-//! `fill_interval`'s nanos, and builds a new, full one otherwise: a renewal is a new lease,
-//! so the nanos alternate between 0 and 1 (Envoy reads only the whole seconds of the
+//! **Why every renewal starts a full token bucket.** Envoy 1.40 keeps the live token
+//! bucket (spent or not) when a renewal's is equal in `max_tokens`, `tokens_per_fill` and
+//! `fill_interval`'s nanos, and otherwise builds a new one starting with the fraction of
+//! `max_tokens` the live one still holds (none under load), or full when none is live. A
+//! renewal is a new lease: it is sent after a `deny_all` for the same bucket in the same
+//! response, which drops the live bucket before any request sees it, so the new one starts
+//! full; and the nanos alternate between 0 and 1 (Envoy reads only the whole seconds of the
 //! interval for the rate). The bucket's shape ([`super::lease`]) keeps what Envoy admits
 //! under it, over its whole life, within the tokens charged.
 //!
