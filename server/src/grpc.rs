@@ -63,6 +63,13 @@ pub struct Authenticate {
     token: Option<Token>,
 }
 
+impl Authenticate {
+    /// Refuses callers without `token`, if there is one.
+    pub fn new(token: Option<Token>) -> Self {
+        Self { token }
+    }
+}
+
 impl Interceptor for Authenticate {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, GrpcStatus> {
         let Some(token) = &self.token else {

@@ -25,6 +25,7 @@ mod regions;
 mod request;
 mod resolve;
 mod revision;
+mod rlqs;
 mod serve;
 mod start_error;
 mod tally;
@@ -187,13 +188,26 @@ async fn run(options: Options) -> Result<(), StartError> {
 
     let stop = serve::Stop::default();
     let mut servers = Vec::new();
+    let rlqs = options.listen.rlqs.then(|| {
+        rlqs::Rlqs::new(
+            Arc::clone(&engine),
+            Arc::clone(&store),
+            rlqs::Settings {
+                ttl: options.listen.rlqs_ttl,
+                max_value_bytes: options.bounds.max_value_bytes,
+            },
+        )
+    });
     if let Some(address) = options.listen.grpc {
         let service = grpc::service(
             Arc::clone(&engine),
             options.answers.fields.clone(),
-            grpc_token,
+            grpc_token.clone(),
         );
-        servers.push(start_grpc(&options, address, service, &stop).await?);
+        let quota = rlqs
+            .clone()
+            .map(|rlqs| rlqs.service(grpc::Authenticate::new(grpc_token)));
+        servers.push(start_grpc(&options, address, service, quota, &stop).await?);
     }
     if let Some(address) = options.listen.http {
         let api = http_api(&options, &engine, prometheus, &reachable, http_token);
@@ -206,6 +220,11 @@ async fn run(options: Options) -> Result<(), StartError> {
 
     wait_for_signal().await;
     tracing::info!("stopping: finishing requests in flight, giving leases back");
+    if let Some(rlqs) = &rlqs {
+        // Every RLQS assignment expires at once (TTL 0) and the streams end, so the drain
+        // does not wait for them.
+        rlqs.stop();
+    }
     let result = serve::drain(servers, options.runtime.shutdown_timeout, &stop).await;
     engine.limiter().release_leases().await;
     // The last second's denials, for the fleet's top keys (never retried).
@@ -402,6 +421,7 @@ async fn start_grpc(
     options: &Options,
     address: SocketAddr,
     service: grpc::Service,
+    rlqs: Option<rlqs::Service>,
     stop: &serve::Stop,
 ) -> Result<Listener, StartError> {
     let tls = options
@@ -416,14 +436,15 @@ async fn start_grpc(
         })?;
     let listener = bind("--grpc-listen", address).await?;
     tracing::info!(
-        "gRPC (Envoy RLS v3) on {}{}",
+        "gRPC (Envoy RLS v3{}) on {}{}",
+        if rlqs.is_some() { " and RLQS" } else { "" },
         listener.local_addr().unwrap_or(address),
         tls_note(tls.is_some())
     );
     let acceptor = Acceptor::new(listener, options.limits.max_connections, "gRPC");
     let (limits, stop) = (options.limits, stop.clone());
     Ok(tokio::spawn(async move {
-        serve::grpc::serve(acceptor, tls, service, limits, stop)
+        serve::grpc::serve(acceptor, tls, service, rlqs, limits, stop)
             .await
             .map_err(serve::ListenerError::Grpc)
     }))

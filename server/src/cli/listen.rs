@@ -2,7 +2,9 @@
 
 use std::net::SocketAddr;
 
-use super::values::{Address, listen};
+use std::time::Duration;
+
+use super::values::{Address, listen, rlqs_ttl};
 use crate::reference_env;
 
 /// The flags of the listeners.
@@ -17,6 +19,21 @@ pub struct Listen {
     /// 127.0.0.1:8080; with HOST or PORT, their address]
     #[arg(long, value_name = "ADDR", value_parser = listen)]
     pub http_listen: Option<Address>,
+
+    /// Also serve Envoy's Rate Limit Quota Service (RLQS) on the gRPC listener: each Envoy
+    /// is assigned token buckets whose tokens are leased from the quotas in Redis
+    /// (docs/rlqs.md)
+    #[arg(long)]
+    pub rlqs: bool,
+
+    /// How long an RLQS assignment lives (renewed every half of it; at most 3600000)
+    #[arg(
+        long = "rlqs-ttl-ms",
+        value_name = "MS",
+        default_value = "2000",
+        value_parser = rlqs_ttl
+    )]
+    pub rlqs_ttl: Duration,
 
     /// The gRPC listener (`None`: off), as [`super::parse`] reads `--grpc-listen` and the
     /// reference's settings.

@@ -98,6 +98,10 @@ where
             (false, false) => None,
         },
     };
+    if listen.rlqs && listen.grpc.is_none() {
+        let text = "--rlqs is served on the gRPC listener, which is off";
+        return Err(usage_error(ErrorKind::ArgumentConflict, text));
+    }
     if listen.grpc.is_none() && listen.http.is_none() {
         let text = "both listeners are off: nothing to serve";
         return Err(usage_error(ErrorKind::ArgumentConflict, text));

@@ -191,6 +191,14 @@ fn errors_name_the_flag_and_the_reason() {
             "'--batch-window-us <US>': is at most 100000 (0.1 s)",
         ),
         ("--batch-max 0", "'--batch-max <N>': is 1 to 1024"),
+        (
+            "--rlqs-ttl-ms 1",
+            "'--rlqs-ttl-ms <MS>': from 2 to 3600000 ms is expected",
+        ),
+        (
+            "--rlqs --grpc-listen off",
+            "--rlqs is served on the gRPC listener, which is off",
+        ),
         ("--batch-max 1025", "'--batch-max <N>': is 1 to 1024"),
         (
             "--worker-threads 0",
@@ -473,7 +481,7 @@ fn help_says_what_it_said_of_every_flag() {
         (command.render_help(), include_str!("help-short.txt")),
     ] {
         let (now, before) = (entries(&help.to_string()), entries(before));
-        assert_eq!(now.len(), 74, "every flag, --help and --version");
+        assert_eq!(now.len(), 76, "every flag, --help and --version");
         for (now, before) in now.iter().zip(&before) {
             assert_eq!(now, before, "a flag's entry in the help");
         }

@@ -141,6 +141,22 @@ pub fn ms(text: &str) -> Result<Duration, String> {
     count(text).map(Duration::from_millis)
 }
 
+/// The longest RLQS assignment life (`--rlqs-ttl-ms`): the tokens a lease may hold
+/// unspent for Envoy grow with it (docs/rlqs.md).
+pub const MAX_RLQS_TTL: Duration = Duration::from_secs(3_600);
+
+/// An RLQS assignment's life: 2 ms to [`MAX_RLQS_TTL`].
+pub fn rlqs_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = ms(text)?;
+    if ttl < Duration::from_millis(2) || ttl > MAX_RLQS_TTL {
+        return Err(format!(
+            "from 2 to {} ms is expected",
+            MAX_RLQS_TTL.as_millis()
+        ));
+    }
+    Ok(ttl)
+}
+
 /// The most worker threads `--worker-threads` takes.
 const MAX_WORKER_THREADS: usize = 1024;
 

@@ -17,6 +17,7 @@ pub async fn serve(
     mut acceptor: Acceptor,
     tls: Option<TlsAcceptor>,
     service: crate::grpc::Service,
+    rlqs: Option<crate::rlqs::Service>,
     limits: Limits,
     stop: Stop,
 ) -> Result<(), tonic::transport::Error> {
@@ -41,6 +42,11 @@ pub async fn serve(
             });
         }
     });
+    // RLQS streams live as long as Envoy keeps them: tonic's `timeout` and concurrency
+    // limit hold a call only until its answer's head (its handler's future), so they bound
+    // an RLS check whole but only the opening of an RLQS stream, which then holds neither
+    // (tests/service/rlqs.rs holds one past the timeout, beside a check with concurrency 1).
+    // Open streams are bounded by `--max-streams` per connection and `rlqs::MAX_STREAMS`.
     tonic::transport::Server::builder()
         .max_concurrent_streams(limits.max_streams)
         .concurrency_limit_per_connection(limits.grpc_concurrency)
@@ -54,6 +60,7 @@ pub async fn serve(
             crate::grpc::invalid_protobuf_is_invalid_argument,
         ))
         .add_service(service)
+        .add_optional_service(rlqs)
         .serve_with_incoming_shutdown(ReceiverStream::new(incoming), stop.finish.cancelled_owned())
         .await
 }

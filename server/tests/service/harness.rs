@@ -183,7 +183,9 @@ impl Service {
         };
         let started = wait_until(Duration::from_secs(30), || {
             let log = service.log();
-            let grpc = bound(&log, "gRPC (Envoy RLS v3) on ");
+            // "gRPC (Envoy RLS v3) on ", or "(Envoy RLS v3 and RLQS)" with --rlqs.
+            let grpc = bound(&log, "gRPC (Envoy RLS v3) on ")
+                .or_else(|| bound(&log, "gRPC (Envoy RLS v3 and RLQS) on "));
             let http = bound(&log, "HTTP API on ");
             if let (Some(grpc), Some(http)) = (grpc, http) {
                 service.grpc = grpc;

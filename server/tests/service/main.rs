@@ -49,4 +49,5 @@ mod plans;
 mod python;
 mod reference;
 mod regions;
+mod rlqs;
 mod venv;

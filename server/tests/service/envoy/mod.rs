@@ -23,6 +23,7 @@
 
 mod backend;
 mod proxy;
+mod rlqs;
 
 use std::time::{Duration, Instant};
 

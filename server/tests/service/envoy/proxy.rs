@@ -2,6 +2,7 @@
 //! addresses substituted, a running Envoy (validated first, killed on drop) and its rate
 //! limit counters.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -201,6 +202,47 @@ impl Envoy {
         let headers: Vec<(&str, &str)> =
             api_key.map(|key| ("x-api-key", key)).into_iter().collect();
         http(self.listener, "GET", path, "", &headers)
+    }
+
+    /// The status of a GET through Envoy with `headers`, read as soon as the answer is
+    /// whole (by its `Content-Length`): Envoy closes a connection after its own replies (a
+    /// 429) only at its delayed-close timeout (1 s), which reading to the end would wait for.
+    pub fn status_of(&self, path: &str, headers: &[(&str, &str)]) -> u16 {
+        let mut stream = std::net::TcpStream::connect(self.listener).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        let mut buffer = [0_u8; 4096];
+        loop {
+            let read = stream.read(&mut buffer).unwrap();
+            raw.extend_from_slice(&buffer[..read]);
+            let text = String::from_utf8_lossy(&raw);
+            let whole = text.split_once("\r\n\r\n").is_some_and(|(head, body)| {
+                let length = head
+                    .lines()
+                    .find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                body.len() >= length
+            });
+            if read == 0 || whole {
+                return text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|code| code.parse().ok())
+                    .unwrap_or(0);
+            }
+        }
     }
 
     /// Envoy's rate limit filter counters (charged to the route's cluster, `backend`).
