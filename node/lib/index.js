@@ -28,6 +28,12 @@ const { fromFile, fromToml } = require('./config');
 const { PlanSource } = require('./plans');
 const { RateLimitStore } = require('./express');
 
+const version = '0.1.0';
+
+// Each entry a bare name: Node reads this object's names statically (cjs-module-lexer) to
+// give the ESM entry (index.mjs, `export *`) its named exports, and an entry whose value is
+// a literal or a call ends that reading: the names after it would be missing from ESM
+// (test/package.test.js compares the two entries).
 module.exports = {
   DEFAULT_TIMEOUT_MS,
   Algorithm,
@@ -57,5 +63,5 @@ module.exports = {
   keySlot,
   RateLimitStore,
   setLogger,
-  version: '0.1.0',
+  version,
 };

@@ -435,12 +435,8 @@ function parseAcquire(shape, request, reply, backend) {
   return grant(granted, Math.min(binding, views.length - 1), views, backend);
 }
 
-/**
- * One group acquire on `backend`: the command, and once more after reloading code the server
- * lost. Throws StoreError. `resolved` ({ backend, sha, multi }) gets a reloaded script's SHA.
- */
-async function acquireFlow(run, request, resolved) {
-  const [shape, args] = acquireCommand(request, resolved.multi);
+/** Any module command on the backend in use, once more after reloading lost code. */
+async function callFlow(run, args, resolved) {
   for (let attempt = 0; attempt < 2; attempt += 1) {
     const reply = await run(keyed(resolved.backend, resolved.sha, args));
     if (reply instanceof Error) {
@@ -450,14 +446,25 @@ async function acquireFlow(run, request, resolved) {
       }
       throw classify(reply);
     }
-    try {
-      return parseAcquire(shape, request, reply, resolved.backend);
-    } catch (error) {
-      if (error instanceof TypeError || error instanceof RangeError) throw new StoreError('server', `unexpected reply: ${error.message}`);
-      throw error;
-    }
+    return reply;
   }
   throw new StoreError('server', "the server lost the backend's code twice");
+}
+
+/**
+ * One group acquire on `backend`: the command, and once more after reloading code the server
+ * lost (callFlow). Throws StoreError. `resolved` ({ backend, sha, multi }) gets a reloaded
+ * script's SHA.
+ */
+async function acquireFlow(run, request, resolved) {
+  const [shape, args] = acquireCommand(request, resolved.multi);
+  const reply = await callFlow(run, args, resolved);
+  try {
+    return parseAcquire(shape, request, reply, resolved.backend);
+  } catch (error) {
+    if (error instanceof TypeError || error instanceof RangeError) throw new StoreError('server', `unexpected reply: ${error.message}`);
+    throw error;
+  }
 }
 
 /** A group's refunds (one command per limit, sent together); once more after lost code. */
@@ -473,22 +480,6 @@ async function refundFlow(run, request, resolved) {
     }
     throw classify(errors[0]);
   }
-}
-
-/** Any module command on the backend in use, once more after reloading lost code. */
-async function callFlow(run, args, resolved) {
-  for (let attempt = 0; attempt < 2; attempt += 1) {
-    const reply = await run(keyed(resolved.backend, resolved.sha, args));
-    if (reply instanceof Error) {
-      if (attempt === 0 && lost(resolved.backend, reply)) {
-        resolved.sha = (await reload(run, resolved.backend)) || resolved.sha;
-        continue;
-      }
-      throw classify(reply);
-    }
-    return reply;
-  }
-  throw new StoreError('server', "the server lost the backend's code twice");
 }
 
 module.exports = {

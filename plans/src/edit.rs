@@ -446,13 +446,7 @@ pub fn replace_all(snapshot: &Snapshot, wanted: &Snapshot) -> Result<Vec<Edit>, 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn limits(texts: &[&str]) -> Vec<LimitSpec> {
-        texts
-            .iter()
-            .map(|text| LimitSpec::parse(text).unwrap())
-            .collect()
-    }
+    use crate::spec::limits;
 
     #[test]
     fn refuses_what_would_leave_the_store_inconsistent() {

@@ -111,34 +111,18 @@ fn texts(limits: &[Effective]) -> Vec<String> {
 
 /// The tenants whose limits differ between `before` and `after` at `now_ms`.
 pub fn moved(before: &Snapshot, after: &Snapshot, now_ms: u64) -> Moved {
-    let named = |snapshot: &Snapshot| -> BTreeSet<String> {
-        snapshot
-            .tenants
-            .keys()
-            .cloned()
-            .chain(
-                snapshot
-                    .overrides
-                    .values()
-                    .filter_map(|entry| match &entry.pattern {
-                        Pattern::Exact(tenant) => Some(tenant.clone()),
-                        Pattern::Prefix(_) => None,
-                    }),
-            )
-            .collect()
-    };
-    let mut tenants = named(before);
-    tenants.extend(named(after));
+    let mut tenants = before.named_tenants();
+    tenants.extend(after.named_tenants());
     let mut moved = Moved::default();
     for tenant in tenants {
-        let was = texts(&before.resolve(&tenant, &[], now_ms));
-        let will = texts(&after.resolve(&tenant, &[], now_ms));
+        let was = texts(&before.resolve(tenant, &[], now_ms));
+        let will = texts(&after.resolve(tenant, &[], now_ms));
         if was == will {
             continue;
         }
         if moved.tenants.len() < MAX_LISTED {
             moved.tenants.push(MovedTenant {
-                tenant,
+                tenant: tenant.to_owned(),
                 before: was,
                 after: will,
             });
@@ -172,14 +156,7 @@ pub fn moved(before: &Snapshot, after: &Snapshot, now_ms: u64) -> Moved {
 mod tests {
     use super::*;
     use crate::edit;
-    use crate::spec::LimitSpec;
-
-    fn limits(texts: &[&str]) -> Vec<LimitSpec> {
-        texts
-            .iter()
-            .map(|text| LimitSpec::parse(text).unwrap())
-            .collect()
-    }
+    use crate::spec::limits;
 
     #[test]
     fn a_plan_change_moves_its_tenants_and_no_other() {

@@ -6,7 +6,7 @@
 //! override replaces one named limit (adding it if the layer below lacks it) or, given as
 //! `all`, the whole set below it. An override past its expiry is ignored.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Bound;
 
@@ -237,6 +237,20 @@ impl Snapshot {
             }
         }
         snapshot
+    }
+
+    /// The tenants this store names, each once and in order: those on a plan, and those of
+    /// an exact override (a wildcard names no one tenant).
+    pub fn named_tenants(&self) -> BTreeSet<&str> {
+        let on_plans = self.tenants.keys().map(String::as_str);
+        let overridden = self
+            .overrides
+            .values()
+            .filter_map(|entry| match &entry.pattern {
+                Pattern::Exact(tenant) => Some(tenant.as_str()),
+                Pattern::Prefix(_) => None,
+            });
+        on_plans.chain(overridden).collect()
     }
 
     /// The unreadable field `field` of `table`, if it is one.

@@ -388,6 +388,15 @@ impl fmt::Display for Pattern {
     }
 }
 
+/// The limits written `texts`, each known to parse: the other modules' tests' plans.
+#[cfg(test)]
+pub(crate) fn limits(texts: &[&str]) -> Vec<LimitSpec> {
+    texts
+        .iter()
+        .map(|text| LimitSpec::parse(text).unwrap())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

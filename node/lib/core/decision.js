@@ -55,4 +55,24 @@ class Evaluation {
   }
 }
 
-module.exports = { NOW, NEVER, compareWaits, Decision, Commit, Evaluation };
+/**
+ * The state methods of a kind whose change is the whole new state (core/src/decision.rs's
+ * change_is_the_new_state!): applying replaces the state, creating takes the change as it is,
+ * and a state is never vacant. The token bucket, GCRA and the fixed and sliding windows extend
+ * it; the sliding log's change is an edit of its log, a concurrency limit's of its holders.
+ */
+class ChangeIsTheNewState {
+  static apply(_state, change) {
+    return change;
+  }
+
+  static create(change) {
+    return change;
+  }
+
+  static isVacant() {
+    return false;
+  }
+}
+
+module.exports = { NOW, NEVER, compareWaits, ChangeIsTheNewState, Decision, Commit, Evaluation };

@@ -8,7 +8,7 @@
  */
 
 const { GCRA } = require('../kinds');
-const { NEVER, NOW, Commit, Decision, Evaluation } = require('./decision');
+const { NEVER, NOW, ChangeIsTheNewState, Commit, Decision, Evaluation } = require('./decision');
 const n = require('./numbers');
 
 const { I64_MAX, I64_MIN, MAX_NOW_US, NS_PER_SECOND, NS_PER_US, ceilMsFromNs, clamp, expiryMsFromNs, satI64, tdiv, trem, min, max } = n;
@@ -76,8 +76,9 @@ function cellRemaining(tolerance, interval, ttl) {
   return quotient >= I64_MIN && quotient <= I64_MAX ? quotient : 0n;
 }
 
-class GcraParams {
+class GcraParams extends ChangeIsTheNewState {
   constructor(maxBurst, intervalNs, quantity = 1n) {
+    super();
     this.maxBurst = maxBurst;
     this.intervalNs = intervalNs;
     this.quantity = quantity;
@@ -157,18 +158,6 @@ class GcraParams {
     const view = new View(state, this, nowUs);
     const slack = view.tolerance - (view.tat - view.now);
     return min(max(tdiv(slack, view.interval), 0n), upTo);
-  }
-
-  static apply(_state, change) {
-    return change;
-  }
-
-  static create(change) {
-    return change;
-  }
-
-  static isVacant() {
-    return false;
   }
 }
 

@@ -8,7 +8,7 @@
  */
 
 const { TOKEN_BUCKET } = require('../kinds');
-const { NEVER, NOW, Commit, Decision, Evaluation } = require('./decision');
+const { NEVER, NOW, ChangeIsTheNewState, Commit, Decision, Evaluation } = require('./decision');
 const n = require('./numbers');
 
 const { I64_MAX, MAX_NOW_US, NS_PER_SECOND, NS_PER_US, satI64, clamp, ceilMsFromNs, expiryMsFromNs, min, max } = n;
@@ -29,8 +29,9 @@ class TokenBucket {
   }
 }
 
-class TokenBucketParams {
+class TokenBucketParams extends ChangeIsTheNewState {
   constructor(capacity, intervalNs, costUnits = 1n, maxWaitNs = 0n) {
+    super();
     this.capacity = capacity;
     this.intervalNs = intervalNs;
     this.costUnits = costUnits;
@@ -98,18 +99,6 @@ class TokenBucketParams {
     const view = new View(state, this, nowUs);
     const withinWait = satI64(satI64(view.now - view.emptyAt) + view.maxWait);
     return min(min(view.wholeTokens(withinWait), this.capacity), upTo);
-  }
-
-  static apply(_state, change) {
-    return change;
-  }
-
-  static create(change) {
-    return change;
-  }
-
-  static isVacant() {
-    return false;
   }
 }
 

@@ -5,7 +5,7 @@
  */
 
 const { FIXED_WINDOW, SLIDING_WINDOW } = require('../kinds');
-const { NEVER, NOW, Commit, Decision, Evaluation } = require('./decision');
+const { NEVER, NOW, ChangeIsTheNewState, Commit, Decision, Evaluation } = require('./decision');
 const n = require('./numbers');
 
 const {
@@ -51,8 +51,9 @@ class SlidingWindow {
   }
 }
 
-class WindowParams {
+class WindowParams extends ChangeIsTheNewState {
   constructor(limit, windowUs, costUnits = 1n) {
+    super();
     this.limit = limit;
     this.windowUs = windowUs;
     this.costUnits = costUnits;
@@ -75,18 +76,6 @@ class WindowParams {
 
   countedCost() {
     return this.cost;
-  }
-
-  static apply(_state, change) {
-    return change;
-  }
-
-  static create(change) {
-    return change;
-  }
-
-  static isVacant() {
-    return false;
   }
 }
 

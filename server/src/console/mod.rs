@@ -44,6 +44,10 @@ use self::json::{ok, problem};
 use self::session::COOKIE;
 pub use self::state::{Console, ConsoleError, Parts};
 use self::top::TopQuery;
+use self::write::{
+    Import, OverrideDelete, OverrideSet, PlanDelete, PlanSet, Prune, TenantDelete, TenantSet,
+    apply_write,
+};
 
 /// The largest request body (an imported TOML file included).
 const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -76,14 +80,17 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/admin/v1/top", get(top))
         .route("/admin/v1/health", get(health::health));
     let writes = Router::new()
-        .route("/admin/v1/plan/set", post(write::plan_set))
-        .route("/admin/v1/plan/delete", post(write::plan_delete))
-        .route("/admin/v1/tenant/set", post(write::tenant_set))
-        .route("/admin/v1/tenant/delete", post(write::tenant_delete))
-        .route("/admin/v1/override/set", post(write::override_set))
-        .route("/admin/v1/override/delete", post(write::override_delete))
-        .route("/admin/v1/override/prune", post(write::override_prune))
-        .route("/admin/v1/import", post(write::import))
+        .route("/admin/v1/plan/set", post(apply_write::<PlanSet>))
+        .route("/admin/v1/plan/delete", post(apply_write::<PlanDelete>))
+        .route("/admin/v1/tenant/set", post(apply_write::<TenantSet>))
+        .route("/admin/v1/tenant/delete", post(apply_write::<TenantDelete>))
+        .route("/admin/v1/override/set", post(apply_write::<OverrideSet>))
+        .route(
+            "/admin/v1/override/delete",
+            post(apply_write::<OverrideDelete>),
+        )
+        .route("/admin/v1/override/prune", post(apply_write::<Prune>))
+        .route("/admin/v1/import", post(apply_write::<Import>))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&console),
             guard::writes,

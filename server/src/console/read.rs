@@ -81,29 +81,17 @@ pub async fn tenants(
         Ok(read) => read,
         Err(error) => return store_failed(&error),
     };
-    let named = snapshot
-        .tenants
-        .keys()
-        .cloned()
-        .chain(
-            snapshot
-                .overrides
-                .values()
-                .filter_map(|entry| match &entry.pattern {
-                    redis_ratelimit_plans::spec::Pattern::Exact(tenant) => Some(tenant.clone()),
-                    redis_ratelimit_plans::spec::Pattern::Prefix(_) => None,
-                }),
-        );
-    let mut found: Vec<String> = named
+    // In order and each once already: the first MAX_FOUND are the first by id.
+    let mut found: Vec<&str> = snapshot
+        .named_tenants()
+        .into_iter()
         .filter(|tenant| tenant.contains(search.q.as_str()))
         .collect();
-    found.sort();
-    found.dedup();
     let more = found.len().saturating_sub(MAX_FOUND);
     found.truncate(MAX_FOUND);
     let tenants: Vec<_> = found
         .iter()
-        .map(|tenant| json!({"tenant": tenant, "plan": snapshot.tenants.get(tenant)}))
+        .map(|tenant| json!({"tenant": tenant, "plan": snapshot.tenants.get(*tenant)}))
         .collect();
     ok(&json!({"version": snapshot.version, "tenants": tenants, "more": more}))
 }

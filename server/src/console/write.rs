@@ -17,6 +17,7 @@ use redis_ratelimit_plans::preview::{self, Moved};
 use redis_ratelimit_plans::snapshot::Snapshot;
 use redis_ratelimit_plans::spec::parse_duration;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::guard::Caller;
@@ -25,116 +26,154 @@ use super::read::snapshot;
 use super::state::Console;
 
 /// What every write takes besides its verb's fields.
-#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[derive(Clone, Copy, Debug)]
 pub struct How {
     /// Preview only.
-    #[serde(default)]
     dry_run: bool,
     /// Write only if the store is still at this version.
-    #[serde(default)]
     if_version: Option<u64>,
 }
 
-/// `plan/set`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlanSet {
-    name: String,
-    limits: Vec<String>,
-    #[serde(default)]
-    replace: bool,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+/// A write's JSON body: its verb's fields, and [`How`]'s.
+pub trait WriteBody: DeserializeOwned + Send + 'static {
+    /// The `dry_run` and `if_version` every body carries.
+    fn how(&self) -> How;
+    /// The change the body asks for, or what is wrong with a field read here and not by
+    /// the plans crate (`ttl`): a 400.
+    fn change(self) -> Result<Change, String>;
 }
 
-/// `plan/delete`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlanDelete {
-    name: String,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+/// A body type: its verb's fields, then [`How`]'s (`dry_run`, `if_version`; last, so an
+/// unknown field's refusal lists them in the order it always has), unknown fields refused,
+/// and `$change` turning `$body` into its [`Change`].
+macro_rules! write_body {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($(#[$field_meta:meta])* $field:ident: $field_type:ty,)* }
+        |$body:ident| $change:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$field_meta])* $field: $field_type,)*
+            #[serde(default)]
+            dry_run: bool,
+            #[serde(default)]
+            if_version: Option<u64>,
+        }
+
+        impl WriteBody for $name {
+            fn how(&self) -> How {
+                How {
+                    dry_run: self.dry_run,
+                    if_version: self.if_version,
+                }
+            }
+
+            fn change(self) -> Result<Change, String> {
+                let $body = self;
+                $change
+            }
+        }
+    };
 }
 
-/// `tenant/set`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantSet {
-    tenant: String,
-    plan: String,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+write_body! {
+    /// `POST /admin/v1/plan/set`: `{"name", "limits": [...], "replace"}`.
+    PlanSet {
+        name: String,
+        limits: Vec<String>,
+        #[serde(default)]
+        replace: bool,
+    }
+    |body| Ok(Change::PlanSet {
+        name: body.name,
+        limits: body.limits,
+        replace: body.replace,
+    })
 }
 
-/// `tenant/delete`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantDelete {
-    tenant: String,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+write_body! {
+    /// `POST /admin/v1/plan/delete`: `{"name"}`.
+    PlanDelete { name: String, }
+    |body| Ok(Change::PlanDelete { name: body.name })
 }
 
-/// `override/set`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OverrideSet {
-    pattern: String,
-    limits: Vec<String>,
-    #[serde(default)]
-    all: bool,
-    #[serde(default)]
-    add: bool,
-    /// `90s`, `2h`, `7d`: temporary.
-    #[serde(default)]
-    ttl: Option<String>,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+write_body! {
+    /// `POST /admin/v1/tenant/set`: `{"tenant", "plan"}`.
+    TenantSet { tenant: String, plan: String, }
+    |body| Ok(Change::TenantSet {
+        tenant: body.tenant,
+        plan: body.plan,
+    })
 }
 
-/// `override/delete`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OverrideDelete {
-    pattern: String,
-    #[serde(default)]
-    limit: Option<String>,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+write_body! {
+    /// `POST /admin/v1/tenant/delete`: `{"tenant"}`.
+    TenantDelete { tenant: String, }
+    |body| Ok(Change::TenantDelete {
+        tenant: body.tenant,
+    })
 }
 
-/// `override/prune` and `import` take only [`How`]'s fields (and `import` its TOML).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prune {
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+write_body! {
+    /// `POST /admin/v1/override/set`: `{"pattern", "limits": [...], "all", "add", "ttl"}`.
+    OverrideSet {
+        pattern: String,
+        limits: Vec<String>,
+        #[serde(default)]
+        all: bool,
+        #[serde(default)]
+        add: bool,
+        /// `90s`, `2h`, `7d`: temporary.
+        #[serde(default)]
+        ttl: Option<String>,
+    }
+    |body| {
+        let ttl = match body.ttl.as_deref().filter(|ttl| !ttl.is_empty()) {
+            None => None,
+            Some(text) => Some(parse_duration(text).map_err(|error| format!("ttl: {error}"))?),
+        };
+        Ok(Change::OverrideSet {
+            pattern: body.pattern,
+            limits: body.limits,
+            all: body.all,
+            add: body.add,
+            ttl,
+        })
+    }
 }
 
-/// `import`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Import {
-    /// The store as `export` writes it.
-    toml: String,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    if_version: Option<u64>,
+write_body! {
+    /// `POST /admin/v1/override/delete`: `{"pattern", "limit"}`.
+    OverrideDelete {
+        pattern: String,
+        #[serde(default)]
+        limit: Option<String>,
+    }
+    |body| Ok(Change::OverrideDelete {
+        pattern: body.pattern,
+        limit: body.limit.filter(|limit| !limit.is_empty()),
+    })
+}
+
+write_body! {
+    /// `POST /admin/v1/override/prune`: `{}`.
+    Prune {}
+    |_body| Ok(Change::OverridePrune)
+}
+
+write_body! {
+    /// `POST /admin/v1/import`: `{"toml"}`, the store made to hold exactly it.
+    Import {
+        /// The store as `export` writes it.
+        toml: String,
+    }
+    |body| Ok(Change::Import {
+        label: "(console)".into(),
+        text: body.toml,
+    })
 }
 
 /// A body that cannot be read, said plainly.
@@ -223,183 +262,23 @@ fn edits(snapshot: &Snapshot, edits: &[redis_ratelimit_plans::edit::Edit]) -> Ve
         .collect()
 }
 
-/// `POST /admin/v1/plan/set`: `{"name", "limits": [...], "replace"}`.
-pub async fn plan_set(
+/// `POST /admin/v1/<verb>` with `Body` (routed once per verb in `console::router`): a body
+/// that cannot be read is refused, the rest runs as [`run`] says.
+pub async fn apply_write<Body: WriteBody>(
     State(console): State<Arc<Console>>,
     Extension(caller): Extension<Caller>,
-    body: Result<Json<PlanSet>, JsonRejection>,
+    body: Result<Json<Body>, JsonRejection>,
 ) -> Response {
     let Json(body) = match body {
         Ok(body) => body,
         Err(rejection) => return unreadable(&rejection),
     };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    let change = Change::PlanSet {
-        name: body.name,
-        limits: body.limits,
-        replace: body.replace,
-    };
-    run(&console, &caller, change, how).await
-}
-
-/// `POST /admin/v1/plan/delete`: `{"name"}`.
-pub async fn plan_delete(
-    State(console): State<Arc<Console>>,
-    Extension(caller): Extension<Caller>,
-    body: Result<Json<PlanDelete>, JsonRejection>,
-) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable(&rejection),
-    };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    run(
-        &console,
-        &caller,
-        Change::PlanDelete { name: body.name },
-        how,
-    )
-    .await
-}
-
-/// `POST /admin/v1/tenant/set`: `{"tenant", "plan"}`.
-pub async fn tenant_set(
-    State(console): State<Arc<Console>>,
-    Extension(caller): Extension<Caller>,
-    body: Result<Json<TenantSet>, JsonRejection>,
-) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable(&rejection),
-    };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    let change = Change::TenantSet {
-        tenant: body.tenant,
-        plan: body.plan,
-    };
-    run(&console, &caller, change, how).await
-}
-
-/// `POST /admin/v1/tenant/delete`: `{"tenant"}`.
-pub async fn tenant_delete(
-    State(console): State<Arc<Console>>,
-    Extension(caller): Extension<Caller>,
-    body: Result<Json<TenantDelete>, JsonRejection>,
-) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable(&rejection),
-    };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    let change = Change::TenantDelete {
-        tenant: body.tenant,
-    };
-    run(&console, &caller, change, how).await
-}
-
-/// `POST /admin/v1/override/set`: `{"pattern", "limits": [...], "all", "add", "ttl"}`.
-pub async fn override_set(
-    State(console): State<Arc<Console>>,
-    Extension(caller): Extension<Caller>,
-    body: Result<Json<OverrideSet>, JsonRejection>,
-) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable(&rejection),
-    };
-    let ttl = match body.ttl.as_deref().filter(|ttl| !ttl.is_empty()) {
-        None => None,
-        Some(text) => match parse_duration(text) {
-            Ok(ttl) => Some(ttl),
-            Err(error) => {
-                return problem(
-                    StatusCode::BAD_REQUEST,
-                    &format!("ttl: {error}; nothing was written"),
-                );
-            }
-        },
-    };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    let change = Change::OverrideSet {
-        pattern: body.pattern,
-        limits: body.limits,
-        all: body.all,
-        add: body.add,
-        ttl,
-    };
-    run(&console, &caller, change, how).await
-}
-
-/// `POST /admin/v1/override/delete`: `{"pattern", "limit"}`.
-pub async fn override_delete(
-    State(console): State<Arc<Console>>,
-    Extension(caller): Extension<Caller>,
-    body: Result<Json<OverrideDelete>, JsonRejection>,
-) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable(&rejection),
-    };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    let change = Change::OverrideDelete {
-        pattern: body.pattern,
-        limit: body.limit.filter(|limit| !limit.is_empty()),
-    };
-    run(&console, &caller, change, how).await
-}
-
-/// `POST /admin/v1/override/prune`: `{}`.
-pub async fn override_prune(
-    State(console): State<Arc<Console>>,
-    Extension(caller): Extension<Caller>,
-    body: Result<Json<Prune>, JsonRejection>,
-) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable(&rejection),
-    };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    run(&console, &caller, Change::OverridePrune, how).await
-}
-
-/// `POST /admin/v1/import`: `{"toml"}`, the store made to hold exactly it.
-pub async fn import(
-    State(console): State<Arc<Console>>,
-    Extension(caller): Extension<Caller>,
-    body: Result<Json<Import>, JsonRejection>,
-) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return unreadable(&rejection),
-    };
-    let how = How {
-        dry_run: body.dry_run,
-        if_version: body.if_version,
-    };
-    let change = Change::Import {
-        label: "(console)".into(),
-        text: body.toml,
-    };
-    run(&console, &caller, change, how).await
+    let how = body.how();
+    match body.change() {
+        Ok(change) => run(&console, &caller, change, how).await,
+        Err(wrong) => problem(
+            StatusCode::BAD_REQUEST,
+            &format!("{wrong}; nothing was written"),
+        ),
+    }
 }
