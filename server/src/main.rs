@@ -188,6 +188,16 @@ async fn run(options: Options) -> Result<(), StartError> {
 
     let stop = serve::Stop::default();
     let mut servers = Vec::new();
+    if options.listen.rlqs && options.listen.rlqs_ttl.subsec_millis() != 0 {
+        // Envoy 1.40 reads an assignment's time to live in whole seconds (docs/rlqs.md): a
+        // shorter one expires at once there (the fallback's DENY_ALL: under-admission only).
+        tracing::warn!(
+            "--rlqs-ttl-ms {}: Envoy 1.40 reads whole seconds of an assignment's life, so it \
+             holds this one {} s; give a multiple of 1000",
+            options.listen.rlqs_ttl.as_millis(),
+            options.listen.rlqs_ttl.as_secs()
+        );
+    }
     let rlqs = options.listen.rlqs.then(|| {
         rlqs::Rlqs::new(
             Arc::clone(&engine),
