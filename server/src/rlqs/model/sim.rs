@@ -265,12 +265,12 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
         outstanding[window + 1] =
             outstanding[window] + charged[window] - refunded[window] - admitted[window];
     }
-    for first in 0..windows {
+    for (first, outstanding_at_start) in outstanding.iter().take(windows).enumerate() {
         let mut admitted_in_span = 0;
-        for last in first..windows {
-            admitted_in_span += admitted[last];
-            let spanned = i64::try_from(last - first + 1).unwrap_or(i64::MAX);
-            let bound = spanned * quota_i64 + outstanding[first];
+        for (offset, admitted_in_window) in admitted[first..].iter().enumerate() {
+            admitted_in_span += admitted_in_window;
+            let spanned = i64::try_from(offset + 1).unwrap_or(i64::MAX);
+            let bound = spanned * quota_i64 + outstanding_at_start;
             outcome.spans_checked += 1;
             let over = admitted_in_span - bound;
             let worst = outcome
@@ -280,7 +280,7 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
             if over > worst {
                 outcome.excess = Some(Excess {
                     first_window: first,
-                    windows: last - first + 1,
+                    windows: offset + 1,
                     admitted: admitted_in_span,
                     bound,
                 });
