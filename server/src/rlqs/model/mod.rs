@@ -47,9 +47,15 @@ fn the_bound_holds_over_every_span_of_every_schedule() {
     let spans: u64 = outcomes.iter().map(|(_, o)| o.spans_checked).sum();
     let charged: u64 = outcomes.iter().map(|(_, o)| o.charged).sum();
     let refunded: u64 = outcomes.iter().map(|(_, o)| o.refunded).sum();
+    let tightest = outcomes.iter().map(|(_, o)| o.tightest_slack).min();
+    let tight = outcomes
+        .iter()
+        .filter(|(_, o)| o.tightest_slack <= 1)
+        .count();
     println!(
         "honest: {SCHEDULES} schedules of {} s, {spans} spans checked, admitted {admitted} of \
-         {offered} offered (quota {quota}), charged {charged}, refunded {refunded}",
+         {offered} offered (quota {quota}), charged {charged}, refunded {refunded}; tightest \
+         span {tightest:?} under its bound, {tight} schedules with a span within 1 of it",
         RUN_MS / 1_000
     );
     // The schedules exercise what the bound is about: refunds happen and demand exceeds

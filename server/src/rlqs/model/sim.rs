@@ -61,6 +61,8 @@ pub struct Outcome {
     pub spans_checked: u64,
     /// The worst span (most over its bound), if any is over.
     pub excess: Option<Excess>,
+    /// The least any span's bound exceeds what it admitted by (negative: over).
+    pub tightest_slack: i64,
 }
 
 #[derive(Debug)]
@@ -153,7 +155,10 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
     let mut admitted = vec![0_i64; windows];
     let mut charged = vec![0_i64; windows];
     let mut refunded = vec![0_i64; windows];
-    let mut outcome = Outcome::default();
+    let mut outcome = Outcome {
+        tightest_slack: i64::MAX,
+        ..Outcome::default()
+    };
 
     let mut now_ms = 0;
     while now_ms < RUN_MS {
@@ -273,6 +278,7 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
             let bound = spanned * quota_i64 + outstanding_at_start;
             outcome.spans_checked += 1;
             let over = admitted_in_span - bound;
+            outcome.tightest_slack = outcome.tightest_slack.min(-over);
             let worst = outcome
                 .excess
                 .as_ref()
