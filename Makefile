@@ -39,7 +39,7 @@ docker: build ## Build the images redis-ratelimit (Redis + module) and redis-rat
 	BASE_IMAGE=$(BASE_IMAGE) docker/build.sh $(DOCKER_MODULE) $(VERSION)
 	docker/build-service.sh $(SERVER_BINARY) $(VERSION)
 
-test: prereqs lint docs unit regions-model test-prereqs integration conformance client-test service-test ops-test python-test node-test containers chaos ## Everything CI runs: format, lints, the docs book, unit, the regions model checker, prerequisites, integration, library conformance, client library, service, the Prometheus rules and dashboard, Python client, Node.js client, container and chaos tests
+test: prereqs lint docs unit regions-model test-prereqs integration conformance client-test service-test ops-test python-test node-test containers chaos ## Everything CI runs: format, lints, the docs book, unit, the model checkers (regions, RLQS), prerequisites, integration, library conformance, client library, service, the Prometheus rules and dashboard, Python client, Node.js client, container and chaos tests
 
 lint: ## cargo fmt --check, clippy -D warnings, the pure crates' docs, the pure-layer check, no import cycles, and that no generated file is stale
 	$(CARGO) fmt --all -- --check
@@ -74,8 +74,9 @@ generate: ## Write the Lua and Python tables of kinds and commands and the golde
 unit: ## Unit and property tests of the pure crates (core, wire), the module and the client
 	$(CARGO) test --workspace --lib --features $(TEST_FEATURES)
 
-regions-model: ## The model checker of one quota across regions (docs/regions.md): every bound, and the predicted counterexamples
+regions-model: ## The model checkers: one quota across regions (docs/regions.md) and the RLQS bound (docs/rlqs.md): every bound, and the predicted counterexamples
 	$(CARGO) test -p redis-ratelimit-regions-model
+	$(CARGO) test -p redis-ratelimit-server --bin redis-ratelimit-server rlqs::model
 
 test-prereqs: ## Test scripts/prereqs.sh in private mount namespaces (libclang hidden, apt-get stubbed), and what the quick start builds and publishes
 	tests/prereqs/run.sh

@@ -18,6 +18,8 @@ pub mod shared;
 pub mod stream;
 
 #[cfg(test)]
+mod model;
+#[cfg(test)]
 mod tests;
 
 use std::pin::Pin;
