@@ -621,28 +621,6 @@ fn metrics_count_decisions_by_outcome_source_and_backend() {
     );
 }
 
-/// Every series of a recorder's snapshot, `name{label=value,...}` -> its value (a
-/// histogram's: its sample count).
-fn series_in(
-    snapshot: metrics_util::debugging::Snapshot,
-) -> std::collections::BTreeMap<String, f64> {
-    let mut series = std::collections::BTreeMap::new();
-    for (key, _, _, value) in snapshot.into_vec() {
-        let key = key.key();
-        let labels: Vec<String> = key
-            .labels()
-            .map(|label| format!("{}={}", label.key(), label.value()))
-            .collect();
-        let value = match value {
-            DebugValue::Counter(count) => count as f64,
-            DebugValue::Gauge(value) => value.into_inner(),
-            DebugValue::Histogram(values) => values.len() as f64,
-        };
-        series.insert(format!("{}{{{}}}", key.name(), labels.join(",")), value);
-    }
-    series
-}
-
 /// The decision metrics name the binding limit and the class of its keys, count the units
 /// and the checks that left a limit near its quota, and give each limit's quota and window.
 #[test]
@@ -696,7 +674,7 @@ fn metrics_name_the_limit_its_key_class_and_its_quota() {
             assert!(!denied.allowed && denied.limits.is_empty());
         });
     });
-    let series = series_in(snapshotter.snapshot());
+    let series = super::series(&snapshotter);
     let get = |name: &str| series.get(name).copied().unwrap_or(-1.0);
     let of = |limit: &str| format!("policy=api,limit={limit},key_class=user");
     // Admitted: bound by the limit closest to running out; the 6th denied by per-minute.
@@ -982,7 +960,7 @@ fn denials_are_reported_for_the_top_keys_and_their_concentration() {
             let mut top = Vec::new();
             for _ in 0..200 {
                 top = limiter.top_denied(&TopQuery::new("api")).await.unwrap();
-                let exported = series_in(snapshotter.snapshot()).get(share).copied();
+                let exported = super::series(&snapshotter).get(share).copied();
                 if !top.is_empty() && exported == Some(1.0) {
                     break;
                 }
@@ -1002,7 +980,7 @@ fn denials_are_reported_for_the_top_keys_and_their_concentration() {
             assert_eq!(top[0].top10_share, 1.0);
         });
     });
-    let series = series_in(snapshotter.snapshot());
+    let series = super::series(&snapshotter);
     assert_eq!(series.get(share), Some(&1.0), "{series:?}");
     assert_eq!(
         series.get("ratelimit_denied_window{policy=api,limit=per-user}"),

@@ -13,7 +13,6 @@
 )]
 
 mod envoy;
-mod rng;
 mod sim;
 
 use std::time::{Duration, Instant};

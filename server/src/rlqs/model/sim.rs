@@ -12,9 +12,9 @@ use redis_ratelimit_core::window::WindowParams;
 use redis_ratelimit_core::{Commit, Evaluation};
 
 use super::envoy::Envoy;
-use super::rng::Rng;
 use crate::rlqs::lease::{self, Shape};
 use crate::rlqs::ledger::{DELIVERY_MARGIN, Ledger};
+use redis_ratelimit_regions_model::net::Rng;
 
 /// The store's clock at the model's 0 (whole seconds: windows align to it).
 const T0_US: i64 = 1_800_000_000_000_000;
