@@ -199,6 +199,7 @@ async fn run(options: Options) -> Result<(), StartError> {
         );
     }
     let rlqs = options.listen.rlqs.then(|| {
+        rlqs::shared::describe();
         rlqs::Rlqs::new(
             Arc::clone(&engine),
             Arc::clone(&store),

@@ -13,7 +13,7 @@
 /// its `max_tokens`, admitted at once, so little of it is unspent when it is replaced
 /// before its TTL; and Envoy starts a bucket full only when this is under its monotonic
 /// clock (the host's uptime), else empty.
-const BURST_SECONDS: u64 = 10;
+const BURST_SECONDS: u64 = 20;
 
 /// One assignment's token bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,9 +84,9 @@ mod tests {
             }
         }
         assert_eq!(shape(0, 2), None);
-        // 20 tokens for 2 s: 16 at once, 2 a second.
+        // 20 tokens for 2 s: 18 at once, 1 a second.
         let twenty = shape(20, 2).unwrap();
-        assert_eq!((twenty.max_tokens, twenty.tokens_per_fill), (16, 2));
+        assert_eq!((twenty.max_tokens, twenty.tokens_per_fill), (18, 1));
         assert_eq!(twenty.most_admitted(2), 20);
         // Too few for a refill every second.
         let two = shape(2, 2).unwrap();

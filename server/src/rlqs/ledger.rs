@@ -25,6 +25,9 @@ pub const DELIVERY_MARGIN: Duration = Duration::from_secs(1);
 struct Lease {
     sent: Instant,
     shape: Shape,
+    /// When the next assignment of the bucket was sent: Envoy drops this lease's token
+    /// bucket when it applies that one, within [`DELIVERY_MARGIN`].
+    replaced: Option<Instant>,
 }
 
 /// One bucket's account on one stream.
@@ -37,11 +40,19 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// A lease of `charged` tokens (0: none) sent now as `shape` (`None`: not a token bucket).
+    /// A lease of `charged` tokens (0: none) sent now as `shape` (`None`: not a token
+    /// bucket, `deny_all`): either replaces the leases sent before it.
     pub fn leased(&mut self, charged: u64, shape: Option<Shape>, now: Instant) {
         self.charged = self.charged.saturating_add(charged);
+        for lease in &mut self.leases {
+            lease.replaced.get_or_insert(now);
+        }
         if let Some(shape) = shape {
-            self.leases.push(Lease { sent: now, shape });
+            self.leases.push(Lease {
+                sent: now,
+                shape,
+                replaced: None,
+            });
         }
     }
 
@@ -76,12 +87,19 @@ impl Ledger {
     }
 }
 
-/// What is left after `built` of a lease's life in Envoy (at most `life` from when Envoy
-/// applied it, at most [`DELIVERY_MARGIN`] after it was sent).
+/// What is left after `built` of a lease's life in Envoy: it ends `life` after Envoy
+/// applied it (at most [`DELIVERY_MARGIN`] after it was sent), or when Envoy applied the
+/// next assignment of the bucket (at most the margin after that was sent), whichever is
+/// first.
 fn life_left(lease: &Lease, life: Duration, built: Instant) -> Duration {
-    match lease.sent.checked_add(DELIVERY_MARGIN.saturating_add(life)) {
-        Some(end) => end.saturating_duration_since(built),
-        None => Duration::MAX,
+    let expires = lease.sent.checked_add(DELIVERY_MARGIN.saturating_add(life));
+    let dropped = lease
+        .replaced
+        .and_then(|replaced| replaced.checked_add(DELIVERY_MARGIN));
+    match (expires, dropped) {
+        (Some(expires), Some(dropped)) => expires.min(dropped).saturating_duration_since(built),
+        (Some(end), None) | (None, Some(end)) => end.saturating_duration_since(built),
+        (None, None) => Duration::MAX,
     }
 }
 
@@ -98,17 +116,17 @@ mod tests {
     fn a_live_lease_keeps_what_it_may_still_admit_and_an_ended_one_is_refunded() {
         let start = Instant::now();
         let mut ledger = Ledger::default();
-        let first = shape(20, 2).unwrap(); // 16 at once, 2 a second
+        let first = shape(20, 2).unwrap(); // 18 at once, 1 a second
         ledger.leased(20, Some(first), start);
         // Just after: the whole lease may still be admitted.
         assert_eq!(ledger.reported(0, start + Duration::from_millis(100), 2), 0);
         // 5 s later the lease is over (1 + 2 + 1 s): all not reported allowed is refunded.
         assert_eq!(ledger.reported(12, start + Duration::from_secs(5), 2), 8);
         assert_eq!(ledger.reported(0, start + Duration::from_secs(10), 2), 0);
-        // A second lease, 2 s in: at most 16 + 2 × 2 = 20 still to come, nothing refunded.
+        // A second lease, 2 s in: at most 18 + 1 × 2 = 20 still to come, nothing refunded.
         ledger.leased(20, Some(first), start + Duration::from_secs(10));
         assert_eq!(ledger.reported(3, start + Duration::from_secs(12), 2), 0);
-        // 3.5 s in: 0.5 s of life left after the report was built: 16 + 2 may still come.
+        // 3.5 s in: 0.5 s of life left after the report was built: 18 + 1 may still come.
         assert_eq!(
             ledger.reported(0, start + Duration::from_millis(13_500), 2),
             0
@@ -119,5 +137,26 @@ mod tests {
             17
         );
         assert_eq!(ledger.reported(0, start + Duration::from_secs(20), 2), 0);
+    }
+
+    #[test]
+    fn a_replaced_lease_is_over_a_margin_after_its_successor_was_sent() {
+        let start = Instant::now();
+        let lease = shape(20, 2).unwrap();
+        let mut ledger = Ledger::default();
+        ledger.leased(20, Some(lease), start);
+        // Replaced at 1 s: Envoy dropped A by 2 s, though its TTL runs to 3 s.
+        ledger.leased(20, Some(lease), start + Duration::from_secs(1));
+        // Built after 2.5 s: A is over, B may still admit 18 + 1 × 2: 40 − 15 − 20 = 5.
+        assert_eq!(
+            ledger.reported(15, start + Duration::from_millis(3_500), 2),
+            5
+        );
+        // A `deny_all` (nothing granted) replaces B as well: by 4.5 s B is over.
+        ledger.leased(0, None, start + Duration::from_millis(3_500));
+        assert_eq!(
+            ledger.reported(3, start + Duration::from_millis(5_500), 2),
+            17
+        );
     }
 }

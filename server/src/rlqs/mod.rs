@@ -11,6 +11,7 @@
 //! ([`share`]); a stream's buckets live in [`stream`].
 
 pub mod bucket;
+pub mod fleet;
 pub mod lease;
 pub mod ledger;
 pub mod share;
@@ -64,20 +65,26 @@ pub type Service = InterceptedService<RateLimitQuotaServiceServer<Rlqs>, Authent
 impl Rlqs {
     /// The service over the engine's rules and the limiter's store (tokens are charged to
     /// the same keys RLS charges).
+    /// Starts the exchange of demand with the other services sharing Redis ([`fleet`]) on
+    /// the runtime it is called on (none: not exchanged).
     pub fn new(engine: Arc<Engine>, store: Arc<dyn Store>, settings: Settings) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                engine,
-                store,
-                demand: share::Demand::default(),
-                settings,
-                streams: AtomicUsize::new(0),
-                next_stream: AtomicU64::new(0),
-                stopping: CancellationToken::new(),
-                charged: AtomicU64::new(0),
-                refunded: AtomicU64::new(0),
-            }),
+        let shared = Arc::new(Shared {
+            engine,
+            store,
+            demand: share::Demand::default(),
+            fleet: fleet::Fleet::default(),
+            settings,
+            streams: AtomicUsize::new(0),
+            next_stream: AtomicU64::new(0),
+            stopping: CancellationToken::new(),
+            charged: AtomicU64::new(0),
+            refunded: AtomicU64::new(0),
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let period = stream::renewal_period(settings.ttl);
+            runtime.spawn(fleet::exchange(Arc::clone(&shared), period));
         }
+        Self { shared }
     }
 
     /// Tokens charged and refunded so far, across every stream.

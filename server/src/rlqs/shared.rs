@@ -8,11 +8,25 @@ use std::time::Duration;
 use redis_ratelimit_client::store::Store;
 use tokio_util::sync::CancellationToken;
 
-use super::share;
+use super::{fleet, share};
 use crate::engine::Engine;
 
 /// Tokens charged and refunded (`what`).
 pub const TOKENS: &str = "ratelimit_rlqs_tokens_total";
+/// Stream messages received (reports) and sent (assignments), by `direction`.
+pub const MESSAGES: &str = "ratelimit_rlqs_messages_total";
+
+/// Describes the RLQS metrics (docs/operating.md).
+pub fn describe() {
+    metrics::describe_counter!(
+        TOKENS,
+        "RLQS tokens charged to the limits in Redis for assignments, and refunded from Envoy's reports, by what (charged, refunded)"
+    );
+    metrics::describe_counter!(
+        MESSAGES,
+        "RLQS stream messages, by direction (received: usage reports, sent: assignments)"
+    );
+}
 
 /// How assignments are made.
 #[derive(Clone, Copy, Debug)]
@@ -28,6 +42,8 @@ pub struct Shared {
     pub(super) engine: Arc<Engine>,
     pub(super) store: Arc<dyn Store>,
     pub(super) demand: share::Demand,
+    /// The other services' demand on the limits in contention.
+    pub(super) fleet: fleet::Fleet,
     pub(super) settings: Settings,
     pub(super) streams: AtomicUsize,
     pub(super) next_stream: AtomicU64,

@@ -43,7 +43,7 @@ use super::bucket::{self, Leased, Target};
 use super::lease::{self, Shape};
 use super::ledger::Ledger;
 use super::share::{self, Sizing};
-use super::shared::{Shared, TOKENS};
+use super::shared::{MESSAGES, Shared, TOKENS};
 use crate::verdict::CheckFailure;
 
 /// Buckets one report may carry.
@@ -112,6 +112,7 @@ impl Stream {
 
     /// Handles one report: checked whole first (a bad one changes nothing), then applied.
     pub async fn report(&mut self, report: RateLimitQuotaUsageReports) -> Result<(), End> {
+        metrics::counter!(MESSAGES, "direction" => "received").increment(1);
         let domain = match (&self.domain, report.domain.as_str()) {
             (None, "") => {
                 return Err(End::Refused(GrpcStatus::invalid_argument(
@@ -241,7 +242,9 @@ impl Stream {
         let response = RateLimitQuotaResponse {
             bucket_action: actions,
         };
-        self.out.send(Ok(response)).await.map_err(|_| End::Closed)
+        self.out.send(Ok(response)).await.map_err(|_| End::Closed)?;
+        metrics::counter!(MESSAGES, "direction" => "sent").increment(1);
+        Ok(())
     }
 }
 
@@ -360,16 +363,16 @@ async fn assign(shared: &Shared, stream: u64, bucket: &mut Bucket) -> Vec<Bucket
 /// Tokens charged to the limit for one assignment (0: the quota is spent), `None` if the
 /// store failed (nothing charged, never sent again).
 async fn charge(shared: &Shared, stream: u64, bucket: &Bucket, leased: &Leased) -> Option<u64> {
-    let (total, streams) =
-        shared
-            .demand
-            .note(&leased.key, stream, bucket.demand_per_second.unwrap_or(0.0));
+    let mut others = shared
+        .demand
+        .note(&leased.key, stream, bucket.demand_per_second);
+    others.extend(shared.fleet.others(&leased.key));
+    let period = renewal_period(shared.settings.ttl);
     let asked = share::tokens(Sizing {
         rate_per_second: leased.rate_per_second,
-        ttl_seconds: shared.settings.ttl.as_secs_f64(),
+        period_seconds: period.as_secs_f64(),
         mine_per_second: bucket.demand_per_second,
-        total_per_second: total,
-        streams,
+        others_per_second: &others,
     });
     let call = LimitCall {
         key: &leased.key,
@@ -386,6 +389,20 @@ async fn charge(shared: &Shared, stream: u64, bucket: &Bucket, leased: &Leased) 
     };
     match shared.store.acquire(&request).await {
         Ok(grant) => {
+            // In contention: what is left of the limit would not grant this lease again.
+            // Not before the stream's first report: its first leases are sized blind.
+            let remaining = grant.views.first().map_or(0, |view| view.remaining);
+            if bucket.demand_per_second.is_some() && (grant.granted < asked || remaining < asked) {
+                shared.fleet.contended(&leased.key, period);
+            }
+            // The journal of charges, written before the assignment is sent (the real-Envoy
+            // tests rebuild the bound from it, across a killed service).
+            tracing::debug!(
+                stream,
+                key = leased.key,
+                tokens = grant.granted,
+                "rlqs: charged"
+            );
             metrics::counter!(TOKENS, "what" => "charged").increment(grant.granted);
             shared.charged.fetch_add(grant.granted, Ordering::Relaxed);
             Some(grant.granted)
@@ -453,6 +470,7 @@ async fn settle(shared: &Shared, bucket: &mut Bucket, allowed: u64) {
     };
     match shared.store.refund(&refund).await {
         Ok(()) => {
+            tracing::debug!(key = leased.key, tokens = unspent, "rlqs: refunded");
             metrics::counter!(TOKENS, "what" => "refunded").increment(unspent);
             shared.refunded.fetch_add(unspent, Ordering::Relaxed);
         }

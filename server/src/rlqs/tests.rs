@@ -384,17 +384,37 @@ fn spans_over_the_bound(windows: &[(u64, u64)]) -> Vec<(usize, usize, u64, u64)>
     over
 }
 
+/// Both services' tokens charged and refunded.
+fn tokens_of(services: &[Rlqs]) -> (u64, u64) {
+    services
+        .iter()
+        .map(Rlqs::tokens)
+        .fold((0, 0), |(charged, refunded), (c, r)| {
+            (charged + c, refunded + r)
+        })
+}
+
+/// Three fake Envoys at 5x the quota on two services sharing `store` (Envoys 0 and 2 on
+/// the first, Envoy 1 on the second): each service splits the quota among its own streams,
+/// so together they ask twice the quota, and only the store's charges keep the fleet
+/// within it.
 async fn three_envoys(store: Arc<dyn Store>) -> (Vec<(u64, u64)>, (u64, u64)) {
-    let (url, rlqs) = serve(store, Duration::from_secs(2)).await;
+    let mut urls = Vec::new();
+    let mut services = Vec::new();
+    for _ in 0..2 {
+        let (url, rlqs) = serve(Arc::clone(&store), Duration::from_secs(2)).await;
+        urls.push(url);
+        services.push(rlqs);
+    }
     let id = bucket(&[("tier", "gold"), ("route", "hot")]);
     let sampling = tokio_util::sync::CancellationToken::new();
     let sampler = {
-        let (rlqs, sampling) = (rlqs.clone(), sampling.clone());
+        let (services, sampling) = (services.clone(), sampling.clone());
         tokio::spawn(async move {
             let mut samples = Vec::new();
             while !sampling.is_cancelled() {
                 let from = now_seconds();
-                let (charged, refunded) = rlqs.tokens();
+                let (charged, refunded) = tokens_of(&services);
                 let to = now_seconds();
                 samples.push(Sample {
                     from,
@@ -408,9 +428,9 @@ async fn three_envoys(store: Arc<dyn Store>) -> (Vec<(u64, u64)>, (u64, u64)) {
         })
     };
     let envoys: Vec<_> = (0..3)
-        .map(|_| {
+        .map(|index| {
             tokio::spawn(envoy(
-                url.clone(),
+                urls[index % 2].clone(),
                 id.clone(),
                 Duration::from_millis(10),
                 Duration::from_secs(5),
@@ -424,12 +444,14 @@ async fn three_envoys(store: Arc<dyn Store>) -> (Vec<(u64, u64)>, (u64, u64)) {
     }
     sampling.cancel();
     let samples = sampler.await.unwrap();
-    rlqs.stop();
+    for rlqs in &services {
+        rlqs.stop();
+    }
     assert!(
         seen.iter().all(|s| s.assignments > 5),
         "every Envoy was assigned, renewed"
     );
-    (windows(&seen, &samples), rlqs.tokens())
+    (windows(&seen, &samples), tokens_of(&services))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

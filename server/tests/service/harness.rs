@@ -287,6 +287,12 @@ impl Service {
         (reply.status, value)
     }
 
+    /// SIGKILL, then reaps it: a crash (nothing said to its clients); its log stays readable.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, then waits for the exit (a graceful stop).
     pub fn terminate(&mut self) -> bool {
         self.terminate_within(Duration::from_secs(20))

@@ -97,21 +97,26 @@ fn reports_later_than_the_delivery_margin_are_caught() {
     caught(Variant::ReportsLate);
 }
 
+#[test]
+fn assignments_applied_later_than_the_delivery_margin_are_caught() {
+    caught(Variant::AssignmentsLate);
+}
+
 /// The predicted counterexample of a report later than the margin, replayed by hand with
-/// the real lease and ledger: TTL 1 s, lease A of 12 (10 at once, 2 a second) sent and
-/// applied at 0; a report of 0 allowed built at 450 ms; Envoy spends A's 10 at 460 ms;
+/// the real lease and ledger: TTL 1 s, lease A of 12 (11 at once, 1 a second) sent and
+/// applied at 0; a report of 0 allowed built at 450 ms; Envoy spends A's 11 at 460 ms;
 /// lease B of 12 sent and applied at 500 ms. Received by 1.45 s (within the margin), the
 /// report refunds nothing; received at 3.05 s, the service takes it as built after 2.05 s,
-/// when A was certainly over, and refunds 12 (all but B's 12) though A's 10 were admitted:
-/// with B's 11 (its refill short of the second token at 1.499 s), 21 admitted against 24
-/// charged − 12 refunded, 9 over.
+/// when A was certainly over, and refunds 12 (all but B's 12) though A's 11 were admitted:
+/// with B's 11 (its refill short of a token at 1.499 s), 22 admitted against 24 charged −
+/// 12 refunded, 10 over.
 #[test]
 fn a_report_later_than_the_margin_refunds_tokens_admitted_after_it_was_built() {
     let start = Instant::now();
     let at = |ms: u64| start + Duration::from_millis(ms);
-    for (arrives_ms, over_by) in [(1_350, 0), (3_050, 9)] {
+    for (arrives_ms, over_by) in [(1_350, 0), (3_050, 10)] {
         let lease = shape(12, 1).unwrap();
-        assert_eq!((lease.max_tokens, lease.tokens_per_fill), (10, 2));
+        assert_eq!((lease.max_tokens, lease.tokens_per_fill), (11, 1));
         let mut ledger = Ledger::default();
         let mut envoy = Envoy::default();
         ledger.leased(12, Some(lease), at(0));
@@ -121,9 +126,9 @@ fn a_report_later_than_the_margin_refunds_tokens_admitted_after_it_was_built() {
         ledger.leased(12, Some(lease), at(500));
         envoy.apply(Some(lease), 500, 1);
         let refunded = ledger.reported(reported, at(arrives_ms), 1);
-        // B spent before it expires at 1.5 s: 10 at once, 1 of its refill.
+        // B spent before it expires at 1.5 s: its 11 at once, its refill short of a token.
         admitted += envoy.requests(100, 500) + envoy.requests(100, 1_499);
-        assert_eq!(admitted, 10 + 11);
+        assert_eq!(admitted, 11 + 11);
         assert_eq!(envoy.requests(100, 1_500), 0, "expired");
         let settled = 24 - refunded;
         assert_eq!(

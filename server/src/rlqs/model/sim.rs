@@ -39,6 +39,9 @@ pub enum Variant {
     RefundIgnoringLiveLeases,
     /// Reports reach the service 1 to 4 s after they were built (beyond `DELIVERY_MARGIN`).
     ReportsLate,
+    /// Envoy applies assignments 1 to 4 s after they were sent (beyond `DELIVERY_MARGIN`):
+    /// a replaced lease lives on past when the service counts it over.
+    AssignmentsLate,
 }
 
 /// The bound broken over a span: `windows` windows from `first_window`.
@@ -189,7 +192,10 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
                         Account::Real(ledger) => ledger.leased(granted, shape, at(now_ms)),
                         Account::Naive { charged, .. } => *charged += granted,
                     }
-                    let apply_ms = now_ms + rng.below(margin_ms);
+                    let apply_ms = match variant {
+                        Variant::AssignmentsLate => now_ms + margin_ms + rng.below(3 * margin_ms),
+                        _ => now_ms + rng.below(margin_ms),
+                    };
                     schedule(&mut events, apply_ms, Event::Apply(index, shape));
                     schedule(&mut events, now_ms + ttl_ms / 2, Event::Renew(index));
                 }

@@ -189,6 +189,11 @@ impl Envoy {
         envoy
     }
 
+    /// The ingress listener's address.
+    pub fn address(&self) -> SocketAddr {
+        self.listener
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("log")).unwrap_or_default()
     }
