@@ -25,12 +25,12 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_ratelimit_client::store::{HashFields, HashWrite, Store};
 
-use super::shared::Shared;
+use super::share::Demand;
 
 /// Renewal periods a limit stays exchanged after a short grant.
 const CONTENDED_PERIODS: u32 = 10;
@@ -128,55 +128,47 @@ impl Fleet {
     }
 }
 
-/// Exchanges the contended limits' demand every two renewal `period`s until the service
-/// stops.
-pub async fn exchange(shared: Arc<Shared>, period: Duration) {
-    let every = period.saturating_mul(PERIODS_PER_EXCHANGE);
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shared.stopping.cancelled() => return,
-            _ = ticks.tick() => exchange_once(&shared, every).await,
-        }
+impl Fleet {
+    /// The interval between exchanges, for renewals every `period`.
+    pub fn exchange_every(period: Duration) -> Duration {
+        period.saturating_mul(PERIODS_PER_EXCHANGE)
     }
-}
 
-async fn exchange_once(shared: &Shared, every: Duration) {
-    let keys = shared.fleet.keys();
-    if keys.is_empty() {
-        return;
-    }
-    let now_ms = unix_ms();
-    let every_ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
-    let writes: Vec<HashWrite> = keys
-        .iter()
-        .map(|key| HashWrite {
-            key: demand_key(key),
-            fields: vec![(
-                shared.fleet.service_id.clone(),
-                encode(now_ms, &shared.demand.of(key)),
-            )],
-            expire_at_ms: now_ms.saturating_add(every_ms.saturating_mul(STALE_EXCHANGES)),
-        })
-        .collect();
-    let hash_keys: Vec<String> = writes.iter().map(|write| write.key.clone()).collect();
-    let store: &dyn Store = shared.store.as_ref();
-    let exchanged = tokio::time::timeout(every, async {
-        store.write_hashes(&writes).await?;
-        store.read_hashes(&hash_keys).await
-    })
-    .await;
-    match exchanged {
-        Ok(Ok(hashes)) => {
-            let oldest_ms = now_ms.saturating_sub(every_ms.saturating_mul(STALE_EXCHANGES));
-            for (key, hash) in keys.iter().zip(hashes) {
-                let others = decode_others(&hash, &shared.fleet.service_id, oldest_ms);
-                shared.fleet.learned(key, others);
-            }
+    /// One exchange, every `every`: this service's streams' `demand` on the contended limits
+    /// written to `store`, the other services' read back.
+    pub async fn exchange(&self, demand: &Demand, store: &dyn Store, every: Duration) {
+        let keys = self.keys();
+        if keys.is_empty() {
+            return;
         }
-        Ok(Err(error)) => tracing::debug!("RLQS: the fleet's demand was not exchanged: {error}"),
-        Err(_) => tracing::debug!("RLQS: the fleet's demand exchange timed out"),
+        let now_ms = unix_ms();
+        let every_ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+        let writes: Vec<HashWrite> = keys
+            .iter()
+            .map(|key| HashWrite {
+                key: demand_key(key),
+                fields: vec![(self.service_id.clone(), encode(now_ms, &demand.of(key)))],
+                expire_at_ms: now_ms.saturating_add(every_ms.saturating_mul(STALE_EXCHANGES)),
+            })
+            .collect();
+        let hash_keys: Vec<String> = writes.iter().map(|write| write.key.clone()).collect();
+        let exchanged = tokio::time::timeout(every, async {
+            store.write_hashes(&writes).await?;
+            store.read_hashes(&hash_keys).await
+        })
+        .await;
+        match exchanged {
+            Ok(Ok(hashes)) => {
+                let oldest_ms = now_ms.saturating_sub(every_ms.saturating_mul(STALE_EXCHANGES));
+                for (key, hash) in keys.iter().zip(hashes) {
+                    self.learned(key, decode_others(&hash, &self.service_id, oldest_ms));
+                }
+            }
+            Ok(Err(error)) => {
+                tracing::debug!("RLQS: the fleet's demand was not exchanged: {error}");
+            }
+            Err(_) => tracing::debug!("RLQS: the fleet's demand exchange timed out"),
+        }
     }
 }
 

@@ -81,8 +81,7 @@ impl Rlqs {
             refunded: AtomicU64::new(0),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let period = stream::renewal_period(settings.ttl);
-            runtime.spawn(fleet::exchange(Arc::clone(&shared), period));
+            runtime.spawn(exchange_demand(Arc::clone(&shared)));
         }
         Self { shared }
     }
@@ -106,6 +105,22 @@ impl Rlqs {
         let server =
             RateLimitQuotaServiceServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES);
         InterceptedService::new(server, authenticate)
+    }
+}
+
+/// Exchanges the demand on the contended limits with the other services until this one
+/// stops ([`fleet`]).
+async fn exchange_demand(shared: Arc<Shared>) {
+    let every = fleet::Fleet::exchange_every(stream::renewal_period(shared.settings.ttl));
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shared.stopping.cancelled() => return,
+            _ = ticks.tick() => {
+                shared.fleet.exchange(&shared.demand, shared.store.as_ref(), every).await;
+            }
+        }
     }
 }
 
