@@ -51,17 +51,19 @@ fn the_bound_holds_over_every_span_of_every_schedule() {
         .iter()
         .filter(|(_, o)| o.tightest_slack <= 1)
         .count();
+    let restarted = outcomes.iter().filter(|(_, o)| o.restarted).count();
     println!(
         "honest: {SCHEDULES} schedules of {} s, {spans} spans checked, admitted {admitted} of \
          {offered} offered (quota {quota}), charged {charged}, refunded {refunded}; tightest \
-         span {tightest:?} under its bound, {tight} schedules with a span within 1 of it",
+         span {tightest:?} under its bound, {tight} schedules with a span within 1 of it; \
+         {restarted} schedules restart the service",
         RUN_MS / 1_000
     );
     // The schedules exercise what the bound is about: refunds happen and demand exceeds
     // the quota.
     assert!(
-        refunded > 0 && offered > quota,
-        "{offered} {quota} {refunded}"
+        refunded > 0 && offered > quota && restarted > SCHEDULES as usize / 5,
+        "{offered} {quota} {refunded} {restarted}"
     );
 }
 

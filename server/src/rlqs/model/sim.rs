@@ -66,14 +66,19 @@ pub struct Outcome {
     pub excess: Option<Excess>,
     /// The least any span's bound exceeds what it admitted by (negative: over).
     pub tightest_slack: i64,
+    /// The service restarted during the schedule.
+    pub restarted: bool,
 }
 
+/// What happens; renewals and reports carry the service's life (`epoch`) they belong to:
+/// a restart ends every stream, and what was in flight on them is lost.
 #[derive(Debug)]
 enum Event {
-    Renew(usize),
+    Renew(usize, u32),
     Apply(usize, Option<Shape>),
     BuildReport(usize),
-    ReportArrives(usize, u64),
+    ReportArrives(usize, u64, u32),
+    Restart,
 }
 
 /// The service's account of one instance's bucket.
@@ -91,6 +96,9 @@ enum Account {
 struct Instance {
     envoy: Envoy,
     account: Account,
+    /// The service's life its stream belongs to, and when that stream opened.
+    epoch: u32,
+    connected_ms: u64,
     join_ms: u64,
     leave_ms: u64,
     demand_per_tick: u64,
@@ -141,16 +149,29 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
         instances.push(Instance {
             envoy: Envoy::default(),
             account,
+            epoch: 0,
+            connected_ms: join_ms,
             join_ms,
             leave_ms,
             demand_per_tick: 0,
             demand_until_ms: join_ms,
         });
-        schedule(&mut events, join_ms, Event::Renew(index));
+        schedule(&mut events, join_ms, Event::Renew(index, 0));
         schedule(
             &mut events,
             join_ms + rng.below(REPORT_EVERY_MS),
             Event::BuildReport(index),
+        );
+    }
+
+    // A third of the schedules restart the service once: every stream ends, its ledgers
+    // are lost (their leases lapse), each Envoy opens a new stream at its next report
+    // while its last assignment lives on until its TTL.
+    if rng.below(3) == 0 {
+        schedule(
+            &mut events,
+            5_000 + rng.below(RUN_MS - 10_000),
+            Event::Restart,
         );
     }
 
@@ -172,9 +193,9 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
                 break;
             }
             match entry.remove() {
-                Event::Renew(index) => {
+                Event::Renew(index, epoch) => {
                     let instance = &mut instances[index];
-                    if now_ms >= instance.leave_ms {
+                    if now_ms >= instance.leave_ms || epoch != instance.epoch {
                         continue;
                     }
                     let asked = 1 + rng.below(quota_per_window * life_seconds);
@@ -197,32 +218,59 @@ pub fn run(seed: u64, variant: Variant) -> Outcome {
                         _ => now_ms + rng.below(margin_ms),
                     };
                     schedule(&mut events, apply_ms, Event::Apply(index, shape));
-                    schedule(&mut events, now_ms + ttl_ms / 2, Event::Renew(index));
+                    schedule(&mut events, now_ms + ttl_ms / 2, Event::Renew(index, epoch));
                 }
                 Event::Apply(index, shape) => {
                     instances[index].envoy.apply(shape, now_ms, life_seconds);
                 }
+                Event::Restart => {
+                    outcome.restarted = true;
+                    for (index, instance) in instances.iter_mut().enumerate() {
+                        instance.epoch += 1;
+                        instance.account = match instance.account {
+                            Account::Real(_) => Account::Real(Ledger::default()),
+                            Account::Naive { .. } => Account::Naive {
+                                charged: 0,
+                                reported: 0,
+                                refunded: 0,
+                            },
+                        };
+                        instance.connected_ms =
+                            now_ms.max(instance.join_ms) + rng.below(REPORT_EVERY_MS);
+                        schedule(
+                            &mut events,
+                            instance.connected_ms,
+                            Event::Renew(index, instance.epoch),
+                        );
+                    }
+                }
                 Event::BuildReport(index) => {
-                    let allowed = instances[index].envoy.report();
+                    let instance = &mut instances[index];
+                    let allowed = instance.envoy.report();
+                    let (epoch, connected) = (instance.epoch, now_ms >= instance.connected_ms);
                     let delay_ms = match variant {
                         Variant::ReportsLate => margin_ms + rng.below(3 * margin_ms),
                         _ => rng.below(margin_ms),
                     };
-                    schedule(
-                        &mut events,
-                        now_ms + delay_ms,
-                        Event::ReportArrives(index, allowed),
-                    );
+                    // No stream yet after a restart: the report is lost (its requests
+                    // are never reported: the riskier case for refunds).
+                    if connected {
+                        schedule(
+                            &mut events,
+                            now_ms + delay_ms,
+                            Event::ReportArrives(index, allowed, epoch),
+                        );
+                    }
                     schedule(
                         &mut events,
                         now_ms + REPORT_EVERY_MS,
                         Event::BuildReport(index),
                     );
                 }
-                Event::ReportArrives(index, allowed) => {
+                Event::ReportArrives(index, allowed, epoch) => {
                     let instance = &mut instances[index];
                     // A stream that ended settles nothing: its tokens lapse.
-                    if now_ms >= instance.leave_ms {
+                    if now_ms >= instance.leave_ms || epoch != instance.epoch {
                         continue;
                     }
                     let refund = match &mut instance.account {
