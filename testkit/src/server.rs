@@ -72,7 +72,8 @@ pub fn module_path() -> PathBuf {
     path
 }
 
-pub(crate) fn free_port() -> u16 {
+/// A free loopback port (bound, then released), whose cluster bus port is free too.
+pub fn free_port() -> u16 {
     // Bind port 0 and release it: racy in theory (another process could take it before the
     // server binds), so start() retries with a new port if the server cannot bind.
     // A cluster node also listens on port + 10000 (its bus), so only ports up to 55535 whose

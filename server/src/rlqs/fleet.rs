@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_ratelimit_client::store::{HashFields, HashWrite, Store};
@@ -71,12 +71,15 @@ impl Default for Fleet {
 }
 
 impl Fleet {
+    fn table(&self) -> MutexGuard<'_, HashMap<String, Contended>> {
+        self.contended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The other services' streams' demand on `key`, as last read (none if not contended).
     pub fn others(&self, key: &str) -> Vec<Option<f64>> {
-        let contended = self
-            .contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let contended = self.table();
         contended
             .get(key)
             .map(|entry| entry.others.clone())
@@ -89,10 +92,7 @@ impl Fleet {
         let until = now
             .checked_add(period.saturating_mul(CONTENDED_PERIODS))
             .unwrap_or(now);
-        let mut contended = self
-            .contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut contended = self.table();
         if let Some(entry) = contended.get_mut(key) {
             entry.until = until;
         } else if contended.len() < MAX_CONTENDED {
@@ -109,19 +109,13 @@ impl Fleet {
     /// The contended limits now (those no longer contended forgotten).
     fn keys(&self) -> Vec<String> {
         let now = Instant::now();
-        let mut contended = self
-            .contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut contended = self.table();
         contended.retain(|_, entry| entry.until > now);
         contended.keys().cloned().collect()
     }
 
     fn learned(&self, key: &str, others: Vec<Option<f64>>) {
-        let mut contended = self
-            .contended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut contended = self.table();
         if let Some(entry) = contended.get_mut(key) {
             entry.others = others;
         }

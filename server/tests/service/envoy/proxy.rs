@@ -64,17 +64,20 @@ pub fn replace_once(text: &str, from: &str, to: &str) -> String {
     text.replacen(from, to, 1)
 }
 
+/// An Envoy `socket_address` in the examples' flow style.
+pub fn yaml_address(address: SocketAddr) -> String {
+    format!(
+        "{{address: {}, port_value: {}}}",
+        address.ip(),
+        address.port()
+    )
+}
+
 /// The example with its addresses substituted, and nothing else.
 pub fn example_config(service: SocketAddr, backend: SocketAddr) -> String {
     let text = std::fs::read_to_string(example_path()).unwrap();
     let loopback_any_port = "{address: 127.0.0.1, port_value: 0}";
-    let at = |address: SocketAddr| {
-        format!(
-            "{{address: {}, port_value: {}}}",
-            address.ip(),
-            address.port()
-        )
-    };
+    let at = yaml_address;
     let text = replace_once(
         &text,
         "{address: 0.0.0.0, port_value: 10000}",

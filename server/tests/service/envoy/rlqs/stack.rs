@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_ratelimit_testkit::server::{Server, wait_until};
+use redis_ratelimit_testkit::server::{Server, free_port, wait_until};
 
 use super::super::backend::Backend;
-use super::super::proxy::{Envoy, replace_once};
+use super::super::proxy::{Envoy, replace_once, yaml_address};
 use super::load::{Sent, now_seconds};
 use crate::harness::{Service, TempDir, redis_url};
 
@@ -31,13 +31,7 @@ pub fn example(name: &str) -> String {
 pub fn example_config(services: &[SocketAddr], backend: SocketAddr) -> String {
     let text = example("envoy.yaml");
     let any_port = "{address: 127.0.0.1, port_value: 0}";
-    let at = |address: SocketAddr| {
-        format!(
-            "{{address: {}, port_value: {}}}",
-            address.ip(),
-            address.port()
-        )
-    };
+    let at = yaml_address;
     let text = replace_once(&text, "{address: 0.0.0.0, port_value: 10000}", any_port);
     let text = replace_once(&text, "{address: 127.0.0.1, port_value: 9901}", any_port);
     let mut endpoints = at(services[0]);
@@ -50,15 +44,6 @@ pub fn example_config(services: &[SocketAddr], backend: SocketAddr) -> String {
     }
     let text = replace_once(&text, "{address: ratelimit, port_value: 8081}", &endpoints);
     replace_once(&text, "{address: backend, port_value: 8080}", &at(backend))
-}
-
-/// A free loopback port (bound, then released: a service started on it at once gets it).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One service with `--rlqs` on a port of its own, which it keeps across a restart; the
