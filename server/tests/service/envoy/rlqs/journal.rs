@@ -145,19 +145,30 @@ pub fn windows(sent: &[&Sent], journal: &[Entry], quota: u64, from: f64, to: f64
 /// plus the tokens outstanding at its start) plus a quota for each further window.
 pub fn assert_every_span_within_its_bound(windows: &[Window], quota: u64) {
     assert!(windows.len() >= 5, "{windows:?}");
+    let (slack, first, count) = tightest_span(windows, quota);
+    assert!(
+        slack >= 0,
+        "{count} windows from {first}: admitted {} over the bound: {}",
+        -slack,
+        show(windows)
+    );
+}
+
+/// The span of windows closest to its bound: the bound minus what it admitted (negative:
+/// over), its first window and its length.
+pub fn tightest_span(windows: &[Window], quota: u64) -> (i64, usize, usize) {
+    let mut tightest = (i64::MAX, 0, 0);
     for first in 0..windows.len() {
         let mut admitted = 0;
         for (offset, window) in windows[first..].iter().enumerate() {
             admitted += window.admitted as i64;
             let bound = windows[first].bound + offset as i64 * quota as i64;
-            assert!(
-                admitted <= bound,
-                "{} windows from {first}: admitted {admitted} > bound {bound}: {}",
-                offset + 1,
-                show(windows)
-            );
+            if bound - admitted < tightest.0 {
+                tightest = (bound - admitted, first, offset + 1);
+            }
         }
     }
+    tightest
 }
 
 /// The windows as `(admitted, bound)` pairs.

@@ -108,9 +108,11 @@ fn one_envoy_admits_within_the_quota_plus_the_outstanding_tokens() {
     let denied = hot.iter().filter(|request| request.status == 429).count();
     println!(
         "RLQS, 1 Envoy: {HOT} offered {:.0}/s, quota {QUOTA_PER_SECOND}/s: (admitted, quota + \
-         outstanding) per 1 s window: {}; utilisation {:.0} %; refunded {} tokens",
+         outstanding) per 1 s window: {}; the tightest span of windows {} under its bound; \
+         utilisation {:.0} %; refunded {} tokens",
         hot.len() as f64 / (ended - started),
         journal::show(&windows),
+        journal::tightest_span(&windows, QUOTA_PER_SECOND).0,
         journal::utilisation(&windows, QUOTA_PER_SECOND) * 100.0,
         refunded(&stack, HOT)
     );
@@ -261,7 +263,7 @@ fn three_envoys_share_a_quota_within_the_bound_and_deny_once_the_service_is_kill
          commands ({:.4}/request: {commands:?}), utilisation {:.0} %, per Envoy {:?}; killed at +{:.1} s: \
          {} admitted after it, the last +{last_admitted_after_kill:.2} s after; started again \
          at +{:.1} s, admitting through every Envoy {:.1} s later; after: utilisation {:.0} %, \
-         per Envoy {:?}; (admitted, quota + outstanding) per 1 s window: {}",
+         per Envoy {:?}; (admitted, quota + outstanding) per 1 s window: {}; the tightest span of windows {} under its bound",
         messages as f64 / requests as f64,
         calls as f64 / requests as f64,
         journal::utilisation(&inside(&windows, started, killed), QUOTA_PER_SECOND) * 100.0,
@@ -273,6 +275,7 @@ fn three_envoys_share_a_quota_within_the_bound_and_deny_once_the_service_is_kill
         journal::utilisation(&inside(&windows, resumed + 1.0, ended), QUOTA_PER_SECOND) * 100.0,
         per_envoy(&sent, ENVOYS, resumed + 1.0, ended),
         journal::show(&windows),
+        journal::tightest_span(&windows, QUOTA_PER_SECOND).0,
     );
     journal::assert_every_span_within_its_bound(&windows, QUOTA_PER_SECOND);
     assert_fleet_served(&sent, &windows, ENVOYS, started, killed);
@@ -337,11 +340,12 @@ fn three_envoys_on_two_services_share_a_quota_within_the_bound() {
         .collect();
     println!(
         "RLQS, {ENVOYS} Envoys on 2 services: utilisation {:.0} %, per Envoy {:?} (after \
-         10 s: {:?}), tokens charged by each service {charged_by:?}; (admitted, quota + outstanding) per 1 s window: {}",
+         10 s: {:?}), tokens charged by each service {charged_by:?}; (admitted, quota + outstanding) per 1 s window: {}; the tightest span of windows {} under its bound",
         journal::utilisation(&windows, QUOTA_PER_SECOND) * 100.0,
         per_envoy(&sent, ENVOYS, started, ended),
         per_envoy(&sent, ENVOYS, started + 10.0, ended),
         journal::show(&windows),
+        journal::tightest_span(&windows, QUOTA_PER_SECOND).0,
     );
     journal::assert_every_span_within_its_bound(&windows, QUOTA_PER_SECOND);
     assert!(
