@@ -19,6 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use redis_ratelimit_testkit::helpers::commandstat_calls_of;
+
 use crate::envoy::{Envoy, Filter, NO_ENVOY, cluster, config, envoy_binary, free_port, listener};
 use crate::http::start_backend;
 use crate::load::{Load, open_loop, warm_up};
@@ -161,6 +163,12 @@ fn admitted_per_window(load: &Load) -> Vec<u64> {
     windows
 }
 
+/// The commands of the RLQS services' demand exchange (`server/src/rlqs/fleet.rs`, only for
+/// limits in contention), beside the `RL.*` ones [`Counters`] counts.
+fn exchange_commands(redis: &Redis) -> u64 {
+    commandstat_calls_of(&mut redis.server.conn(), &["hset", "pexpireat", "hgetall"])
+}
+
 fn quantile_us(sorted: &[Duration], q: f64) -> f64 {
     sorted
         .get(((sorted.len().max(1) - 1) as f64 * q).round() as usize)
@@ -258,9 +266,11 @@ impl Stack {
         let (warm_up, warm_up_refused) = warm_up(port, &headers)?;
         let pid = self.service_pid(kind);
         let before = Counters::read(redis, pid);
+        let exchange_before = exchange_commands(redis);
         let envoy_before = process_cpu_ns(self.envoy.pid());
         let load = open_loop(port, &headers, rate, seconds, CONNECTIONS)?;
-        let cost = Counters::read(redis, pid).since(before);
+        let mut cost = Counters::read(redis, pid).since(before);
+        cost.redis_commands += exchange_commands(redis).saturating_sub(exchange_before);
         let envoy_cpu_ns = process_cpu_ns(self.envoy.pid()).saturating_sub(envoy_before);
         let count = |status: u16| {
             load.answers

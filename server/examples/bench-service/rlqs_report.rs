@@ -83,8 +83,9 @@ fn report(settings: &Settings, runs: &Runs, load_before: &str, load_after: &str)
          the same rate. CPU per request: the on-CPU time of all the process's threads \
          (service: the RLS or the RLQS process; Envoy: its whole process) per answered \
          request; Redis: its main thread, and `INFO commandstats` deltas of the `RL.*` \
-         commands (the service's deny cache answers a denied tenant from memory until its \
-         window ends, so RLS makes about one Redis call per admitted request). Path (a)'s \
+         commands and of the RLQS demand exchange's `HSET`, `PEXPIREAT` and `HGETALL` (the \
+         service's deny cache answers a denied tenant from memory until its window ends, so \
+         RLS makes about one Redis call per admitted request). Path (a)'s \
          Redis figures are what Redis does beside it: its own timers, and the renewals the \
          RLQS service still sends for the last RLQS run's bucket until it abandons it, 15 s \
          after its last request.\n",
