@@ -9,14 +9,15 @@
 //! whole fleet's demand.
 //!
 //! **What it costs.** Only limits in contention are exchanged: a limit is marked when a
-//! lease sized from a stream's reported demand is granted less than asked or leaves less
-//! than it asked in the limit, and stays marked for [`CONTENDED_PERIODS`] renewal periods.
-//! Every two renewal periods (demand changes at Envoy's reports, every 5 s in Envoy 1.40),
-//! each service writes its streams' demand on the marked limits into one hash per limit
-//! (`HSET` and `PEXPIREAT`, one field per service) and reads the hashes back (`HGETALL`),
-//! in two pipelines, never retried (the next exchange writes the same whole): 1.5 commands a
-//! second per limit in contention and service with the default TTL. A cold limit costs
-//! nothing.
+//! lease is granted less than asked or leaves less than it asked in the limit, and stays
+//! marked for [`CONTENDED_PERIODS`] renewal periods. When a limit is newly in contention,
+//! and then every two renewal periods (demand changes at Envoy's reports, every 5 s in
+//! Envoy 1.40), each service writes its streams' demand on the marked limits into one hash
+//! per limit (`HSET` and `PEXPIREAT`, one field per service) and reads the hashes back
+//! (`HGETALL`), in two pipelines, never retried (the next exchange writes the same whole):
+//! about 1.5 commands a second per limit in contention and service with the default TTL.
+//! A cold limit costs nothing but a few exchanges when it first appears (its first leases
+//! are sized blind).
 //!
 //! **Format.** Key `rl:rlqs:{rl-rlqs}:demand:<limit key>` (one hash slot, like the top-keys
 //! reports); field: the service's id; value: `<written at, Unix ms>;<demand>,<demand>,...`
@@ -29,11 +30,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis_ratelimit_client::store::{HashFields, HashWrite, Store};
+use tokio::sync::Notify;
 
 use super::share::Demand;
 
 /// Renewal periods a limit stays exchanged after a short grant.
-const CONTENDED_PERIODS: u32 = 10;
+const CONTENDED_PERIODS: u32 = 4;
 /// Exchanges after which another service's entry is ignored.
 const STALE_EXCHANGES: u64 = 3;
 /// Renewal periods between exchanges.
@@ -56,6 +58,9 @@ struct Contended {
 pub struct Fleet {
     service_id: String,
     contended: Mutex<HashMap<String, Contended>>,
+    /// A limit newly in contention: exchange now rather than at the next tick, so that a
+    /// service learns of the others' streams within one exchange.
+    pub newly_contended: Notify,
 }
 
 impl Default for Fleet {
@@ -66,6 +71,7 @@ impl Default for Fleet {
         Self {
             service_id: format!("{:x}-{:x}", std::process::id(), nanos),
             contended: Mutex::new(HashMap::new()),
+            newly_contended: Notify::new(),
         }
     }
 }
@@ -103,6 +109,8 @@ impl Fleet {
                     others: Vec::new(),
                 },
             );
+            // One stored permit: limits contended at once are exchanged together.
+            self.newly_contended.notify_one();
         }
     }
 

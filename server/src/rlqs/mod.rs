@@ -117,10 +117,13 @@ async fn exchange_demand(shared: Arc<Shared>) {
     loop {
         tokio::select! {
             () = shared.stopping.cancelled() => return,
-            _ = ticks.tick() => {
-                shared.fleet.exchange(&shared.demand, shared.store.as_ref(), every).await;
-            }
+            _ = ticks.tick() => {}
+            () = shared.fleet.newly_contended.notified() => {}
         }
+        shared
+            .fleet
+            .exchange(&shared.demand, shared.store.as_ref(), every)
+            .await;
     }
 }
 

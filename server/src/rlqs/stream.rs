@@ -70,6 +70,9 @@ struct Bucket {
     demand_per_second: Option<f64>,
     /// Assignments sent, to alternate the strategy.
     generation: u64,
+    /// When the bucket was last assigned (its first assignment comes with its first report,
+    /// at any phase of the stream's renewals).
+    assigned_at: Option<Instant>,
     /// The leases charged, the requests reported allowed, the tokens refunded.
     ledger: Ledger,
     /// The strategy last sent (to expire it with TTL 0 at shutdown).
@@ -192,6 +195,9 @@ impl Stream {
             .ttl
             .saturating_mul(4)
             .max(SILENT_AT_LEAST);
+        let half_period = renewal_period(self.shared.settings.ttl)
+            .checked_div(2)
+            .unwrap_or_default();
         let mut actions = Vec::new();
         let mut silent = Vec::new();
         for (map, bucket) in &mut self.buckets {
@@ -201,6 +207,15 @@ impl Stream {
                     bucket_id: Some(bucket.id.clone()),
                     bucket_action: Some(Action::AbandonAction(AbandonAction {})),
                 });
+                continue;
+            }
+            // Assigned less than half a period ago (its first assignment, just before this
+            // tick): the next tick renews it, within its life (1.5 periods < 2 = a TTL);
+            // renewing now would charge twice in one period.
+            if bucket
+                .assigned_at
+                .is_some_and(|at| at.elapsed() < half_period)
+            {
                 continue;
             }
             actions.extend(assign(&self.shared, self.id, bucket).await);
@@ -263,6 +278,7 @@ fn new_bucket(id: BucketId, target: Target) -> Bucket {
         last_request: Instant::now(),
         demand_per_second: None,
         generation: 0,
+        assigned_at: None,
         ledger: Ledger::default(),
         last_strategy: None,
     }
@@ -346,6 +362,7 @@ async fn assign(shared: &Shared, stream: u64, bucket: &mut Bucket) -> Vec<Bucket
         }
     };
     bucket.generation = bucket.generation.saturating_add(1);
+    bucket.assigned_at = Some(Instant::now());
     bucket.last_strategy = Some(strategy);
     let mut actions = Vec::with_capacity(2);
     if matches!(strategy.strategy, Some(Strategy::TokenBucket(_))) {
@@ -390,9 +407,8 @@ async fn charge(shared: &Shared, stream: u64, bucket: &Bucket, leased: &Leased) 
     match shared.store.acquire(&request).await {
         Ok(grant) => {
             // In contention: what is left of the limit would not grant this lease again.
-            // Not before the stream's first report: its first leases are sized blind.
             let remaining = grant.views.first().map_or(0, |view| view.remaining);
-            if bucket.demand_per_second.is_some() && (grant.granted < asked || remaining < asked) {
+            if grant.granted < asked || remaining < asked {
                 shared.fleet.contended(&leased.key, period);
             }
             // The journal of charges, written before the assignment is sent (the real-Envoy
