@@ -169,6 +169,28 @@ pub fn commandstat_calls(con: &mut Connection, command: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// How many times each command ran on a server, by name (`INFO commandstats`; `rl.fixed`,
+/// `hset`, ...), the `INFO` that reads them included.
+pub fn commandstats(con: &mut Connection) -> std::collections::BTreeMap<String, u64> {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(con)
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
 /// The connections subscribed to some channel (`CLIENT LIST TYPE pubsub`): a test that cut
 /// them waits for this count to come back before it relies on notifications again.
 pub fn pubsub_clients(con: &mut Connection) -> usize {

@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod docker;
 pub mod docker_cluster;
 pub mod helpers;
+pub mod http;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;

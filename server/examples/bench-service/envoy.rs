@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use redis_ratelimit_testkit::server::wait_until;
 
 use crate::Service;
-use crate::http::{HttpConnection, start_backend};
+use redis_ratelimit_testkit::http::HttpConnection;
+
+use crate::http::start_backend;
 
 /// Why a section through Envoy was not measured when there is no Envoy.
 pub const NO_ENVOY: &str =

@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::http::HttpConnection;
+use redis_ratelimit_testkit::http::HttpConnection;
 
 /// One request of a run: when it was due, sent and answered, and its status (`None`: the
 /// connection failed).

@@ -41,7 +41,7 @@ const STALE_EXCHANGES: u64 = 3;
 /// Renewal periods between exchanges.
 const PERIODS_PER_EXCHANGE: u32 = 2;
 /// Limits exchanged at once; past it, a newly contended limit is sized locally.
-pub const MAX_CONTENDED: usize = 1_024;
+const MAX_CONTENDED: usize = 1_024;
 /// Services read per limit, and demands read per service.
 const MAX_SERVICES: usize = 64;
 const MAX_STREAMS_READ: usize = 1_024;

@@ -65,6 +65,7 @@ pub type Service = InterceptedService<RateLimitQuotaServiceServer<Rlqs>, Authent
 impl Rlqs {
     /// The service over the engine's rules and the limiter's store (tokens are charged to
     /// the same keys RLS charges).
+    ///
     /// Starts the exchange of demand with the other services sharing Redis ([`fleet`]) on
     /// the runtime it is called on (none: not exchanged).
     pub fn new(engine: Arc<Engine>, store: Arc<dyn Store>, settings: Settings) -> Self {

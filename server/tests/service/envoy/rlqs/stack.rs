@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use redis_ratelimit_testkit::helpers::commandstats;
 use redis_ratelimit_testkit::server::{Server, free_port, wait_until};
 
 use super::super::backend::Backend;
@@ -200,27 +201,9 @@ impl Stack {
 
     /// Commands Redis ran (`INFO commandstats`) by name, but the test's own `INFO`.
     pub fn redis_commands(&self) -> BTreeMap<String, u64> {
-        let mut con = redis::Client::open(redis_url(&self.redis))
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut con)
-            .unwrap();
-        stats
-            .lines()
-            .filter_map(|line| {
-                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-                let calls = rest
-                    .strip_prefix("calls=")?
-                    .split(',')
-                    .next()?
-                    .parse()
-                    .ok()?;
-                (name != "info").then(|| (name.to_string(), calls))
-            })
-            .collect()
+        let mut commands = commandstats(&mut self.redis.conn());
+        commands.remove("info");
+        commands
     }
 
     /// RLQS stream messages (received and sent) of the running services so far.
