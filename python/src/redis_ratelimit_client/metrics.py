@@ -32,6 +32,7 @@ at most 64 per policy; past them ``_other`` (:mod:`.metric_labels`).
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from .metric_labels import DEFAULT_NEAR_LIMIT_SHARE, NO_LIMIT, PolicyLabels, near
@@ -119,7 +120,10 @@ class Metrics:
         window, and their count."""
 
 
-_REGISTERED: dict[int, PrometheusMetrics] = {}
+#: Each live registry's metrics, by the registry itself: an entry goes with its registry (keyed
+#: by ``id()``, a registry made after another was collected could take its id, and its
+#: metrics would be counted into the collected registry, out of sight).
+_REGISTERED: weakref.WeakKeyDictionary[CollectorRegistry, PrometheusMetrics] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 #: Most label sets whose children are kept (past it, looked up at each call).
 _MAX_CHILDREN = 65_536
@@ -134,12 +138,12 @@ class PrometheusMetrics(Metrics):
 
         registry = REGISTRY if registry is None else registry
         with _LOCK:
-            existing = _REGISTERED.get(id(registry))
+            existing = _REGISTERED.get(registry)
             if existing is not None:
                 return existing
             self = super().__new__(cls)
             self._build(registry)
-            _REGISTERED[id(registry)] = self
+            _REGISTERED[registry] = self
             return self
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
