@@ -6,7 +6,8 @@
 //! word) and every touched key's `PTTL` and `PEXPIRETIME` must be equal. A failing trace is
 //! shrunk to a short reproduction and printed with its instants; a difference that does not
 //! recur when replayed (seen once on Redis 8.6.3, issue 35) is printed whole, with its seed
-//! and both replies as first seen. `RL_CONFORMANCE_SEED=<n>`
+//! and both replies as first seen (one such cause, the server's active expiry while a trace's
+//! clock stood past a key's expiry before stepping back, is switched off: `clock.rs`). `RL_CONFORMANCE_SEED=<n>`
 //! replays one trace; `RL_TEST_LONG=1` runs ten times as many.
 #![allow(
     clippy::unwrap_used,
