@@ -128,9 +128,7 @@ impl Fleet {
             entry.others = others;
         }
     }
-}
 
-impl Fleet {
     /// The interval between exchanges, for renewals every `period`.
     pub fn exchange_every(period: Duration) -> Duration {
         period.saturating_mul(PERIODS_PER_EXCHANGE)

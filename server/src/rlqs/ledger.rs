@@ -96,11 +96,11 @@ fn life_left(lease: &Lease, life: Duration, built: Instant) -> Duration {
     let dropped = lease
         .replaced
         .and_then(|replaced| replaced.checked_add(DELIVERY_MARGIN));
-    match (expires, dropped) {
-        (Some(expires), Some(dropped)) => expires.min(dropped).saturating_duration_since(built),
-        (Some(end), None) | (None, Some(end)) => end.saturating_duration_since(built),
-        (None, None) => Duration::MAX,
-    }
+    expires
+        .into_iter()
+        .chain(dropped)
+        .min()
+        .map_or(Duration::MAX, |end| end.saturating_duration_since(built))
 }
 
 #[cfg(test)]
